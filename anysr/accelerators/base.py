@@ -1,0 +1,279 @@
+"""The accelerator interface: the one object that knows devices, processes, collectives and precision.
+
+Everything outside ``anysr/accelerators`` asks an ``Accelerator`` instead of touching a device runtime.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What the parent process decided, without touching a device runtime.
+
+    ``launcher`` is how workers come to exist: ``none`` (this process is the only worker),
+    ``spawn`` (we start ``nprocs`` local workers with torch.multiprocessing), ``xla`` (torch_xla.launch),
+    ``torchrun`` / ``slurm`` / ``pjrt`` (someone else started us; we join their world).
+    """
+
+    accelerator: str
+    nprocs: int = 1
+    launcher: str = "none"
+    precision: str = "fp32"
+    spmd: bool = False
+    compile: bool = False
+    dist_backend: str | None = None
+    master_port: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Accelerator(ABC):
+    """A device kind plus this worker's place in the world (rank state lives here, never in globals)."""
+
+    name: str = "base"
+
+    def __init__(self, plan: LaunchPlan, local_rank: int = 0) -> None:
+        self.plan = plan
+        self.local_rank = local_rank
+        self.rank = 0
+        self.world_size = 1
+        self.precision = plan.precision
+        self._host_transfers = 0
+        self._scaler: Any = None
+
+    # ---------------------------------------------------------------- lifecycle
+    @property
+    @abstractmethod
+    def device(self) -> torch.device:
+        """The torch device this worker computes on."""
+
+    def setup(self) -> None:
+        """Called once in the worker before any work (process group, device selection)."""
+
+    def teardown(self) -> None:
+        """Called once in the worker at the end (destroys the process group)."""
+
+    @property
+    def is_main(self) -> bool:
+        """True on global rank 0: the rank that writes files and logs."""
+        return self.rank == 0
+
+    @property
+    def is_distributed(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def data_parallel_size(self) -> int:
+        """How many ways the global batch is split (ranks, or SPMD devices)."""
+        return self.world_size
+
+    @property
+    def data_rank(self) -> int:
+        """This worker's index among the data-parallel shards."""
+        return self.rank
+
+    def describe(self) -> str:
+        return f"{self.name} rank {self.rank}/{self.world_size} on {self.device} ({self.precision})"
+
+    # ---------------------------------------------------------------- randomness
+    def manual_seed(self, seed: int) -> None:
+        """Seed every generator the same way on every rank (identical initial weights)."""
+        random.seed(seed)
+        np.random.seed(seed % (2**32))
+        torch.manual_seed(seed)
+
+    def rng_state(self) -> dict[str, Any]:
+        """Every RNG that decides the future, in a ``weights_only``-loadable form."""
+        py = random.getstate()
+        np_state = np.random.get_state()
+        return {
+            "python": [py[0], list(py[1]), py[2]],
+            "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), int(np_state[2]),
+                      int(np_state[3]), float(np_state[4])],
+            "torch": torch.get_rng_state(),
+            "device": self.device_rng_state(),
+        }
+
+    def set_rng_state(self, state: dict[str, Any]) -> None:
+        py = state["python"]
+        random.setstate((py[0], tuple(py[1]), py[2]))
+        npst = state["numpy"]
+        np.random.set_state((npst[0], npst[1].numpy().astype(np.uint32), npst[2], npst[3], npst[4]))
+        torch.set_rng_state(state["torch"])
+        if state.get("device") is not None:
+            self.set_device_rng_state(state["device"])
+
+    def device_rng_state(self) -> Any:
+        """The device generator's state (None where the device shares the CPU generator)."""
+        return None
+
+    def set_device_rng_state(self, state: Any) -> None:
+        del state
+
+    # ---------------------------------------------------------------- placement
+    def to_device(self, obj: Any) -> Any:
+        """Move tensors (also inside dicts, lists and tuples) to this worker's device."""
+        if isinstance(obj, torch.Tensor):
+            return obj.to(self.device, non_blocking=True)
+        if isinstance(obj, dict):
+            return {k: self.to_device(v) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return type(obj)(self.to_device(v) for v in obj)
+        return obj
+
+    def to_host(self, obj: Any) -> Any:
+        """Move tensors to the CPU (counted: device-to-host transfers are what stall XLA)."""
+        if isinstance(obj, torch.Tensor):
+            if obj.device.type != "cpu":
+                self._host_transfers += 1
+            return obj.detach().cpu()
+        if isinstance(obj, dict):
+            return {k: self.to_host(v) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return type(obj)(self.to_host(v) for v in obj)
+        return obj
+
+    def prepare_model(self, net: nn.Module) -> nn.Module:
+        """Place ``net`` on the device (and wrap it for data parallel where that is how this kind works)."""
+        return net.to(self.device)
+
+    def unwrap(self, net: nn.Module) -> nn.Module:
+        """The bare module behind whatever ``prepare_model`` wrapped it in."""
+        inner = getattr(net, "module", None)
+        return inner if isinstance(inner, nn.Module) and type(net).__name__ in {
+            "DistributedDataParallel", "DataParallel"} else getattr(net, "_orig_mod", net)
+
+    def prepare_loader(self, loader: Iterable[Any]) -> Iterable[Any]:
+        """Wrap a CPU data loader so that it yields batches on the device."""
+        return _DeviceLoader(loader, self)
+
+    @contextlib.contextmanager
+    def no_sync(self, net: nn.Module) -> Iterator[None]:
+        """Skip the gradient all-reduce during accumulation micro-steps."""
+        del net
+        yield
+
+    # ---------------------------------------------------------------- precision and steps
+    @property
+    def autocast_dtype(self) -> torch.dtype | None:
+        return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """The autocast context for the forward pass (a no-op in fp32)."""
+        dtype = self.autocast_dtype
+        if dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=dtype)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """``loss.backward()``, scaled when a gradient scaler is in use."""
+        if self._scaler is not None:
+            self._scaler.scale(loss).backward()
+        else:
+            loss.backward()
+
+    def reduce_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        """Average gradients over data-parallel ranks where the model wrapper does not."""
+        del optimizer
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, clip_grad_norm: float | None = None,
+                       parameters: Iterable[torch.Tensor] | None = None) -> torch.Tensor | None:
+        """Reduce, unscale, clip and step; returns the gradient norm (on the device) when clipping."""
+        self.reduce_gradients(optimizer)
+        norm = None
+        if self._scaler is not None:
+            self._scaler.unscale_(optimizer)
+        if clip_grad_norm is not None and clip_grad_norm > 0:
+            params = list(parameters) if parameters is not None else [
+                p for g in optimizer.param_groups for p in g["params"]]
+            norm = torch.nn.utils.clip_grad_norm_(params, clip_grad_norm)
+        if self._scaler is not None:
+            self._scaler.step(optimizer)
+            self._scaler.update()
+        else:
+            optimizer.step()
+        return norm
+
+    def mark_step(self) -> None:
+        """End of a traced step (XLA runs the graph here); a no-op on eager devices."""
+
+    def synchronize(self) -> None:
+        """Wait until queued device work is done (for honest timings)."""
+
+    # ---------------------------------------------------------------- collectives
+    def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        """Sum (or 'mean', 'max', 'min') a tensor over all ranks; returns the result."""
+        del op
+        return tensor
+
+    def broadcast_object(self, obj: Any, src: int = 0) -> Any:
+        """``obj`` from rank ``src`` on every rank (small, picklable objects only)."""
+        del src
+        return obj
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        return [obj]
+
+    def barrier(self) -> None:
+        """Every rank waits here for all others."""
+
+    # ---------------------------------------------------------------- state and saving
+    def save(self, state_fn: Callable[[], Any], writer: Callable[[Any], None]) -> None:
+        """A save as a collective: every rank syncs and builds the host state, rank 0 writes, all meet.
+
+        ``state_fn`` is called on every rank (it may read device tensors); ``writer`` only on rank 0.
+        """
+        self.mark_step()
+        state = self.to_host(state_fn())
+        if self.is_main:
+            writer(state)
+        self.barrier()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Accelerator-owned training state (the gradient scaler)."""
+        return {"scaler": self._scaler.state_dict() if self._scaler is not None else None}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self._scaler is not None and state.get("scaler"):
+            self._scaler.load_state_dict(state["scaler"])
+
+    def stats(self) -> dict[str, Any]:
+        """Counters worth logging (XLA: compiles, executions, transfers)."""
+        return {"host_transfers": self._host_transfers}
+
+    def compile_model(self, net: nn.Module) -> nn.Module:
+        """``torch.compile`` where this kind supports it and the options ask for it."""
+        if self.plan.compile:
+            return torch.compile(net)  # type: ignore[return-value]
+        return net
+
+    def is_finite(self, value: float) -> bool:
+        return math.isfinite(value)
+
+
+class _DeviceLoader:
+    """Iterates a loader and moves each batch to the device."""
+
+    def __init__(self, loader: Iterable[Any], acc: Accelerator) -> None:
+        self.loader = loader
+        self.acc = acc
+
+    def __iter__(self) -> Iterator[Any]:
+        for batch in self.loader:
+            yield self.acc.to_device(batch)
+
+    def __len__(self) -> int:
+        return len(self.loader)  # type: ignore[arg-type]

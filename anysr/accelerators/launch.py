@@ -1,0 +1,179 @@
+"""Deciding the accelerator and starting workers, in the parent process, without touching a device runtime."""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from anysr.accelerators.base import PRECISIONS, Accelerator, LaunchPlan
+from anysr.accelerators.torch_dist import env_world
+from anysr.errors import AcceleratorError
+
+ACCELERATORS = ("auto", "cpu", "cuda", "mps", "xla")
+LAUNCHERS = ("auto", "none", "pytorch", "torchrun", "slurm")
+
+
+def _cuda_count() -> int:
+    """Visible CUDA devices, counted through NVML so the parent never creates a CUDA context."""
+    try:
+        import torch.cuda as tc  # noqa: PLC0415
+
+        if not tc.is_built() if hasattr(tc, "is_built") else False:
+            return 0
+        count = tc._device_count_nvml()  # noqa: SLF001 - NVML count, no context
+        if count < 0:
+            count = tc.device_count()
+        return max(0, count)
+    except (RuntimeError, AttributeError, OSError):
+        return 0
+
+
+def _mps_available() -> bool:
+    import torch  # noqa: PLC0415
+
+    return bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
+
+
+def _xla_wanted() -> bool:
+    has_xla = importlib.util.find_spec("torch_xla") is not None
+    tpu_chips = bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"))
+    return has_xla and ("PJRT_DEVICE" in os.environ or tpu_chips)
+
+
+def pick_accelerator(name: str) -> str:
+    """Resolve ``auto`` (XLA when PJRT_DEVICE is set or TPU chips exist, then CUDA, MPS, CPU) and check."""
+    if name not in ACCELERATORS:
+        from anysr.errors import did_you_mean  # noqa: PLC0415
+
+        raise AcceleratorError(f"accelerator: '{name}' is not one of {', '.join(ACCELERATORS)}"
+                               f"{did_you_mean(name, ACCELERATORS)}")
+    if name == "auto":
+        if _xla_wanted():
+            return "xla"
+        if _cuda_count() > 0:
+            return "cuda"
+        if _mps_available():
+            return "mps"
+        return "cpu"
+    if name == "cuda" and _cuda_count() == 0:
+        raise AcceleratorError("accelerator: cuda was asked for but no CUDA device is visible "
+                               "(torch built without CUDA, no driver, or CUDA_VISIBLE_DEVICES empty); "
+                               "set accelerator: cpu or auto")
+    if name == "mps" and not _mps_available():
+        raise AcceleratorError("accelerator: mps was asked for but MPS is not available here; "
+                               "set accelerator: cpu or auto")
+    if name == "xla" and importlib.util.find_spec("torch_xla") is None:
+        raise AcceleratorError("accelerator: xla was asked for but torch_xla is not installed; "
+                               "pip install 'anysr[xla]' (torch_xla matching your torch), or set accelerator: cpu")
+    return name
+
+
+def _parse_count(num_gpu: Any) -> int | None:
+    if num_gpu in (None, "auto"):
+        return None
+    if isinstance(num_gpu, bool) or not isinstance(num_gpu, int) or num_gpu < 0:
+        raise AcceleratorError(f"num_gpu: {num_gpu!r} is not 'auto' or a whole number >= 0")
+    return num_gpu
+
+
+def resolve_plan(accelerator: str = "auto", num_gpu: Any = "auto", *, precision: str = "fp32",
+                 launcher: str = "auto", spmd: bool = False, compile: bool = False,
+                 dist_backend: str | None = None, master_port: int | None = None) -> LaunchPlan:
+    """Decide what runs where, once, before any worker exists. Errors name the option to change."""
+    if precision not in PRECISIONS:
+        raise AcceleratorError(f"train.precision: '{precision}' is not one of {', '.join(PRECISIONS)}")
+    if launcher not in LAUNCHERS:
+        raise AcceleratorError(f"--launcher: '{launcher}' is not one of {', '.join(LAUNCHERS)}")
+    kind = pick_accelerator(accelerator)
+    count = _parse_count(num_gpu)
+
+    if kind == "xla":
+        from anysr.accelerators.xla_plan import xla_plan  # noqa: PLC0415
+
+        return xla_plan(count, precision=precision, spmd=spmd, compile=compile)
+
+    if precision == "fp16" and kind == "cpu":
+        raise AcceleratorError("train.precision: fp16 on the CPU is slow and unscaled; use bf16 "
+                               "(fast on CPUs with AVX-512 BF16/AMX) or fp32")
+    if compile and kind not in ("cpu", "cuda"):
+        raise AcceleratorError(f"train.compile: torch.compile is supported here on cpu and cuda, not {kind}")
+
+    external = launcher in ("pytorch", "torchrun") or (launcher == "auto" and env_world() is not None)
+    if launcher == "slurm" or external:
+        name = "slurm" if launcher == "slurm" else "torchrun"
+        return LaunchPlan(kind, 1, name, precision, compile=compile, dist_backend=dist_backend,
+                          master_port=master_port)
+
+    if kind == "cuda":
+        available = _cuda_count()
+        n = available if count in (None, 0) else count
+        if n > available:
+            raise AcceleratorError(
+                f"num_gpu: {n} CUDA devices asked for, {available} visible; set num_gpu: auto "
+                f"(uses all {available}) or a number <= {available}, or change CUDA_VISIBLE_DEVICES")
+    elif kind == "mps":
+        n = 1 if count in (None, 0) else count
+        if n != 1:
+            raise AcceleratorError(f"num_gpu: {n} asked for on mps; there is one MPS device, set num_gpu: 1")
+    else:
+        n = 1 if count in (None, 0) else count
+        cores = os.cpu_count() or 1
+        if n > cores:
+            raise AcceleratorError(f"num_gpu: {n} CPU ranks asked for but this machine has {cores} cores; "
+                                   f"set num_gpu to at most {cores}")
+    if n > 1:
+        return LaunchPlan(kind, n, "spawn", precision, compile=compile, dist_backend=dist_backend,
+                          master_port=master_port or free_port())
+    return LaunchPlan(kind, 1, "none", precision, compile=compile, dist_backend=dist_backend)
+
+
+def free_port() -> int:
+    """A free TCP port on localhost for the spawned workers' rendezvous."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def create_accelerator(plan: LaunchPlan, local_rank: int = 0) -> Accelerator:
+    """The accelerator object for this worker (call inside the worker)."""
+    if plan.accelerator == "xla":
+        from anysr.accelerators.xla import XLAAccelerator  # noqa: PLC0415
+
+        return XLAAccelerator(plan, local_rank)
+    from anysr.accelerators.torch_dist import CPUAccelerator, CUDAAccelerator, MPSAccelerator  # noqa: PLC0415
+
+    cls = {"cpu": CPUAccelerator, "cuda": CUDAAccelerator, "mps": MPSAccelerator}[plan.accelerator]
+    return cls(plan, local_rank)
+
+
+def _worker(local_rank: int, plan: LaunchPlan, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    acc = create_accelerator(plan, local_rank)
+    acc.setup()
+    try:
+        return fn(acc, *args)
+    finally:
+        acc.teardown()
+
+
+def launch(plan: LaunchPlan, fn: Callable[..., Any], *args: Any) -> Any:
+    """Run ``fn(accelerator, *args)`` in every worker the plan calls for; returns rank 0's result in-process.
+
+    ``fn`` must be a module-level function (it is pickled for spawned workers).
+    """
+    if plan.launcher == "spawn":
+        import torch.multiprocessing as mp  # noqa: PLC0415
+
+        os.environ["MASTER_ADDR"] = os.environ.get("MASTER_ADDR", "127.0.0.1")
+        os.environ["MASTER_PORT"] = str(plan.master_port or free_port())
+        os.environ["LOCAL_WORLD_SIZE"] = str(plan.nprocs)
+        mp.spawn(_worker, args=(plan, fn, args), nprocs=plan.nprocs, join=True)
+        return None
+    if plan.launcher == "xla":
+        from anysr.accelerators.xla_plan import xla_launch  # noqa: PLC0415
+
+        return xla_launch(plan, _worker, fn, args)
+    return _worker(0, plan, fn, args)

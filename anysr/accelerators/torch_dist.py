@@ -1,0 +1,221 @@
+"""CPU, CUDA and MPS workers on torch.distributed (gloo on CPU, NCCL on CUDA)."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from anysr.accelerators.base import Accelerator, LaunchPlan
+from anysr.errors import AcceleratorError
+
+_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+
+
+def env_world() -> tuple[int, int, int] | None:
+    """(rank, world_size, local_rank) when torchrun or SLURM already started us, else None."""
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        rank = int(os.environ["RANK"])
+        return rank, int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", rank))
+    return None
+
+
+def slurm_world() -> tuple[int, int, int]:
+    """(rank, world_size, local_rank) from SLURM's variables (``--launcher slurm``)."""
+    try:
+        return (int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"]),
+                int(os.environ.get("SLURM_LOCALID", "0")))
+    except KeyError as exc:
+        raise AcceleratorError(
+            f"--launcher slurm: {exc.args[0]} is not set; start the job with srun "
+            "(one task per device) or drop --launcher slurm") from None
+
+
+class TorchDistAccelerator(Accelerator):
+    """Shared code of the eager devices: a process group when world_size > 1, DDP for the model."""
+
+    backend = "gloo"
+
+    def __init__(self, plan: LaunchPlan, local_rank: int = 0) -> None:
+        super().__init__(plan, local_rank)
+        self._owns_group = False
+
+    def _world(self) -> tuple[int, int, int]:
+        if self.plan.launcher == "spawn":
+            return self.local_rank, self.plan.nprocs, self.local_rank
+        if self.plan.launcher == "torchrun":
+            world = env_world()
+            if world is None:
+                raise AcceleratorError("launcher torchrun: RANK / WORLD_SIZE are not set")
+            return world
+        if self.plan.launcher == "slurm":
+            return slurm_world()
+        return 0, 1, 0
+
+    def setup(self) -> None:
+        self.rank, self.world_size, self.local_rank = self._world()
+        self.select_device()
+        if self.world_size > 1 and not dist.is_initialized():
+            if self.plan.launcher == "slurm":
+                os.environ.setdefault("MASTER_PORT", str(self.plan.master_port or 29500))
+                if "MASTER_ADDR" not in os.environ:
+                    raise AcceleratorError(
+                        "--launcher slurm: set MASTER_ADDR to the first node's host name "
+                        "(for example: export MASTER_ADDR=$(scontrol show hostnames $SLURM_NODELIST | head -n1))")
+            dist.init_process_group(self.plan.dist_backend or self.backend, rank=self.rank,
+                                    world_size=self.world_size, timeout=datetime.timedelta(minutes=30),
+                                    **self._init_kwargs())
+            self._owns_group = True
+
+    def _init_kwargs(self) -> dict[str, Any]:
+        return {}
+
+    def select_device(self) -> None:
+        """Bind this worker to its device."""
+
+    def teardown(self) -> None:
+        if self._owns_group and dist.is_initialized():
+            dist.destroy_process_group()
+            self._owns_group = False
+
+    # ---------------------------------------------------------------- model
+    def prepare_model(self, net: nn.Module) -> nn.Module:
+        net = net.to(self.device)
+        if self.world_size > 1 and any(p.requires_grad for p in net.parameters()):
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            net = DistributedDataParallel(net, device_ids=ids, broadcast_buffers=False)
+        return net
+
+    @contextlib.contextmanager
+    def no_sync(self, net: nn.Module) -> Iterator[None]:
+        if isinstance(net, DistributedDataParallel):
+            with net.no_sync():
+                yield
+        else:
+            yield
+
+    # ---------------------------------------------------------------- collectives
+    def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        if self.world_size == 1:
+            return tensor
+        out = tensor.clone()
+        if op == "mean":
+            dist.all_reduce(out, op=dist.ReduceOp.SUM)
+            return out / self.world_size
+        dist.all_reduce(out, op=_OPS[op])
+        return out
+
+    def broadcast_object(self, obj: Any, src: int = 0) -> Any:
+        if self.world_size == 1:
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=src)
+        return box[0]
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        if self.world_size == 1:
+            return [obj]
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def barrier(self) -> None:
+        if self.world_size > 1:
+            dist.barrier()
+
+
+class CPUAccelerator(TorchDistAccelerator):
+    """The CPU: one process, or several ranks on gloo (``accelerator: cpu`` with ``num_gpu: N``)."""
+
+    name = "cpu"
+    backend = "gloo"
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    def select_device(self) -> None:
+        if self.world_size > 1:
+            # Ranks share the cores: give each its fair part instead of oversubscribing.
+            per_rank = max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size)))
+            torch.set_num_threads(per_rank)
+
+
+class CUDAAccelerator(TorchDistAccelerator):
+    """NVIDIA GPUs: one process per device on NCCL; fp16 with a gradient scaler."""
+
+    name = "cuda"
+    backend = "nccl"
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cuda", self.local_rank)
+
+    def select_device(self) -> None:
+        if not torch.cuda.is_available():
+            raise AcceleratorError("accelerator cuda: no CUDA device is visible in this worker "
+                                   "(check CUDA_VISIBLE_DEVICES, or set accelerator: cpu)")
+        if self.local_rank >= torch.cuda.device_count():
+            raise AcceleratorError(
+                f"accelerator cuda: local rank {self.local_rank} but only {torch.cuda.device_count()} "
+                "device(s) visible; lower num_gpu or --nproc_per_node")
+        torch.cuda.set_device(self.local_rank)
+        torch.backends.cudnn.benchmark = True
+        if self.precision == "fp16":
+            self._scaler = torch.amp.GradScaler("cuda")
+
+    def _init_kwargs(self) -> dict[str, Any]:
+        return {"device_id": self.device}
+
+    def manual_seed(self, seed: int) -> None:
+        super().manual_seed(seed)
+        torch.cuda.manual_seed_all(seed)
+
+    def device_rng_state(self) -> Any:
+        return torch.cuda.get_rng_state(self.device)
+
+    def set_device_rng_state(self, state: Any) -> None:
+        torch.cuda.set_rng_state(state, self.device)
+
+    def synchronize(self) -> None:
+        torch.cuda.synchronize(self.device)
+
+    def stats(self) -> dict[str, Any]:
+        out = super().stats()
+        out["max_memory_allocated_mb"] = round(torch.cuda.max_memory_allocated(self.device) / 2**20, 1)
+        return out
+
+
+class MPSAccelerator(TorchDistAccelerator):
+    """Apple-silicon GPU: a single device, no process group."""
+
+    name = "mps"
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("mps")
+
+    def select_device(self) -> None:
+        if not torch.backends.mps.is_available():
+            raise AcceleratorError("accelerator mps: MPS is not available on this machine; set accelerator: cpu")
+        if self.world_size > 1:
+            raise AcceleratorError("accelerator mps: there is one MPS device; set num_gpu: 1")
+
+    def device_rng_state(self) -> Any:
+        return torch.mps.get_rng_state()
+
+    def set_device_rng_state(self, state: Any) -> None:
+        torch.mps.set_rng_state(state)
+
+    def synchronize(self) -> None:
+        torch.mps.synchronize()
+
+    def compile_model(self, net: nn.Module) -> nn.Module:
+        return net
