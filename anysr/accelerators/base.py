@@ -85,6 +85,11 @@ class Accelerator(ABC):
         """This worker's index among the data-parallel shards."""
         return self.rank
 
+    @property
+    def batch_multiplier(self) -> int:
+        """How many per-device batches one process loads per step (SPMD: its local device count)."""
+        return 1
+
     def describe(self) -> str:
         return f"{self.name} rank {self.rank}/{self.world_size} on {self.device} ({self.precision})"
 
@@ -253,6 +258,13 @@ class Accelerator(ABC):
     def stats(self) -> dict[str, Any]:
         """Counters worth logging (XLA: compiles, executions, transfers)."""
         return {"host_transfers": self._host_transfers}
+
+    def mark_warmup_done(self) -> None:
+        """From now on every graph should be cached: XLA warns once if a new one compiles."""
+
+    def check_recompiles(self) -> str | None:
+        """A warning text when graphs were compiled after warm-up (checked at print_freq), else None."""
+        return None
 
     def compile_model(self, net: nn.Module) -> nn.Module:
         """``torch.compile`` where this kind supports it and the options ask for it."""
