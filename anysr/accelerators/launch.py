@@ -6,12 +6,13 @@ import glob
 import importlib.util
 import os
 import socket
+import sys
 from collections.abc import Callable
 from typing import Any
 
 from anysr.accelerators.base import PRECISIONS, Accelerator, LaunchPlan
 from anysr.accelerators.torch_dist import env_world
-from anysr.errors import AcceleratorError
+from anysr.errors import AcceleratorError, AnysrError
 
 ACCELERATORS = ("auto", "cpu", "cuda", "mps", "xla")
 LAUNCHERS = ("auto", "none", "pytorch", "torchrun", "slurm")
@@ -152,9 +153,15 @@ def create_accelerator(plan: LaunchPlan, local_rank: int = 0) -> Accelerator:
 
 def _worker(local_rank: int, plan: LaunchPlan, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     acc = create_accelerator(plan, local_rank)
-    acc.setup()
     try:
+        acc.setup()
         return fn(acc, *args)
+    except AnysrError as exc:
+        if plan.launcher in ("spawn", "xla") and plan.nprocs != 1:
+            # A spawned worker: say what went wrong once, plainly, and exit non-zero for the parent.
+            print(f"anysr: error (rank {acc.rank}): {exc}", file=sys.stderr, flush=True)
+            sys.exit(2)
+        raise
     finally:
         acc.teardown()
 
@@ -170,7 +177,11 @@ def launch(plan: LaunchPlan, fn: Callable[..., Any], *args: Any) -> Any:
         os.environ["MASTER_ADDR"] = os.environ.get("MASTER_ADDR", "127.0.0.1")
         os.environ["MASTER_PORT"] = str(plan.master_port or free_port())
         os.environ["LOCAL_WORLD_SIZE"] = str(plan.nprocs)
-        mp.spawn(_worker, args=(plan, fn, args), nprocs=plan.nprocs, join=True)
+        try:
+            mp.spawn(_worker, args=(plan, fn, args), nprocs=plan.nprocs, join=True)
+        except mp.ProcessExitedException as exc:
+            raise AcceleratorError(f"worker rank {exc.error_index} exited with code {exc.exit_code} "
+                                   "(its message is printed above)") from None
         return None
     if plan.launcher == "xla":
         from anysr.accelerators.xla_plan import xla_launch  # noqa: PLC0415

@@ -1,1 +1,20 @@
-"""anysr.losses."""
+"""Losses (pure torch.nn), registered by name for ``train.*_opt: {type: ...}``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from anysr.losses.pixel import CharbonnierLoss, L1Loss, MSELoss
+from anysr.registry import LOSS_REGISTRY
+
+
+def build_loss(opt: dict[str, Any], key_path: str) -> nn.Module:
+    """Build the loss named by ``opt['type']`` with the other keys as arguments."""
+    kwargs = dict(opt)
+    cls = LOSS_REGISTRY.get(kwargs.pop("type"), f"{key_path}.type")
+    return cls(**kwargs)
+
+
+__all__ = ["CharbonnierLoss", "L1Loss", "MSELoss", "build_loss"]

@@ -1,1 +1,19 @@
-"""anysr.models."""
+"""Models: what is optimised and how. ``model_type`` names one of these."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from anysr.accelerators import Accelerator
+from anysr.models.base import BaseModel
+from anysr.models.sr import SRModel
+from anysr.registry import MODEL_REGISTRY
+
+
+def build_model(opt: dict[str, Any], accelerator: Accelerator) -> BaseModel:
+    """The model named by ``model_type`` (default SRModel)."""
+    cls = MODEL_REGISTRY.get(opt.get("model_type", "SRModel"), "model_type")
+    return cls(opt, accelerator)
+
+
+__all__ = ["BaseModel", "SRModel", "build_model"]

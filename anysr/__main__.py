@@ -1,0 +1,7 @@
+"""``python -m anysr COMMAND``."""
+
+import sys
+
+from anysr.cli import main
+
+sys.exit(main())

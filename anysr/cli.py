@@ -1,0 +1,213 @@
+"""``anysr train | test | infer | eval | prepare``: the command line (``python -m anysr.train -opt F`` too)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from anysr import __version__
+from anysr.errors import AnysrError, OptionError
+
+
+def _kv_list(items: Sequence[str], flag: str) -> dict[str, Any]:
+    import yaml  # noqa: PLC0415
+
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise OptionError(f"{flag} {item!r}: expected key=value")
+        key, value = item.split("=", 1)
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def _plan_from_options(opt: dict[str, Any], launcher: str = "auto") -> Any:
+    from anysr.accelerators import resolve_plan  # noqa: PLC0415
+
+    train = opt.get("train") or {}
+    dist_params = opt.get("dist_params") or {}
+    return resolve_plan(opt.get("accelerator", "auto"), opt.get("num_gpu", "auto"),
+                        precision=train.get("precision", "fp32"), launcher=launcher,
+                        spmd=bool((opt.get("xla") or {}).get("spmd", False)),
+                        compile=bool(train.get("compile", False)), dist_backend=dist_params.get("backend"),
+                        master_port=dist_params.get("port"))
+
+
+# ---------------------------------------------------------------------- commands
+def cmd_train(args: argparse.Namespace) -> int:
+    from anysr.accelerators import launch  # noqa: PLC0415
+    from anysr.engine.trainer import train_worker  # noqa: PLC0415
+    from anysr.options import load_options  # noqa: PLC0415
+
+    opt = load_options(args.opt, args.force_yml, is_train=True)
+    plan = _plan_from_options(opt, "none" if args.launcher == "none" else args.launcher)
+    launch(plan, train_worker, opt, bool(args.auto_resume))
+    return 0
+
+
+def cmd_test(args: argparse.Namespace) -> int:
+    from anysr.accelerators import launch  # noqa: PLC0415
+    from anysr.engine.inference import test_worker  # noqa: PLC0415
+    from anysr.options import load_options  # noqa: PLC0415
+
+    opt = load_options(args.opt, args.force_yml, is_train=False)
+    launch(_plan_from_options(opt, args.launcher), test_worker, opt)
+    return 0
+
+
+def cmd_infer(args: argparse.Namespace) -> int:
+    from anysr.accelerators import launch, resolve_plan  # noqa: PLC0415
+    from anysr.engine.inference import build_inference_net, infer_worker, list_images  # noqa: PLC0415
+    from anysr.engine.logger import setup_logging  # noqa: PLC0415
+
+    setup_logging()
+    if not args.arch and not args.opt and not args.weights:
+        raise OptionError("anysr infer needs --weights FILE with --arch NAME or -opt FILE.yml (or --arch bicubic)")
+    network_opt = None
+    if args.opt:
+        from anysr.options import load_options  # noqa: PLC0415
+
+        network_opt = load_options(args.opt, args.force_yml, is_train=False)["network_g"]
+    net, scale = build_inference_net(weights=args.weights, arch=args.arch,
+                                     arch_opts=_kv_list(args.arch_opt, "--arch-opt"), network_opt=network_opt,
+                                     scale=args.scale, param_key=args.param_key)
+    files = list_images(Path(args.input))
+    plan = resolve_plan(args.accelerator, 1, precision=args.precision)
+    launch(plan, infer_worker, net, files, Path(args.output), scale, args.tile, args.tile_pad, args.suffix)
+    print(f"wrote {len(files)} image(s) to {args.output}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from anysr.engine.folder_eval import evaluate_folders  # noqa: PLC0415
+
+    evaluate_folders(args.gt, args.sr, args.scale, crop_border=args.crop_border, y_channel=not args.rgb,
+                     json_path=args.json)
+    return 0
+
+
+def cmd_prepare(args: argparse.Namespace) -> int:
+    from anysr.data import prepare  # noqa: PLC0415
+
+    if args.what == "lr":
+        out = prepare.prepare_lr(args.hr, args.out, args.scale)
+        print(f"wrote {len(out)} LR image(s) (x{args.scale}) to {args.out}")
+    elif args.what == "subimages":
+        prepare.extract_subimages(args.input, args.output, args.crop_size, args.step, args.thresh_size,
+                                  n_thread=args.n_thread)
+    else:
+        prepare.make_lmdb(args.input, args.output, compress_level=args.compress_level)
+    return 0
+
+
+# ---------------------------------------------------------------------- parser
+def _add_opt_args(p: argparse.ArgumentParser, launcher: bool = True) -> None:
+    p.add_argument("-opt", "--opt", required=True, help="YAML options file (BasicSR style)")
+    p.add_argument("--force_yml", "--force-yml", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="override options, e.g. train.total_iter=1000 datasets.train.gt_size=96")
+    if launcher:
+        p.add_argument("--launcher", default="auto", choices=["auto", "none", "pytorch", "torchrun", "slurm"],
+                       help="auto: join torchrun when its variables are set, else start workers ourselves")
+        p.add_argument("--local_rank", "--local-rank", type=int, default=0, help=argparse.SUPPRESS)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="anysr", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"anysr {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("train", help="train from an options file", description="Train from a BasicSR-style "
+                       "options file on the accelerator it names (workers are started for you).")
+    _add_opt_args(p)
+    p.add_argument("--auto_resume", "--auto-resume", action="store_true",
+                   help="continue from the newest good training state of this experiment")
+    p.add_argument("--debug", action="store_true", help="accepted for BasicSR compatibility")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("test", help="score a trained network on the test datasets of an options file")
+    _add_opt_args(p)
+    p.set_defaults(func=cmd_test)
+
+    p = sub.add_parser("infer", help="upscale an image or a folder of images",
+                       description="Upscale images with a trained network (tiled on request).")
+    p.add_argument("--weights", help=".safetensors or BasicSR .pth weights")
+    p.add_argument("--arch", help="architecture name (e.g. SRVGGNetCompact), or 'bicubic' for MATLAB bicubic")
+    p.add_argument("--arch-opt", "--arch_opt", nargs="+", default=[], metavar="K=V",
+                   help="architecture arguments, e.g. num_conv=16 upscale=4 act_type=prelu")
+    p.add_argument("-opt", "--opt", help="options file whose network_g describes the network")
+    p.add_argument("--force_yml", nargs="+", default=[], metavar="KEY=VALUE", help=argparse.SUPPRESS)
+    p.add_argument("-i", "--input", required=True, help="image file or folder")
+    p.add_argument("-o", "--output", required=True, help="output folder")
+    p.add_argument("--scale", type=int, help="upscaling factor (default: the network's)")
+    p.add_argument("--tile", type=int, default=0, help="tile size in LR pixels (0: whole image)")
+    p.add_argument("--tile-pad", "--tile_pad", type=int, default=10, help="context pixels around each tile")
+    p.add_argument("--param-key", "--param_key", default="params_ema",
+                   help="weights group to use: params_ema (falls back to params) or params")
+    p.add_argument("--suffix", default=None, help="append _SUFFIX to output names")
+    p.add_argument("--accelerator", default="auto", choices=["auto", "cpu", "cuda", "mps", "xla"])
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
+    p.set_defaults(func=cmd_infer)
+
+    p = sub.add_parser("eval", help="score a folder of results against ground truth (PSNR/SSIM)")
+    p.add_argument("--gt", required=True, help="ground-truth folder")
+    p.add_argument("--sr", required=True, help="results folder (matched by file stem)")
+    p.add_argument("--scale", type=int, required=True)
+    p.add_argument("--crop-border", "--crop_border", type=int, default=None, help="default: the scale")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--y", action="store_true", help="Y channel (default)")
+    group.add_argument("--rgb", action="store_true", help="all channels")
+    p.add_argument("--json", default=None, help="also write the results as JSON")
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("prepare", help="dataset preparation: lr | subimages | lmdb")
+    psub = p.add_subparsers(dest="what", required=True, metavar="WHAT")
+    q = psub.add_parser("lr", help="mod-crop and MATLAB-bicubic downscale a folder of HR images")
+    q.add_argument("--hr", required=True)
+    q.add_argument("--out", required=True)
+    q.add_argument("--scale", type=int, required=True)
+    q = psub.add_parser("subimages", help="crop large images into overlapping sub-images (DIV2K style)")
+    q.add_argument("--input", required=True)
+    q.add_argument("--output", required=True)
+    q.add_argument("--crop-size", type=int, default=480)
+    q.add_argument("--step", type=int, default=240)
+    q.add_argument("--thresh-size", type=int, default=0)
+    q.add_argument("--n-thread", type=int, default=1)
+    q = psub.add_parser("lmdb", help="pack a folder of images into an LMDB with meta_info.txt")
+    q.add_argument("--input", required=True)
+    q.add_argument("--output", required=True, help="output folder ending in .lmdb")
+    q.add_argument("--compress-level", type=int, default=1)
+    p.set_defaults(func=cmd_prepare)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; errors anysr raises on purpose print as one message and exit with status 2."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except AnysrError as exc:
+        logging.getLogger("anysr").handlers.clear()
+        print(f"anysr {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"anysr {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def train_main() -> None:
+    """``python -m anysr.train -opt F`` (BasicSR habit)."""
+    sys.exit(main(["train", *sys.argv[1:]]))
+
+
+def test_main() -> None:
+    """``python -m anysr.test -opt F``."""
+    sys.exit(main(["test", *sys.argv[1:]]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

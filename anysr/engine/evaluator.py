@@ -1,0 +1,150 @@
+"""Validation during training and ``anysr test``: images sharded over ranks, metrics reduced on the device."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from anysr.accelerators import Accelerator
+from anysr.data.imageio import write_image
+from anysr.data.transforms import tensor2img
+from anysr.metrics.psnr_ssim import psnr_torch, ssim_torch
+from anysr.ops.tiling import tile_forward
+
+TORCH_METRICS: dict[str, Callable[..., torch.Tensor]] = {
+    "calculate_psnr": psnr_torch, "psnr": psnr_torch, "calculate_ssim": ssim_torch, "ssim": ssim_torch,
+}
+_LUMA = (0.299, 0.587, 0.114)
+
+
+@dataclass
+class EvalResult:
+    """Averages per metric, and per-image values (on the main rank) in dataset order."""
+
+    dataset: str
+    metrics: dict[str, float]
+    count: int
+    images: list[dict[str, Any]] = field(default_factory=list)
+
+
+def quantize(x: torch.Tensor) -> torch.Tensor:
+    """What saving to 8-bit does to an image: clamp to [0, 1] and round to 1/255 steps."""
+    return (x.clamp(0, 1) * 255).round() / 255
+
+
+def to_gray_where(x: torch.Tensor, gray: torch.Tensor) -> torch.Tensor:
+    """Replace images flagged grayscale by their full-range luma in every channel."""
+    if x.shape[1] != 3:
+        return x
+    w = torch.tensor(_LUMA, device=x.device, dtype=x.dtype).view(1, 3, 1, 1)
+    luma = (x * w).sum(1, keepdim=True).expand_as(x)
+    return torch.where(gray.view(-1, 1, 1, 1), luma, x)
+
+
+def run_network(net: nn.Module, lq: torch.Tensor, acc: Accelerator, *, scale: int, tile: int | None,
+                tile_pad: int) -> torch.Tensor:
+    """Forward in eval mode under the accelerator's autocast, tiled with fixed-size tiles when asked."""
+    with torch.no_grad(), acc.autocast():
+        if tile:
+            out = tile_forward(net, lq, scale, tile, tile_pad)
+        else:
+            out = net(lq)
+    return out.float()
+
+
+def evaluate(net: nn.Module, loader: Iterable[dict[str, Any]], acc: Accelerator, *, dataset: str, scale: int,
+             metrics_opt: dict[str, dict[str, Any]] | None, tile: int | None = None, tile_pad: int = 10,
+             save_dir: Path | None = None, suffix: str | None = None, progress: bool = False) -> EvalResult:
+    """Run ``net`` over a (rank-sharded, padded) loader and reduce the metrics over all ranks.
+
+    Every rank runs the same number of forward passes (padding items repeat an image and are masked out),
+    so no rank waits alone on a collective. Metric sums stay on the device until the single reduction at the end.
+    """
+    was_training = net.training
+    net.eval()
+    metrics_opt = metrics_opt or {}
+    per_image: dict[str, list[torch.Tensor]] = {name: [] for name in metrics_opt}
+    names: list[str] = []
+    valid_flags: list[torch.Tensor] = []
+    bar = None
+    if progress and acc.is_main:
+        from tqdm import tqdm  # noqa: PLC0415
+
+        bar = tqdm(total=len(loader) if hasattr(loader, "__len__") else None,  # type: ignore[arg-type]
+                   desc=f"val {dataset}", leave=False, dynamic_ncols=True)
+    for batch in acc.prepare_loader(loader):
+        lq = batch["lq"]
+        out = quantize(run_network(net, lq, acc, scale=scale, tile=tile, tile_pad=tile_pad))
+        pad = torch.as_tensor(batch.get("pad", torch.zeros(lq.shape[0], dtype=torch.bool))).to(out.device)
+        gray = torch.as_tensor(batch.get("gray", torch.zeros(lq.shape[0], dtype=torch.bool))).to(out.device)
+        out = to_gray_where(out, gray)
+        valid_flags.append((~pad.bool()).float())
+        names.extend(Path(p).stem for p in batch["lq_path"])
+        if "gt" in batch and metrics_opt:
+            gt = batch["gt"]
+            out_c = out[:, :, : gt.shape[2], : gt.shape[3]]
+            gt = gt[:, :, : out_c.shape[2], : out_c.shape[3]]
+            for name, mopt in metrics_opt.items():
+                fn = TORCH_METRICS[mopt["type"]]
+                per_image[name].append(fn(out_c, gt, crop_border=mopt.get("crop_border", scale),
+                                          test_y_channel=bool(mopt.get("test_y_channel", False)),
+                                          gray=gray.bool()).float().reshape(-1))
+        if save_dir is not None:
+            _save_outputs(acc, out, batch, pad, gray, save_dir, suffix)
+        acc.mark_step()
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    if was_training:
+        net.train()
+    return _reduce(acc, dataset, metrics_opt, per_image, valid_flags, names)
+
+
+def _save_outputs(acc: Accelerator, out: torch.Tensor, batch: dict[str, Any], pad: torch.Tensor,
+                  gray: torch.Tensor, save_dir: Path, suffix: str | None) -> None:
+    host = acc.to_host(out)
+    for i, path in enumerate(batch["lq_path"]):
+        if bool(pad[i]):
+            continue
+        img = tensor2img(host[i])
+        if bool(gray[i]) and img.ndim == 3:
+            img = img[:, :, 0]
+        stem = Path(path).stem
+        write_image(save_dir / f"{stem}_{suffix}.png" if suffix else save_dir / f"{stem}.png", img)
+
+
+def _reduce(acc: Accelerator, dataset: str, metrics_opt: dict[str, dict[str, Any]],
+            per_image: dict[str, list[torch.Tensor]], valid_flags: list[torch.Tensor],
+            names: list[str]) -> EvalResult:
+    device = acc.device
+    valid = torch.cat(valid_flags) if valid_flags else torch.zeros(0, device=device)
+    keys = list(metrics_opt)
+    sums = [(torch.cat(per_image[k]) * valid).sum() if per_image[k] else torch.zeros((), device=device)
+            for k in keys]
+    packed = torch.stack([*sums, valid.sum()]) if len(valid) else torch.zeros(len(keys) + 1, device=device)
+    total = acc.to_host(acc.all_reduce(packed, "sum"))
+    count = int(round(float(total[-1])))
+    metrics = {k: float(total[i]) / max(count, 1) for i, k in enumerate(keys)}
+    # Per-image rows (for the test report): one host transfer per dataset, then gathered to every rank.
+    rows_local: list[dict[str, Any]] = []
+    if names:
+        values = acc.to_host(torch.stack([torch.cat(per_image[k]) for k in keys])) if keys and per_image[keys[0]] \
+            else None
+        mask = acc.to_host(valid)
+        for i, name in enumerate(names):
+            if mask[i] > 0:
+                row: dict[str, Any] = {"name": name}
+                if values is not None:
+                    row.update({k: float(values[j, i]) for j, k in enumerate(keys)})
+                rows_local.append(row)
+    rows: list[dict[str, Any]] = []
+    for part in acc.all_gather_object(rows_local):
+        rows.extend(part)
+    rows.sort(key=lambda r: r["name"])
+    return EvalResult(dataset, metrics, count, rows)

@@ -1,0 +1,104 @@
+"""What every model shares: networks, optimisers, schedules, EMA, and its resumable state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from anysr.accelerators import Accelerator
+from anysr.errors import OptionError, did_you_mean
+from anysr.models.ema import EMA
+from anysr.models.lr_scheduler import IterScheduler, build_scheduler
+
+OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
+    "Adam": torch.optim.Adam, "AdamW": torch.optim.AdamW, "SGD": torch.optim.SGD,
+}
+
+
+def build_optimizer(params: list[nn.Parameter], opt: dict[str, Any], key_path: str) -> torch.optim.Optimizer:
+    """An optimizer from ``{type: Adam|AdamW|SGD, lr: ..., ...}``."""
+    kwargs = dict(opt)
+    name = kwargs.pop("type")
+    if name not in OPTIMIZERS:
+        raise OptionError(f"{key_path}.type: unknown optimizer '{name}'{did_you_mean(name, OPTIMIZERS)}; "
+                          f"known: {', '.join(OPTIMIZERS)}")
+    if "betas" in kwargs:
+        kwargs["betas"] = tuple(kwargs["betas"])
+    try:
+        return OPTIMIZERS[name](params, **kwargs)
+    except TypeError as exc:
+        raise OptionError(f"{key_path}: {exc}") from None
+
+
+class BaseModel:
+    """Holds the networks and their training machinery; asks the accelerator for everything device-related."""
+
+    def __init__(self, opt: dict[str, Any], accelerator: Accelerator) -> None:
+        self.opt = opt
+        self.acc = accelerator
+        self.is_train = bool(opt.get("is_train", False))
+        self.nets: dict[str, nn.Module] = {}
+        self.optimizers: dict[str, torch.optim.Optimizer] = {}
+        self.schedulers: dict[str, IterScheduler] = {}
+        self.emas: dict[str, EMA] = {}
+
+    # ---------------------------------------------------------------- building
+    def add_ema(self, name: str, decay: float) -> None:
+        """Track an EMA copy of ``nets[name]`` (call after ``prepare_model``)."""
+        if decay > 0:
+            self.emas[name] = EMA(self.acc.unwrap(self.nets[name]), decay)
+
+    def add_optimizer(self, name: str, net: nn.Module, opt: dict[str, Any], key_path: str) -> None:
+        params = [p for p in net.parameters() if p.requires_grad]
+        self.optimizers[name] = build_optimizer(params, opt, key_path)
+        train = self.opt["train"]
+        self.schedulers[name] = build_scheduler(self.optimizers[name], train.get("scheduler"),
+                                                int(train.get("warmup_iter", -1) or -1))
+
+    # ---------------------------------------------------------------- schedule
+    def update_learning_rate(self, current_iter: int) -> None:
+        for sched in self.schedulers.values():
+            sched.step_to(current_iter)
+
+    def current_lr(self) -> float:
+        first = next(iter(self.optimizers.values()), None)
+        return float(first.param_groups[0]["lr"]) if first is not None else 0.0
+
+    # ---------------------------------------------------------------- state
+    def bare(self, name: str) -> nn.Module:
+        return self.acc.unwrap(self.nets[name])
+
+    def weights(self) -> dict[str, dict[str, torch.Tensor]]:
+        """BasicSR-style weight groups of the generator: ``params`` and, with EMA, ``params_ema``."""
+        groups = {"params": self.bare("net_g").state_dict()}
+        if "net_g" in self.emas:
+            groups["params_ema"] = self.emas["net_g"].module.state_dict()
+        return groups
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything of the model that decides the future of training."""
+        return {
+            "nets": {k: self.bare(k).state_dict() for k in self.nets},
+            "emas": {k: e.module.state_dict() for k, e in self.emas.items()},
+            "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
+            "schedulers": {k: s.state_dict() for k, s in self.schedulers.items()},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for k, sd in state["nets"].items():
+            self.bare(k).load_state_dict(sd)
+        for k, sd in state["emas"].items():
+            if k in self.emas:
+                self.emas[k].module.load_state_dict(sd)
+        for k, sd in state["optimizers"].items():
+            self.optimizers[k].load_state_dict(sd)
+        for k, sd in state["schedulers"].items():
+            self.schedulers[k].load_state_dict(sd)
+
+    def inference_net(self) -> nn.Module:
+        """The generator to validate / test with: the EMA copy when there is one."""
+        if "net_g" in self.emas:
+            return self.emas["net_g"].module
+        return self.bare("net_g")

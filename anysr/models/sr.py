@@ -1,0 +1,71 @@
+"""SRModel: a generator trained with pixel losses (BasicSR's SRModel)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from anysr.accelerators import Accelerator
+from anysr.archs import build_network
+from anysr.losses import build_loss
+from anysr.models.base import BaseModel
+from anysr.registry import MODEL_REGISTRY
+
+
+@MODEL_REGISTRY.register()
+class SRModel(BaseModel):
+    """``network_g`` trained with ``train.pixel_opt`` (L1 / MSE / Charbonnier), with optional EMA."""
+
+    def __init__(self, opt: dict[str, Any], accelerator: Accelerator) -> None:
+        super().__init__(opt, accelerator)
+        self.nets["net_g"] = build_network(opt["network_g"])
+
+    def load_pretrained(self, state_dict: dict[str, torch.Tensor], loader: Any) -> None:
+        """Load pretrained generator weights (before ``setup``); ``loader(net, sd)`` checks and loads."""
+        loader(self.nets["net_g"], state_dict)
+
+    def setup(self) -> None:
+        """Place networks on the device, then build EMA, losses and optimisers (in that order)."""
+        net = self.acc.prepare_model(self.nets["net_g"])
+        self.nets["net_g"] = net
+        if not self.is_train:
+            net.eval()
+            return
+        train = self.opt["train"]
+        net.train()
+        self.add_ema("net_g", float(train.get("ema_decay", 0) or 0))
+        self.losses: dict[str, torch.nn.Module] = {}
+        if train.get("pixel_opt"):
+            self.losses["l_pix"] = build_loss(train["pixel_opt"], "train.pixel_opt").to(self.acc.device)
+        self.add_optimizer("net_g", net, train["optim_g"], "train.optim_g")
+        self.grad_clip_norm = train.get("grad_clip_norm")
+        self.forward_g = self.acc.compile_model(net)
+
+    def compute_losses(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        with self.acc.autocast():
+            output = self.forward_g(batch["lq"])
+        output = output.float()
+        return {name: loss(output, batch["gt"]) for name, loss in self.losses.items()}
+
+    def train_step(self, batches: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        """One optimiser step over ``len(batches)`` accumulated micro-batches; losses stay on the device."""
+        net = self.nets["net_g"]
+        opt = self.optimizers["net_g"]
+        opt.zero_grad(set_to_none=True)
+        totals: dict[str, torch.Tensor] = {}
+        n = len(batches)
+        for k, batch in enumerate(batches):
+            ctx = self.acc.no_sync(net) if k < n - 1 else contextlib.nullcontext()
+            with ctx:
+                losses = self.compute_losses(batch)
+                total = sum(losses.values())
+                self.acc.backward(total / n)  # type: ignore[arg-type]
+            for name, value in losses.items():
+                totals[name] = totals.get(name, 0) + value.detach() / n
+        self.acc.optimizer_step(opt, self.grad_clip_norm)
+        if "net_g" in self.emas:
+            self.emas["net_g"].update(self.bare("net_g"))
+        return totals
