@@ -1,0 +1,92 @@
+"""Shared fixtures: the repository root, a small real training set, option-file writers."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+DATASETS = ROOT / "datasets"
+
+
+@pytest.fixture(scope="session")
+def root() -> Path:
+    return ROOT
+
+
+@pytest.fixture(scope="session")
+def small_train_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Eight real T91 images (a real training set, small enough for seconds-long runs)."""
+    out = tmp_path_factory.mktemp("t91_small")
+    for p in sorted((DATASETS / "T91" / "HR").glob("*.png"))[:8]:
+        shutil.copy(p, out / p.name)
+    return out
+
+
+@pytest.fixture(scope="session")
+def small_val_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three Set5 images (one of them small) for validation."""
+    out = tmp_path_factory.mktemp("set5_small")
+    for name in ("bird", "butterfly", "woman"):
+        shutil.copy(DATASETS / "Set5" / "HR" / f"{name}.png", out / f"{name}.png")
+    return out
+
+
+def tiny_train_options(name: str, train_dir: Path, val_dir: Path | None, *, total_iter: int = 6,
+                       workers: int = 0, **extra: Any) -> dict[str, Any]:
+    """A real but tiny training configuration (EDSR with 8 features, x2, 32-pixel crops)."""
+    opt: dict[str, Any] = {
+        "name": name, "model_type": "SRModel", "scale": 2, "accelerator": "cpu", "num_gpu": 1, "manual_seed": 7,
+        "datasets": {"train": {"name": "tiny", "type": "PairedImageDataset", "dataroot_gt": str(train_dir),
+                               "lq_from_gt": True, "io_backend": {"type": "disk"}, "gt_size": 32,
+                               "use_hflip": True, "use_rot": True, "use_shuffle": True,
+                               "num_worker_per_gpu": workers, "batch_size_per_gpu": 4,
+                               "dataset_enlarge_ratio": 2}},
+        "network_g": {"type": "EDSR", "num_in_ch": 3, "num_out_ch": 3, "num_feat": 8, "num_block": 1,
+                      "upscale": 2, "res_scale": 1, "img_range": 255.0, "rgb_mean": [0.4488, 0.4371, 0.4040]},
+        "path": {"pretrain_network_g": None},
+        "train": {"ema_decay": 0.9, "optim_g": {"type": "Adam", "lr": 2e-3, "betas": [0.9, 0.99]},
+                  "scheduler": {"type": "MultiStepLR", "milestones": [4], "gamma": 0.5},
+                  "total_iter": total_iter, "warmup_iter": 2,
+                  "pixel_opt": {"type": "L1Loss", "loss_weight": 1.0, "reduction": "mean"}},
+        "logger": {"print_freq": 2, "save_checkpoint_freq": 2, "use_tb_logger": False},
+    }
+    if val_dir is not None:
+        opt["datasets"]["val"] = {"name": "val", "type": "PairedImageDataset", "dataroot_gt": str(val_dir),
+                                  "lq_from_gt": True, "io_backend": {"type": "disk"}}
+        opt["val"] = {"val_freq": 3, "save_img": False,
+                      "metrics": {"psnr": {"type": "calculate_psnr", "crop_border": 2, "test_y_channel": True}}}
+    for key, value in extra.items():
+        section, _, sub = key.partition("__")
+        if sub:
+            opt.setdefault(section, {})[sub] = value
+        else:
+            opt[key] = value
+    return opt
+
+
+def write_options(path: Path, opt: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(opt, sort_keys=False))
+    return path
+
+
+def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None, check: bool = True,
+            timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m anysr ARGS`` as a user would; the repo is importable through PYTHONPATH."""
+    full_env = dict(os.environ)
+    full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
+    full_env.setdefault("OMP_NUM_THREADS", "2")
+    if env:
+        full_env.update(env)
+    proc = subprocess.run([sys.executable, "-m", "anysr", *args], cwd=cwd, env=full_env, capture_output=True,
+                          text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"anysr {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc

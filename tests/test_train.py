@@ -1,0 +1,151 @@
+"""Training end to end on real images: exact resume, NaN stop, experiment safety, summary, CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import ROOT, run_cli, tiny_train_options, write_options
+from safetensors.torch import load_file
+
+from anysr.cli import main
+
+
+def _weights(exp: Path, it: int) -> dict[str, torch.Tensor]:
+    return load_file(str(exp / "models" / f"net_g_{it}.safetensors"))
+
+
+def _assert_identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), f"{k} differs"
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_resume_is_bit_exact(tmp_path: Path, small_train_dir: Path, workers: int) -> None:
+    """N+M straight == N, stop, resume, M (weights and EMA, bit for bit), whatever the worker count."""
+    straight = write_options(tmp_path / "a.yml", tiny_train_options("straight", small_train_dir, None,
+                                                                    total_iter=6, workers=workers))
+    assert main(["train", "-opt", str(straight), "--force_yml", f"path.root={tmp_path}"]) == 0
+    split = write_options(tmp_path / "b.yml", tiny_train_options("split", small_train_dir, None,
+                                                                 total_iter=4, workers=workers))
+    assert main(["train", "-opt", str(split), "--force_yml", f"path.root={tmp_path}"]) == 0
+    assert main(["train", "-opt", str(split), "--auto_resume", "--force_yml", f"path.root={tmp_path}",
+                 "train.total_iter=6"]) == 0
+    exp_a, exp_b = tmp_path / "experiments" / "straight", tmp_path / "experiments" / "split"
+    _assert_identical(_weights(exp_a, 6), _weights(exp_b, 6))
+    # The training state is plain weights_only-loadable data.
+    state = torch.load(exp_b / "training_states" / "6.state", weights_only=True)
+    assert state["iter"] == 6
+    summary = json.loads((exp_b / "summary.json").read_text())
+    assert summary["iterations_done"] == 6 and summary["finished"]
+
+
+def test_worker_count_does_not_change_the_stream(tmp_path: Path, small_train_dir: Path) -> None:
+    for w in (0, 2):
+        opt = write_options(tmp_path / f"w{w}.yml", tiny_train_options(f"w{w}", small_train_dir, None,
+                                                                        total_iter=2, workers=w))
+        assert main(["train", "-opt", str(opt), "--force_yml", f"path.root={tmp_path}"]) == 0
+    _assert_identical(_weights(tmp_path / "experiments" / "w0", 2), _weights(tmp_path / "experiments" / "w2", 2))
+
+
+def test_existing_experiment_is_never_overwritten(tmp_path: Path, small_train_dir: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    opt = write_options(tmp_path / "a.yml", tiny_train_options("keep", small_train_dir, None, total_iter=2))
+    assert main(["train", "-opt", str(opt), "--force_yml", f"path.root={tmp_path}"]) == 0
+    before = (tmp_path / "experiments" / "keep" / "training_states" / "2.state").read_bytes()
+    assert main(["train", "-opt", str(opt), "--force_yml", f"path.root={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert "already holds training states" in err and "--auto_resume" in err
+    assert (tmp_path / "experiments" / "keep" / "training_states" / "2.state").read_bytes() == before
+
+
+def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path: Path, small_train_dir: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    # lr so large that Adam's first steps overflow to inf/NaN after the first save.
+    opt = tiny_train_options("nan", small_train_dir, None, total_iter=40)
+    opt["train"]["optim_g"] = {"type": "SGD", "lr": 1e12}
+    opt["train"]["warmup_iter"] = -1
+    opt["logger"]["print_freq"] = 1
+    opt["logger"]["save_checkpoint_freq"] = 1
+    path = write_options(tmp_path / "nan.yml", opt)
+    assert main(["train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert "NaN or infinite at iteration" in err
+    states = sorted((tmp_path / "experiments" / "nan" / "training_states").glob("*.state"))
+    for s in states:  # whatever was saved is finite
+        st = torch.load(s, weights_only=True)
+        assert all(torch.isfinite(v).all() for v in st["model"]["nets"]["net_g"].values())
+
+
+def test_corrupt_newest_state_falls_back(tmp_path: Path, small_train_dir: Path) -> None:
+    opt = write_options(tmp_path / "c.yml", tiny_train_options("corrupt", small_train_dir, None, total_iter=4))
+    assert main(["train", "-opt", str(opt), "--force_yml", f"path.root={tmp_path}"]) == 0
+    states = tmp_path / "experiments" / "corrupt" / "training_states"
+    newest = states / "4.state"
+    data = bytearray(newest.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    newest.write_bytes(bytes(data))
+    assert main(["train", "-opt", str(opt), "--auto_resume", "--force_yml", f"path.root={tmp_path}",
+                 "train.total_iter=4"]) == 0
+    # Resumed from 2 and redid 3..4: the result equals a clean run.
+    ref = write_options(tmp_path / "r.yml", tiny_train_options("ref", small_train_dir, None, total_iter=4))
+    assert main(["train", "-opt", str(ref), "--force_yml", f"path.root={tmp_path}"]) == 0
+    _assert_identical(_weights(tmp_path / "experiments" / "corrupt", 4), _weights(tmp_path / "experiments" / "ref", 4))
+
+
+@pytest.mark.slow
+def test_kill_minus_nine_then_resume_matches(tmp_path: Path, small_train_dir: Path) -> None:
+    """Kill the trainer with SIGKILL mid-run (saving every iteration), resume, compare with a straight run."""
+    total = 12
+    ref = write_options(tmp_path / "ref.yml", tiny_train_options("ref", small_train_dir, None, total_iter=total))
+    run_cli("train", "-opt", str(ref), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
+    opt = tiny_train_options("killed", small_train_dir, None, total_iter=total)
+    opt["logger"]["save_checkpoint_freq"] = 1
+    path = write_options(tmp_path / "k.yml", opt)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    states = tmp_path / "experiments" / "killed" / "training_states"
+    proc = subprocess.Popen([sys.executable, "-m", "anysr", "train", "-opt", str(path), "--force_yml",
+                             f"path.root={tmp_path}"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list(states.glob("*.state"))) < 3:
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    run_cli("train", "-opt", str(path), "--auto_resume", "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
+    _assert_identical(_weights(tmp_path / "experiments" / "killed", total),
+                      _weights(tmp_path / "experiments" / "ref", total))
+
+
+def test_train_validates_and_writes_summary_via_cli(tmp_path: Path, small_train_dir: Path,
+                                                    small_val_dir: Path) -> None:
+    opt = write_options(tmp_path / "v.yml", tiny_train_options("val", small_train_dir, small_val_dir,
+                                                               total_iter=6))
+    proc = run_cli("train", "-opt", str(opt), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
+    assert "validation val (3 images)" in proc.stdout
+    summary = json.loads((tmp_path / "experiments" / "val" / "summary.json").read_text())
+    psnr = summary["validation"]["val"]["psnr"]
+    assert 10 < psnr["value"] < 60 and psnr["best_iter"] in (3, 6)
+    assert summary["mean_iter_time_s"] > 0 and "l_pix" in summary["final_losses"]
+
+
+def test_python_m_anysr_train_reports_a_typo_cleanly(tmp_path: Path, small_train_dir: Path) -> None:
+    """``python -m anysr.train -opt F`` (BasicSR habit): a misspelled key stops before any work."""
+    opt = tiny_train_options("typo", small_train_dir, None)
+    opt["datasets"]["train"]["gt_szie"] = opt["datasets"]["train"].pop("gt_size")
+    path = write_options(tmp_path / "t.yml", opt)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-m", "anysr.train", "-opt", str(path), "--force_yml",
+                           f"path.root={tmp_path}"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "datasets.train.gt_szie" in proc.stderr and "gt_size" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "experiments" / "typo").exists()
