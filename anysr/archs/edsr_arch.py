@@ -1,0 +1,52 @@
+"""EDSR: Enhanced Deep Residual Networks for single-image super-resolution (Lim et al., 2017)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from anysr.archs.arch_util import ArchArgumentError, ResidualBlockNoBN, Upsample, make_layer
+from anysr.registry import ARCH_REGISTRY
+
+
+def mean_buffer(rgb_mean: Sequence[float], num_in_ch: int, owner: str) -> torch.Tensor:
+    """``rgb_mean`` as a (1, C, 1, 1) tensor; C must be ``num_in_ch`` (or 3 for BasicSR's RGB default)."""
+    mean = torch.tensor([float(v) for v in rgb_mean], dtype=torch.float32).view(1, -1, 1, 1)
+    if mean.shape[1] not in (1, num_in_ch):
+        raise ArchArgumentError(
+            "rgb_mean",
+            f"{owner} has num_in_ch={num_in_ch} but rgb_mean has {mean.shape[1]} values; "
+            f"give {num_in_ch} values (one per input channel)",
+        )
+    return mean
+
+
+@ARCH_REGISTRY.register()
+class EDSR(nn.Module):
+    """EDSR: mean shift, residual blocks without BN, sub-pixel upsampling.
+
+    Inputs in [0, 1] are centred with ``rgb_mean`` and scaled by ``img_range`` inside the network
+    (the mean is a non-persistent buffer: it follows ``.to(device)`` but is not in the state dict,
+    as in BasicSR). ``upscale``: a power of two or 3.
+    """
+
+    def __init__(self, num_in_ch: int, num_out_ch: int, num_feat: int = 64, num_block: int = 16,
+                 upscale: int = 4, res_scale: float = 1, img_range: float = 255.0,
+                 rgb_mean: Sequence[float] = (0.4488, 0.4371, 0.4040)) -> None:
+        super().__init__()
+        self.img_range = img_range
+        self.register_buffer("mean", mean_buffer(rgb_mean, num_in_ch, "EDSR"), persistent=False)
+        self.conv_first = nn.Conv2d(num_in_ch, num_feat, 3, 1, 1)
+        self.body = make_layer(ResidualBlockNoBN, num_block, num_feat=num_feat, res_scale=res_scale,
+                               pytorch_init=True)
+        self.conv_after_body = nn.Conv2d(num_feat, num_feat, 3, 1, 1)
+        self.upsample = Upsample(upscale, num_feat)
+        self.conv_last = nn.Conv2d(num_feat, num_out_ch, 3, 1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mean = self.mean.to(dtype=x.dtype)
+        feat = self.conv_first((x - mean) * self.img_range)
+        res = self.conv_after_body(self.body(feat)) + feat
+        return self.conv_last(self.upsample(res)) / self.img_range + mean

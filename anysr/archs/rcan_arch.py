@@ -1,0 +1,94 @@
+"""RCAN: Residual Channel Attention Networks (Zhang et al., 2018)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from anysr.archs.arch_util import ArchArgumentError, Upsample, make_layer
+from anysr.archs.edsr_arch import mean_buffer
+from anysr.registry import ARCH_REGISTRY
+
+
+class ChannelAttention(nn.Module):
+    """Squeeze-and-excitation: global average pool, 1x1 bottleneck, sigmoid gate on the channels."""
+
+    def __init__(self, num_feat: int, squeeze_factor: int = 16) -> None:
+        super().__init__()
+        hidden = num_feat // squeeze_factor
+        self.attention = nn.Sequential(
+            nn.AdaptiveAvgPool2d(1),
+            nn.Conv2d(num_feat, hidden, 1, padding=0),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(hidden, num_feat, 1, padding=0),
+            nn.Sigmoid(),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.attention(x)
+
+
+class RCAB(nn.Module):
+    """Residual channel attention block: conv-ReLU-conv-attention, scaled, plus identity."""
+
+    def __init__(self, num_feat: int, squeeze_factor: int = 16, res_scale: float = 1) -> None:
+        super().__init__()
+        self.res_scale = res_scale
+        self.rcab = nn.Sequential(
+            nn.Conv2d(num_feat, num_feat, 3, 1, 1),
+            nn.ReLU(True),
+            nn.Conv2d(num_feat, num_feat, 3, 1, 1),
+            ChannelAttention(num_feat, squeeze_factor),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.rcab(x) * self.res_scale + x
+
+
+class ResidualGroup(nn.Module):
+    """``num_block`` RCABs and a conv, with a shortcut around the group."""
+
+    def __init__(self, num_feat: int, num_block: int, squeeze_factor: int = 16, res_scale: float = 1) -> None:
+        super().__init__()
+        self.residual_group = make_layer(RCAB, num_block, num_feat=num_feat, squeeze_factor=squeeze_factor,
+                                         res_scale=res_scale)
+        self.conv = nn.Conv2d(num_feat, num_feat, 3, 1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(self.residual_group(x)) + x
+
+
+@ARCH_REGISTRY.register()
+class RCAN(nn.Module):
+    """RCAN: residual groups of channel-attention blocks, mean shift, sub-pixel upsampling.
+
+    ``num_feat // squeeze_factor`` is the attention bottleneck width (must be >= 1).
+    ``upscale``: a power of two or 3.
+    """
+
+    def __init__(self, num_in_ch: int, num_out_ch: int, num_feat: int = 64, num_group: int = 10,
+                 num_block: int = 16, squeeze_factor: int = 16, upscale: int = 4, res_scale: float = 1,
+                 img_range: float = 255.0, rgb_mean: Sequence[float] = (0.4488, 0.4371, 0.4040)) -> None:
+        super().__init__()
+        if num_feat // squeeze_factor < 1:
+            raise ArchArgumentError(
+                "squeeze_factor",
+                f"RCAN needs num_feat // squeeze_factor >= 1, got num_feat={num_feat}, "
+                f"squeeze_factor={squeeze_factor}; use a squeeze_factor <= num_feat",
+            )
+        self.img_range = img_range
+        self.register_buffer("mean", mean_buffer(rgb_mean, num_in_ch, "RCAN"), persistent=False)
+        self.conv_first = nn.Conv2d(num_in_ch, num_feat, 3, 1, 1)
+        self.body = make_layer(ResidualGroup, num_group, num_feat=num_feat, num_block=num_block,
+                               squeeze_factor=squeeze_factor, res_scale=res_scale)
+        self.conv_after_body = nn.Conv2d(num_feat, num_feat, 3, 1, 1)
+        self.upsample = Upsample(upscale, num_feat)
+        self.conv_last = nn.Conv2d(num_feat, num_out_ch, 3, 1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mean = self.mean.to(dtype=x.dtype)
+        feat = self.conv_first((x - mean) * self.img_range)
+        res = self.conv_after_body(self.body(feat)) + feat
+        return self.conv_last(self.upsample(res)) / self.img_range + mean

@@ -1,0 +1,77 @@
+"""RRDBNet: the ESRGAN / Real-ESRGAN generator (Wang et al., 2018), with x1/x2 via pixel-unshuffle."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from anysr.archs.arch_util import ArchArgumentError, default_init_weights, make_layer, pixel_unshuffle
+from anysr.registry import ARCH_REGISTRY
+
+
+class ResidualDenseBlock(nn.Module):
+    """Five densely connected convs; the output is scaled by 0.2 and added to the input."""
+
+    def __init__(self, num_feat: int = 64, num_grow_ch: int = 32) -> None:
+        super().__init__()
+        for i in range(1, 5):
+            setattr(self, f"conv{i}", nn.Conv2d(num_feat + (i - 1) * num_grow_ch, num_grow_ch, 3, 1, 1))
+        self.conv5 = nn.Conv2d(num_feat + 4 * num_grow_ch, num_feat, 3, 1, 1)
+        self.lrelu = nn.LeakyReLU(negative_slope=0.2, inplace=True)
+        default_init_weights([self.conv1, self.conv2, self.conv3, self.conv4, self.conv5], 0.1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        feats = [x]
+        for conv in (self.conv1, self.conv2, self.conv3, self.conv4):
+            feats.append(self.lrelu(conv(torch.cat(feats, 1))))
+        return self.conv5(torch.cat(feats, 1)) * 0.2 + x
+
+
+class RRDB(nn.Module):
+    """Residual-in-residual dense block: three ResidualDenseBlocks, scaled by 0.2, plus identity."""
+
+    def __init__(self, num_feat: int, num_grow_ch: int = 32) -> None:
+        super().__init__()
+        self.rdb1 = ResidualDenseBlock(num_feat, num_grow_ch)
+        self.rdb2 = ResidualDenseBlock(num_feat, num_grow_ch)
+        self.rdb3 = ResidualDenseBlock(num_feat, num_grow_ch)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.rdb3(self.rdb2(self.rdb1(x))) * 0.2 + x
+
+
+@ARCH_REGISTRY.register()
+class RRDBNet(nn.Module):
+    """ESRGAN generator. The trunk always upsamples x4 (two nearest+conv steps); for ``scale`` 2 and 1
+    the input is first pixel-unshuffled by 2 or 4 (so input height/width must be divisible by it).
+
+    Args:
+        num_in_ch, num_out_ch: image channels. scale: 1, 2 or 4. num_feat: trunk channels.
+        num_block: RRDB blocks. num_grow_ch: growth channels of the dense blocks.
+    """
+
+    def __init__(self, num_in_ch: int, num_out_ch: int, scale: int = 4, num_feat: int = 64,
+                 num_block: int = 23, num_grow_ch: int = 32) -> None:
+        super().__init__()
+        unshuffle = {4: 1, 2: 2, 1: 4}
+        if scale not in unshuffle:
+            raise ArchArgumentError("scale", f"RRDBNet supports scale 1, 2 or 4, got {scale!r}")
+        self.scale = scale
+        self.unshuffle = unshuffle[scale]
+        self.conv_first = nn.Conv2d(num_in_ch * self.unshuffle**2, num_feat, 3, 1, 1)
+        self.body = make_layer(RRDB, num_block, num_feat=num_feat, num_grow_ch=num_grow_ch)
+        self.conv_body = nn.Conv2d(num_feat, num_feat, 3, 1, 1)
+        self.conv_up1 = nn.Conv2d(num_feat, num_feat, 3, 1, 1)
+        self.conv_up2 = nn.Conv2d(num_feat, num_feat, 3, 1, 1)
+        self.conv_hr = nn.Conv2d(num_feat, num_feat, 3, 1, 1)
+        self.conv_last = nn.Conv2d(num_feat, num_out_ch, 3, 1, 1)
+        self.lrelu = nn.LeakyReLU(negative_slope=0.2, inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        feat = pixel_unshuffle(x, self.unshuffle) if self.unshuffle > 1 else x
+        feat = self.conv_first(feat)
+        feat = feat + self.conv_body(self.body(feat))
+        feat = self.lrelu(self.conv_up1(F.interpolate(feat, scale_factor=2, mode="nearest")))
+        feat = self.lrelu(self.conv_up2(F.interpolate(feat, scale_factor=2, mode="nearest")))
+        return self.conv_last(self.lrelu(self.conv_hr(feat)))

@@ -1,0 +1,488 @@
+"""SwinIR: image restoration with shifted-window transformers (Liang et al., 2021).
+
+Module names and buffers follow BasicSR 1.4.2, so its checkpoints load with ``strict=True``. Two
+behaviours differ from BasicSR's arch file, both on inputs BasicSR's arch cannot take:
+
+* inputs whose height/width are not a multiple of the window size are reflect-padded inside
+  ``forward`` and the output cropped back, which is exactly what BasicSR's ``SwinIRModel.test`` does
+  around the network;
+* the shifted-window attention mask is computed for the actual input size on every call (on the
+  input's device, deterministic, no state kept). The ``attn_mask`` buffer for ``img_size`` is kept
+  only so that state dicts have BasicSR's keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils import checkpoint
+
+from anysr.archs.arch_util import ArchArgumentError, Upsample, to_2tuple
+from anysr.registry import ARCH_REGISTRY
+
+UPSAMPLERS = ("pixelshuffle", "pixelshuffledirect", "nearest+conv", "")
+RESI_CONNECTIONS = ("1conv", "3conv")
+
+
+def drop_path(x: torch.Tensor, drop_prob: float = 0.0, training: bool = False) -> torch.Tensor:
+    """Stochastic depth: zero whole samples with probability ``drop_prob`` and rescale the rest."""
+    if drop_prob == 0.0 or not training:
+        return x
+    keep = 1.0 - drop_prob
+    mask = torch.empty((x.shape[0],) + (1,) * (x.ndim - 1), dtype=x.dtype, device=x.device).bernoulli_(keep)
+    return x / keep * mask
+
+
+class DropPath(nn.Module):
+    """``drop_path`` as a module (active only in training mode)."""
+
+    def __init__(self, drop_prob: float = 0.0) -> None:
+        super().__init__()
+        self.drop_prob = drop_prob
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return drop_path(x, self.drop_prob, self.training)
+
+
+class Mlp(nn.Module):
+    """Linear - activation - dropout - linear - dropout."""
+
+    def __init__(self, in_features: int, hidden_features: int | None = None, out_features: int | None = None,
+                 act_layer: type[nn.Module] = nn.GELU, drop: float = 0.0) -> None:
+        super().__init__()
+        hidden_features = hidden_features or in_features
+        out_features = out_features or in_features
+        self.fc1 = nn.Linear(in_features, hidden_features)
+        self.act = act_layer()
+        self.fc2 = nn.Linear(hidden_features, out_features)
+        self.drop = nn.Dropout(drop)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
+
+
+def window_partition(x: torch.Tensor, window_size: int) -> torch.Tensor:
+    """(b, h, w, c) -> (b * h/ws * w/ws, ws, ws, c), windows in row-major order."""
+    b, h, w, c = x.shape
+    x = x.view(b, h // window_size, window_size, w // window_size, window_size, c)
+    return x.permute(0, 1, 3, 2, 4, 5).reshape(-1, window_size, window_size, c)
+
+
+def window_reverse(windows: torch.Tensor, window_size: int, h: int, w: int) -> torch.Tensor:
+    """Inverse of ``window_partition``: (b * nw, ws, ws, c) -> (b, h, w, c)."""
+    nh, nw = h // window_size, w // window_size
+    b = windows.shape[0] // (nh * nw)
+    x = windows.view(b, nh, nw, window_size, window_size, -1)
+    return x.permute(0, 1, 3, 2, 4, 5).reshape(b, h, w, -1)
+
+
+def shifted_window_mask(h: int, w: int, window_size: int, shift_size: int, device: torch.device | None = None,
+                        dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Attention mask for shifted windows on an ``h x w`` map: (num_windows, ws*ws, ws*ws) of 0 / -100.
+
+    After the cyclic shift, the last ``window_size`` rows (columns) hold two regions that were not
+    neighbours in the image: the band before the last ``shift_size`` rows and the wrapped-around band.
+    Tokens of different regions must not attend to each other.
+    """
+
+    def region(n: int) -> torch.Tensor:
+        idx = torch.arange(n, device=device)
+        return (idx >= n - window_size).long() + (idx >= n - shift_size).long()
+
+    label = (region(h)[:, None] * 3 + region(w)[None, :]).to(dtype)  # (h, w)
+    windows = window_partition(label.view(1, h, w, 1), window_size).view(-1, window_size * window_size)
+    diff = windows.unsqueeze(1) - windows.unsqueeze(2)
+    return torch.where(diff != 0, torch.full_like(diff, -100.0), torch.zeros_like(diff))
+
+
+class WindowAttention(nn.Module):
+    """Multi-head self attention inside a window, with a learned relative-position bias."""
+
+    def __init__(self, dim: int, window_size: tuple[int, int], num_heads: int, qkv_bias: bool = True,
+                 qk_scale: float | None = None, attn_drop: float = 0.0, proj_drop: float = 0.0) -> None:
+        super().__init__()
+        self.dim = dim
+        self.window_size = window_size
+        self.num_heads = num_heads
+        self.scale = qk_scale or (dim // num_heads) ** -0.5
+        wh, ww = window_size
+        self.relative_position_bias_table = nn.Parameter(torch.zeros((2 * wh - 1) * (2 * ww - 1), num_heads))
+        coords = torch.stack(torch.meshgrid(torch.arange(wh), torch.arange(ww), indexing="ij")).flatten(1)
+        rel = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0)  # (n, n, 2)
+        index = (rel[..., 0] + wh - 1) * (2 * ww - 1) + (rel[..., 1] + ww - 1)
+        self.register_buffer("relative_position_index", index.contiguous())
+        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
+        self.attn_drop = nn.Dropout(attn_drop)
+        self.proj = nn.Linear(dim, dim)
+        self.proj_drop = nn.Dropout(proj_drop)
+        nn.init.trunc_normal_(self.relative_position_bias_table, std=0.02)
+        self.softmax = nn.Softmax(dim=-1)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x: (num_windows * b, n, c); mask: (num_windows, n, n) of 0 / -100, or None."""
+        b_, n, c = x.shape
+        qkv = self.qkv(x).reshape(b_, n, 3, self.num_heads, c // self.num_heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        attn = (q * self.scale) @ k.transpose(-2, -1)
+        bias = self.relative_position_bias_table[self.relative_position_index.view(-1)].view(n, n, -1)
+        attn = attn + bias.permute(2, 0, 1).unsqueeze(0)
+        if mask is not None:
+            nw = mask.shape[0]
+            attn = attn.view(b_ // nw, nw, self.num_heads, n, n) + mask.unsqueeze(1).unsqueeze(0)
+            attn = attn.view(-1, self.num_heads, n, n)
+        attn = self.attn_drop(self.softmax(attn))
+        x = (attn @ v).transpose(1, 2).reshape(b_, n, c)
+        return self.proj_drop(self.proj(x))
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, window_size={self.window_size}, num_heads={self.num_heads}"
+
+
+class SwinTransformerBlock(nn.Module):
+    """(Shifted-)window attention + MLP, each pre-normed with a residual connection.
+
+    If ``input_resolution`` is not larger than ``window_size``, the window shrinks to it and the
+    shift is dropped (as in BasicSR; this decides the parameter shapes).
+    """
+
+    def __init__(self, dim: int, input_resolution: tuple[int, int], num_heads: int, window_size: int = 7,
+                 shift_size: int = 0, mlp_ratio: float = 4.0, qkv_bias: bool = True,
+                 qk_scale: float | None = None, drop: float = 0.0, attn_drop: float = 0.0,
+                 drop_path: float = 0.0, act_layer: type[nn.Module] = nn.GELU,
+                 norm_layer: type[nn.Module] = nn.LayerNorm) -> None:
+        super().__init__()
+        self.dim = dim
+        self.input_resolution = input_resolution
+        self.num_heads = num_heads
+        self.window_size = window_size
+        self.shift_size = shift_size
+        self.mlp_ratio = mlp_ratio
+        if min(input_resolution) <= window_size:
+            self.shift_size = 0
+            self.window_size = min(input_resolution)
+        if not 0 <= self.shift_size < self.window_size:
+            raise ArchArgumentError(
+                "window_size", f"shift {self.shift_size} must be in [0, window {self.window_size})"
+            )
+        self.norm1 = norm_layer(dim)
+        self.attn = WindowAttention(dim, to_2tuple(self.window_size), num_heads, qkv_bias=qkv_bias,
+                                    qk_scale=qk_scale, attn_drop=attn_drop, proj_drop=drop)
+        self.drop_path = DropPath(drop_path) if drop_path > 0.0 else nn.Identity()
+        self.norm2 = norm_layer(dim)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer, drop=drop)
+        mask = None
+        if self.shift_size > 0:
+            mask = shifted_window_mask(*input_resolution, self.window_size, self.shift_size)
+        # Kept for state-dict compatibility with BasicSR; forward computes the mask for the actual size.
+        self.register_buffer("attn_mask", mask)
+
+    def forward(self, x: torch.Tensor, x_size: tuple[int, int]) -> torch.Tensor:
+        h, w = x_size
+        b, _, c = x.shape
+        shortcut = x
+        x = self.norm1(x).view(b, h, w, c)
+        if self.shift_size > 0:
+            x = torch.roll(x, shifts=(-self.shift_size, -self.shift_size), dims=(1, 2))
+            mask = shifted_window_mask(h, w, self.window_size, self.shift_size, x.device, x.dtype)
+        else:
+            mask = None
+        windows = window_partition(x, self.window_size).view(-1, self.window_size * self.window_size, c)
+        windows = self.attn(windows, mask=mask).view(-1, self.window_size, self.window_size, c)
+        x = window_reverse(windows, self.window_size, h, w)
+        if self.shift_size > 0:
+            x = torch.roll(x, shifts=(self.shift_size, self.shift_size), dims=(1, 2))
+        x = shortcut + self.drop_path(x.reshape(b, h * w, c))
+        return x + self.drop_path(self.mlp(self.norm2(x)))
+
+    def extra_repr(self) -> str:
+        return (f"dim={self.dim}, input_resolution={self.input_resolution}, num_heads={self.num_heads}, "
+                f"window_size={self.window_size}, shift_size={self.shift_size}, mlp_ratio={self.mlp_ratio}")
+
+
+class BasicLayer(nn.Module):
+    """``depth`` Swin blocks, alternating plain and shifted windows."""
+
+    def __init__(self, dim: int, input_resolution: tuple[int, int], depth: int, num_heads: int,
+                 window_size: int, mlp_ratio: float = 4.0, qkv_bias: bool = True,
+                 qk_scale: float | None = None, drop: float = 0.0, attn_drop: float = 0.0,
+                 drop_path: float | Sequence[float] = 0.0, norm_layer: type[nn.Module] = nn.LayerNorm,
+                 downsample: type[nn.Module] | None = None, use_checkpoint: bool = False) -> None:
+        super().__init__()
+        self.dim = dim
+        self.input_resolution = input_resolution
+        self.depth = depth
+        self.use_checkpoint = use_checkpoint
+        rates = list(drop_path) if isinstance(drop_path, Sequence) else [drop_path] * depth
+        self.blocks = nn.ModuleList([
+            SwinTransformerBlock(dim, input_resolution, num_heads, window_size=window_size,
+                                 shift_size=0 if i % 2 == 0 else window_size // 2, mlp_ratio=mlp_ratio,
+                                 qkv_bias=qkv_bias, qk_scale=qk_scale, drop=drop, attn_drop=attn_drop,
+                                 drop_path=rates[i], norm_layer=norm_layer)
+            for i in range(depth)
+        ])
+        self.downsample = downsample(input_resolution, dim=dim, norm_layer=norm_layer) if downsample else None
+
+    def forward(self, x: torch.Tensor, x_size: tuple[int, int]) -> torch.Tensor:
+        for blk in self.blocks:
+            if self.use_checkpoint and torch.is_grad_enabled():
+                x = checkpoint.checkpoint(blk, x, x_size, use_reentrant=False)
+            else:
+                x = blk(x, x_size)
+        return self.downsample(x) if self.downsample is not None else x
+
+
+class PatchEmbed(nn.Module):
+    """(b, c, h, w) -> (b, h*w, c) tokens, with an optional norm (patch_size 1: no projection)."""
+
+    def __init__(self, img_size: int | Sequence[int] = 224, patch_size: int | Sequence[int] = 4,
+                 in_chans: int = 3, embed_dim: int = 96, norm_layer: type[nn.Module] | None = None) -> None:
+        super().__init__()
+        self.img_size = to_2tuple(img_size)
+        self.patch_size = to_2tuple(patch_size)
+        self.patches_resolution = [self.img_size[0] // self.patch_size[0],
+                                   self.img_size[1] // self.patch_size[1]]
+        self.num_patches = self.patches_resolution[0] * self.patches_resolution[1]
+        self.in_chans = in_chans
+        self.embed_dim = embed_dim
+        self.norm = norm_layer(embed_dim) if norm_layer is not None else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.flatten(2).transpose(1, 2)
+        return self.norm(x) if self.norm is not None else x
+
+
+class PatchUnEmbed(nn.Module):
+    """(b, h*w, c) tokens -> (b, c, h, w) feature map."""
+
+    def __init__(self, img_size: int | Sequence[int] = 224, patch_size: int | Sequence[int] = 4,
+                 in_chans: int = 3, embed_dim: int = 96, norm_layer: type[nn.Module] | None = None) -> None:
+        super().__init__()
+        self.img_size = to_2tuple(img_size)
+        self.patch_size = to_2tuple(patch_size)
+        self.patches_resolution = [self.img_size[0] // self.patch_size[0],
+                                   self.img_size[1] // self.patch_size[1]]
+        self.num_patches = self.patches_resolution[0] * self.patches_resolution[1]
+        self.in_chans = in_chans
+        self.embed_dim = embed_dim
+
+    def forward(self, x: torch.Tensor, x_size: tuple[int, int]) -> torch.Tensor:
+        return x.transpose(1, 2).reshape(x.shape[0], self.embed_dim, x_size[0], x_size[1])
+
+
+def _resi_conv(dim: int, resi_connection: str) -> nn.Module:
+    if resi_connection == "1conv":
+        return nn.Conv2d(dim, dim, 3, 1, 1)
+    return nn.Sequential(
+        nn.Conv2d(dim, dim // 4, 3, 1, 1), nn.LeakyReLU(negative_slope=0.2, inplace=True),
+        nn.Conv2d(dim // 4, dim // 4, 1, 1, 0), nn.LeakyReLU(negative_slope=0.2, inplace=True),
+        nn.Conv2d(dim // 4, dim, 3, 1, 1),
+    )
+
+
+class RSTB(nn.Module):
+    """Residual Swin Transformer Block: a BasicLayer, a conv on the feature map, and a shortcut."""
+
+    def __init__(self, dim: int, input_resolution: tuple[int, int], depth: int, num_heads: int,
+                 window_size: int, mlp_ratio: float = 4.0, qkv_bias: bool = True,
+                 qk_scale: float | None = None, drop: float = 0.0, attn_drop: float = 0.0,
+                 drop_path: float | Sequence[float] = 0.0, norm_layer: type[nn.Module] = nn.LayerNorm,
+                 downsample: type[nn.Module] | None = None, use_checkpoint: bool = False,
+                 img_size: int | Sequence[int] = 224, patch_size: int | Sequence[int] = 4,
+                 resi_connection: str = "1conv") -> None:
+        super().__init__()
+        self.dim = dim
+        self.input_resolution = input_resolution
+        self.residual_group = BasicLayer(dim, input_resolution, depth, num_heads, window_size,
+                                         mlp_ratio=mlp_ratio, qkv_bias=qkv_bias, qk_scale=qk_scale, drop=drop,
+                                         attn_drop=attn_drop, drop_path=drop_path, norm_layer=norm_layer,
+                                         downsample=downsample, use_checkpoint=use_checkpoint)
+        self.conv = _resi_conv(dim, resi_connection)
+        self.patch_embed = PatchEmbed(img_size, patch_size, in_chans=0, embed_dim=dim, norm_layer=None)
+        self.patch_unembed = PatchUnEmbed(img_size, patch_size, in_chans=0, embed_dim=dim, norm_layer=None)
+
+    def forward(self, x: torch.Tensor, x_size: tuple[int, int]) -> torch.Tensor:
+        feat = self.patch_unembed(self.residual_group(x, x_size), x_size)
+        return self.patch_embed(self.conv(feat)) + x
+
+
+class UpsampleOneStep(nn.Sequential):
+    """One conv to ``scale**2 * num_out_ch`` channels and a PixelShuffle (lightweight SR)."""
+
+    def __init__(self, scale: int, num_feat: int, num_out_ch: int,
+                 input_resolution: tuple[int, int] | None = None) -> None:
+        self.num_feat = num_feat
+        self.input_resolution = input_resolution
+        super().__init__(nn.Conv2d(num_feat, scale**2 * num_out_ch, 3, 1, 1), nn.PixelShuffle(scale))
+
+
+@ARCH_REGISTRY.register()
+class SwinIR(nn.Module):
+    """SwinIR for SR (``upsampler`` 'pixelshuffle', 'pixelshuffledirect', 'nearest+conv') and for
+    restoration at scale 1 (``upsampler`` '' or None).
+
+    Args (BasicSR names and defaults): img_size (training patch size; sets the ``attn_mask`` buffer and
+    shrinks the window when not larger than it), patch_size, in_chans, embed_dim, depths, num_heads,
+    window_size, mlp_ratio, qkv_bias, qk_scale, drop_rate, attn_drop_rate, drop_path_rate, norm_layer,
+    ape (absolute position embedding; needs inputs of exactly ``img_size``), patch_norm, use_checkpoint,
+    upscale, img_range, upsampler, resi_connection ('1conv' or '3conv').
+    """
+
+    def __init__(self, img_size: int | Sequence[int] = 64, patch_size: int | Sequence[int] = 1,
+                 in_chans: int = 3, embed_dim: int = 96, depths: Sequence[int] = (6, 6, 6, 6),
+                 num_heads: Sequence[int] = (6, 6, 6, 6), window_size: int = 7, mlp_ratio: float = 4.0,
+                 qkv_bias: bool = True, qk_scale: float | None = None, drop_rate: float = 0.0,
+                 attn_drop_rate: float = 0.0, drop_path_rate: float = 0.1,
+                 norm_layer: type[nn.Module] = nn.LayerNorm, ape: bool = False, patch_norm: bool = True,
+                 use_checkpoint: bool = False, upscale: int = 2, img_range: float = 1.0,
+                 upsampler: str | None = "", resi_connection: str = "1conv") -> None:
+        super().__init__()
+        upsampler = upsampler or ""
+        if upsampler not in UPSAMPLERS:
+            raise ArchArgumentError(
+                "upsampler", f"SwinIR: unknown upsampler {upsampler!r}; use one of {UPSAMPLERS}"
+            )
+        if resi_connection not in RESI_CONNECTIONS:
+            raise ArchArgumentError(
+                "resi_connection",
+                f"SwinIR: unknown resi_connection {resi_connection!r}; use one of {RESI_CONNECTIONS}",
+            )
+        if len(num_heads) != len(depths):
+            raise ArchArgumentError(
+                "num_heads", f"SwinIR: num_heads has {len(num_heads)} entries but depths has {len(depths)}; "
+                "give one head count per stage"
+            )
+        if upsampler == "nearest+conv" and upscale != 4:
+            raise ArchArgumentError("upscale", f"SwinIR: upsampler 'nearest+conv' supports upscale 4 only, "
+                                    f"got {upscale!r}")
+        num_in_ch = num_out_ch = in_chans
+        num_feat = 64
+        self.img_range = img_range
+        mean = torch.tensor([0.4488, 0.4371, 0.4040]) if in_chans == 3 else torch.zeros(1)
+        self.register_buffer("mean", mean.view(1, -1, 1, 1), persistent=False)
+        self.upscale = upscale
+        self.upsampler = upsampler
+        self.window_size = window_size
+
+        self.conv_first = nn.Conv2d(num_in_ch, embed_dim, 3, 1, 1)
+        self.num_layers = len(depths)
+        self.embed_dim = embed_dim
+        self.ape = ape
+        self.patch_norm = patch_norm
+        self.num_features = embed_dim
+        self.mlp_ratio = mlp_ratio
+        norm = norm_layer if patch_norm else None
+        self.patch_embed = PatchEmbed(img_size, patch_size, in_chans=embed_dim, embed_dim=embed_dim,
+                                      norm_layer=norm)
+        self.patches_resolution = self.patch_embed.patches_resolution
+        self.patch_unembed = PatchUnEmbed(img_size, patch_size, in_chans=embed_dim, embed_dim=embed_dim,
+                                          norm_layer=norm)
+        if ape:
+            self.absolute_pos_embed = nn.Parameter(torch.zeros(1, self.patch_embed.num_patches, embed_dim))
+            nn.init.trunc_normal_(self.absolute_pos_embed, std=0.02)
+        self.pos_drop = nn.Dropout(p=drop_rate)
+
+        resolution = (self.patches_resolution[0], self.patches_resolution[1])
+        total = sum(depths)
+        rates = [drop_path_rate * i / (total - 1) if total > 1 else 0.0 for i in range(total)]
+        self.layers = nn.ModuleList()
+        for i, depth in enumerate(depths):
+            start = sum(depths[:i])
+            self.layers.append(RSTB(embed_dim, resolution, depth, num_heads[i], window_size,
+                                    mlp_ratio=mlp_ratio, qkv_bias=qkv_bias, qk_scale=qk_scale, drop=drop_rate,
+                                    attn_drop=attn_drop_rate, drop_path=rates[start:start + depth],
+                                    norm_layer=norm_layer, downsample=None, use_checkpoint=use_checkpoint,
+                                    img_size=img_size, patch_size=patch_size,
+                                    resi_connection=resi_connection))
+        self.norm = norm_layer(self.num_features)
+        self.conv_after_body = _resi_conv(embed_dim, resi_connection)
+
+        if upsampler == "pixelshuffle":
+            self.conv_before_upsample = nn.Sequential(nn.Conv2d(embed_dim, num_feat, 3, 1, 1),
+                                                      nn.LeakyReLU(inplace=True))
+            self.upsample = Upsample(upscale, num_feat)
+            self.conv_last = nn.Conv2d(num_feat, num_out_ch, 3, 1, 1)
+        elif upsampler == "pixelshuffledirect":
+            self.upsample = UpsampleOneStep(upscale, embed_dim, num_out_ch, resolution)
+        elif upsampler == "nearest+conv":
+            self.conv_before_upsample = nn.Sequential(nn.Conv2d(embed_dim, num_feat, 3, 1, 1),
+                                                      nn.LeakyReLU(inplace=True))
+            self.conv_up1 = nn.Conv2d(num_feat, num_feat, 3, 1, 1)
+            self.conv_up2 = nn.Conv2d(num_feat, num_feat, 3, 1, 1)
+            self.conv_hr = nn.Conv2d(num_feat, num_feat, 3, 1, 1)
+            self.conv_last = nn.Conv2d(num_feat, num_out_ch, 3, 1, 1)
+            self.lrelu = nn.LeakyReLU(negative_slope=0.2, inplace=True)
+        else:
+            self.conv_last = nn.Conv2d(embed_dim, num_out_ch, 3, 1, 1)
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(m: nn.Module) -> None:
+        if isinstance(m, nn.Linear):
+            nn.init.trunc_normal_(m.weight, std=0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.LayerNorm):
+            nn.init.zeros_(m.bias)
+            nn.init.ones_(m.weight)
+
+    def no_weight_decay(self) -> set[str]:
+        """Parameter names usually excluded from weight decay."""
+        return {"absolute_pos_embed"}
+
+    def no_weight_decay_keywords(self) -> set[str]:
+        """Parameter-name fragments usually excluded from weight decay."""
+        return {"relative_position_bias_table"}
+
+    @property
+    def pad_multiple(self) -> int:
+        """Inputs are padded to a multiple of this (the largest window the blocks use)."""
+        sizes = [blk.window_size for layer in self.layers for blk in layer.residual_group.blocks]
+        return max(sizes, default=1)
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """Transformer body on a (b, embed_dim, h, w) map whose size is a multiple of the window."""
+        x_size = (x.shape[2], x.shape[3])
+        x = self.patch_embed(x)
+        if self.ape:
+            x = x + self.absolute_pos_embed
+        x = self.pos_drop(x)
+        for layer in self.layers:
+            x = layer(x, x_size)
+        return self.patch_unembed(self.norm(x), x_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, w = x.shape[-2:]
+        multiple = self.pad_multiple
+        pad_h, pad_w = (-h) % multiple, (-w) % multiple
+        if pad_h or pad_w:
+            x = F.pad(x, (0, pad_w, 0, pad_h), mode="reflect")
+        mean = self.mean.to(dtype=x.dtype)
+        x = (x - mean) * self.img_range
+
+        if self.upsampler == "pixelshuffle":
+            x = self.conv_first(x)
+            x = self.conv_after_body(self.forward_features(x)) + x
+            x = self.conv_last(self.upsample(self.conv_before_upsample(x)))
+        elif self.upsampler == "pixelshuffledirect":
+            x = self.conv_first(x)
+            x = self.upsample(self.conv_after_body(self.forward_features(x)) + x)
+        elif self.upsampler == "nearest+conv":
+            x = self.conv_first(x)
+            x = self.conv_before_upsample(self.conv_after_body(self.forward_features(x)) + x)
+            x = self.lrelu(self.conv_up1(F.interpolate(x, scale_factor=2, mode="nearest")))
+            x = self.lrelu(self.conv_up2(F.interpolate(x, scale_factor=2, mode="nearest")))
+            x = self.conv_last(self.lrelu(self.conv_hr(x)))
+        else:
+            first = self.conv_first(x)
+            x = x + self.conv_last(self.conv_after_body(self.forward_features(first)) + first)
+
+        x = x / self.img_range + mean
+        scale = self.upscale if self.upsampler else 1
+        return x[..., : h * scale, : w * scale] if (pad_h or pad_w) else x
+
+
+__all__ = ["SwinIR", "RSTB", "SwinTransformerBlock", "WindowAttention", "shifted_window_mask",
+           "window_partition", "window_reverse"]
