@@ -151,7 +151,7 @@ def test_arch_kwargs_lists_defaults_in_order() -> None:
 
 
 def test_unknown_type() -> None:
-    pattern = r"network_g\.type: unknown arch 'RRDBNett' \(did you mean 'RRDBNet'\?\); known: EDSR, "
+    pattern = r"network_g\.type: unknown arch 'RRDBNett' \(did you mean 'RRDBNet'\?\); known: .*SwinIR"
     with pytest.raises(OptionError, match=pattern):
         build_network({"type": "RRDBNett", "num_in_ch": 3, "num_out_ch": 3})
 
@@ -201,11 +201,23 @@ def test_missing_required_kwarg() -> None:
         ({"type": "SwinIR", "upsampler": "nearest+conv", "upscale": 2},
          r"network_g\.upscale: SwinIR: upsampler 'nearest\+conv' supports upscale 4 only"),
         ({"type": "SwinIR", "depths": 6}, r"network_g: cannot build SwinIR with .*depths"),
+        ({"type": "Bicubic", "upscale": 1.5}, r"network_g\.upscale: Bicubic needs an integer upscale >= 1"),
     ],
 )
 def test_bad_argument_values(opt: dict, pattern: str) -> None:
     with pytest.raises(OptionError, match=pattern):
         build_network(opt)
+
+
+def test_bicubic_is_matlab_imresize_without_parameters() -> None:
+    from anysr.ops.imresize import imresize_torch
+
+    net = build_network({"type": "Bicubic", "upscale": 3})
+    assert net.state_dict() == {} and net.upscale == 3
+    x = torch.rand(1, 3, 5, 7)
+    assert torch.equal(net(x), imresize_torch(x, 3))
+    assert net(x).shape == (1, 3, 15, 21)
+    assert torch.equal(build_network({"type": "Bicubic", "upscale": 1})(x), x)
 
 
 def test_swin_block_rejects_shift_not_smaller_than_window() -> None:
