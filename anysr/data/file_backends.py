@@ -1,0 +1,245 @@
+"""Where image bytes come from: a folder on disk or a BasicSR-style LMDB, behind one interface.
+
+Both backends answer ``get(key_or_path) -> bytes`` and ``keys() -> list[str]``; ``decode_image`` turns the
+bytes into a BasicSR numpy image (HWC BGR uint8, or HW uint8 for single-channel files).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+
+from anysr.errors import DataError, OptionError, did_you_mean
+
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm")
+BACKEND_TYPES = ("disk", "lmdb")
+
+_DECODE_FLAGS = {
+    "unchanged": cv2.IMREAD_UNCHANGED,
+    "color": cv2.IMREAD_COLOR,
+    "gray": cv2.IMREAD_GRAYSCALE,
+}
+
+
+def is_image_file(name: str | os.PathLike[str]) -> bool:
+    """True when ``name`` ends with a known image extension (case-insensitive) and is not hidden."""
+    base = os.path.basename(os.fspath(name))
+    return not base.startswith(".") and base.lower().endswith(IMAGE_EXTENSIONS)
+
+
+def decode_image(buf: bytes, name: str, flag: str = "unchanged") -> np.ndarray:
+    """Decode encoded image bytes (PNG, JPEG, ...) with cv2.imdecode.
+
+    Returns uint8 HWC BGR, or uint8 HW for a single-channel file (``flag='unchanged'``); an alpha channel
+    is dropped and 16-bit images are scaled to 8 bits. A corrupt image is a DataError naming ``name``.
+    """
+    if flag not in _DECODE_FLAGS:
+        raise OptionError(f"decode flag '{flag}' is not one of {', '.join(_DECODE_FLAGS)}")
+    arr = np.frombuffer(buf, dtype=np.uint8) if len(buf) else np.zeros(0, dtype=np.uint8)
+    img = cv2.imdecode(arr, _DECODE_FLAGS[flag]) if arr.size else None
+    if img is None:
+        raise DataError(
+            f"{name}: cannot decode the image ({len(buf)} bytes; the file is corrupt, truncated or not an "
+            "image). Replace the file, or remove it from the dataset / meta_info file."
+        )
+    if img.dtype == np.uint16:
+        img = np.clip(np.rint(img.astype(np.float32) / 257.0), 0, 255).astype(np.uint8)
+    elif img.dtype != np.uint8:
+        raise DataError(f"{name}: unsupported pixel type {img.dtype}; convert the image to 8-bit PNG.")
+    if img.ndim == 3:
+        if img.shape[2] == 1:
+            img = img[:, :, 0]
+        elif img.shape[2] == 4:
+            img = np.ascontiguousarray(img[:, :, :3])
+    return img
+
+
+class FileBackend(ABC):
+    """A source of encoded image bytes addressed by key (LMDB) or by file name / path (disk)."""
+
+    root: str
+
+    @abstractmethod
+    def get(self, key_or_path: str) -> bytes:
+        """The encoded bytes of one image; a DataError naming it when it is missing."""
+
+    @abstractmethod
+    def keys(self) -> list[str]:
+        """The images this backend holds (file names relative to the root, or LMDB keys), sorted."""
+
+    def describe(self, key_or_path: str) -> str:
+        """A human-readable location of one image, for error messages."""
+        return key_or_path
+
+    def read(self, key_or_path: str, flag: str = "unchanged") -> np.ndarray:
+        """``get`` then ``decode_image``."""
+        return decode_image(self.get(key_or_path), self.describe(key_or_path), flag)
+
+
+class DiskBackend(FileBackend):
+    """Image files in a folder. ``get`` takes a path relative to ``root`` or an existing absolute path."""
+
+    def __init__(self, root: str | os.PathLike[str] = "") -> None:
+        self.root = os.fspath(root)
+
+    def path_of(self, key_or_path: str) -> str:
+        if os.path.isabs(key_or_path) or not self.root:
+            return key_or_path
+        return os.path.join(self.root, key_or_path)
+
+    def describe(self, key_or_path: str) -> str:
+        return self.path_of(key_or_path)
+
+    def get(self, key_or_path: str) -> bytes:
+        path = self.path_of(key_or_path)
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            raise DataError(f"{path}: image file not found; check the dataroot / meta_info file.") from None
+        except OSError as exc:
+            raise DataError(f"{path}: cannot read the image file ({exc}).") from exc
+
+    def keys(self) -> list[str]:
+        if not os.path.isdir(self.root):
+            raise DataError(f"{self.root}: image folder not found.")
+        return sorted(e.name for e in os.scandir(self.root) if e.is_file() and is_image_file(e.name))
+
+
+def _import_lmdb() -> Any:
+    try:
+        import lmdb
+    except ImportError:
+        raise DataError(
+            "io_backend type 'lmdb' needs the lmdb package: pip install anysr[lmdb] (or pip install lmdb)"
+        ) from None
+    return lmdb
+
+
+def read_lmdb_meta_info(db_path: str | os.PathLike[str]) -> list[str]:
+    """Keys listed in ``<db>/meta_info.txt`` (lines ``<key>.png (h,w,c) <compress>``; the key is the stem)."""
+    meta = Path(db_path) / "meta_info.txt"
+    if not meta.is_file():
+        raise DataError(
+            f"{meta}: LMDB meta_info.txt not found; an LMDB dataset is a folder '<name>.lmdb' holding "
+            "data.mdb and meta_info.txt (create it with anysr.data.prepare or BasicSR's "
+            "scripts/data_preparation/create_lmdb.py)."
+        )
+    keys = []
+    for line in meta.read_text().splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        name = line.split()[0]
+        keys.append(os.path.splitext(name)[0] if is_image_file(name) else name)
+    return keys
+
+
+# One read-only environment per (process, LMDB folder): py-lmdb refuses to open the same files twice in a
+# process, and a handle inherited through fork must not be used, so a forked child closes its copy and opens
+# its own. This is a per-process resource cache (shared by threads), not rank state.
+_ENVS: dict[str, tuple[int, Any]] = {}
+_ENVS_LOCK = threading.Lock()
+
+
+def _reset_env_lock() -> None:
+    global _ENVS_LOCK
+    _ENVS_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_env_lock)
+
+
+def _process_env(root: str) -> Any:
+    """This process's read-only environment for the LMDB folder ``root`` (opened on first use)."""
+    key = os.path.realpath(root)
+    pid = os.getpid()
+    with _ENVS_LOCK:
+        entry = _ENVS.get(key)
+        if entry is not None and entry[0] == pid:
+            return entry[1]
+        lmdb = _import_lmdb()
+        if entry is not None:  # inherited from the parent through fork: release our copy of it
+            with contextlib.suppress(lmdb.Error):
+                entry[1].close()
+        env = lmdb.open(root, readonly=True, lock=False, readahead=False, meminit=False, subdir=True)
+        _ENVS[key] = (pid, env)
+        return env
+
+
+def _close_process_env(root: str) -> None:
+    key = os.path.realpath(root)
+    with _ENVS_LOCK:
+        entry = _ENVS.get(key)
+        if entry is not None and entry[0] == os.getpid():
+            del _ENVS[key]
+            entry[1].close()
+
+
+class LmdbBackend(FileBackend):
+    """A BasicSR LMDB folder (``x.lmdb`` with data.mdb and meta_info.txt), keys are image stems.
+
+    The environment is opened lazily (readonly, lock=False) by the process that first reads and shared by
+    every backend of that folder in the process; a DataLoader worker (fork or spawn) opens its own.
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = os.fspath(root)
+        _import_lmdb()
+        if not os.path.isdir(self.root) or not os.path.isfile(os.path.join(self.root, "data.mdb")):
+            raise DataError(
+                f"{self.root}: not an LMDB dataset (expected a folder with data.mdb and meta_info.txt); "
+                "check the dataroot or set io_backend.type: disk."
+            )
+        self._keys = read_lmdb_meta_info(self.root)
+
+    def close(self) -> None:
+        """Close this process's environment of the folder (it reopens on the next read)."""
+        _close_process_env(self.root)
+
+    def describe(self, key_or_path: str) -> str:
+        return f"{self.root} key '{key_or_path}'"
+
+    def get(self, key_or_path: str) -> bytes:
+        with _process_env(self.root).begin(write=False) as txn:
+            buf = txn.get(key_or_path.encode("utf-8"))
+        if buf is None:
+            raise DataError(
+                f"{self.describe(key_or_path)}: key not in the LMDB{did_you_mean(key_or_path, self._keys)}; "
+                "meta_info.txt and data.mdb disagree, rebuild the LMDB."
+            )
+        return bytes(buf)
+
+    def keys(self) -> list[str]:
+        return sorted(self._keys)
+
+
+def backend_type(io_opt: dict[str, Any] | None, key_path: str = "io_backend") -> str:
+    """The validated ``io_backend.type`` ('disk' when no io_backend is given)."""
+    if io_opt is None:
+        return "disk"
+    if not isinstance(io_opt, dict):
+        raise OptionError(f"{key_path}: expected a mapping like {{type: disk}}, got {io_opt!r}")
+    kind = io_opt.get("type", "disk")
+    if kind not in BACKEND_TYPES:
+        raise OptionError(
+            f"{key_path}.type: unknown io backend '{kind}'{did_you_mean(str(kind), BACKEND_TYPES)}; "
+            f"use one of: {', '.join(BACKEND_TYPES)}"
+        )
+    return str(kind)
+
+
+def build_backend(io_opt: dict[str, Any] | None, root: str | os.PathLike[str],
+                  key_path: str = "io_backend") -> FileBackend:
+    """A backend for ``root`` from ``io_backend: {type: disk|lmdb}`` (disk when ``io_opt`` is None)."""
+    if backend_type(io_opt, key_path) == "lmdb":
+        return LmdbBackend(root)
+    return DiskBackend(root)

@@ -1,0 +1,155 @@
+"""Build datasets from options and wrap them in train / eval DataLoaders."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from typing import Any
+
+import cv2
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from anysr.data.sampler import TrainSampler
+from anysr.errors import DataError, OptionError
+from anysr.registry import DATASET_REGISTRY
+
+
+def build_dataset(opt: dict[str, Any], key_path: str) -> Dataset:
+    """The dataset named by ``opt['type']`` (DATASET_REGISTRY), built from ``opt``.
+
+    ``key_path`` (e.g. 'datasets.train') is used in error messages; an unknown type is an OptionError
+    naming the nearest registered one.
+    """
+    if not isinstance(opt, dict):
+        raise OptionError(f"{key_path}: expected a mapping of dataset options, got {type(opt).__name__}")
+    if not opt.get("type"):
+        known = ", ".join(DATASET_REGISTRY.keys())
+        raise OptionError(f"{key_path}.type: missing; known dataset types: {known}")
+    cls = DATASET_REGISTRY.get(str(opt["type"]), f"{key_path}.type")
+    try:
+        takes_key_path = "key_path" in inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        takes_key_path = False
+    return cls(opt, key_path=key_path) if takes_key_path else cls(opt)
+
+
+def collate(batch: list[dict[str, Any]]) -> dict[str, Any]:
+    """Stack the tensors of a list of item dicts; everything else (paths, flags) becomes a list."""
+    if not batch:
+        return {}
+    out: dict[str, Any] = {}
+    for key in batch[0]:
+        values = [item[key] for item in batch]
+        if all(isinstance(v, torch.Tensor) for v in values):
+            out[key] = torch.stack(values, 0)
+        else:
+            out[key] = values
+    return out
+
+
+def _worker_init(worker_id: int) -> None:
+    """Keep OpenCV single-threaded inside DataLoader workers (they are already parallel)."""
+    del worker_id
+    cv2.setNumThreads(0)
+
+
+def _int_opt(opt: dict[str, Any], key: str, key_path: str, default: int | None, minimum: int) -> int:
+    value = opt.get(key, default)
+    if value is None:
+        raise OptionError(f"{key_path}.{key}: missing")
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise OptionError(f"{key_path}.{key}: expected an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _worker_kwargs(opt: dict[str, Any], key_path: str, workers: int, seed: int = 0) -> dict[str, Any]:
+    persistent = bool(opt.get("persistent_workers", False)) and workers > 0
+    # A private generator: DataLoader draws a worker base seed per iterator, which must not advance the
+    # global torch RNG (that would make resumed runs diverge). Samples get their randomness from the sampler.
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    kwargs: dict[str, Any] = {
+        "generator": generator,
+        "num_workers": workers,
+        "pin_memory": bool(opt.get("pin_memory", False)),
+        "persistent_workers": persistent,
+        "collate_fn": collate,
+    }
+    if workers > 0:
+        kwargs["worker_init_fn"] = _worker_init
+        if opt.get("prefetch_factor") is not None:
+            kwargs["prefetch_factor"] = _int_opt(opt, "prefetch_factor", key_path, None, 1)
+    return kwargs
+
+
+def build_train_loader(dataset: Dataset, dataset_opt: dict[str, Any], *, world_size: int, rank: int,
+                       seed: int, start_iter: int = 0,
+                       key_path: str = "datasets.train") -> tuple[DataLoader, TrainSampler]:
+    """A DataLoader over this rank's shard of the training stream, positioned at global step ``start_iter``.
+
+    Options: batch_size_per_gpu (required), num_worker_per_gpu (0), dataset_enlarge_ratio (1),
+    use_shuffle (True), pin_memory (False), persistent_workers (False), prefetch_factor.
+    The loader starts at epoch ``start_iter // batches_per_epoch``, batch ``start_iter % batches_per_epoch``;
+    for later epochs call ``sampler.set_epoch(e)``.
+    """
+    bs = _int_opt(dataset_opt, "batch_size_per_gpu", key_path, None, 1)
+    workers = _int_opt(dataset_opt, "num_worker_per_gpu", key_path, 0, 0)
+    enlarge = _int_opt(dataset_opt, "dataset_enlarge_ratio", key_path, 1, 1)
+    name = str(dataset_opt.get("name") or key_path)
+    shuffle = bool(dataset_opt.get("use_shuffle", True))
+    sampler = TrainSampler(len(dataset), batch_size=bs, world_size=world_size,  # type: ignore[arg-type]
+                           rank=rank, seed=seed, enlarge_ratio=enlarge, shuffle=shuffle,
+                           name=f"{key_path} ({name})" if name != key_path else key_path)
+    epoch, batch = sampler.position(start_iter)
+    sampler.set_epoch(epoch, batch)
+    loader = DataLoader(dataset, batch_size=bs, sampler=sampler, drop_last=True,
+                        **_worker_kwargs(dataset_opt, key_path, workers, seed))
+    return loader, sampler
+
+
+def eval_indices(num_items: int, world_size: int, rank: int) -> tuple[list[int], list[bool]]:
+    """Round-robin shard of ``range(num_items)`` for ``rank``, padded to ``ceil(num_items / world_size)``.
+
+    Returns (dataset indices in loader order, pad flags); padding repeats images from the start.
+    """
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise OptionError(f"eval sharding: rank {rank} / world_size {world_size} is not a valid position")
+    per_rank = math.ceil(num_items / world_size)
+    positions = [rank + k * world_size for k in range(per_rank)]
+    return [p % num_items for p in positions], [p >= num_items for p in positions]
+
+
+class _EvalShard(Dataset):
+    """This rank's items of an evaluation dataset, each tagged with 'pad' and 'index'."""
+
+    def __init__(self, dataset: Dataset, indices: list[int], pads: list[bool]) -> None:
+        self.dataset = dataset
+        self.indices = indices
+        self.pads = pads
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, j: int) -> dict[str, Any]:
+        item = dict(self.dataset[self.indices[j]])
+        item["pad"] = self.pads[j]
+        item["index"] = self.indices[j]
+        return item
+
+
+def build_eval_loader(dataset: Dataset, dataset_opt: dict[str, Any], *, world_size: int, rank: int,
+                      key_path: str = "datasets.val") -> tuple[DataLoader, list[int]]:
+    """A batch-size-1 loader over this rank's round-robin shard, padded so every rank has as many items.
+
+    Returns (loader, dataset indices in loader order, padding included). Batches carry 'pad' (list of
+    bool: True for a repeat that metrics must ignore) and 'index' (list of dataset indices).
+    """
+    n = len(dataset)  # type: ignore[arg-type]
+    if n == 0:
+        raise DataError(f"{key_path}: the dataset is empty; check its dataroot / meta_info_file")
+    workers = _int_opt(dataset_opt, "num_worker_per_gpu", key_path, 0, 0)
+    indices, pads = eval_indices(n, world_size, rank)
+    loader = DataLoader(_EvalShard(dataset, indices, pads), batch_size=1, shuffle=False, drop_last=False,
+                        **_worker_kwargs(dataset_opt, key_path, workers))
+    return loader, indices

@@ -1,0 +1,385 @@
+"""Datasets of (LQ, GT) image pairs and of single LQ images, with BasicSR's option names.
+
+Items are addressed by ``ds[i]`` or ``ds[(i, seed)]``: in the train phase the random crop and flips use
+``np.random.default_rng(seed)`` only (``ds[i]`` means seed ``i``), so a sample depends on nothing but
+(index, seed) - not on worker count, process or resume point. Val/test items are whole images.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from anysr.data.degradations import bicubic_degrade, bicubic_degrade_window
+from anysr.data.file_backends import (
+    IMAGE_EXTENSIONS,
+    FileBackend,
+    backend_type,
+    build_backend,
+    is_image_file,
+)
+from anysr.data.transforms import (
+    augment,
+    bgr_to_y,
+    img2tensor,
+    match_gt_to_lq,
+    mod_crop,
+    normalize,
+    paired_random_crop,
+    random_crop_origin,
+)
+from anysr.errors import DataError, OptionError
+from anysr.registry import DATASET_REGISTRY
+
+PHASES = ("train", "val", "test")
+_MAX_LISTED = 10
+
+
+def _listing(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:_MAX_LISTED])
+    more = len(names) - _MAX_LISTED
+    return shown + (f" ... and {more} more" if more > 0 else "")
+
+
+def _default_key_path(opt: dict[str, Any]) -> str:
+    phase = opt.get("phase", "train")
+    return f"datasets.{phase}" if phase in PHASES else "dataset"
+
+
+def _phase(opt: dict[str, Any], key_path: str) -> str:
+    phase = opt.get("phase")
+    if phase is None:
+        last = key_path.rsplit(".", 1)[-1]
+        phase = "train" if last.startswith("train") else ("test" if last.startswith("test") else "val")
+    if phase not in PHASES:
+        raise OptionError(f"{key_path}.phase: '{phase}' is not one of {', '.join(PHASES)}")
+    return str(phase)
+
+
+def _positive_int(opt: dict[str, Any], key: str, key_path: str, hint: str = "") -> int:
+    if opt.get(key) is None:
+        raise OptionError(f"{key_path}.{key}: missing{hint}")
+    value = opt[key]
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise OptionError(f"{key_path}.{key}: expected a positive integer, got {value!r}")
+    return int(value)
+
+
+def _folder_opt(opt: dict[str, Any], key: str, key_path: str) -> str:
+    root = opt.get(key)
+    if not root:
+        raise OptionError(f"{key_path}.{key}: missing; set it to the image folder (or .lmdb folder)")
+    root = os.fspath(root)
+    if not os.path.isdir(root):
+        raise DataError(f"{key_path}.{key}: folder '{root}' not found; check the path "
+                        "(relative paths are taken from the current directory)")
+    return root
+
+
+def _norm_stats(opt: dict[str, Any], key_path: str) -> tuple[list[float], list[float]] | None:
+    mean, std = opt.get("mean"), opt.get("std")
+    if mean is None and std is None:
+        return None
+    if mean is None or std is None:
+        raise OptionError(f"{key_path}: set both 'mean' and 'std' (or neither)")
+    out = []
+    for key, val in (("mean", mean), ("std", std)):
+        vals = [val] if isinstance(val, (int, float)) else list(val)
+        if len(vals) not in (1, 3) or not all(isinstance(v, (int, float)) for v in vals):
+            raise OptionError(f"{key_path}.{key}: expected a number or a list of 1 or 3 numbers, got {val!r}")
+        out.append([float(v) for v in vals])
+    if any(s == 0 for s in out[1]):
+        raise OptionError(f"{key_path}.std: must not contain 0")
+    return out[0], out[1]
+
+
+def _color(opt: dict[str, Any], key_path: str) -> str | None:
+    color = opt.get("color")
+    if color not in (None, "y", "rgb"):
+        raise OptionError(f"{key_path}.color: '{color}' is not supported; use 'y' (luma only) or leave it "
+                          "unset")
+    return None if color == "rgb" else color
+
+
+def _meta_info_names(meta_file: str, key_path: str) -> list[str]:
+    if not os.path.isfile(meta_file):
+        raise DataError(f"{key_path}.meta_info_file: '{meta_file}' not found; fix the path or remove the "
+                        "option to list the folder instead")
+    with open(meta_file, encoding="utf-8") as f:
+        names = [line.split()[0] for line in f if line.strip()]
+    if not names:
+        raise DataError(f"{key_path}.meta_info_file: '{meta_file}' lists no images")
+    return names
+
+
+def _check_files_exist(root: str, names: Sequence[str], what: str, key_path: str) -> None:
+    missing = [n for n in names if not os.path.isfile(os.path.join(root, n))]
+    if missing:
+        raise DataError(f"{key_path}: {len(missing)} {what} image(s) listed but not found in '{root}': "
+                        f"{_listing(missing)}")
+
+
+def paired_names_from_folder(gt_root: str, lq_root: str, filename_tmpl: str = "{}",
+                             key_path: str = "dataset") -> list[tuple[str, str]]:
+    """(GT name, LQ name) pairs matched by stem: the LQ stem is ``filename_tmpl.format(GT stem)``.
+
+    Any image extension is accepted on either side. A GT without its LQ, or an LQ without its GT, is a
+    DataError listing the unmatched names.
+    """
+    gt_names = [n for n in sorted(os.listdir(gt_root)) if is_image_file(n) and
+                os.path.isfile(os.path.join(gt_root, n))]
+    lq_names = [n for n in sorted(os.listdir(lq_root)) if is_image_file(n) and
+                os.path.isfile(os.path.join(lq_root, n))]
+    if not gt_names:
+        raise DataError(f"{key_path}.dataroot_gt: no images ({', '.join(IMAGE_EXTENSIONS)}) in '{gt_root}'")
+    lq_by_stem: dict[str, str] = {}
+    for n in lq_names:
+        stem = os.path.splitext(n)[0]
+        if stem in lq_by_stem:
+            raise DataError(f"{key_path}.dataroot_lq: '{lq_root}' holds two images with stem '{stem}': "
+                            f"{lq_by_stem[stem]} and {n}; keep one")
+        lq_by_stem[stem] = n
+    pairs, no_lq = [], []
+    for n in gt_names:
+        want = filename_tmpl.format(os.path.splitext(n)[0])
+        if want in lq_by_stem:
+            pairs.append((n, lq_by_stem.pop(want)))
+        else:
+            no_lq.append(f"{n} (expected LQ '{want}.*')")
+    if no_lq or lq_by_stem:
+        parts = []
+        if no_lq:
+            parts.append(f"{len(no_lq)} GT image(s) in '{gt_root}' have no LQ in '{lq_root}': "
+                         f"{_listing(no_lq)}")
+        if lq_by_stem:
+            parts.append(f"{len(lq_by_stem)} LQ image(s) in '{lq_root}' have no GT: "
+                         f"{_listing(sorted(lq_by_stem.values()))}")
+        raise DataError(f"{key_path}: unmatched image pairs (filename_tmpl '{filename_tmpl}'): "
+                        + "; ".join(parts) + ". Fix the file names or set filename_tmpl.")
+    return pairs
+
+
+def paired_names_from_meta_info(meta_file: str, gt_root: str, lq_root: str, filename_tmpl: str = "{}",
+                                key_path: str = "dataset") -> list[tuple[str, str]]:
+    """(GT name, LQ name) pairs from a meta info file whose lines start with the GT file name.
+
+    The LQ name is ``filename_tmpl.format(GT stem)`` plus the GT's extension (as BasicSR); every listed
+    file must exist.
+    """
+    gt_names = _meta_info_names(meta_file, key_path)
+    pairs = []
+    for n in gt_names:
+        stem, ext = os.path.splitext(n)
+        pairs.append((n, filename_tmpl.format(stem) + ext))
+    _check_files_exist(gt_root, [p[0] for p in pairs], "GT", key_path)
+    _check_files_exist(lq_root, [p[1] for p in pairs], "LQ", key_path)
+    return pairs
+
+
+def paired_keys_from_lmdb(gt: FileBackend, lq: FileBackend,
+                          key_path: str = "dataset") -> list[tuple[str, str]]:
+    """(key, key) pairs: both LMDBs must hold the same keys (from their meta_info.txt)."""
+    gt_keys, lq_keys = gt.keys(), lq.keys()
+    if set(gt_keys) != set(lq_keys):
+        only_gt = sorted(set(gt_keys) - set(lq_keys))
+        only_lq = sorted(set(lq_keys) - set(gt_keys))
+        raise DataError(
+            f"{key_path}: the LMDBs '{gt.root}' and '{lq.root}' hold different keys "
+            f"(only in GT: {_listing(only_gt) or '-'}; only in LQ: {_listing(only_lq) or '-'}); rebuild them "
+            "from matching folders."
+        )
+    return [(k, k) for k in gt_keys]
+
+
+@dataclass(frozen=True)
+class _Pair:
+    gt: str | None
+    lq: str | None
+
+
+class _ImageDataset(Dataset):
+    """Shared option parsing and tensor conversion."""
+
+    def __init__(self, opt: dict[str, Any], key_path: str | None) -> None:
+        self.opt = opt
+        self.key_path = key_path or _default_key_path(opt)
+        self.name = str(opt.get("name", self.key_path))
+        self.phase = _phase(opt, self.key_path)
+        self.color = _color(opt, self.key_path)
+        self.norm = _norm_stats(opt, self.key_path)
+        self.io_opt = opt.get("io_backend") or {"type": "disk"}
+        self.io_type = backend_type(self.io_opt, f"{self.key_path}.io_backend")
+        self.items: list[_Pair] = []
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    @staticmethod
+    def _split_index(index: Any) -> tuple[int, int | None]:
+        if isinstance(index, tuple):
+            i, seed = index
+            return int(i), int(seed)
+        return int(index), None
+
+    def _to_tensor(self, img: np.ndarray) -> torch.Tensor:
+        if self.color == "y":
+            t = img2tensor(bgr_to_y(img))
+        else:
+            t = img2tensor(img, gray_to_rgb=True)
+        if self.norm is not None:
+            t = normalize(t, *self.norm)
+        return t
+
+    def _path(self, root: str, key: str) -> str:
+        return key if self.io_type == "lmdb" else os.path.join(root, key)
+
+    def _names_from(self, root: str, backend: FileBackend, what: str) -> list[str]:
+        """Image names of one side: from meta_info_file, the LMDB's keys, or the folder listing."""
+        meta = self.opt.get("meta_info_file")
+        if self.io_type == "lmdb":
+            names = backend.keys()
+        elif meta:
+            names = _meta_info_names(os.fspath(meta), self.key_path)
+            _check_files_exist(root, names, what, self.key_path)
+        else:
+            names = backend.keys()
+        if not names:
+            raise DataError(f"{self.key_path}: no images ({', '.join(IMAGE_EXTENSIONS)}) in '{root}'")
+        return names
+
+
+@DATASET_REGISTRY.register()
+class PairedImageDataset(_ImageDataset):
+    """Paired LQ/GT images for training and validation (BasicSR's ``PairedImageDataset`` options).
+
+    Options: dataroot_gt, dataroot_lq (or ``lq_from_gt: true`` to make the LQ by MATLAB bicubic from the
+    mod-cropped GT), meta_info_file, filename_tmpl ('{}'), io_backend {type: disk|lmdb}, scale, phase,
+    gt_size (train), use_hflip (alias use_flip), use_rot, color ('y'), mean, std.
+    Items: {'lq', 'gt': float CHW tensors, 'lq_path', 'gt_path': str, 'gray': bool}; tensors have 3
+    channels (a gray GT file is replicated) or 1 with ``color: y``.
+    """
+
+    def __init__(self, opt: dict[str, Any], key_path: str | None = None) -> None:
+        super().__init__(opt, key_path)
+        kp = self.key_path
+        self.scale = _positive_int(opt, "scale", kp, "; set the top-level 'scale' option (e.g. 4)")
+        self.lq_from_gt = bool(opt.get("lq_from_gt", False))
+        self.filename_tmpl = str(opt.get("filename_tmpl", "{}"))
+        if "{}" not in self.filename_tmpl:
+            raise OptionError(f"{kp}.filename_tmpl: '{self.filename_tmpl}' must contain '{{}}' "
+                              "where the GT stem goes (e.g. '{}x4')")
+        self.gt_size = 0
+        if self.phase == "train":
+            self.gt_size = _positive_int(opt, "gt_size", kp, "; the training patch size in GT pixels "
+                                         "(e.g. 128)")
+            if self.gt_size % self.scale:
+                raise OptionError(f"{kp}.gt_size: {self.gt_size} is not a multiple of scale {self.scale}; "
+                                  f"use e.g. {max(self.scale, self.gt_size - self.gt_size % self.scale)}")
+        flip = opt.get("use_hflip", opt.get("use_flip", True))
+        self.use_hflip = bool(flip)
+        self.use_rot = bool(opt.get("use_rot", True))
+
+        self.gt_root = _folder_opt(opt, "dataroot_gt", kp)
+        self.gt_backend = build_backend(self.io_opt, self.gt_root, f"{kp}.io_backend")
+        if self.lq_from_gt:
+            self.lq_root = None
+            self.lq_backend = None
+            self.items = [_Pair(n, None) for n in self._names_from(self.gt_root, self.gt_backend, "GT")]
+            return
+        if not opt.get("dataroot_lq"):
+            raise OptionError(f"{kp}.dataroot_lq: missing; set it to the LQ folder, or set "
+                              f"{kp}.lq_from_gt: true to make the LQ images by bicubic downscaling")
+        self.lq_root = _folder_opt(opt, "dataroot_lq", kp)
+        self.lq_backend = build_backend(self.io_opt, self.lq_root, f"{kp}.io_backend")
+        meta = opt.get("meta_info_file")
+        if self.io_type == "lmdb":
+            pairs = paired_keys_from_lmdb(self.gt_backend, self.lq_backend, kp)
+        elif meta:
+            pairs = paired_names_from_meta_info(os.fspath(meta), self.gt_root, self.lq_root,
+                                                self.filename_tmpl, kp)
+        else:
+            pairs = paired_names_from_folder(self.gt_root, self.lq_root, self.filename_tmpl, kp)
+        self.items = [_Pair(g, q) for g, q in pairs]
+
+    def paths(self, i: int) -> tuple[str, str]:
+        """(gt_path, lq_path) of item ``i`` (for lq_from_gt both are the GT path)."""
+        item = self.items[i]
+        assert item.gt is not None
+        gt_path = self._path(self.gt_root, item.gt)
+        if item.lq is None or self.lq_root is None:
+            return gt_path, gt_path
+        return gt_path, self._path(self.lq_root, item.lq)
+
+    def __getitem__(self, index: Any) -> dict[str, Any]:
+        i, seed = self._split_index(index)
+        item = self.items[i]
+        assert item.gt is not None
+        gt_path, lq_path = self.paths(i)
+        img_gt = self.gt_backend.read(item.gt)
+        gray = img_gt.ndim == 2
+        s = self.scale
+        rng = np.random.default_rng(i if seed is None else seed) if self.phase == "train" else None
+
+        if self.lq_from_gt:
+            img_gt = mod_crop(img_gt, s)
+            if rng is not None:
+                img_gt, img_lq = self._degraded_patch(img_gt, rng, gt_path)
+            else:
+                if min(img_gt.shape[:2]) == 0:
+                    raise DataError(f"{gt_path}: image is smaller than scale {s}")
+                img_lq = bicubic_degrade(img_gt, s)
+        else:
+            assert self.lq_backend is not None and item.lq is not None
+            img_lq = self.lq_backend.read(item.lq)
+            if rng is not None:
+                img_gt, img_lq = paired_random_crop(img_gt, img_lq, self.gt_size, s, rng, gt_path, lq_path)
+            else:
+                img_gt = match_gt_to_lq(img_gt, img_lq, s, gt_path, lq_path)
+        if rng is not None:
+            img_gt, img_lq = augment([img_gt, img_lq], self.use_hflip, self.use_rot, rng)
+        return {"lq": self._to_tensor(img_lq), "gt": self._to_tensor(img_gt),
+                "lq_path": lq_path, "gt_path": gt_path, "gray": gray}
+
+    def _degraded_patch(self, gt: np.ndarray, rng: np.random.Generator,
+                        gt_path: str) -> tuple[np.ndarray, np.ndarray]:
+        """A random GT patch and its bicubic LQ, equal to cropping the whole degraded image."""
+        s, size = self.scale, self.gt_size
+        h, w = gt.shape[:2]
+        if h < size or w < size:
+            raise DataError(
+                f"{gt_path} is {h}x{w} (HxW after mod-crop to scale {s}), smaller than the {size}x{size} "
+                f"GT patch (gt_size). Lower gt_size, or remove images smaller than {size}x{size}."
+            )
+        p = size // s
+        top, left = random_crop_origin(h // s, w // s, p, rng)
+        lq = bicubic_degrade_window(gt, s, top, left, p)
+        return gt[top * s: top * s + size, left * s: left * s + size, ...], lq
+
+
+@DATASET_REGISTRY.register()
+class SingleImageDataset(_ImageDataset):
+    """LQ images only, for inference (options: dataroot_lq, meta_info_file, io_backend, color, mean, std).
+
+    Items: {'lq': float CHW tensor, 'lq_path': str, 'gray': bool}.
+    """
+
+    def __init__(self, opt: dict[str, Any], key_path: str | None = None) -> None:
+        opt = dict(opt)
+        opt.setdefault("phase", "test")
+        super().__init__(opt, key_path)
+        self.lq_root = _folder_opt(opt, "dataroot_lq", self.key_path)
+        self.lq_backend = build_backend(self.io_opt, self.lq_root, f"{self.key_path}.io_backend")
+        self.items = [_Pair(None, n) for n in self._names_from(self.lq_root, self.lq_backend, "LQ")]
+
+    def __getitem__(self, index: Any) -> dict[str, Any]:
+        i, _ = self._split_index(index)
+        name = self.items[i].lq
+        assert name is not None
+        img = self.lq_backend.read(name)
+        return {"lq": self._to_tensor(img), "lq_path": self._path(self.lq_root, name), "gray": img.ndim == 2}
