@@ -100,7 +100,8 @@ def build_train_loader(dataset: Dataset, dataset_opt: dict[str, Any], *, world_s
     shuffle = bool(dataset_opt.get("use_shuffle", True))
     sampler = TrainSampler(len(dataset), batch_size=bs, world_size=world_size,  # type: ignore[arg-type]
                            rank=rank, seed=seed, enlarge_ratio=enlarge, shuffle=shuffle,
-                           name=f"{key_path} ({name})" if name != key_path else key_path)
+                           name=key_path if name in (key_path, key_path.rsplit(".", 1)[-1]) else
+                           f"{key_path} ({name})")
     epoch, batch = sampler.position(start_iter)
     sampler.set_epoch(epoch, batch)
     loader = DataLoader(dataset, batch_size=bs, sampler=sampler, drop_last=True,

@@ -260,7 +260,7 @@ class PairedImageDataset(_ImageDataset):
 
     Options: dataroot_gt, dataroot_lq (or ``lq_from_gt: true`` to make the LQ by MATLAB bicubic from the
     mod-cropped GT), meta_info_file, filename_tmpl ('{}'), io_backend {type: disk|lmdb}, scale, phase,
-    gt_size (train), use_hflip (alias use_flip), use_rot, color ('y'), mean, std.
+    gt_size (train), use_hflip (alias use_flip; default off), use_rot (default off), color ('y'), mean, std.
     Items: {'lq', 'gt': float CHW tensors, 'lq_path', 'gt_path': str, 'gray': bool}; tensors have 3
     channels (a gray GT file is replicated) or 1 with ``color: y``.
     """
@@ -281,9 +281,9 @@ class PairedImageDataset(_ImageDataset):
             if self.gt_size % self.scale:
                 raise OptionError(f"{kp}.gt_size: {self.gt_size} is not a multiple of scale {self.scale}; "
                                   f"use e.g. {max(self.scale, self.gt_size - self.gt_size % self.scale)}")
-        flip = opt.get("use_hflip", opt.get("use_flip", True))
+        flip = opt.get("use_hflip", opt.get("use_flip", False))
         self.use_hflip = bool(flip)
-        self.use_rot = bool(opt.get("use_rot", True))
+        self.use_rot = bool(opt.get("use_rot", False))
 
         self.gt_root = _folder_opt(opt, "dataroot_gt", kp)
         self.gt_backend = build_backend(self.io_opt, self.gt_root, f"{kp}.io_backend")
