@@ -1,0 +1,155 @@
+"""Reading option files: YAML -> overrides -> validated dict with defaults and resolved paths."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from anysr.errors import OptionError
+from anysr.options.fields import show
+from anysr.options.schema import validate
+
+_OVERRIDE_FORM = "expected key.path=value, e.g. train.total_iter=1000 or val=null"
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key written twice in one mapping (PyYAML keeps the last silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key '{key}' is written twice (first at line {seen[key]}); keep one",
+                    key_node.start_mark)
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """The mapping in a YAML file; OptionError for a missing file, a syntax error (with its line), etc."""
+    p = Path(path)
+    if not p.exists():
+        raise OptionError(f"options file '{p}' does not exist; check the path given to -opt")
+    if not p.is_file():
+        raise OptionError(f"options file '{p}' is a folder; give the path of a .yml file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise OptionError(f"options file '{p}' is not UTF-8 text ({err.reason} at byte {err.start})"
+                          ) from None
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        what = " ".join(x for x in (err.context, err.problem) if x)
+        raise OptionError(f"options file '{p}': YAML syntax error{where}: {what}") from None
+    except yaml.YAMLError as err:
+        raise OptionError(f"options file '{p}': YAML error: {err}") from None
+    if data is None:
+        raise OptionError(f"options file '{p}' is empty; it needs at least name, scale and network_g")
+    if not isinstance(data, dict):
+        raise OptionError(f"options file '{p}': the top level must be a mapping (key: value lines), "
+                          f"got {type(data).__name__}")
+    return data
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``'a.b.c=value'`` -> ``(['a', 'b', 'c'], value)``; the value is read with ``yaml.safe_load``."""
+    if not isinstance(text, str) or "=" not in text:
+        raise OptionError(f"override {text!r}: no '='; {_OVERRIDE_FORM}")
+    key, _, raw = text.partition("=")
+    key = key.strip()
+    parts = key.split(".")
+    if not key or any(not part or part != part.strip() or " " in part for part in parts):
+        raise OptionError(f"override {text!r}: bad key path '{key}' (empty or blank part); {_OVERRIDE_FORM}")
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError as err:
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise OptionError(f"override {text!r}: the value {raw!r} is not valid YAML ({problem}); "
+                          "quote it, e.g. name='a: b'") from None
+    return parts, value
+
+
+def _set(opt: dict[str, Any], keys: list[str], value: Any, text: str) -> None:
+    node: Any = opt
+    for i, key in enumerate(keys):
+        last = i == len(keys) - 1
+        here = ".".join(keys[: i + 1])
+        if isinstance(node, list):
+            if not key.isdigit() or int(key) >= len(node):
+                raise OptionError(f"override {text!r}: {'.'.join(keys[:i])} is a list of {len(node)} items; "
+                                  f"'{key}' is not an index in it")
+            key_or_index: Any = int(key)
+        else:
+            key_or_index = key
+        if last:
+            node[key_or_index] = value
+            return
+        child = node[key_or_index] if isinstance(node, list) else node.get(key)
+        if child is None:
+            child = {}
+            node[key_or_index] = child
+        elif not isinstance(child, (dict, list)):
+            raise OptionError(f"override {text!r}: {here} is {show(child)}, not a mapping, so "
+                              f"{'.'.join(keys)} cannot be set; override {here} itself")
+        node = child
+
+
+def apply_overrides(opt: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """A copy of ``opt`` with each ``key.path=value`` applied in order; bad ones all in one OptionError."""
+    out = copy.deepcopy(opt)
+    problems = []
+    for text in overrides:
+        try:
+            keys, value = parse_override(text)
+            _set(out, keys, value, text)
+        except OptionError as err:
+            problems.append(str(err))
+    if problems:
+        raise OptionError("\n".join(problems) if len(problems) == 1 else
+                          f"{len(problems)} bad overrides:\n" + "\n".join(f"  {p}" for p in problems))
+    return out
+
+
+def validate_options(opt: dict[str, Any], *, is_train: bool, root: str | Path | None = None,
+                     source: str = "options") -> dict[str, Any]:
+    """Check ``opt`` against the schema and return a new dict with defaults filled and paths resolved.
+
+    ``root``: base of relative paths and of the output folders when ``path.root`` is not set (default: the
+    current directory). Every problem found is listed, one per line, in a single OptionError.
+    """
+    if not isinstance(opt, dict):
+        raise OptionError(f"{source}: the options must be a mapping (name, scale, network_g, ...), "
+                          f"got {type(opt).__name__}")
+    base = Path(root if root is not None else Path.cwd()).expanduser().absolute()
+    result, problems = validate(copy.deepcopy(opt), is_train=is_train, root=base)
+    if problems:
+        count = f"{len(problems)} problem{'s' if len(problems) > 1 else ''}"
+        raise OptionError(f"{count} in {source}:\n" + "\n".join(f"  {p}" for p in problems))
+    return result
+
+
+def load_options(path: str | Path, overrides: Sequence[str] = (), *, is_train: bool,
+                 root: str | Path | None = None) -> dict[str, Any]:
+    """Read a BasicSR-style YAML file, apply ``key.path=value`` overrides, validate, fill defaults.
+
+    Returns a plain nested dict (``opt['train']['ema_decay']``) with ``is_train`` set, every dataset's
+    ``phase`` and ``scale`` set and every path absolute.
+    """
+    data = read_yaml(path)
+    data = apply_overrides(data, overrides)
+    source = f"options file '{path}'"
+    if overrides:
+        source += f" (with overrides {' '.join(overrides)})"
+    return validate_options(data, is_train=is_train, root=root, source=source)

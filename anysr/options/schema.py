@@ -1,0 +1,660 @@
+"""The option schema: every key anysr reads (BasicSR's vocabulary plus ours), its type, default and rules.
+
+This module is the source of truth for defaults; ``docs/options.md`` is generated from it
+(``python -m anysr.options.docs``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from pathlib import Path
+from typing import Any
+
+from anysr.accelerators.base import PRECISIONS
+from anysr.accelerators.launch import ACCELERATORS, LAUNCHERS
+from anysr.errors import did_you_mean
+from anysr.options.fields import (
+    MISSING,
+    Check,
+    Context,
+    Field,
+    ListOf,
+    MapOf,
+    Section,
+    at_least,
+    between,
+    greater_than,
+    show,
+    validate_field,
+    validate_section,
+)
+from anysr.registry import ARCH_REGISTRY, DATASET_REGISTRY, METRIC_REGISTRY, MODEL_REGISTRY, Registry
+
+PHASES = ("train", "val", "test")
+METRIC_TYPES = ("calculate_psnr", "calculate_ssim", "psnr", "ssim")
+PIXEL_LOSSES = ("L1Loss", "MSELoss", "CharbonnierLoss")
+OPTIMIZERS = {
+    "Adam": ("lr", "weight_decay", "betas", "eps"),
+    "AdamW": ("lr", "weight_decay", "betas", "eps"),
+    "SGD": ("lr", "weight_decay", "momentum", "nesterov"),
+}
+SCHEDULERS = {
+    "MultiStepLR": {"required": ("milestones",), "optional": {"gamma": 0.1}},
+    "CosineAnnealingRestartLR": {"required": ("periods",),
+                                 "optional": {"restart_weights": None, "eta_min": 0.0}},
+}
+
+_PACKAGES: dict[str, tuple[str, Registry]] = {
+    "model": ("anysr.models", MODEL_REGISTRY),
+    "dataset": ("anysr.data", DATASET_REGISTRY),
+    "arch": ("anysr.archs", ARCH_REGISTRY),
+    "metric": ("anysr.metrics", METRIC_REGISTRY),
+}
+
+
+# ---------------------------------------------------------------- what other packages registered
+
+def known_names(kind: str) -> list[str] | None:
+    """Names registered for ``kind`` ('model', 'dataset', 'arch', 'metric') after importing its package.
+
+    None (check skipped) when the package does not import yet or registers nothing.
+    """
+    module, registry = _PACKAGES[kind]
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return None
+    names = registry.keys()
+    return names or None
+
+
+def arch_info(type_name: str) -> tuple[dict[str, Any], bool] | None:
+    """``(kwarg -> default, takes **kwargs)`` of a registered arch, from ``anysr.archs.arch_kwargs``.
+
+    A default of ``inspect.Parameter.empty`` marks a required argument. None when unavailable.
+    """
+    try:
+        archs = importlib.import_module("anysr.archs")
+    except ImportError:
+        return None
+    getter = getattr(archs, "arch_kwargs", None)
+    if getter is None or type_name not in ARCH_REGISTRY:
+        return None
+    cls = ARCH_REGISTRY.get(type_name)
+    params = dict(getter(cls))
+    try:
+        kinds = [p.kind for p in inspect.signature(cls).parameters.values()]
+        var_kw = inspect.Parameter.VAR_KEYWORD in kinds
+    except (TypeError, ValueError):
+        var_kw = False
+    return params, var_kw
+
+
+# ---------------------------------------------------------------- helpers for rules
+
+def good(out: dict[str, Any], key: str) -> bool:
+    """The key is present, valid and not null."""
+    return out.get(key, None) not in (None, MISSING)
+
+
+def _check_registered(kind: str, label: str, name: Any, path: str, ctx: Context) -> bool:
+    names = known_names(kind)
+    if names is None or not isinstance(name, str) or name in names:
+        return True
+    ctx.add(path, f"unknown {label} '{name}'{did_you_mean(name, names)}; known: {', '.join(names)}")
+    return False
+
+
+def resolve_path(value: str, root: Path) -> Path:
+    """``~`` expanded; a relative path is taken relative to ``root``."""
+    p = Path(value).expanduser()
+    return p if p.is_absolute() else root / p
+
+
+def _existing(out: dict[str, Any], key: str, path: str, ctx: Context, *, kind: str) -> None:
+    """Resolve ``out[key]`` in place and check it exists (``kind``: 'file' or 'file or folder')."""
+    if not good(out, key):
+        return
+    given = out[key]
+    full = resolve_path(given, ctx.root)
+    out[key] = str(full)
+    shown = f"'{given}'" if str(full) == given else f"'{given}' (resolved to {full})"
+    sub = f"{path}.{key}"
+    if not full.exists():
+        ctx.add(sub, f"{shown} does not exist; fix the path (relative paths start at path.root) or create it")
+    elif kind == "file" and not full.is_file():
+        ctx.add(sub, f"{shown} is a folder, expected a file")
+
+
+def _phase_of(name: str) -> str | None:
+    for phase in PHASES:
+        if name.startswith(phase):
+            return phase
+    return None
+
+
+def _dataset_key(name: str) -> str | None:
+    if _phase_of(name) is None:
+        return (f"a dataset name must start with train, val or test (that is its phase), got '{name}'"
+                f"{did_you_mean(name, PHASES)}")
+    return None
+
+
+def _valid_name(value: str) -> bool:
+    return bool(value.strip()) and "/" not in value and "\\" not in value and value not in (".", "..")
+
+
+def _num_gpu(value: Any) -> str | None:
+    if isinstance(value, str):
+        return None if value == "auto" else "must be 'auto' or an int >= 0"
+    return None if value >= 0 else "must be 'auto' or an int >= 0"
+
+
+def _filename_tmpl(value: str) -> str | None:
+    return None if value.count("{}") == 1 else "must contain '{}' exactly once (where the file stem goes)"
+
+
+# ---------------------------------------------------------------- rules (cross-field checks, computed values)
+
+def _dataset_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
+    name = key or ""
+    phase = _phase_of(name) or "test"
+    if good(out, "phase") and out["phase"] != phase:
+        ctx.add(f"{path}.phase", f"is set by the loader from the dataset name ('{name}' -> '{phase}'); "
+                f"remove it, got {show(out['phase'])}")
+    out["phase"] = phase
+    if ctx.scale is not None:
+        if good(out, "scale") and out["scale"] != ctx.scale:
+            ctx.add(f"{path}.scale", f"{out['scale']} differs from the top-level scale ({ctx.scale}); "
+                    "remove it (the loader copies scale into every dataset)")
+        out["scale"] = ctx.scale
+    if not good(out, "name"):
+        out["name"] = name
+    if good(out, "type"):
+        _check_registered("dataset", "dataset type", out["type"], f"{path}.type", ctx)
+    for root_key in ("dataroot_gt", "dataroot_lq"):
+        _existing(out, root_key, path, ctx, kind="file or folder")
+    _existing(out, "meta_info_file", path, ctx, kind="file")
+    backend = out.get("io_backend")
+    if isinstance(backend, dict) and backend.get("type") == "lmdb":
+        for root_key in ("dataroot_gt", "dataroot_lq"):
+            if good(out, root_key) and Path(out[root_key]).is_file():
+                ctx.add(f"{path}.{root_key}", f"'{out[root_key]}' is a file, but io_backend.type is lmdb: "
+                        "point it to the .lmdb folder")
+    kind = out.get("type")
+    if kind == "PairedImageDataset":
+        if "dataroot_gt" in out and out["dataroot_gt"] is None:
+            ctx.add(f"{path}.dataroot_gt", "required by PairedImageDataset (the ground-truth images)")
+        has_lq = out.get("dataroot_lq") is not None
+        if has_lq and out.get("lq_from_gt") is True:
+            ctx.add(f"{path}.dataroot_lq", "set together with lq_from_gt: true; keep one (lq_from_gt "
+                    "makes the LQ images from the GT images)")
+        elif "dataroot_lq" in out and not has_lq and out.get("lq_from_gt") is False:
+            ctx.add(f"{path}.dataroot_lq", "PairedImageDataset needs dataroot_lq (a folder of LQ images) "
+                    "or lq_from_gt: true (LQ made from GT by MATLAB bicubic)")
+        if phase == "train" and "gt_size" in out and out["gt_size"] is None:
+            ctx.add(f"{path}.gt_size", "required for a train PairedImageDataset (the GT patch size, a "
+                    "multiple of scale, e.g. 96 or 128)")
+    elif kind == "SingleImageDataset" and "dataroot_lq" in out and out["dataroot_lq"] is None:
+        ctx.add(f"{path}.dataroot_lq", "required by SingleImageDataset (the folder of input images)")
+    if good(out, "gt_size") and ctx.scale is not None and out["gt_size"] % ctx.scale:
+        ctx.add(f"{path}.gt_size", f"{out['gt_size']} is not a multiple of scale ({ctx.scale}); "
+                f"use e.g. {max(1, out['gt_size'] // ctx.scale) * ctx.scale}")
+    if phase == "train" and "batch_size_per_gpu" in out and out["batch_size_per_gpu"] is None:
+        ctx.add(f"{path}.batch_size_per_gpu", "required for a train dataset (images per device per step)")
+    if good(out, "std") and any(s <= 0 for s in out["std"]):
+        ctx.add(f"{path}.std", f"every value must be > 0, got {out['std']}")
+
+
+def _arch_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None, *, check_scale: bool) -> None:
+    if not good(out, "type"):
+        return
+    arch = out["type"]
+    if not _check_registered("arch", "arch", arch, f"{path}.type", ctx):
+        return
+    kwargs = {k: v for k, v in out.items() if k != "type"}
+    info = arch_info(arch)
+    params: dict[str, Any] = {}
+    if info is not None:
+        params, var_kw = info
+        for name in kwargs:
+            if name not in params and not var_kw:
+                hint = did_you_mean(str(name), params)
+                ctx.add(f"{path}.{name}", f"{arch} has no argument '{name}'{hint}; its arguments: "
+                        f"{', '.join(params)}")
+        for name, default in params.items():
+            if default is inspect.Parameter.empty and name not in kwargs:
+                ctx.add(f"{path}.{name}", f"required by {arch} but missing")
+            elif (name in kwargs and isinstance(default, float) and isinstance(kwargs[name], str)):
+                try:
+                    out[name] = float(kwargs[name])
+                except ValueError:
+                    ctx.add(f"{path}.{name}", f"expected float, got {show(kwargs[name])}")
+    if not check_scale or ctx.scale is None:
+        return
+    for name in ("upscale", "scale"):
+        if name in kwargs:
+            value = kwargs[name]
+            if isinstance(value, bool) or not isinstance(value, int):
+                ctx.add(f"{path}.{name}", f"expected int, got {show(value)}")
+            elif value != ctx.scale:
+                ctx.add(f"{path}.{name}", f"{value} differs from the top-level scale ({ctx.scale}); "
+                        f"set {path}.{name} and scale to the same factor")
+        elif name in params and params[name] is not inspect.Parameter.empty and params[name] != ctx.scale:
+            ctx.add(f"{path}.{name}", f"not set, so {arch} uses its default {params[name]!r}, which differs "
+                    f"from scale ({ctx.scale}); set {path}.{name}: {ctx.scale}")
+
+
+def _network_g_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
+    _arch_rule(out, path, ctx, key, check_scale=True)
+
+
+def _network_d_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
+    _arch_rule(out, path, ctx, key, check_scale=False)
+
+
+def _optim_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
+    kind = out.get("type")
+    if kind not in OPTIMIZERS:
+        return
+    allowed = OPTIMIZERS[kind]
+    for name in list(out):
+        if name != "type" and name not in allowed:
+            ctx.add(f"{path}.{name}", f"not an option of {kind} (its options: {', '.join(allowed)})")
+    if out.get("nesterov") is True and not (good(out, "momentum") and out["momentum"] > 0):
+        ctx.add(f"{path}.nesterov", "needs momentum > 0; set momentum (e.g. 0.9) or nesterov: false")
+
+
+def _scheduler_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
+    kind = out.get("type")
+    if kind not in SCHEDULERS:
+        return
+    spec = SCHEDULERS[kind]
+    allowed = set(spec["required"]) | set(spec["optional"])
+    for name in list(out):
+        if name != "type" and name not in allowed:
+            ctx.add(f"{path}.{name}", f"not an option of {kind} (its options: {', '.join(sorted(allowed))})")
+    for name in spec["required"]:
+        if name not in out:
+            ctx.add(f"{path}.{name}", f"required by {kind} but missing")
+    for name, default in spec["optional"].items():
+        if name not in out and default is not None:
+            out[name] = default
+    if kind == "CosineAnnealingRestartLR" and good(out, "periods"):
+        if "restart_weights" not in out:
+            out["restart_weights"] = [1.0] * len(out["periods"])
+        elif good(out, "restart_weights") and len(out["restart_weights"]) != len(out["periods"]):
+            ctx.add(f"{path}.restart_weights", f"has {len(out['restart_weights'])} values but periods has "
+                    f"{len(out['periods'])}; give one weight per period")
+
+
+def _pixel_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
+    if out.get("type") == "CharbonnierLoss":
+        out.setdefault("eps", 1e-12)
+    elif "eps" in out and out.get("type") in PIXEL_LOSSES:
+        ctx.add(f"{path}.eps", f"only CharbonnierLoss takes eps, not {out['type']}; remove it")
+
+
+def _train_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
+    losses = ("pixel_opt", "perceptual_opt", "gan_opt")
+    if all(out.get(name) is None for name in losses):
+        ctx.add(path, "no loss is set; add one of train.pixel_opt (e.g. {type: L1Loss}), "
+                "train.perceptual_opt, train.gan_opt")
+
+
+def _metric_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
+    if "crop_border" not in out and ctx.scale is not None:
+        out["crop_border"] = ctx.scale
+    if not good(out, "type"):
+        return
+    names = known_names("metric")
+    if names is None:
+        if out["type"] not in METRIC_TYPES:
+            ctx.add(f"{path}.type", f"expected one of {', '.join(METRIC_TYPES)}, got {show(out['type'])}"
+                    f"{did_you_mean(out['type'], METRIC_TYPES)}")
+    else:
+        _check_registered("metric", "metric", out["type"], f"{path}.type", ctx)
+
+
+def _val_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
+    if ctx.is_train and "val_freq" in out and out["val_freq"] is None:
+        ctx.add(f"{path}.val_freq", "required when training with a val section (validate every N "
+                "iterations, e.g. 5000); or remove the val section")
+
+
+def _path_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
+    out["root"] = str(ctx.root)
+    for name in ("pretrain_network_g", "pretrain_network_d", "resume_state"):
+        _existing(out, name, path, ctx, kind="file")
+
+
+def _fill_run_paths(paths: dict[str, Any], name: str, ctx: Context) -> None:
+    """Resolve the output folders: experiments/<name>/... when training, results/<name> when testing."""
+    root = ctx.root
+    for k in ("experiments_root", "models", "training_states", "log", "visualization", "results_root"):
+        if good(paths, k):
+            paths[k] = str(resolve_path(paths[k], root))
+    if ctx.is_train:
+        base = Path(paths.get("experiments_root") or root / "experiments" / name)
+        paths["experiments_root"] = str(base)
+        for k in ("models", "training_states", "log", "visualization"):
+            if not good(paths, k):
+                paths[k] = str(base / k)
+    else:
+        base = Path(paths.get("results_root") or root / "results" / name)
+        paths["results_root"] = str(base)
+        if not good(paths, "log"):
+            paths["log"] = str(base)
+        if not good(paths, "visualization"):
+            paths["visualization"] = str(base / "visualization")
+    unused = ("results_root",) if ctx.is_train else ("experiments_root", "models", "training_states")
+    for k in unused:
+        paths.setdefault(k, None)
+    ordered = {k: paths[k] for k in PATH.fields if k in paths}
+    ordered.update((k, v) for k, v in paths.items() if k not in ordered)
+    paths.clear()
+    paths.update(ordered)
+
+
+def _top_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
+    out["is_train"] = ctx.is_train
+    if good(out, "model_type"):
+        _check_registered("model", "model_type", out["model_type"], "model_type", ctx)
+    datasets = out.get("datasets")
+    if isinstance(datasets, dict):
+        train_sets = [k for k in datasets if _phase_of(k) == "train"]
+        if ctx.is_train and not train_sets:
+            ctx.add("datasets", "no train dataset; add datasets.train (type, dataroot_gt, ..., "
+                    "batch_size_per_gpu) to train")
+        if len(train_sets) > 1:
+            ctx.add("datasets", f"{len(train_sets)} train datasets ({', '.join(train_sets)}); "
+                    "training reads exactly one, keep one")
+    if ctx.is_train and out.get("train") is None and "train" in out:
+        ctx.add("train", "required when training (at least total_iter, optim_g and a loss such as pixel_opt)")
+    paths = out.get("path")
+    if isinstance(paths, dict) and good(out, "name"):
+        _fill_run_paths(paths, out["name"], ctx)
+
+
+# ---------------------------------------------------------------- the schema
+
+_NUM_FREQ = "int >= 1 (a float like 5e3 is accepted)"
+
+IO_BACKEND = Section({
+    "type": Field(str, default="disk", choices=("disk", "lmdb"), doc="Where images are read from."),
+})
+
+DATASET = Section(
+    {
+        "name": Field(str, default_doc="the dataset's key", doc="Display name (logs, result folders)."),
+        "type": Field(str, required=True, doc="Dataset class in DATASET_REGISTRY, e.g. PairedImageDataset."),
+        "dataroot_gt": Field((str, None), default=None,
+                             doc="Ground-truth images: a folder (or .lmdb folder); must exist."),
+        "dataroot_lq": Field((str, None), default=None,
+                             doc="Low-quality input images; must exist. PairedImageDataset needs exactly one "
+                                 "of dataroot_lq and lq_from_gt."),
+        "meta_info_file": Field((str, None), default=None, doc="Text file listing the images; must exist."),
+        "filename_tmpl": Field(str, default="{}", check=_filename_tmpl, expect="str containing '{}'",
+                               doc="LQ file stem from the GT stem, e.g. '{}x4'."),
+        "io_backend": Field(IO_BACKEND, default={}, doc="I/O backend."),
+        "gt_size": Field((int, None), default=None, check=at_least(1),
+                         doc="GT patch size for training crops; a multiple of scale. Required for a train "
+                             "PairedImageDataset."),
+        "use_hflip": Field(bool, default=False, doc="Random horizontal flip (BasicSR alias: use_flip)."),
+        "use_rot": Field(bool, default=False, doc="Random vertical flip and transpose."),
+        "use_shuffle": Field(bool, default=True, doc="Shuffle the training samples."),
+        "num_worker_per_gpu": Field(int, default=0, check=at_least(0),
+                                    doc="DataLoader workers per device (BasicSR's default is 3; ours is 0)."),
+        "batch_size_per_gpu": Field((int, None), default=None, check=at_least(1),
+                                    doc="Images per device per step. Required for a train dataset."),
+        "dataset_enlarge_ratio": Field(int, default=1, check=at_least(1),
+                                       doc="Repeat the dataset this many times per epoch."),
+        "prefetch_mode": Field((str, None), default=None, choices=(None, "cpu", "cuda"),
+                               doc="Accepted for BasicSR files; the loader decides prefetching."),
+        "prefetch_factor": Field((int, None), default=None, check=at_least(1),
+                                 doc="DataLoader prefetch_factor (batches per worker; needs workers)."),
+        "pin_memory": Field(bool, default=False, doc="DataLoader pin_memory."),
+        "persistent_workers": Field(bool, default=False, doc="DataLoader persistent_workers."),
+        "mean": Field((ListOf(float, length=3), None), default=None, doc="Per-channel mean to subtract."),
+        "std": Field((ListOf(float, length=3), None), default=None,
+                     doc="Per-channel std to divide by (> 0)."),
+        "color": Field((str, None), default=None, choices=("y", None),
+                       doc="'y': train/test on the Y channel."),
+        "lq_from_gt": Field(bool, default=False,
+                            doc="Make LQ from GT with MATLAB bicubic (then dataroot_lq is not needed)."),
+        "phase": Field(str, choices=PHASES, default_doc="from the key prefix (train, val, test)",
+                       doc="Set by the loader from the dataset key."),
+        "scale": Field(int, default_doc="the top-level scale",
+                       doc="Set by the loader from the top-level scale."),
+    },
+    aliases={"use_flip": "use_hflip"},
+    rule=_dataset_rule,
+    doc="One entry per dataset; its key starts with train, val or test (its phase).",
+)
+
+NETWORK_G = Section(
+    {"type": Field(str, required=True, doc="Arch class in ARCH_REGISTRY (e.g. EDSR, MSRResNet, SwinIR).")},
+    extra=True,
+    rule=_network_g_rule,
+    doc="The generator: `type` plus the arch's constructor arguments (checked against its signature). "
+        "An `upscale`/`scale` argument must equal the top-level scale.",
+)
+
+NETWORK_D = Section(
+    {"type": Field(str, required=True, doc="Discriminator arch class in ARCH_REGISTRY.")},
+    extra=True,
+    rule=_network_d_rule,
+    doc="The discriminator (GAN models): `type` plus constructor arguments.",
+)
+
+PATH = Section(
+    {
+        "pretrain_network_g": Field((str, None), default=None,
+                                    doc="Weights to start from; an existing file."),
+        "param_key_g": Field((str, None), default="params",
+                             doc="Key in the weights file ('params_ema' too)."),
+        "strict_load_g": Field(bool, default=True, doc="Require every weight to match."),
+        "pretrain_network_d": Field((str, None), default=None,
+                                    doc="Discriminator weights; an existing file."),
+        "param_key_d": Field((str, None), default="params", doc="Key in the discriminator weights file."),
+        "strict_load_d": Field(bool, default=True, doc="Require every discriminator weight to match."),
+        "resume_state": Field((str, None), default=None,
+                              doc="Training state to resume from; an existing file."),
+        "root": Field((str, None), default_doc="the root argument, else the current directory",
+                      doc="Base of relative paths and of the output folders."),
+        "experiments_root": Field((str, None), default_doc="<root>/experiments/<name> (train)",
+                                  doc="Training output folder."),
+        "models": Field((str, None), default_doc="<experiments_root>/models (train)", doc="Saved weights."),
+        "training_states": Field((str, None), default_doc="<experiments_root>/training_states (train)",
+                                 doc="Saved training states (resume)."),
+        "log": Field((str, None), default_doc="<experiments_root>/log (train), <results_root> (test)",
+                     doc="Log files and tensorboard."),
+        "visualization": Field((str, None),
+                               default_doc="<experiments_root>/visualization (train), "
+                                           "<results_root>/visualization (test)",
+                               doc="Saved validation / test images."),
+        "results_root": Field((str, None), default_doc="<root>/results/<name> (test)",
+                              doc="Test output folder."),
+        "ignore_resume_networks": Field((ListOf(str), None), default=None,
+                                        doc="Accepted (BasicSR): networks not restored on resume."),
+    },
+    rule=_path_rule,
+)
+
+OPTIM = Section(
+    {
+        "type": Field(str, required=True, choices=tuple(OPTIMIZERS), doc="Optimizer."),
+        "lr": Field(float, required=True, check=greater_than(0), doc="Learning rate."),
+        "weight_decay": Field(float, check=at_least(0), default_doc="torch's default",
+                              doc="Weight decay (all types)."),
+        "betas": Field(ListOf(float, length=2), default_doc="torch's default", doc="Adam/AdamW betas."),
+        "eps": Field(float, check=greater_than(0), default_doc="torch's default", doc="Adam/AdamW eps."),
+        "momentum": Field(float, check=at_least(0), default_doc="torch's default", doc="SGD momentum."),
+        "nesterov": Field(bool, default_doc="torch's default",
+                          doc="SGD Nesterov momentum (needs momentum > 0)."),
+    },
+    rule=_optim_rule,
+    doc="Only the keys of the chosen type are accepted; unset keys keep torch's defaults.",
+)
+
+SCHEDULER = Section(
+    {
+        "type": Field(str, required=True, choices=tuple(SCHEDULERS), doc="Learning-rate schedule."),
+        "milestones": Field(ListOf(int, min_len=1), default_doc="required by MultiStepLR",
+                            doc="MultiStepLR: iterations where lr is multiplied by gamma."),
+        "gamma": Field(float, check=greater_than(0), default_doc="0.1 (MultiStepLR)",
+                       doc="MultiStepLR factor."),
+        "periods": Field(ListOf(int, min_len=1), default_doc="required by CosineAnnealingRestartLR",
+                         doc="CosineAnnealingRestartLR: length of each cosine cycle."),
+        "restart_weights": Field(ListOf(float), default_doc="1.0 per period",
+                                 doc="CosineAnnealingRestartLR: lr weight at each restart."),
+        "eta_min": Field(float, check=at_least(0), default_doc="0.0 (CosineAnnealingRestartLR)",
+                         doc="CosineAnnealingRestartLR: minimum lr."),
+    },
+    rule=_scheduler_rule,
+)
+
+PIXEL_LOSS = Section(
+    {
+        "type": Field(str, required=True, choices=PIXEL_LOSSES, doc="Pixel loss."),
+        "loss_weight": Field(float, default=1.0, check=at_least(0), doc="Weight of this loss."),
+        "reduction": Field(str, default="mean", choices=("mean", "sum"), doc="Reduction over pixels."),
+        "eps": Field(float, check=greater_than(0), default_doc="1e-12 (CharbonnierLoss only)",
+                     doc="CharbonnierLoss epsilon."),
+    },
+    rule=_pixel_rule,
+)
+
+TYPED_DICT = Section({"type": Field(str, required=True, doc="Class name.")}, extra=True)
+
+TRAIN = Section(
+    {
+        "total_iter": Field(int, required=True, check=at_least(1), expect=_NUM_FREQ,
+                            doc="Iterations to train."),
+        "warmup_iter": Field(int, default=-1, check=at_least(-1),
+                             doc="Linear lr warm-up iterations (-1: none)."),
+        "ema_decay": Field(float, default=0.0, check=between(0, 1, high_open=True),
+                           doc="EMA of the generator weights (0: off; BasicSR uses 0.999)."),
+        "precision": Field(str, default="fp32", choices=PRECISIONS, doc="Training precision."),
+        "compile": Field(bool, default=False, doc="torch.compile the network (cpu and cuda)."),
+        "grad_clip_norm": Field((float, None), default=None, check=greater_than(0),
+                                doc="Clip the gradient norm (null: no clipping)."),
+        "accumulate": Field(int, default=1, check=at_least(1),
+                            doc="Gradient accumulation steps per iteration."),
+        "optim_g": Field(OPTIM, required=True, doc="Generator optimizer."),
+        "scheduler": Field((SCHEDULER, None), default=None, doc="Learning-rate schedule (null: constant)."),
+        "pixel_opt": Field((PIXEL_LOSS, None), default=None, doc="Pixel loss."),
+        "perceptual_opt": Field((TYPED_DICT, None), default=None,
+                                doc="Perceptual loss ({type: ..., ...}); only `type` is checked here."),
+        "gan_opt": Field((dict, None), default=None, doc="GAN loss (GAN models)."),
+        "net_d_iters": Field(int, default=1, check=at_least(1), doc="Discriminator update interval (GAN)."),
+        "net_d_init_iters": Field(int, default=0, check=at_least(0), doc="Discriminator-only warm-up (GAN)."),
+        "optim_d": Field((dict, None), default=None, doc="Discriminator optimizer (GAN models)."),
+    },
+    rule=_train_rule,
+    doc="Required when training. At least one loss (pixel_opt, perceptual_opt, gan_opt) must be set.",
+)
+
+METRIC = Section(
+    {
+        "type": Field(str, required=True,
+                      expect="calculate_psnr | calculate_ssim | psnr | ssim | another METRIC_REGISTRY name",
+                      doc="Metric function (METRIC_REGISTRY once anysr.metrics registers some)."),
+        "crop_border": Field(int, check=at_least(0), default_doc="scale",
+                             doc="Pixels cropped at each border."),
+        "test_y_channel": Field(bool, default=False, doc="Measure on the Y channel (colour images)."),
+        "better": Field(str, default="higher", choices=("higher", "lower"), doc="Which direction is better."),
+    },
+    rule=_metric_rule,
+)
+
+VAL = Section(
+    {
+        "val_freq": Field((int, None), default=None, check=at_least(1), expect=_NUM_FREQ + " | null",
+                          doc="Validate every N iterations; required when training with a val section."),
+        "save_img": Field(bool, default=False, doc="Save the output images."),
+        "suffix": Field((str, None), default=None, doc="Suffix of saved image names."),
+        "tile": Field((int, None), default=None, check=at_least(1),
+                      doc="Tile size (LQ pixels) for tiled inference; null: whole image."),
+        "tile_pad": Field(int, default=10, check=at_least(0), doc="Overlap (LQ pixels) around each tile."),
+        "pbar": Field(bool, default=False, doc="Show a progress bar."),
+        "metrics": Field((MapOf(METRIC), None), default=None,
+                         doc="Named metrics, e.g. psnr: {type: calculate_psnr}."),
+    },
+    rule=_val_rule,
+)
+
+WANDB = Section({
+    "project": Field((str, None), default=None, doc="wandb project (null: wandb off)."),
+    "resume_id": Field((str, None), default=None, doc="wandb run id to resume."),
+    "entity": Field((str, None), default=None, doc="wandb entity."),
+})
+
+LOGGER = Section({
+    "print_freq": Field(int, default=100, check=at_least(1), expect=_NUM_FREQ, doc="Log every N iterations."),
+    "save_checkpoint_freq": Field(int, default=5000, check=at_least(1), expect=_NUM_FREQ,
+                                  doc="Save weights and training state every N iterations."),
+    "use_tb_logger": Field(bool, default=True, doc="Write tensorboard logs."),
+    "save_pth": Field(bool, default=False, doc="Also write BasicSR .pth weights."),
+    "keep_last": Field((int, None), default=3, check=at_least(1),
+                       doc="Training states to keep (null: all)."),
+    "wandb": Field(WANDB, default={}, doc="Weights & Biases."),
+})
+
+DIST_PARAMS = Section({
+    "backend": Field((str, None), default=None, choices=(None, "nccl", "gloo"),
+                     doc="Process-group backend (null: chosen per accelerator)."),
+    "port": Field((int, None), default=None, check=between(1, 65535),
+                  doc="Rendezvous port (null: a free one)."),
+})
+
+XLA = Section({"spmd": Field(bool, default=False, doc="XLA SPMD: one process drives all local devices.")})
+
+OPTIONS = Section(
+    {
+        "name": Field(str, required=True,
+                      check=Check(_valid_name, "a non-empty name without '/' (it names the output folder)"),
+                      expect="str (no '/')", doc="Experiment name."),
+        "model_type": Field(str, default="SRModel", doc="Model class in MODEL_REGISTRY."),
+        "scale": Field(int, required=True, check=between(1, 8), doc="Upscaling factor."),
+        "num_gpu": Field((int, str), default="auto", check=_num_gpu, expect="'auto' | int >= 0",
+                         doc="Devices (or CPU ranks) to use; auto: all visible."),
+        "accelerator": Field(str, default="auto", choices=ACCELERATORS, doc="Device kind."),
+        "manual_seed": Field(int, default=0, check=at_least(0), doc="Random seed."),
+        "is_train": Field(bool, default_doc="the is_train argument", doc="Set by the loader."),
+        "dist": Field(bool, keep=False, doc="Accepted (BasicSR) and ignored."),
+        "find_unused_parameters": Field(bool, default=False, doc="DDP find_unused_parameters."),
+        "use_static_graph": Field(bool, default=False, doc="DDP static_graph."),
+        "launcher": Field((str, None), default=None, choices=(None, *LAUNCHERS),
+                          doc="Accepted; the command line's --launcher decides."),
+        "xla": Field(XLA, default={}, doc="XLA settings."),
+        "datasets": Field(MapOf(DATASET, key_check=_dataset_key), default={}, doc="Datasets by name."),
+        "network_g": Field(NETWORK_G, required=True, doc="Generator network."),
+        "network_d": Field((NETWORK_D, None), default=None, doc="Discriminator network (GAN models)."),
+        "path": Field(PATH, default={}, doc="Input weights and output folders."),
+        "train": Field((TRAIN, None), default=None, doc="Training settings (required when training)."),
+        "val": Field((VAL, None), default=None, doc="Validation / test settings (null: no validation)."),
+        "logger": Field(LOGGER, default={}, doc="Logging and checkpoint frequency."),
+        "dist_params": Field(DIST_PARAMS, default={}, doc="Distributed settings."),
+    },
+    refused={
+        "rank": "is set by the launcher, remove it",
+        "world_size": "is set by the launcher, remove it",
+    },
+    rule=_top_rule,
+)
+
+
+def validate(opt: dict[str, Any], *, is_train: bool, root: Path) -> tuple[dict[str, Any], list[str]]:
+    """Validate a whole option dict: ``(result, problems)``; the result is meaningful without problems."""
+    ctx = Context(is_train=is_train, root=root)
+    scale = opt.get("scale")
+    if not isinstance(scale, bool) and isinstance(scale, (int, float, str)):
+        value = validate_field(OPTIONS.fields["scale"], scale, "scale", Context(is_train=is_train, root=root))
+        ctx.scale = value if isinstance(value, int) else None
+    paths = opt.get("path")
+    if isinstance(paths, dict) and isinstance(paths.get("root"), str):
+        ctx.root = resolve_path(paths["root"], root)
+    result = validate_section(OPTIONS, opt, "", ctx)
+    return result, ctx.problems
