@@ -169,6 +169,17 @@ def test_training_state_round_trip_and_plain_weights_only_load(tmp_path: Path) -
     assert isinstance(loaded["networks"]["net_g"], OrderedDict)
 
 
+def test_training_state_stores_views_compactly_and_detaches(tmp_path: Path) -> None:
+    big = torch.arange(1_000_000, dtype=torch.float32)
+    param = nn.Parameter(torch.ones(3))
+    state = {"head": big[:4], "p": param, "size": torch.Size([2, 3])}
+    path = ck.save_training_state(tmp_path / "1.state", state)
+    assert path.stat().st_size < 10_000  # the view's 4 values, not the million behind it
+    loaded = ck.load_training_state(path)
+    assert torch.equal(loaded["head"], big[:4]) and not loaded["p"].requires_grad
+    assert loaded["size"] == torch.Size([2, 3])
+
+
 def test_save_training_state_refuses_what_weights_only_cannot_read(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError) as err:
         ck.save_training_state(tmp_path / "1.state", {"rng": {"numpy": np.zeros(3)}})

@@ -241,12 +241,31 @@ _STAMP_MAGIC = b"anysr-sha256:"
 _STAMP_LEN = len(_STAMP_MAGIC) + 64
 
 
-def _stamp_zip(data: bytes) -> bytes:
-    """``data`` with a whole-file sha256 in its zip comment (unchanged if it is not a comment-less zip)."""
+def _stamped_chunks(data: memoryview) -> list[Any]:
+    """The pieces of ``data`` with a whole-file sha256 in its zip comment, without copying ``data``
+    (``[data]`` unchanged if it is not a comment-less zip)."""
     if len(data) < _EOCD_LEN or data[-_EOCD_LEN:-_EOCD_LEN + 4] != _EOCD_SIG or data[-2:] != b"\0\0":
-        return data
-    body = data[:-2] + struct.pack("<H", _STAMP_LEN)
-    return body + _STAMP_MAGIC + hashlib.sha256(body).hexdigest().encode()
+        return [data]
+    comment_len = struct.pack("<H", _STAMP_LEN)
+    h = hashlib.sha256(data[:-2])
+    h.update(comment_len)
+    return [data[:-2], comment_len, _STAMP_MAGIC + h.hexdigest().encode()]
+
+
+def _save_stamped(path: Path, obj: Any) -> Path:
+    """``torch.save(obj)`` into memory, stamp it and write it atomically."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    with buf.getbuffer() as view:
+        chunks = _stamped_chunks(view)
+
+        def write(f: BinaryIO) -> None:
+            for chunk in chunks:
+                f.write(chunk)
+
+        atomic_write(path, write)
+        chunks.clear()
+    return path
 
 
 def _check_zip_stamp(data: bytes) -> str:
@@ -256,7 +275,7 @@ def _check_zip_stamp(data: bytes) -> str:
             and data[end:end + len(_STAMP_MAGIC)] == _STAMP_MAGIC:
         if data[end - 2:end] != struct.pack("<H", _STAMP_LEN):
             return "damaged"
-        ok = hashlib.sha256(data[:end]).hexdigest().encode() == data[end + len(_STAMP_MAGIC):]
+        ok = hashlib.sha256(memoryview(data)[:end]).hexdigest().encode() == data[end + len(_STAMP_MAGIC):]
         return "ok" if ok else "mismatch"
     if len(data) >= _EOCD_LEN and data[-_EOCD_LEN:-_EOCD_LEN + 4] == _EOCD_SIG and data[-2:] == b"\0\0":
         return "absent"
@@ -300,7 +319,7 @@ def _host_tree(obj: Any, where: str) -> Any:
     if isinstance(obj, torch.Tensor):
         if obj.layout != torch.strided:
             raise TypeError(f"{where} is a {obj.layout} tensor; store it dense (.to_dense())")
-        return obj.detach().cpu()
+        return _compact(obj.detach().cpu())
     if type(obj) not in _ALLOWED_STATE_TYPES:
         hint = " (use torch.from_numpy)" if isinstance(obj, np.ndarray | np.generic) else ""
         raise TypeError(f"{where} is a {type(obj).__module__}.{type(obj).__qualname__}{hint}")
@@ -340,9 +359,7 @@ def save_training_state(path: PathLike, state: dict[str, Any]) -> Path:
             "(e.g. obj.state_dict())"
         ) from None
     body[_STATE_KEY] = {"format": STATE_FORMAT, "digest": tree_digest(body)}
-    buf = io.BytesIO()
-    torch.save(body, buf)
-    return atomic_write_bytes(path, _stamp_zip(buf.getvalue()))
+    return _save_stamped(path, body)
 
 
 class _Unusable(Exception):
@@ -491,15 +508,19 @@ def prune_training_states(folder: PathLike, keep_last: int | None) -> list[Path]
 
 
 # --------------------------------------------------------------------------------------------- weights
+def _compact(t: torch.Tensor) -> torch.Tensor:
+    """``t`` itself, or a copy when it is a view into a larger storage (torch.save would store it all)."""
+    if t.untyped_storage().nbytes() > t.numel() * t.element_size():
+        return t.clone()
+    return t
+
+
 def _host_tensor(t: torch.Tensor, where: str) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
         raise CheckpointError(f"cannot save weights: {where} is a {type(t).__name__}, not a tensor")
     if t.layout != torch.strided:
         raise CheckpointError(f"cannot save weights: {where} is a {t.layout} tensor; store it dense")
-    t = t.detach().cpu().contiguous()
-    if t.untyped_storage().nbytes() != t.numel() * t.element_size():
-        t = t.clone()  # a view into a larger storage: save only its own values
-    return t
+    return _compact(t.detach().cpu().contiguous())
 
 
 def _host_groups(groups: Mapping[str, Mapping[str, torch.Tensor]],
@@ -568,10 +589,7 @@ def save_weights_pth(path: PathLike, groups: Mapping[str, Mapping[str, torch.Ten
     The zip comment carries a whole-file sha256 that ``load_weights`` checks (torch and BasicSR ignore it).
     """
     path = Path(path)
-    host = _host_groups(groups, path)
-    buf = io.BytesIO()
-    torch.save(host, buf)
-    return atomic_write_bytes(path, _stamp_zip(buf.getvalue()))
+    return _save_stamped(path, _host_groups(groups, path))
 
 
 def _strip_wrapper_prefixes(sd: Mapping[str, Any], path: Path) -> dict[str, Any]:
@@ -706,8 +724,10 @@ def _load_safetensors(path: Path, param_key: str | None) -> tuple[dict[str, torc
 
 def _load_torch_weights(path: Path, param_key: str) -> dict[str, torch.Tensor]:
     data = _read_bytes(path, "weights")
-    if _has_stamp_magic(data) and _check_zip_stamp(data) != "ok":
-        raise CheckpointError(f"weights {path}: checksum mismatch (the file changed after it was written). "
+    stamp = _check_zip_stamp(data) if _has_stamp_magic(data) else "absent"
+    if stamp != "absent" and stamp != "ok":
+        what = "checksum mismatch" if stamp == "mismatch" else "truncated or corrupt end of archive"
+        raise CheckpointError(f"weights {path}: {what} (the file changed after it was written). "
                               f"{_WEIGHTS_FIX}")
     try:
         obj = _torch_load_bytes(data)
@@ -749,8 +769,8 @@ def read_weights_metadata(path: PathLike) -> dict[str, Any]:
     """The decoded metadata of a ``.safetensors`` weights file (checked against its digest when ours);
     ``{}`` for ``.pth`` files, which carry none."""
     path = Path(path)
-    if not path.exists():
-        raise CheckpointError(f"weights {path} do not exist. {_WEIGHTS_FIX}")
+    if not path.is_file():
+        raise CheckpointError(f"weights {path} do not exist or are not a file. {_WEIGHTS_FIX}")
     if _weights_kind(path) != "safetensors":
         return {}
     return _load_safetensors(path, None)[1]
