@@ -89,6 +89,15 @@ def test_swinir_mask_is_computed_per_size_and_deterministic() -> None:
     assert not mask[0].any()  # a window away from the wrap-around sees no mask
 
 
+def test_swinir_defaults_build_and_run() -> None:
+    # BasicSR's SwinIR() fails here (img_size 64 is not a multiple of window 7); ours rounds the buffer up.
+    net = build_network({"type": "SwinIR"}).eval()
+    assert net.layers[0].residual_group.blocks[1].attn_mask.shape == (100, 49, 49)
+    with torch.no_grad():
+        out = net(torch.rand(1, 3, 9, 10))
+    assert out.shape == (1, 3, 9, 10) and torch.isfinite(out).all()
+
+
 def test_swinir_batch_and_sizes_independent() -> None:
     net = _build("swinir_pixelshuffledirect_x3")
     x = torch.rand(2, 3, 12, 8)

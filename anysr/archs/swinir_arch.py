@@ -1,18 +1,21 @@
 """SwinIR: image restoration with shifted-window transformers (Liang et al., 2021).
 
-Module names and buffers follow BasicSR 1.4.2, so its checkpoints load with ``strict=True``. Two
-behaviours differ from BasicSR's arch file, both on inputs BasicSR's arch cannot take:
+Module names and buffers follow BasicSR 1.4.2, so its checkpoints load with ``strict=True`` and give
+its outputs. Two cases that BasicSR's arch cannot run are handled:
 
 * inputs whose height/width are not a multiple of the window size are reflect-padded inside
-  ``forward`` and the output cropped back, which is exactly what BasicSR's ``SwinIRModel.test`` does
-  around the network;
-* the shifted-window attention mask is computed for the actual input size on every call (on the
-  input's device, deterministic, no state kept). The ``attn_mask`` buffer for ``img_size`` is kept
-  only so that state dicts have BasicSR's keys.
+  ``forward`` and the output cropped back, exactly as BasicSR's ``SwinIRModel.test`` does around
+  the network;
+* an ``img_size`` that is not a multiple of the window (the default 64 with window 7): BasicSR fails
+  building its ``attn_mask`` buffer; here the buffer is made for ``img_size`` rounded up.
+
+The shifted-window attention mask is computed for the actual input size on every call (on the input's
+device, deterministic, no state kept); the ``attn_mask`` buffer is kept only for BasicSR's state-dict keys.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -175,8 +178,10 @@ class SwinTransformerBlock(nn.Module):
         self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer, drop=drop)
         mask = None
         if self.shift_size > 0:
-            mask = shifted_window_mask(*input_resolution, self.window_size, self.shift_size)
-        # Kept for state-dict compatibility with BasicSR; forward computes the mask for the actual size.
+            # For img_size (rounded up to a window multiple, which BasicSR cannot build at all). Kept for
+            # state-dict compatibility with BasicSR; forward computes the mask for the actual size.
+            h, w = (math.ceil(n / self.window_size) * self.window_size for n in input_resolution)
+            mask = shifted_window_mask(h, w, self.window_size, self.shift_size)
         self.register_buffer("attn_mask", mask)
 
     def forward(self, x: torch.Tensor, x_size: tuple[int, int]) -> torch.Tensor:
