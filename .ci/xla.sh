@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The XLA test suite on XLA:CPU (no TPU needed): a separate venv with torch 2.9 + torch_xla 2.9.
+#
+#   .ci/xla.sh                 build (or reuse) ${XLA_VENV:-.venv-xla}, then run the tests marked xla
+#   XLA_VENV=/path .ci/xla.sh  use another venv location (an existing one is reused if its marker matches)
+#   PYTEST_ARGS="-x -k spmd"   extra pytest arguments
+#
+# The venv is rebuilt only when the pinned requirements below change (the marker file holds them).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+VENV="${XLA_VENV:-.venv-xla}"
+PYTHON_BIN="${PYTHON:-python3}"
+PINS="torch==2.9.0 torch_xla==2.9.0"
+DEPS="numpy pyyaml opencv-python-headless safetensors tqdm pytest"
+MARKER="$VENV/.anysr-xla-marker"
+WANT="$PINS | $DEPS"
+
+if [[ -e "$VENV" && ! -f "$MARKER" ]]; then
+    # Never delete a folder this script did not build.
+    echo "xla.sh: $VENV exists but was not built by this script (no $MARKER);" \
+         "remove it or set XLA_VENV to another path" >&2
+    exit 2
+fi
+if [[ ! -x "$VENV/bin/python" || "$(cat "$MARKER" 2>/dev/null)" != "$WANT" ]]; then
+    echo "xla.sh: building $VENV ($PINS)"
+    rm -rf "$VENV"
+    "$PYTHON_BIN" -m venv "$VENV"
+    printf 'incomplete' > "$MARKER"  # ours, even if the install below fails: the next run rebuilds it
+    "$VENV/bin/python" -m pip install --quiet --upgrade pip
+    # shellcheck disable=SC2086  # word splitting of the pin lists is intended
+    "$VENV/bin/python" -m pip install --quiet $PINS $DEPS
+    printf '%s' "$WANT" > "$MARKER"
+else
+    echo "xla.sh: reusing $VENV"
+fi
+
+# The repository itself, without letting pip touch the pinned torch.
+"$VENV/bin/python" -m pip install --quiet --no-deps -e .
+
+"$VENV/bin/python" -c "import torch, torch_xla; print('torch', torch.__version__, '| torch_xla', torch_xla.__version__)"
+# shellcheck disable=SC2086
+PJRT_DEVICE=CPU "$VENV/bin/python" -m pytest -m xla -q tests ${PYTEST_ARGS:-}
