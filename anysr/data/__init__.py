@@ -1,7 +1,8 @@
 """Datasets, transforms, file backends, samplers and loaders (imported here so the registry is filled)."""
 
 from anysr.data.degradations import bicubic_degrade
-from anysr.data.file_backends import DiskBackend, FileBackend, LmdbBackend, build_backend, decode_image
+from anysr.data.file_backends import DiskBackend, FileBackend, LmdbBackend, build_backend, decode_uint8
+from anysr.data.imageio import decode_image, read_image, write_image
 from anysr.data.loaders import build_dataset, build_eval_loader, build_train_loader, collate, eval_indices
 from anysr.data.paired_image_dataset import PairedImageDataset, SingleImageDataset
 from anysr.data.sampler import TrainSampler, sample_seed
@@ -10,6 +11,6 @@ from anysr.data.transforms import augment, img2tensor, mod_crop, paired_random_c
 __all__ = [
     "DiskBackend", "FileBackend", "LmdbBackend", "PairedImageDataset", "SingleImageDataset", "TrainSampler",
     "augment", "bicubic_degrade", "build_backend", "build_dataset", "build_eval_loader", "build_train_loader",
-    "collate", "decode_image", "eval_indices", "img2tensor", "mod_crop", "paired_random_crop", "sample_seed",
-    "tensor2img",
+    "collate", "decode_image", "decode_uint8", "eval_indices", "img2tensor", "mod_crop", "paired_random_crop",
+    "read_image", "sample_seed", "tensor2img", "write_image",
 ]

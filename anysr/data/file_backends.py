@@ -1,6 +1,6 @@
 """Where image bytes come from: a folder on disk or a BasicSR-style LMDB, behind one interface.
 
-Both backends answer ``get(key_or_path) -> bytes`` and ``keys() -> list[str]``; ``decode_image`` turns the
+Both backends answer ``get(key_or_path) -> bytes`` and ``keys() -> list[str]``; ``decode_uint8`` turns the
 bytes into a BasicSR numpy image (HWC BGR uint8, or HW uint8 for single-channel files).
 """
 
@@ -13,42 +13,26 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
-import cv2
 import numpy as np
 
+from anysr.data import imageio
 from anysr.errors import DataError, OptionError, did_you_mean
 
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm")
 BACKEND_TYPES = ("disk", "lmdb")
-
-_DECODE_FLAGS = {
-    "unchanged": cv2.IMREAD_UNCHANGED,
-    "color": cv2.IMREAD_COLOR,
-    "gray": cv2.IMREAD_GRAYSCALE,
-}
 
 
 def is_image_file(name: str | os.PathLike[str]) -> bool:
-    """True when ``name`` ends with a known image extension (case-insensitive) and is not hidden."""
-    base = os.path.basename(os.fspath(name))
-    return not base.startswith(".") and base.lower().endswith(IMAGE_EXTENSIONS)
+    """True for a non-hidden file name with one of ``imageio.IMAGE_EXTENSIONS`` (case-insensitive)."""
+    return not os.path.basename(os.fspath(name)).startswith(".") and imageio.is_image_file(name)
 
 
-def decode_image(buf: bytes, name: str, flag: str = "unchanged") -> np.ndarray:
-    """Decode encoded image bytes (PNG, JPEG, ...) with cv2.imdecode.
+def decode_uint8(buf: bytes, name: str, flag: str = "unchanged") -> np.ndarray:
+    """Decode encoded image bytes (``imageio.decode_image``) into a BasicSR training image.
 
-    Returns uint8 HWC BGR, or uint8 HW for a single-channel file (``flag='unchanged'``); an alpha channel
+    Returns uint8 HWC BGR, or uint8 HW for a single-channel file (``flag='unchanged'``): an alpha channel
     is dropped and 16-bit images are scaled to 8 bits. A corrupt image is a DataError naming ``name``.
     """
-    if flag not in _DECODE_FLAGS:
-        raise OptionError(f"decode flag '{flag}' is not one of {', '.join(_DECODE_FLAGS)}")
-    arr = np.frombuffer(buf, dtype=np.uint8) if len(buf) else np.zeros(0, dtype=np.uint8)
-    img = cv2.imdecode(arr, _DECODE_FLAGS[flag]) if arr.size else None
-    if img is None:
-        raise DataError(
-            f"{name}: cannot decode the image ({len(buf)} bytes; the file is corrupt, truncated or not an "
-            "image). Replace the file, or remove it from the dataset / meta_info file."
-        )
+    img = imageio.decode_image(buf, flag=flag, source=name)
     if img.dtype == np.uint16:
         img = np.clip(np.rint(img.astype(np.float32) / 257.0), 0, 255).astype(np.uint8)
     elif img.dtype != np.uint8:
@@ -79,8 +63,8 @@ class FileBackend(ABC):
         return key_or_path
 
     def read(self, key_or_path: str, flag: str = "unchanged") -> np.ndarray:
-        """``get`` then ``decode_image``."""
-        return decode_image(self.get(key_or_path), self.describe(key_or_path), flag)
+        """``get`` then ``decode_uint8``."""
+        return decode_uint8(self.get(key_or_path), self.describe(key_or_path), flag)
 
 
 class DiskBackend(FileBackend):

@@ -18,12 +18,12 @@ from torch.utils.data import Dataset
 
 from anysr.data.degradations import bicubic_degrade, bicubic_degrade_window
 from anysr.data.file_backends import (
-    IMAGE_EXTENSIONS,
     FileBackend,
     backend_type,
     build_backend,
     is_image_file,
 )
+from anysr.data.imageio import IMAGE_EXTENSIONS
 from anysr.data.transforms import (
     augment,
     bgr_to_y,
