@@ -1,0 +1,124 @@
+"""MATLAB-compatible colour conversions (ITU-R BT.601, "studio swing" Y in [16, 235]) in numpy and torch.
+
+numpy functions follow BasicSR's range convention: uint8 in -> uint8 out (rounded); float in [0, 1] in ->
+float out on the same [0, 1] scale (so Y lies in [16/255, 235/255]). ``to_y_channel`` is the metrics helper.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from anysr.errors import DataError
+
+__all__ = [
+    "rgb2ycbcr", "bgr2ycbcr", "ycbcr2rgb", "ycbcr2bgr", "rgb2ycbcr_torch", "to_y_channel",
+    "full_range_luma",
+]
+
+# Rows: R, G, B (input on [0, 1]); columns: Y, Cb, Cr (output on [0, 255]) - MATLAB's rgb2ycbcr matrix.
+_RGB_TO_YCC = np.array(
+    [[65.481, -37.797, 112.0],
+     [128.553, -74.203, -93.786],
+     [24.966, 112.0, -18.214]],
+    dtype=np.float64,
+)
+_YCC_OFFSET = np.array([16.0, 128.0, 128.0], dtype=np.float64)
+_YCC_TO_RGB = np.linalg.inv(_RGB_TO_YCC)
+# Full-range (JPEG) BT.601 luma weights for R, G, B; they sum to exactly one.
+_LUMA_FULL = np.array([0.299, 0.587, 0.114], dtype=np.float64)
+
+
+def _as_unit_float(img: np.ndarray, fn: str) -> tuple[np.ndarray, np.dtype]:
+    arr = np.asarray(img)
+    if arr.dtype == np.uint8:
+        return arr.astype(np.float64) / 255.0, arr.dtype
+    if np.issubdtype(arr.dtype, np.floating):
+        return arr.astype(np.float64), arr.dtype
+    raise DataError(
+        f"{fn}: expected a uint8 image or a float image in [0, 1], got dtype {arr.dtype}; "
+        "convert it to uint8, or to float32 scaled to [0, 1], first"
+    )
+
+
+def _from_255(out: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    if dtype == np.uint8:
+        return np.clip(np.round(out), 0, 255).astype(np.uint8)
+    return (out / 255.0).astype(dtype)
+
+
+def _check_three(arr: np.ndarray, fn: str) -> None:
+    if arr.ndim != 3 or arr.shape[2] != 3:
+        raise DataError(f"{fn}: expected an HWC image with 3 channels, got shape {arr.shape}")
+
+
+def rgb2ycbcr(img: np.ndarray, y_only: bool = False) -> np.ndarray:
+    """MATLAB ``rgb2ycbcr`` on an HWC RGB image; ``y_only`` returns the HW Y plane."""
+    _check_three(np.asarray(img), "rgb2ycbcr")
+    x, dtype = _as_unit_float(img, "rgb2ycbcr")
+    if y_only:
+        out = x @ _RGB_TO_YCC[:, 0] + _YCC_OFFSET[0]
+    else:
+        out = x @ _RGB_TO_YCC + _YCC_OFFSET
+    return _from_255(out, dtype)
+
+
+def bgr2ycbcr(img: np.ndarray, y_only: bool = False) -> np.ndarray:
+    """``rgb2ycbcr`` for a BGR image (OpenCV order); the output channels are still Y, Cb, Cr."""
+    arr = np.asarray(img)
+    _check_three(arr, "bgr2ycbcr")
+    return rgb2ycbcr(arr[..., ::-1], y_only=y_only)
+
+
+def ycbcr2rgb(img: np.ndarray) -> np.ndarray:
+    """MATLAB ``ycbcr2rgb``: HWC Y, Cb, Cr in -> RGB out, same range convention as the input."""
+    _check_three(np.asarray(img), "ycbcr2rgb")
+    x, dtype = _as_unit_float(img, "ycbcr2rgb")
+    out = (x * 255.0 - _YCC_OFFSET) @ _YCC_TO_RGB * 255.0
+    return _from_255(out, dtype)
+
+
+def ycbcr2bgr(img: np.ndarray) -> np.ndarray:
+    """``ycbcr2rgb`` with the result in BGR order."""
+    return np.ascontiguousarray(ycbcr2rgb(img)[..., ::-1])
+
+
+def to_y_channel(img: np.ndarray) -> np.ndarray:
+    """The HW float64 Y plane on the 0-255 scale used by the metrics (from a uint8-range BGR image).
+
+    A 2-D (grayscale) image or an HWC image with one channel is its own Y and is returned as is;
+    a 3-channel BGR image goes through ``bgr2ycbcr(y_only=True)`` (not rounded).
+    """
+    arr = np.asarray(img)
+    if arr.ndim == 2:
+        return arr.astype(np.float64)
+    if arr.ndim == 3 and arr.shape[2] == 1:
+        return arr[..., 0].astype(np.float64)
+    _check_three(arr, "to_y_channel")
+    unit = arr.astype(np.float64) / 255.0
+    return bgr2ycbcr(unit, y_only=True) * 255.0
+
+
+def full_range_luma(img: np.ndarray) -> np.ndarray:
+    """Full-range BT.601 luma ``0.299 R + 0.587 G + 0.114 B`` of a BGR image, float64 on its own scale.
+
+    For a gray image stored with three equal channels this is the gray value itself.
+    """
+    arr = np.asarray(img)
+    _check_three(arr, "full_range_luma")
+    return arr.astype(np.float64) @ _LUMA_FULL[::-1]
+
+
+def rgb2ycbcr_torch(x: Tensor, y_only: bool = True) -> Tensor:
+    """``rgb2ycbcr`` on an NCHW (or CHW) RGB tensor in [0, 1]; the result is on [0, 1] too.
+
+    ``y_only`` gives an N1HW tensor; otherwise N3HW (Y, Cb, Cr). Works on any device and float dtype.
+    """
+    if x.dim() not in (3, 4) or x.shape[-3] != 3:
+        raise DataError(f"rgb2ycbcr_torch: expected an NCHW or CHW RGB tensor, got shape {tuple(x.shape)}")
+    cols = slice(0, 1) if y_only else slice(0, 3)
+    mat = torch.as_tensor(_RGB_TO_YCC[:, cols].T.copy(), dtype=x.dtype, device=x.device)  # (k, 3)
+    off = torch.as_tensor(_YCC_OFFSET[cols].copy(), dtype=x.dtype, device=x.device)
+    out = torch.einsum("kc,...chw->...khw", mat, x) + off.view(-1, 1, 1)
+    return out / 255.0
