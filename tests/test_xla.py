@@ -321,6 +321,184 @@ def test_spmd_matches_one_device(acc: Any, tmp_path: Path, devices: int) -> None
     _assert_close(train(acc)["weights"], _load_weights(tmp_path), atol=1e-5)
 
 
+# ---------------------------------------------------------------------------------------------- the CLI
+# A real (tiny) experiment through `python -m anysr ...` in subprocesses with PJRT_DEVICE=CPU: 30 iterations,
+# validation every 10, saves, resume, `anysr test`, `anysr infer`, eager-CPU and SPMD comparisons.
+TOTAL, PRINT, VAL = 30, 5, 10
+
+
+def _images(folder: Path, sizes: list[tuple[int, int]], seed: int) -> Path:
+    """Smooth random colour images (upsampled noise plus texture), written as PNG."""
+    import cv2  # noqa: PLC0415
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for i, (h, w) in enumerate(sizes):
+        base = rng.random((h // 8 + 1, w // 8 + 1, 3)).astype(np.float32)
+        img = cv2.resize(base, (w, h), interpolation=cv2.INTER_CUBIC)
+        img = np.clip(img * 0.8 + rng.random((h, w, 3)).astype(np.float32) * 0.2, 0, 1)
+        cv2.imwrite(str(folder / f"im{i}.png"), (img * 255).round().astype(np.uint8))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def cli_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("xla_cli")
+    train = _images(root / "train", [(64, 64), (56, 72), (48, 64), (64, 48)] * 2, seed=3)
+    val = _images(root / "val", [(40, 40), (40, 40), (32, 48)], seed=4)
+    return {"root": root, "train": train, "val": val}
+
+
+def _options(name: str, data: dict[str, Path], *, accelerator: str = "xla", batch: int = 4,
+             spmd: bool = False) -> dict[str, Any]:
+    return {
+        "name": name, "model_type": "SRModel", "scale": 2, "accelerator": accelerator, "num_gpu": 1,
+        "manual_seed": 7,
+        "datasets": {
+            "train": {"name": "synthetic", "type": "PairedImageDataset", "dataroot_gt": str(data["train"]),
+                      "lq_from_gt": True, "io_backend": {"type": "disk"}, "gt_size": 32, "use_hflip": True,
+                      "use_rot": True, "use_shuffle": True, "num_worker_per_gpu": 0,
+                      "batch_size_per_gpu": batch},
+            "val": {"name": "val", "type": "PairedImageDataset", "dataroot_gt": str(data["val"]),
+                    "lq_from_gt": True, "io_backend": {"type": "disk"}}},
+        "network_g": {"type": "EDSR", "num_in_ch": 3, "num_out_ch": 3, "num_feat": 8, "num_block": 1,
+                      "upscale": 2, "res_scale": 1, "img_range": 255.0, "rgb_mean": [0.4488, 0.4371, 0.4040]},
+        "path": {"pretrain_network_g": None},
+        "train": {"ema_decay": 0.9, "optim_g": {"type": "Adam", "lr": 2e-3, "betas": [0.9, 0.99]},
+                  "scheduler": {"type": "MultiStepLR", "milestones": [20], "gamma": 0.5},
+                  "total_iter": TOTAL,
+                  "pixel_opt": {"type": "L1Loss", "loss_weight": 1.0, "reduction": "mean"}},
+        "val": {"val_freq": VAL, "save_img": False,
+                "metrics": {"psnr": {"type": "calculate_psnr", "crop_border": 2, "test_y_channel": True}}},
+        "logger": {"print_freq": PRINT, "save_checkpoint_freq": VAL, "use_tb_logger": False},
+        **({"num_gpu": "auto", "xla": {"spmd": True}} if spmd else {}),
+    }
+
+
+def _cli(root: Path, *args: str, devices: int = 1, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(devices),
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env.pop("XLA_USE_SPMD", None)
+    proc = subprocess.run([sys.executable, "-m", *args], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+    assert proc.returncode == 0, f"{' '.join(args)}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    return proc
+
+
+def _train(data: dict[str, Path], name: str, *extra: str, devices: int = 1, **kw: Any) -> Path:
+    import yaml  # noqa: PLC0415
+
+    path = data["root"] / f"{name}.yml"
+    path.write_text(yaml.safe_dump(_options(name, data, **kw), sort_keys=False))
+    _cli(data["root"], "anysr.train", "-opt", str(path), "--force_yml", f"path.root={data['root']}", *extra,
+         devices=devices)
+    return data["root"] / "experiments" / name
+
+
+def _final_weights(exp: Path, it: int = TOTAL) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file  # noqa: PLC0415
+
+    return load_file(str(exp / "models" / f"net_g_{it}.safetensors"))
+
+
+def _logged_stats(exp: Path) -> list[dict[str, Any]]:
+    """The `xla stats: {...}` lines of the training log, in order (one per print)."""
+    import ast  # noqa: PLC0415
+
+    logs = sorted((exp / "log").glob("train_*.log"))
+    text = "\n".join(p.read_text() for p in logs)
+    return [ast.literal_eval(line.split("xla stats: ", 1)[1]) for line in text.splitlines()
+            if "xla stats: " in line]
+
+
+@pytest.fixture(scope="module")
+def xla_run(cli_data: dict[str, Path]) -> Path:
+    """The reference experiment: 30 XLA:CPU iterations on one device (launcher torch_xla.launch, nprocs 1)."""
+    return _train(cli_data, "xla")
+
+
+def test_cli_train_compiles_once_and_reads_only_at_print(xla_run: Path) -> None:
+    summary = json.loads((xla_run / "summary.json").read_text())
+    assert summary["finished"] and summary["iterations_done"] == TOTAL
+    assert summary["accelerator"]["kind"] == "xla" and summary["accelerator"]["launcher"] == "xla"
+    assert 5 < summary["validation"]["val"]["psnr"]["value"] < 60
+    stats = _logged_stats(xla_run)
+    assert len(stats) == TOTAL // PRINT
+    log = "\n".join(p.read_text() for p in (xla_run / "log").glob("train_*.log"))
+    # After the first validation round (iteration VAL) no new graph: no warning at any later print, and the
+    # final summary (written after the last validation) has the count of the print before it.
+    assert "new graph(s) after warm-up" not in log
+    assert summary["stats"]["compiles"] == stats[-1]["compiles"] == stats[VAL // PRINT]["compiles"]
+    # No device-to-host transfer in iterations that do not print: a window of PRINT iterations with no save
+    # or validation in it costs only the report's own reads (the NaN check and the loss values).
+    reads = [b["host_transfers"] - a["host_transfers"] for a, b in zip(stats, stats[1:])]
+    quiet = [r for i, r in enumerate(reads) if ((i + 1) * PRINT) % VAL != 0]  # windows without save/val
+    assert quiet and all(0 < r <= 2 for r in quiet), reads
+    assert summary["stats"]["cpu_fallbacks"] == {}
+
+
+def test_cli_resume_matches_straight_run(cli_data: dict[str, Path], xla_run: Path) -> None:
+    split = _train(cli_data, "split", "train.total_iter=20")
+    assert (split / "training_states" / "20.state").exists()
+    _train(cli_data, "split", "--auto_resume")
+    summary = json.loads((split / "summary.json").read_text())
+    assert summary["iterations_done"] == TOTAL
+    a, b = _final_weights(xla_run), _final_weights(split)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # bit for bit
+
+
+def test_cli_test_and_infer(cli_data: dict[str, Path], xla_run: Path) -> None:
+    import yaml  # noqa: PLC0415
+
+    root = cli_data["root"]
+    weights = xla_run / "models" / f"net_g_{TOTAL}.safetensors"
+    opt = _options("xla_test", cli_data)
+    test_opt = {"name": "xla_test", "model_type": "SRModel", "scale": 2, "accelerator": "xla", "num_gpu": 1,
+                "datasets": {"test_1": {**opt["datasets"]["val"], "name": "synthetic_val"}},
+                "network_g": opt["network_g"],
+                "path": {"pretrain_network_g": str(weights), "param_key_g": "params"},
+                "val": {"save_img": True, "metrics": opt["val"]["metrics"]}}
+    path = root / "xla_test.yml"
+    path.write_text(yaml.safe_dump(test_opt, sort_keys=False))
+    _cli(root, "anysr.test", "-opt", str(path), "--force_yml", f"path.root={root}")
+    results = sorted((root / "results" / "xla_test").rglob("*.png"))
+    assert len(results) == 3
+    summaries = list((root / "results" / "xla_test").rglob("summary.json"))
+    assert summaries
+    tested = json.loads(summaries[0].read_text())
+    assert tested["accelerator"] == "xla" and tested["datasets"]["synthetic_val"]["n"] == 3
+    assert 5 < tested["datasets"]["synthetic_val"]["psnr"] < 60
+
+    import cv2  # noqa: PLC0415
+
+    outs = {}
+    for kind in ("xla", "cpu"):
+        _cli(root, "anysr", "infer", "--weights", str(weights), "--param-key", "params",
+             "-i", str(cli_data["val"]), "-o", str(root / f"infer_{kind}"), "--accelerator", kind)
+        outs[kind] = {p.name: cv2.imread(str(p)) for p in sorted((root / f"infer_{kind}").glob("*.png"))}
+    assert sorted(outs["xla"]) == ["im0.png", "im1.png", "im2.png"]
+    assert outs["xla"]["im2.png"].shape == (64, 96, 3)
+    for name, img in outs["xla"].items():  # XLA and eager CPU agree to one 8-bit level
+        assert np.abs(img.astype(int) - outs["cpu"][name].astype(int)).max() <= 1, name
+
+
+def test_cli_xla_matches_eager_cpu(cli_data: dict[str, Path], xla_run: Path) -> None:
+    cpu = _train(cli_data, "eager", accelerator="cpu")
+    _assert_close(_final_weights(xla_run), _final_weights(cpu), atol=1e-5)  # measured: 7e-7
+
+
+@pytest.mark.parametrize("devices", [2, 4])
+def test_cli_spmd_matches_one_device(cli_data: dict[str, Path], xla_run: Path, devices: int) -> None:
+    """batch_size_per_gpu x devices = 4 = the one-device batch: the same stream, the same weights."""
+    exp = _train(cli_data, f"spmd{devices}", devices=devices, batch=4 // devices, spmd=True)
+    summary = json.loads((exp / "summary.json").read_text())
+    assert summary["accelerator"]["spmd"] and summary["accelerator"]["launcher"] == "none"
+    _assert_close(_final_weights(xla_run), _final_weights(exp), atol=1e-5)
+    psnr = summary["validation"]["val"]["psnr"]["value"]
+    ref = json.loads((xla_run / "summary.json").read_text())["validation"]["val"]["psnr"]["value"]
+    assert psnr == pytest.approx(ref, abs=1e-3)
+
+
 def _script_main(mode: str, out: str) -> None:
     if mode == "launch_all":
         plan = xla_plan(None, precision="fp32", spmd=False, compile=False)

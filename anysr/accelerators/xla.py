@@ -34,6 +34,10 @@ def _metric_count(name: str) -> int:
     return int(data[0]) if data else 0
 
 
+def _counter(name: str) -> int:
+    return int(met.counter_value(name) or 0)
+
+
 class XLAAccelerator(Accelerator):
     """One XLA device per rank (``torch_xla.launch``), or one process sharding batches over all (SPMD)."""
 
@@ -210,18 +214,21 @@ class XLAAccelerator(Accelerator):
             raise CheckpointError(f"saving failed on rank 0 ({message}); see rank 0's log for the path")
 
     def stats(self) -> dict[str, Any]:
-        """torch_xla's own counters for this process: graphs compiled and run, device-to-host transfers, and
-        operations that fell back to the CPU (``aten::*``)."""
+        """torch_xla's own counters for this process: graphs compiled and run, device-to-host transfers,
+        operations that fell back to the CPU (``aten::*``) and the persistent compile cache."""
         fallbacks = {}
         for name in met.counter_names():
             if name.startswith("aten::") and name not in _NOT_A_FALLBACK:
-                fallbacks[name] = int(met.counter_value(name) or 0)
+                fallbacks[name] = _counter(name)
         return {
             "compiles": _metric_count("CompileTime"),
             "executions": _metric_count("ExecuteTime") + _metric_count("ExecuteReplicatedTime"),
             "host_transfers": _metric_count("TransferFromDeviceTime"),
             "to_host_calls": self._host_transfers,
             "cpu_fallbacks": fallbacks,
+            "persistent_cache": {"hits": _counter("PersistentCacheHit"),
+                                 "misses": _counter("PersistentCacheMiss"),
+                                 "failures": _counter("PersistentCacheDeserializeFailure")},
         }
 
     def mark_warmup_done(self) -> None:
