@@ -1,0 +1,116 @@
+"""Reading and writing image files with errors that name the file and the fix.
+
+Images are numpy arrays as OpenCV gives them (BasicSR convention): HWC in BGR order, or HW for grayscale;
+uint8 (or uint16 for 16-bit files) unless a caller converts them.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from anysr.errors import DataError, OptionError
+
+__all__ = ["IMAGE_EXTENSIONS", "is_image_file", "list_images", "read_image", "decode_image", "write_image"]
+
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
+
+_FLAGS = {
+    "unchanged": cv2.IMREAD_UNCHANGED,
+    "color": cv2.IMREAD_COLOR,
+    "gray": cv2.IMREAD_GRAYSCALE,
+}
+
+
+def is_image_file(path: str | os.PathLike[str]) -> bool:
+    """True when the file name has one of ``IMAGE_EXTENSIONS`` (case-insensitive)."""
+    return Path(path).suffix.lower() in IMAGE_EXTENSIONS
+
+
+def list_images(folder: str | os.PathLike[str]) -> list[Path]:
+    """The image files directly inside ``folder``, sorted by name; DataError if it is not a folder."""
+    root = Path(folder)
+    if not root.is_dir():
+        hint = "it is a file, not a folder" if root.exists() else "it does not exist"
+        raise DataError(f"image folder {root}: {hint}; check the path")
+    return sorted(p for p in root.iterdir() if p.is_file() and is_image_file(p))
+
+
+def _flag(flag: str) -> int:
+    try:
+        return _FLAGS[flag]
+    except KeyError:
+        raise OptionError(f"flag: unknown image read mode {flag!r}; use one of {', '.join(_FLAGS)}") from None
+
+
+def decode_image(data: bytes | bytearray | memoryview | np.ndarray, *, flag: str = "unchanged",
+                 source: str = "<bytes>") -> np.ndarray:
+    """Decode an encoded image (PNG, JPEG, ...) held in memory; ``source`` names it in errors.
+
+    Used for files and for LMDB values alike.
+    """
+    mode = _flag(flag)
+    buf = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data.reshape(-1)
+    if buf.size == 0:
+        raise DataError(f"image {source} is empty (0 bytes); re-create or re-download it")
+    img = cv2.imdecode(buf, mode)
+    if img is None or img.size == 0:
+        raise DataError(f"image {source} cannot be decoded: the file is truncated, corrupt or not an image "
+                        f"({buf.size} bytes); re-create or re-download it")
+    return img
+
+
+def read_image(path: str | os.PathLike[str], *, flag: str = "unchanged") -> np.ndarray:
+    """Read an image file as OpenCV does: ``'unchanged'`` (as stored; gray stays HW), ``'color'`` (HWC BGR)
+    or ``'gray'`` (HW). Missing, empty, unreadable or corrupt files raise DataError naming the path."""
+    p = Path(path)
+    _flag(flag)
+    if not p.exists():
+        raise DataError(f"image {p} not found; check the path (or the dataroot option that points to it)")
+    if not p.is_file():
+        raise DataError(f"image {p} is a folder, not a file; point to an image file")
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise DataError(f"image {p} cannot be read ({exc.strerror or exc}); check its permissions") from exc
+    return decode_image(data, flag=flag, source=str(p))
+
+
+def write_image(path: str | os.PathLike[str], img: np.ndarray, *, compress_level: int = 3) -> Path:
+    """Write ``img`` (uint8 or uint16, HW / HWC BGR) to ``path``, creating folders; the format follows the
+    suffix (PNG when there is none or it is ``.png``). The bytes go to a temporary file in the same folder,
+    which is then renamed over ``path``, so readers never see a half-written image. Returns the path."""
+    p = Path(path)
+    arr = np.asarray(img)
+    if arr.dtype not in (np.uint8, np.uint16):
+        raise DataError(f"write_image {p}: expected a uint8 or uint16 image, got {arr.dtype}; convert it, "
+                        "e.g. np.clip(np.round(img * 255), 0, 255).astype(np.uint8) for [0, 1] floats")
+    if arr.ndim not in (2, 3) or (arr.ndim == 3 and arr.shape[2] not in (1, 3, 4)) or arr.size == 0:
+        raise DataError(f"write_image {p}: expected an HW or HWC image with 1, 3 or 4 channels, "
+                        f"got shape {arr.shape}")
+    suffix = p.suffix.lower() or ".png"
+    params: list[int] = []
+    if suffix == ".png":
+        params = [cv2.IMWRITE_PNG_COMPRESSION, int(compress_level)]
+    try:
+        ok, encoded = cv2.imencode(suffix, arr, params)
+    except cv2.error:
+        ok = False
+    if not ok:
+        raise DataError(f"write_image {p}: OpenCV cannot encode a {arr.dtype} {arr.shape} image as "
+                        f"'{suffix}'; use a .png path")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        with open(tmp, "xb") as fh:  # the umask decides the mode, as for a plain write
+            fh.write(encoded.tobytes())
+        os.replace(tmp, p)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise DataError(f"write_image {p}: cannot write ({exc.strerror or exc}); "
+                        "check the folder and the free disk space") from exc
+    return p

@@ -1,0 +1,249 @@
+"""Dataset preparation behind ``anysr prepare``: bicubic LR images, mod-crops, sub-images and LMDB.
+
+LR images are made the classic (MATLAB) way: the HR image is cropped to a multiple of the scale, shrunk
+with MATLAB-exact bicubic ``imresize`` on its integer values, rounded and saved as PNG under the same stem.
+``extract_subimages`` and ``make_lmdb`` write the layouts BasicSR's DIV2K scripts write.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+from tqdm import tqdm
+
+from anysr.data.imageio import list_images, read_image, write_image
+from anysr.errors import DataError, OptionError
+from anysr.ops.imresize import imresize
+
+__all__ = ["modcrop", "prepare_lr", "prepare_modcrop", "extract_subimages", "make_lmdb"]
+
+PathLike = str | os.PathLike[str]
+_MIN_MAP_SIZE = 64 << 20  # the LMDB map starts at least this large and grows when it fills up
+
+
+def _check_scale(scale: int) -> int:
+    if isinstance(scale, bool) or not isinstance(scale, int | np.integer) or scale < 1:
+        raise OptionError(f"scale: must be a positive integer such as 2, 3 or 4, got {scale!r}")
+    return int(scale)
+
+
+def _positive_int(value: int, key: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise OptionError(f"{key}: must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _inputs(folder: PathLike) -> list[Path]:
+    files = list_images(folder)
+    if not files:
+        raise DataError(f"image folder {folder} holds no image files (png, jpg, bmp, tif, webp); "
+                        "check the path")
+    return files
+
+
+def _distinct(src: PathLike, dst: PathLike) -> Path:
+    out = Path(dst)
+    if out.resolve() == Path(src).resolve():
+        raise OptionError(f"output folder {out} is the input folder; choose another one so inputs are kept")
+    return out
+
+
+def _check_integer_image(img: np.ndarray, path: Path) -> None:
+    if img.dtype not in (np.uint8, np.uint16):
+        raise DataError(f"image {path} has {img.dtype} pixels; only 8- or 16-bit integer images are "
+                        "supported, convert it to an 8-bit PNG")
+
+
+def modcrop(img: np.ndarray, scale: int) -> np.ndarray:
+    """Crop the bottom and right edges of an HW / HWC image so both sides are multiples of ``scale``."""
+    s = _check_scale(scale)
+    h, w = img.shape[:2]
+    return img[: h - h % s, : w - w % s, ...]
+
+
+def _modcropped(path: Path, scale: int) -> np.ndarray:
+    img = read_image(path)
+    _check_integer_image(img, path)
+    h, w = img.shape[:2]
+    if h < scale or w < scale:
+        raise DataError(f"image {path} is {w}x{h}, smaller than the scale {scale}; "
+                        "remove it or lower the scale")
+    return modcrop(img, scale)
+
+
+def _downscale(img: np.ndarray, scale: int) -> np.ndarray:
+    top = np.iinfo(img.dtype).max
+    out = imresize(img, 1.0 / scale)
+    return np.clip(np.round(out), 0, top).astype(img.dtype)
+
+
+def prepare_modcrop(hr_dir: PathLike, out_dir: PathLike, scale: int, *, progress: bool = True) -> list[Path]:
+    """Write each HR image cropped to a multiple of ``scale`` as ``<out_dir>/<stem>.png``; returns paths."""
+    s = _check_scale(scale)
+    out = _distinct(hr_dir, out_dir)
+    written = []
+    for path in tqdm(_inputs(hr_dir), desc=f"mod-crop x{s}", unit="img", disable=not progress):
+        written.append(write_image(out / f"{path.stem}.png", _modcropped(path, s)))
+    return written
+
+
+def prepare_lr(hr_dir: PathLike, out_dir: PathLike, scale: int, *, progress: bool = True) -> list[Path]:
+    """Make bicubic LR images: mod-crop, MATLAB ``imresize(img, 1/scale)`` on the integer image, round.
+
+    Each LR image is written as ``<out_dir>/<stem>.png`` with the HR image's channels (gray stays gray).
+    Returns the written paths, in the order of the sorted HR names.
+    """
+    s = _check_scale(scale)
+    out = _distinct(hr_dir, out_dir)
+    written = []
+    for path in tqdm(_inputs(hr_dir), desc=f"bicubic LR x{s}", unit="img", disable=not progress):
+        written.append(write_image(out / f"{path.stem}.png", _downscale(_modcropped(path, s), s)))
+    return written
+
+
+# ------------------------------------------------------------------------------------ sub-images
+_SCALE_SUFFIX = re.compile(r"^(.*\d)x(?:2|3|4|8)$")
+
+
+def _crop_starts(length: int, crop_size: int, step: int, thresh_size: int) -> list[int]:
+    starts = list(range(0, length - crop_size + 1, step))
+    if starts and length - (starts[-1] + crop_size) > thresh_size:
+        starts.append(length - crop_size)
+    return starts
+
+
+def _crop_one(path: Path, out: Path, crop_size: int, step: int, thresh_size: int,
+              compress_level: int) -> list[Path]:
+    img = read_image(path)
+    h, w = img.shape[:2]
+    if h < crop_size or w < crop_size:
+        raise DataError(f"image {path} is {w}x{h}, smaller than crop_size={crop_size}; "
+                        "remove it or lower crop_size")
+    match = _SCALE_SUFFIX.match(path.stem)
+    stem = match.group(1) if match else path.stem  # DIV2K LR names: 0001x2 -> 0001
+    written = []
+    index = 0
+    for top in _crop_starts(h, crop_size, step, thresh_size):
+        for left in _crop_starts(w, crop_size, step, thresh_size):
+            index += 1
+            patch = np.ascontiguousarray(img[top:top + crop_size, left:left + crop_size, ...])
+            target = out / f"{stem}_s{index:03d}.png"
+            written.append(write_image(target, patch, compress_level=compress_level))
+    return written
+
+
+def extract_subimages(input_dir: PathLike, output_dir: PathLike, crop_size: int, step: int,
+                      thresh_size: int, n_thread: int = 1, *, compress_level: int = 3,
+                      progress: bool = True) -> list[Path]:
+    """Cut every image into ``crop_size`` squares every ``step`` pixels, as BasicSR's DIV2K script does.
+
+    A last row / column of crops flush with the border is added when more than ``thresh_size`` pixels
+    would otherwise be left over. Crops are saved as ``<stem>_s001.png``, ``_s002`` ... in row-major order
+    (a DIV2K LR suffix such as ``x2`` is dropped from the stem so HR and LR crops share names).
+    For LR folders pass ``crop_size``, ``step`` and ``thresh_size`` divided by the scale.
+    """
+    crop = _positive_int(crop_size, "crop_size")
+    stride = _positive_int(step, "step")
+    thresh = _positive_int(thresh_size, "thresh_size", minimum=0)
+    threads = _positive_int(n_thread, "n_thread")
+    out = _distinct(input_dir, output_dir)
+    files = _inputs(input_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    bar = tqdm(total=len(files), desc="extract sub-images", unit="img", disable=not progress)
+    written: list[Path] = []
+
+    def run(path: Path) -> list[Path]:
+        return _crop_one(path, out, crop, stride, thresh, compress_level)
+
+    with bar, ThreadPoolExecutor(max_workers=threads) as pool:  # OpenCV releases the GIL while coding
+        for result in pool.map(run, files):
+            written.extend(result)
+            bar.update(1)
+    return written
+
+
+# ------------------------------------------------------------------------------------------ LMDB
+def _import_lmdb() -> ModuleType:
+    try:
+        import lmdb
+    except ImportError as exc:
+        raise DataError("make_lmdb needs the optional 'lmdb' package; install it with "
+                        "pip install anysr[lmdb]  (or pip install lmdb)") from exc
+    return lmdb
+
+
+def _encode_png(img: np.ndarray, level: int, path: Path) -> bytes:
+    import cv2
+
+    ok, buf = cv2.imencode(".png", img, [cv2.IMWRITE_PNG_COMPRESSION, level])
+    if not ok:
+        raise DataError(f"image {path} cannot be encoded as PNG ({img.dtype}, shape {img.shape})")
+    return buf.tobytes()
+
+
+def make_lmdb(input_dir: PathLike, lmdb_path: PathLike, *, compress_level: int = 1, batch: int = 5000,
+              progress: bool = True) -> Path:
+    """Pack every image of ``input_dir`` into a BasicSR-layout LMDB folder (``<name>.lmdb``).
+
+    Keys are file stems; values are PNG bytes (compression ``compress_level``); ``meta_info.txt`` holds
+    one line per image: ``<key>.png (h,w,c) <compress_level>``. Writes are committed every ``batch``
+    images. Needs the optional ``lmdb`` package (``pip install anysr[lmdb]``).
+    """
+    lmdb = _import_lmdb()
+    level = _positive_int(compress_level, "compress_level", minimum=0)
+    if level > 9:
+        raise OptionError(f"compress_level: PNG compression goes from 0 to 9, got {compress_level}")
+    per_txn = _positive_int(batch, "batch")
+    out = Path(lmdb_path)
+    if out.suffix != ".lmdb":
+        raise OptionError(f"lmdb_path: {out} must end with '.lmdb' (BasicSR's convention); "
+                          f"use {out.with_name(out.name + '.lmdb')}")
+    if out.exists():
+        raise DataError(f"lmdb_path: {out} already exists; delete it or choose another path")
+    files = _inputs(input_dir)
+    keys = [p.stem for p in files]
+    odd = [str(p) for p in files if not p.stem.isascii() or " " in p.stem]
+    if odd:
+        raise DataError(f"make_lmdb: LMDB keys must be ASCII without spaces; rename {', '.join(odd[:5])}")
+    dupes = sorted({k for k in keys if keys.count(k) > 1})
+    if dupes:
+        raise DataError(f"image folder {input_dir}: several files share the stem(s) {', '.join(dupes)}; "
+                        "LMDB keys must be unique, rename them")
+
+    first = _encode_png(read_image(files[0]), level, files[0])
+    map_size = max(len(first) * len(files) * 10, _MIN_MAP_SIZE)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    env = lmdb.open(str(out), map_size=map_size)
+    meta: list[str] = []
+    try:
+        txn = env.begin(write=True)
+        pending_bytes = 0
+        for i, path in enumerate(tqdm(files, desc="make lmdb", unit="img", disable=not progress)):
+            img = read_image(path)
+            value = first if i == 0 else _encode_png(img, level, path)
+            info, stat = env.info(), env.stat()
+            used = stat["psize"] * (info["last_pgno"] + 1) + 2 * pending_bytes
+            if used + 2 * len(value) + (1 << 20) > info["map_size"]:
+                txn.commit()  # grow the map between transactions
+                env.set_mapsize(max(2 * info["map_size"], used + 10 * len(value)))
+                txn = env.begin(write=True)
+                pending_bytes = 0
+            txn.put(keys[i].encode("ascii"), value)
+            pending_bytes += len(value)
+            h, w = img.shape[:2]
+            c = 1 if img.ndim == 2 else img.shape[2]
+            meta.append(f"{keys[i]}.png ({h},{w},{c}) {level}\n")
+            if (i + 1) % per_txn == 0:
+                txn.commit()
+                txn = env.begin(write=True)
+                pending_bytes = 0
+        txn.commit()
+    finally:
+        env.close()
+    (out / "meta_info.txt").write_text("".join(meta), encoding="utf-8")
+    return out
