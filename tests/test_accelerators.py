@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -176,6 +178,15 @@ def test_slurm(monkeypatch: pytest.MonkeyPatch) -> None:
     assert slurm_world() == (5, 8, 1)
 
 
+def test_slurm_without_master_addr(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    monkeypatch.setenv("SLURM_NTASKS", "2")
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    acc = create_accelerator(LaunchPlan("cpu", launcher="slurm"))
+    with pytest.raises(AcceleratorError, match=r"set MASTER_ADDR to the first node's host name.*scontrol"):
+        acc.setup()
+
+
 def test_single_process_launch_runs_in_process() -> None:
     result = launch(LaunchPlan("cpu"), _describe, "x")
     assert result == ("x", 0, 1, "cpu")
@@ -246,3 +257,28 @@ def test_two_gloo_ranks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
         assert got["wrote"] == ([{"rank": 0}] if r == 0 else [])  # only rank 0 writes
         for name, p in ref.named_parameters():
             torch.testing.assert_close(got["grads"][name], p.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_two_slurm_tasks(tmp_path: Path) -> None:
+    """What ``srun --ntasks 2 ... --launcher slurm`` does on one node: two processes, SLURM variables."""
+    port = str(L.free_port())
+    procs = []
+    for rank in range(2):
+        env = {**os.environ, "SLURM_PROCID": str(rank), "SLURM_NTASKS": "2", "SLURM_LOCALID": str(rank),
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "OMP_NUM_THREADS": "1",
+               "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                              os.environ.get("PYTHONPATH", "")])}
+        for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+            env.pop(var, None)
+        procs.append(subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "slurm", str(tmp_path)],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outputs = [p.communicate(timeout=180)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
+    assert [(g["rank"], g["world"]) for g in ranks] == [(0, 2), (1, 2)]
+    assert all(g["sum"].item() == 3.0 and g["told"] == {"from": 0, "cfg": [1, 2]} for g in ranks)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "slurm":  # one SLURM task (see test_two_slurm_tasks)
+        launch(resolve_plan("cpu", 1, launcher="slurm"), _gloo_worker, sys.argv[2])
