@@ -149,7 +149,7 @@ def test_plan_single_and_all(monkeypatch: pytest.MonkeyPatch) -> None:
     ({"count": 3, "spmd": True}, ["num_gpu: 3", "TPU_VISIBLE_CHIPS"]),
     ({"precision": "fp16"}, ["train.precision", "bf16"]),
     ({"compile": True}, ["train.compile", "false"]),
-    ({"count": 1, "spmd": True}, ["num_gpu: 1", "spmd", "auto"]),
+    ({"count": 1, "spmd": True}, ["num_gpu: 1", "xla.spmd: true", "auto"]),
 ])
 def test_plan_errors(kwargs: dict[str, Any], words: list[str]) -> None:
     args = {"count": None, "precision": "fp32", "spmd": False, "compile": False, **kwargs}
@@ -177,7 +177,7 @@ def test_plan_pod(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (plan.launcher, plan.nprocs, plan.extra["hosts"], plan.extra["worker_id"]) == ("xla", 4, 2, 1)
     with pytest.raises(AcceleratorError, match="num_gpu: 1 on a TPU slice of 2 hosts"):
         xla_plan(1, precision="bf16", spmd=False, compile=False)
-    with pytest.raises(AcceleratorError, match="spmd: true on a TPU slice of 2 hosts"):
+    with pytest.raises(AcceleratorError, match="xla.spmd: true on a TPU slice of 2 hosts"):
         xla_plan(None, precision="bf16", spmd=True, compile=False)
 
 

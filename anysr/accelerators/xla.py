@@ -61,8 +61,8 @@ class XLAAccelerator(Accelerator):
         if self.plan.spmd:
             if xr.process_count() > 1:
                 raise AcceleratorError(
-                    f"spmd: true across {xr.process_count()} processes is not supported by anysr yet; "
-                    "set spmd: false (torch_xla.launch on every host)")
+                    f"xla.spmd: true across {xr.process_count()} processes is not supported by anysr yet; "
+                    "set xla.spmd: false (torch_xla.launch on every host)")
             import torch_xla.distributed.spmd as xs  # noqa: PLC0415
 
             self._spmd_devices = xr.global_runtime_device_count()

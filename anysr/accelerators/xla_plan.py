@@ -86,12 +86,12 @@ def xla_plan(count: int | None, *, precision: str, spmd: bool, compile: bool) ->
     cpu_devices = _env_int("CPU_NUM_DEVICES") or 1
     if spmd:
         if count == 1:
-            raise AcceleratorError("num_gpu: 1 with spmd: true; SPMD shards each batch over every local "
-                                   "device, so set num_gpu: auto (or spmd: false for one device)")
+            raise AcceleratorError("num_gpu: 1 with xla.spmd: true; SPMD shards each batch over every local "
+                                   "device, so set num_gpu: auto (or xla.spmd: false for one device)")
         if hosts > 1:
             raise AcceleratorError(
-                f"spmd: true on a TPU slice of {hosts} hosts (TPU_WORKER_HOSTNAMES) is not supported by "
-                "anysr yet; set spmd: false to run one process per chip on every host")
+                f"xla.spmd: true on a TPU slice of {hosts} hosts (TPU_WORKER_HOSTNAMES) is not supported by "
+                "anysr yet; set xla.spmd: false to run one process per chip on every host")
         return LaunchPlan("xla", 1, "none", precision, spmd=True, extra=extra)
 
     if count == 1:
@@ -105,7 +105,7 @@ def xla_plan(count: int | None, *, precision: str, spmd: bool, compile: bool) ->
     if device == "CPU" and cpu_devices > 1:
         raise AcceleratorError(
             f"CPU_NUM_DEVICES={cpu_devices} without spmd: XLA:CPU runs its devices as threads of one process "
-            "and their collectives stall (torch_xla 2.9); set spmd: true to use several CPU devices, "
+            "and their collectives stall (torch_xla 2.9); set xla.spmd: true to use several CPU devices, "
             "or unset CPU_NUM_DEVICES")
     extra["all_devices"] = True
     return LaunchPlan("xla", _local_processes(device), "xla", precision, extra=extra)
