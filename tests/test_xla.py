@@ -299,9 +299,11 @@ def test_collectives_single_rank(acc: Any) -> None:
         acc.all_reduce(t, "avg")
 
 
-def test_device_before_setup() -> None:
+def test_device_before_setup_and_fp16() -> None:
     with pytest.raises(AcceleratorError, match="setup()"):
         _ = create_accelerator(_plan()).device
+    with pytest.raises(AcceleratorError, match="train.precision: fp16 is not supported on XLA; set bf16"):
+        create_accelerator(_plan("fp16"))
 
 
 # ---------------------------------------------------------------------------------------------- subprocesses
