@@ -218,3 +218,16 @@ def test_torch_metric_errors_name_the_problem() -> None:
         psnr_torch(x[:, :2], x[:, :2], 0, True)
     with pytest.raises(OptionError, match=r"crop_border: must be >= 0, got -2"):
         psnr_torch(x, x, -2)
+    with pytest.raises(DataError, match=r"psnr_torch: expected float tensors on \[0, 1\], got torch\.uint8 "
+                                        r"and torch\.uint8; divide uint8 images by 255 first"):
+        psnr_torch(x.to(torch.uint8), x.to(torch.uint8))
+
+
+def test_half_precision_inputs_are_measured_in_float32() -> None:
+    x = (torch.rand(1, 3, 24, 24) * 255).round() / 255
+    y = (torch.rand(1, 3, 24, 24) * 255).round() / 255
+    for fn in (psnr_torch, ssim_torch):
+        ref = fn(x, y, 2, True)
+        half = fn(x.to(torch.bfloat16), y.to(torch.bfloat16), 2, True)
+        assert half.dtype == torch.float32
+        assert torch.allclose(half, ref, atol=1e-6)  # bf16 keeps k/255 within 0.5/255: snapping is exact

@@ -112,6 +112,9 @@ def _check_pair(sr: Tensor, gt: Tensor, crop_border: int, fn: str) -> tuple[Tens
     if sr.dim() != 4 or sr.shape != gt.shape:
         raise DataError(f"{fn}: expected two NCHW tensors of the same shape, got {tuple(sr.shape)} "
                         f"and {tuple(gt.shape)}")
+    if not (sr.is_floating_point() and gt.is_floating_point()):
+        raise DataError(f"{fn}: expected float tensors on [0, 1], got {sr.dtype} and {gt.dtype}; "
+                        "divide uint8 images by 255 first")
     cb = int(crop_border)
     if cb < 0:
         raise OptionError(f"crop_border: must be >= 0, got {crop_border}")
@@ -121,7 +124,7 @@ def _check_pair(sr: Tensor, gt: Tensor, crop_border: int, fn: str) -> tuple[Tens
                             f"{sr.shape[-2]}x{sr.shape[-1]} image; lower crop_border")
         sr = sr[..., cb:-cb, cb:-cb]
         gt = gt[..., cb:-cb, cb:-cb]
-    dtype = sr.dtype if sr.is_floating_point() else torch.float32
+    dtype = torch.float64 if sr.dtype == torch.float64 else torch.float32  # never half precision
     # Snap to the uint8 grid (a no-op for quantised input) so the maths runs on exact integers.
     return (sr.to(dtype) * 255.0).round().contiguous(), (gt.to(dtype) * 255.0).round().contiguous()
 
