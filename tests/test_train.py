@@ -149,3 +149,50 @@ def test_python_m_anysr_train_reports_a_typo_cleanly(tmp_path: Path, small_train
     assert "datasets.train.gt_szie" in proc.stderr and "gt_size" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "experiments" / "typo").exists()
+
+
+def test_gradient_accumulation_equals_larger_batch(tmp_path: Path, small_train_dir: Path) -> None:
+    big = tiny_train_options("big", small_train_dir, None, total_iter=3)
+    big["train"]["ema_decay"] = 0
+    acc = tiny_train_options("acc", small_train_dir, None, total_iter=3)
+    acc["train"]["ema_decay"] = 0
+    acc["train"]["accumulate"] = 2
+    acc["datasets"]["train"]["batch_size_per_gpu"] = 2
+    for name, opt in (("big", big), ("acc", acc)):
+        opt["logger"]["save_checkpoint_freq"] = 3
+        assert main(["train", "-opt", str(write_options(tmp_path / f"{name}.yml", opt)), "--force_yml",
+                     f"path.root={tmp_path}"]) == 0
+    a, b = _weights(tmp_path / "experiments" / "big", 3), _weights(tmp_path / "experiments" / "acc", 3)
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5)
+
+
+def test_bf16_clipping_and_tensorboard(tmp_path: Path, small_train_dir: Path) -> None:
+    opt = tiny_train_options("bf16", small_train_dir, None, total_iter=4)
+    opt["train"]["precision"] = "bf16"
+    opt["train"]["grad_clip_norm"] = 0.5
+    opt["logger"]["use_tb_logger"] = True
+    opt["logger"]["save_pth"] = True
+    assert main(["train", "-opt", str(write_options(tmp_path / "b.yml", opt)), "--force_yml",
+                 f"path.root={tmp_path}"]) == 0
+    exp = tmp_path / "experiments" / "bf16"
+    summary = json.loads((exp / "summary.json").read_text())
+    assert summary["accelerator"]["precision"] == "bf16"
+    assert 0 < summary["final_losses"]["l_pix"] < 1
+    assert list((exp / "tb_logger").glob("events.out.tfevents.*"))
+    pth = torch.load(exp / "models" / "net_g_4.pth", weights_only=True)  # BasicSR-format copy
+    assert set(pth) >= {"params", "params_ema"}
+
+
+@pytest.mark.slow
+def test_torch_compile_on_cpu(tmp_path: Path, small_train_dir: Path) -> None:
+    opt = tiny_train_options("compiled", small_train_dir, None, total_iter=2)
+    opt["train"]["compile"] = True
+    assert main(["train", "-opt", str(write_options(tmp_path / "c.yml", opt)), "--force_yml",
+                 f"path.root={tmp_path}"]) == 0
+    ref = tiny_train_options("eager", small_train_dir, None, total_iter=2)
+    assert main(["train", "-opt", str(write_options(tmp_path / "e.yml", ref)), "--force_yml",
+                 f"path.root={tmp_path}"]) == 0
+    a, b = _weights(tmp_path / "experiments" / "compiled", 2), _weights(tmp_path / "experiments" / "eager", 2)
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-3, atol=1e-4)

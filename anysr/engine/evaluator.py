@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,12 +13,9 @@ from torch import nn
 from anysr.accelerators import Accelerator
 from anysr.data.imageio import write_image
 from anysr.data.transforms import tensor2img
-from anysr.metrics.psnr_ssim import psnr_torch, ssim_torch
+from anysr.metrics import TORCH_METRICS
 from anysr.ops.tiling import tile_forward
 
-TORCH_METRICS: dict[str, Callable[..., torch.Tensor]] = {
-    "calculate_psnr": psnr_torch, "psnr": psnr_torch, "calculate_ssim": ssim_torch, "ssim": ssim_torch,
-}
 _LUMA = (0.299, 0.587, 0.114)
 
 

@@ -209,7 +209,9 @@ class Trainer:
             last = it == self.total_iter
             if it % print_freq == 0 or last:
                 self._report(it, epoch, running, run_count, first_bad, window, writer)
-                running, run_count = {}, 0
+                # Restart the sums as device data (not an empty dict), so the next step's graph is the usual one.
+                running, run_count = {k: torch.zeros_like(v) for k, v in running.items()}, 0
+                acc.mark_step()
                 window.reset()
                 t_end = time.perf_counter()
             if it % save_freq == 0 or last:

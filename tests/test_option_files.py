@@ -1,0 +1,58 @@
+"""The shipped option files: BasicSR's standard settings load and train with only dataset paths changed."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import DATASETS, ROOT, run_cli
+
+from anysr.options import load_options
+
+TRAIN_FILES = sorted((ROOT / "options" / "train").glob("train_*.yml"))
+
+
+def _paths(tmp: Path) -> list[str]:
+    """Overrides that point a DIV2K file at bundled data (large-enough images for every gt_size)."""
+    return [f"path.root={ROOT}", f"path.experiments_root={tmp / 'experiments' / 'run'}",
+            f"datasets.train.dataroot_gt={DATASETS / 'Set14' / 'HR'}",
+            "datasets.train.dataroot_lq=null", "datasets.train.lq_from_gt=true",
+            "datasets.train.meta_info_file=null"]
+
+
+@pytest.fixture(scope="module")
+def tiny_val(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("val")
+    shutil.copy(DATASETS / "Set5" / "HR" / "butterfly.png", out / "butterfly.png")
+    return out
+
+
+@pytest.mark.parametrize("path", TRAIN_FILES, ids=lambda p: p.stem)
+def test_train_file_validates(path: Path, tmp_path: Path) -> None:
+    opt = load_options(path, _paths(tmp_path), is_train=True)
+    assert opt["network_g"]["type"] and opt["train"]["total_iter"] >= 100000
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "options" / "test").glob("*.yml")), ids=lambda p: p.stem)
+def test_test_files_validate(path: Path) -> None:
+    if "quickstart" in path.name:
+        pytest.skip("needs the weights that `make demo` trains")
+    opt = load_options(path, is_train=False)
+    assert any(k.startswith("test") for k in opt["datasets"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", TRAIN_FILES, ids=lambda p: p.stem)
+def test_basicsr_settings_train_unchanged(path: Path, tmp_path: Path, tiny_val: Path) -> None:
+    """One real iteration of each full-size network with its own settings (batch 1 to keep CI short)."""
+    over = [*_paths(tmp_path), "train.total_iter=1",
+            "datasets.train.batch_size_per_gpu=1",
+            "datasets.train.num_worker_per_gpu=0", "datasets.train.dataset_enlarge_ratio=1",
+            f"datasets.val.dataroot_gt={tiny_val}", f"datasets.val_2.dataroot_gt={tiny_val}",
+            "accelerator=cpu", "num_gpu=1",
+            "logger.use_tb_logger=false"]
+    run_cli("train", "-opt", str(path), "--force_yml", *over, cwd=tmp_path, timeout=900)
+    exp = next((tmp_path / "experiments").iterdir())
+    assert (exp / "models" / "net_g_1.safetensors").is_file()
+    assert (exp / "training_states" / "1.state").is_file()
