@@ -58,9 +58,22 @@ def test_cosine_lengths_must_match() -> None:
 def test_ema_update() -> None:
     net = torch.nn.Linear(2, 1)
     ema = EMA(net, 0.9)
+    ema.updates = 100  # past the warm-up: the plain BasicSR update
     with torch.no_grad():
         before = ema.module.weight.clone()
         net.weight.add_(1.0)
     ema.update(net)
     torch.testing.assert_close(ema.module.weight, 0.9 * before + 0.1 * net.weight)
     assert not any(p.requires_grad for p in ema.module.parameters())
+    restored = EMA(net, 0.9)
+    restored.load_state_dict(ema.state_dict())
+    assert restored.updates == 101
+
+
+def test_ema_warm_up_forgets_the_random_init() -> None:
+    ema = EMA(torch.nn.Linear(2, 1), 0.999)
+    assert ema.current_decay() == pytest.approx(0.1)
+    net = torch.nn.Linear(2, 1)
+    for _ in range(300):
+        ema.update(net)
+    torch.testing.assert_close(ema.module.weight, net.weight, rtol=0, atol=1e-6)

@@ -81,7 +81,7 @@ class BaseModel:
         """Everything of the model that decides the future of training."""
         return {
             "nets": {k: self.bare(k).state_dict() for k in self.nets},
-            "emas": {k: e.module.state_dict() for k, e in self.emas.items()},
+            "emas": {k: e.state_dict() for k, e in self.emas.items()},
             "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
             "schedulers": {k: s.state_dict() for k, s in self.schedulers.items()},
         }
@@ -91,7 +91,7 @@ class BaseModel:
             self.bare(k).load_state_dict(sd)
         for k, sd in state["emas"].items():
             if k in self.emas:
-                self.emas[k].module.load_state_dict(sd)
+                self.emas[k].load_state_dict(sd)
         for k, sd in state["optimizers"].items():
             self.optimizers[k].load_state_dict(sd)
         for k, sd in state["schedulers"].items():
