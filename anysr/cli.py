@@ -34,7 +34,7 @@ def _plan_from_options(opt: dict[str, Any], launcher: str = "auto") -> Any:
                         precision=train.get("precision", "fp32"), launcher=launcher,
                         spmd=bool((opt.get("xla") or {}).get("spmd", False)),
                         compile=bool(train.get("compile", False)), dist_backend=dist_params.get("backend"),
-                        master_port=dist_params.get("port"))
+                        master_port=dist_params.get("port"), channels_last=bool(train.get("channels_last", False)))
 
 
 # ---------------------------------------------------------------------- commands
@@ -76,7 +76,7 @@ def cmd_infer(args: argparse.Namespace) -> int:
                                      arch_opts=_kv_list(args.arch_opt, "--arch-opt"), network_opt=network_opt,
                                      scale=args.scale, param_key=args.param_key)
     files = list_images(Path(args.input))
-    plan = resolve_plan(args.accelerator, 1, precision=args.precision)
+    plan = resolve_plan(args.accelerator, 1, precision=args.precision, channels_last=args.channels_last)
     launch(plan, infer_worker, net, files, Path(args.output), scale, args.tile, args.tile_pad, args.suffix)
     print(f"wrote {len(files)} image(s) to {args.output}")
     return 0
@@ -150,6 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--suffix", default=None, help="append _SUFFIX to output names")
     p.add_argument("--accelerator", default="auto", choices=["auto", "cpu", "cuda", "mps", "xla"])
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
+    p.add_argument("--channels-last", "--channels_last", action="store_true",
+                   help="NHWC memory format for weights and images (often faster on CPUs and GPUs; ignored on XLA)")
     p.set_defaults(func=cmd_infer)
 
     p = sub.add_parser("eval", help="score a folder of results against ground truth (PSNR/SSIM)")

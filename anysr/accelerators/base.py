@@ -27,6 +27,8 @@ class LaunchPlan:
     ``launcher`` is how workers come to exist: ``none`` (this process is the only worker),
     ``spawn`` (we start ``nprocs`` local workers with torch.multiprocessing), ``xla`` (torch_xla.launch),
     ``torchrun`` / ``slurm`` / ``pjrt`` (someone else started us; we join their world).
+    ``channels_last``: keep 4-D weights and batches in NHWC memory (faster convolutions on CPUs with
+    AVX-512 / AMX and on tensor-core GPUs); eager devices only, XLA lays out memory itself.
     """
 
     accelerator: str
@@ -37,6 +39,7 @@ class LaunchPlan:
     compile: bool = False
     dist_backend: str | None = None
     master_port: int | None = None
+    channels_last: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -89,6 +92,14 @@ class Accelerator(ABC):
     def batch_multiplier(self) -> int:
         """How many per-device batches one process loads per step (SPMD: its local device count)."""
         return 1
+
+    @property
+    def channels_last(self) -> bool:
+        """Whether 4-D weights and batches are kept in NHWC (channels_last) memory on this device.
+
+        False here and on XLA, where the compiler chooses the layout; the eager devices honour the plan.
+        """
+        return False
 
     def describe(self) -> str:
         return f"{self.name} rank {self.rank}/{self.world_size} on {self.device} ({self.precision})"

@@ -83,8 +83,13 @@ def _parse_count(num_gpu: Any) -> int | None:
 
 def resolve_plan(accelerator: str = "auto", num_gpu: Any = "auto", *, precision: str = "fp32",
                  launcher: str = "auto", spmd: bool = False, compile: bool = False,
-                 dist_backend: str | None = None, master_port: int | None = None) -> LaunchPlan:
-    """Decide what runs where, once, before any worker exists. Errors name the option to change."""
+                 dist_backend: str | None = None, master_port: int | None = None,
+                 channels_last: bool = False) -> LaunchPlan:
+    """Decide what runs where, once, before any worker exists. Errors name the option to change.
+
+    ``channels_last`` (``train.channels_last``, ``anysr infer --channels-last``) asks for NHWC weights and
+    batches; it is honoured on cpu, cuda and mps and dropped on XLA.
+    """
     if precision not in PRECISIONS:
         raise AcceleratorError(f"train.precision: '{precision}' is not one of {', '.join(PRECISIONS)}")
     if launcher not in LAUNCHERS:
@@ -95,6 +100,8 @@ def resolve_plan(accelerator: str = "auto", num_gpu: Any = "auto", *, precision:
     if kind == "xla":
         from anysr.accelerators.xla_plan import xla_plan  # noqa: PLC0415
 
+        # channels_last is not passed on: XLA assigns tensor layouts itself when it compiles the graph
+        # (layout is the compiler's job there), so a memory-format hint would only add copies.
         return xla_plan(count, precision=precision, spmd=spmd, compile=compile)
 
     if precision == "fp16" and kind == "cpu":
@@ -107,7 +114,7 @@ def resolve_plan(accelerator: str = "auto", num_gpu: Any = "auto", *, precision:
     if launcher == "slurm" or external:
         name = "slurm" if launcher == "slurm" else "torchrun"
         return LaunchPlan(kind, 1, name, precision, compile=compile, dist_backend=dist_backend,
-                          master_port=master_port)
+                          master_port=master_port, channels_last=channels_last)
 
     if kind == "cuda":
         available = _cuda_count()
@@ -128,8 +135,9 @@ def resolve_plan(accelerator: str = "auto", num_gpu: Any = "auto", *, precision:
                                    f"set num_gpu to at most {cores}")
     if n > 1:
         return LaunchPlan(kind, n, "spawn", precision, compile=compile, dist_backend=dist_backend,
-                          master_port=master_port or free_port())
-    return LaunchPlan(kind, 1, "none", precision, compile=compile, dist_backend=dist_backend)
+                          master_port=master_port or free_port(), channels_last=channels_last)
+    return LaunchPlan(kind, 1, "none", precision, compile=compile, dist_backend=dist_backend,
+                      channels_last=channels_last)
 
 
 def free_port() -> int:

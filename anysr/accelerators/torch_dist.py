@@ -5,7 +5,8 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -36,6 +37,34 @@ def slurm_world() -> tuple[int, int, int]:
         raise AcceleratorError(
             f"--launcher slurm: {exc.args[0]} is not set; start the job with srun "
             "(one task per device) or drop --launcher slurm") from None
+
+
+def to_channels_last(net: nn.Module) -> nn.Module:
+    """Store ``net``'s 4-D parameters and buffers (conv weights) in NHWC memory, in place; values are unchanged.
+
+    Unlike ``net.to(memory_format=torch.channels_last)`` this leaves 5-D tensors alone (which that call
+    would try, and fail, to convert). Parameters keep their identity, so optimisers built later see them.
+    """
+    with torch.no_grad():
+        for t in [*net.parameters(), *net.buffers()]:
+            if t.dim() == 4 and not t.is_contiguous(memory_format=torch.channels_last):
+                t.data = t.data.contiguous(memory_format=torch.channels_last)
+    return net
+
+
+def standard_layout(obj: Any) -> Any:
+    """``obj`` with every tensor (also inside dicts, lists and tuples) NCHW-contiguous (copied only if not)."""
+    if isinstance(obj, torch.Tensor):
+        return obj if obj.is_contiguous() else obj.contiguous()
+    if isinstance(obj, OrderedDict):
+        return OrderedDict((k, standard_layout(v)) for k, v in obj.items())
+    if isinstance(obj, dict):
+        return {k: standard_layout(v) for k, v in obj.items()}
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*(standard_layout(v) for v in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(standard_layout(v) for v in obj)
+    return obj
 
 
 class TorchDistAccelerator(Accelerator):
@@ -85,9 +114,34 @@ class TorchDistAccelerator(Accelerator):
             dist.destroy_process_group()
             self._owns_group = False
 
+    # ---------------------------------------------------------------- memory format
+    @property
+    def channels_last(self) -> bool:
+        return self.plan.channels_last
+
+    def describe(self) -> str:
+        layout = ", channels_last" if self.channels_last else ""
+        return f"{self.name} rank {self.rank}/{self.world_size} on {self.device} ({self.precision}{layout})"
+
+    def to_device(self, obj: Any) -> Any:
+        """Move tensors to the device; with channels_last, 4-D floating tensors (NCHW batches) become NHWC."""
+        if isinstance(obj, torch.Tensor) and self.channels_last and obj.dim() == 4 and obj.is_floating_point():
+            return obj.to(self.device, non_blocking=True, memory_format=torch.channels_last)
+        return super().to_device(obj)
+
+    def save(self, state_fn: Callable[[], Any], writer: Callable[[Any], None]) -> None:
+        """As the base class; with channels_last the host copies are made standard (NCHW-contiguous) first,
+        so weights and training states hold the same bytes whatever the memory format of the run."""
+        if not self.channels_last:
+            super().save(state_fn, writer)
+            return
+        super().save(state_fn, lambda state: writer(standard_layout(state)))
+
     # ---------------------------------------------------------------- model
     def prepare_model(self, net: nn.Module) -> nn.Module:
         net = net.to(self.device)
+        if self.channels_last:
+            to_channels_last(net)
         if self.world_size > 1 and any(p.requires_grad for p in net.parameters()):
             ids = [self.device.index] if self.device.type == "cuda" else None
             net = DistributedDataParallel(net, device_ids=ids, broadcast_buffers=False)

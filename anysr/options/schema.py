@@ -538,6 +538,9 @@ TRAIN = Section(
                            doc="EMA of the generator weights (0: off; BasicSR uses 0.999)."),
         "precision": Field(str, default="fp32", choices=PRECISIONS, doc="Training precision."),
         "compile": Field(bool, default=False, doc="torch.compile the network (cpu and cuda)."),
+        "channels_last": Field(bool, default=False,
+                               doc="Keep conv weights and image batches in NHWC (channels_last) memory: the same "
+                                   "results, often faster on CPUs with AVX-512/AMX and on GPUs; ignored on XLA."),
         "grad_clip_norm": Field((float, None), default=None, check=greater_than(0),
                                 doc="Clip the gradient norm (null: no clipping)."),
         "accumulate": Field(int, default=1, check=at_least(1),

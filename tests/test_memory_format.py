@@ -1,0 +1,132 @@
+"""channels_last (NHWC) as an accelerator concern: same training, same files, same inference output."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from conftest import DATASETS, ROOT, tiny_train_options, write_options
+from safetensors import safe_open
+from safetensors.torch import load_file
+from torch import nn
+
+from anysr.accelerators import create_accelerator, resolve_plan
+from anysr.accelerators.torch_dist import standard_layout, to_channels_last
+from anysr.cli import main
+from anysr.errors import OptionError
+from anysr.options import load_options
+
+PRETRAINED = ROOT / "pretrained" / "realesr-animevideov3.pth"
+SRVGG = ["--arch", "SRVGGNetCompact", "--arch-opt", "num_feat=64", "num_conv=16", "upscale=4", "act_type=prelu"]
+NHWC = torch.channels_last
+
+
+def _train(tmp_path: Path, name: str, train_dir: Path, val_dir: Path, *overrides: str) -> Path:
+    opt = tiny_train_options(name, train_dir, val_dir, total_iter=3)
+    opt["val"]["tile"] = 40  # the Set5 images are larger: tiled validation runs too
+    opt["val"]["metrics"]["ssim"] = {"type": "calculate_ssim", "crop_border": 2, "test_y_channel": True}
+    path = write_options(tmp_path / f"{name}.yml", opt)
+    assert main(["train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", *overrides]) == 0
+    return tmp_path / "experiments" / name
+
+
+def test_channels_last_training_matches_standard_layout(tmp_path: Path, small_train_dir: Path,
+                                                        small_val_dir: Path) -> None:
+    ref = _train(tmp_path, "nchw", small_train_dir, small_val_dir)
+    nhwc = _train(tmp_path, "nhwc", small_train_dir, small_val_dir, "train.channels_last=true")
+    a = load_file(str(ref / "models" / "net_g_3.safetensors"))
+    b = load_file(str(nhwc / "models" / "net_g_3.safetensors"))
+    assert a.keys() == b.keys() and any(k.startswith("params_ema.") for k in a)
+    for k in a:
+        assert a[k].shape == b[k].shape and a[k].dtype == b[k].dtype, k
+        torch.testing.assert_close(b[k], a[k], rtol=1e-4, atol=1e-5, msg=k)
+    with safe_open(str(ref / "models" / "net_g_3.safetensors"), "pt") as fa, \
+            safe_open(str(nhwc / "models" / "net_g_3.safetensors"), "pt") as fb:
+        meta_a, meta_b = fa.metadata(), fb.metadata()
+    assert json.loads(meta_a["network_g"]) == json.loads(meta_b["network_g"])
+    # The training state is written in standard layout too (and still loads weights_only).
+    state = torch.load(nhwc / "training_states" / "3.state", weights_only=True)
+    weights = state["model"]["nets"]["net_g"]
+    assert any(t.dim() == 4 for t in weights.values())
+    assert all(t.is_contiguous() for t in weights.values())
+    assert all(t.is_contiguous() for t in state["model"]["emas"]["net_g"]["params"].values())
+    # Validation (tiled, PSNR and SSIM) agrees.
+    va = json.loads((ref / "summary.json").read_text())["validation"]["val"]
+    vb = json.loads((nhwc / "summary.json").read_text())["validation"]["val"]
+    for metric in ("psnr", "ssim"):
+        assert vb[metric]["value"] == pytest.approx(va[metric]["value"], abs=1e-3)
+    # Resuming a channels_last run continues it: 2 + 1 equals the straight 3 iterations.
+    opt = tiny_train_options("nhwc_split", small_train_dir, None, total_iter=2)
+    path = write_options(tmp_path / "split.yml", opt)
+    assert main(["train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", "train.channels_last=true"]) == 0
+    assert main(["train", "-opt", str(path), "--auto_resume", "--force_yml", f"path.root={tmp_path}",
+                 "train.channels_last=true", "train.total_iter=3"]) == 0
+    straight = tiny_train_options("nhwc_straight", small_train_dir, None, total_iter=3)
+    path = write_options(tmp_path / "straight.yml", straight)
+    assert main(["train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", "train.channels_last=true"]) == 0
+    c = load_file(str(tmp_path / "experiments" / "nhwc_split" / "models" / "net_g_3.safetensors"))
+    d = load_file(str(tmp_path / "experiments" / "nhwc_straight" / "models" / "net_g_3.safetensors"))
+    for k in c:
+        torch.testing.assert_close(c[k], d[k], rtol=0, atol=0, msg=k)
+
+
+@pytest.mark.parametrize("tile", [None, "16"])
+def test_infer_channels_last_equals_standard(tmp_path: Path, tile: str | None) -> None:
+    img = cv2.imread(str(DATASETS / "Set5" / "HR" / "bird.png"))
+    cv2.imwrite(str(tmp_path / "bird_lr.png"), cv2.resize(img, (48, 40), interpolation=cv2.INTER_AREA))
+    extra = ["--tile", tile, "--tile-pad", "6"] if tile else []
+    outs = []
+    for name, flag in (("nchw", []), ("nhwc", ["--channels-last"])):
+        args = ["infer", "--weights", str(PRETRAINED), *SRVGG, "-i", str(tmp_path / "bird_lr.png"),
+                "-o", str(tmp_path / name), *extra, *flag]
+        assert main(args) == 0
+        outs.append(cv2.imread(str(tmp_path / name / "bird_lr.png")).astype(int))
+    assert outs[0].shape == (160, 192, 3)
+    assert np.abs(outs[0] - outs[1]).max() <= 1
+
+
+def test_plan_and_accelerator_carry_the_memory_format() -> None:
+    plan = resolve_plan("cpu", 1, channels_last=True)
+    assert plan.channels_last
+    acc = create_accelerator(plan)
+    acc.setup()
+    net = acc.prepare_model(nn.Sequential(nn.Conv2d(3, 4, 3), nn.Linear(2, 2)))
+    assert net[0].weight.is_contiguous(memory_format=NHWC) and not net[0].weight.is_contiguous()
+    assert net[1].weight.is_contiguous()  # 2-D tensors are left alone
+    batch = acc.to_device({"lq": torch.rand(2, 3, 8, 8), "idx": torch.zeros(2, 1, 2, 2, dtype=torch.int64),
+                           "v": torch.rand(3, 8, 8)})
+    assert batch["lq"].is_contiguous(memory_format=NHWC) and not batch["lq"].is_contiguous()
+    assert batch["idx"].is_contiguous() and batch["v"].is_contiguous()
+    assert "channels_last" in acc.describe()
+    assert not create_accelerator(resolve_plan("cpu", 1)).channels_last
+
+
+def test_xla_plans_drop_channels_last(monkeypatch: pytest.MonkeyPatch) -> None:
+    launch_mod = importlib.import_module("anysr.accelerators.launch")
+    monkeypatch.setattr(launch_mod, "pick_accelerator", lambda name: "xla")
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    monkeypatch.delenv("CPU_NUM_DEVICES", raising=False)
+    plan = resolve_plan("xla", 1, channels_last=True)
+    assert plan.accelerator == "xla" and not plan.channels_last
+
+
+def test_helpers_keep_values_and_types() -> None:
+    net = to_channels_last(nn.Conv2d(2, 3, 3))
+    before = net.weight
+    assert to_channels_last(net).weight is before  # the same Parameter object (optimisers keep working)
+    x = torch.rand(1, 2, 5, 5).contiguous(memory_format=NHWC)
+    out = standard_layout({"a": [x, (x, 1)], "b": "s"})
+    assert out["a"][0].is_contiguous() and torch.equal(out["a"][0], x)
+    assert isinstance(out["a"][1], tuple) and out["a"][1][1] == 1 and out["b"] == "s"
+
+
+def test_channels_last_option_must_be_a_bool(tmp_path: Path, small_train_dir: Path) -> None:
+    path = write_options(tmp_path / "o.yml", tiny_train_options("o", small_train_dir, None))
+    with pytest.raises(OptionError, match=r"train\.channels_last: expected bool"):
+        load_options(path, ["train.channels_last=yes please"], is_train=True)
+    assert load_options(path, [], is_train=True)["train"]["channels_last"] is False
