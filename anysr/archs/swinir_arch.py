@@ -239,11 +239,11 @@ class BasicLayer(nn.Module):
         return self.downsample(x) if self.downsample is not None else x
 
 
-class PatchEmbed(nn.Module):
-    """(b, c, h, w) -> (b, h*w, c) tokens, with an optional norm (patch_size 1: no projection)."""
+class _PatchGeometry(nn.Module):
+    """Image / patch sizes shared by PatchEmbed and PatchUnEmbed (BasicSR's attributes)."""
 
     def __init__(self, img_size: int | Sequence[int] = 224, patch_size: int | Sequence[int] = 4,
-                 in_chans: int = 3, embed_dim: int = 96, norm_layer: type[nn.Module] | None = None) -> None:
+                 in_chans: int = 3, embed_dim: int = 96) -> None:
         super().__init__()
         self.img_size = to_2tuple(img_size)
         self.patch_size = to_2tuple(patch_size)
@@ -252,6 +252,14 @@ class PatchEmbed(nn.Module):
         self.num_patches = self.patches_resolution[0] * self.patches_resolution[1]
         self.in_chans = in_chans
         self.embed_dim = embed_dim
+
+
+class PatchEmbed(_PatchGeometry):
+    """(b, c, h, w) -> (b, h*w, c) tokens, with an optional norm (patch_size 1: no projection)."""
+
+    def __init__(self, img_size: int | Sequence[int] = 224, patch_size: int | Sequence[int] = 4,
+                 in_chans: int = 3, embed_dim: int = 96, norm_layer: type[nn.Module] | None = None) -> None:
+        super().__init__(img_size, patch_size, in_chans, embed_dim)
         self.norm = norm_layer(embed_dim) if norm_layer is not None else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -259,19 +267,13 @@ class PatchEmbed(nn.Module):
         return self.norm(x) if self.norm is not None else x
 
 
-class PatchUnEmbed(nn.Module):
+class PatchUnEmbed(_PatchGeometry):
     """(b, h*w, c) tokens -> (b, c, h, w) feature map."""
 
     def __init__(self, img_size: int | Sequence[int] = 224, patch_size: int | Sequence[int] = 4,
                  in_chans: int = 3, embed_dim: int = 96, norm_layer: type[nn.Module] | None = None) -> None:
-        super().__init__()
-        self.img_size = to_2tuple(img_size)
-        self.patch_size = to_2tuple(patch_size)
-        self.patches_resolution = [self.img_size[0] // self.patch_size[0],
-                                   self.img_size[1] // self.patch_size[1]]
-        self.num_patches = self.patches_resolution[0] * self.patches_resolution[1]
-        self.in_chans = in_chans
-        self.embed_dim = embed_dim
+        del norm_layer  # accepted for BasicSR's signature; un-embedding has no norm
+        super().__init__(img_size, patch_size, in_chans, embed_dim)
 
     def forward(self, x: torch.Tensor, x_size: tuple[int, int]) -> torch.Tensor:
         return x.transpose(1, 2).reshape(x.shape[0], self.embed_dim, x_size[0], x_size[1])
