@@ -1,4 +1,4 @@
-"""``anysr train | test | infer | eval | prepare``: the command line (``python -m anysr.train -opt F`` too)."""
+"""``anysr train | test | infer | eval | prepare | bench``: the command line (``python -m anysr.train -opt F`` too)."""
 
 from __future__ import annotations
 
@@ -90,6 +90,26 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from anysr.accelerators import launch  # noqa: PLC0415
+    from anysr.engine.bench import bench_worker, format_table, write_json  # noqa: PLC0415
+    from anysr.engine.logger import setup_logging  # noqa: PLC0415
+    from anysr.options import load_options  # noqa: PLC0415
+
+    setup_logging()
+    opt = load_options(args.opt, args.force_yml, is_train=True)
+    # One worker on the accelerator the options name: per-device numbers, no process group.
+    single = {**opt, "num_gpu": 1, "xla": {**(opt.get("xla") or {}), "spmd": False}}
+    result = launch(_plan_from_options(single, "none"), bench_worker, opt, args.iters, args.warmup,
+                    args.infer_size, args.infer_iters or args.iters)
+    result["options"] = str(args.opt)
+    result["overrides"] = list(args.force_yml)
+    print(format_table(result))
+    if args.json:
+        print(f"wrote {write_json(args.json, result)}")
+    return 0
+
+
 def cmd_prepare(args: argparse.Namespace) -> int:
     from anysr.data import prepare  # noqa: PLC0415
 
@@ -153,6 +173,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--channels-last", "--channels_last", action="store_true",
                    help="NHWC memory format for weights and images (often faster on CPUs and GPUs; ignored on XLA)")
     p.set_defaults(func=cmd_infer)
+
+    p = sub.add_parser("bench", help="time training steps and inference of an options file's model",
+                       description="Time the training step (real model, optimiser and loss on a synthetic batch of "
+                       "the configured size: compute only, no data loading) and inference, on one worker of the "
+                       "accelerator the options name.")
+    _add_opt_args(p, launcher=False)
+    p.add_argument("--iters", type=int, default=10, help="timed training iterations (default 10)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed iterations first (default 3)")
+    p.add_argument("--infer-size", "--infer_size", type=int, default=256,
+                   help="LR input size (pixels, square) for the inference timing; 0 skips it (default 256)")
+    p.add_argument("--infer-iters", "--infer_iters", type=int, default=None,
+                   help="timed inference runs (default: --iters)")
+    p.add_argument("--json", default=None, help="also write the results as JSON")
+    p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("eval", help="score a folder of results against ground truth (PSNR/SSIM)")
     p.add_argument("--gt", required=True, help="ground-truth folder")
