@@ -6,7 +6,8 @@
   that carries a digest of its content (``state['__anysr__']``) and a sha256 of the whole file in the
   zip comment, so a flipped byte anywhere or a truncated copy is refused instead of resumed from.
 * Weights are safetensors (``<group>.<param>`` names, JSON metadata from which the net can be rebuilt)
-  or BasicSR ``.pth`` files read through ``torch.load(weights_only=True)``.
+  or BasicSR ``.pth`` files read through ``torch.load(weights_only=True)``; both are memory-mapped (except
+  pre-1.6 .pth files), so ranks reading one file share the page cache instead of holding a copy each.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ import hashlib
 import io
 import json
 import logging
+import mmap
 import os
 import pickle
 import re
 import secrets
 import struct
+import zipfile
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -300,13 +303,6 @@ def _describe_load_error(exc: Exception) -> str:
     if isinstance(exc, EOFError) or "central directory" in msg or "not a ZIP archive" in msg:
         return f"truncated or not a torch file ({first})"
     return f"corrupt ({type(exc).__name__}: {first})"
-
-
-def _read_bytes(path: Path, what: str) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise CheckpointError(f"cannot read {what} {path}: {exc}") from exc
 
 
 def _torch_load_bytes(data: bytes) -> Any:
@@ -722,15 +718,46 @@ def _load_safetensors(path: Path, param_key: str | None) -> tuple[dict[str, torc
     return sd, meta
 
 
+def _stored_zip(f: BinaryIO) -> bool:
+    """Whether ``f`` is a zip archive whose records are all stored uncompressed, as ``torch.save`` writes them.
+
+    ``torch.load(mmap=True)`` reads each record at its offset in the file, so a legacy (pre-1.6) file or an
+    archive re-zipped with compression must be read the ordinary way (mapped, it would give wrong values).
+    """
+    if f.read(4) != b"PK\x03\x04":
+        return False
+    try:
+        with zipfile.ZipFile(f) as zf:
+            return all(info.compress_type == zipfile.ZIP_STORED for info in zf.infolist())
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError, struct.error):
+        return False  # torch.load says what is wrong with it
+
+
+def _scan_torch_file(path: Path) -> tuple[str, bool]:
+    """``(stamp status, can be memory-mapped)`` of a torch file, read through a memory map (no copy in memory)."""
+    try:
+        with open(path, "rb") as f:
+            data: Any = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if os.fstat(f.fileno()).st_size else b""
+            mappable = _stored_zip(f)
+    except OSError as exc:
+        raise CheckpointError(f"cannot read weights {path}: {exc}") from exc
+    try:
+        return (_check_zip_stamp(data) if _has_stamp_magic(data) else "absent"), mappable
+    finally:
+        if isinstance(data, mmap.mmap):
+            data.close()
+
+
 def _load_torch_weights(path: Path, param_key: str) -> dict[str, torch.Tensor]:
-    data = _read_bytes(path, "weights")
-    stamp = _check_zip_stamp(data) if _has_stamp_magic(data) else "absent"
+    stamp, mappable = _scan_torch_file(path)
     if stamp != "absent" and stamp != "ok":
         what = "checksum mismatch" if stamp == "mismatch" else "truncated or corrupt end of archive"
         raise CheckpointError(f"weights {path}: {what} (the file changed after it was written). "
                               f"{_WEIGHTS_FIX}")
     try:
-        obj = _torch_load_bytes(data)
+        # torch.save archives are memory-mapped: tensors are views of the page cache, shared by every process
+        # reading the file, and only the group loaded into the net is ever touched.
+        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=mappable)
     except Exception as exc:  # any unpickler failure means an unusable file
         raise CheckpointError(f"weights {path} cannot be loaded: {_describe_load_error(exc)}. "
                               f"{_WEIGHTS_FIX}") from exc
@@ -748,9 +775,11 @@ def load_weights(path: PathLike, param_key: str = "params") -> tuple[dict[str, t
     """Read network weights on the CPU: ``(state_dict, metadata)``.
 
     ``.safetensors`` (ours: the ``param_key`` group, verified; any other: all tensors) are memory-mapped
-    through ``safe_open``; ``.pth``/``.pt``/``.ckpt`` go through ``torch.load(weights_only=True)`` (BasicSR
-    ``{'params', 'params_ema'}``, a bare state dict, or a ``state_dict`` entry). ``params_ema`` falls back
-    to ``params`` with a warning. Leading ``module.`` / ``_orig_mod.`` are stripped from the names.
+    through ``safe_open``; ``.pth``/``.pt``/``.ckpt`` (BasicSR ``{'params', 'params_ema'}``, a bare state dict,
+    or a ``state_dict`` entry) go through ``torch.load(weights_only=True, mmap=True)``, legacy pre-1.6 files
+    without ``mmap``. The tensors are views of the file's pages: copy them into the net (``load_into``) and
+    drop them. ``params_ema`` falls back to ``params`` with a warning. Leading ``module.`` / ``_orig_mod.``
+    are stripped from the names.
     """
     path = Path(path)
     if not path.exists():

@@ -135,6 +135,7 @@ class Trainer:
             sd, _ = ckpt.load_weights(pre, key)
             strict = bool(self.opt["path"].get("strict_load_g", True))
             self.model.load_pretrained(sd, lambda net, s: ckpt.load_into(net, s, strict=strict, source=str(pre)))
+            del sd  # the file's tensors (memory-mapped) are not kept for the whole run; the net holds the copy
             self.log.info("loaded pretrained weights %s [%s]", pre, key)
         self.model.setup()
 
