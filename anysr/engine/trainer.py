@@ -329,6 +329,7 @@ class Trainer:
                                for m, v in ms.items()} for d, ms in self.last_val.items()},
             "accelerator": {"kind": self.acc.plan.accelerator, "world_size": self.acc.world_size,
                             "precision": self.acc.precision, "launcher": self.acc.plan.launcher,
+                            "channels_last": self.acc.plan.channels_last,
                             "spmd": self.acc.plan.spmd},
             "stats": self.acc.stats(),
         }
