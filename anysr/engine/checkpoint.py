@@ -721,7 +721,7 @@ def _load_safetensors(path: Path, param_key: str | None) -> tuple[dict[str, torc
 def _stored_zip(f: BinaryIO) -> bool:
     """Whether ``f`` is a zip archive whose records are all stored uncompressed, as ``torch.save`` writes them.
 
-    ``torch.load(mmap=True)`` reads each record at its offset in the file, so a legacy (pre-1.6) file or an
+    ``torch.load`` with ``mmap=True`` reads each record at its offset in the file, so a legacy (pre-1.6) file or an
     archive re-zipped with compression must be read the ordinary way (mapped, it would give wrong values).
     """
     if f.read(4) != b"PK\x03\x04":
