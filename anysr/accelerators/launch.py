@@ -180,16 +180,23 @@ def launch(plan: LaunchPlan, fn: Callable[..., Any], *args: Any) -> Any:
     ``fn`` must be a module-level function (it is pickled for spawned workers).
     """
     if plan.launcher == "spawn":
+        import torch.distributed as dist  # noqa: PLC0415
         import torch.multiprocessing as mp  # noqa: PLC0415
 
         os.environ["MASTER_ADDR"] = os.environ.get("MASTER_ADDR", "127.0.0.1")
         os.environ["MASTER_PORT"] = str(plan.master_port or free_port())
         os.environ["LOCAL_WORLD_SIZE"] = str(plan.nprocs)
+        # The parent hosts the rendezvous store (a TCP key-value server, no device runtime) and keeps it until
+        # every worker has exited, so a rank that finishes first cannot pull it from under the others.
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), plan.nprocs + 1,
+                              is_master=True, wait_for_workers=False)
         try:
             mp.spawn(_worker, args=(plan, fn, args), nprocs=plan.nprocs, join=True)
         except mp.ProcessExitedException as exc:
             raise AcceleratorError(f"worker rank {exc.error_index} exited with code {exc.exit_code} "
                                    "(its message is printed above)") from None
+        finally:
+            del store
         return None
     if plan.launcher == "xla":
         from anysr.accelerators.xla_plan import xla_launch  # noqa: PLC0415

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import inspect
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -17,6 +18,11 @@ from torch.nn.parallel import DistributedDataParallel
 from anysr.accelerators.base import Accelerator, LaunchPlan
 from anysr.errors import AcceleratorError
 
+# Buffers (EDSR's mean, SwinIR's masks) are constants: identical on every rank, never synced per step.
+# torch >= 2.13 names this forward_sync_buffers (and deprecates broadcast_buffers).
+_NO_BUFFER_SYNC = ({"forward_sync_buffers": False}
+                   if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
+                   else {"broadcast_buffers": False})
 _OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
 
 
@@ -98,9 +104,16 @@ class TorchDistAccelerator(Accelerator):
                     raise AcceleratorError(
                         "--launcher slurm: set MASTER_ADDR to the first node's host name "
                         "(for example: export MASTER_ADDR=$(scontrol show hostnames $SLURM_NODELIST | head -n1))")
+            timeout = datetime.timedelta(minutes=30)
+            kwargs = self._init_kwargs()
+            if self.plan.launcher == "spawn":
+                # The parent hosts the rendezvous store (see launch()), so no rank's exit can take it away
+                # from the others while they tear down.
+                kwargs["store"] = dist.TCPStore(os.environ.get("MASTER_ADDR", "127.0.0.1"),
+                                                int(os.environ["MASTER_PORT"]), self.world_size, is_master=False,
+                                                timeout=timeout)
             dist.init_process_group(self.plan.dist_backend or self.backend, rank=self.rank,
-                                    world_size=self.world_size, timeout=datetime.timedelta(minutes=30),
-                                    **self._init_kwargs())
+                                    world_size=self.world_size, timeout=timeout, **kwargs)
             self._owns_group = True
 
     def _init_kwargs(self) -> dict[str, Any]:
@@ -111,6 +124,7 @@ class TorchDistAccelerator(Accelerator):
 
     def teardown(self) -> None:
         if self._owns_group and dist.is_initialized():
+            dist.barrier()  # nobody leaves while another rank still has collectives in flight
             dist.destroy_process_group()
             self._owns_group = False
 
@@ -144,7 +158,7 @@ class TorchDistAccelerator(Accelerator):
             to_channels_last(net)
         if self.world_size > 1 and any(p.requires_grad for p in net.parameters()):
             ids = [self.device.index] if self.device.type == "cuda" else None
-            net = DistributedDataParallel(net, device_ids=ids, broadcast_buffers=False)
+            net = DistributedDataParallel(net, device_ids=ids, **_NO_BUFFER_SYNC)
         return net
 
     @contextlib.contextmanager
