@@ -56,3 +56,49 @@ def test_basicsr_settings_train_unchanged(path: Path, tmp_path: Path, tiny_val: 
     exp = next((tmp_path / "experiments").iterdir())
     assert (exp / "models" / "net_g_1.safetensors").is_file()
     assert (exp / "training_states" / "1.state").is_file()
+
+
+def test_basicsr_vocabulary_older_and_newer(tmp_path: Path) -> None:
+    """Keys real BasicSR files use: old path names, use_flip, SwinIRModel, 5e3 as a string, num_gpu auto."""
+    text = f"""
+name: bsr_vocab
+model_type: SwinIRModel
+scale: 2
+num_gpu: auto
+manual_seed: 0
+datasets:
+  train:
+    name: T91
+    type: PairedImageDataset
+    dataroot_gt: {DATASETS / 'T91' / 'HR'}
+    lq_from_gt: true
+    filename_tmpl: '{{}}'
+    io_backend: {{type: disk}}
+    gt_size: 48
+    use_flip: true
+    use_rot: true
+    use_shuffle: true
+    num_worker_per_gpu: 6
+    batch_size_per_gpu: 4
+    dataset_enlarge_ratio: 1
+    prefetch_mode: ~
+network_g: {{type: SwinIR, upscale: 2, in_chans: 3, img_size: 24, window_size: 8, img_range: 1.,
+            depths: [2], embed_dim: 12, num_heads: [2], mlp_ratio: 2, upsampler: pixelshuffle,
+            resi_connection: 1conv}}
+path: {{pretrain_model_g: ~, strict_load: true, resume_state: ~}}
+train:
+  optim_g: {{type: Adam, lr: !!float 2e-4, weight_decay: 0, betas: [0.9, 0.99]}}
+  scheduler: {{type: MultiStepLR, milestones: [250000], gamma: 0.5}}
+  total_iter: 500000
+  warmup_iter: -1
+  pixel_opt: {{type: L1Loss, loss_weight: 1.0, reduction: mean}}
+logger: {{print_freq: 100, save_checkpoint_freq: 5e3, use_tb_logger: true, wandb: {{project: ~, resume_id: ~}}}}
+dist_params: {{backend: nccl, port: 29500}}
+"""
+    path = tmp_path / "bsr.yml"
+    path.write_text(text)
+    opt = load_options(path, [f"path.root={tmp_path}"], is_train=True)
+    assert opt["model_type"] == "SwinIRModel"
+    assert opt["path"]["strict_load_g"] is True and opt["path"]["pretrain_network_g"] is None
+    assert opt["datasets"]["train"]["use_hflip"] is True
+    assert opt["logger"]["save_checkpoint_freq"] == 5000

@@ -69,3 +69,8 @@ class SRModel(BaseModel):
         if "net_g" in self.emas:
             self.emas["net_g"].update(self.bare("net_g"))
         return totals
+
+
+@MODEL_REGISTRY.register()
+class SwinIRModel(SRModel):
+    """BasicSR's name for SwinIR training; here the arch pads to its window itself, so it is SRModel."""

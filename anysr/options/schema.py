@@ -479,6 +479,8 @@ PATH = Section(
         "ignore_resume_networks": Field((ListOf(str), None), default=None,
                                         doc="Accepted (BasicSR): networks not restored on resume."),
     },
+    # Older BasicSR option files (1.3 and before) use these names.
+    aliases={"pretrain_model_g": "pretrain_network_g", "strict_load": "strict_load_g"},
     rule=_path_rule,
 )
 
