@@ -84,6 +84,27 @@ class Trainer:
                 found = (Path(chosen), ckpt.load_training_state(chosen))
         return found
 
+    def _load_gan_extras(self, fresh: bool) -> None:
+        """GAN models: ``path.pretrain_network_d`` (fresh runs only) and the VGG19 weights of
+        ``train.perceptual_opt.vgg_weights_path``, read here and handed over (models do no file I/O)."""
+        model, paths = self.model, self.opt["path"]
+        pre_d = paths.get("pretrain_network_d")
+        if pre_d and fresh and hasattr(model, "load_pretrained_d"):
+            key = paths.get("param_key_d") or "params"
+            sd, _ = ckpt.load_weights(pre_d, key)
+            strict = bool(paths.get("strict_load_d", True))
+            model.load_pretrained_d(sd, lambda net, s: ckpt.load_into(net, s, strict=strict, source=str(pre_d)))
+            del sd
+            self.log.info("loaded pretrained discriminator weights %s [%s]", pre_d, key)
+        popt = self.train_opt.get("perceptual_opt")
+        if popt and hasattr(model, "set_perceptual_weights"):
+            vgg_path = popt.get("vgg_weights_path")
+            if not vgg_path:
+                raise OptionError("train.perceptual_opt.vgg_weights_path: the VGG19 weights file is required "
+                                  "(torchvision's vgg19 state dict; no download happens)")
+            sd, _ = ckpt.load_weights(vgg_path)
+            model.set_perceptual_weights(sd)
+
     def _build_data(self) -> None:
         datasets = self.opt["datasets"]
         train_keys = [k for k in datasets if k.startswith("train")]
@@ -137,6 +158,7 @@ class Trainer:
             self.model.load_pretrained(sd, lambda net, s: ckpt.load_into(net, s, strict=strict, source=str(pre)))
             del sd  # the file's tensors (memory-mapped) are not kept for the whole run; the net holds the copy
             self.log.info("loaded pretrained weights %s [%s]", pre, key)
+        self._load_gan_extras(resume is None)
         self.model.setup()
 
         start_iter = 0

@@ -6,6 +6,8 @@ from typing import Any
 
 from torch import nn
 
+from anysr.losses.gan import GANLoss
+from anysr.losses.perceptual import PerceptualLoss, VGGFeatureExtractor
 from anysr.losses.pixel import CharbonnierLoss, L1Loss, MSELoss
 from anysr.registry import LOSS_REGISTRY
 
@@ -17,4 +19,4 @@ def build_loss(opt: dict[str, Any], key_path: str) -> nn.Module:
     return cls(**kwargs)
 
 
-__all__ = ["CharbonnierLoss", "L1Loss", "MSELoss", "build_loss"]
+__all__ = ["CharbonnierLoss", "GANLoss", "L1Loss", "MSELoss", "PerceptualLoss", "VGGFeatureExtractor", "build_loss"]

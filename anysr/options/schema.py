@@ -530,6 +530,23 @@ PIXEL_LOSS = Section(
 
 TYPED_DICT = Section({"type": Field(str, required=True, doc="Class name.")}, extra=True)
 
+
+def _perceptual_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
+    _existing(out, "vgg_weights_path", path, ctx, kind="file")
+
+
+PERCEPTUAL_LOSS = Section(
+    {
+        "type": Field(str, required=True, doc="Loss class in LOSS_REGISTRY (PerceptualLoss)."),
+        "vgg_weights_path": Field((str, None), default=None,
+                                  doc="torchvision's vgg19 state dict (.pth or .safetensors), an existing file; "
+                                      "required by GAN models with a perceptual loss (no download happens)."),
+    },
+    extra=True,
+    rule=_perceptual_rule,
+    doc="Perceptual loss: `type`, `vgg_weights_path` and the loss's own arguments (layer_weights, ...).",
+)
+
 TRAIN = Section(
     {
         "total_iter": Field(int, required=True, check=at_least(1), expect=_NUM_FREQ,
@@ -550,8 +567,8 @@ TRAIN = Section(
         "optim_g": Field(OPTIM, required=True, doc="Generator optimizer."),
         "scheduler": Field((SCHEDULER, None), default=None, doc="Learning-rate schedule (null: constant)."),
         "pixel_opt": Field((PIXEL_LOSS, None), default=None, doc="Pixel loss."),
-        "perceptual_opt": Field((TYPED_DICT, None), default=None,
-                                doc="Perceptual loss ({type: ..., ...}); only `type` is checked here."),
+        "perceptual_opt": Field((PERCEPTUAL_LOSS, None), default=None,
+                                doc="Perceptual loss ({type: PerceptualLoss, layer_weights: ..., ...})."),
         "gan_opt": Field((dict, None), default=None, doc="GAN loss (GAN models)."),
         "net_d_iters": Field(int, default=1, check=at_least(1), doc="Discriminator update interval (GAN)."),
         "net_d_init_iters": Field(int, default=0, check=at_least(0), doc="Discriminator-only warm-up (GAN)."),

@@ -1,0 +1,150 @@
+"""Perceptual (VGG feature) and style loss with BasicSR's arguments; the VGG19 is our own module laid out
+as torchvision's ``vgg19().features`` so its state dict (``features.N.weight``) loads into it."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from anysr.registry import LOSS_REGISTRY
+
+# torchvision vgg19 ``features`` layers in order; the position is torchvision's index N of ``features.N``.
+_VGG19_BLOCKS = (2, 2, 4, 4, 4)
+VGG19_NAMES: tuple[str, ...] = tuple(
+    name
+    for block, convs in enumerate(_VGG19_BLOCKS, start=1)
+    for name in [x for i in range(1, convs + 1) for x in (f"conv{block}_{i}", f"relu{block}_{i}")] + [f"pool{block}"]
+)
+_VGG19_WIDTHS = (64, 128, 256, 512, 512)
+_IMAGENET_MEAN = (0.485, 0.456, 0.406)
+_IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+class VGGFeatureExtractor(nn.Module):
+    """VGG19 truncated after the deepest requested layer; returns ``{layer name: features}``.
+
+    Layer names as BasicSR's (``conv1_1``, ``relu1_1``, ..., ``pool5``). Load weights with
+    ``load_torchvision_state_dict`` (torchvision's ``features.N.*`` keys; classifier keys are ignored).
+    The parameters are frozen and the module stays in eval mode.
+    """
+
+    def __init__(self, layer_name_list: list[str], vgg_type: str = "vgg19", use_input_norm: bool = True,
+                 range_norm: bool = False) -> None:
+        super().__init__()
+        if vgg_type != "vgg19":
+            raise ValueError(f"vgg_type '{vgg_type}' is not supported; only 'vgg19' is")
+        unknown = [n for n in layer_name_list if n not in VGG19_NAMES]
+        if unknown:
+            raise ValueError(f"unknown VGG19 layer(s) {unknown}; valid names: {', '.join(VGG19_NAMES)}")
+        if not layer_name_list:
+            raise ValueError("layer_weights is empty; name at least one VGG19 layer, e.g. {conv5_4: 1.0}")
+        self.layer_name_list = list(layer_name_list)
+        self.use_input_norm = use_input_norm
+        self.range_norm = range_norm
+        last = max(VGG19_NAMES.index(n) for n in layer_name_list)
+        layers: list[tuple[str, nn.Module]] = []
+        c_in = 3
+        for name in VGG19_NAMES[: last + 1]:
+            if name.startswith("conv"):
+                c_out = _VGG19_WIDTHS[int(name[4]) - 1]
+                layers.append((name, nn.Conv2d(c_in, c_out, 3, 1, 1)))
+                c_in = c_out
+            elif name.startswith("relu"):
+                layers.append((name, nn.ReLU(inplace=False)))
+            else:
+                layers.append((name, nn.MaxPool2d(kernel_size=2, stride=2)))
+        self.vgg_net = nn.Sequential(OrderedDict(layers))
+        self.register_buffer("mean", torch.tensor(_IMAGENET_MEAN).view(1, 3, 1, 1))
+        self.register_buffer("std", torch.tensor(_IMAGENET_STD).view(1, 3, 1, 1))
+        self.requires_grad_(False)
+        self.eval()
+
+    def train(self, mode: bool = True) -> VGGFeatureExtractor:
+        """Always eval: the feature extractor is fixed."""
+        return super().train(False)
+
+    @torch.no_grad()
+    def load_torchvision_state_dict(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        """Copy torchvision vgg19 weights (``features.N.weight`` / ``.bias``, optional ``vgg.``-free prefixes)."""
+        for idx, (name, module) in enumerate(self.vgg_net.named_children()):
+            if not isinstance(module, nn.Conv2d):
+                continue
+            for part in ("weight", "bias"):
+                key = f"features.{idx}.{part}"
+                if key not in state_dict:
+                    raise KeyError(f"VGG19 weights lack '{key}' (layer {name}); give torchvision's vgg19 state dict")
+                src = state_dict[key]
+                dst = getattr(module, part)
+                if tuple(src.shape) != tuple(dst.shape):
+                    raise ValueError(f"VGG19 weights '{key}' have shape {tuple(src.shape)}, layer {name} needs "
+                                     f"{tuple(dst.shape)}; give torchvision's vgg19 (not vgg16 / bn) state dict")
+                dst.copy_(src)
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        if self.range_norm:
+            x = (x + 1) / 2
+        if self.use_input_norm:
+            x = (x - self.mean) / self.std
+        out: dict[str, torch.Tensor] = {}
+        wanted = set(self.layer_name_list)
+        for name, layer in self.vgg_net.named_children():
+            x = layer(x)
+            if name in wanted:
+                out[name] = x.clone() if name.startswith("conv") else x
+        return out
+
+
+def _gram(x: torch.Tensor) -> torch.Tensor:
+    n, c, h, w = x.shape
+    f = x.reshape(n, c, h * w)
+    return f.bmm(f.transpose(1, 2)) / (c * h * w)
+
+
+@LOSS_REGISTRY.register()
+class PerceptualLoss(nn.Module):
+    """Weighted distance of VGG19 features (and optionally of their Gram matrices, the style loss).
+
+    ``forward(x, gt)`` returns ``(percep_loss, style_loss)``; either is ``None`` when its weight is 0.
+    The VGG weights come in as ``vgg_state_dict`` (torchvision's vgg19); ``vgg_weights_path`` is only the
+    option the engine reads them from (losses do no file I/O) and is accepted and ignored here.
+    """
+
+    def __init__(self, layer_weights: dict[str, float], vgg_type: str = "vgg19", use_input_norm: bool = True,
+                 range_norm: bool = False, perceptual_weight: float = 1.0, style_weight: float = 0.0,
+                 criterion: str = "l1", vgg_weights_path: str | None = None,
+                 vgg_state_dict: Mapping[str, torch.Tensor] | None = None) -> None:
+        super().__init__()
+        if criterion not in ("l1", "l2", "fro"):
+            raise ValueError(f"criterion '{criterion}' is not supported; use l1, l2 or fro")
+        if vgg_state_dict is None:
+            raise ValueError("PerceptualLoss needs vgg_state_dict (torchvision's vgg19 weights); set "
+                             "train.perceptual_opt.vgg_weights_path")
+        self.layer_weights = {k: float(v) for k, v in layer_weights.items()}
+        self.perceptual_weight = float(perceptual_weight)
+        self.style_weight = float(style_weight)
+        self.criterion_type = criterion
+        self.vgg = VGGFeatureExtractor(list(self.layer_weights), vgg_type, use_input_norm, range_norm)
+        self.vgg.load_torchvision_state_dict(vgg_state_dict)
+
+    def _dist(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        if self.criterion_type == "l1":
+            return F.l1_loss(a, b)
+        if self.criterion_type == "l2":
+            return F.mse_loss(a, b)
+        return torch.linalg.vector_norm(a - b)
+
+    def forward(self, x: torch.Tensor, gt: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        fx = self.vgg(x)
+        fg = self.vgg(gt.detach())
+        percep = style = None
+        if self.perceptual_weight > 0:
+            percep = sum(self._dist(fx[k], fg[k]) * w for k, w in self.layer_weights.items())
+            percep = percep * self.perceptual_weight  # type: ignore[operator]
+        if self.style_weight > 0:
+            style = sum(self._dist(_gram(fx[k]), _gram(fg[k])) * w for k, w in self.layer_weights.items())
+            style = style * self.style_weight  # type: ignore[operator]
+        return percep, style  # type: ignore[return-value]

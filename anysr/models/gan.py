@@ -1,0 +1,207 @@
+"""SRGANModel and ESRGANModel: a generator trained against a discriminator (BasicSR's GAN models)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from anysr.accelerators import Accelerator
+from anysr.archs import build_network
+from anysr.errors import OptionError
+from anysr.losses import build_loss
+from anysr.models.sr import SRModel
+from anysr.registry import MODEL_REGISTRY
+
+
+def _set_requires_grad(net: nn.Module, flag: bool) -> None:
+    for p in net.parameters():
+        p.requires_grad_(flag)
+
+
+@MODEL_REGISTRY.register()
+class SRGANModel(SRModel):
+    """``network_g`` trained with ``pixel_opt`` + ``perceptual_opt`` + ``gan_opt`` against ``network_d``.
+
+    Per iteration: the generator step (every ``net_d_iters`` iterations, after ``net_d_init_iters``
+    discriminator-only iterations), then the discriminator step. The engine hands the VGG19 weights of
+    ``perceptual_opt`` in through ``set_perceptual_weights`` before ``setup`` (models do no file I/O).
+    """
+
+    def __init__(self, opt: dict[str, Any], accelerator: Accelerator) -> None:
+        super().__init__(opt, accelerator)
+        self.vgg_state_dict: Mapping[str, torch.Tensor] | None = None
+        self.current_iter = 0
+        if self.is_train:
+            if not opt.get("network_d"):
+                raise OptionError(f"network_d: {type(self).__name__} needs a discriminator; add network_d "
+                                  "(e.g. {type: VGGStyleDiscriminator, num_in_ch: 3, num_feat: 64})")
+            self.nets["net_d"] = build_network(opt["network_d"], "network_d")
+
+    # ---------------------------------------------------------------- engine hooks
+    def set_perceptual_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        """The VGG19 weights (torchvision's state dict) for ``train.perceptual_opt``; call before ``setup``."""
+        self.vgg_state_dict = state_dict
+
+    def load_pretrained_d(self, state_dict: dict[str, torch.Tensor], loader: Any) -> None:
+        """Load pretrained discriminator weights (before ``setup``); ``loader(net, sd)`` checks and loads."""
+        loader(self.nets["net_d"], state_dict)
+
+    def update_learning_rate(self, current_iter: int) -> None:
+        self.current_iter = current_iter
+        super().update_learning_rate(current_iter)
+
+    # ---------------------------------------------------------------- set-up
+    def setup(self) -> None:
+        super().setup()
+        if not self.is_train:
+            return
+        train = self.opt["train"]
+        self.nets["net_d"] = self.acc.prepare_model(self.nets["net_d"])
+        self.nets["net_d"].train()
+        if train.get("perceptual_opt"):
+            if self.vgg_state_dict is None:
+                raise OptionError("train.perceptual_opt.vgg_weights_path: the VGG19 weights file is required "
+                                  "(torchvision's vgg19 state dict; no download happens)")
+            popt = dict(train["perceptual_opt"])
+            try:
+                self.losses["l_percep"] = build_loss({**popt, "vgg_state_dict": self.vgg_state_dict},
+                                                     "train.perceptual_opt").to(self.acc.device)
+            except (KeyError, ValueError) as exc:
+                raise OptionError(f"train.perceptual_opt: {exc}") from None
+            self.vgg_state_dict = None  # the loss holds its copy
+        if not train.get("gan_opt"):
+            raise OptionError(f"train.gan_opt: {type(self).__name__} needs a GAN loss; add "
+                              "{type: GANLoss, gan_type: vanilla, loss_weight: 0.005}")
+        try:
+            self.cri_gan = build_loss(train["gan_opt"], "train.gan_opt").to(self.acc.device)
+        except ValueError as exc:
+            raise OptionError(f"train.gan_opt: {exc}") from None
+        if not train.get("optim_d"):
+            raise OptionError("train.optim_d: the discriminator optimizer is missing; add e.g. "
+                              "{type: Adam, lr: 1e-4, betas: [0.9, 0.99]}")
+        self.add_optimizer("net_d", self.nets["net_d"], train["optim_d"], "train.optim_d")
+        self.net_d_iters = int(train.get("net_d_iters", 1) or 1)
+        self.net_d_init_iters = int(train.get("net_d_init_iters", 0) or 0)
+
+    # ---------------------------------------------------------------- losses
+    def generator_adv_loss(self, fake_pred: torch.Tensor, gt: torch.Tensor) -> torch.Tensor:
+        """Adversarial loss of the generator given the discriminator's view of its output."""
+        del gt
+        return self.cri_gan(fake_pred, True, is_disc=False)
+
+    def discriminator_backward(self, output: torch.Tensor, gt: torch.Tensor, scale: float,
+                               sync: bool) -> dict[str, torch.Tensor]:
+        """Backpropagate the discriminator losses (real, then fake: one backward per forward, as DDP wants);
+        return ``l_d_real``, ``l_d_fake`` and the mean logits ``out_d_real``, ``out_d_fake``."""
+        net_d = self.nets["net_d"]
+        with self.acc.no_sync(net_d):
+            with self.acc.autocast():
+                real = net_d(gt)
+            l_real = self.cri_gan(real.float(), True, is_disc=True)
+            self.acc.backward(l_real * scale)
+        with self.acc.no_sync(net_d) if not sync else contextlib.nullcontext():
+            with self.acc.autocast():
+                fake = net_d(output)
+            l_fake = self.cri_gan(fake.float(), False, is_disc=True)
+            self.acc.backward(l_fake * scale)
+        return {"l_d_real": l_real, "l_d_fake": l_fake, "out_d_real": real.detach().float().mean(),
+                "out_d_fake": fake.detach().float().mean()}
+
+    def generator_losses(self, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        with self.acc.autocast():
+            output = self.forward_g(batch["lq"])
+        output = output.float()
+        gt = batch["gt"]
+        losses: dict[str, torch.Tensor] = {}
+        if "l_pix" in self.losses:
+            losses["l_g_pix"] = self.losses["l_pix"](output, gt)
+        if "l_percep" in self.losses:
+            percep, style = self.losses["l_percep"](output, gt)
+            if percep is not None:
+                losses["l_g_percep"] = percep
+            if style is not None:
+                losses["l_g_style"] = style
+        # The generator step does not update the discriminator: call the bare module (no DDP reduction).
+        losses["l_g_gan"] = self.generator_adv_loss(self.bare("net_d")(output), gt)
+        return output, losses
+
+    # ---------------------------------------------------------------- the step
+    def train_step(self, batches: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        """Generator step (when due) then discriminator step, over ``len(batches)`` micro-batches."""
+        n = len(batches)
+        net_g = self.nets["net_g"]
+        opt_g, opt_d = self.optimizers["net_g"], self.optimizers["net_d"]
+        bare_d = self.bare("net_d")
+        step_g = self.current_iter % self.net_d_iters == 0 and self.current_iter > self.net_d_init_iters
+        totals: dict[str, torch.Tensor] = {}
+
+        def add(values: dict[str, torch.Tensor]) -> None:
+            for name, value in values.items():
+                totals[name] = totals.get(name, 0) + value.detach() / n
+
+        outputs: list[torch.Tensor] = []
+        _set_requires_grad(bare_d, False)
+        if step_g:
+            opt_g.zero_grad(set_to_none=True)
+            for k, batch in enumerate(batches):
+                with self.acc.no_sync(net_g) if k < n - 1 else contextlib.nullcontext():
+                    output, losses = self.generator_losses(batch)
+                    self.acc.backward(sum(losses.values()) / n)  # type: ignore[arg-type]
+                outputs.append(output.detach())
+                add(losses)
+            self.acc.optimizer_step(opt_g, self.grad_clip_norm)
+        else:
+            with torch.no_grad():
+                for batch in batches:
+                    with self.acc.autocast():
+                        outputs.append(self.forward_g(batch["lq"]).float())
+            zero = torch.zeros((), device=self.acc.device)
+            names = (["l_g_pix"] if "l_pix" in self.losses else []) + (
+                ["l_g_percep"] if "l_percep" in self.losses and self.losses["l_percep"].perceptual_weight > 0
+                else []) + (["l_g_style"] if "l_percep" in self.losses
+                            and self.losses["l_percep"].style_weight > 0 else []) + ["l_g_gan"]
+            totals.update({name: zero for name in names})
+
+        _set_requires_grad(bare_d, True)
+        opt_d.zero_grad(set_to_none=True)
+        for k, (batch, output) in enumerate(zip(batches, outputs)):
+            d_losses = self.discriminator_backward(output, batch["gt"], 1.0 / n, sync=k == n - 1)
+            add(d_losses)
+        self.acc.optimizer_step(opt_d)
+        if "net_g" in self.emas:
+            self.emas["net_g"].update(self.bare("net_g"))
+        return totals
+
+
+@MODEL_REGISTRY.register()
+class ESRGANModel(SRGANModel):
+    """SRGANModel with the relativistic average GAN of ESRGAN: each side is judged relative to the mean
+    logit of the other (real vs. mean fake, fake vs. mean real), both halves weighted 0.5."""
+
+    def generator_adv_loss(self, fake_pred: torch.Tensor, gt: torch.Tensor) -> torch.Tensor:
+        real_pred = self.bare("net_d")(gt).detach()
+        l_real = self.cri_gan(real_pred - fake_pred.mean(), False, is_disc=False)
+        l_fake = self.cri_gan(fake_pred - real_pred.mean(), True, is_disc=False)
+        return (l_real + l_fake) / 2
+
+    def discriminator_backward(self, output: torch.Tensor, gt: torch.Tensor, scale: float,
+                               sync: bool) -> dict[str, torch.Tensor]:
+        net_d = self.nets["net_d"]
+        with torch.no_grad(), self.acc.autocast():
+            fake_mean = self.bare("net_d")(output).float().mean()
+        with self.acc.no_sync(net_d):
+            with self.acc.autocast():
+                real = net_d(gt).float()
+            l_real = self.cri_gan(real - fake_mean, True, is_disc=True) * 0.5
+            self.acc.backward(l_real * scale)
+        with self.acc.no_sync(net_d) if not sync else contextlib.nullcontext():
+            with self.acc.autocast():
+                fake = net_d(output).float()
+            l_fake = self.cri_gan(fake - real.detach().mean(), False, is_disc=True) * 0.5
+            self.acc.backward(l_fake * scale)
+        return {"l_d_real": l_real, "l_d_fake": l_fake, "out_d_real": real.detach().mean(),
+                "out_d_fake": fake.detach().mean()}
