@@ -95,8 +95,35 @@ def test_discriminator_matches_basicsr(case: str) -> None:
     net.eval()
     io = load_file(str(FIXTURES / f"{case}_io.safetensors"))
     with torch.no_grad():
-        out = net(io["input"])
+        out = net(io["input"].float() / 255)
     torch.testing.assert_close(out, io["output"], rtol=0, atol=spec["atol"])
+
+
+@pytest.mark.skipif(not (FIXTURES / "gan_losses.safetensors").exists(), reason="BasicSR GAN fixtures missing")
+def test_gan_loss_matches_basicsr() -> None:
+    ref = load_file(str(FIXTURES / "gan_losses.safetensors"))
+    x = ref["input"]
+    for gan_type in ("vanilla", "lsgan", "wgan", "wgan_softplus", "hinge"):
+        loss = GANLoss(gan_type, real_label_val=0.9, fake_label_val=0.1, loss_weight=0.3)
+        for real in (True, False):
+            for disc in (True, False):
+                torch.testing.assert_close(loss(x, real, is_disc=disc), ref[f"{gan_type}_{int(real)}{int(disc)}"],
+                                           rtol=1e-6, atol=1e-7, msg=f"{gan_type} real={real} disc={disc}")
+
+
+@pytest.mark.skipif(not (FIXTURES / "perceptual_io.safetensors").exists(), reason="BasicSR GAN fixtures missing")
+def test_perceptual_loss_matches_basicsr() -> None:
+    ref = load_file(str(FIXTURES / "perceptual_io.safetensors"))
+    sd = fake_vgg19_state_dict()
+    sd = {k: torch.zeros_like(v) for k, v in sd.items()}
+    sd.update({k: v for k, v in ref.items() if k.startswith("features.")})
+    for crit in ("l1", "fro"):
+        loss = PerceptualLoss({"conv1_2": 0.3, "relu2_1": 1.0}, perceptual_weight=2.0, style_weight=0.5,
+                              criterion=crit, vgg_state_dict=sd)
+        with torch.no_grad():
+            percep, style = loss(ref["x"], ref["gt"])
+        torch.testing.assert_close(percep, ref[f"percep_{crit}"], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(style, ref[f"style_{crit}"], rtol=1e-5, atol=1e-6)
 
 
 # ---------------------------------------------------------------- losses
