@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 from conftest import DATASETS, ROOT, run_cli
+from safetensors.torch import save_file
+from test_gan import fake_vgg19_state_dict
 
 from anysr.options import load_options
 
@@ -22,6 +24,19 @@ def _paths(tmp: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
+def vgg19_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Random weights shaped like torchvision's vgg19 features (for files with a perceptual loss)."""
+    path = tmp_path_factory.mktemp("vgg") / "vgg19.safetensors"
+    save_file({k: v for k, v in fake_vgg19_state_dict().items() if k.startswith("features.")}, str(path))
+    return path
+
+
+def _vgg(path: Path, vgg19_file: Path) -> list[str]:
+    """The override pointing a file's perceptual loss at ``vgg19_file`` (none without a perceptual loss)."""
+    return [f"train.perceptual_opt.vgg_weights_path={vgg19_file}"] if "vgg_weights_path" in path.read_text() else []
+
+
+@pytest.fixture(scope="module")
 def tiny_val(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("val")
     shutil.copy(DATASETS / "Set5" / "HR" / "butterfly.png", out / "butterfly.png")
@@ -29,8 +44,8 @@ def tiny_val(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("path", TRAIN_FILES, ids=lambda p: p.stem)
-def test_train_file_validates(path: Path, tmp_path: Path) -> None:
-    opt = load_options(path, _paths(tmp_path), is_train=True)
+def test_train_file_validates(path: Path, tmp_path: Path, vgg19_file: Path) -> None:
+    opt = load_options(path, [*_paths(tmp_path), *_vgg(path, vgg19_file)], is_train=True)
     assert opt["network_g"]["type"] and opt["train"]["total_iter"] >= 100000
 
 
@@ -44,9 +59,9 @@ def test_test_files_validate(path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", TRAIN_FILES, ids=lambda p: p.stem)
-def test_basicsr_settings_train_unchanged(path: Path, tmp_path: Path, tiny_val: Path) -> None:
+def test_basicsr_settings_train_unchanged(path: Path, tmp_path: Path, tiny_val: Path, vgg19_file: Path) -> None:
     """One real iteration of each full-size network with its own settings (batch 1 to keep CI short)."""
-    over = [*_paths(tmp_path), "train.total_iter=1",
+    over = [*_paths(tmp_path), *_vgg(path, vgg19_file), "train.total_iter=1",
             "datasets.train.batch_size_per_gpu=1",
             "datasets.train.num_worker_per_gpu=0", "datasets.train.dataset_enlarge_ratio=1",
             f"datasets.val.dataroot_gt={tiny_val}", f"datasets.val_2.dataroot_gt={tiny_val}",
