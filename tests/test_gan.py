@@ -342,3 +342,17 @@ def test_missing_optim_d(tmp_path: Path, small_train_dir: Path, vgg_file: Path,
     path = write_options(tmp_path / "o.yml", opt)
     assert main(["train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}"]) == 2
     assert "train.optim_d: the discriminator optimizer is missing" in capsys.readouterr().err
+
+
+def test_esrgan_accumulate_and_bf16(tmp_path: Path, small_train_dir: Path, vgg_file: Path) -> None:
+    """Two accumulated micro-batches per step under bf16 autocast: trains, losses finite, D and G both step."""
+    opt = gan_options("acc", small_train_dir, vgg_file, total_iter=2)
+    opt["train"]["accumulate"] = 2
+    opt["train"]["precision"] = "bf16"
+    path = write_options(tmp_path / "acc.yml", opt)
+    assert main(["train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}"]) == 0
+    exp = tmp_path / "experiments" / "acc"
+    state = _state(exp, 2)["model"]["optimizers"]
+    assert state["net_g"]["state"][0]["step"] == 2 and state["net_d"]["state"][0]["step"] == 2
+    losses = json.loads((exp / "summary.json").read_text())["final_losses"]
+    assert all(v == v and abs(v) < 1e6 for v in losses.values())

@@ -131,7 +131,10 @@ class SRGANModel(SRModel):
 
     # ---------------------------------------------------------------- the step
     def train_step(self, batches: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        """Generator step (when due) then discriminator step, over ``len(batches)`` micro-batches."""
+        """Generator step (when due) then discriminator step, over ``len(batches)`` micro-batches.
+
+        Iterations without a generator step report the generator losses as 0 (the same keys every step).
+        """
         n = len(batches)
         net_g = self.nets["net_g"]
         opt_g, opt_d = self.optimizers["net_g"], self.optimizers["net_d"]
