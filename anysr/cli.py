@@ -25,6 +25,13 @@ def _kv_list(items: Sequence[str], flag: str) -> dict[str, Any]:
     return out
 
 
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative; give 0 or more")
+    return value
+
+
 def _plan_from_options(opt: dict[str, Any], launcher: str = "auto") -> Any:
     from anysr.accelerators import resolve_plan  # noqa: PLC0415
 
@@ -163,8 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-i", "--input", required=True, help="image file or folder")
     p.add_argument("-o", "--output", required=True, help="output folder")
     p.add_argument("--scale", type=int, help="upscaling factor (default: the network's)")
-    p.add_argument("--tile", type=int, default=0, help="tile size in LR pixels (0: whole image)")
-    p.add_argument("--tile-pad", "--tile_pad", type=int, default=10, help="context pixels around each tile")
+    p.add_argument("--tile", type=_non_negative, default=0, help="tile size in LR pixels (0: whole image)")
+    p.add_argument("--tile-pad", "--tile_pad", type=_non_negative, default=10,
+                   help="context pixels around each tile")
     p.add_argument("--param-key", "--param_key", default="params_ema",
                    help="weights group to use: params_ema (falls back to params) or params")
     p.add_argument("--suffix", default=None, help="append _SUFFIX to output names")

@@ -120,3 +120,29 @@ def test_help_for_every_command(tmp_path: Path) -> None:
     for cmd in (["--help"], ["train", "--help"], ["test", "--help"], ["infer", "--help"], ["eval", "--help"],
                 ["prepare", "lr", "--help"], ["prepare", "subimages", "--help"], ["prepare", "lmdb", "--help"]):
         assert run_cli(*cmd, cwd=tmp_path).stdout.strip()
+
+
+def test_infer_refuses_to_overwrite_inputs_or_collide(tmp_path: Path) -> None:
+    src = tmp_path / "imgs"
+    src.mkdir()
+    shutil.copy(DATASETS / "Set5" / "HR" / "bird.png", src / "a.png")
+    before = (src / "a.png").read_bytes()
+    proc = run_cli("infer", "--arch", "bicubic", "--scale", "2", "-i", str(src), "-o", str(src), cwd=tmp_path,
+                   check=False)
+    assert proc.returncode == 2 and "would overwrite the input" in proc.stderr
+    assert (src / "a.png").read_bytes() == before
+    cv2.imwrite(str(src / "a.jpg"), cv2.imread(str(src / "a.png")))
+    proc = run_cli("infer", "--arch", "bicubic", "--scale", "2", "-i", str(src), "-o", str(tmp_path / "o"),
+                   cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and "would both be written" in proc.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_infer_keeps_16_bit_precision(tmp_path: Path) -> None:
+    img = (np.linspace(0, 65535, 24 * 32).reshape(24, 32).astype(np.uint16))
+    cv2.imwrite(str(tmp_path / "deep.png"), np.stack([img, img[::-1], img[:, ::-1]], axis=2))
+    run_cli("infer", "--arch", "bicubic", "--scale", "2", "-i", str(tmp_path / "deep.png"), "-o",
+            str(tmp_path / "o"), cwd=tmp_path)
+    out = cv2.imread(str(tmp_path / "o" / "deep.png"), cv2.IMREAD_UNCHANGED)
+    assert out.dtype == np.uint16 and out.shape == (48, 64, 3)
+    assert np.any(out % 257 != 0)  # not 8-bit values scaled up

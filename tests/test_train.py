@@ -196,3 +196,53 @@ def test_torch_compile_on_cpu(tmp_path: Path, small_train_dir: Path) -> None:
     a, b = _weights(tmp_path / "experiments" / "compiled", 2), _weights(tmp_path / "experiments" / "eager", 2)
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-3, atol=1e-4)
+
+
+def test_resume_guards(tmp_path: Path, small_train_dir: Path, small_val_dir: Path,
+                       capsys: pytest.CaptureFixture[str]) -> None:
+    """Changed network, lowered total_iter, changed batch: one clear line each; a finished run is left alone."""
+    opt = write_options(tmp_path / "g.yml", tiny_train_options("guard", small_train_dir, small_val_dir,
+                                                               total_iter=4))
+    root = f"path.root={tmp_path}"
+    assert main(["train", "-opt", str(opt), "--force_yml", root]) == 0
+    summary = tmp_path / "experiments" / "guard" / "summary.json"
+    before = summary.read_text()
+    assert main(["train", "-opt", str(opt), "--auto_resume", "--force_yml", root]) == 0  # nothing to do
+    assert summary.read_text() == before
+    assert main(["train", "-opt", str(opt), "--auto_resume", "--force_yml", root, "train.total_iter=3"]) == 2
+    assert "train.total_iter: 3 is below the iteration being resumed" in capsys.readouterr().err
+    assert main(["train", "-opt", str(opt), "--auto_resume", "--force_yml", root, "train.total_iter=6",
+                 "network_g.num_feat=16"]) == 2
+    assert "does not fit this run's model" in capsys.readouterr().err
+    assert main(["train", "-opt", str(opt), "--auto_resume", "--force_yml", root, "train.total_iter=6",
+                 "datasets.train.batch_size_per_gpu=2"]) == 2
+    assert "global batch" in capsys.readouterr().err
+
+
+def test_validation_without_ground_truth_reports_no_metrics(tmp_path: Path, small_train_dir: Path,
+                                                            small_val_dir: Path) -> None:
+    opt = tiny_train_options("nogt", small_train_dir, small_val_dir, total_iter=3)
+    opt["datasets"]["val"] = {"name": "val", "type": "SingleImageDataset", "dataroot_lq": str(small_val_dir),
+                              "io_backend": {"type": "disk"}}
+    assert main(["train", "-opt", str(write_options(tmp_path / "n.yml", opt)), "--force_yml",
+                 f"path.root={tmp_path}"]) == 0
+    summary = json.loads((tmp_path / "experiments" / "nogt" / "summary.json").read_text())
+    assert summary["validation"]["val"] == {}  # no made-up zeros
+
+
+def test_bad_validation_data_stops_before_training(tmp_path: Path, small_train_dir: Path, small_val_dir: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    lr = tmp_path / "lr_x4"
+    lr.mkdir()
+    import cv2  # noqa: PLC0415
+
+    for p in small_val_dir.glob("*.png"):  # LR made for x4 while the run is x2
+        img = cv2.imread(str(p))
+        cv2.imwrite(str(lr / p.name), cv2.resize(img, (img.shape[1] // 4, img.shape[0] // 4)))
+    opt = tiny_train_options("badval", small_train_dir, small_val_dir, total_iter=3)
+    opt["datasets"]["val"].pop("lq_from_gt")
+    opt["datasets"]["val"]["dataroot_lq"] = str(lr)
+    assert main(["train", "-opt", str(write_options(tmp_path / "b.yml", opt)), "--force_yml",
+                 f"path.root={tmp_path}"]) == 2
+    assert "lr_x4" in capsys.readouterr().err
+    assert not list((tmp_path / "experiments" / "badval" / "training_states").glob("*.state"))

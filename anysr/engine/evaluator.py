@@ -13,6 +13,7 @@ from torch import nn
 from anysr.accelerators import Accelerator
 from anysr.data.imageio import write_image
 from anysr.data.transforms import tensor2img
+from anysr.errors import AnysrError, OptionError
 from anysr.metrics import TORCH_METRICS
 from anysr.ops.tiling import tile_forward
 
@@ -88,9 +89,12 @@ def evaluate(net: nn.Module, loader: Iterable[dict[str, Any]], acc: Accelerator,
             gt = gt[:, :, : out_c.shape[2], : out_c.shape[3]]
             for name, mopt in metrics_opt.items():
                 fn = TORCH_METRICS[mopt["type"]]
-                per_image[name].append(fn(out_c, gt, crop_border=mopt.get("crop_border", scale),
-                                          test_y_channel=bool(mopt.get("test_y_channel", False)),
-                                          gray=gray.bool()).float().reshape(-1))
+                try:
+                    value = fn(out_c, gt, crop_border=mopt.get("crop_border", scale),
+                               test_y_channel=bool(mopt.get("test_y_channel", False)), gray=gray.bool())
+                except AnysrError as exc:
+                    raise OptionError(f"val.metrics.{name} on {batch['lq_path'][0]} ({dataset}): {exc}") from None
+                per_image[name].append(value.float().reshape(-1))
         if save_dir is not None:
             _save_outputs(acc, out, batch, pad, gray, save_dir, suffix)
         acc.mark_step()
@@ -100,6 +104,10 @@ def evaluate(net: nn.Module, loader: Iterable[dict[str, Any]], acc: Accelerator,
         bar.close()
     if was_training:
         net.train()
+    if metrics_opt and not any(per_image.values()):
+        # No ground truth in this dataset (e.g. SingleImageDataset): images only, no made-up zeros.
+        metrics_opt = {}
+        per_image = {}
     return _reduce(acc, dataset, metrics_opt, per_image, valid_flags, names)
 
 

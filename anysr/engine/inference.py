@@ -13,9 +13,9 @@ from anysr.accelerators import Accelerator
 from anysr.archs import build_network
 from anysr.data import build_dataset, build_eval_loader
 from anysr.data.imageio import read_image, write_image
-from anysr.data.transforms import img2tensor, tensor2img
+from anysr.data.transforms import img2tensor
 from anysr.engine import checkpoint as ckpt
-from anysr.engine.evaluator import EvalResult, evaluate, quantize, run_network
+from anysr.engine.evaluator import EvalResult, evaluate, run_network
 from anysr.engine.logger import get_logger, setup_logging
 from anysr.errors import DataError, OptionError
 from anysr.models import build_model
@@ -56,29 +56,66 @@ def _to_float(img: np.ndarray) -> tuple[np.ndarray, bool, int]:
     return img.astype(np.float32) / maxval, gray, maxval
 
 
+def output_paths(files: list[Path], out_dir: Path, suffix: str | None) -> list[Path]:
+    """Where each input's result goes; refuses to overwrite an input or to write two results to one file."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise DataError(f"-o {out_dir}: exists and is not a folder; give a folder for the results")
+    outs = [out_dir / (f"{p.stem}_{suffix}.png" if suffix else f"{p.stem}.png") for p in files]
+    inputs = {p.resolve() for p in files}
+    seen: dict[Path, Path] = {}
+    for src, dst in zip(files, outs):
+        if dst.resolve() in inputs:
+            raise DataError(f"-o {out_dir}: the result of {src} would overwrite the input {dst}; "
+                            "choose another output folder or pass --suffix")
+        if dst in seen:
+            raise DataError(f"{seen[dst]} and {src} would both be written to {dst}; rename one, or run them "
+                            "separately")
+        seen[dst] = src
+    return outs
+
+
+def _input_channels(net: nn.Module) -> int | None:
+    """Channels the network's first convolution expects (None when it has none, e.g. Bicubic)."""
+    for module in net.modules():
+        if isinstance(module, nn.Conv2d):
+            return int(module.in_channels)
+    return None
+
+
 def infer_worker(acc: Accelerator, net: nn.Module, files: list[Path], out_dir: Path, scale: int,
                  tile: int | None, tile_pad: int, suffix: str | None) -> list[Path]:
-    """Upscale ``files`` one by one on ``acc`` and write PNGs into ``out_dir``."""
+    """Upscale ``files`` one by one on ``acc`` and write PNGs into ``out_dir``.
+
+    Grayscale inputs stay grayscale; 16-bit inputs give 16-bit results (not rounded to 8 bits); a one-channel
+    network takes grayscale images.
+    """
     from tqdm import tqdm  # noqa: PLC0415
 
     setup_logging(enabled=acc.is_main)
+    outs = output_paths(files, out_dir, suffix)
+    in_ch = _input_channels(net)
     net = acc.prepare_model(net).eval()
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    mine = files[acc.rank::acc.world_size]
-    for path in tqdm(mine, desc="infer", disable=not acc.is_main, dynamic_ncols=True):
+    for path, dst in tqdm(list(zip(files, outs))[acc.rank::acc.world_size], desc="infer", disable=not acc.is_main,
+                          dynamic_ncols=True):
         img, gray, maxval = _to_float(read_image(path, flag="unchanged"))
-        x = acc.to_device(img2tensor(img).unsqueeze(0))
-        out = quantize(run_network(net, x, acc, scale=scale, tile=tile, tile_pad=tile_pad))
-        result = tensor2img(acc.to_host(out)[0])
-        if gray and result.ndim == 3:
-            result = np.round(result[:, :, 0] * 0.114 + result[:, :, 1] * 0.587 + result[:, :, 2] * 0.299)
-            result = result.clip(0, 255).astype(np.uint8)
-        if maxval == 65535:
-            result = (result.astype(np.float32) * 257).round().astype(np.uint16)
-        name = f"{path.stem}_{suffix}.png" if suffix else f"{path.stem}.png"
-        write_image(out_dir / name, result)
-        written.append(out_dir / name)
+        x = img2tensor(img).unsqueeze(0)
+        if in_ch == 1:
+            if not gray:
+                raise DataError(f"{path}: this network takes one channel (grayscale / Y); give grayscale images")
+            x = x[:, :1]
+        out = run_network(net, acc.to_device(x), acc, scale=scale, tile=tile, tile_pad=tile_pad)
+        host = acc.to_host(out.clamp(0, 1))[0]
+        if host.shape[0] == 1:
+            host = host.expand(3, -1, -1)
+        rgb = host.permute(1, 2, 0).numpy()[:, :, ::-1]  # RGB CHW -> BGR HWC, float in [0, 1]
+        if gray:
+            rgb = rgb[:, :, 0] * 0.114 + rgb[:, :, 1] * 0.587 + rgb[:, :, 2] * 0.299
+        result = np.ascontiguousarray(np.round(rgb * maxval).clip(0, maxval).astype(
+            np.uint16 if maxval == 65535 else np.uint8))
+        write_image(dst, result)
+        written.append(dst)
     acc.barrier()
     return written
 

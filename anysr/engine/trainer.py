@@ -16,7 +16,7 @@ from anysr.data import build_dataset, build_eval_loader, build_train_loader
 from anysr.engine import checkpoint as ckpt
 from anysr.engine.evaluator import EvalResult, evaluate
 from anysr.engine.logger import MetricWriter, Progress, Timer, format_eta, get_logger, setup_logging
-from anysr.errors import OptionError, TrainingError
+from anysr.errors import CheckpointError, OptionError, TrainingError
 from anysr.models import build_model
 
 STATE_FORMAT = 1
@@ -105,6 +105,29 @@ class Trainer:
             sd, _ = ckpt.load_weights(vgg_path)
             model.set_perceptual_weights(sd)
 
+    def _check_resumable(self, path: Path, state: dict[str, Any]) -> None:
+        """Options that decide the data stream and the optimisers must match the run being resumed."""
+        now = self._run_signature()
+        then = state.get("signature", {})
+        changed = [f"{k} ({then[k]} there, {now[k]} now)" for k in now if k in then and then[k] != now[k]]
+        if changed:
+            raise OptionError(f"cannot resume {path}: " + "; ".join(changed) + ". Restore them (the data position "
+                              "and optimiser state depend on them), or start a new run with another `name`")
+
+    def _run_signature(self) -> dict[str, Any]:
+        train_key = next(k for k in self.opt["datasets"] if k.startswith("train"))
+        dopt = self.opt["datasets"][train_key]
+        return {
+            "train.accumulate": self.accumulate,
+            "global batch (batch_size_per_gpu x ranks)": int(dopt["batch_size_per_gpu"]) * self.acc.batch_multiplier
+            * self.acc.world_size,
+            f"datasets.{train_key}.dataset_enlarge_ratio": int(dopt.get("dataset_enlarge_ratio", 1) or 1),
+            "manual_seed": int(self.opt.get("manual_seed", 0)),
+            "model_type": self.opt.get("model_type", "SRModel"),
+            "network_g.type": self.opt["network_g"]["type"],
+            "train.optim_g.type": (self.train_opt.get("optim_g") or {}).get("type"),
+        }
+
     def _build_data(self) -> None:
         datasets = self.opt["datasets"]
         train_keys = [k for k in datasets if k.startswith("train")]
@@ -122,6 +145,8 @@ class Trainer:
             for key, vopt in datasets.items():
                 if key.startswith("val"):
                     ds = build_dataset(vopt, f"datasets.{key}")
+                    if len(ds) > 0:  # type: ignore[arg-type]
+                        ds[0]  # read one pair now: a bad val set must stop the run before training, not mid-run
                     loader, _ = build_eval_loader(ds, vopt, world_size=self.acc.world_size, rank=self.acc.rank)
                     self.val_loaders.append((vopt.get("name", key), loader))
 
@@ -166,15 +191,26 @@ class Trainer:
             path, state = resume
             if state.get("format") != STATE_FORMAT:
                 raise TrainingError(f"{path}: training-state format {state.get('format')} is not {STATE_FORMAT}")
-            self.model.load_state_dict(state["model"])
+            self._check_resumable(path, state)
+            try:
+                self.model.load_state_dict(state["model"])
+            except (RuntimeError, KeyError, ValueError) as exc:
+                first = str(exc).strip().splitlines()[0][:300]
+                raise CheckpointError(
+                    f"{path} does not fit this run's model ({first}); network_g or the optimisers changed since "
+                    "it was saved: restore those options, or start a new run (another `name`)") from None
             acc.load_state_dict(state.get("accelerator", {}))
             acc.set_rng_state(state["rng"])
             start_iter = int(state["iter"])
             self.best = state.get("best", {})
             self.log.info("resumed from %s at iteration %d", path, start_iter)
-            if state.get("accumulate", self.accumulate) != self.accumulate:
-                raise OptionError("train.accumulate differs from the run being resumed "
-                                  f"({state.get('accumulate')} there, {self.accumulate} now)")
+            if start_iter > self.total_iter:
+                raise OptionError(f"train.total_iter: {self.total_iter} is below the iteration being resumed "
+                                  f"({start_iter} in {path}); raise train.total_iter to continue")
+            if start_iter == self.total_iter:
+                self.log.info("nothing to do: %s is already at train.total_iter=%d (raise it to train longer)",
+                              path, self.total_iter)
+                return {"iterations_done": start_iter, "total_iter": self.total_iter, "finished": True}
 
         self._build_data()
         writer = None
@@ -237,13 +273,14 @@ class Trainer:
                 acc.mark_step()
                 window.reset()
                 t_end = time.perf_counter()
-            if it % save_freq == 0 or last:
-                self._check_finite(first_bad)
-                self.save(it, epoch)
-                t_end = time.perf_counter()
+            # Validate before saving, so a state saved at this iteration knows this validation's best values.
             if val_freq and (it % val_freq == 0 or last):
                 self.validate(it, writer)
                 acc.mark_warmup_done()
+                t_end = time.perf_counter()
+            if it % save_freq == 0 or last:
+                self._check_finite(first_bad)
+                self.save(it, epoch)
                 t_end = time.perf_counter()
         bar.close()
         summary = self.write_summary(it, time.perf_counter() - wall0, timer, final=True)
@@ -324,6 +361,7 @@ class Trainer:
 
         def state_fn() -> dict[str, Any]:
             return {"format": STATE_FORMAT, "iter": it, "epoch": epoch, "accumulate": self.accumulate,
+                    "signature": self._run_signature(),
                     "batch_position": it * self.accumulate, "model": model.state_dict(),
                     "accelerator": acc.state_dict(), "rng": acc.rng_state(), "best": self.best,
                     "weights": model.weights()}
