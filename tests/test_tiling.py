@@ -57,3 +57,21 @@ def test_tile_batch_pads_last_batch() -> None:
         out = tile_forward(fn, x, 3, 10, 3, tile_batch=4)
         torch.testing.assert_close(out, net(x), rtol=0, atol=1e-5)
     assert set(calls) == {8}  # 4 tiles x batch 2, last group padded to full size
+
+
+def test_static_mode_gives_one_shape_for_every_image_size() -> None:
+    net = _net(2)
+    shapes: set[tuple[int, ...]] = set()
+
+    def fn(t: torch.Tensor) -> torch.Tensor:
+        shapes.add(tuple(t.shape))
+        return net(t)
+
+    with torch.no_grad():
+        for h, w in ((57, 86), (64, 64), (20, 30), (100, 41)):
+            x = torch.rand(1, 3, h, w)
+            out = tile_forward(fn, x, 2, 16, 4, static=True)
+            assert out.shape == (1, 3, 2 * h, 2 * w)
+            if h >= 24 and w >= 24:  # large enough: still exact
+                torch.testing.assert_close(out, net(x), rtol=0, atol=1e-5)
+    assert shapes == {(1, 3, 24, 24)}

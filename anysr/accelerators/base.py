@@ -89,6 +89,11 @@ class Accelerator(ABC):
         return self.rank
 
     @property
+    def static_shapes(self) -> bool:
+        """True where every new tensor shape costs a compile (XLA): tiles are then padded to one shape."""
+        return False
+
+    @property
     def batch_multiplier(self) -> int:
         """How many per-device batches one process loads per step (SPMD: its local device count)."""
         return 1

@@ -75,6 +75,10 @@ class XLAAccelerator(Accelerator):
             self.local_rank = xr.local_ordinal()
 
     @property
+    def static_shapes(self) -> bool:
+        return True
+
+    @property
     def device(self) -> torch.device:
         if self._device is None:
             raise AcceleratorError("XLAAccelerator: call setup() inside the worker before using the device")

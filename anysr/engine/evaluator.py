@@ -49,7 +49,7 @@ def run_network(net: nn.Module, lq: torch.Tensor, acc: Accelerator, *, scale: in
     """Forward in eval mode under the accelerator's autocast, tiled with fixed-size tiles when asked."""
     with torch.no_grad(), acc.autocast():
         if tile:
-            out = tile_forward(net, lq, scale, tile, tile_pad)
+            out = tile_forward(net, lq, scale, tile, tile_pad, static=acc.static_shapes)
         else:
             out = net(lq)
     return out.float()

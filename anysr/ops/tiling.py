@@ -22,15 +22,20 @@ def _starts(length: int, tile: int) -> list[int]:
 
 
 def tile_forward(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, scale: int, tile: int,
-                 tile_pad: int = 10, tile_batch: int = 1) -> torch.Tensor:
+                 tile_pad: int = 10, tile_batch: int = 1, *, static: bool = False) -> torch.Tensor:
     """Run ``fn`` (an image-to-image network upscaling by ``scale``) over ``x`` (NCHW) tile by tile.
 
-    Dimensions smaller than ``tile + 2 * tile_pad`` are processed whole.
+    Dimensions smaller than ``tile + 2 * tile_pad`` are processed whole, or, with ``static=True`` (XLA: one
+    compiled shape for every image), replicate-padded up to the window and cropped after; that changes the
+    result near those borders only, where the network would otherwise see its own zero padding.
     """
     if tile <= 0:
         return fn(x)
     n, _, h, w = x.shape
     win = tile + 2 * tile_pad
+    if static and (h < win or w < win):
+        padded = torch.nn.functional.pad(x, (0, max(0, win - w), 0, max(0, win - h)), mode="replicate")
+        return tile_forward(fn, padded, scale, tile, tile_pad, tile_batch)[:, :, : h * scale, : w * scale]
     win_h, win_w = min(win, h), min(win, w)
     out_h_tile, out_w_tile = min(tile, h), min(tile, w)
     jobs: list[tuple[int, int, int, int]] = []  # (out_y, out_x, win_y, win_x)
