@@ -91,8 +91,7 @@ class CosineAnnealingRestartLR(IterScheduler):
         return lrs
 
 
-SCHEDULERS = {"MultiStepLR": MultiStepLR, "MultiStepRestartLR": MultiStepLR,
-              "CosineAnnealingRestartLR": CosineAnnealingRestartLR}
+SCHEDULERS = {"MultiStepLR": MultiStepLR, "CosineAnnealingRestartLR": CosineAnnealingRestartLR}
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, opt: dict[str, Any] | None,
@@ -107,7 +106,4 @@ def build_scheduler(optimizer: torch.optim.Optimizer, opt: dict[str, Any] | None
 
         raise OptionError(f"train.scheduler.type: unknown scheduler '{name}'{did_you_mean(name, SCHEDULERS)}; "
                           f"known: {', '.join(SCHEDULERS)}")
-    if name == "MultiStepRestartLR":
-        kwargs.pop("restarts", None)
-        kwargs.pop("restart_weights", None)
     return SCHEDULERS[name](optimizer, warmup_iter=warmup_iter, **kwargs)
