@@ -134,7 +134,7 @@ def bench_worker(acc: Accelerator, opt: dict[str, Any], iters: int, warmup: int,
     ``infer_size`` 0 skips inference. Every number is per device (one worker).
     """
     if iters < 1 or warmup < 0 or infer_iters < 1 or infer_size < 0:
-        raise OptionError(f"anysr bench: --iters ({iters}) and --infer-iters ({infer_iters}) must be >= 1, "
+        raise OptionError(f"--iters ({iters}) and --infer-iters ({infer_iters}) must be >= 1, "
                           f"--warmup ({warmup}) and --infer-size ({infer_size}) >= 0")
     load_start = os.getloadavg() if hasattr(os, "getloadavg") else None
     batch, gt_size, accumulate = _train_crop(opt)
@@ -157,7 +157,7 @@ def bench_worker(acc: Accelerator, opt: dict[str, Any], iters: int, warmup: int,
     total = sum(losses.values()) if losses else torch.zeros(())
     loss = float(acc.to_host(total))
     if not acc.is_finite(loss):
-        raise TrainingError(f"anysr bench: the training loss became {loss} on random data; lower "
+        raise TrainingError(f"the training loss became {loss} on random data; lower "
                             "train.optim_g.lr or use train.precision: fp32")
     t = _summary(times)
     images = batch * accumulate

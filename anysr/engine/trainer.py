@@ -73,6 +73,10 @@ class Trainer:
         if error:
             raise OptionError(error)
         if resume_path:
+            if Path(resume_path).suffix in (".safetensors", ".pth", ".pt"):
+                raise OptionError(f"path.resume_state: {resume_path} is a weights file, not a training state; give "
+                                  "<experiment>/training_states/<iter>.state, or load the weights with "
+                                  "path.pretrain_network_g")
             found = (Path(resume_path), ckpt.load_training_state(resume_path))
         elif self.auto_resume:
             chosen = None
