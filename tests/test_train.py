@@ -246,3 +246,12 @@ def test_bad_validation_data_stops_before_training(tmp_path: Path, small_train_d
                  f"path.root={tmp_path}"]) == 2
     assert "lr_x4" in capsys.readouterr().err
     assert not list((tmp_path / "experiments" / "badval" / "training_states").glob("*.state"))
+
+
+def test_perceptual_loss_on_a_pixel_model_is_refused(tmp_path: Path, small_train_dir: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    opt = tiny_train_options("percep", small_train_dir, None, total_iter=2)
+    opt["train"]["perceptual_opt"] = {"type": "PerceptualLoss", "layer_weights": {"conv5_4": 1.0}}
+    assert main(["train", "-opt", str(write_options(tmp_path / "p.yml", opt)), "--force_yml",
+                 f"path.root={tmp_path}"]) == 2
+    assert "train.perceptual_opt: model_type SRModel trains with pixel losses only" in capsys.readouterr().err

@@ -101,7 +101,10 @@ class Trainer:
             del sd
             self.log.info("loaded pretrained discriminator weights %s [%s]", pre_d, key)
         popt = self.train_opt.get("perceptual_opt")
-        if popt and hasattr(model, "set_perceptual_weights"):
+        if popt and not hasattr(model, "set_perceptual_weights"):
+            raise OptionError(f"train.perceptual_opt: model_type {self.opt.get('model_type', 'SRModel')} trains "
+                              "with pixel losses only; use model_type: SRGANModel or ESRGANModel, or remove it")
+        if popt:
             vgg_path = popt.get("vgg_weights_path")
             if not vgg_path:
                 raise OptionError("train.perceptual_opt.vgg_weights_path: the VGG19 weights file is required "
