@@ -21,9 +21,10 @@ LAUNCHERS = ("auto", "none", "pytorch", "torchrun", "slurm")
 def _cuda_count() -> int:
     """Visible CUDA devices, counted through NVML so the parent never creates a CUDA context."""
     try:
+        import torch
         import torch.cuda as tc  # noqa: PLC0415
 
-        if not tc.is_built() if hasattr(tc, "is_built") else False:
+        if not torch.backends.cuda.is_built():  # a CPU-only build: no driver to ask
             return 0
         count = tc._device_count_nvml()  # noqa: SLF001 - NVML count, no context
         if count < 0:
