@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from anysr.accelerators.launch import create_accelerator, resolve_plan
+from anysr.accelerators.launcher import create_accelerator, resolve_plan
 from anysr.archs import build_network
 
 # Each architecture with BasicSR's defaults (only the required channel counts given).

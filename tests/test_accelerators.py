@@ -1,6 +1,6 @@
 """Launch planning and the torch.distributed accelerators (main env: no torch_xla, no GPU needed).
 
-Hardware is faked by monkeypatching the probes in ``anysr.accelerators.launch``; the gloo test is real:
+Hardware is faked by monkeypatching the probes in ``anysr.accelerators.launcher``; the gloo test is real:
 two spawned CPU ranks through ``launch()``.
 """
 
@@ -24,7 +24,7 @@ from anysr.accelerators.base import LaunchPlan
 from anysr.accelerators.torch_dist import env_world, slurm_world
 from anysr.errors import AcceleratorError
 
-L = importlib.import_module("anysr.accelerators.launch")  # the module (the package exports the function)
+L = importlib.import_module("anysr.accelerators.launcher")  # the module (the package exports the function)
 _REAL_FIND_SPEC = importlib.util.find_spec
 
 
@@ -92,7 +92,7 @@ def test_precision_and_launcher_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     _fake_hardware(monkeypatch, mps=True)
     with pytest.raises(AcceleratorError, match="train.precision: fp16 on the CPU.*bf16"):
         resolve_plan("cpu", precision="fp16")
-    with pytest.raises(AcceleratorError, match="train.precision: 'fp8' is not one of fp32, bf16, fp16"):
+    with pytest.raises(AcceleratorError, match="train.precision: 'fp8' is not one of auto, fp32, bf16, fp16"):
         resolve_plan("cpu", precision="fp8")
     with pytest.raises(AcceleratorError, match="--launcher: 'mpi' is not one of"):
         resolve_plan("cpu", launcher="mpi")

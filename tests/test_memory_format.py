@@ -16,6 +16,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from anysr.accelerators import create_accelerator, resolve_plan
+from anysr.accelerators.hardware import choose_channels_last
 from anysr.accelerators.torch_dist import standard_layout, to_channels_last
 from anysr.cli import main
 from anysr.errors import OptionError
@@ -107,12 +108,14 @@ def test_plan_and_accelerator_carry_the_memory_format() -> None:
 
 
 def test_xla_plans_drop_channels_last(monkeypatch: pytest.MonkeyPatch) -> None:
-    launch_mod = importlib.import_module("anysr.accelerators.launch")
+    launch_mod = importlib.import_module("anysr.accelerators.launcher")
     monkeypatch.setattr(launch_mod, "pick_accelerator", lambda name: "xla")
     monkeypatch.setenv("PJRT_DEVICE", "CPU")
     monkeypatch.delenv("CPU_NUM_DEVICES", raising=False)
     plan = resolve_plan("xla", 1, channels_last=True)
-    assert plan.accelerator == "xla" and not plan.channels_last
+    assert plan.accelerator == "xla"
+    choice = choose_channels_last(plan.channels_last, device="xla", precision="fp32")
+    assert choice.value is False and "ignored" in choice.reason  # XLA lays out memory itself
 
 
 def test_helpers_keep_values_and_types() -> None:
@@ -125,8 +128,11 @@ def test_helpers_keep_values_and_types() -> None:
     assert isinstance(out["a"][1], tuple) and out["a"][1][1] == 1 and out["b"] == "s"
 
 
-def test_channels_last_option_must_be_a_bool(tmp_path: Path, small_train_dir: Path) -> None:
-    path = write_options(tmp_path / "o.yml", tiny_train_options("o", small_train_dir, None))
-    with pytest.raises(OptionError, match=r"train\.channels_last: expected bool"):
+def test_channels_last_option_is_auto_or_a_bool(tmp_path: Path, small_train_dir: Path) -> None:
+    opt = tiny_train_options("o", small_train_dir, None)
+    del opt["train"]["channels_last"]
+    path = write_options(tmp_path / "o.yml", opt)
+    with pytest.raises(OptionError, match=r"train\.channels_last: .*'auto', true or false"):
         load_options(path, ["train.channels_last=yes please"], is_train=True)
-    assert load_options(path, [], is_train=True)["train"]["channels_last"] is False
+    assert load_options(path, [], is_train=True)["train"]["channels_last"] == "auto"
+    assert load_options(path, ["train.channels_last=false"], is_train=True)["train"]["channels_last"] is False

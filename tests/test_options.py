@@ -503,7 +503,8 @@ def test_edsr_train_file(root: Path) -> None:
     train = opt["train"]
     assert train["optim_g"] == {"type": "Adam", "lr": 1e-4, "weight_decay": 0.0, "betas": [0.9, 0.99]}
     assert train["scheduler"] == {"type": "MultiStepLR", "milestones": [200000], "gamma": 0.5}
-    assert train["ema_decay"] == 0.999 and train["precision"] == "fp32" and train["accumulate"] == 1
+    assert train["ema_decay"] == 0.999 and train["precision"] == "auto" and train["accumulate"] == 1
+    assert train["channels_last"] == "auto"
     assert train["pixel_opt"] == {"type": "L1Loss", "loss_weight": 1.0, "reduction": "mean"}
     assert opt["val"]["val_freq"] == 5000 and isinstance(opt["val"]["val_freq"], int)
     assert opt["val"]["metrics"]["psnr"] == {"type": "calculate_psnr", "crop_border": 2,
@@ -599,6 +600,20 @@ def test_scheduler_and_loss_defaults(root: Path) -> None:
     assert out["pixel_opt"]["eps"] == 1e-12
     opt["train"]["scheduler"] = {"type": "MultiStepLR", "milestones": [5]}
     assert validate_options(opt, is_train=True, root=root)["train"]["scheduler"]["gamma"] == 0.1
+
+
+def test_cosine_schedule_must_cover_total_iter(root: Path) -> None:
+    """Past the last cosine period the lr would silently climb back up (raising total_iter on a finished run)."""
+    opt = minimal_train(root)
+    opt["train"]["scheduler"] = {"type": "CosineAnnealingRestartLR", "periods": [5, 5]}
+    assert validate_options(opt, is_train=True, root=root)["train"]["total_iter"] == 10  # exactly covered
+    opt["train"]["total_iter"] = 14
+    assert bad(opt, root) == [
+        "train.scheduler.periods: the cosine periods end at iteration 10 but train.total_iter is 14: past the last "
+        "period the learning rate would climb back up. Extend the periods to cover total_iter (e.g. add a period "
+        "of 4 with its restart_weights entry) or lower train.total_iter"]
+    opt["train"]["scheduler"] = {"type": "MultiStepLR", "milestones": [5]}
+    assert validate_options(opt, is_train=True, root=root)["train"]["total_iter"] == 14
 
 
 def test_validation_is_idempotent(root: Path) -> None:
@@ -744,7 +759,7 @@ def test_out_of_range_and_choices(root: Path) -> None:
         "(did you mean 'cpu'?)",
         "manual_seed: must be >= 0, got -1 (int)",
         "train.ema_decay: must be in [0, 1), got 1.0 (float)",
-        "train.precision: expected 'fp32' | 'bf16' | 'fp16', got 'fp8' (str)",
+        "train.precision: expected 'auto' | 'fp32' | 'bf16' | 'fp16', got 'fp8' (str)",
     ]
 
 

@@ -24,7 +24,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 from anysr.accelerators.base import LaunchPlan  # noqa: E402
-from anysr.accelerators.launch import create_accelerator, launch  # noqa: E402
+from anysr.accelerators.launcher import create_accelerator, launch  # noqa: E402
 from anysr.accelerators.xla_plan import xla_plan  # noqa: E402
 from anysr.errors import AcceleratorError  # noqa: E402
 

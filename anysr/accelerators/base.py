@@ -17,7 +17,9 @@ import numpy as np
 import torch
 from torch import nn
 
-PRECISIONS = ("fp32", "bf16", "fp16")
+from anysr.accelerators.hardware import PRECISION_CHOICES, PRECISIONS, Choice, choose_channels_last, choose_precision
+
+__all__ = ["PRECISIONS", "PRECISION_CHOICES", "Accelerator", "LaunchPlan"]
 
 
 @dataclass(frozen=True)
@@ -27,19 +29,20 @@ class LaunchPlan:
     ``launcher`` is how workers come to exist: ``none`` (this process is the only worker),
     ``spawn`` (we start ``nprocs`` local workers with torch.multiprocessing), ``xla`` (torch_xla.launch),
     ``torchrun`` / ``slurm`` / ``pjrt`` (someone else started us; we join their world).
-    ``channels_last``: keep 4-D weights and batches in NHWC memory (faster convolutions on CPUs with
-    AVX-512 / AMX and on tensor-core GPUs); eager devices only, XLA lays out memory itself.
+    ``precision`` is one of ``PRECISION_CHOICES`` and ``channels_last`` True, False or None (auto): what the
+    options ask for. ``auto`` is decided by each worker's accelerator from its device (``Accelerator.choices``),
+    because only the worker may look at the device.
     """
 
     accelerator: str
     nprocs: int = 1
     launcher: str = "none"
-    precision: str = "fp32"
+    precision: str = "auto"
     spmd: bool = False
     compile: bool = False
     dist_backend: str | None = None
     master_port: int | None = None
-    channels_last: bool = False
+    channels_last: bool | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -53,7 +56,10 @@ class Accelerator(ABC):
         self.local_rank = local_rank
         self.rank = 0
         self.world_size = 1
-        self.precision = plan.precision
+        # fp32 and NCHW until ``decide_hardware`` (called by ``setup`` once the device is bound) looks at it.
+        self.precision = plan.precision if plan.precision != "auto" else "fp32"
+        self._channels_last = False
+        self.choices: dict[str, Choice] = {}
         self._host_transfers = 0
         self._scaler: Any = None
 
@@ -100,14 +106,33 @@ class Accelerator(ABC):
 
     @property
     def channels_last(self) -> bool:
-        """Whether 4-D weights and batches are kept in NHWC (channels_last) memory on this device.
+        """Whether 4-D weights and batches are kept in NHWC (channels_last) memory on this device."""
+        return self._channels_last
 
-        False here and on XLA, where the compiler chooses the layout; the eager devices honour the plan.
-        """
-        return False
+    # ---------------------------------------------------------------- hardware choices
+    def native_bf16(self) -> tuple[bool, str]:
+        """Whether this device computes bf16 natively, and why (call after the device is bound)."""
+        return False, f"bf16 is not known to be native on {self.name}"
+
+    def decide_hardware(self) -> None:
+        """Resolve ``precision`` and ``channels_last`` (``auto`` or forced) for this device: ``self.choices``."""
+        precision = choose_precision(self.plan.precision, self.native_bf16(), device=self.name)
+        self.precision = str(precision.value)
+        layout = choose_channels_last(self.plan.channels_last, device=self.name, precision=self.precision)
+        self._channels_last = bool(layout.value)
+        self.choices = {"precision": precision, "channels_last": layout}
+
+    def describe_choices(self) -> str:
+        """'precision bf16 (auto: ...), channels_last on (auto: ...)' for the first log line."""
+        return ", ".join(c.describe() for c in self.choices.values())
+
+    def choice_warnings(self) -> list[str]:
+        """Warnings about requests that run badly on this hardware (log them once, on the main rank)."""
+        return [c.warning for c in self.choices.values() if c.warning]
 
     def describe(self) -> str:
-        return f"{self.name} rank {self.rank}/{self.world_size} on {self.device} ({self.precision})"
+        layout = ", channels_last" if self.channels_last else ""
+        return f"{self.name} rank {self.rank}/{self.world_size} on {self.device} ({self.precision}{layout})"
 
     # ---------------------------------------------------------------- randomness
     def manual_seed(self, seed: int) -> None:

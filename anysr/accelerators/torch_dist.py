@@ -16,6 +16,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from anysr.accelerators.base import Accelerator, LaunchPlan
+from anysr.accelerators.hardware import cpu_bf16
 from anysr.errors import AcceleratorError
 
 # Buffers (EDSR's mean, SwinIR's masks) are constants: identical on every rank, never synced per step.
@@ -97,6 +98,8 @@ class TorchDistAccelerator(Accelerator):
     def setup(self) -> None:
         self.rank, self.world_size, self.local_rank = self._world()
         self.select_device()
+        self.decide_hardware()
+        self.after_choices()
         if self.world_size > 1 and not dist.is_initialized():
             if self.plan.launcher == "slurm":
                 os.environ.setdefault("MASTER_PORT", str(self.plan.master_port or 29500))
@@ -122,6 +125,9 @@ class TorchDistAccelerator(Accelerator):
     def select_device(self) -> None:
         """Bind this worker to its device."""
 
+    def after_choices(self) -> None:
+        """Set-up that depends on the chosen precision (the CUDA gradient scaler)."""
+
     def teardown(self) -> None:
         if self._owns_group and dist.is_initialized():
             dist.barrier()  # nobody leaves while another rank still has collectives in flight
@@ -129,14 +135,6 @@ class TorchDistAccelerator(Accelerator):
             self._owns_group = False
 
     # ---------------------------------------------------------------- memory format
-    @property
-    def channels_last(self) -> bool:
-        return self.plan.channels_last
-
-    def describe(self) -> str:
-        layout = ", channels_last" if self.channels_last else ""
-        return f"{self.name} rank {self.rank}/{self.world_size} on {self.device} ({self.precision}{layout})"
-
     def to_device(self, obj: Any) -> Any:
         """Move tensors to the device; with channels_last, 4-D floating tensors (NCHW batches) become NHWC."""
         if isinstance(obj, torch.Tensor) and self.channels_last and obj.dim() == 4 and obj.is_floating_point():
@@ -209,6 +207,9 @@ class CPUAccelerator(TorchDistAccelerator):
     def device(self) -> torch.device:
         return torch.device("cpu")
 
+    def native_bf16(self) -> tuple[bool, str]:
+        return cpu_bf16()
+
     def select_device(self) -> None:
         if self.world_size > 1:
             # Ranks share the cores: give each its fair part instead of oversubscribing.
@@ -236,6 +237,15 @@ class CUDAAccelerator(TorchDistAccelerator):
                 "device(s) visible; lower num_gpu or --nproc_per_node")
         torch.cuda.set_device(self.local_rank)
         torch.backends.cudnn.benchmark = True
+
+    def native_bf16(self) -> tuple[bool, str]:
+        major, minor = torch.cuda.get_device_capability(self.device)
+        name = torch.cuda.get_device_name(self.device)
+        if (major, minor) >= (8, 0):
+            return True, f"{name} (compute capability {major}.{minor}) has bf16 tensor cores"
+        return False, f"{name} (compute capability {major}.{minor} < 8.0) has no bf16 tensor cores"
+
+    def after_choices(self) -> None:
         if self.precision == "fp16":
             self._scaler = torch.amp.GradScaler("cuda")
 

@@ -73,6 +73,13 @@ class XLAAccelerator(Accelerator):
             self.world_size = xr.world_size()
             self.rank = xr.global_ordinal()
             self.local_rank = xr.local_ordinal()
+        self.decide_hardware()
+
+    def native_bf16(self) -> tuple[bool, str]:
+        kind = str(self.plan.extra.get("pjrt_device", "")).upper()
+        if kind == "TPU":
+            return True, "TPUs compute in bf16"
+        return False, f"XLA:{kind or '?'} does not run bf16 natively (not measured faster)"
 
     @property
     def static_shapes(self) -> bool:

@@ -189,6 +189,7 @@ def bench_worker(acc: Accelerator, opt: dict[str, Any], iters: int, warmup: int,
         "params": sum(p.numel() for p in bare.parameters()),
         "accelerator": acc.plan.accelerator, "device": acc.describe(), "precision": acc.precision,
         "channels_last": acc.channels_last, "compile": acc.plan.compile,
+        "choices": {k: c.as_dict() for k, c in acc.choices.items()}, "warnings": acc.choice_warnings(),
         "torch": torch.__version__, "threads": torch.get_num_threads(),
         "load_average": {"start": list(load_start) if load_start else None,
                          "end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None},
@@ -197,6 +198,10 @@ def bench_worker(acc: Accelerator, opt: dict[str, Any], iters: int, warmup: int,
 
 
 # ---------------------------------------------------------------- output
+def _shown(value: Any) -> str:
+    return ("on" if value else "off") if isinstance(value, bool) else str(value)
+
+
 def format_table(result: dict[str, Any]) -> str:
     """The results as a small text table."""
     tr = result["train"]
@@ -204,6 +209,9 @@ def format_table(result: dict[str, Any]) -> str:
         f"anysr bench: {result['name']} ({result['network']} x{result['scale']}, "
         f"{result['params'] / 1e6:.3g} M params) on {result['device']}; torch {result['torch']}, "
         f"{result['threads']} threads",
+        "; ".join(f"{name} {_shown(c['chosen'])} ({'auto' if c['requested'] == 'auto' else 'asked for'}: "
+                  f"{c['why']})" for name, c in result.get("choices", {}).items()),
+        *(f"warning: {w}" for w in result.get("warnings", [])),
         f"{'':<10} {'input':>16} {'ms (median)':>12} {'ms (best)':>10} {'images/s':>10} {'GFLOP':>8} "
         f"{'GFLOP/s':>8}",
         f"{'train':<10} {tr['batch_size'] * tr['accumulate']:>5} x {tr['lq_size']:>3}x{tr['lq_size']:<4} "

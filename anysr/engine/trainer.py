@@ -88,6 +88,19 @@ class Trainer:
                 found = (Path(chosen), ckpt.load_training_state(chosen))
         return found
 
+    def _record_options(self) -> None:
+        """Keep the options of this run as ``options_<time>.yml``, unless the newest one already says the same."""
+        text = yaml.safe_dump(self.opt, sort_keys=False)
+        previous = sorted(self.exp_dir.glob("options_*.yml"))
+        if previous and previous[-1].read_text(encoding="utf-8") == text:
+            return
+        stamp = time.strftime("%Y%m%d_%H%M%S")
+        path, n = self.exp_dir / f"options_{stamp}.yml", 1
+        while path.exists():  # two changed runs within one second: keep both
+            n += 1
+            path = self.exp_dir / f"options_{stamp}_{n}.yml"
+        ckpt.atomic_write_bytes(path, text.encode())
+
     def _load_gan_extras(self, fresh: bool) -> None:
         """GAN models: ``path.pretrain_network_d`` (fresh runs only) and the VGG19 weights of
         ``train.perceptual_opt.vgg_weights_path``, read here and handed over (models do no file I/O)."""
@@ -176,9 +189,10 @@ class Trainer:
         setup_logging(self.log_dir / f"train_{self.opt['name']}_{time.strftime('%Y%m%d_%H%M%S')}.log",
                       enabled=acc.is_main)
         if acc.is_main:
-            stamp = time.strftime("%Y%m%d_%H%M%S")
-            (self.exp_dir / f"options_{stamp}.yml").write_text(yaml.safe_dump(self.opt, sort_keys=False))
-        self.log.info("anysr training '%s' on %s", self.opt["name"], acc.describe())
+            self._record_options()
+        self.log.info("anysr training '%s' on %s; %s", self.opt["name"], acc.describe(), acc.describe_choices())
+        for warning in acc.choice_warnings():
+            self.log.warning(warning)
 
         acc.manual_seed(int(self.opt.get("manual_seed", 0)))
         self.model = build_model(self.opt, acc)
@@ -396,8 +410,8 @@ class Trainer:
                                for m, v in ms.items()} for d, ms in self.last_val.items()},
             "accelerator": {"kind": self.acc.plan.accelerator, "world_size": self.acc.world_size,
                             "precision": self.acc.precision, "launcher": self.acc.plan.launcher,
-                            "channels_last": self.acc.plan.channels_last,
-                            "spmd": self.acc.plan.spmd},
+                            "channels_last": self.acc.channels_last, "spmd": self.acc.plan.spmd,
+                            "choices": {k: c.as_dict() for k, c in self.acc.choices.items()}},
             "stats": self.acc.stats(),
         }
         if wall is not None and timer is not None:

@@ -11,8 +11,8 @@ import inspect
 from pathlib import Path
 from typing import Any
 
-from anysr.accelerators.base import PRECISIONS
-from anysr.accelerators.launch import ACCELERATORS, LAUNCHERS
+from anysr.accelerators.hardware import PRECISION_CHOICES
+from anysr.accelerators.launcher import ACCELERATORS, LAUNCHERS
 from anysr.errors import did_you_mean
 from anysr.options.fields import (
     MISSING,
@@ -121,6 +121,8 @@ def _existing(out: dict[str, Any], key: str, path: str, ctx: Context, *, kind: s
     out[key] = str(full)
     shown = f"'{given}'" if str(full) == given else f"'{given}' (resolved to {full})"
     sub = f"{path}.{key}"
+    if not ctx.check_paths:
+        return
     if not full.exists():
         ctx.add(sub, f"{shown} does not exist; fix the path (relative paths start at path.root) or create it")
     elif kind == "file" and not full.is_file():
@@ -149,6 +151,10 @@ def _num_gpu(value: Any) -> str | None:
     if isinstance(value, str):
         return None if value == "auto" else "must be 'auto' or an int >= 0"
     return None if value >= 0 else "must be 'auto' or an int >= 0"
+
+
+def _auto_or_bool(value: Any) -> str | None:
+    return None if isinstance(value, bool) or value == "auto" else "must be 'auto', true or false"
 
 
 def _filename_tmpl(value: str) -> str | None:
@@ -301,6 +307,14 @@ def _train_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -
     if all(out.get(name) is None for name in losses):
         ctx.add(path, "no loss is set; add one of train.pixel_opt (e.g. {type: L1Loss}), "
                 "train.perceptual_opt, train.gan_opt")
+    sched = out.get("scheduler")
+    if isinstance(sched, dict) and sched.get("type") == "CosineAnnealingRestartLR" and good(sched, "periods") \
+            and good(out, "total_iter") and out["total_iter"] > sum(sched["periods"]):
+        end = sum(sched["periods"])
+        ctx.add(f"{path}.scheduler.periods", f"the cosine periods end at iteration {end} but train.total_iter is "
+                f"{out['total_iter']}: past the last period the learning rate would climb back up. Extend the "
+                f"periods to cover total_iter (e.g. add a period of {out['total_iter'] - end} with its "
+                "restart_weights entry) or lower train.total_iter")
 
 
 def _metric_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
@@ -555,11 +569,16 @@ TRAIN = Section(
                              doc="Linear lr warm-up iterations (-1: none)."),
         "ema_decay": Field(float, default=0.0, check=between(0, 1, high_open=True),
                            doc="EMA of the generator weights (0: off; BasicSR uses 0.999)."),
-        "precision": Field(str, default="fp32", choices=PRECISIONS, doc="Training precision."),
+        "precision": Field(str, default="auto", choices=PRECISION_CHOICES,
+                           doc="Autocast precision. auto: bf16 where the device computes it natively (CPUs with "
+                               "AVX512-BF16 or AMX, CUDA compute capability >= 8.0, TPUs), else fp32; fp16 only "
+                               "when asked for (CUDA). The choice and its reason are logged and kept in "
+                               "summary.json."),
         "compile": Field(bool, default=False, doc="torch.compile the network (cpu and cuda)."),
-        "channels_last": Field(bool, default=False,
+        "channels_last": Field((bool, str), default="auto", check=_auto_or_bool, expect="'auto' | bool",
                                doc="Keep conv weights and image batches in NHWC (channels_last) memory: the same "
-                                   "results, often faster on CPUs with AVX-512/AMX and on GPUs; ignored on XLA."),
+                                   "results to float rounding. auto: on for CPUs (measured faster) and for CUDA "
+                                   "in bf16/fp16; off on MPS; XLA lays out memory itself."),
         "grad_clip_norm": Field((float, None), default=None, check=greater_than(0),
                                 doc="Clip the gradient norm (null: no clipping)."),
         "accumulate": Field(int, default=1, check=at_least(1),
@@ -617,7 +636,9 @@ LOGGER = Section({
     "print_freq": Field(int, default=100, check=at_least(1), expect=_NUM_FREQ, doc="Log every N iterations."),
     "save_checkpoint_freq": Field(int, default=5000, check=at_least(1), expect=_NUM_FREQ,
                                   doc="Save weights and training state every N iterations."),
-    "use_tb_logger": Field(bool, default=True, doc="Write tensorboard logs."),
+    "use_tb_logger": Field(bool, default=True,
+                           doc="Write TensorBoard logs to <experiments_root>/tb_logger (needs anysr[tensorboard]); "
+                               "view them with tensorboard --logdir experiments."),
     "save_pth": Field(bool, default=False, doc="Also write BasicSR .pth weights."),
     "keep_last": Field((int, None), default=3, check=at_least(1),
                        doc="Training states to keep (null: all)."),
@@ -668,9 +689,13 @@ OPTIONS = Section(
 )
 
 
-def validate(opt: dict[str, Any], *, is_train: bool, root: Path) -> tuple[dict[str, Any], list[str]]:
-    """Validate a whole option dict: ``(result, problems)``; the result is meaningful without problems."""
-    ctx = Context(is_train=is_train, root=root)
+def validate(opt: dict[str, Any], *, is_train: bool, root: Path,
+             check_paths: bool = True) -> tuple[dict[str, Any], list[str]]:
+    """Validate a whole option dict: ``(result, problems)``; the result is meaningful without problems.
+
+    ``check_paths=False`` resolves input paths without requiring them to exist (for commands that read none).
+    """
+    ctx = Context(is_train=is_train, root=root, check_paths=check_paths)
     scale = opt.get("scale")
     if not isinstance(scale, bool) and isinstance(scale, (int, float, str)):
         value = validate_field(OPTIONS.fields["scale"], scale, "scale", Context(is_train=is_train, root=root))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import importlib.util
 import os
@@ -10,7 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from anysr.accelerators.base import PRECISIONS, Accelerator, LaunchPlan
+from anysr.accelerators.base import PRECISION_CHOICES, Accelerator, LaunchPlan
 from anysr.accelerators.torch_dist import env_world
 from anysr.errors import AcceleratorError, AnysrError
 
@@ -82,17 +83,18 @@ def _parse_count(num_gpu: Any) -> int | None:
     return num_gpu
 
 
-def resolve_plan(accelerator: str = "auto", num_gpu: Any = "auto", *, precision: str = "fp32",
+def resolve_plan(accelerator: str = "auto", num_gpu: Any = "auto", *, precision: str = "auto",
                  launcher: str = "auto", spmd: bool = False, compile: bool = False,
                  dist_backend: str | None = None, master_port: int | None = None,
-                 channels_last: bool = False) -> LaunchPlan:
+                 channels_last: bool | None = None) -> LaunchPlan:
     """Decide what runs where, once, before any worker exists. Errors name the option to change.
 
-    ``channels_last`` (``train.channels_last``, ``anysr infer --channels-last``) asks for NHWC weights and
-    batches; it is honoured on cpu, cuda and mps and dropped on XLA.
+    ``precision`` (``auto`` or forced) and ``channels_last`` (None: auto; ``train.channels_last``,
+    ``anysr infer --channels-last``) are decided per device in the worker (``Accelerator.decide_hardware``);
+    XLA ignores channels_last.
     """
-    if precision not in PRECISIONS:
-        raise AcceleratorError(f"train.precision: '{precision}' is not one of {', '.join(PRECISIONS)}")
+    if precision not in PRECISION_CHOICES:
+        raise AcceleratorError(f"train.precision: '{precision}' is not one of {', '.join(PRECISION_CHOICES)}")
     if launcher not in LAUNCHERS:
         raise AcceleratorError(f"--launcher: '{launcher}' is not one of {', '.join(LAUNCHERS)}")
     kind = pick_accelerator(accelerator)
@@ -101,13 +103,14 @@ def resolve_plan(accelerator: str = "auto", num_gpu: Any = "auto", *, precision:
     if kind == "xla":
         from anysr.accelerators.xla_plan import xla_plan  # noqa: PLC0415
 
-        # channels_last is not passed on: XLA assigns tensor layouts itself when it compiles the graph
-        # (layout is the compiler's job there), so a memory-format hint would only add copies.
-        return xla_plan(count, precision=precision, spmd=spmd, compile=compile)
+        # XLA assigns tensor layouts itself when it compiles the graph, so channels_last is only recorded
+        # (the worker's choice says it is ignored).
+        return dataclasses.replace(xla_plan(count, precision=precision, spmd=spmd, compile=compile),
+                                   channels_last=channels_last)
 
     if precision == "fp16" and kind == "cpu":
-        raise AcceleratorError("train.precision: fp16 on the CPU is slow and unscaled; use bf16 "
-                               "(fast on CPUs with AVX-512 BF16/AMX) or fp32")
+        raise AcceleratorError("train.precision: fp16 on the CPU is slow and unscaled; use auto (bf16 where the "
+                               "CPU has AVX512-BF16/AMX, else fp32), bf16 or fp32")
     if compile and kind not in ("cpu", "cuda"):
         raise AcceleratorError(f"train.compile: torch.compile is supported here on cpu and cuda, not {kind}")
 

@@ -1,0 +1,99 @@
+"""precision: auto and channels_last: auto follow what the hardware runs natively (any machine gives a green run)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import run_cli, tiny_train_options, write_options
+
+from anysr.accelerators import create_accelerator, resolve_plan
+from anysr.accelerators.hardware import choose_channels_last, choose_precision, cpu_bf16
+from anysr.errors import OptionError
+from anysr.options import load_options
+
+BF16_FLAGS = frozenset({"avx2", "avx512f", "avx512_bf16"})
+AMX_FLAGS = frozenset({"avx2", "avx512f", "amx_tile", "amx_bf16"})
+AVX2_FLAGS = frozenset({"avx", "avx2", "fma"})
+
+
+@pytest.mark.parametrize(("flags", "aten", "isa", "native", "why"), [
+    (BF16_FLAGS, "AVX512", "", True, "natively (AVX512-BF16)"),
+    (AMX_FLAGS, "AVX512", "", True, "natively (AMX-BF16)"),
+    (AVX2_FLAGS, "AVX2", "", False, "no native bf16"),
+    (frozenset({"avx512f", "avx512bw"}), "AVX512", "", False, "no native bf16"),  # AVX-512 without BF16
+    (BF16_FLAGS, "AVX2", "", False, "limited to AVX2 (ATEN_CPU_CAPABILITY)"),
+    (BF16_FLAGS, "AVX512", "AVX2", False, "ONEDNN_MAX_CPU_ISA=AVX2"),
+    (BF16_FLAGS, "AVX512", "avx512_core", False, "ONEDNN_MAX_CPU_ISA=avx512_core"),
+    (BF16_FLAGS, "AVX512", "AVX512_CORE_AMX", True, "natively"),
+    (frozenset(), "DEFAULT", "", False, "no native bf16"),  # unknown CPU (no /proc/cpuinfo): fp32
+])
+def test_cpu_bf16_from_flags_and_caps(flags: frozenset[str], aten: str, isa: str, native: bool, why: str) -> None:
+    got, reason = cpu_bf16(flags, aten=aten, onednn_isa=isa)
+    assert got is native and why in reason
+
+
+def test_auto_precision_and_explicit_bf16_warning() -> None:
+    assert choose_precision("auto", (True, "native"), device="cpu").value == "bf16"
+    slow = choose_precision("auto", (False, "this CPU has no native bf16"), device="cpu")
+    assert slow.value == "fp32" and slow.warning is None and "no native bf16" in slow.describe()
+    forced = choose_precision("bf16", (False, "this CPU has no native bf16"), device="cpu")
+    assert forced.value == "bf16" and "emulated" in forced.warning and "24x slower" in forced.warning
+    assert choose_precision("bf16", (True, "native"), device="cpu").warning is None
+    assert choose_precision("fp32", (True, "native"), device="cpu").value == "fp32"  # never overrides a request
+    assert choose_precision("fp16", (True, "x"), device="cuda").value == "fp16"
+
+
+def test_auto_channels_last_per_device() -> None:
+    assert choose_channels_last(None, device="cpu", precision="fp32").value is True
+    assert choose_channels_last(None, device="cuda", precision="bf16").value is True
+    assert choose_channels_last(None, device="cuda", precision="fp32").value is False
+    assert choose_channels_last(None, device="mps", precision="fp32").value is False
+    assert choose_channels_last(None, device="xla", precision="bf16").value is False
+    assert choose_channels_last(False, device="cpu", precision="bf16").value is False
+    assert choose_channels_last(True, device="xla", precision="fp32").value is False
+
+
+def test_cpu_accelerator_decides_in_setup() -> None:
+    acc = create_accelerator(resolve_plan("cpu", 1))
+    acc.setup()
+    native, _ = cpu_bf16()
+    assert acc.precision == ("bf16" if native else "fp32") and acc.channels_last
+    assert acc.choices["precision"].requested == "auto" and "auto:" in acc.describe_choices()
+    acc.teardown()
+
+
+def test_auto_is_the_options_default(tmp_path: Path, small_train_dir: Path) -> None:
+    opt = tiny_train_options("auto", small_train_dir, None)
+    del opt["train"]["precision"], opt["train"]["channels_last"]
+    loaded = load_options(write_options(tmp_path / "o.yml", opt), is_train=True)
+    assert loaded["train"]["precision"] == "auto" and loaded["train"]["channels_last"] == "auto"
+    with pytest.raises(OptionError, match=r"train\.precision: expected 'auto' \| 'fp32'"):
+        load_options(tmp_path / "o.yml", ["train.precision=bf32"], is_train=True)
+
+
+def test_training_records_the_choice_and_warns_for_emulated_bf16(tmp_path: Path, small_train_dir: Path) -> None:
+    opt = tiny_train_options("emul", small_train_dir, None, total_iter=2)
+    opt["train"]["precision"] = "bf16"
+    del opt["train"]["channels_last"]
+    path = write_options(tmp_path / "o.yml", opt)
+    # ONEDNN_MAX_CPU_ISA=AVX2 makes any CPU compute as one without native bf16 (what AVX2 machines do).
+    proc = run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path,
+                   env={"ONEDNN_MAX_CPU_ISA": "AVX2"})
+    first = next(line for line in proc.stdout.splitlines() if "anysr training" in line)
+    assert "precision bf16 (asked for" in first and "channels_last on (auto:" in first
+    assert "it is emulated and much slower than fp32" in proc.stdout
+    summary = json.loads((tmp_path / "experiments" / "emul" / "summary.json").read_text())
+    choices = summary["accelerator"]["choices"]
+    assert choices["precision"] == {"requested": "bf16", "chosen": "bf16",
+                                    "why": "set in the options or on the command line"}
+    assert choices["channels_last"]["requested"] == "auto" and choices["channels_last"]["chosen"] is True
+
+    # auto on the same "AVX2" CPU: fp32, and the log says why.
+    proc = run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", "name=auto2",
+                   "train.precision=auto", cwd=tmp_path, env={"ONEDNN_MAX_CPU_ISA": "AVX2"})
+    assert "precision fp32 (auto: the CPU has" in proc.stdout or "precision fp32 (auto: this" in proc.stdout
+    assert "emulated" not in proc.stdout
+    summary = json.loads((tmp_path / "experiments" / "auto2" / "summary.json").read_text())
+    assert summary["accelerator"]["precision"] == "fp32"
