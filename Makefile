@@ -4,8 +4,10 @@ VENV   ?= .venv
 PY      = $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 PYTEST_ARGS ?= -q -m "not xla and not cuda"
+# How a CPU without AVX-512 computes (torch's and oneDNN's kernels capped at AVX2), on any x86 machine.
+AVX2_ENV = ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2
 
-.PHONY: install demo test test-xla lint clean
+.PHONY: install demo test test-avx2 test-xla lint clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +23,10 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The suite again with AVX2 kernels (no slow runs): fixture comparisons must hold on every instruction set.
+test-avx2: $(VENV)/.installed
+	$(AVX2_ENV) $(PY) -m pytest -q -m "not xla and not cuda and not slow"
 
 test-xla:
 	bash .ci/xla.sh

@@ -1,4 +1,22 @@
-"""Shared fixtures: the repository root, a small real training set, option-file writers."""
+"""Shared fixtures: the repository root, a small real training set, option-file writers, float tolerances.
+
+Float tolerances (one place, used by every comparison with data made elsewhere)
+------------------------------------------------------------------------------
+Results computed on *this* machine and compared with *this* machine stay exact (bit-identical resume, the same
+weights from two identical runs, two data-loader worker counts): those are one kernel against itself.
+
+Results compared with fixtures made on another machine or by another library (BasicSR, reference
+implementations, published tables) cannot be exact: convolution, matmul and reduction kernels sum in an order
+that depends on the CPU's vector width (AVX2 vs AVX-512 vs none, ``ATEN_CPU_CAPABILITY``), on oneDNN's kernel
+choice and on the library version. fp32 rounds at u = 2**-24 ~ 6e-8 relative; a K-term sum may move by about
+K * u times the sum of its absolute terms. The fixture networks have at most a few hundred terms per output
+(64 channels x 3 x 3 = 576) over a handful of layers with activations of magnitude <= ~10, so differences stay
+far below 1e-5 (observed: 5.2e-8 between an AVX2 and an AVX-512 CPU). ``FIXTURE_TOL`` is that bound; metric
+values in dB get ``PSNR_TOL`` (1e-4 dB is about 2e-5 relative error in the MSE).
+
+``.ci/run`` runs the suite a second time as an AVX2 CPU would compute (``ATEN_CPU_CAPABILITY=avx2``,
+``ONEDNN_MAX_CPU_ISA=AVX2``), so an exact comparison across kernels cannot slip in unnoticed.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +32,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 DATASETS = ROOT / "datasets"
+FIXTURE_TOL = {"rtol": 1e-5, "atol": 1e-5}  # fp32 results vs fixtures made with other kernels (see above)
+PSNR_TOL = 1e-4  # dB
 
 
 @pytest.fixture(scope="session")
@@ -52,7 +72,9 @@ def tiny_train_options(name: str, train_dir: Path, val_dir: Path | None, *, tota
         "network_g": {"type": "EDSR", "num_in_ch": 3, "num_out_ch": 3, "num_feat": 8, "num_block": 1,
                       "upscale": 2, "res_scale": 1, "img_range": 255.0, "rgb_mean": [0.4488, 0.4371, 0.4040]},
         "path": {"pretrain_network_g": None},
-        "train": {"ema_decay": 0.9, "optim_g": {"type": "Adam", "lr": 2e-3, "betas": [0.9, 0.99]},
+        # Pinned (not auto): the numbers of these runs must not depend on whether the CPU has native bf16.
+        "train": {"precision": "fp32", "channels_last": False,
+                  "ema_decay": 0.9, "optim_g": {"type": "Adam", "lr": 2e-3, "betas": [0.9, 0.99]},
                   "scheduler": {"type": "MultiStepLR", "milestones": [4], "gamma": 0.5},
                   "total_iter": total_iter, "warmup_iter": 2,
                   "pixel_opt": {"type": "L1Loss", "loss_weight": 1.0, "reduction": "mean"}},

@@ -9,6 +9,7 @@ import cv2
 import numpy as np
 import pytest
 import torch
+from conftest import FIXTURE_TOL
 from safetensors.torch import load_file
 from torch.nn import functional as F
 
@@ -49,8 +50,7 @@ def test_basicsr_checkpoint_matches(name: str) -> None:
         with torch.no_grad():
             got = net(io[inp])
         assert got.shape == io[out].shape
-        diff = (got - io[out]).abs().max().item()
-        assert diff < 1e-5, f"{name} {inp} ({key}): max abs diff {diff:.3g}"
+        torch.testing.assert_close(got, io[out], **FIXTURE_TOL, msg=f"{name} {inp} ({key}) differs from BasicSR")
 
 
 def test_ema_fixture_has_both_keys() -> None:
@@ -69,7 +69,7 @@ def test_swinir_pads_non_window_multiple_like_basicsr() -> None:
         net.load_state_dict(ckpt["params"], strict=True)
         with torch.no_grad():
             got = net(io["input2"])
-        assert (got - io["output2"]).abs().max().item() < 1e-5
+        torch.testing.assert_close(got, io["output2"], **FIXTURE_TOL)
 
 
 def test_swinir_mask_is_computed_per_size_and_deterministic() -> None:

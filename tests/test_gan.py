@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import tiny_train_options, write_options
+from conftest import FIXTURE_TOL, tiny_train_options, write_options
 from safetensors.torch import load_file, save_file
 from torch.nn import functional as F
 
@@ -96,7 +96,7 @@ def test_discriminator_matches_basicsr(case: str) -> None:
     io = load_file(str(FIXTURES / f"{case}_io.safetensors"))
     with torch.no_grad():
         out = net(io["input"].float() / 255)
-    torch.testing.assert_close(out, io["output"], rtol=0, atol=spec["atol"])
+    torch.testing.assert_close(out, io["output"], **FIXTURE_TOL)
 
 
 @pytest.mark.skipif(not (FIXTURES / "gan_losses.safetensors").exists(), reason="BasicSR GAN fixtures missing")
@@ -108,7 +108,7 @@ def test_gan_loss_matches_basicsr() -> None:
         for real in (True, False):
             for disc in (True, False):
                 torch.testing.assert_close(loss(x, real, is_disc=disc), ref[f"{gan_type}_{int(real)}{int(disc)}"],
-                                           rtol=1e-6, atol=1e-7, msg=f"{gan_type} real={real} disc={disc}")
+                                           **FIXTURE_TOL, msg=f"{gan_type} real={real} disc={disc}")
 
 
 @pytest.mark.skipif(not (FIXTURES / "perceptual_io.safetensors").exists(), reason="BasicSR GAN fixtures missing")
@@ -122,8 +122,8 @@ def test_perceptual_loss_matches_basicsr() -> None:
                               criterion=crit, vgg_state_dict=sd)
         with torch.no_grad():
             percep, style = loss(ref["x"], ref["gt"])
-        torch.testing.assert_close(percep, ref[f"percep_{crit}"], rtol=1e-5, atol=1e-6)
-        torch.testing.assert_close(style, ref[f"style_{crit}"], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(percep, ref[f"percep_{crit}"], **FIXTURE_TOL)
+        torch.testing.assert_close(style, ref[f"style_{crit}"], **FIXTURE_TOL)
 
 
 # ---------------------------------------------------------------- losses
