@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from anysr import __version__
+from anysr.accelerators.hardware import PRECISION_CHOICES
 from anysr.errors import AnysrError, OptionError
 
 
@@ -32,16 +33,22 @@ def _non_negative(text: str) -> int:
     return value
 
 
-def _plan_from_options(opt: dict[str, Any], launcher: str = "auto") -> Any:
+def _auto_bool(value: Any) -> bool | None:
+    """``'auto'`` (or absent) -> None, else the bool."""
+    return None if value in (None, "auto") else bool(value)
+
+
+def _plan_from_options(opt: dict[str, Any], launcher: str = "auto", precision: str | None = None) -> Any:
+    """The launch plan of an options file; ``precision`` (a command-line flag) overrides ``train.precision``."""
     from anysr.accelerators import resolve_plan  # noqa: PLC0415
 
     train = opt.get("train") or {}
     dist_params = opt.get("dist_params") or {}
     return resolve_plan(opt.get("accelerator", "auto"), opt.get("num_gpu", "auto"),
-                        precision=train.get("precision", "fp32"), launcher=launcher,
+                        precision=precision or train.get("precision", "auto"), launcher=launcher,
                         spmd=bool((opt.get("xla") or {}).get("spmd", False)),
                         compile=bool(train.get("compile", False)), dist_backend=dist_params.get("backend"),
-                        master_port=dist_params.get("port"), channels_last=bool(train.get("channels_last", False)))
+                        master_port=dist_params.get("port"), channels_last=_auto_bool(train.get("channels_last")))
 
 
 # ---------------------------------------------------------------------- commands
@@ -62,7 +69,7 @@ def cmd_test(args: argparse.Namespace) -> int:
     from anysr.options import load_options  # noqa: PLC0415
 
     opt = load_options(args.opt, args.force_yml, is_train=False)
-    launch(_plan_from_options(opt, args.launcher), test_worker, opt)
+    launch(_plan_from_options(opt, args.launcher, args.precision), test_worker, opt)
     return 0
 
 
@@ -83,7 +90,8 @@ def cmd_infer(args: argparse.Namespace) -> int:
                                      arch_opts=_kv_list(args.arch_opt, "--arch-opt"), network_opt=network_opt,
                                      scale=args.scale, param_key=args.param_key)
     files = list_images(Path(args.input))
-    plan = resolve_plan(args.accelerator, 1, precision=args.precision, channels_last=args.channels_last)
+    plan = resolve_plan(args.accelerator, 1, precision=args.precision,
+                        channels_last=args.channels_last)
     launch(plan, infer_worker, net, files, Path(args.output), scale, args.tile, args.tile_pad, args.suffix)
     print(f"wrote {len(files)} image(s) to {args.output}")
     return 0
@@ -104,10 +112,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from anysr.options import load_options  # noqa: PLC0415
 
     setup_logging()
-    opt = load_options(args.opt, args.force_yml, is_train=True)
+    # bench times a synthetic batch: the datasets and weights the file names are never read, need not exist.
+    opt = load_options(args.opt, args.force_yml, is_train=True, check_paths=False)
     # One worker on the accelerator the options name: per-device numbers, no process group.
     single = {**opt, "num_gpu": 1, "xla": {**(opt.get("xla") or {}), "spmd": False}}
-    result = launch(_plan_from_options(single, "none"), bench_worker, opt, args.iters, args.warmup,
+    result = launch(_plan_from_options(single, "none", args.precision), bench_worker, opt, args.iters, args.warmup,
                     args.infer_size, args.infer_iters or args.iters)
     result["options"] = str(args.opt)
     result["overrides"] = list(args.force_yml)
@@ -124,14 +133,31 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         out = prepare.prepare_lr(args.hr, args.out, args.scale)
         print(f"wrote {len(out)} LR image(s) (x{args.scale}) to {args.out}")
     elif args.what == "subimages":
-        prepare.extract_subimages(args.input, args.output, args.crop_size, args.step, args.thresh_size,
-                                  n_thread=args.n_thread)
+        report = prepare.extract_subimages(args.input, args.output, args.crop_size, args.step, args.thresh_size,
+                                           n_thread=args.n_thread)
+        skipped = (f"; skipped {len(report.skipped)} image(s) smaller than --crop-size {args.crop_size}: "
+                   + ", ".join(p.name for p in report.skipped[:5]) + (" ..." if len(report.skipped) > 5 else "")
+                   if report.skipped else "")
+        print(f"wrote {len(report.written)} sub-image(s) from {report.images} image(s) to {args.output}{skipped}")
     else:
-        prepare.make_lmdb(args.input, args.output, compress_level=args.compress_level)
+        out = prepare.make_lmdb(args.input, args.output, compress_level=args.compress_level)
+        count = len((out / "meta_info.txt").read_text().splitlines())
+        print(f"wrote {count} image(s) to {out} (and {out / 'meta_info.txt'})")
     return 0
 
 
 # ---------------------------------------------------------------------- parser
+class _DefaultsFormatter(argparse.HelpFormatter):
+    """Help that shows each optional argument's default (required ones and unset defaults are left alone)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.required or action.default in (None, argparse.SUPPRESS) or "%(default)" in text \
+                or not action.option_strings or isinstance(action, argparse._HelpAction):  # noqa: SLF001
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 def _add_opt_args(p: argparse.ArgumentParser, launcher: bool = True) -> None:
     p.add_argument("-opt", "--opt", required=True, help="YAML options file (BasicSR style)")
     p.add_argument("--force_yml", "--force-yml", nargs="+", default=[], metavar="KEY=VALUE",
@@ -155,8 +181,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--debug", action="store_true", help="accepted for BasicSR compatibility")
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("test", help="score a trained network on the test datasets of an options file")
+    p = sub.add_parser("test", help="score a trained network on the test datasets of an options file",
+                       description="Run the network of an options file (path.pretrain_network_g) over its test "
+                       "datasets (datasets.test*, val*), save the results and score them with val.metrics; "
+                       "writes results/<name>/summary.json and test.log.")
     _add_opt_args(p)
+    p.add_argument("--precision", default="fp32", choices=PRECISION_CHOICES,
+                   help="autocast precision (default fp32: scores that compare across machines and with published "
+                        "tables; auto: bf16 where the device runs it natively)")
     p.set_defaults(func=cmd_test)
 
     p = sub.add_parser("infer", help="upscale an image or a folder of images",
@@ -177,9 +209,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="weights group to use: params_ema (falls back to params) or params")
     p.add_argument("--suffix", default=None, help="append _SUFFIX to output names")
     p.add_argument("--accelerator", default="auto", choices=["auto", "cpu", "cuda", "mps", "xla"])
-    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
-    p.add_argument("--channels-last", "--channels_last", action="store_true",
-                   help="NHWC memory format for weights and images (often faster on CPUs and GPUs; ignored on XLA)")
+    p.add_argument("--precision", default="auto", choices=PRECISION_CHOICES,
+                   help="autocast precision (default auto: bf16 where the device runs it natively, else fp32)")
+    p.add_argument("--channels-last", "--channels_last", action=argparse.BooleanOptionalAction, default=None,
+                   help="NHWC memory format for weights and images (default: auto, on where measured faster: "
+                        "CPUs, CUDA in bf16/fp16; ignored on XLA)")
     p.set_defaults(func=cmd_infer)
 
     p = sub.add_parser("bench", help="time training steps and inference of an options file's model",
@@ -193,10 +227,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="LR input size (pixels, square) for the inference timing; 0 skips it (default 256)")
     p.add_argument("--infer-iters", "--infer_iters", type=int, default=None,
                    help="timed inference runs (default: --iters)")
+    p.add_argument("--precision", default=None, choices=PRECISION_CHOICES,
+                   help="autocast precision (default: the options' train.precision, auto unless set)")
     p.add_argument("--json", default=None, help="also write the results as JSON")
     p.set_defaults(func=cmd_bench)
 
-    p = sub.add_parser("eval", help="score a folder of results against ground truth (PSNR/SSIM)")
+    p = sub.add_parser("eval", help="score a folder of results against ground truth (PSNR/SSIM)",
+                       description="Pair the images of --sr with those of --gt by file stem and print PSNR and SSIM "
+                       "per image and on average, as BasicSR computes them (MATLAB rgb2ycbcr Y channel, --scale "
+                       "pixels shaved at each border, ground truth mod-cropped to the result's size).")
     p.add_argument("--gt", required=True, help="ground-truth folder")
     p.add_argument("--sr", required=True, help="results folder (matched by file stem)")
     p.add_argument("--scale", type=int, required=True)
@@ -207,23 +246,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", default=None, help="also write the results as JSON")
     p.set_defaults(func=cmd_eval)
 
-    p = sub.add_parser("prepare", help="dataset preparation: lr | subimages | lmdb")
+    p = sub.add_parser("prepare", help="dataset preparation: lr | subimages | lmdb",
+                       description="Prepare datasets: bicubic LR images, DIV2K-style sub-images, LMDB files.")
     psub = p.add_subparsers(dest="what", required=True, metavar="WHAT")
-    q = psub.add_parser("lr", help="mod-crop and MATLAB-bicubic downscale a folder of HR images")
-    q.add_argument("--hr", required=True)
-    q.add_argument("--out", required=True)
-    q.add_argument("--scale", type=int, required=True)
-    q = psub.add_parser("subimages", help="crop large images into overlapping sub-images (DIV2K style)")
-    q.add_argument("--input", required=True)
-    q.add_argument("--output", required=True)
-    q.add_argument("--crop-size", type=int, default=480)
-    q.add_argument("--step", type=int, default=240)
-    q.add_argument("--thresh-size", type=int, default=0)
-    q.add_argument("--n-thread", type=int, default=1)
-    q = psub.add_parser("lmdb", help="pack a folder of images into an LMDB with meta_info.txt")
-    q.add_argument("--input", required=True)
-    q.add_argument("--output", required=True, help="output folder ending in .lmdb")
-    q.add_argument("--compress-level", type=int, default=1)
+    fmt = _DefaultsFormatter
+    q = psub.add_parser("lr", help="mod-crop and MATLAB-bicubic downscale a folder of HR images", formatter_class=fmt,
+                        description="Crop each HR image to a multiple of --scale and shrink it with MATLAB-exact "
+                        "bicubic imresize (the classic benchmark protocol); PNGs named like the HR files.")
+    q.add_argument("--hr", required=True, help="folder of HR images")
+    q.add_argument("--out", required=True, help="output folder for the LR images")
+    q.add_argument("--scale", type=int, required=True, help="downscaling factor (2, 3, 4, ...)")
+    q = psub.add_parser("subimages", help="crop large images into overlapping sub-images (DIV2K style)",
+                        formatter_class=fmt,
+                        description="Cut every image into --crop-size squares every --step pixels (BasicSR's "
+                        "extract_subimages.py layout: <stem>_s001.png ...). All inputs are checked first; images "
+                        "smaller than the crop are skipped and counted; the output folder must be new or empty. "
+                        "For LR folders divide --crop-size, --step and --thresh-size by the scale.")
+    q.add_argument("--input", required=True, help="folder of images")
+    q.add_argument("--output", required=True, help="output folder (new or empty)")
+    q.add_argument("--crop-size", "--crop_size", type=int, default=480, help="side of each square crop, pixels")
+    q.add_argument("--step", type=int, default=240, help="distance between crops, pixels")
+    q.add_argument("--thresh-size", "--thresh_size", type=int, default=0,
+                   help="add a last crop flush with the border when more than this many pixels are left over")
+    q.add_argument("--n-thread", "--n_thread", type=int, default=1, help="threads (OpenCV codes in parallel)")
+    q = psub.add_parser("lmdb", help="pack a folder of images into an LMDB with meta_info.txt", formatter_class=fmt,
+                        description="Pack every image of a folder into a BasicSR-layout LMDB (<name>.lmdb with "
+                        "data.mdb and meta_info.txt; keys are file stems, values PNG bytes). Needs anysr[lmdb].")
+    q.add_argument("--input", required=True, help="folder of images")
+    q.add_argument("--output", required=True, help="new output folder ending in .lmdb")
+    q.add_argument("--compress-level", "--compress_level", type=int, default=1,
+                   help="PNG compression of the stored images, 0 (none) to 9")
     p.set_defaults(func=cmd_prepare)
     return parser
 

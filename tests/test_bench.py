@@ -39,8 +39,19 @@ def test_bench_cli_writes_sane_json(tmp_path: Path, small_train_dir: Path) -> No
     assert tr["gflop_per_iter"] == pytest.approx(3 * 2 * TINY_EDSR_MACS * 4 / 1e9)
     assert math.isfinite(tr["loss"])
     assert inf["size"] == 24 and inf["output"] == [3, 48, 48]
+    assert r["choices"]["precision"]["requested"] == "bf16" and "warnings" in r
     for key in ("ms_per_image", "ms_per_image_best", "gflop_per_image", "gflops_per_s", "output_megapixels_per_s"):
         assert math.isfinite(inf[key]) and inf[key] > 0, key
+
+
+def test_bench_reads_no_data_and_takes_precision(tmp_path: Path, root: Path) -> None:
+    """A BasicSR file whose DIV2K folders do not exist here: bench times a synthetic batch and needs none."""
+    proc = run_cli("bench", "-opt", str(root / "options" / "train" / "train_MSRResNet_x4.yml"), "--iters", "1",
+                   "--warmup", "0", "--infer-size", "0", "--precision", "fp32", "--json", str(tmp_path / "r.json"),
+                   "--force_yml", "datasets.train.batch_size_per_gpu=1", "accelerator=cpu", cwd=tmp_path)
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert r["precision"] == "fp32" and r["choices"]["precision"]["requested"] == "fp32"
+    assert r["choices"]["channels_last"]["requested"] == "auto" and "channels_last on (auto" in proc.stdout
 
 
 def test_flop_count_is_the_arithmetic() -> None:

@@ -368,10 +368,11 @@ def test_save_weights_handles_tied_and_view_tensors(tmp_path: Path) -> None:
 def test_params_ema_falls_back_to_params(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     sd = tiny_net().state_dict()
     path = ck.save_weights(tmp_path / "only.safetensors", {"params": sd}, {"scale": 1})
-    with caplog.at_level(logging.WARNING, logger="anysr.engine.checkpoint"):
+    with caplog.at_level(logging.INFO, logger="anysr.engine.checkpoint"):
         got, _ = ck.load_weights(path, "params_ema")
     assert_same(got, dict(sd))
-    assert "no 'params_ema' weights; loading 'params' instead" in caplog.text
+    assert "holds no 'params_ema' (EMA) weights, as Real-ESRGAN's releases; loading 'params'" in caplog.text
+    assert len(caplog.records) == 1 and caplog.records[0].levelno == logging.INFO  # one line, not a warning
 
 
 def test_plain_safetensors_file_loads_all_tensors(tmp_path: Path) -> None:
@@ -431,9 +432,9 @@ def test_pth_variants_and_prefix_stripping(tmp_path: Path, caplog: pytest.LogCap
     sd = tiny_net().state_dict()
     ddp = tmp_path / "ddp.pth"
     torch.save({"params": {f"module.{k}": v for k, v in sd.items()}}, ddp)
-    with caplog.at_level(logging.WARNING, logger="anysr.engine.checkpoint"):
+    with caplog.at_level(logging.INFO, logger="anysr.engine.checkpoint"):
         got, _ = ck.load_weights(ddp, "params_ema")
-    assert list(got) == list(sd) and "loading 'params' instead" in caplog.text
+    assert list(got) == list(sd) and "loading 'params'" in caplog.text
     bare = tmp_path / "bare.pt"
     torch.save({f"_orig_mod.module.{k}": v for k, v in sd.items()}, bare)
     assert_same(ck.load_weights(bare)[0], dict(sd))

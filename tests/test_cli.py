@@ -118,8 +118,15 @@ def test_corrupt_image_is_named(tmp_path: Path) -> None:
 
 def test_help_for_every_command(tmp_path: Path) -> None:
     for cmd in (["--help"], ["train", "--help"], ["test", "--help"], ["infer", "--help"], ["eval", "--help"],
-                ["prepare", "lr", "--help"], ["prepare", "subimages", "--help"], ["prepare", "lmdb", "--help"]):
-        assert run_cli(*cmd, cwd=tmp_path).stdout.strip()
+                ["bench", "--help"], ["prepare", "lr", "--help"], ["prepare", "subimages", "--help"],
+                ["prepare", "lmdb", "--help"]):
+        text = run_cli(*cmd, cwd=tmp_path).stdout
+        usage, _, rest = text.partition("\n\n")
+        # every command says what it does (a description paragraph after the usage lines)
+        assert rest.strip() and not rest.lstrip().startswith(("options:", "positional")), cmd
+    sub = run_cli("prepare", "subimages", "--help", cwd=tmp_path).stdout
+    for default in ("(default: 480)", "(default: 240)", "(default: 0)", "(default: 1)"):
+        assert default in sub
 
 
 def test_infer_refuses_to_overwrite_inputs_or_collide(tmp_path: Path) -> None:

@@ -162,7 +162,7 @@ def test_extract_subimages_follows_basicsr_layout(tmp_path: Path) -> None:
     img = _noise(100, 70)
     write_image(src / "0001x2.png", img)  # DIV2K LR naming: the x2 suffix is dropped
     write_image(src / "photo.png", img[:, :, 0])
-    out = extract_subimages(src, tmp_path / "sub", 40, 20, 5, n_thread=2, progress=False)
+    out = extract_subimages(src, tmp_path / "sub", 40, 20, 5, n_thread=2, progress=False).written
     # rows start at 0, 20, 40, 60 (nothing left over); columns at 0, 20 and, as 10 > 5 pixels remain, 30.
     names = sorted(p.name for p in out)
     assert names[:12] == [f"0001_s{i:03d}.png" for i in range(1, 13)]
@@ -171,14 +171,28 @@ def test_extract_subimages_follows_basicsr_layout(tmp_path: Path) -> None:
     assert np.array_equal(read_image(tmp_path / "sub" / "0001_s004.png"), img[20:60, 0:40])
     assert np.array_equal(read_image(tmp_path / "sub" / "photo_s012.png"), img[60:100, 30:70, 0])
     fewer = extract_subimages(src, tmp_path / "sub2", 40, 20, 10, progress=False)
-    assert len(fewer) == 16  # 10 pixels left over is not more than thresh_size=10
+    assert len(fewer.written) == 16 and fewer.images == 2 and fewer.skipped == []  # 10 left over is not > 10
+
+
+def test_extract_subimages_checks_everything_before_writing(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    write_image(src / "big.png", _noise(60, 60))
+    write_image(src / "small.png", _noise(30, 50))
+    report = extract_subimages(src, tmp_path / "sub", 40, 20, 5, progress=False)
+    assert report.images == 1 and report.skipped == [src / "small.png"] and len(report.written) == 4
+    with pytest.raises(DataError, match=r"sub is not empty; delete it or choose another output folder"):
+        extract_subimages(src, tmp_path / "sub", 40, 20, 5, progress=False)
+    (src / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 20)
+    (src / "empty.png").write_bytes(b"")
+    with pytest.raises(DataError, match=r"(?s)2 of 4 images cannot be read \(nothing was written\).*broken.png "
+                       r"has a damaged header.*empty.png is empty"):
+        extract_subimages(src, tmp_path / "sub3", 40, 20, 5, progress=False)
+    assert not (tmp_path / "sub3").exists()
 
 
 def test_extract_subimages_errors(tmp_path: Path) -> None:
     src = tmp_path / "src"
     write_image(src / "small.png", _noise(30, 50))
-    with pytest.raises(DataError, match=rf"image {E(src / 'small.png')} is 50x30, smaller than crop_size=40"):
-        extract_subimages(src, tmp_path / "sub", 40, 20, 5, progress=False)
     with pytest.raises(OptionError, match=r"step: must be an integer >= 1, got 0"):
         extract_subimages(src, tmp_path / "sub", 8, 0, 5, progress=False)
     with pytest.raises(OptionError, match=r"n_thread: must be an integer >= 1, got 0"):

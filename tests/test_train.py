@@ -209,6 +209,8 @@ def test_resume_guards(tmp_path: Path, small_train_dir: Path, small_val_dir: Pat
     before = summary.read_text()
     assert main(["train", "-opt", str(opt), "--auto_resume", "--force_yml", root]) == 0  # nothing to do
     assert summary.read_text() == before
+    # Resuming with unchanged options adds no options_*.yml; a changed run records its options.
+    assert len(list((tmp_path / "experiments" / "guard").glob("options_*.yml"))) == 1
     assert main(["train", "-opt", str(opt), "--auto_resume", "--force_yml", root, "train.total_iter=3"]) == 2
     assert "train.total_iter: 3 is below the iteration being resumed" in capsys.readouterr().err
     assert main(["train", "-opt", str(opt), "--auto_resume", "--force_yml", root, "train.total_iter=6",

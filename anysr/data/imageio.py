@@ -7,15 +7,19 @@ uint8 (or uint16 for 16-bit files) unless a caller converts them.
 from __future__ import annotations
 
 import os
+import struct
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import cv2
 import numpy as np
 
 from anysr.errors import DataError, OptionError
 
-__all__ = ["IMAGE_EXTENSIONS", "is_image_file", "list_images", "read_image", "decode_image", "write_image"]
+__all__ = ["IMAGE_EXTENSIONS", "ImageInfo", "is_image_file", "list_images", "probe_image", "read_image",
+           "decode_image", "write_image"]
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
 
@@ -38,6 +42,87 @@ def list_images(folder: str | os.PathLike[str]) -> list[Path]:
         hint = "it is a file, not a folder" if root.exists() else "it does not exist"
         raise DataError(f"image folder {root}: {hint}; check the path")
     return sorted(p for p in root.iterdir() if p.is_file() and is_image_file(p))
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """What an image file's header says: size, channels and bits per channel."""
+
+    width: int
+    height: int
+    channels: int
+    bits: int
+
+
+_PNG_CHANNELS = {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}
+_JPEG_SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
+
+
+def _png_info(head: bytes) -> ImageInfo | None:
+    if head[:8] != b"\x89PNG\r\n\x1a\n" or head[12:16] != b"IHDR" or len(head) < 26:
+        return None
+    width, height, bits, colour = struct.unpack(">IIBB", head[16:26])
+    if colour not in _PNG_CHANNELS:
+        return None
+    return ImageInfo(width, height, _PNG_CHANNELS[colour], 16 if bits == 16 else 8)
+
+
+def _jpeg_info(f: BinaryIO) -> ImageInfo | None:
+    f.seek(2)
+    while True:
+        byte = f.read(1)
+        while byte == b"\xff":  # fill bytes before a marker
+            byte = f.read(1)
+        if not byte:
+            return None
+        marker = byte[0]
+        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
+            continue  # markers without a length
+        size = f.read(2)
+        if len(size) < 2:
+            return None
+        length = struct.unpack(">H", size)[0]
+        if marker in _JPEG_SOF:
+            body = f.read(6)
+            if len(body) < 6:
+                return None
+            bits, height, width, comps = struct.unpack(">BHHB", body)
+            return ImageInfo(width, height, comps, bits) if height and width else None
+        if marker == 0xDA or length < 2:  # image data before any frame header: not a usable JPEG
+            return None
+        f.seek(length - 2, os.SEEK_CUR)
+
+
+def probe_image(path: str | os.PathLike[str]) -> ImageInfo:
+    """Size and channels of an image file from its header (PNG, JPEG), or by decoding it (other formats).
+
+    A missing, empty or unrecognisable file raises DataError naming it. Reading a header costs one small
+    read, so whole training sets can be checked at start-up.
+    """
+    p = Path(path)
+    try:
+        with open(p, "rb") as f:
+            head = f.read(32)
+            if not head:
+                raise DataError(f"image {p} is empty (0 bytes); re-create or re-download it")
+            info = None
+            if head[:8] == b"\x89PNG\r\n\x1a\n":
+                info = _png_info(head)
+            elif head[:2] == b"\xff\xd8":
+                info = _jpeg_info(f)
+            else:
+                img = decode_image(head + f.read(), source=str(p))
+                info = ImageInfo(img.shape[1], img.shape[0], 1 if img.ndim == 2 else img.shape[2],
+                                 img.dtype.itemsize * 8)
+    except FileNotFoundError:
+        raise DataError(f"image {p} not found; check the path (or the dataroot option that points to it)") from None
+    except IsADirectoryError:
+        raise DataError(f"image {p} is a folder, not a file; point to an image file") from None
+    except OSError as exc:
+        raise DataError(f"image {p} cannot be read ({exc.strerror or exc}); check its permissions") from exc
+    if info is None:
+        raise DataError(f"image {p} has a damaged header (not a readable PNG/JPEG); re-create or re-download it")
+    return info
 
 
 def _flag(flag: str) -> int:

@@ -10,17 +10,19 @@ from __future__ import annotations
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 from tqdm import tqdm
 
-from anysr.data.imageio import list_images, read_image, write_image
+from anysr.data.imageio import ImageInfo, list_images, probe_image, read_image, write_image
 from anysr.errors import DataError, OptionError
 from anysr.ops.imresize import imresize
 
-__all__ = ["modcrop", "prepare_lr", "prepare_modcrop", "extract_subimages", "make_lmdb"]
+__all__ = ["SubimageReport", "check_images", "modcrop", "prepare_lr", "prepare_modcrop", "extract_subimages",
+           "make_lmdb"]
 
 PathLike = str | os.PathLike[str]
 _MIN_MAP_SIZE = 64 << 20  # the LMDB map starts at least this large and grows when it fills up
@@ -121,9 +123,6 @@ def _crop_one(path: Path, out: Path, crop_size: int, step: int, thresh_size: int
               compress_level: int) -> list[Path]:
     img = read_image(path)
     h, w = img.shape[:2]
-    if h < crop_size or w < crop_size:
-        raise DataError(f"image {path} is {w}x{h}, smaller than crop_size={crop_size}; "
-                        "remove it or lower crop_size")
     match = _SCALE_SUFFIX.match(path.stem)
     stem = match.group(1) if match else path.stem  # DIV2K LR names: 0001x2 -> 0001
     written = []
@@ -137,15 +136,54 @@ def _crop_one(path: Path, out: Path, crop_size: int, step: int, thresh_size: int
     return written
 
 
+def _empty_output(out: Path, what: str) -> None:
+    """Refuse an output that exists and holds anything (nothing of a previous run is overwritten or mixed in)."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        kind = "is not empty" if out.is_dir() else "exists and is not a folder"
+        raise DataError(f"{what}: {out} {kind}; delete it or choose another output folder")
+
+
+def check_images(files: list[Path], *, threads: int = 4, progress: bool = True,
+                 desc: str = "check images") -> list[ImageInfo]:
+    """Every file's header (size, channels), read in parallel; all unreadable files in one DataError."""
+    def probe(path: Path) -> ImageInfo | str:
+        try:
+            return probe_image(path)
+        except DataError as exc:
+            return str(exc)
+
+    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+        results = list(tqdm(pool.map(probe, files), total=len(files), desc=desc, unit="img",
+                            disable=not progress or len(files) < 200))
+    bad = [r for r in results if isinstance(r, str)]
+    if bad:
+        more = f"\n  ... and {len(bad) - 20} more" if len(bad) > 20 else ""
+        raise DataError(f"{len(bad)} of {len(files)} images cannot be read (nothing was written):\n  "
+                        + "\n  ".join(bad[:20]) + more)
+    return [r for r in results if isinstance(r, ImageInfo)]
+
+
+@dataclass
+class SubimageReport:
+    """What ``extract_subimages`` did: the crops written and the images skipped as too small."""
+
+    written: list[Path]
+    images: int
+    skipped: list[Path]
+
+
 def extract_subimages(input_dir: PathLike, output_dir: PathLike, crop_size: int, step: int,
                       thresh_size: int, n_thread: int = 1, *, compress_level: int = 3,
-                      progress: bool = True) -> list[Path]:
+                      progress: bool = True) -> SubimageReport:
     """Cut every image into ``crop_size`` squares every ``step`` pixels, as BasicSR's DIV2K script does.
 
     A last row / column of crops flush with the border is added when more than ``thresh_size`` pixels
     would otherwise be left over. Crops are saved as ``<stem>_s001.png``, ``_s002`` ... in row-major order
     (a DIV2K LR suffix such as ``x2`` is dropped from the stem so HR and LR crops share names).
     For LR folders pass ``crop_size``, ``step`` and ``thresh_size`` divided by the scale.
+
+    Every input's header is checked before anything is written (all problems reported at once); images
+    smaller than ``crop_size`` are skipped and listed in the report; a non-empty output folder is refused.
     """
     crop = _positive_int(crop_size, "crop_size")
     stride = _positive_int(step, "step")
@@ -153,18 +191,22 @@ def extract_subimages(input_dir: PathLike, output_dir: PathLike, crop_size: int,
     threads = _positive_int(n_thread, "n_thread")
     out = _distinct(input_dir, output_dir)
     files = _inputs(input_dir)
+    _empty_output(out, "prepare subimages --output")
+    infos = check_images(files, threads=max(threads, 4), progress=progress)
+    usable = [p for p, info in zip(files, infos) if info.width >= crop and info.height >= crop]
+    skipped = [p for p, info in zip(files, infos) if info.width < crop or info.height < crop]
     out.mkdir(parents=True, exist_ok=True)
-    bar = tqdm(total=len(files), desc="extract sub-images", unit="img", disable=not progress)
     written: list[Path] = []
 
     def run(path: Path) -> list[Path]:
         return _crop_one(path, out, crop, stride, thresh, compress_level)
 
+    bar = tqdm(total=len(usable), desc="extract sub-images", unit="img", disable=not progress)
     with bar, ThreadPoolExecutor(max_workers=threads) as pool:  # OpenCV releases the GIL while coding
-        for result in pool.map(run, files):
+        for result in pool.map(run, usable):
             written.extend(result)
             bar.update(1)
-    return written
+    return SubimageReport(written, len(usable), skipped)
 
 
 # ------------------------------------------------------------------------------------------ LMDB

@@ -617,12 +617,12 @@ def _pick_group(available: list[str], param_key: str, path: Path, extra: tuple[s
     if param_key in available:
         return param_key
     if param_key == "params_ema" and "params" in available:
-        logger.warning("%s has no 'params_ema' weights; loading 'params' instead", path)
+        logger.info("%s holds no 'params_ema' (EMA) weights, as Real-ESRGAN's releases; loading 'params'", path)
         return "params"
     for alt in extra:
         if alt in available:
             if param_key == "params_ema":
-                logger.warning("%s has no 'params_ema' weights; loading '%s' instead", path, alt)
+                logger.info("%s holds no 'params_ema' (EMA) weights; loading '%s'", path, alt)
             return alt
     listed = ", ".join(repr(k) for k in available) or "none"
     raise CheckpointError(f"weights {path} have no '{param_key}' entry; it holds: {listed}. "

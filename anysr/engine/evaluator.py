@@ -57,11 +57,13 @@ def run_network(net: nn.Module, lq: torch.Tensor, acc: Accelerator, *, scale: in
 
 def evaluate(net: nn.Module, loader: Iterable[dict[str, Any]], acc: Accelerator, *, dataset: str, scale: int,
              metrics_opt: dict[str, dict[str, Any]] | None, tile: int | None = None, tile_pad: int = 10,
-             save_dir: Path | None = None, suffix: str | None = None, progress: bool = False) -> EvalResult:
+             save_dir: Path | None = None, suffix: str | None = None, progress: bool = False,
+             phase: str = "val") -> EvalResult:
     """Run ``net`` over a (rank-sharded, padded) loader and reduce the metrics over all ranks.
 
     Every rank runs the same number of forward passes (padding items repeat an image and are masked out),
     so no rank waits alone on a collective. Metric sums stay on the device until the single reduction at the end.
+    ``phase`` labels the progress bar ('val' bars vanish when done, 'test' bars stay).
     """
     was_training = net.training
     net.eval()
@@ -74,7 +76,7 @@ def evaluate(net: nn.Module, loader: Iterable[dict[str, Any]], acc: Accelerator,
         from tqdm import tqdm  # noqa: PLC0415
 
         bar = tqdm(total=len(loader) if hasattr(loader, "__len__") else None,  # type: ignore[arg-type]
-                   desc=f"val {dataset}", leave=False, dynamic_ncols=True)
+                   desc=f"{phase} {dataset}", leave=phase != "val", dynamic_ncols=True, unit="img")
     for batch in acc.prepare_loader(loader):
         lq = batch["lq"]
         out = quantize(run_network(net, lq, acc, scale=scale, tile=tile, tile_pad=tile_pad))

@@ -91,7 +91,10 @@ def infer_worker(acc: Accelerator, net: nn.Module, files: list[Path], out_dir: P
     """
     from tqdm import tqdm  # noqa: PLC0415
 
-    setup_logging(enabled=acc.is_main)
+    log = setup_logging(enabled=acc.is_main)
+    log.info("anysr infer on %s; %s", acc.describe(), acc.describe_choices())
+    for warning in acc.choice_warnings():
+        log.warning(warning)
     outs = output_paths(files, out_dir, suffix)
     in_ch = _input_channels(net)
     net = acc.prepare_model(net).eval()
@@ -179,8 +182,11 @@ def test_worker(acc: Accelerator, opt: dict[str, Any]) -> dict[str, Any]:
     val = opt.get("val") or {}
     scale = int(opt["scale"])
     summary: dict[str, Any] = {"name": opt["name"], "weights": pre, "accelerator": acc.plan.accelerator,
-                               "world_size": acc.world_size, "datasets": {}}
-    log.info("anysr test '%s' on %s", opt["name"], acc.describe())
+                               "world_size": acc.world_size, "precision": acc.precision,
+                               "choices": {k: c.as_dict() for k, c in acc.choices.items()}, "datasets": {}}
+    log.info("anysr test '%s' on %s; %s", opt["name"], acc.describe(), acc.describe_choices())
+    for warning in acc.choice_warnings():
+        log.warning(warning)
     for key, dopt in opt["datasets"].items():
         if not key.startswith(("test", "val")):
             continue
@@ -193,7 +199,7 @@ def test_worker(acc: Accelerator, opt: dict[str, Any]) -> dict[str, Any]:
         acc.barrier()
         res = evaluate(net, loader, acc, dataset=name, scale=scale, metrics_opt=val.get("metrics"),
                        tile=val.get("tile"), tile_pad=int(val.get("tile_pad", 10)), save_dir=save_dir,
-                       suffix=val.get("suffix"), progress=True)
+                       suffix=val.get("suffix"), progress=True, phase="test")
         _log_result(res)
         summary["datasets"][name] = {"n": res.count, **res.metrics, "images": res.images}
     summary["stats"] = acc.stats()

@@ -102,6 +102,7 @@ class Context:
     root: Path
     scale: int | None = None
     problems: list[str] = field(default_factory=list)
+    check_paths: bool = True  # False: input paths are resolved but need not exist (anysr bench reads none)
 
     def add(self, path: str, message: str) -> None:
         """Record one problem at ``path``."""

@@ -123,17 +123,18 @@ def apply_overrides(opt: dict[str, Any], overrides: Sequence[str]) -> dict[str, 
 
 
 def validate_options(opt: dict[str, Any], *, is_train: bool, root: str | Path | None = None,
-                     source: str = "options") -> dict[str, Any]:
+                     source: str = "options", check_paths: bool = True) -> dict[str, Any]:
     """Check ``opt`` against the schema and return a new dict with defaults filled and paths resolved.
 
     ``root``: base of relative paths and of the output folders when ``path.root`` is not set (default: the
     current directory). Every problem found is listed, one per line, in a single OptionError.
+    ``check_paths=False``: input paths (datasets, weights) need not exist.
     """
     if not isinstance(opt, dict):
         raise OptionError(f"{source}: the options must be a mapping (name, scale, network_g, ...), "
                           f"got {type(opt).__name__}")
     base = Path(root if root is not None else Path.cwd()).expanduser().absolute()
-    result, problems = validate(copy.deepcopy(opt), is_train=is_train, root=base)
+    result, problems = validate(copy.deepcopy(opt), is_train=is_train, root=base, check_paths=check_paths)
     if problems:
         count = f"{len(problems)} problem{'s' if len(problems) > 1 else ''}"
         raise OptionError(f"{count} in {source}:\n" + "\n".join(f"  {p}" for p in problems))
@@ -141,7 +142,7 @@ def validate_options(opt: dict[str, Any], *, is_train: bool, root: str | Path | 
 
 
 def load_options(path: str | Path, overrides: Sequence[str] = (), *, is_train: bool,
-                 root: str | Path | None = None) -> dict[str, Any]:
+                 root: str | Path | None = None, check_paths: bool = True) -> dict[str, Any]:
     """Read a BasicSR-style YAML file, apply ``key.path=value`` overrides, validate, fill defaults.
 
     Returns a plain nested dict (``opt['train']['ema_decay']``) with ``is_train`` set, every dataset's
@@ -152,4 +153,4 @@ def load_options(path: str | Path, overrides: Sequence[str] = (), *, is_train: b
     source = f"options file '{path}'"
     if overrides:
         source += f" (with overrides {' '.join(overrides)})"
-    return validate_options(data, is_train=is_train, root=root, source=source)
+    return validate_options(data, is_train=is_train, root=root, source=source, check_paths=check_paths)
