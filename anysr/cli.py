@@ -11,7 +11,7 @@ from typing import Any
 
 from anysr import __version__
 from anysr.accelerators.hardware import PRECISION_CHOICES
-from anysr.errors import AnysrError, OptionError
+from anysr.errors import AlreadyReported, AnysrError, OptionError, describe_os_error
 
 
 def _kv_list(items: Sequence[str], flag: str) -> dict[str, Any]:
@@ -59,7 +59,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     opt = load_options(args.opt, args.force_yml, is_train=True)
     plan = _plan_from_options(opt, "none" if args.launcher == "none" else args.launcher)
-    launch(plan, train_worker, opt, bool(args.auto_resume))
+    launch(plan, train_worker, opt, bool(args.auto_resume), bool(args.start_over))
     return 0
 
 
@@ -178,6 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_opt_args(p)
     p.add_argument("--auto_resume", "--auto-resume", action="store_true",
                    help="continue from the newest good training state of this experiment")
+    p.add_argument("--start-over", "--start_over", action="store_true",
+                   help="train from scratch in an experiment folder that holds a previous run: its files are first "
+                        "moved to <experiment>/archived_<time>/ (nothing is deleted)")
     p.add_argument("--debug", action="store_true", help="accepted for BasicSR compatibility")
     p.set_defaults(func=cmd_train)
 
@@ -284,15 +287,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; errors anysr raises on purpose print as one message and exit with status 2."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    from anysr.accelerators.process import Interrupted  # noqa: PLC0415
+
     try:
         return int(args.func(args) or 0)
+    except AlreadyReported as exc:  # a worker said it already
+        return exc.exit_code
+    except Interrupted as exc:
+        print(f"anysr {args.command}: {exc}", file=sys.stderr)
+        return exc.exit_code
     except AnysrError as exc:
-        logging.getLogger("anysr").handlers.clear()
-        print(f"anysr {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return _fail(args.command, str(exc))
+    except OSError as exc:  # a full disk, a read-only folder, a name too long: what users and machines cause
+        return _fail(args.command, describe_os_error(exc))
+    except MemoryError:
+        return _fail(args.command, "out of memory; use --tile (inference) or a smaller batch_size_per_gpu / "
+                     "gt_size (training)")
     except KeyboardInterrupt:
         print(f"anysr {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _fail(command: str, message: str) -> int:
+    logging.getLogger("anysr").handlers.clear()
+    print(f"anysr {command}: error: {message}", file=sys.stderr)
+    return 2
 
 
 def train_main() -> None:

@@ -3,11 +3,61 @@
 from __future__ import annotations
 
 import difflib
+import errno
 from collections.abc import Iterable
+from typing import TypeVar
 
 
 class AnysrError(Exception):
-    """Base class of every error anysr raises on purpose (the CLI prints these without a traceback)."""
+    """Base class of every error anysr raises on purpose (the CLI prints these without a traceback).
+
+    ``all_ranks``: every rank of a distributed run raises this same error (it follows a collective), so only
+    rank 0 needs to say it (see ``everywhere``).
+    """
+
+    all_ranks = False
+
+
+E = TypeVar("E", bound=BaseException)
+
+
+def everywhere(exc: E) -> E:
+    """Mark ``exc`` as raised alike on every rank (decided after a collective); returns it."""
+    exc.all_ranks = True
+    return exc
+
+
+class AlreadyReported(AnysrError):
+    """The failure was already told (by a worker); exit with ``exit_code`` without another message."""
+
+    def __init__(self, exit_code: int) -> None:
+        super().__init__("")
+        self.exit_code = exit_code
+
+
+# Exit status of a worker that stopped because a collective failed: another rank failed first and says why.
+PEER_FAILED = 3
+
+_ERRNO_HINTS = {
+    errno.ENOSPC: "the disk is full; free space, then continue with --auto_resume (complete checkpoints are kept)",
+    errno.EDQUOT: "the disk quota is exceeded; free space, then continue with --auto_resume",
+    errno.EROFS: "the file system is read-only; choose a writable folder (path.root / -o)",
+    errno.EACCES: "permission denied; choose a folder you can write to, or fix its permissions",
+    errno.EPERM: "operation not permitted; choose a folder you can write to",
+    errno.ENAMETOOLONG: "the file name is too long for the file system; use a shorter `name` or path",
+    errno.ENOTDIR: "a part of the path is a file, not a folder; fix the path",
+    errno.EISDIR: "a folder is where a file was expected; fix the path",
+    errno.ENOENT: "no such file or folder; check the path",
+    errno.EMFILE: "too many open files; raise `ulimit -n` or lower num_worker_per_gpu",
+}
+
+
+def describe_os_error(exc: OSError) -> str:
+    """One line for an operating-system error a user or the machine can cause (disk full, read-only, ...)."""
+    what = exc.strerror or type(exc).__name__
+    where = f" ({exc.filename})" if exc.filename else ""
+    hint = _ERRNO_HINTS.get(exc.errno or -1)
+    return f"{what}{where}" + (f": {hint}" if hint else "")
 
 
 class OptionError(AnysrError):

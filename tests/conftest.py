@@ -36,6 +36,12 @@ FIXTURE_TOL = {"rtol": 1e-5, "atol": 1e-5}  # fp32 results vs fixtures made with
 PSNR_TOL = 1e-4  # dB
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _private_choice_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Measured precision / memory-format choices go to a per-session folder, not the user's ~/.cache."""
+    os.environ["ANYSR_CACHE_DIR"] = str(tmp_path_factory.mktemp("anysr_cache"))
+
+
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT

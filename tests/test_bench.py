@@ -11,8 +11,9 @@ import torch
 from conftest import run_cli, tiny_train_options, write_options
 from torch import nn
 
+from anysr.archs.arch_util import input_channels
 from anysr.cli import main
-from anysr.engine.bench import _train_crop, forward_flops, input_channels
+from anysr.engine.bench import _train_crop, forward_flops
 from anysr.errors import OptionError
 
 # tiny EDSR (8 features, 1 block, x2) on a 16x16 LR crop, multiply-adds per image:
@@ -51,7 +52,7 @@ def test_bench_reads_no_data_and_takes_precision(tmp_path: Path, root: Path) -> 
                    "--force_yml", "datasets.train.batch_size_per_gpu=1", "accelerator=cpu", cwd=tmp_path)
     r = json.loads((tmp_path / "r.json").read_text())
     assert r["precision"] == "fp32" and r["choices"]["precision"]["requested"] == "fp32"
-    assert r["choices"]["channels_last"]["requested"] == "auto" and "channels_last on (auto" in proc.stdout
+    assert r["choices"]["channels_last"]["requested"] == "auto" and "measured on this CPU" in proc.stdout
 
 
 def test_flop_count_is_the_arithmetic() -> None:

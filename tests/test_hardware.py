@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import run_cli, tiny_train_options, write_options
 
 from anysr.accelerators import create_accelerator, resolve_plan
+from anysr.accelerators.calibrate import Variant, measure
 from anysr.accelerators.hardware import choose_channels_last, choose_precision, cpu_bf16
 from anysr.errors import OptionError
 from anysr.options import load_options
@@ -55,13 +58,37 @@ def test_auto_channels_last_per_device() -> None:
     assert choose_channels_last(True, device="xla", precision="fp32").value is False
 
 
-def test_cpu_accelerator_decides_in_setup() -> None:
+def test_cpu_accelerator_decides_in_setup_and_calibrate() -> None:
     acc = create_accelerator(resolve_plan("cpu", 1))
     acc.setup()
     native, _ = cpu_bf16()
-    assert acc.precision == ("bf16" if native else "fp32") and acc.channels_last
+    assert acc.precision == ("bf16" if native else "fp32")
     assert acc.choices["precision"].requested == "auto" and "auto:" in acc.describe_choices()
-    acc.teardown()
+    variants = acc.candidate_variants()
+    assert {v.precision for v in variants} == ({"fp32", "bf16"} if native else {"fp32"})
+    assert {v.channels_last for v in variants} == {False, True}
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 3, 3))
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    acc.calibrate(net, (2, 3, 16, 16), train=True)
+    assert all(torch.equal(before[k], v) for k, v in net.state_dict().items())  # a copy was timed
+    for name in ("precision", "channels_last"):
+        assert "measured on this CPU for this network: forward + backward of (2, 3, 16, 16)" in \
+            acc.choices[name].reason
+    chosen = (acc.precision, acc.channels_last)
+    again = create_accelerator(resolve_plan("cpu", 1))
+    again.setup()
+    again.calibrate(net, (2, 3, 16, 16), train=True)  # cached: the same answer, without timing again
+    assert (again.precision, again.channels_last) == chosen
+    assert "measured earlier on this CPU" in again.choices["precision"].reason
+    forced = create_accelerator(resolve_plan("cpu", 1, precision="fp32", channels_last=False))
+    forced.setup()
+    assert forced.candidate_variants() == [Variant("fp32", False)]  # nothing left to measure
+
+
+def test_measure_times_every_variant() -> None:
+    net = torch.nn.Conv2d(3, 4, 3)
+    times = measure(net, (1, 3, 12, 12), [Variant("fp32", False), Variant("fp32", True)], train=False, repeats=1)
+    assert set(times) == {Variant("fp32", False), Variant("fp32", True)} and all(t > 0 for t in times.values())
 
 
 def test_auto_is_the_options_default(tmp_path: Path, small_train_dir: Path) -> None:
@@ -82,13 +109,13 @@ def test_training_records_the_choice_and_warns_for_emulated_bf16(tmp_path: Path,
     proc = run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path,
                    env={"ONEDNN_MAX_CPU_ISA": "AVX2"})
     first = next(line for line in proc.stdout.splitlines() if "anysr training" in line)
-    assert "precision bf16 (asked for" in first and "channels_last on (auto:" in first
+    assert "precision bf16 (asked for" in first and re.search(r"channels_last o(n|ff) \(auto: measured", first)
     assert "it is emulated and much slower than fp32" in proc.stdout
     summary = json.loads((tmp_path / "experiments" / "emul" / "summary.json").read_text())
     choices = summary["accelerator"]["choices"]
     assert choices["precision"] == {"requested": "bf16", "chosen": "bf16",
                                     "why": "set in the options or on the command line"}
-    assert choices["channels_last"]["requested"] == "auto" and choices["channels_last"]["chosen"] is True
+    assert choices["channels_last"]["requested"] == "auto" and "bf16/NCHW" in choices["channels_last"]["why"]
 
     # auto on the same "AVX2" CPU: fp32, and the log says why.
     proc = run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", "name=auto2",

@@ -17,7 +17,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from anysr.accelerators.calibrate import Variant, fastest
 from anysr.accelerators.hardware import PRECISION_CHOICES, PRECISIONS, Choice, choose_channels_last, choose_precision
+from anysr.accelerators.process import StopSignals
 
 __all__ = ["PRECISIONS", "PRECISION_CHOICES", "Accelerator", "LaunchPlan"]
 
@@ -60,6 +62,7 @@ class Accelerator(ABC):
         self.precision = plan.precision if plan.precision != "auto" else "fp32"
         self._channels_last = False
         self.choices: dict[str, Choice] = {}
+        self.stop = StopSignals()  # the worker entry installs the handlers (``launcher._worker``)
         self._host_transfers = 0
         self._scaler: Any = None
 
@@ -72,8 +75,25 @@ class Accelerator(ABC):
     def setup(self) -> None:
         """Called once in the worker before any work (process group, device selection)."""
 
-    def teardown(self) -> None:
-        """Called once in the worker at the end (destroys the process group)."""
+    def teardown(self, failed: bool = False) -> None:
+        """Called once in the worker at the end (destroys the process group).
+
+        ``failed``: this worker leaves on an error; it must not enter any collective (the others may never).
+        """
+
+    # ---------------------------------------------------------------- stopping on a signal
+    def stop_signal(self, iteration: int) -> int | None:
+        """The stop signal every rank acts on after ``iteration``, or None (the same answer on every rank).
+
+        One process: the signal this worker received. Several: see the subclasses (they agree on the iteration).
+        """
+        del iteration
+        return self.stop.signum
+
+    def is_peer_failure(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is a collective that failed because another rank died (that rank says why)."""
+        del exc
+        return False
 
     @property
     def is_main(self) -> bool:
@@ -121,6 +141,25 @@ class Accelerator(ABC):
         layout = choose_channels_last(self.plan.channels_last, device=self.name, precision=self.precision)
         self._channels_last = bool(layout.value)
         self.choices = {"precision": precision, "channels_last": layout}
+
+    def candidate_variants(self) -> list[Variant]:
+        """Settings ``auto`` leaves to measurement on this device (none: the rules decided)."""
+        return []
+
+    def calibrate(self, net: nn.Module, shape: tuple[int, ...], *, train: bool) -> None:
+        """Where ``auto`` is decided by measuring (the CPU), time the candidates on a copy of ``net`` (on the CPU,
+        before ``prepare_model``) with inputs of ``shape``, and keep the fastest. Every rank must call it: the main
+        rank measures (or reads its cache) and tells the others."""
+        variants = self.candidate_variants()
+        if len(variants) < 2:
+            return
+        found = fastest(net, shape, variants, train=train) if self.is_main else None
+        best, why = self.broadcast_object(found)
+        for name, value, options in (("precision", best.precision, {v.precision for v in variants}),
+                                     ("channels_last", best.channels_last, {v.channels_last for v in variants})):
+            if len(options) > 1:  # this setting was measured; the other one kept its rule's reason
+                self.choices[name] = Choice(name, "auto", value, why)
+        self.precision, self._channels_last = best.precision, best.channels_last
 
     def describe_choices(self) -> str:
         """'precision bf16 (auto: ...), channels_last on (auto: ...)' for the first log line."""

@@ -129,8 +129,8 @@ def choose_channels_last(requested: bool | None, *, device: str, precision: str)
             return Choice("channels_last", shown, False, "XLA chooses memory layouts itself; the request is ignored")
         return Choice("channels_last", shown, bool(requested), "set in the options or on the command line")
     if device == "cpu":
-        return Choice("channels_last", "auto", True,
-                      "NHWC convolutions measured faster on CPUs in fp32 and bf16 (benchmarks/README.md)")
+        return Choice("channels_last", "auto", True, "NHWC is faster on most CPUs; timed on the network when "
+                      "it is built (calibrate)")
     if device == "cuda":
         if precision in ("bf16", "fp16"):
             return Choice("channels_last", "auto", True, f"tensor-core convolutions in {precision} want NHWC")

@@ -8,14 +8,21 @@ import importlib.util
 import os
 import socket
 import sys
+import traceback
 from collections.abc import Callable
 from typing import Any
 
 from anysr.accelerators.base import PRECISION_CHOICES, Accelerator, LaunchPlan
+from anysr.accelerators.process import Interrupted, StopSignals, WorkerExit, supervise, watch_parent
 from anysr.accelerators.torch_dist import env_world
-from anysr.errors import AcceleratorError, AnysrError
+from anysr.errors import PEER_FAILED, AcceleratorError, AlreadyReported, AnysrError, describe_os_error
 
 ACCELERATORS = ("auto", "cpu", "cuda", "mps", "xla")
+# Names people try for a device kind -> what to say (the nearest spelling would mislead: 'tpu' -> 'cpu').
+ACCELERATOR_HINTS = {"tpu": "TPUs are accelerator: xla", "gpu": "NVIDIA GPUs are accelerator: cuda (Apple: mps)",
+                     "nvidia": "NVIDIA GPUs are accelerator: cuda", "rocm": "AMD GPUs under ROCm are accelerator: cuda",
+                     "hip": "AMD GPUs under ROCm are accelerator: cuda", "metal": "Apple GPUs are accelerator: mps",
+                     "apple": "Apple GPUs are accelerator: mps", "pjrt": "PJRT devices are accelerator: xla"}
 LAUNCHERS = ("auto", "none", "pytorch", "torchrun", "slurm")
 
 
@@ -52,8 +59,9 @@ def pick_accelerator(name: str) -> str:
     if name not in ACCELERATORS:
         from anysr.errors import did_you_mean  # noqa: PLC0415
 
-        raise AcceleratorError(f"accelerator: '{name}' is not one of {', '.join(ACCELERATORS)}"
-                               f"{did_you_mean(name, ACCELERATORS)}")
+        hint = f" ({ACCELERATOR_HINTS[name.lower()]})" if name.lower() in ACCELERATOR_HINTS \
+            else did_you_mean(name, ACCELERATORS)
+        raise AcceleratorError(f"accelerator: '{name}' is not one of {', '.join(ACCELERATORS)}{hint}")
     if name == "auto":
         if _xla_wanted():
             return "xla"
@@ -163,19 +171,90 @@ def create_accelerator(plan: LaunchPlan, local_rank: int = 0) -> Accelerator:
     return cls(plan, local_rank)
 
 
-def _worker(local_rank: int, plan: LaunchPlan, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+def _report(acc: Accelerator, exc: BaseException) -> int:
+    """Say once, plainly, why this distributed worker stops; returns its exit status.
+
+    An error every rank raises alike (``all_ranks``) is told by rank 0 only; a failed collective (a peer died
+    first) is not told at all: the parent reports the rank that failed first.
+    """
+    if isinstance(exc, Interrupted):
+        if acc.rank == 0:
+            print(f"anysr: {exc}", file=sys.stderr, flush=True)
+        return exc.exit_code
+    if isinstance(exc, AnysrError):
+        if acc.rank == 0 or not getattr(exc, "all_ranks", False):
+            print(f"anysr: error (rank {acc.rank}): {exc}", file=sys.stderr, flush=True)
+        return 2
+    if isinstance(exc, OSError):
+        print(f"anysr: error (rank {acc.rank}): {describe_os_error(exc)}", file=sys.stderr, flush=True)
+        return 2
+    if acc.is_peer_failure(exc):
+        return PEER_FAILED
+    return 1
+
+
+def _worker(local_rank: int, plan: LaunchPlan, fn: Callable[..., Any], args: tuple[Any, ...],
+            parent_pid: int | None = None) -> Any:
+    """One worker: its accelerator, stop signals, ``fn(acc, *args)``; failures end it without a collective."""
+    if parent_pid is not None:
+        watch_parent(parent_pid)
     acc = create_accelerator(plan, local_rank)
+    acc.stop = StopSignals().install()
+    failed = True
     try:
         acc.setup()
-        return fn(acc, *args)
-    except AnysrError as exc:
-        if plan.launcher in ("spawn", "xla") and plan.nprocs != 1:
-            # A spawned worker: say what went wrong once, plainly, and exit non-zero for the parent.
-            print(f"anysr: error (rank {acc.rank}): {exc}", file=sys.stderr, flush=True)
-            sys.exit(2)
+        result = fn(acc, *args)
+        failed = False
+        return result
+    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - reported below, then re-raised or exited
+        if acc.world_size > 1 or parent_pid is not None:
+            code = _report(acc, exc)
+            if code == 1 and parent_pid is not None:  # a bug, not a user's error: its traceback, then the status
+                traceback.print_exc()
+            if code != 1 or parent_pid is not None:
+                acc.teardown(failed=True)
+                sys.exit(code)
         raise
     finally:
-        acc.teardown()
+        acc.stop.uninstall()
+        acc.teardown(failed=failed)
+
+
+def _spawn(plan: LaunchPlan, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    """Start ``plan.nprocs`` local workers and wait; one failure ends them all within seconds."""
+    import torch.distributed as dist  # noqa: PLC0415
+    import torch.multiprocessing as mp  # noqa: PLC0415
+
+    os.environ["MASTER_ADDR"] = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    os.environ["MASTER_PORT"] = str(plan.master_port or free_port())
+    os.environ["LOCAL_WORLD_SIZE"] = str(plan.nprocs)
+    # The parent hosts the rendezvous store (a TCP key-value server, no device runtime) and keeps it until
+    # every worker has exited, so a rank that finishes first cannot pull it from under the others.
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), plan.nprocs + 1,
+                          is_master=True, wait_for_workers=False)
+    try:
+        context = mp.start_processes(_worker, args=(plan, fn, args, os.getpid()), nprocs=plan.nprocs,
+                                     join=False, start_method="spawn")
+        exits, signum = supervise(context.processes)
+    finally:
+        del store
+    bad = [e for e in exits if e.code != 0]
+    if signum is not None and all(e.code == 128 + signum for e in bad):
+        raise AlreadyReported(128 + signum)  # rank 0 said what was saved
+    if bad:
+        raise _failure(bad[0])
+
+
+def _failure(first: WorkerExit) -> AnysrError:
+    """The parent's error for the worker that failed first (silent when the worker told it itself)."""
+    if first.code == 2:
+        return AlreadyReported(2)
+    if first.code == PEER_FAILED:
+        return AcceleratorError(f"rank {first.rank} lost contact with the other ranks (a collective failed); "
+                                "the job was stopped")
+    if first.code == 1:
+        return AcceleratorError(f"rank {first.rank} failed (its traceback is above); the other ranks were stopped")
+    return AcceleratorError(f"{first.describe()}; the other ranks were stopped")
 
 
 def launch(plan: LaunchPlan, fn: Callable[..., Any], *args: Any) -> Any:
@@ -184,23 +263,7 @@ def launch(plan: LaunchPlan, fn: Callable[..., Any], *args: Any) -> Any:
     ``fn`` must be a module-level function (it is pickled for spawned workers).
     """
     if plan.launcher == "spawn":
-        import torch.distributed as dist  # noqa: PLC0415
-        import torch.multiprocessing as mp  # noqa: PLC0415
-
-        os.environ["MASTER_ADDR"] = os.environ.get("MASTER_ADDR", "127.0.0.1")
-        os.environ["MASTER_PORT"] = str(plan.master_port or free_port())
-        os.environ["LOCAL_WORLD_SIZE"] = str(plan.nprocs)
-        # The parent hosts the rendezvous store (a TCP key-value server, no device runtime) and keeps it until
-        # every worker has exited, so a rank that finishes first cannot pull it from under the others.
-        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), plan.nprocs + 1,
-                              is_master=True, wait_for_workers=False)
-        try:
-            mp.spawn(_worker, args=(plan, fn, args), nprocs=plan.nprocs, join=True)
-        except mp.ProcessExitedException as exc:
-            raise AcceleratorError(f"worker rank {exc.error_index} exited with code {exc.exit_code} "
-                                   "(its message is printed above)") from None
-        finally:
-            del store
+        _spawn(plan, fn, args)
         return None
     if plan.launcher == "xla":
         from anysr.accelerators.xla_plan import xla_launch  # noqa: PLC0415

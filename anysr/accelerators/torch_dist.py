@@ -16,6 +16,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from anysr.accelerators.base import Accelerator, LaunchPlan
+from anysr.accelerators.calibrate import Variant
 from anysr.accelerators.hardware import cpu_bf16
 from anysr.errors import AcceleratorError
 
@@ -25,6 +26,11 @@ _NO_BUFFER_SYNC = ({"forward_sync_buffers": False}
                    if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
                    else {"broadcast_buffers": False})
 _OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+_STOP_KEY = "anysr/stop"
+# What gloo / NCCL / the store say when a peer process is gone (the peer that failed first reports why).
+_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Socket Timeout",
+              "connection refused", "Connection refused", "NCCL communicator was aborted", "remote process exited",
+              "ECONNRESET", "EPIPE", "failed to recv", "Timed out")
 
 
 def env_world() -> tuple[int, int, int] | None:
@@ -82,6 +88,8 @@ class TorchDistAccelerator(Accelerator):
     def __init__(self, plan: LaunchPlan, local_rank: int = 0) -> None:
         super().__init__(plan, local_rank)
         self._owns_group = False
+        self._stop_store: Any = None
+        self._stop_published = False
 
     def _world(self) -> tuple[int, int, int]:
         if self.plan.launcher == "spawn":
@@ -128,11 +136,44 @@ class TorchDistAccelerator(Accelerator):
     def after_choices(self) -> None:
         """Set-up that depends on the chosen precision (the CUDA gradient scaler)."""
 
-    def teardown(self) -> None:
-        if self._owns_group and dist.is_initialized():
-            dist.barrier()  # nobody leaves while another rank still has collectives in flight
-            dist.destroy_process_group()
-            self._owns_group = False
+    def teardown(self, failed: bool = False) -> None:
+        if not (self._owns_group and dist.is_initialized()):
+            return
+        self._owns_group = False
+        if failed:
+            # Never a collective on the way out of an error: the other ranks may never reach it. Abort the
+            # communicators (NCCL would otherwise wait for peers) and leave.
+            abort = getattr(dist.distributed_c10d, "_abort_process_group", None)
+            with contextlib.suppress(RuntimeError, ValueError, AttributeError):
+                abort() if abort is not None else dist.destroy_process_group()
+            return
+        dist.barrier()  # nobody leaves while another rank still has collectives in flight
+        dist.destroy_process_group()
+
+    # ---------------------------------------------------------------- stopping on a signal
+    def stop_signal(self, iteration: int) -> int | None:
+        """Several ranks: the first rank that notices a signal publishes ``iteration + 1`` in the rendezvous
+        store; every rank reads the store after each step and stops after that iteration. Ranks are at most one
+        step apart (each step ends in a gradient all-reduce), so all of them read it in time."""
+        if self.world_size == 1:
+            return self.stop.signum
+        store = self._store()
+        if self.stop.signum is not None and not self._stop_published:
+            store.compare_set(_STOP_KEY, "", f"{iteration + 1}:{self.stop.signum}")
+            self._stop_published = True
+        if not store.check([_STOP_KEY]):
+            return None
+        at, signum = (int(v) for v in store.get(_STOP_KEY).decode().split(":"))
+        return signum if iteration >= at else None
+
+    def _store(self) -> Any:
+        if self._stop_store is None:
+            self._stop_store = dist.distributed_c10d._get_default_store()  # noqa: SLF001 - the group's store
+        return self._stop_store
+
+    def is_peer_failure(self, exc: BaseException) -> bool:
+        return self.world_size > 1 and isinstance(exc, (dist.DistError, RuntimeError)) and not isinstance(
+            exc, AcceleratorError) and any(word in str(exc) for word in _PEER_GONE)
 
     # ---------------------------------------------------------------- memory format
     def to_device(self, obj: Any) -> Any:
@@ -210,6 +251,15 @@ class CPUAccelerator(TorchDistAccelerator):
     def native_bf16(self) -> tuple[bool, str]:
         return cpu_bf16()
 
+    def candidate_variants(self) -> list[Variant]:
+        """CPUs differ too much for a rule (benchmarks/README.md): where auto, fp32 vs native bf16 and NCHW vs NHWC
+        are timed on the network (``calibrate``). Emulated bf16 is never a candidate."""
+        precisions = [self.precision]
+        if self.plan.precision == "auto" and self.native_bf16()[0]:
+            precisions = ["fp32", "bf16"]
+        layouts = [False, True] if self.plan.channels_last is None else [self._channels_last]
+        return [Variant(p, c) for p in precisions for c in layouts]
+
     def select_device(self) -> None:
         if self.world_size > 1:
             # Ranks share the cores: give each its fair part instead of oversubscribing.
@@ -237,6 +287,8 @@ class CUDAAccelerator(TorchDistAccelerator):
                 "device(s) visible; lower num_gpu or --nproc_per_node")
         torch.cuda.set_device(self.local_rank)
         torch.backends.cudnn.benchmark = True
+        # A collective whose peer died raises (and aborts the communicator) instead of waiting forever.
+        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
 
     def native_bf16(self) -> tuple[bool, str]:
         major, minor = torch.cuda.get_device_capability(self.device)

@@ -24,6 +24,7 @@ from torch import nn
 from anysr.accelerators.base import Accelerator, LaunchPlan
 from anysr.errors import AcceleratorError, CheckpointError
 
+STOP_POLL = 10  # multi-process XLA: iterations between checks whether any rank received a stop signal
 _REDUCE_OPS = {"sum": xm.REDUCE_SUM, "mean": xm.REDUCE_SUM, "max": xm.REDUCE_MAX, "min": xm.REDUCE_MIN}
 # .item() / bool() on an XLA tensor is counted by torch_xla as this "fallback"; it is a transfer, not an op.
 _NOT_A_FALLBACK = {"aten::_local_scalar_dense"}
@@ -203,6 +204,16 @@ class XLAAccelerator(Accelerator):
     def barrier(self) -> None:
         if self.world_size > 1:
             xm.rendezvous("anysr.barrier")
+
+    def stop_signal(self, iteration: int) -> int | None:
+        """One process (one device or SPMD): this worker's signal. Several: every ``STOP_POLL`` iterations the
+        ranks exchange what they received (a host rendezvous; every step would stall the device pipeline)."""
+        if self.world_size == 1:
+            return self.stop.signum
+        if iteration % STOP_POLL:
+            return None
+        seen = [s for s in self.all_gather_object(self.stop.signum) if s is not None]
+        return seen[0] if seen else None
 
     # ---------------------------------------------------------------- state and saving
     def save(self, state_fn: Callable[[], Any], writer: Callable[[Any], None]) -> None:

@@ -112,12 +112,15 @@ def xla_plan(count: int | None, *, precision: str, spmd: bool, compile: bool) ->
 
 
 def _xla_entry(index: int, worker: Callable[..., Any], plan: LaunchPlan, fn: Callable[..., Any],
-               args: tuple[Any, ...], box: list[Any]) -> None:
-    """Runs in each XLA process (or thread): hands over to ``worker`` with this device's local index."""
+               args: tuple[Any, ...], box: list[Any], parent_pid: int | None) -> None:
+    """Runs in each XLA process (or thread): hands over to ``worker`` with this device's local index.
+
+    ``parent_pid``: set when torch_xla starts separate processes, which then die with the parent."""
     del index  # torch_xla passes the global ordinal; the worker wants the local one
     import torch_xla.runtime as xr  # noqa: PLC0415 - only ever inside a worker
 
-    result = worker(xr.local_ordinal(), plan, fn, args)
+    own_process = parent_pid is not None and os.getpid() != parent_pid
+    result = worker(xr.local_ordinal(), plan, fn, args, parent_pid if own_process else None)
     if xr.global_ordinal() == 0:
         box.append(result)
 
@@ -133,5 +136,6 @@ def xla_launch(plan: LaunchPlan, worker: Callable[..., Any], fn: Callable[..., A
 
     box: list[Any] = []
     single = plan.nprocs == 1 and not plan.extra.get("all_devices", False)
-    torch_xla.launch(_xla_entry, args=(worker, plan, fn, args, box), debug_single_process=single)
+    torch_xla.launch(_xla_entry, args=(worker, plan, fn, args, box, None if single else os.getpid()),
+                     debug_single_process=single)
     return box[0] if box else None

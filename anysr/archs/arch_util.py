@@ -126,3 +126,11 @@ __all__ = [
     "pixel_unshuffle",
     "to_2tuple",
 ]
+
+
+def input_channels(net: nn.Module, default: int | None = 3) -> int | None:
+    """The channels a network reads: those of its first ``nn.Conv2d`` (``default`` when it has none)."""
+    for module in net.modules():
+        if isinstance(module, nn.Conv2d):
+            return int(module.in_channels)
+    return default

@@ -6,6 +6,8 @@ uint8 (or uint16 for 16-bit files) unless a caller converts them.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import struct
 import uuid
@@ -18,7 +20,7 @@ import numpy as np
 
 from anysr.errors import DataError, OptionError
 
-__all__ = ["IMAGE_EXTENSIONS", "ImageInfo", "is_image_file", "list_images", "probe_image", "read_image",
+__all__ = ["IMAGE_EXTENSIONS", "ImageInfo", "is_image_file", "list_images", "probe_bytes", "probe_image", "read_image",
            "decode_image", "write_image"]
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
@@ -93,36 +95,52 @@ def _jpeg_info(f: BinaryIO) -> ImageInfo | None:
         f.seek(length - 2, os.SEEK_CUR)
 
 
+_PNG_END = b"\x00\x00\x00\x00IEND\xaeB`\x82"
+
+
+def _probe(head: bytes, f: BinaryIO, size: int, source: str) -> ImageInfo:
+    """Parse a header (``head`` = the first 32 bytes, ``f`` positioned anywhere, ``size`` the total length)."""
+    if not head:
+        raise DataError(f"image {source} is empty (0 bytes); re-create or re-download it")
+    info = None
+    if head[:8] == b"\x89PNG\r\n\x1a\n":
+        info = _png_info(head)
+        f.seek(max(0, size - len(_PNG_END)))
+        if info is not None and f.read(len(_PNG_END)) != _PNG_END:
+            raise DataError(f"image {source} is truncated (the PNG has no end marker); re-create or re-download it")
+    elif head[:2] == b"\xff\xd8":
+        info = _jpeg_info(f)
+    else:
+        f.seek(0)
+        img = decode_image(f.read(), source=source)
+        info = ImageInfo(img.shape[1], img.shape[0], 1 if img.ndim == 2 else img.shape[2], img.dtype.itemsize * 8)
+    if info is None:
+        raise DataError(f"image {source} has a damaged header (not a readable PNG/JPEG); re-create or "
+                        "re-download it")
+    return info
+
+
+def probe_bytes(data: bytes, source: str = "<bytes>") -> ImageInfo:
+    """``probe_image`` of an encoded image held in memory (an LMDB value)."""
+    return _probe(bytes(data[:32]), io.BytesIO(data), len(data), source)
+
+
 def probe_image(path: str | os.PathLike[str]) -> ImageInfo:
     """Size and channels of an image file from its header (PNG, JPEG), or by decoding it (other formats).
 
-    A missing, empty or unrecognisable file raises DataError naming it. Reading a header costs one small
-    read, so whole training sets can be checked at start-up.
+    A missing, empty, truncated (PNG) or unrecognisable file raises DataError naming it. Reading a header costs
+    two small reads, so whole training sets can be checked at start-up.
     """
     p = Path(path)
     try:
         with open(p, "rb") as f:
-            head = f.read(32)
-            if not head:
-                raise DataError(f"image {p} is empty (0 bytes); re-create or re-download it")
-            info = None
-            if head[:8] == b"\x89PNG\r\n\x1a\n":
-                info = _png_info(head)
-            elif head[:2] == b"\xff\xd8":
-                info = _jpeg_info(f)
-            else:
-                img = decode_image(head + f.read(), source=str(p))
-                info = ImageInfo(img.shape[1], img.shape[0], 1 if img.ndim == 2 else img.shape[2],
-                                 img.dtype.itemsize * 8)
+            return _probe(f.read(32), f, os.fstat(f.fileno()).st_size, str(p))
     except FileNotFoundError:
         raise DataError(f"image {p} not found; check the path (or the dataroot option that points to it)") from None
     except IsADirectoryError:
         raise DataError(f"image {p} is a folder, not a file; point to an image file") from None
     except OSError as exc:
         raise DataError(f"image {p} cannot be read ({exc.strerror or exc}); check its permissions") from exc
-    if info is None:
-        raise DataError(f"image {p} has a damaged header (not a readable PNG/JPEG); re-create or re-download it")
-    return info
 
 
 def _flag(flag: str) -> int:
@@ -195,7 +213,8 @@ def write_image(path: str | os.PathLike[str], img: np.ndarray, *, compress_level
             fh.write(encoded.tobytes())
         os.replace(tmp, p)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # the folder may be read-only or not a folder at all
+            tmp.unlink(missing_ok=True)
         raise DataError(f"write_image {p}: cannot write ({exc.strerror or exc}); "
                         "check the folder and the free disk space") from exc
     return p

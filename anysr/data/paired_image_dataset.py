@@ -9,21 +9,24 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
+from tqdm import tqdm
 
 from anysr.data.degradations import bicubic_degrade, bicubic_degrade_window
 from anysr.data.file_backends import (
+    DiskBackend,
     FileBackend,
     backend_type,
     build_backend,
     is_image_file,
 )
-from anysr.data.imageio import IMAGE_EXTENSIONS
+from anysr.data.imageio import IMAGE_EXTENSIONS, ImageInfo, probe_bytes, probe_image
 from anysr.data.transforms import (
     augment,
     bgr_to_y,
@@ -39,6 +42,7 @@ from anysr.registry import DATASET_REGISTRY
 
 PHASES = ("train", "val", "test")
 _MAX_LISTED = 10
+_BAR_FROM = 500  # start-up checks of sets this large show a progress bar
 
 
 def _listing(names: Sequence[str]) -> str:
@@ -239,6 +243,36 @@ class _ImageDataset(Dataset):
     def _path(self, root: str, key: str) -> str:
         return key if self.io_type == "lmdb" else os.path.join(root, key)
 
+    # ---------------------------------------------------------------- start-up checks
+    def check(self, *, decode: bool, progress: bool = True) -> list[str]:
+        """Problems that would stop a run later, found now for every item, in parallel (one line each).
+
+        ``decode``: read every image whole (catches corrupt pixel data; for small sets such as validation);
+        otherwise only headers are read (size, type, a truncated PNG), fast enough for big training sets.
+        """
+        def one(i: int) -> str | None:
+            try:
+                return self._check_item(i, decode)
+            except DataError as exc:
+                return str(exc)
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            found = list(tqdm(pool.map(one, range(len(self))), total=len(self), desc=f"check {self.name}",
+                              unit="img", disable=not progress or len(self) < _BAR_FROM, leave=False))
+        return [p for p in found if p]
+
+    def _check_item(self, i: int, decode: bool) -> str | None:
+        raise NotImplementedError
+
+    @staticmethod
+    def _info(backend: FileBackend, key: str, decode: bool) -> ImageInfo:
+        if decode:
+            img = backend.read(key)
+            return ImageInfo(img.shape[1], img.shape[0], 1 if img.ndim == 2 else img.shape[2], 8)
+        if isinstance(backend, DiskBackend):
+            return probe_image(backend.path_of(key))
+        return probe_bytes(backend.get(key), backend.describe(key))
+
     def _names_from(self, root: str, backend: FileBackend, what: str) -> list[str]:
         """Image names of one side: from meta_info_file, the LMDB's keys, or the folder listing."""
         meta = self.opt.get("meta_info_file")
@@ -306,6 +340,28 @@ class PairedImageDataset(_ImageDataset):
         else:
             pairs = paired_names_from_folder(self.gt_root, self.lq_root, self.filename_tmpl, kp)
         self.items = [_Pair(g, q) for g, q in pairs]
+
+    def _check_item(self, i: int, decode: bool) -> str | None:
+        item, s = self.items[i], self.scale
+        assert item.gt is not None
+        gt_path, lq_path = self.paths(i)
+        gt = self._info(self.gt_backend, item.gt, decode)
+        if self.lq_from_gt:
+            h, w = gt.height - gt.height % s, gt.width - gt.width % s
+            if self.phase == "train" and (h < self.gt_size or w < self.gt_size):
+                return (f"{gt_path} is {gt.width}x{gt.height} (WxH), smaller than the {self.gt_size}x{self.gt_size} "
+                        f"GT patch (gt_size) after the crop to a multiple of scale {s}; lower gt_size or remove it")
+            return f"{gt_path} is smaller than the scale {s}" if min(h, w) == 0 else None
+        assert self.lq_backend is not None and item.lq is not None
+        lq = self._info(self.lq_backend, item.lq, decode)
+        if gt.height // s != lq.height or gt.width // s != lq.width:
+            return (f"{gt_path} ({gt.width}x{gt.height}) and {lq_path} ({lq.width}x{lq.height}) do not pair at "
+                    f"scale {s}: the GT should be {lq.width * s}x{lq.height * s} (up to {s - 1} extra pixels)")
+        p = self.gt_size // s
+        if self.phase == "train" and (lq.height < p or lq.width < p):
+            return (f"{lq_path} is {lq.width}x{lq.height} (WxH), smaller than the {p}x{p} LQ patch (gt_size "
+                    f"{self.gt_size} / scale {s}); lower gt_size or remove it")
+        return None
 
     def paths(self, i: int) -> tuple[str, str]:
         """(gt_path, lq_path) of item ``i`` (for lq_from_gt both are the GT path)."""
@@ -376,6 +432,12 @@ class SingleImageDataset(_ImageDataset):
         self.lq_root = _folder_opt(opt, "dataroot_lq", self.key_path)
         self.lq_backend = build_backend(self.io_opt, self.lq_root, f"{self.key_path}.io_backend")
         self.items = [_Pair(None, n) for n in self._names_from(self.lq_root, self.lq_backend, "LQ")]
+
+    def _check_item(self, i: int, decode: bool) -> str | None:
+        name = self.items[i].lq
+        assert name is not None
+        self._info(self.lq_backend, name, decode)
+        return None
 
     def __getitem__(self, index: Any) -> dict[str, Any]:
         i, _ = self._split_index(index)

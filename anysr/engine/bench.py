@@ -26,6 +26,7 @@ from torch import nn
 
 from anysr.accelerators import Accelerator
 from anysr.archs import build_network
+from anysr.archs.arch_util import input_channels
 from anysr.engine.evaluator import run_network
 from anysr.errors import OptionError, TrainingError
 from anysr.models import build_model
@@ -72,14 +73,6 @@ def forward_flops(net: nn.Module, shape: tuple[int, ...]) -> tuple[int, tuple[in
         return _count(copy.deepcopy(net).eval().to("meta"), torch.empty(shape, device="meta"))
     except (RuntimeError, NotImplementedError, TypeError, ValueError):
         return _count(copy.deepcopy(net).eval().float(), torch.zeros(shape))
-
-
-def input_channels(net: nn.Module, default: int = 3) -> int:
-    """The channels a network reads: those of its first Conv2d (``default`` when it has none)."""
-    for m in net.modules():
-        if isinstance(m, nn.Conv2d):
-            return m.in_channels
-    return default
 
 
 # ---------------------------------------------------------------- timing
@@ -142,11 +135,12 @@ def bench_worker(acc: Accelerator, opt: dict[str, Any], iters: int, warmup: int,
     scale = int(opt["scale"])
     acc.manual_seed(int(opt.get("manual_seed", 0) or 0))
     model = build_model(opt, acc)
+    host_net = build_network(opt["network_g"])  # a CPU twin for counting FLOPs: no device work
+    in_ch = int(input_channels(host_net) or 3)
+    lq_size = gt_size // scale
+    acc.calibrate(model.nets["net_g"], (batch, in_ch, lq_size, lq_size), train=True)  # as training decides
     model.setup()
     bare = model.bare("net_g")
-    host_net = build_network(opt["network_g"])  # a CPU twin for counting FLOPs: no device work
-    in_ch = input_channels(host_net)
-    lq_size = gt_size // scale
     fwd_flops, out_shape = forward_flops(host_net, (1, in_ch, lq_size, lq_size))
     gen = torch.Generator().manual_seed(0)
     lq = torch.rand(batch, in_ch, lq_size, lq_size, generator=gen)

@@ -24,6 +24,7 @@ import re
 import secrets
 import struct
 import zipfile
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -612,7 +613,8 @@ def _is_state_dict(obj: Any) -> bool:
     return isinstance(obj, Mapping) and bool(obj) and all(isinstance(v, torch.Tensor) for v in obj.values())
 
 
-def _pick_group(available: list[str], param_key: str, path: Path, extra: tuple[str, ...] = ()) -> str:
+def _pick_group(available: list[str], param_key: str, path: Path, extra: tuple[str, ...] = (),
+                key_option: str = "path.param_key_g") -> str:
     """The group to load: ``param_key``; ``params_ema`` falls back to ``params``; ``params`` to ``extra``."""
     if param_key in available:
         return param_key
@@ -626,7 +628,7 @@ def _pick_group(available: list[str], param_key: str, path: Path, extra: tuple[s
             return alt
     listed = ", ".join(repr(k) for k in available) or "none"
     raise CheckpointError(f"weights {path} have no '{param_key}' entry; it holds: {listed}. "
-                          f"Fix: set path.param_key_g (or param_key) to one of them")
+                          f"Fix: set {key_option} to one of them")
 
 
 def _weights_kind(path: Path) -> str:
@@ -690,7 +692,8 @@ def _checked_anysr_meta(raw_meta: Mapping[str, str], names: list[str],
     return groups, digests, _decode_metadata(raw_meta)
 
 
-def _load_safetensors(path: Path, param_key: str | None) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def _load_safetensors(path: Path, param_key: str | None,
+                      key_option: str = "path.param_key_g") -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Tensors of ``param_key`` (all of them for a foreign file; none when None) and the metadata."""
     group = None
     try:
@@ -703,7 +706,7 @@ def _load_safetensors(path: Path, param_key: str | None) -> tuple[dict[str, torc
             groups, digests, meta = _checked_anysr_meta(raw_meta, names, path)
             if param_key is None:
                 return {}, meta
-            group = _pick_group(groups, param_key, path)
+            group = _pick_group(groups, param_key, path, key_option=key_option)
             prefix = group + "."
             sd = {n[len(prefix):]: f.get_tensor(n) for n in names if n.startswith(prefix)}
     except CheckpointError:
@@ -748,12 +751,26 @@ def _scan_torch_file(path: Path) -> tuple[str, bool]:
             data.close()
 
 
-def _load_torch_weights(path: Path, param_key: str) -> dict[str, torch.Tensor]:
+def _check_zip_crcs(path: Path) -> None:
+    """A foreign ``.pth`` carries no stamp of ours: verify the CRC-32 its zip records hold (one sequential read)."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            bad = zf.testzip()
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError, struct.error, zlib.error):
+        return  # not a readable zip: torch.load says what is wrong with it
+    if bad is not None:
+        raise CheckpointError(f"weights {path} are corrupt: the record '{bad}' fails its zip CRC check (a damaged "
+                              f"download or copy). {_WEIGHTS_FIX}")
+
+
+def _load_torch_weights(path: Path, param_key: str, key_option: str = "path.param_key_g") -> dict[str, torch.Tensor]:
     stamp, mappable = _scan_torch_file(path)
     if stamp != "absent" and stamp != "ok":
         what = "checksum mismatch" if stamp == "mismatch" else "truncated or corrupt end of archive"
         raise CheckpointError(f"weights {path}: {what} (the file changed after it was written). "
                               f"{_WEIGHTS_FIX}")
+    if stamp == "absent":
+        _check_zip_crcs(path)
     try:
         # torch.save archives are memory-mapped: tensors are views of the page cache, shared by every process
         # reading the file, and only the group loaded into the net is ever touched.
@@ -766,20 +783,39 @@ def _load_torch_weights(path: Path, param_key: str) -> dict[str, torch.Tensor]:
     if not isinstance(obj, Mapping):
         raise CheckpointError(f"weights {path} hold a {type(obj).__name__}, not a state dict. "
                               f"{_WEIGHTS_FIX}")
+    if _STATE_KEY in obj:
+        raise _training_state_given(path)
     available = [str(k) for k, v in obj.items() if _is_state_dict(v)]
-    group = _pick_group(available, param_key, path, extra=("state_dict",))
+    group = _pick_group(available, param_key, path, extra=("state_dict",), key_option=key_option)
     return dict(obj[group])
 
 
-def load_weights(path: PathLike, param_key: str = "params") -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def _training_state_given(path: Path) -> CheckpointError:
+    models = path.parent.parent / "models"
+    return CheckpointError(f"{path} is a training state (what --auto_resume / path.resume_state continue from), "
+                           f"not network weights; the weights saved with it are {models}/net_g_<iteration>."
+                           "safetensors (and net_g_latest.safetensors)")
+
+
+def _check_finite(sd: Mapping[str, torch.Tensor], path: Path) -> None:
+    """Refuse weights holding NaN or infinity (a broken training run or a damaged file), naming the tensor."""
+    for name, t in sd.items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise CheckpointError(f"weights {path}: tensor '{name}' holds NaN or infinite values; the network "
+                                  f"would output garbage. {_WEIGHTS_FIX}")
+
+
+def load_weights(path: PathLike, param_key: str = "params", *,
+                 key_option: str = "path.param_key_g") -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Read network weights on the CPU: ``(state_dict, metadata)``.
 
     ``.safetensors`` (ours: the ``param_key`` group, verified; any other: all tensors) are memory-mapped
     through ``safe_open``; ``.pth``/``.pt``/``.ckpt`` (BasicSR ``{'params', 'params_ema'}``, a bare state dict,
     or a ``state_dict`` entry) go through ``torch.load(weights_only=True, mmap=True)``, legacy pre-1.6 files
     without ``mmap``. The tensors are views of the file's pages: copy them into the net (``load_into``) and
-    drop them. ``params_ema`` falls back to ``params`` with a warning. Leading ``module.`` / ``_orig_mod.``
-    are stripped from the names.
+    drop them. ``params_ema`` falls back to ``params`` (one info line). Leading ``module.`` / ``_orig_mod.``
+    are stripped from the names. Foreign ``.pth`` archives are checked against their zip CRCs, and weights
+    holding NaN or infinity are refused. ``key_option`` names the option that sets ``param_key`` in errors.
     """
     path = Path(path)
     if not path.exists():
@@ -787,10 +823,13 @@ def load_weights(path: PathLike, param_key: str = "params") -> tuple[dict[str, t
     if not path.is_file():
         raise CheckpointError(f"weights {path} is not a file; point the option at a .safetensors "
                               "or .pth file")
+    if _STATE_RE.match(path.name):
+        raise _training_state_given(path)
     if _weights_kind(path) == "safetensors":
-        sd, meta = _load_safetensors(path, param_key)
+        sd, meta = _load_safetensors(path, param_key, key_option)
     else:
-        sd, meta = _load_torch_weights(path, param_key), {}
+        sd, meta = _load_torch_weights(path, param_key, key_option), {}
+    _check_finite(sd, path)
     return _strip_wrapper_prefixes(sd, path), meta
 
 
@@ -811,7 +850,29 @@ def _first(names: list[str], n: int = 10) -> str:
     return shown + (f", ... ({len(names) - n} more)" if len(names) > n else "")
 
 
-def load_into(net: nn.Module, state_dict: Mapping[str, Any], *, strict: bool, source: str) -> None:
+def state_dict_mismatch(own: Mapping[str, Any], theirs: Mapping[str, Any]) -> tuple[list[str], set[str]]:
+    """How ``theirs`` differs from ``own`` (missing / unexpected keys, shape mismatches, first few of each),
+    and the names whose shapes differ."""
+    missing = [k for k in own if k not in theirs]
+    unexpected = [k for k in theirs if k not in own]
+    bad: dict[str, str] = {}
+    for k, mine in own.items():
+        other = theirs.get(k)
+        if isinstance(mine, torch.Tensor) and isinstance(other, torch.Tensor) and other.shape != mine.shape:
+            bad[k] = f"{k}: file {tuple(other.shape)} vs network {tuple(mine.shape)}"
+    problems = []
+    if missing:
+        problems.append(f"missing keys ({len(missing)}): {_first(missing)}")
+    if unexpected:
+        problems.append(f"unexpected keys ({len(unexpected)}): {_first(unexpected)}")
+    if bad:
+        problems.append(f"shape mismatches ({len(bad)}): {_first(list(bad.values()))}")
+    return problems, set(bad)
+
+
+def load_into(net: nn.Module, state_dict: Mapping[str, Any], *, strict: bool, source: str,
+              fix: str = "check that network_g matches the file, or set path.strict_load_g: false to load "
+                         "what matches") -> None:
     """Load ``state_dict`` into ``net``.
 
     Missing / unexpected keys or shape mismatches raise CheckpointError naming ``source`` when ``strict``;
@@ -819,26 +880,10 @@ def load_into(net: nn.Module, state_dict: Mapping[str, Any], *, strict: bool, so
     (loading nothing at all is still an error: the file is for another network).
     """
     own = net.state_dict()
-    missing = [k for k in own if k not in state_dict]
-    unexpected = [k for k in state_dict if k not in own]
-    bad: dict[str, str] = {}
-    for k, mine in own.items():
-        theirs = state_dict.get(k)
-        if isinstance(mine, torch.Tensor) and isinstance(theirs, torch.Tensor) and theirs.shape != mine.shape:
-            bad[k] = f"{k}: file {tuple(theirs.shape)} vs network {tuple(mine.shape)}"
-    mismatched = list(bad.values())
-    problems = []
-    if missing:
-        problems.append(f"missing keys ({len(missing)}): {_first(missing)}")
-    if unexpected:
-        problems.append(f"unexpected keys ({len(unexpected)}): {_first(unexpected)}")
-    if mismatched:
-        problems.append(f"shape mismatches ({len(mismatched)}): {_first(mismatched)}")
+    problems, bad = state_dict_mismatch(own, state_dict)
     if strict:
         if problems:
-            raise CheckpointError(f"{source} does not fit the network: " + "; ".join(problems)
-                                  + ". Fix: check that network_g matches the file, or set "
-                                  "path.strict_load_g: false to load what matches")
+            raise CheckpointError(f"{source} does not fit the network: " + "; ".join(problems) + f". Fix: {fix}")
         net.load_state_dict(dict(state_dict), strict=True)
         return
     matching = {k: v for k, v in state_dict.items() if k in own and k not in bad}

@@ -3,23 +3,27 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from torch import nn
 
 from anysr.accelerators import Accelerator
 from anysr.archs import build_network
+from anysr.archs.arch_util import input_channels
 from anysr.data import build_dataset, build_eval_loader
 from anysr.data.imageio import read_image, write_image
-from anysr.data.transforms import img2tensor
 from anysr.engine import checkpoint as ckpt
 from anysr.engine.evaluator import EvalResult, evaluate, run_network
 from anysr.engine.logger import get_logger, setup_logging
 from anysr.errors import DataError, OptionError
 from anysr.models import build_model
+from anysr.ops.tiling import plan_tiles
 
+CALIBRATION_SIDE = 128  # input side used to time precision / memory-format candidates for untiled inference
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
 
 
@@ -44,16 +48,105 @@ def list_images(path: Path) -> list[Path]:
     return files
 
 
-def _to_float(img: np.ndarray) -> tuple[np.ndarray, bool, int]:
-    """uint8 / uint16 image -> (float32 BGR HWC in [0,1], was_gray, max value)."""
-    maxval = 65535 if img.dtype == np.uint16 else 255
-    gray = img.ndim == 2
-    if gray:
-        img = np.repeat(img[:, :, None], 3, axis=2)
-    elif img.shape[2] == 4:
-        get_logger().warning("alpha channel dropped (only the colour channels are upscaled)")
+@dataclass(frozen=True)
+class _Pixels:
+    """How an input image's values map to [0, 1] and how results are stored."""
+
+    in_max: float  # 255, 65535, or 1.0 for float images
+    out_max: int  # 255 or 65535
+    out_dtype: Any
+    gray: bool
+
+
+def _pixels(img: np.ndarray, path: Path) -> tuple[np.ndarray, _Pixels]:
+    """The colour channels of an input (HW gray or HWC BGR, as stored) and its value mapping.
+
+    8-bit gives 8-bit results, 16-bit 16-bit; float images (TIFF/EXR) must hold values in [0, 1] and give 16-bit
+    PNGs. An alpha channel is dropped (with a warning).
+    """
+    if img.dtype == np.uint8:
+        px = _Pixels(255.0, 255, np.uint8, img.ndim == 2)
+    elif img.dtype == np.uint16:
+        px = _Pixels(65535.0, 65535, np.uint16, img.ndim == 2)
+    elif img.dtype in (np.float32, np.float64):
+        lo, hi = float(np.nanmin(img)), float(np.nanmax(img))
+        if not (np.isfinite(img).all() and lo >= 0.0 and hi <= 1.0):
+            raise DataError(f"{path}: a floating-point image with values from {lo:g} to {hi:g}; anysr reads float "
+                            "images as values in [0, 1]: rescale it to [0, 1], or convert it to an 8/16-bit PNG")
+        px = _Pixels(1.0, 65535, np.uint16, img.ndim == 2)
+    else:
+        raise DataError(f"{path}: unsupported pixel type {img.dtype}; give 8- or 16-bit images (or float in [0, 1])")
+    if img.ndim == 3 and img.shape[2] == 4:
+        get_logger().warning("%s: alpha channel dropped (only the colour channels are upscaled)", path)
         img = img[:, :, :3]
-    return img.astype(np.float32) / maxval, gray, maxval
+    elif img.ndim == 3 and img.shape[2] == 1:
+        img, px = img[:, :, 0], _Pixels(px.in_max, px.out_max, px.out_dtype, True)
+    return img, px
+
+
+def _to_input(window: np.ndarray, px: _Pixels, channels: int, acc: Accelerator) -> torch.Tensor:
+    """An HW / HWC-BGR window (as stored) -> a (1, C, h, w) float RGB tensor in [0, 1] on the device."""
+    t = acc.to_device(torch.from_numpy(np.ascontiguousarray(window)))  # the stored (small) type crosses
+    t = t.float() / px.in_max
+    t = t[None] if t.ndim == 2 else t.permute(2, 0, 1).flip(0)  # gray: (1, h, w); colour: BGR HWC -> RGB CHW
+    if t.shape[0] == 1 and channels == 3:
+        t = t.expand(3, -1, -1)
+    return t.unsqueeze(0)
+
+
+def _to_stored(out: torch.Tensor, px: _Pixels, acc: Accelerator) -> np.ndarray:
+    """A (1, C, h, w) float result -> the stored form (HW gray or HWC BGR, 8/16-bit), rounded on the device."""
+    out = out[0].float().clamp(0, 1)
+    if out.shape[0] == 3 and px.gray:
+        out = (out[2] * 0.114 + out[1] * 0.587) + out[0] * 0.299  # full-range luma
+    elif out.shape[0] == 3:
+        out = out.flip(0).permute(1, 2, 0)  # RGB CHW -> BGR HWC
+    else:
+        out = out[0]
+    q = torch.round(out * px.out_max).clamp(0, px.out_max).to(torch.int32)
+    return acc.to_host(q).numpy().astype(px.out_dtype)
+
+
+def upscale_image(net: nn.Module, img: np.ndarray, px: _Pixels, acc: Accelerator, *, scale: int, tile: int | None,
+                  tile_pad: int, channels: int, path: Path) -> np.ndarray:
+    """``img`` (as stored) through ``net``; the result in the stored form.
+
+    With ``tile``, tiles stream into the integer output buffer: memory is one tile plus the input and output
+    images themselves, whatever the image size. Without, the whole image goes through at once.
+    """
+    h, w = img.shape[:2]
+    if not tile or (h <= tile and w <= tile and not acc.static_shapes):
+        try:
+            out = run_network(net, _to_input(img, px, channels, acc), acc, scale=scale, tile=None, tile_pad=0)
+        except (MemoryError, RuntimeError) as exc:
+            if isinstance(exc, RuntimeError) and not _out_of_memory(exc):
+                raise
+            raise DataError(f"{path}: out of memory upscaling a {w}x{h} image in one piece; use --tile 512 (or "
+                            "smaller): tiles bound the memory whatever the image size") from None
+        return _to_stored(out, px, acc)
+    if acc.static_shapes and (h < tile + 2 * tile_pad or w < tile + 2 * tile_pad):
+        # smaller than one window: padded to it by tile_forward, so XLA still sees its one shape
+        return _to_stored(run_network(net, _to_input(img, px, channels, acc), acc, scale=scale, tile=tile,
+                                      tile_pad=tile_pad), px, acc)
+    plan = plan_tiles(h, w, tile, tile_pad)
+    result: np.ndarray | None = None
+    for oy, ox, wy, wx in plan.jobs:
+        window = img[wy:wy + plan.win_h, wx:wx + plan.win_w]
+        piece = _to_stored(run_network(net, _to_input(window, px, channels, acc), acc, scale=scale, tile=None,
+                                       tile_pad=0), px, acc)
+        if result is None:
+            result = np.empty((h * scale, w * scale, *piece.shape[2:]), dtype=piece.dtype)
+        ry, rx = (oy - wy) * scale, (ox - wx) * scale
+        result[oy * scale:(oy + plan.tile_h) * scale, ox * scale:(ox + plan.tile_w) * scale] = \
+            piece[ry:ry + plan.tile_h * scale, rx:rx + plan.tile_w * scale]
+    assert result is not None
+    return result
+
+
+def _out_of_memory(exc: RuntimeError) -> bool:
+    text = str(exc)
+    return isinstance(exc, getattr(torch, "OutOfMemoryError", ())) or "out of memory" in text \
+        or "can't allocate memory" in text or "not enough memory" in text
 
 
 def output_paths(files: list[Path], out_dir: Path, suffix: str | None) -> list[Path]:
@@ -74,14 +167,6 @@ def output_paths(files: list[Path], out_dir: Path, suffix: str | None) -> list[P
     return outs
 
 
-def _input_channels(net: nn.Module) -> int | None:
-    """Channels the network's first convolution expects (None when it has none, e.g. Bicubic)."""
-    for module in net.modules():
-        if isinstance(module, nn.Conv2d):
-            return int(module.in_channels)
-    return None
-
-
 def infer_worker(acc: Accelerator, net: nn.Module, files: list[Path], out_dir: Path, scale: int,
                  tile: int | None, tile_pad: int, suffix: str | None) -> list[Path]:
     """Upscale ``files`` one by one on ``acc`` and write PNGs into ``out_dir``.
@@ -92,31 +177,24 @@ def infer_worker(acc: Accelerator, net: nn.Module, files: list[Path], out_dir: P
     from tqdm import tqdm  # noqa: PLC0415
 
     log = setup_logging(enabled=acc.is_main)
+    outs = output_paths(files, out_dir, suffix)
+    in_ch = input_channels(net, default=None)
+    side = tile + 2 * tile_pad if tile else CALIBRATION_SIDE
+    acc.calibrate(net.eval(), (1, in_ch or 3, side, side), train=False)
     log.info("anysr infer on %s; %s", acc.describe(), acc.describe_choices())
     for warning in acc.choice_warnings():
         log.warning(warning)
-    outs = output_paths(files, out_dir, suffix)
-    in_ch = _input_channels(net)
     net = acc.prepare_model(net).eval()
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for path, dst in tqdm(list(zip(files, outs))[acc.rank::acc.world_size], desc="infer", disable=not acc.is_main,
                           dynamic_ncols=True):
-        img, gray, maxval = _to_float(read_image(path, flag="unchanged"))
-        x = img2tensor(img).unsqueeze(0)
-        if in_ch == 1:
-            if not gray:
-                raise DataError(f"{path}: this network takes one channel (grayscale / Y); give grayscale images")
-            x = x[:, :1]
-        out = run_network(net, acc.to_device(x), acc, scale=scale, tile=tile, tile_pad=tile_pad)
-        host = acc.to_host(out.clamp(0, 1))[0]
-        if host.shape[0] == 1:
-            host = host.expand(3, -1, -1)
-        rgb = host.permute(1, 2, 0).numpy()[:, :, ::-1]  # RGB CHW -> BGR HWC, float in [0, 1]
-        if gray:
-            rgb = rgb[:, :, 0] * 0.114 + rgb[:, :, 1] * 0.587 + rgb[:, :, 2] * 0.299
-        result = np.ascontiguousarray(np.round(rgb * maxval).clip(0, maxval).astype(
-            np.uint16 if maxval == 65535 else np.uint8))
+        img, px = _pixels(read_image(path, flag="unchanged"), path)
+        if in_ch == 1 and not px.gray:
+            raise DataError(f"{path}: this network takes one channel (grayscale / Y); give grayscale images")
+        result = upscale_image(net, img, px, acc, scale=scale, tile=tile, tile_pad=tile_pad,
+                               channels=1 if in_ch == 1 else 3, path=path)
+        del img
         write_image(dst, result)
         written.append(dst)
     acc.barrier()
@@ -135,7 +213,7 @@ def build_inference_net(*, weights: str | None, arch: str | None, arch_opts: dic
     meta: dict[str, Any] = {}
     state = None
     if weights:
-        state, meta = ckpt.load_weights(weights, param_key)
+        state, meta = ckpt.load_weights(weights, param_key, key_option="--param-key")
     if arch:
         net_opt = {"type": arch, **arch_opts}
     elif network_opt is not None:
@@ -148,7 +226,8 @@ def build_inference_net(*, weights: str | None, arch: str | None, arch_opts: dic
                           "(the weights file has no anysr metadata to rebuild it from)")
     net = build_network(net_opt, key_path="--arch-opt" if arch else "network_g")
     if state is not None:
-        ckpt.load_into(net, state, strict=strict, source=str(weights))
+        ckpt.load_into(net, state, strict=strict, source=str(weights),
+                       fix="check --arch and --arch-opt (or the -opt file's network_g) against the file")
     elif any(True for _ in net.parameters()):
         raise OptionError("--weights is required for a network with parameters")
     net_scale = network_scale(net, meta.get("scale"))
@@ -177,9 +256,12 @@ def test_worker(acc: Accelerator, opt: dict[str, Any]) -> dict[str, Any]:
         model.load_pretrained(sd, lambda net, s: ckpt.load_into(net, s, strict=strict, source=str(pre)))
     elif any(True for _ in model.nets["net_g"].parameters()):
         raise OptionError("path.pretrain_network_g: a test needs trained weights; set it to a .safetensors or .pth")
+    val = opt.get("val") or {}
+    bare = model.nets["net_g"]
+    side = int(val["tile"]) + 2 * int(val.get("tile_pad", 10)) if val.get("tile") else CALIBRATION_SIDE
+    acc.calibrate(bare.eval(), (1, input_channels(bare) or 3, side, side), train=False)
     model.setup()
     net = model.inference_net()
-    val = opt.get("val") or {}
     scale = int(opt["scale"])
     summary: dict[str, Any] = {"name": opt["name"], "weights": pre, "accelerator": acc.plan.accelerator,
                                "world_size": acc.world_size, "precision": acc.precision,

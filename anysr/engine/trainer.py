@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -12,32 +13,68 @@ import torch
 import yaml
 
 from anysr.accelerators import Accelerator
+from anysr.accelerators.process import Interrupted, signal_name
+from anysr.archs.arch_util import input_channels
 from anysr.data import build_dataset, build_eval_loader, build_train_loader
 from anysr.engine import checkpoint as ckpt
 from anysr.engine.evaluator import EvalResult, evaluate
 from anysr.engine.logger import MetricWriter, Progress, Timer, format_eta, get_logger, setup_logging
-from anysr.errors import CheckpointError, OptionError, TrainingError
+from anysr.engine.runlock import LOCK_NAME, RunLock
+from anysr.errors import (
+    AnysrError,
+    CheckpointError,
+    DataError,
+    OptionError,
+    TrainingError,
+    describe_os_error,
+    everywhere,
+)
 from anysr.models import build_model
 
 STATE_FORMAT = 1
 
 
-def train_worker(acc: Accelerator, opt: dict[str, Any], auto_resume: bool) -> dict[str, Any]:
+def train_worker(acc: Accelerator, opt: dict[str, Any], auto_resume: bool, start_over: bool = False) -> dict[str, Any]:
     """Entry point of every training worker (``launch`` calls it once per rank)."""
-    return Trainer(opt, acc, auto_resume=auto_resume).fit()
+    return Trainer(opt, acc, auto_resume=auto_resume, start_over=start_over).fit()
 
 
 def atomic_json(path: Path, data: dict[str, Any]) -> None:
     ckpt.atomic_write_bytes(path, (json.dumps(data, indent=2, sort_keys=False) + "\n").encode())
 
 
+@dataclass
+class _Run:
+    """The training loop's moving parts (device-side loss sums and NaN tracker, timers, output)."""
+
+    stream: Iterator[tuple[int, dict[str, Any]]]
+    writer: MetricWriter | None
+    print_freq: int
+    save_freq: int
+    val_freq: int
+    dev_iter: torch.Tensor
+    first_bad: torch.Tensor
+    bar: Progress
+    epoch: int = 0
+    running: dict[str, torch.Tensor] = field(default_factory=dict)
+    count: int = 0
+    timer: Timer = field(default_factory=Timer)
+    window: Timer = field(default_factory=Timer)
+    wall0: float = field(default_factory=time.perf_counter)
+    t_end: float = field(default_factory=time.perf_counter)
+
+
 class Trainer:
     """One worker's training run. Rank state lives in ``acc``; only the main rank writes files."""
 
-    def __init__(self, opt: dict[str, Any], acc: Accelerator, *, auto_resume: bool = False) -> None:
+    def __init__(self, opt: dict[str, Any], acc: Accelerator, *, auto_resume: bool = False,
+                 start_over: bool = False) -> None:
         self.opt = opt
         self.acc = acc
         self.auto_resume = auto_resume
+        self.start_over = start_over
+        self._lock: RunLock | None = None
+        self._last_saved = -1
         p = opt["path"]
         self.exp_dir = Path(p["experiments_root"])
         self.models_dir = Path(p["models"])
@@ -56,37 +93,90 @@ class Trainer:
 
     # ------------------------------------------------------------------ set-up
     def _prepare_dirs(self) -> tuple[Path, dict[str, Any]] | None:
-        """Create the experiment layout and find the state to resume from (never renames or overwrites)."""
-        resume_path = self.opt["path"].get("resume_state")
-        found: tuple[Path, dict[str, Any]] | None = None
-        error = None
+        """Lock the experiment folder, start the log, and find the state to resume from.
+
+        The main rank decides (nothing is ever overwritten: a folder holding states or weights is only continued,
+        or moved aside with --start-over); every rank gets the decision, or the same error.
+        """
+        decision: dict[str, Any] = {"error": None, "resume": None}
         if self.acc.is_main:
-            for d in (self.exp_dir, self.models_dir, self.states_dir, self.vis_dir, self.log_dir):
-                d.mkdir(parents=True, exist_ok=True)
-            ckpt.clean_stale_temps(self.states_dir)
-            ckpt.clean_stale_temps(self.models_dir)
-            existing = ckpt.list_training_states(self.states_dir)
-            if not resume_path and existing and not self.auto_resume:
-                error = (f"{self.exp_dir} already holds training states (newest: iteration {existing[-1][0]}); "
-                         "pass --auto_resume to continue that run, or choose another `name` (nothing was changed)")
-        error = self.acc.broadcast_object(error)
-        if error:
-            raise OptionError(error)
+            try:
+                decision["resume"] = self._claim_folder()
+            except AnysrError as exc:
+                decision["error"] = str(exc)
+            except OSError as exc:  # a read-only or non-folder output path, a name too long for the file system
+                decision["error"] = describe_os_error(exc)
+        else:
+            setup_logging(enabled=False)
+        decision = self.acc.broadcast_object(decision)
+        if decision["error"]:
+            raise everywhere(OptionError(decision["error"]))
+        chosen = decision["resume"]
+        return (Path(chosen), ckpt.load_training_state(chosen)) if chosen else None
+
+    def _claim_folder(self) -> str | None:
+        """Main rank: take the folder's lock, set up the log file, apply --start-over, pick the resume state."""
+        self._lock = RunLock(self.exp_dir, what="training").acquire()
+        for d in (self.exp_dir, self.models_dir, self.states_dir, self.vis_dir, self.log_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        setup_logging(self.log_dir / f"train_{self.opt['name']}_{time.strftime('%Y%m%d_%H%M%S')}.log")
+        if self.start_over:
+            self._archive_previous()
+        ckpt.clean_stale_temps(self.states_dir)
+        ckpt.clean_stale_temps(self.models_dir)
+        resume_path = self.opt["path"].get("resume_state")
         if resume_path:
             if Path(resume_path).suffix in (".safetensors", ".pth", ".pt"):
                 raise OptionError(f"path.resume_state: {resume_path} is a weights file, not a training state; give "
                                   "<experiment>/training_states/<iter>.state, or load the weights with "
                                   "path.pretrain_network_g")
-            found = (Path(resume_path), ckpt.load_training_state(resume_path))
-        elif self.auto_resume:
-            chosen = None
-            if self.acc.is_main:
-                hit = ckpt.find_resume_state(self.states_dir, warn=self.log.warning)
-                chosen = str(hit[0]) if hit else None
-            chosen = self.acc.broadcast_object(chosen)
-            if chosen:
-                found = (Path(chosen), ckpt.load_training_state(chosen))
-        return found
+            return str(resume_path)
+        existing = ckpt.list_training_states(self.states_dir)
+        if self.auto_resume:
+            hit = ckpt.find_resume_state(self.states_dir, warn=self.log.warning)
+            if hit:
+                return str(hit[0])
+        elif existing:
+            raise OptionError(f"{self.exp_dir} already holds training states (newest: iteration {existing[-1][0]}); "
+                              "pass --auto_resume to continue that run, --start-over to move its files aside and "
+                              "train again, or choose another `name` (nothing was changed)")
+        weights = sorted(p.name for p in self.models_dir.iterdir() if p.suffix in (".safetensors", ".pth"))
+        if weights:
+            why = ("no usable training state is left to continue from" if existing or self.auto_resume
+                   else "it holds no training state")
+            shown = ", ".join(weights[:4]) + (f" and {len(weights) - 4} more" if len(weights) > 4 else "")
+            raise OptionError(f"{self.models_dir} holds trained weights ({shown}) but {why}: training from "
+                              "iteration 0 would overwrite them. Start from them in a new run (another `name` with "
+                              "path.pretrain_network_g), or pass --start-over to move the old files aside first "
+                              "(nothing was changed)")
+        return None
+
+    def _archive_previous(self) -> None:
+        """--start-over: move everything a previous run left in the folder to ``archived_<time>/``."""
+        keep = {LOCK_NAME} | {p.name for p in self.exp_dir.glob("archived_*")}
+        old = [p for p in self.exp_dir.iterdir() if p.name not in keep and not (p.is_dir() and not any(p.iterdir()))]
+        if not old:
+            return
+        target = self.exp_dir / f"archived_{time.strftime('%Y%m%d_%H%M%S')}"
+        target.mkdir()
+        for p in old:
+            p.rename(target / p.name)
+        for d in (self.models_dir, self.states_dir, self.vis_dir, self.log_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        # the log file of this run was opened before the move: start it again in the fresh log folder
+        setup_logging(self.log_dir / f"train_{self.opt['name']}_{time.strftime('%Y%m%d_%H%M%S')}.log")
+        self.log.info("--start-over: moved the previous run's files (%s) to %s",
+                      ", ".join(sorted(p.name for p in old)), target)
+
+    def _calibrate(self) -> None:
+        """Let the accelerator time its open choices (auto on a CPU) on the generator with the training shape."""
+        dopt = next(v for k, v in self.opt["datasets"].items() if k.startswith("train"))
+        if not dopt.get("gt_size"):
+            return
+        net = self.model.nets["net_g"]
+        lq = int(dopt["gt_size"]) // int(self.opt["scale"])
+        batch = int(dopt["batch_size_per_gpu"]) * self.acc.batch_multiplier
+        self.acc.calibrate(net, (batch, input_channels(net) or 3, lq, lq), train=True)
 
     def _record_options(self) -> None:
         """Keep the options of this run as ``options_<time>.yml``, unless the newest one already says the same."""
@@ -125,6 +215,23 @@ class Trainer:
             sd, _ = ckpt.load_weights(vgg_path)
             model.set_perceptual_weights(sd)
 
+    def _load_model_state(self, path: Path, state: dict[str, Any]) -> None:
+        """The model's part of a training state, refused with the first differences when the networks changed."""
+        fix = ("network_g (or network_d) changed since it was saved: restore those options, or start a new run "
+               "(another `name`, with path.pretrain_network_g to start from its weights)")
+        for name, sd in state.get("nets", {}).items():
+            if name not in self.model.nets:
+                raise CheckpointError(f"{path} holds a network '{name}' this run's model has not; {fix}")
+            problems, _ = ckpt.state_dict_mismatch(self.model.bare(name).state_dict(), sd)
+            if problems:
+                raise CheckpointError(f"{path} does not fit this run's {name}: {'; '.join(problems)}. Cause: {fix}")
+        try:
+            self.model.load_state_dict(state)
+        except (RuntimeError, KeyError, ValueError) as exc:
+            first = str(exc).strip().splitlines()[0][:300]
+            raise CheckpointError(f"{path} does not fit this run's model ({first}); the optimisers changed since it "
+                                  "was saved: restore them, or start a new run (another `name`)") from None
+
     def _check_resumable(self, path: Path, state: dict[str, Any]) -> None:
         """Options that decide the data stream and the optimisers must match the run being resumed."""
         now = self._run_signature()
@@ -161,14 +268,34 @@ class Trainer:
             seed=int(self.opt.get("manual_seed", 0)))
         self.batches_per_epoch = self.sampler.batches_per_epoch
         self.val_loaders: list[tuple[str, Any]] = []
+        val_sets = []
         if self.val_opt:
             for key, vopt in datasets.items():
                 if key.startswith("val"):
                     ds = build_dataset(vopt, f"datasets.{key}")
-                    if len(ds) > 0:  # type: ignore[arg-type]
-                        ds[0]  # read one pair now: a bad val set must stop the run before training, not mid-run
                     loader, _ = build_eval_loader(ds, vopt, world_size=self.acc.world_size, rank=self.acc.rank)
                     self.val_loaders.append((vopt.get("name", key), loader))
+                    val_sets.append((key, ds))
+        self._check_data([(train_keys[0], self.train_set, False), *((k, ds, True) for k, ds in val_sets)])
+        for _, ds in val_sets:
+            if len(ds) > 0:  # type: ignore[arg-type]
+                ds[0]  # one item through the whole pipeline too, before any training
+
+    def _check_data(self, sets: list[tuple[str, Any, bool]]) -> None:
+        """Every image of every set checked before training (train: headers; val: decoded), all problems at once.
+
+        Done by the main rank, in parallel threads; every rank gets the verdict."""
+        problems: list[str] = []
+        if self.acc.is_main:
+            for key, ds, decode in sets:
+                check = getattr(ds, "check", None)
+                if check is not None:
+                    problems += [f"datasets.{key}: {p}" for p in check(decode=decode)]
+        problems = self.acc.broadcast_object(problems)
+        if problems:
+            more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
+            raise everywhere(DataError(f"{len(problems)} problem(s) found in the datasets before training (nothing "
+                                       "was trained):\n  " + "\n  ".join(problems[:20]) + more))
 
     def _batch_stream(self, start_batch: int) -> Iterator[tuple[int, dict[str, Any]]]:
         """(epoch, batch) forever from global batch position ``start_batch``: no replay to resume."""
@@ -184,15 +311,36 @@ class Trainer:
 
     # ------------------------------------------------------------------ the run
     def fit(self) -> dict[str, Any]:
+        try:
+            return self._fit()
+        finally:
+            if self._lock is not None:
+                self._lock.release()
+
+    def _fit(self) -> dict[str, Any]:
+        try:
+            start = self._set_up()
+        except AnysrError as exc:
+            raise everywhere(exc) from None  # set-up reads the same options and files on every rank: said once
+        if isinstance(start, dict):
+            return start  # nothing to do
+        writer = None
+        if self.acc.is_main:
+            tb_dir = self.exp_dir / "tb_logger" if self.log_opt.get("use_tb_logger", True) else None
+            writer = MetricWriter(tb_dir=tb_dir, wandb_opt=self.log_opt.get("wandb"), run_name=self.opt["name"],
+                                  config=self.opt)
+        try:
+            return self._loop(start, writer)
+        finally:
+            if writer is not None:
+                writer.close()
+
+    def _set_up(self) -> int | dict[str, Any]:
+        """Folder, model, resume state and data: the iteration to start from (a summary when already done)."""
         acc = self.acc
         resume = self._prepare_dirs()
-        setup_logging(self.log_dir / f"train_{self.opt['name']}_{time.strftime('%Y%m%d_%H%M%S')}.log",
-                      enabled=acc.is_main)
         if acc.is_main:
             self._record_options()
-        self.log.info("anysr training '%s' on %s; %s", self.opt["name"], acc.describe(), acc.describe_choices())
-        for warning in acc.choice_warnings():
-            self.log.warning(warning)
 
         acc.manual_seed(int(self.opt.get("manual_seed", 0)))
         self.model = build_model(self.opt, acc)
@@ -205,6 +353,10 @@ class Trainer:
             del sd  # the file's tensors (memory-mapped) are not kept for the whole run; the net holds the copy
             self.log.info("loaded pretrained weights %s [%s]", pre, key)
         self._load_gan_extras(resume is None)
+        self._calibrate()
+        self.log.info("anysr training '%s' on %s; %s", self.opt["name"], acc.describe(), acc.describe_choices())
+        for warning in acc.choice_warnings():
+            self.log.warning(warning)
         self.model.setup()
 
         start_iter = 0
@@ -213,13 +365,7 @@ class Trainer:
             if state.get("format") != STATE_FORMAT:
                 raise TrainingError(f"{path}: training-state format {state.get('format')} is not {STATE_FORMAT}")
             self._check_resumable(path, state)
-            try:
-                self.model.load_state_dict(state["model"])
-            except (RuntimeError, KeyError, ValueError) as exc:
-                first = str(exc).strip().splitlines()[0][:300]
-                raise CheckpointError(
-                    f"{path} does not fit this run's model ({first}); network_g or the optimisers changed since "
-                    "it was saved: restore those options, or start a new run (another `name`)") from None
+            self._load_model_state(path, state["model"])
             acc.load_state_dict(state.get("accelerator", {}))
             acc.set_rng_state(state["rng"])
             start_iter = int(state["iter"])
@@ -234,79 +380,84 @@ class Trainer:
                 return {"iterations_done": start_iter, "total_iter": self.total_iter, "finished": True}
 
         self._build_data()
-        writer = None
-        if acc.is_main:
-            tb_dir = self.exp_dir / "tb_logger" if self.log_opt.get("use_tb_logger", True) else None
-            writer = MetricWriter(tb_dir=tb_dir, wandb_opt=self.log_opt.get("wandb"), run_name=self.opt["name"],
-                                  config=self.opt)
-        try:
-            return self._loop(start_iter, writer)
-        finally:
-            if writer is not None:
-                writer.close()
+        return start_iter
 
     def _loop(self, start_iter: int, writer: MetricWriter | None) -> dict[str, Any]:
         acc = self.acc
-        print_freq = int(self.log_opt.get("print_freq", 100))
-        save_freq = int(self.log_opt.get("save_checkpoint_freq", 5000))
         val_freq = int(self.val_opt.get("val_freq", 0) or 0) if self.val_opt else 0
-        stream = self._batch_stream(start_iter * self.accumulate)
-        running: dict[str, torch.Tensor] = {}
-        run_count = 0
-        dev_iter = torch.full((), start_iter, dtype=torch.int64, device=acc.device)
-        first_bad = torch.full((), -1, dtype=torch.int64, device=acc.device)
-        timer, window = Timer(), Timer()
-        wall0 = time.perf_counter()
-        bar = Progress(self.total_iter, start_iter, enabled=acc.is_main)
+        run = _Run(stream=self._batch_stream(start_iter * self.accumulate), writer=writer,
+                   print_freq=int(self.log_opt.get("print_freq", 100)),
+                   save_freq=int(self.log_opt.get("save_checkpoint_freq", 5000)), val_freq=val_freq,
+                   dev_iter=torch.full((), start_iter, dtype=torch.int64, device=acc.device),
+                   first_bad=torch.full((), -1, dtype=torch.int64, device=acc.device),
+                   bar=Progress(self.total_iter, start_iter, enabled=acc.is_main))
         self.log.info("training iterations %d -> %d, %d batches per epoch, global batch %d", start_iter,
                       self.total_iter, self.batches_per_epoch,
                       self.sampler.batch_size * self.sampler.world_size * self.accumulate)
-        it, epoch = start_iter, 0
-        t_end = time.perf_counter()
-        while it < self.total_iter:
-            it += 1
-            self.model.update_learning_rate(it)
-            batches = []
-            for _ in range(self.accumulate):
-                epoch, batch = next(stream)
-                batches.append(batch)
-            t_data = time.perf_counter()
-            losses = self.model.train_step(batches)
-            dev_iter = dev_iter + 1
-            total = sum(losses.values())
-            bad = ~torch.isfinite(total)  # type: ignore[arg-type]
-            first_bad = torch.where(bad & (first_bad < 0), dev_iter, first_bad)
-            for k, v in losses.items():
-                running[k] = running[k] + v if k in running else v
-            run_count += 1
-            acc.mark_step()
-            now = time.perf_counter()
-            timer.add(now - t_end, t_data - t_end)
-            window.add(now - t_end, t_data - t_end)
-            t_end = now
-            bar.update(1)
-
-            last = it == self.total_iter
-            if it % print_freq == 0 or last:
-                self._report(it, epoch, running, run_count, first_bad, window, writer)
-                # Restart the sums as device data (not an empty dict), so the next step's graph is the usual one.
-                running, run_count = {k: torch.zeros_like(v) for k, v in running.items()}, 0
-                acc.mark_step()
-                window.reset()
-                t_end = time.perf_counter()
-            # Validate before saving, so a state saved at this iteration knows this validation's best values.
-            if val_freq and (it % val_freq == 0 or last):
-                self.validate(it, writer)
-                acc.mark_warmup_done()
-                t_end = time.perf_counter()
-            if it % save_freq == 0 or last:
-                self._check_finite(first_bad)
-                self.save(it, epoch)
-                t_end = time.perf_counter()
-        bar.close()
-        summary = self.write_summary(it, time.perf_counter() - wall0, timer, final=True)
-        self.log.info("training done: %d iterations in %.1f s", it - start_iter, time.perf_counter() - wall0)
+        it = start_iter
+        with acc.stop.graceful_section():  # a signal is acted on between steps: finish, save, exit
+            while it < self.total_iter:
+                it += 1
+                self._iteration(it, run)
+                self._stop_if_signalled(it, run)
+        run.bar.close()
+        summary = self.write_summary(it, time.perf_counter() - run.wall0, run.timer, final=True)
+        self.log.info("training done: %d iterations in %.1f s", it - start_iter, time.perf_counter() - run.wall0)
         return summary
+
+    def _iteration(self, it: int, run: _Run) -> None:
+        """Training iteration ``it`` with its reporting, validation and saving."""
+        acc = self.acc
+        self.model.update_learning_rate(it)
+        batches = []
+        for _ in range(self.accumulate):
+            run.epoch, batch = next(run.stream)
+            batches.append(batch)
+        t_data = time.perf_counter()
+        losses = self.model.train_step(batches)
+        run.dev_iter = run.dev_iter + 1
+        total = sum(losses.values())
+        bad = ~torch.isfinite(total)  # type: ignore[arg-type]
+        run.first_bad = torch.where(bad & (run.first_bad < 0), run.dev_iter, run.first_bad)
+        for k, v in losses.items():
+            run.running[k] = run.running[k] + v if k in run.running else v
+        run.count += 1
+        acc.mark_step()
+        now = time.perf_counter()
+        run.timer.add(now - run.t_end, t_data - run.t_end)
+        run.window.add(now - run.t_end, t_data - run.t_end)
+        run.t_end = now
+        run.bar.update(1)
+
+        last = it == self.total_iter
+        if it % run.print_freq == 0 or last:
+            self._report(it, run.epoch, run.running, run.count, run.first_bad, run.window, run.writer)
+            # Restart the sums as device data (not an empty dict), so the next step's graph is the usual one.
+            run.running, run.count = {k: torch.zeros_like(v) for k, v in run.running.items()}, 0
+            acc.mark_step()
+            run.window.reset()
+            run.t_end = time.perf_counter()
+        # Validate before saving, so a state saved at this iteration knows this validation's best values.
+        if run.val_freq and (it % run.val_freq == 0 or last):
+            self.validate(it, run.writer)
+            acc.mark_warmup_done()
+            run.t_end = time.perf_counter()
+        if it % run.save_freq == 0 or last:
+            self._check_finite(run.first_bad)
+            self.save(it, run.epoch)
+            run.t_end = time.perf_counter()
+
+    def _stop_if_signalled(self, it: int, run: _Run) -> None:
+        """After a step: when every rank agrees a stop signal came, save a complete state and end the run."""
+        signum = self.acc.stop_signal(it)
+        if signum is None:
+            return
+        self._check_finite(run.first_bad)
+        if self._last_saved != it:
+            self.save(it, run.epoch)
+        self.write_summary(it, time.perf_counter() - run.wall0, run.timer, final=False)
+        raise everywhere(Interrupted(signum, f"{signal_name(signum)}: stopped after iteration {it} and saved "
+                                             f"{self.states_dir / f'{it}.state'}; continue with --auto_resume"))
 
     # ------------------------------------------------------------------ pieces
     def _check_finite(self, first_bad: torch.Tensor) -> None:
@@ -314,9 +465,9 @@ class Trainer:
         if bad_iter >= 0:
             states = ckpt.list_training_states(self.states_dir) if self.acc.is_main else []
             keep = f"the last good checkpoint is {states[-1][1]}" if states else "no checkpoint was written yet"
-            raise TrainingError(
+            raise everywhere(TrainingError(
                 f"loss became NaN or infinite at iteration {bad_iter}; training stopped and {keep} (nothing newer "
-                "was saved). Lower train.optim_g.lr, set train.grad_clip_norm, or use train.precision: fp32")
+                "was saved). Lower train.optim_g.lr, set train.grad_clip_norm, or use train.precision: fp32"))
 
     def _report(self, it: int, epoch: int, running: dict[str, torch.Tensor], count: int, first_bad: torch.Tensor,
                 window: Timer, writer: MetricWriter | None) -> None:
@@ -400,6 +551,7 @@ class Trainer:
             self.log.info("saved checkpoint at iteration %d: %s", it, self.states_dir / f"{it}.state")
 
         acc.save(state_fn, writer)
+        self._last_saved = it
 
     def write_summary(self, it: int, wall: float | None, timer: Timer | None, *, final: bool) -> dict[str, Any]:
         summary: dict[str, Any] = {

@@ -8,6 +8,7 @@ inward at the borders, never padded), so the network sees the same context as on
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -19,6 +20,32 @@ def _starts(length: int, tile: int) -> list[int]:
     starts = list(range(0, length - tile, tile))
     starts.append(length - tile)
     return starts
+
+
+@dataclass(frozen=True)
+class TilePlan:
+    """Where the tiles of an ``h`` x ``w`` input go: every input window is ``win_h`` x ``win_w`` (inside the image),
+    every output tile ``tile_h`` x ``tile_w`` input pixels; ``jobs`` holds (out_y, out_x, win_y, win_x)."""
+
+    win_h: int
+    win_w: int
+    tile_h: int
+    tile_w: int
+    jobs: list[tuple[int, int, int, int]]
+
+
+def plan_tiles(h: int, w: int, tile: int, tile_pad: int) -> TilePlan:
+    """The tiles covering an ``h`` x ``w`` input with ``tile``-sized outputs and ``tile_pad`` context pixels."""
+    win = tile + 2 * tile_pad
+    win_h, win_w = min(win, h), min(win, w)
+    tile_h, tile_w = min(tile, h), min(tile, w)
+    jobs: list[tuple[int, int, int, int]] = []
+    for oy in _starts(h, tile_h):
+        wy = min(max(oy - tile_pad, 0), h - win_h)
+        for ox in _starts(w, tile_w):
+            wx = min(max(ox - tile_pad, 0), w - win_w)
+            jobs.append((oy, ox, wy, wx))
+    return TilePlan(win_h, win_w, tile_h, tile_w, jobs)
 
 
 def tile_forward(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, scale: int, tile: int,
@@ -36,14 +63,8 @@ def tile_forward(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, sc
     if static and (h < win or w < win):
         padded = torch.nn.functional.pad(x, (0, max(0, win - w), 0, max(0, win - h)), mode="replicate")
         return tile_forward(fn, padded, scale, tile, tile_pad, tile_batch)[:, :, : h * scale, : w * scale]
-    win_h, win_w = min(win, h), min(win, w)
-    out_h_tile, out_w_tile = min(tile, h), min(tile, w)
-    jobs: list[tuple[int, int, int, int]] = []  # (out_y, out_x, win_y, win_x)
-    for oy in _starts(h, out_h_tile):
-        wy = min(max(oy - tile_pad, 0), h - win_h)
-        for ox in _starts(w, out_w_tile):
-            wx = min(max(ox - tile_pad, 0), w - win_w)
-            jobs.append((oy, ox, wy, wx))
+    plan = plan_tiles(h, w, tile, tile_pad)
+    win_h, win_w, out_h_tile, out_w_tile, jobs = plan.win_h, plan.win_w, plan.tile_h, plan.tile_w, plan.jobs
     out: torch.Tensor | None = None
     for first in range(0, len(jobs), tile_batch):
         group = jobs[first:first + tile_batch]

@@ -80,7 +80,8 @@ class Field:
     ``check`` returns None when the value is fine, else what is expected ('must be >= 1').
     ``expect`` overrides the type text shown in errors and docs. ``keep=False`` validates then drops
     the key (accepted for BasicSR compatibility, ignored by anysr). ``default_doc`` describes a default
-    that a rule computes (docs only).
+    that a rule computes (docs only). ``hints``: for a value that is not one of ``choices``, a better hint than
+    the nearest spelling (``tpu`` -> TPUs are ``xla``).
     """
 
     type: Any
@@ -92,6 +93,7 @@ class Field:
     expect: str = ""
     keep: bool = True
     default_doc: str = ""
+    hints: Mapping[str, str] = field(default_factory=dict)  # a wrong choice (lower case) -> what to say instead
 
 
 @dataclass
@@ -328,6 +330,8 @@ def validate_field(fld: Field, value: Any, path: str, ctx: Context, key: str | N
     if fld.choices is not None and out not in fld.choices:
         names = [c for c in fld.choices if isinstance(c, str)]
         hint = did_you_mean(out, names) if isinstance(out, str) else ""
+        if isinstance(out, str) and out.lower() in fld.hints:
+            hint = f" ({fld.hints[out.lower()]})"
         ctx.add(path, f"expected {expectation(fld)}, got {show(out)}{hint}")
         return MISSING
     if fld.check is not None:

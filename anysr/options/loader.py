@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,14 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        what = " ".join(x for x in (err.context, err.problem) if x)
+        problem = err.problem or ""
+        if isinstance(err, yaml.constructor.ConstructorError) and "constructor for the tag" in problem:
+            found = re.search(r"'([^']+)'", problem)
+            tag = (found.group(1) if found else "?").replace("tag:yaml.org,2002:", "!!")
+            raise OptionError(f"options file '{p}'{where}: the tag {tag} is refused: options are plain data "
+                              "(numbers, strings, lists, mappings) and anysr never builds Python objects from "
+                              "them; remove the tag") from None
+        what = " ".join(x for x in (err.context, problem) if x)
         raise OptionError(f"options file '{p}': YAML syntax error{where}: {what}") from None
     except yaml.YAMLError as err:
         raise OptionError(f"options file '{p}': YAML error: {err}") from None

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from anysr.accelerators.hardware import PRECISION_CHOICES
-from anysr.accelerators.launcher import ACCELERATORS, LAUNCHERS
+from anysr.accelerators.launcher import ACCELERATOR_HINTS, ACCELERATORS, LAUNCHERS
 from anysr.errors import did_you_mean
 from anysr.options.fields import (
     MISSING,
@@ -143,8 +143,12 @@ def _dataset_key(name: str) -> str | None:
     return None
 
 
+MAX_NAME_BYTES = 200  # folder names may have 255 bytes; log files add the date to the name
+
+
 def _valid_name(value: str) -> bool:
-    return bool(value.strip()) and "/" not in value and "\\" not in value and value not in (".", "..")
+    return (bool(value.strip()) and "/" not in value and "\\" not in value and value not in (".", "..")
+            and len(value.encode("utf-8")) <= MAX_NAME_BYTES)
 
 
 def _num_gpu(value: Any) -> str | None:
@@ -570,15 +574,15 @@ TRAIN = Section(
         "ema_decay": Field(float, default=0.0, check=between(0, 1, high_open=True),
                            doc="EMA of the generator weights (0: off; BasicSR uses 0.999)."),
         "precision": Field(str, default="auto", choices=PRECISION_CHOICES,
-                           doc="Autocast precision. auto: bf16 where the device computes it natively (CPUs with "
-                               "AVX512-BF16 or AMX, CUDA compute capability >= 8.0, TPUs), else fp32; fp16 only "
-                               "when asked for (CUDA). The choice and its reason are logged and kept in "
-                               "summary.json."),
+                           doc="Autocast precision. auto: CUDA compute capability >= 8.0 and TPUs bf16; CPUs "
+                               "with AVX512-BF16 or AMX: fp32 or bf16, whichever the network runs faster (timed "
+                               "once, cached); other devices fp32; fp16 only when asked for (CUDA). The choice and "
+                               "its reason are logged and kept in summary.json."),
         "compile": Field(bool, default=False, doc="torch.compile the network (cpu and cuda)."),
         "channels_last": Field((bool, str), default="auto", check=_auto_or_bool, expect="'auto' | bool",
                                doc="Keep conv weights and image batches in NHWC (channels_last) memory: the same "
-                                   "results to float rounding. auto: on for CPUs (measured faster) and for CUDA "
-                                   "in bf16/fp16; off on MPS; XLA lays out memory itself."),
+                                   "results to float rounding. auto: CPUs time NCHW and NHWC on the network; CUDA "
+                                   "on in bf16/fp16; off on MPS; XLA lays out memory itself."),
         "grad_clip_norm": Field((float, None), default=None, check=greater_than(0),
                                 doc="Clip the gradient norm (null: no clipping)."),
         "accumulate": Field(int, default=1, check=at_least(1),
@@ -657,13 +661,15 @@ XLA = Section({"spmd": Field(bool, default=False, doc="XLA SPMD: one process dri
 OPTIONS = Section(
     {
         "name": Field(str, required=True,
-                      check=Check(_valid_name, "a non-empty name without '/' (it names the output folder)"),
+                      check=Check(_valid_name, f"a non-empty name without '/' of at most {MAX_NAME_BYTES} bytes "
+                                  "(it names the output folder)"),
                       expect="str (no '/')", doc="Experiment name."),
         "model_type": Field(str, default="SRModel", doc="Model class in MODEL_REGISTRY."),
         "scale": Field(int, required=True, check=between(1, 8), doc="Upscaling factor."),
         "num_gpu": Field((int, str), default="auto", check=_num_gpu, expect="'auto' | int >= 0",
                          doc="Devices (or CPU ranks) to use; auto: all visible."),
-        "accelerator": Field(str, default="auto", choices=ACCELERATORS, doc="Device kind."),
+        "accelerator": Field(str, default="auto", choices=ACCELERATORS, doc="Device kind.",
+                             hints=ACCELERATOR_HINTS),
         "manual_seed": Field(int, default=0, check=at_least(0), doc="Random seed."),
         "is_train": Field(bool, default_doc="the is_train argument", doc="Set by the loader."),
         "dist": Field(bool, keep=False, doc="Accepted (BasicSR) and ignored."),
