@@ -11,6 +11,7 @@ from typing import Any
 
 from anysr import __version__
 from anysr.accelerators.hardware import PRECISION_CHOICES
+from anysr.accelerators.kinds import ACCELERATORS, LAUNCHERS
 from anysr.errors import AlreadyReported, AnysrError, OptionError, describe_os_error
 
 
@@ -48,7 +49,9 @@ def _plan_from_options(opt: dict[str, Any], launcher: str = "auto", precision: s
                         precision=precision or train.get("precision", "auto"), launcher=launcher,
                         spmd=bool((opt.get("xla") or {}).get("spmd", False)),
                         compile=bool(train.get("compile", False)), dist_backend=dist_params.get("backend"),
-                        master_port=dist_params.get("port"), channels_last=_auto_bool(train.get("channels_last")))
+                        master_port=dist_params.get("port"), channels_last=_auto_bool(train.get("channels_last")),
+                        find_unused_parameters=bool(opt.get("find_unused_parameters")),
+                        static_graph=bool(opt.get("use_static_graph")))
 
 
 # ---------------------------------------------------------------------- commands
@@ -163,7 +166,7 @@ def _add_opt_args(p: argparse.ArgumentParser, launcher: bool = True) -> None:
     p.add_argument("--force_yml", "--force-yml", nargs="+", default=[], metavar="KEY=VALUE",
                    help="override options, e.g. train.total_iter=1000 datasets.train.gt_size=96")
     if launcher:
-        p.add_argument("--launcher", default="auto", choices=["auto", "none", "pytorch", "torchrun", "slurm"],
+        p.add_argument("--launcher", default="auto", choices=LAUNCHERS,
                        help="auto: join torchrun when its variables are set, else start workers ourselves")
         p.add_argument("--local_rank", "--local-rank", type=int, default=0, help=argparse.SUPPRESS)
 
@@ -211,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--param-key", "--param_key", default="params_ema",
                    help="weights group to use: params_ema (falls back to params) or params")
     p.add_argument("--suffix", default=None, help="append _SUFFIX to output names")
-    p.add_argument("--accelerator", default="auto", choices=["auto", "cpu", "cuda", "mps", "xla"])
+    p.add_argument("--accelerator", default="auto", choices=ACCELERATORS)
     p.add_argument("--precision", default="auto", choices=PRECISION_CHOICES,
                    help="autocast precision (default auto: bf16 where the device runs it natively, else fp32)")
     p.add_argument("--channels-last", "--channels_last", action=argparse.BooleanOptionalAction, default=None,

@@ -24,16 +24,17 @@ from anysr.accelerators.base import LaunchPlan
 from anysr.accelerators.torch_dist import env_world, slurm_world
 from anysr.errors import AcceleratorError
 
-L = importlib.import_module("anysr.accelerators.launcher")  # the module (the package exports the function)
+K = importlib.import_module("anysr.accelerators.kinds")  # the table of kinds and its hardware probes
+X = importlib.import_module("anysr.accelerators.xla_plan")
 _REAL_FIND_SPEC = importlib.util.find_spec
 
 
 def _fake_hardware(monkeypatch: pytest.MonkeyPatch, *, cuda: int = 0, mps: bool = False, xla: bool = False,
                    pjrt: str | None = None, cores: int = 8) -> None:
     """Pretend this machine has ``cuda`` GPUs, MPS, torch_xla (and PJRT_DEVICE), ``cores`` CPUs."""
-    monkeypatch.setattr(L, "_cuda_count", lambda: cuda)
-    monkeypatch.setattr(L, "_mps_available", lambda: mps)
-    monkeypatch.setattr(L.os, "cpu_count", lambda: cores)
+    monkeypatch.setattr(K, "cuda_count", lambda: cuda)
+    monkeypatch.setattr(K, "mps_available", lambda: mps)
+    monkeypatch.setattr(K, "cpu_cores", lambda: cores)
 
     def find_spec(name: str, *args: Any, **kwargs: Any) -> Any:
         if name == "torch_xla":
@@ -41,7 +42,7 @@ def _fake_hardware(monkeypatch: pytest.MonkeyPatch, *, cuda: int = 0, mps: bool 
         return _REAL_FIND_SPEC(name, *args, **kwargs)
 
     monkeypatch.setattr(importlib.util, "find_spec", find_spec)
-    monkeypatch.setattr(L.glob, "glob", lambda pattern: [])  # no TPU device files
+    monkeypatch.setattr(X.glob, "glob", lambda pattern: [])  # no TPU device files
     for var in ("PJRT_DEVICE", "CPU_NUM_DEVICES", "TPU_WORKER_HOSTNAMES", "TPU_VISIBLE_CHIPS",
                 "RANK", "WORLD_SIZE", "LOCAL_RANK"):
         monkeypatch.delenv(var, raising=False)
@@ -261,7 +262,7 @@ def test_two_gloo_ranks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
 
 def test_two_slurm_tasks(tmp_path: Path) -> None:
     """What ``srun --ntasks 2 ... --launcher slurm`` does on one node: two processes, SLURM variables."""
-    port = str(L.free_port())
+    port = str(K.free_port())
     procs = []
     for rank in range(2):
         env = {**os.environ, "SLURM_PROCID": str(rank), "SLURM_NTASKS": "2", "SLURM_LOCALID": str(rank),

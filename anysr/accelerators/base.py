@@ -10,7 +10,6 @@ import math
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -19,33 +18,11 @@ from torch import nn
 
 from anysr.accelerators.calibrate import Variant, fastest
 from anysr.accelerators.hardware import PRECISION_CHOICES, PRECISIONS, Choice, choose_channels_last, choose_precision
+from anysr.accelerators.plan import LaunchPlan
 from anysr.accelerators.process import StopSignals
+from anysr.tree import tree_map
 
 __all__ = ["PRECISIONS", "PRECISION_CHOICES", "Accelerator", "LaunchPlan"]
-
-
-@dataclass(frozen=True)
-class LaunchPlan:
-    """What the parent process decided, without touching a device runtime.
-
-    ``launcher`` is how workers come to exist: ``none`` (this process is the only worker),
-    ``spawn`` (we start ``nprocs`` local workers with torch.multiprocessing), ``xla`` (torch_xla.launch),
-    ``torchrun`` / ``slurm`` / ``pjrt`` (someone else started us; we join their world).
-    ``precision`` is one of ``PRECISION_CHOICES`` and ``channels_last`` True, False or None (auto): what the
-    options ask for. ``auto`` is decided by each worker's accelerator from its device (``Accelerator.choices``),
-    because only the worker may look at the device.
-    """
-
-    accelerator: str
-    nprocs: int = 1
-    launcher: str = "none"
-    precision: str = "auto"
-    spmd: bool = False
-    compile: bool = False
-    dist_backend: str | None = None
-    master_port: int | None = None
-    channels_last: bool | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Accelerator(ABC):
@@ -211,25 +188,16 @@ class Accelerator(ABC):
     # ---------------------------------------------------------------- placement
     def to_device(self, obj: Any) -> Any:
         """Move tensors (also inside dicts, lists and tuples) to this worker's device."""
-        if isinstance(obj, torch.Tensor):
-            return obj.to(self.device, non_blocking=True)
-        if isinstance(obj, dict):
-            return {k: self.to_device(v) for k, v in obj.items()}
-        if isinstance(obj, (list, tuple)):
-            return type(obj)(self.to_device(v) for v in obj)
-        return obj
+        return tree_map(lambda t: t.to(self.device, non_blocking=True), obj)
 
     def to_host(self, obj: Any) -> Any:
         """Move tensors to the CPU (counted: device-to-host transfers are what stall XLA)."""
-        if isinstance(obj, torch.Tensor):
-            if obj.device.type != "cpu":
+        def move(t: torch.Tensor) -> torch.Tensor:
+            if t.device.type != "cpu":
                 self._host_transfers += 1
-            return obj.detach().cpu()
-        if isinstance(obj, dict):
-            return {k: self.to_host(v) for k, v in obj.items()}
-        if isinstance(obj, (list, tuple)):
-            return type(obj)(self.to_host(v) for v in obj)
-        return obj
+            return t.detach().cpu()
+
+        return tree_map(move, obj)
 
     def prepare_model(self, net: nn.Module) -> nn.Module:
         """Place ``net`` on the device (and wrap it for data parallel where that is how this kind works)."""
@@ -334,6 +302,8 @@ class Accelerator(ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if self._scaler is not None and state.get("scaler"):
             self._scaler.load_state_dict(state["scaler"])
+
+    stats_in_log = False  # whether ``stats()`` goes into the training log at print_freq (XLA: compiles)
 
     def stats(self) -> dict[str, Any]:
         """Counters worth logging (XLA: compiles, executions, transfers)."""

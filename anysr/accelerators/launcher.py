@@ -2,85 +2,17 @@
 
 from __future__ import annotations
 
-import dataclasses
-import glob
-import importlib.util
 import os
-import socket
 import sys
 import traceback
 from collections.abc import Callable
 from typing import Any
 
 from anysr.accelerators.base import PRECISION_CHOICES, Accelerator, LaunchPlan
+from anysr.accelerators.kinds import KINDS, LAUNCHERS, PlanRequest, free_port, pick_kind
 from anysr.accelerators.process import Interrupted, StopSignals, WorkerExit, supervise, watch_parent
 from anysr.accelerators.torch_dist import env_world
 from anysr.errors import PEER_FAILED, AcceleratorError, AlreadyReported, AnysrError, describe_os_error
-
-ACCELERATORS = ("auto", "cpu", "cuda", "mps", "xla")
-# Names people try for a device kind -> what to say (the nearest spelling would mislead: 'tpu' -> 'cpu').
-ACCELERATOR_HINTS = {"tpu": "TPUs are accelerator: xla", "gpu": "NVIDIA GPUs are accelerator: cuda (Apple: mps)",
-                     "nvidia": "NVIDIA GPUs are accelerator: cuda", "rocm": "AMD GPUs under ROCm are accelerator: cuda",
-                     "hip": "AMD GPUs under ROCm are accelerator: cuda", "metal": "Apple GPUs are accelerator: mps",
-                     "apple": "Apple GPUs are accelerator: mps", "pjrt": "PJRT devices are accelerator: xla"}
-LAUNCHERS = ("auto", "none", "pytorch", "torchrun", "slurm")
-
-
-def _cuda_count() -> int:
-    """Visible CUDA devices, counted through NVML so the parent never creates a CUDA context."""
-    try:
-        import torch
-        import torch.cuda as tc  # noqa: PLC0415
-
-        if not torch.backends.cuda.is_built():  # a CPU-only build: no driver to ask
-            return 0
-        count = tc._device_count_nvml()  # noqa: SLF001 - NVML count, no context
-        if count < 0:
-            count = tc.device_count()
-        return max(0, count)
-    except (RuntimeError, AttributeError, OSError):
-        return 0
-
-
-def _mps_available() -> bool:
-    import torch  # noqa: PLC0415
-
-    return bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
-
-
-def _xla_wanted() -> bool:
-    has_xla = importlib.util.find_spec("torch_xla") is not None
-    tpu_chips = bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"))
-    return has_xla and ("PJRT_DEVICE" in os.environ or tpu_chips)
-
-
-def pick_accelerator(name: str) -> str:
-    """Resolve ``auto`` (XLA when PJRT_DEVICE is set or TPU chips exist, then CUDA, MPS, CPU) and check."""
-    if name not in ACCELERATORS:
-        from anysr.errors import did_you_mean  # noqa: PLC0415
-
-        hint = f" ({ACCELERATOR_HINTS[name.lower()]})" if name.lower() in ACCELERATOR_HINTS \
-            else did_you_mean(name, ACCELERATORS)
-        raise AcceleratorError(f"accelerator: '{name}' is not one of {', '.join(ACCELERATORS)}{hint}")
-    if name == "auto":
-        if _xla_wanted():
-            return "xla"
-        if _cuda_count() > 0:
-            return "cuda"
-        if _mps_available():
-            return "mps"
-        return "cpu"
-    if name == "cuda" and _cuda_count() == 0:
-        raise AcceleratorError("accelerator: cuda was asked for but no CUDA device is visible "
-                               "(torch built without CUDA, no driver, or CUDA_VISIBLE_DEVICES empty); "
-                               "set accelerator: cpu or auto")
-    if name == "mps" and not _mps_available():
-        raise AcceleratorError("accelerator: mps was asked for but MPS is not available here; "
-                               "set accelerator: cpu or auto")
-    if name == "xla" and importlib.util.find_spec("torch_xla") is None:
-        raise AcceleratorError("accelerator: xla was asked for but torch_xla is not installed; "
-                               "pip install 'anysr[xla]' (torch_xla matching your torch), or set accelerator: cpu")
-    return name
 
 
 def _parse_count(num_gpu: Any) -> int | None:
@@ -94,81 +26,28 @@ def _parse_count(num_gpu: Any) -> int | None:
 def resolve_plan(accelerator: str = "auto", num_gpu: Any = "auto", *, precision: str = "auto",
                  launcher: str = "auto", spmd: bool = False, compile: bool = False,
                  dist_backend: str | None = None, master_port: int | None = None,
-                 channels_last: bool | None = None) -> LaunchPlan:
+                 channels_last: bool | None = None, find_unused_parameters: bool = False,
+                 static_graph: bool = False) -> LaunchPlan:
     """Decide what runs where, once, before any worker exists. Errors name the option to change.
 
-    ``precision`` (``auto`` or forced) and ``channels_last`` (None: auto; ``train.channels_last``,
-    ``anysr infer --channels-last``) are decided per device in the worker (``Accelerator.decide_hardware``);
-    XLA ignores channels_last.
+    The accelerator kind (``kinds.KINDS``) makes the plan. ``precision`` (``auto`` or forced) and
+    ``channels_last`` (None: auto) are decided per device in the worker (``Accelerator.decide_hardware``).
     """
     if precision not in PRECISION_CHOICES:
         raise AcceleratorError(f"train.precision: '{precision}' is not one of {', '.join(PRECISION_CHOICES)}")
     if launcher not in LAUNCHERS:
         raise AcceleratorError(f"--launcher: '{launcher}' is not one of {', '.join(LAUNCHERS)}")
-    kind = pick_accelerator(accelerator)
-    count = _parse_count(num_gpu)
-
-    if kind == "xla":
-        from anysr.accelerators.xla_plan import xla_plan  # noqa: PLC0415
-
-        # XLA assigns tensor layouts itself when it compiles the graph, so channels_last is only recorded
-        # (the worker's choice says it is ignored).
-        return dataclasses.replace(xla_plan(count, precision=precision, spmd=spmd, compile=compile),
-                                   channels_last=channels_last)
-
-    if precision == "fp16" and kind == "cpu":
-        raise AcceleratorError("train.precision: fp16 on the CPU is slow and unscaled; use auto (bf16 where the "
-                               "CPU has AVX512-BF16/AMX, else fp32), bf16 or fp32")
-    if compile and kind not in ("cpu", "cuda"):
-        raise AcceleratorError(f"train.compile: torch.compile is supported here on cpu and cuda, not {kind}")
-
-    external = launcher in ("pytorch", "torchrun") or (launcher == "auto" and env_world() is not None)
-    if launcher == "slurm" or external:
-        name = "slurm" if launcher == "slurm" else "torchrun"
-        return LaunchPlan(kind, 1, name, precision, compile=compile, dist_backend=dist_backend,
-                          master_port=master_port, channels_last=channels_last)
-
-    if kind == "cuda":
-        available = _cuda_count()
-        n = available if count in (None, 0) else count
-        if n > available:
-            raise AcceleratorError(
-                f"num_gpu: {n} CUDA devices asked for, {available} visible; set num_gpu: auto "
-                f"(uses all {available}) or a number <= {available}, or change CUDA_VISIBLE_DEVICES")
-    elif kind == "mps":
-        n = 1 if count in (None, 0) else count
-        if n != 1:
-            raise AcceleratorError(f"num_gpu: {n} asked for on mps; there is one MPS device, set num_gpu: 1")
-    else:
-        n = 1 if count in (None, 0) else count
-        cores = os.cpu_count() or 1
-        if n > cores:
-            raise AcceleratorError(f"num_gpu: {n} CPU ranks asked for but this machine has {cores} cores; "
-                                   f"set num_gpu to at most {cores}")
-    if n > 1:
-        return LaunchPlan(kind, n, "spawn", precision, compile=compile, dist_backend=dist_backend,
-                          master_port=master_port or free_port(), channels_last=channels_last)
-    return LaunchPlan(kind, 1, "none", precision, compile=compile, dist_backend=dist_backend,
-                      channels_last=channels_last)
-
-
-def free_port() -> int:
-    """A free TCP port on localhost for the spawned workers' rendezvous."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    kind = pick_kind(accelerator)
+    request = PlanRequest(_parse_count(num_gpu), precision, launcher, spmd, compile, dist_backend, master_port,
+                          channels_last, find_unused_parameters, static_graph)
+    torchrun = launcher in ("pytorch", "torchrun") or (launcher == "auto" and env_world() is not None)
+    external = "slurm" if launcher == "slurm" else "torchrun" if torchrun else None
+    return kind.plan(request, external)
 
 
 def create_accelerator(plan: LaunchPlan, local_rank: int = 0) -> Accelerator:
     """The accelerator object for this worker (call inside the worker)."""
-    if plan.accelerator == "xla":
-        from anysr.accelerators.xla import XLAAccelerator  # noqa: PLC0415
-
-        return XLAAccelerator(plan, local_rank)
-    from anysr.accelerators.torch_dist import CPUAccelerator, CUDAAccelerator, MPSAccelerator  # noqa: PLC0415
-
-    cls = {"cpu": CPUAccelerator, "cuda": CUDAAccelerator, "mps": MPSAccelerator}[plan.accelerator]
-    return cls(plan, local_rank)
+    return KINDS[plan.accelerator].accelerator_class()(plan, local_rank)  # type: ignore[no-any-return]
 
 
 def _report(acc: Accelerator, exc: BaseException) -> int:

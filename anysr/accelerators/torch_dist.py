@@ -6,7 +6,6 @@ import contextlib
 import datetime
 import inspect
 import os
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,6 +18,7 @@ from anysr.accelerators.base import Accelerator, LaunchPlan
 from anysr.accelerators.calibrate import Variant
 from anysr.accelerators.hardware import cpu_bf16
 from anysr.errors import AcceleratorError
+from anysr.tree import tree_map
 
 # Buffers (EDSR's mean, SwinIR's masks) are constants: identical on every rank, never synced per step.
 # torch >= 2.13 names this forward_sync_buffers (and deprecates broadcast_buffers).
@@ -67,17 +67,7 @@ def to_channels_last(net: nn.Module) -> nn.Module:
 
 def standard_layout(obj: Any) -> Any:
     """``obj`` with every tensor (also inside dicts, lists and tuples) NCHW-contiguous (copied only if not)."""
-    if isinstance(obj, torch.Tensor):
-        return obj if obj.is_contiguous() else obj.contiguous()
-    if isinstance(obj, OrderedDict):
-        return OrderedDict((k, standard_layout(v)) for k, v in obj.items())
-    if isinstance(obj, dict):
-        return {k: standard_layout(v) for k, v in obj.items()}
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-        return type(obj)(*(standard_layout(v) for v in obj))
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(standard_layout(v) for v in obj)
-    return obj
+    return tree_map(lambda t: t if t.is_contiguous() else t.contiguous(), obj)
 
 
 class TorchDistAccelerator(Accelerator):
@@ -178,9 +168,15 @@ class TorchDistAccelerator(Accelerator):
     # ---------------------------------------------------------------- memory format
     def to_device(self, obj: Any) -> Any:
         """Move tensors to the device; with channels_last, 4-D floating tensors (NCHW batches) become NHWC."""
-        if isinstance(obj, torch.Tensor) and self.channels_last and obj.dim() == 4 and obj.is_floating_point():
-            return obj.to(self.device, non_blocking=True, memory_format=torch.channels_last)
-        return super().to_device(obj)
+        if not self.channels_last:
+            return super().to_device(obj)
+
+        def move(t: torch.Tensor) -> torch.Tensor:
+            if t.dim() == 4 and t.is_floating_point():
+                return t.to(self.device, non_blocking=True, memory_format=torch.channels_last)
+            return t.to(self.device, non_blocking=True)
+
+        return tree_map(move, obj)
 
     def save(self, state_fn: Callable[[], Any], writer: Callable[[Any], None]) -> None:
         """As the base class; with channels_last the host copies are made standard (NCHW-contiguous) first,
@@ -197,7 +193,9 @@ class TorchDistAccelerator(Accelerator):
             to_channels_last(net)
         if self.world_size > 1 and any(p.requires_grad for p in net.parameters()):
             ids = [self.device.index] if self.device.type == "cuda" else None
-            net = DistributedDataParallel(net, device_ids=ids, **_NO_BUFFER_SYNC)
+            net = DistributedDataParallel(net, device_ids=ids, **_NO_BUFFER_SYNC,
+                                          find_unused_parameters=bool(self.plan.ddp.get("find_unused_parameters")),
+                                          static_graph=bool(self.plan.ddp.get("static_graph")))
         return net
 
     @contextlib.contextmanager

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import pickle
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -23,6 +22,7 @@ from torch import nn
 
 from anysr.accelerators.base import Accelerator, LaunchPlan
 from anysr.errors import AcceleratorError, CheckpointError
+from anysr.tree import tree_map, tree_tensors
 
 STOP_POLL = 10  # multi-process XLA: iterations between checks whether any rank received a stop signal
 _REDUCE_OPS = {"sum": xm.REDUCE_SUM, "mean": xm.REDUCE_SUM, "max": xm.REDUCE_MAX, "min": xm.REDUCE_MIN}
@@ -43,11 +43,10 @@ class XLAAccelerator(Accelerator):
     """One XLA device per rank (``torch_xla.launch``), or one process sharding batches over all (SPMD)."""
 
     name = "xla"
+    stats_in_log = True
 
     def __init__(self, plan: LaunchPlan, local_rank: int = 0) -> None:
         super().__init__(plan, local_rank)
-        if plan.precision == "fp16":
-            raise AcceleratorError("train.precision: fp16 is not supported on XLA; set bf16 or fp32")
         self._device: torch.device | None = None
         self._spmd_devices = 1
         self._mesh: Any = None
@@ -125,10 +124,9 @@ class XLAAccelerator(Accelerator):
     # ---------------------------------------------------------------- placement
     def to_host(self, obj: Any) -> Any:
         """Move every XLA tensor in ``obj`` to the CPU in one batched transfer (counted)."""
-        found: list[torch.Tensor] = []
-        _collect_xla(obj, found)
+        found = [t for t in tree_tensors(obj) if t.device.type == "xla"]
         if not found:
-            return _detach_cpu(obj)
+            return tree_map(lambda t: t.detach().cpu(), obj)
         self._host_transfers += 1
         convert = getattr(xm, "_maybe_convert_to_cpu", None)
         if convert is not None:
@@ -136,7 +134,7 @@ class XLAAccelerator(Accelerator):
         else:  # older/newer torch_xla without the batched helper
             moved = [t.detach().cpu() for t in found]
         lookup = {id(t): m for t, m in zip(found, moved)}
-        return _replace(obj, lookup)
+        return tree_map(lambda t: lookup[id(t)] if id(t) in lookup else t.detach().cpu(), obj)
 
     def prepare_model(self, net: nn.Module) -> nn.Module:
         """Move ``net`` to the device; with several ranks, copy rank 0's parameters to all."""
@@ -271,32 +269,3 @@ class XLAAccelerator(Accelerator):
     def compile_model(self, net: nn.Module) -> nn.Module:
         """XLA compiles the traced graph itself: ``net`` is returned unchanged."""
         return net
-
-
-def _collect_xla(obj: Any, out: list[torch.Tensor]) -> None:
-    if isinstance(obj, torch.Tensor):
-        if obj.device.type == "xla":
-            out.append(obj)
-    elif isinstance(obj, dict):
-        for value in obj.values():
-            _collect_xla(value, out)
-    elif isinstance(obj, (list, tuple)):
-        for value in obj:
-            _collect_xla(value, out)
-
-
-def _replace(obj: Any, lookup: dict[int, torch.Tensor]) -> Any:
-    if isinstance(obj, torch.Tensor):
-        return lookup[id(obj)] if id(obj) in lookup else obj.detach().cpu()
-    if isinstance(obj, dict):
-        out = {k: _replace(v, lookup) for k, v in obj.items()}
-        return OrderedDict(out) if isinstance(obj, OrderedDict) else out
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-        return type(obj)(*(_replace(v, lookup) for v in obj))
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_replace(v, lookup) for v in obj)
-    return obj
-
-
-def _detach_cpu(obj: Any) -> Any:
-    return _replace(obj, {})

@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from anysr.accelerators.base import LaunchPlan
+from anysr.accelerators.plan import LaunchPlan
 from anysr.errors import AcceleratorError
 
 _SUBSET_HINT = (
@@ -36,10 +36,10 @@ def pjrt_device() -> str:
     name = os.environ.get("PJRT_DEVICE", "").strip().upper()
     if name:
         return name
-    return "TPU" if _local_tpu_chips() > 0 else "CPU"
+    return "TPU" if local_tpu_chips() > 0 else "CPU"
 
 
-def _local_tpu_chips() -> int:
+def local_tpu_chips() -> int:
     """TPU chips this host exposes (device files only: /dev/accel* on v2-v4, /dev/vfio/N on v5e and later)."""
     visible = os.environ.get("TPU_VISIBLE_CHIPS", "").strip()
     if visible:
@@ -56,7 +56,7 @@ def tpu_hosts() -> int:
 def _local_processes(device: str) -> int:
     """The processes ``torch_xla.launch`` will start on this host (an estimate from device files)."""
     if device == "TPU":
-        return max(1, _local_tpu_chips())
+        return max(1, local_tpu_chips())
     return 1  # CPU (and GPU plugins) run one process; its devices are threads
 
 

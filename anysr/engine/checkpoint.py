@@ -37,6 +37,7 @@ from safetensors.torch import save as safetensors_save
 from torch import nn
 
 from anysr.errors import CheckpointError, OptionError
+from anysr.tree import tree_map
 
 __all__ = [
     "atomic_write",
@@ -313,27 +314,18 @@ def _torch_load_bytes(data: bytes) -> Any:
 # --------------------------------------------------------------------------------------------- training state
 def _host_tree(obj: Any, where: str) -> Any:
     """A copy of ``obj`` with tensors detached on the CPU; refuses what weights_only loading refuses."""
-    if isinstance(obj, torch.Tensor):
-        if obj.layout != torch.strided:
-            raise TypeError(f"{where} is a {obj.layout} tensor; store it dense (.to_dense())")
-        return _compact(obj.detach().cpu())
-    if type(obj) not in _ALLOWED_STATE_TYPES:
-        hint = " (use torch.from_numpy)" if isinstance(obj, np.ndarray | np.generic) else ""
-        raise TypeError(f"{where} is a {type(obj).__module__}.{type(obj).__qualname__}{hint}")
-    if isinstance(obj, dict):
-        out = {k: _host_tree(v, f"{where}[{k!r}]") for k, v in obj.items()}
-        for k in out:
-            _host_tree(k, f"{where} key {k!r}")
-        return OrderedDict(out) if isinstance(obj, OrderedDict) else out
-    if isinstance(obj, list):
-        return [_host_tree(v, f"{where}[{i}]") for i, v in enumerate(obj)]
-    if isinstance(obj, torch.Size):
-        return obj
-    if isinstance(obj, tuple):
-        return tuple(_host_tree(v, f"{where}[{i}]") for i, v in enumerate(obj))
-    if isinstance(obj, set):
-        return {_host_tree(v, f"{where} element") for v in obj}
-    return obj
+    def tensor(t: torch.Tensor, at: str) -> torch.Tensor:
+        if t.layout != torch.strided:
+            raise TypeError(f"{at} is a {t.layout} tensor; store it dense (.to_dense())")
+        return _compact(t.detach().cpu())
+
+    def allowed(value: Any, at: str) -> Any:
+        if type(value) not in _ALLOWED_STATE_TYPES:
+            hint = " (use torch.from_numpy)" if isinstance(value, np.ndarray | np.generic) else ""
+            raise TypeError(f"{at} is a {type(value).__module__}.{type(value).__qualname__}{hint}")
+        return value
+
+    return tree_map(tensor, obj, leaf=allowed, container=allowed, path=where)
 
 
 def save_training_state(path: PathLike, state: dict[str, Any]) -> Path:

@@ -18,7 +18,7 @@ from anysr.data import build_dataset, build_eval_loader
 from anysr.data.imageio import read_image, write_image
 from anysr.engine import checkpoint as ckpt
 from anysr.engine.evaluator import EvalResult, evaluate, run_network
-from anysr.engine.logger import get_logger, setup_logging
+from anysr.engine.logger import get_logger, log_start, setup_logging
 from anysr.errors import DataError, OptionError
 from anysr.models import build_model
 from anysr.ops.tiling import plan_tiles
@@ -176,14 +176,12 @@ def infer_worker(acc: Accelerator, net: nn.Module, files: list[Path], out_dir: P
     """
     from tqdm import tqdm  # noqa: PLC0415
 
-    log = setup_logging(enabled=acc.is_main)
+    setup_logging(enabled=acc.is_main)
     outs = output_paths(files, out_dir, suffix)
     in_ch = input_channels(net, default=None)
     side = tile + 2 * tile_pad if tile else CALIBRATION_SIDE
     acc.calibrate(net.eval(), (1, in_ch or 3, side, side), train=False)
-    log.info("anysr infer on %s; %s", acc.describe(), acc.describe_choices())
-    for warning in acc.choice_warnings():
-        log.warning(warning)
+    log_start("infer", acc)
     net = acc.prepare_model(net).eval()
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
@@ -266,9 +264,7 @@ def test_worker(acc: Accelerator, opt: dict[str, Any]) -> dict[str, Any]:
     summary: dict[str, Any] = {"name": opt["name"], "weights": pre, "accelerator": acc.plan.accelerator,
                                "world_size": acc.world_size, "precision": acc.precision,
                                "choices": {k: c.as_dict() for k, c in acc.choices.items()}, "datasets": {}}
-    log.info("anysr test '%s' on %s; %s", opt["name"], acc.describe(), acc.describe_choices())
-    for warning in acc.choice_warnings():
-        log.warning(warning)
+    log_start(f"test '{opt['name']}'", acc)
     for key, dopt in opt["datasets"].items():
         if not key.startswith(("test", "val")):
             continue

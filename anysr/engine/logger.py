@@ -35,6 +35,17 @@ def setup_logging(log_file: Path | None = None, *, enabled: bool = True, level: 
     return logger
 
 
+def log_start(what: str, acc: Any) -> None:
+    """The first line of a command: what runs where, with the hardware choices and why; then their warnings
+    and the launch notes (on the main rank)."""
+    log = get_logger()
+    log.info("anysr %s on %s; %s", what, acc.describe(), acc.describe_choices())
+    for warning in acc.choice_warnings():
+        log.warning(warning)
+    for note in acc.plan.notes:
+        log.info(note)
+
+
 class MetricWriter:
     """Scalars to TensorBoard and wandb when enabled (both optional extras)."""
 

@@ -18,7 +18,7 @@ from anysr.archs.arch_util import input_channels
 from anysr.data import build_dataset, build_eval_loader, build_train_loader
 from anysr.engine import checkpoint as ckpt
 from anysr.engine.evaluator import EvalResult, evaluate
-from anysr.engine.logger import MetricWriter, Progress, Timer, format_eta, get_logger, setup_logging
+from anysr.engine.logger import MetricWriter, Progress, Timer, format_eta, get_logger, log_start, setup_logging
 from anysr.engine.runlock import LOCK_NAME, RunLock
 from anysr.errors import (
     AnysrError,
@@ -354,9 +354,7 @@ class Trainer:
             self.log.info("loaded pretrained weights %s [%s]", pre, key)
         self._load_gan_extras(resume is None)
         self._calibrate()
-        self.log.info("anysr training '%s' on %s; %s", self.opt["name"], acc.describe(), acc.describe_choices())
-        for warning in acc.choice_warnings():
-            self.log.warning(warning)
+        log_start(f"training '{self.opt['name']}'", acc)
         self.model.setup()
 
         start_iter = 0
@@ -486,8 +484,8 @@ class Trainer:
         stats = acc.stats()
         self.log.info("[%s][epoch:%3d, iter:%8d, lr:(%.3e)] [eta: %s, time (data): %.3f (%.3f)] %s",
                       self.opt["name"][:12], epoch, it, lr, eta, iter_time, data_time, loss_txt)
-        if acc.plan.accelerator == "xla":
-            self.log.info("xla stats: %s", stats)
+        if acc.stats_in_log:
+            self.log.info("%s stats: %s", acc.name, stats)
         warn = acc.check_recompiles()
         if warn:
             self.log.warning(warn)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from anysr.accelerators.hardware import PRECISION_CHOICES
-from anysr.accelerators.launcher import ACCELERATOR_HINTS, ACCELERATORS, LAUNCHERS
+from anysr.accelerators.kinds import ACCELERATOR_HINTS, ACCELERATORS, LAUNCHERS
 from anysr.errors import did_you_mean
 from anysr.options.fields import (
     MISSING,

@@ -1,0 +1,253 @@
+"""The table of accelerator kinds: one class per device kind, read by the launcher, the options and the CLI.
+
+Each kind says whether this machine has it (``available``), why not (``missing``), and turns the options into a
+``LaunchPlan`` (``plan``) - all in the parent process, without touching a device runtime: CUDA devices are counted
+through NVML, TPU chips through their device files, and nothing here imports torch_xla. Adding a backend (say
+TorchTPU) is one more class here and its ``Accelerator`` subclass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+import os
+import socket
+from abc import ABC, abstractmethod
+from typing import Any
+
+from anysr.accelerators.plan import LaunchPlan
+from anysr.errors import AcceleratorError
+
+# Names people try for a device kind -> what to say (the nearest spelling would mislead: 'tpu' -> 'cpu').
+ACCELERATOR_HINTS = {"tpu": "TPUs are accelerator: xla", "gpu": "NVIDIA GPUs are accelerator: cuda (Apple: mps)",
+                     "nvidia": "NVIDIA GPUs are accelerator: cuda", "rocm": "AMD GPUs under ROCm are accelerator: cuda",
+                     "hip": "AMD GPUs under ROCm are accelerator: cuda", "metal": "Apple GPUs are accelerator: mps",
+                     "apple": "Apple GPUs are accelerator: mps", "pjrt": "PJRT devices are accelerator: xla"}
+
+
+# --------------------------------------------------------------------------------------------- probes
+def cuda_count() -> int:
+    """Visible CUDA devices, counted through NVML so the parent never creates a CUDA context."""
+    try:
+        import torch  # noqa: PLC0415
+        import torch.cuda as tc  # noqa: PLC0415
+
+        if not torch.backends.cuda.is_built():  # a CPU-only build: no driver to ask
+            return 0
+        count = tc._device_count_nvml()  # noqa: SLF001 - NVML count, no context
+        if count < 0:
+            count = tc.device_count()
+        return max(0, count)
+    except (RuntimeError, AttributeError, OSError):
+        return 0
+
+
+def mps_available() -> bool:
+    import torch  # noqa: PLC0415
+
+    return bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
+
+
+def torch_xla_installed() -> bool:
+    return importlib.util.find_spec("torch_xla") is not None
+
+
+def cpu_cores() -> int:
+    return os.cpu_count() or 1
+
+
+def free_port() -> int:
+    """A free TCP port on localhost for the spawned workers' rendezvous."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanRequest:
+    """What the options ask of the launch (the kind's ``plan`` turns it into a ``LaunchPlan``)."""
+
+    count: int | None  # num_gpu: None = auto / all
+    precision: str = "auto"
+    launcher: str = "auto"  # auto | none | pytorch | torchrun | slurm
+    spmd: bool = False
+    compile: bool = False
+    dist_backend: str | None = None
+    master_port: int | None = None
+    channels_last: bool | None = None
+    find_unused_parameters: bool = False
+    static_graph: bool = False
+
+
+# --------------------------------------------------------------------------------------------- kinds
+class Kind(ABC):
+    """One device kind."""
+
+    name: str
+    accelerator_class_path: str  # "module:Class" of its Accelerator, imported inside the worker only
+    default_backend: str | None = None
+    compile_ok = False
+
+    @abstractmethod
+    def available(self) -> bool:
+        """Whether this machine has the kind (no device runtime is started)."""
+
+    def wanted(self) -> bool:
+        """Whether ``accelerator: auto`` picks this kind (tried in ``AUTO_ORDER``)."""
+        return self.available()
+
+    def missing(self) -> str:
+        """Why it is not available, and what to do."""
+        return f"accelerator: {self.name} was asked for but is not available here; set accelerator: cpu or auto"
+
+    def device_count(self, request: PlanRequest) -> int:
+        """How many local workers the plan starts (checks num_gpu)."""
+        n = 1 if request.count in (None, 0) else request.count
+        return int(n)
+
+    def check(self, request: PlanRequest) -> None:
+        """Refuse what this kind cannot do (precision, compile)."""
+        if request.compile and not self.compile_ok:
+            raise AcceleratorError(f"train.compile: torch.compile is supported here on cpu and cuda, not {self.name}")
+
+    def backend(self, request: PlanRequest) -> tuple[str | None, tuple[str, ...]]:
+        """The process-group backend and notes (a BasicSR file's nccl on CPU ranks is replaced, with a note)."""
+        return request.dist_backend, ()
+
+    def plan(self, request: PlanRequest, external: str | None) -> LaunchPlan:
+        """The launch plan; ``external`` names a launcher that already started us (torchrun, slurm)."""
+        self.check(request)
+        backend, notes = self.backend(request)
+        common: dict[str, Any] = dict(
+            precision=request.precision, compile=request.compile, dist_backend=backend,
+            channels_last=request.channels_last, notes=notes,
+            ddp={"find_unused_parameters": request.find_unused_parameters, "static_graph": request.static_graph})
+        if external:
+            return LaunchPlan(self.name, 1, external, master_port=request.master_port, **common)
+        n = self.device_count(request)
+        if n > 1:
+            return LaunchPlan(self.name, n, "spawn", master_port=request.master_port or free_port(), **common)
+        return LaunchPlan(self.name, 1, "none", **common)
+
+    def accelerator_class(self) -> type:
+        module, _, cls = self.accelerator_class_path.partition(":")
+        return getattr(importlib.import_module(module), cls)  # type: ignore[no-any-return]
+
+
+class CPUKind(Kind):
+    name = "cpu"
+    accelerator_class_path = "anysr.accelerators.torch_dist:CPUAccelerator"
+    default_backend = "gloo"
+    compile_ok = True
+
+    def available(self) -> bool:
+        return True
+
+    def check(self, request: PlanRequest) -> None:
+        super().check(request)
+        if request.precision == "fp16":
+            raise AcceleratorError("train.precision: fp16 on the CPU is slow and unscaled; use auto (bf16 where the "
+                                   "CPU has AVX512-BF16/AMX and it is faster, else fp32), bf16 or fp32")
+
+    def device_count(self, request: PlanRequest) -> int:
+        n = super().device_count(request)
+        if n > cpu_cores():
+            raise AcceleratorError(f"num_gpu: {n} CPU ranks asked for but this machine has {cpu_cores()} cores; "
+                                   f"set num_gpu to at most {cpu_cores()}")
+        return n
+
+    def backend(self, request: PlanRequest) -> tuple[str | None, tuple[str, ...]]:
+        if request.dist_backend not in (None, "gloo"):
+            return "gloo", (f"dist_params.backend: {request.dist_backend} cannot serve CPU ranks; using gloo",)
+        return request.dist_backend, ()
+
+
+class CUDAKind(Kind):
+    name = "cuda"
+    accelerator_class_path = "anysr.accelerators.torch_dist:CUDAAccelerator"
+    default_backend = "nccl"
+    compile_ok = True
+
+    def available(self) -> bool:
+        return cuda_count() > 0
+
+    def missing(self) -> str:
+        return ("accelerator: cuda was asked for but no CUDA device is visible (torch built without CUDA, no "
+                "driver, or CUDA_VISIBLE_DEVICES empty); set accelerator: cpu or auto")
+
+    def device_count(self, request: PlanRequest) -> int:
+        available = cuda_count()
+        n = available if request.count in (None, 0) else request.count
+        if n > available:
+            raise AcceleratorError(
+                f"num_gpu: {n} CUDA devices asked for, {available} visible; set num_gpu: auto "
+                f"(uses all {available}) or a number <= {available}, or change CUDA_VISIBLE_DEVICES")
+        return int(n)
+
+
+class MPSKind(Kind):
+    name = "mps"
+    accelerator_class_path = "anysr.accelerators.torch_dist:MPSAccelerator"
+
+    def available(self) -> bool:
+        return mps_available()
+
+    def missing(self) -> str:
+        return "accelerator: mps was asked for but MPS is not available here; set accelerator: cpu or auto"
+
+    def device_count(self, request: PlanRequest) -> int:
+        n = super().device_count(request)
+        if n != 1:
+            raise AcceleratorError(f"num_gpu: {n} asked for on mps; there is one MPS device, set num_gpu: 1")
+        return n
+
+
+class XLAKind(Kind):
+    name = "xla"
+    accelerator_class_path = "anysr.accelerators.xla:XLAAccelerator"
+
+    def available(self) -> bool:
+        return torch_xla_installed()
+
+    def wanted(self) -> bool:
+        """``auto`` picks XLA when torch_xla is installed and PJRT_DEVICE is set or TPU chips are attached."""
+        from anysr.accelerators.xla_plan import local_tpu_chips  # noqa: PLC0415
+
+        return self.available() and ("PJRT_DEVICE" in os.environ or local_tpu_chips() > 0)
+
+    def missing(self) -> str:
+        return ("accelerator: xla was asked for but torch_xla is not installed; pip install 'anysr[xla]' "
+                "(torch_xla matching your torch), or set accelerator: cpu")
+
+    def plan(self, request: PlanRequest, external: str | None) -> LaunchPlan:
+        """XLA starts its own workers (torch_xla.launch) or runs SPMD in one process; see ``xla_plan``."""
+        from anysr.accelerators.xla_plan import xla_plan  # noqa: PLC0415
+
+        # XLA assigns tensor layouts itself when it compiles the graph: channels_last is only recorded (the
+        # worker's choice says it is ignored).
+        del external
+        plan = xla_plan(request.count, precision=request.precision, spmd=request.spmd, compile=request.compile)
+        return dataclasses.replace(plan, channels_last=request.channels_last)
+
+
+KINDS: dict[str, Kind] = {k.name: k for k in (CPUKind(), CUDAKind(), MPSKind(), XLAKind())}
+AUTO_ORDER = ("xla", "cuda", "mps", "cpu")
+ACCELERATORS = ("auto", *KINDS)
+LAUNCHERS = ("auto", "none", "pytorch", "torchrun", "slurm")
+
+
+def pick_kind(name: str) -> Kind:
+    """Resolve ``auto`` (XLA when PJRT_DEVICE is set or TPU chips exist, then CUDA, MPS, CPU) and check."""
+    if name not in ACCELERATORS:
+        from anysr.errors import did_you_mean  # noqa: PLC0415
+
+        hint = f" ({ACCELERATOR_HINTS[name.lower()]})" if name.lower() in ACCELERATOR_HINTS \
+            else did_you_mean(name, ACCELERATORS)
+        raise AcceleratorError(f"accelerator: '{name}' is not one of {', '.join(ACCELERATORS)}{hint}")
+    if name == "auto":
+        return next(KINDS[k] for k in AUTO_ORDER if KINDS[k].wanted())
+    kind = KINDS[name]
+    if not kind.available():
+        raise AcceleratorError(kind.missing())
+    return kind
