@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import io
 import logging
 import os
@@ -253,21 +254,22 @@ def test_truncated_training_state_is_refused(tmp_path: Path) -> None:
 
 
 def test_unstamped_and_foreign_states(tmp_path: Path) -> None:
-    # Re-saved with plain torch.save: no file stamp, the content digest still protects it.
+    # Re-saved with plain torch.save: the whole-file checksum (the one integrity check) is gone, so it is refused.
     raw = torch.load(ck.save_training_state(tmp_path / "1.state", make_state()), weights_only=True)
     resaved = tmp_path / "2.state"
     torch.save(raw, resaved)
-    assert_same(ck.load_training_state(resaved), make_state())
-    raw["networks"]["net_g"]["w"][0, 0] += 1
-    torch.save(raw, resaved)
-    with pytest.raises(CheckpointError, match="2.state is unusable: checksum mismatch"):
+    with pytest.raises(CheckpointError, match="2.state is unusable: it carries no anysr checksum"):
         ck.load_training_state(resaved)
     foreign = tmp_path / "3.state"
-    torch.save({"iter": 3, "optimizers": []}, foreign)
-    with pytest.raises(CheckpointError, match="3.state is unusable: not an anysr training state"):
+    torch.save({"iter": 3, "optimizers": []}, foreign)  # never unpickled: no checksum, refused before
+    with pytest.raises(CheckpointError, match="3.state is unusable: it carries no anysr checksum"):
         ck.load_training_state(foreign)
+    integrity = importlib.import_module("anysr.engine.checkpoint.integrity")
+    integrity.save_stamped(tmp_path / "3b.state", {"iter": 3})  # a checksum, but not our record
+    with pytest.raises(CheckpointError, match="3b.state is unusable: not an anysr training state"):
+        ck.load_training_state(tmp_path / "3b.state")
     evil = tmp_path / "4.state"
-    torch.save({"iter": 4, "x": NotAllowed()}, evil)
+    integrity.save_stamped(evil, {"iter": 4, "x": NotAllowed()})  # a valid checksum over a pickled object
     with pytest.raises(CheckpointError, match=r"4.state is unusable: refused by torch.load\(weights_only"):
         ck.load_training_state(evil)
     with pytest.raises(CheckpointError, match="5.state is unusable: does not exist"):

@@ -7,6 +7,7 @@ starts it, through the command line in a subprocess; signals are real signals.
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import shutil
@@ -330,7 +331,8 @@ def test_disk_full_during_a_save_keeps_the_last_state(tmp_path: Path, small_trai
     from anysr.cli import main  # noqa: PLC0415
 
     path = write_options(tmp_path / "o.yml", tiny_train_options("full", small_train_dir, None, total_iter=4))
-    real = ckpt.atomic_write
+    integrity = importlib.import_module("anysr.engine.checkpoint.integrity")  # where states are written
+    real = integrity.atomic_write
     calls = {"n": 0}
 
     def full_after_first_save(target: object, fn: object) -> Path:
@@ -340,7 +342,7 @@ def test_disk_full_during_a_save_keeps_the_last_state(tmp_path: Path, small_trai
                 raise OSError(28, "No space left on device", str(target))
         return real(target, fn)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(ckpt, "atomic_write", full_after_first_save)
+    monkeypatch.setattr(integrity, "atomic_write", full_after_first_save)
     assert main(["train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}"]) == 2
     err = capsys.readouterr().err
     assert "No space left on device" in err and "the disk is full" in err and len(err.strip().splitlines()) == 1

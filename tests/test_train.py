@@ -215,7 +215,7 @@ def test_resume_guards(tmp_path: Path, small_train_dir: Path, small_val_dir: Pat
     assert "train.total_iter: 3 is below the iteration being resumed" in capsys.readouterr().err
     assert main(["train", "-opt", str(opt), "--auto_resume", "--force_yml", root, "train.total_iter=6",
                  "network_g.num_feat=16"]) == 2
-    assert "does not fit this run's model" in capsys.readouterr().err
+    assert "does not fit this run's net_g: shape mismatches" in capsys.readouterr().err
     assert main(["train", "-opt", str(opt), "--auto_resume", "--force_yml", root, "train.total_iter=6",
                  "datasets.train.batch_size_per_gpu=2"]) == 2
     assert "global batch" in capsys.readouterr().err

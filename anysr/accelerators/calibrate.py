@@ -26,6 +26,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from anysr.atomic import atomic_write_json
+
 CACHE_FILE = "choices.json"
 CACHE_VERSION = 1
 
@@ -80,14 +82,10 @@ def _read_cache() -> dict[str, Any]:
 
 def _write_cache(key: str, entry: dict[str, Any]) -> None:
     """Best effort (a read-only home just means measuring again next time)."""
-    folder = cache_dir()
     with contextlib.suppress(OSError):
-        folder.mkdir(parents=True, exist_ok=True)
         data = _read_cache()
         data[key] = entry
-        tmp = folder / f".{CACHE_FILE}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        os.replace(tmp, folder / CACHE_FILE)
+        atomic_write_json(cache_dir() / CACHE_FILE, data)
 
 
 def _prepare(net: nn.Module, variant: Variant) -> nn.Module:

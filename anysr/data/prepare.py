@@ -17,6 +17,7 @@ from types import ModuleType
 import numpy as np
 from tqdm import tqdm
 
+from anysr.atomic import atomic_write_bytes
 from anysr.data.imageio import ImageInfo, list_images, probe_image, read_image, write_image
 from anysr.errors import DataError, OptionError
 from anysr.ops.imresize import imresize
@@ -287,5 +288,5 @@ def make_lmdb(input_dir: PathLike, lmdb_path: PathLike, *, compress_level: int =
         txn.commit()
     finally:
         env.close()
-    (out / "meta_info.txt").write_text("".join(meta), encoding="utf-8")
+    atomic_write_bytes(out / "meta_info.txt", "".join(meta).encode("utf-8"))
     return out

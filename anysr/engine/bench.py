@@ -13,7 +13,6 @@ so for transformer archs the GFLOP/s figure is a lower bound.
 from __future__ import annotations
 
 import copy
-import json
 import os
 import statistics
 import time
@@ -27,6 +26,7 @@ from torch import nn
 from anysr.accelerators import Accelerator
 from anysr.archs import build_network
 from anysr.archs.arch_util import input_channels
+from anysr.atomic import atomic_write_json
 from anysr.engine.evaluator import run_network
 from anysr.errors import OptionError, TrainingError
 from anysr.models import build_model
@@ -228,7 +228,4 @@ def format_table(result: dict[str, Any]) -> str:
 
 def write_json(path: str | Path, result: dict[str, Any]) -> Path:
     """Write ``result`` as indented JSON (the folder is created)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    return path
+    return atomic_write_json(path, result)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -10,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from anysr.atomic import atomic_write_json
 from anysr.data.imageio import list_images, read_image
 from anysr.errors import DataError, OptionError
 from anysr.metrics.psnr_ssim import calculate_psnr, calculate_ssim
@@ -148,8 +148,6 @@ def evaluate_folders(gt_dir: PathLike, sr_dir: PathLike, scale: int, crop_border
     for r in rows:
         echo(f"{r['name']:<{width}}  {r['psnr']:8.4f}  {r['ssim']:6.4f}")
     if json_path is not None:
-        out = Path(json_path)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        atomic_write_json(json_path, result)
     echo(f"average PSNR={result['psnr']:.4f} SSIM={result['ssim']:.4f} n={n}")
     return result

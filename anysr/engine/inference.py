@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from torch import nn
 from anysr.accelerators import Accelerator
 from anysr.archs import build_network
 from anysr.archs.arch_util import input_channels
+from anysr.atomic import atomic_write_json
 from anysr.data import build_dataset, build_eval_loader
 from anysr.data.imageio import read_image, write_image
 from anysr.engine import checkpoint as ckpt
@@ -282,7 +282,7 @@ def test_worker(acc: Accelerator, opt: dict[str, Any]) -> dict[str, Any]:
         summary["datasets"][name] = {"n": res.count, **res.metrics, "images": res.images}
     summary["stats"] = acc.stats()
     if acc.is_main:
-        ckpt.atomic_write_bytes(results_root / "summary.json", (json.dumps(summary, indent=2) + "\n").encode())
+        atomic_write_json(results_root / "summary.json", summary)
         log.info("wrote %s", results_root / "summary.json")
     return summary
 

@@ -15,6 +15,7 @@ import yaml
 from anysr.accelerators import Accelerator
 from anysr.accelerators.process import Interrupted, signal_name
 from anysr.archs.arch_util import input_channels
+from anysr.atomic import atomic_write_bytes, atomic_write_json
 from anysr.data import build_dataset, build_eval_loader, build_train_loader
 from anysr.engine import checkpoint as ckpt
 from anysr.engine.evaluator import EvalResult, evaluate
@@ -31,16 +32,10 @@ from anysr.errors import (
 )
 from anysr.models import build_model
 
-STATE_FORMAT = 1
-
 
 def train_worker(acc: Accelerator, opt: dict[str, Any], auto_resume: bool, start_over: bool = False) -> dict[str, Any]:
     """Entry point of every training worker (``launch`` calls it once per rank)."""
     return Trainer(opt, acc, auto_resume=auto_resume, start_over=start_over).fit()
-
-
-def atomic_json(path: Path, data: dict[str, Any]) -> None:
-    ckpt.atomic_write_bytes(path, (json.dumps(data, indent=2, sort_keys=False) + "\n").encode())
 
 
 @dataclass
@@ -189,7 +184,7 @@ class Trainer:
         while path.exists():  # two changed runs within one second: keep both
             n += 1
             path = self.exp_dir / f"options_{stamp}_{n}.yml"
-        ckpt.atomic_write_bytes(path, text.encode())
+        atomic_write_bytes(path, text.encode())
 
     def _load_gan_extras(self, fresh: bool) -> None:
         """GAN models: ``path.pretrain_network_d`` (fresh runs only) and the VGG19 weights of
@@ -360,8 +355,6 @@ class Trainer:
         start_iter = 0
         if resume is not None:
             path, state = resume
-            if state.get("format") != STATE_FORMAT:
-                raise TrainingError(f"{path}: training-state format {state.get('format')} is not {STATE_FORMAT}")
             self._check_resumable(path, state)
             self._load_model_state(path, state["model"])
             acc.load_state_dict(state.get("accelerator", {}))
@@ -530,7 +523,7 @@ class Trainer:
         model, acc = self.model, self.acc
 
         def state_fn() -> dict[str, Any]:
-            return {"format": STATE_FORMAT, "iter": it, "epoch": epoch, "accumulate": self.accumulate,
+            return {"iter": it, "epoch": epoch, "accumulate": self.accumulate,
                     "signature": self._run_signature(),
                     "batch_position": it * self.accumulate, "model": model.state_dict(),
                     "accelerator": acc.state_dict(), "rng": acc.rng_state(), "best": self.best,
@@ -575,5 +568,5 @@ class Trainer:
                 for key in ("wall_time_s", "mean_iter_time_s", "mean_data_time_s"):
                     if key in old and key not in summary:
                         summary[key] = old[key]
-            atomic_json(path, summary)
+            atomic_write_json(path, summary)
         return summary

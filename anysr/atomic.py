@@ -1,0 +1,103 @@
+"""Files that are either old or new, never half-written: temp file, fsync, rename, folder fsync.
+
+Every checkpoint, summary, options record and JSON file anysr writes goes through here."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+PathLike = str | os.PathLike
+
+_TEMP_RE = re.compile(r"^\..+\.tmp-(\d+)-[0-9a-f]+$")
+
+
+def atomic_write(path: PathLike, write_fn: Callable[[BinaryIO], None]) -> Path:
+    """Write ``path`` so that readers only ever see the old file or the complete new one.
+
+    ``write_fn`` fills a temp file ``.<name>.tmp-<pid>-<random>`` in the same folder; it is flushed,
+    fsynced and renamed over ``path`` (the folder is fsynced too). On any exception the temp file is
+    removed and the exception propagates; the old ``path`` is untouched.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    published = False
+    try:
+        with open(tmp, "xb") as f:
+            write_fn(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        published = True
+    finally:
+        if not published:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+    _fsync_folder(path.parent)
+    return path
+
+
+def atomic_write_bytes(path: PathLike, data: bytes) -> Path:
+    """``atomic_write`` of a bytes object."""
+    return atomic_write(path, lambda f: f.write(data))
+
+
+def atomic_write_json(path: PathLike, data: Any) -> Path:
+    """``atomic_write`` of ``data`` as indented JSON (every JSON file anysr writes goes through here)."""
+    return atomic_write_bytes(path, (json.dumps(data, indent=2) + "\n").encode())
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make the rename durable; folders cannot be opened on Windows and some file systems refuse it."""
+    if os.name == "nt":
+        return
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    if os.name == "nt":  # os.kill(pid, 0) would send CTRL_C_EVENT there; be conservative
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OverflowError:
+        return False
+    return True
+
+
+def clean_stale_temps(folder: PathLike) -> list[Path]:
+    """Remove temp files left by a save that was killed; returns what was removed.
+
+    Only names made by ``atomic_write`` are touched, and only those whose writing process is no
+    longer alive on this machine (a temp file is never mistaken for a checkpoint: only the rename
+    publishes one).
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    removed = []
+    for entry in sorted(folder.iterdir()):
+        m = _TEMP_RE.match(entry.name)
+        if not m or not entry.is_file() or _pid_alive(int(m.group(1))):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            entry.unlink()
+            removed.append(entry)
+    return removed

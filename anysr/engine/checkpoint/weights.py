@@ -1,0 +1,419 @@
+"""Network weights: anysr .safetensors (groups, rebuild metadata, digests) and BasicSR / foreign .pth files,
+read safely (``weights_only=True``, memory-mapped where the archive allows), checked, and loaded into a net."""
+
+from __future__ import annotations
+
+import json
+import logging
+import mmap
+import os
+import struct
+import zipfile
+import zlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save as safetensors_save
+from torch import nn
+
+from anysr.atomic import atomic_write_bytes
+from anysr.engine.checkpoint.common import STATE_KEY, WEIGHTS_FORMAT, PathLike, compact, first
+from anysr.engine.checkpoint.integrity import (
+    check_zip_stamp,
+    describe_load_error,
+    has_stamp_magic,
+    save_stamped,
+    tree_digest,
+)
+from anysr.engine.checkpoint.state import STATE_RE
+from anysr.errors import CheckpointError
+
+logger = logging.getLogger("anysr.engine.checkpoint")
+
+_WEIGHTS_FIX = ("Fix: re-download or re-export it, or point the option naming it "
+                "(e.g. path.pretrain_network_g) at another file")
+_RESERVED_META = ("anysr_format", "groups", "digest")
+_WRAPPER_PREFIXES = ("module.", "_orig_mod.")
+
+
+def _host_tensor(t: torch.Tensor, where: str) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise CheckpointError(f"cannot save weights: {where} is a {type(t).__name__}, not a tensor")
+    if t.layout != torch.strided:
+        raise CheckpointError(f"cannot save weights: {where} is a {t.layout} tensor; store it dense")
+    return compact(t.detach().cpu().contiguous())
+
+
+def _host_groups(groups: Mapping[str, Mapping[str, torch.Tensor]],
+                 path: Path) -> dict[str, dict[str, torch.Tensor]]:
+    if not isinstance(groups, Mapping) or not groups:
+        raise CheckpointError(f"cannot save weights {path}: groups must be a non-empty dict like "
+                              "{'params': net.state_dict()}")
+    out: dict[str, dict[str, torch.Tensor]] = {}
+    seen: set[int] = set()
+    for group, sd in groups.items():
+        if not isinstance(group, str) or not group or "." in group:
+            raise CheckpointError(f"cannot save weights {path}: group name {group!r} must be a non-empty "
+                                  "string without '.' (e.g. 'params', 'params_ema')")
+        if not isinstance(sd, Mapping):
+            raise CheckpointError(f"cannot save weights {path}: group {group!r} is a {type(sd).__name__}, "
+                                  "not a state dict")
+        out[group] = {}
+        for name, t in sd.items():
+            t = _host_tensor(t, f"{group}.{name}")
+            ptr = t.untyped_storage().data_ptr()
+            if t.numel() and ptr in seen:
+                t = t.clone()  # tied or repeated tensors: safetensors stores each one on its own
+            seen.add(t.untyped_storage().data_ptr())
+            out[group][str(name)] = t
+    return out
+
+
+def _metadata_digest(meta: Mapping[str, str], digests: Mapping[str, str], names: list[str]) -> str:
+    """Digest of the metadata strings (but the digest record), the per-group digests and all tensor names."""
+    return tree_digest({"metadata": {k: v for k, v in meta.items() if k != "digest"},
+                        "groups": {k: v for k, v in digests.items() if k != "__metadata__"},
+                        "names": sorted(names)})
+
+
+def save_weights(path: PathLike, groups: Mapping[str, Mapping[str, torch.Tensor]],
+                 metadata: Mapping[str, Any] | None = None) -> Path:
+    """Atomically write ``groups`` (e.g. ``{'params': sd, 'params_ema': sd}``) as one ``.safetensors`` file.
+
+    Tensors are named ``<group>.<param>``; each ``metadata`` value (``network_g`` options, ``scale``,
+    ``iteration``, ...) is stored JSON-encoded next to ``anysr_format``, ``groups`` and a ``digest`` of
+    the tensors and metadata, so the net can be rebuilt and verified from the file alone.
+    """
+    path = Path(path)
+    host = _host_groups(groups, path)
+    meta: dict[str, str] = {}
+    for key, value in (metadata or {}).items():
+        if key in _RESERVED_META:
+            raise CheckpointError(f"cannot save weights {path}: metadata key '{key}' is reserved; rename it")
+        try:
+            meta[str(key)] = json.dumps(value, sort_keys=True, allow_nan=True)
+        except (TypeError, ValueError) as exc:
+            raise CheckpointError(f"cannot save weights {path}: metadata '{key}' is not JSON-serialisable "
+                                  f"({exc}); pass plain dicts, lists, strings and numbers") from None
+    meta["anysr_format"] = json.dumps(WEIGHTS_FORMAT)
+    meta["groups"] = json.dumps(list(host))
+    digests = {g: tree_digest(sd) for g, sd in host.items()}
+    tensors = {f"{g}.{name}": t for g, sd in host.items() for name, t in sd.items()}
+    digests["__metadata__"] = _metadata_digest(meta, digests, list(tensors))
+    meta["digest"] = json.dumps(digests, sort_keys=True)
+    return atomic_write_bytes(path, safetensors_save(tensors, metadata=meta))
+
+
+def save_weights_pth(path: PathLike, groups: Mapping[str, Mapping[str, torch.Tensor]]) -> Path:
+    """Atomically write a BasicSR-compatible ``torch.save({'params': sd, 'params_ema': sd})`` file.
+
+    The zip comment carries a whole-file sha256 that ``load_weights`` checks (torch and BasicSR ignore it).
+    """
+    path = Path(path)
+    return save_stamped(path, _host_groups(groups, path))
+
+
+def _strip_wrapper_prefixes(sd: Mapping[str, Any], path: Path) -> dict[str, Any]:
+    """Drop leading ``module.`` (DDP) / ``_orig_mod.`` (torch.compile) from every name."""
+    out: dict[str, Any] = {}
+    for name, value in sd.items():
+        key = str(name)
+        stripped = True
+        while stripped:
+            stripped = False
+            for prefix in _WRAPPER_PREFIXES:
+                if key.startswith(prefix):
+                    key = key[len(prefix):]
+                    stripped = True
+        if key in out:
+            raise CheckpointError(f"weights {path}: '{name}' and another entry both become '{key}' once "
+                                  "the DDP/compile prefixes are removed; the file mixes wrapped and "
+                                  "unwrapped names. Fix: re-export it from the unwrapped network")
+        out[key] = value
+    return out
+
+
+def _is_state_dict(obj: Any) -> bool:
+    return isinstance(obj, Mapping) and bool(obj) and all(isinstance(v, torch.Tensor) for v in obj.values())
+
+
+def _pick_group(available: list[str], param_key: str, path: Path, extra: tuple[str, ...] = (),
+                key_option: str = "path.param_key_g") -> str:
+    """The group to load: ``param_key``; ``params_ema`` falls back to ``params``; ``params`` to ``extra``."""
+    if param_key in available:
+        return param_key
+    if param_key == "params_ema" and "params" in available:
+        logger.info("%s holds no 'params_ema' (EMA) weights, as Real-ESRGAN's releases; loading 'params'", path)
+        return "params"
+    for alt in extra:
+        if alt in available:
+            if param_key == "params_ema":
+                logger.info("%s holds no 'params_ema' (EMA) weights; loading '%s'", path, alt)
+            return alt
+    listed = ", ".join(repr(k) for k in available) or "none"
+    raise CheckpointError(f"weights {path} have no '{param_key}' entry; it holds: {listed}. "
+                          f"Fix: set {key_option} to one of them")
+
+
+def _weights_kind(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix == ".safetensors":
+        return "safetensors"
+    if suffix in (".pth", ".pt", ".ckpt", ".bin"):
+        return "torch"
+    try:
+        with open(path, "rb") as f:
+            head = f.read(9)
+    except OSError as exc:
+        raise CheckpointError(f"cannot read weights {path}: {exc}") from exc
+    if head[:2] == b"PK" or head[:1] == b"\x80":
+        return "torch"
+    if len(head) == 9 and head[8:9] == b"{":
+        return "safetensors"
+    raise CheckpointError(f"weights {path}: unknown format; expected a .safetensors, .pth, .pt or .ckpt file")
+
+
+def _decode_metadata(raw: Mapping[str, str] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in (raw or {}).items():
+        if key == "digest":
+            continue
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value  # a plain string from another tool
+    return out
+
+
+def _checked_anysr_meta(raw_meta: Mapping[str, str], names: list[str],
+                        path: Path) -> tuple[list[str], dict[str, str], dict[str, Any]]:
+    """``(groups, recorded digests, decoded metadata)`` of one of our files, after checking that the
+    metadata, the digest record and the tensor names agree (a flipped byte in the header is refused)."""
+    def corrupt(what: str) -> CheckpointError:
+        return CheckpointError(f"weights {path} are corrupt: {what} (the file changed after it was "
+                               f"written). {_WEIGHTS_FIX}")
+
+    if any(key not in raw_meta for key in _RESERVED_META):
+        raise corrupt("part of the anysr header is missing")
+    try:
+        fmt = json.loads(raw_meta["anysr_format"])
+        groups = json.loads(raw_meta["groups"])
+        digests = json.loads(raw_meta["digest"])
+    except ValueError:
+        raise corrupt("the anysr header does not parse") from None
+    if not (isinstance(groups, list) and groups and all(isinstance(g, str) for g in groups)
+            and isinstance(digests, dict) and set(digests) == {*groups, "__metadata__"}):
+        raise corrupt("the group list and the digest record disagree")
+    if fmt != WEIGHTS_FORMAT:
+        raise CheckpointError(f"weights {path}: unknown anysr weights format {fmt!r} (this anysr reads "
+                              f"format {WEIGHTS_FORMAT}): written by another anysr version, or corrupt. "
+                              f"{_WEIGHTS_FIX}")
+    if digests["__metadata__"] != _metadata_digest(raw_meta, digests, names):
+        raise corrupt("checksum mismatch in the metadata")
+    stray = [n for n in names if n.split(".", 1)[0] not in groups]
+    if stray:
+        raise corrupt(f"tensor name {stray[0]!r} belongs to none of the groups {groups}")
+    return groups, digests, _decode_metadata(raw_meta)
+
+
+def _load_safetensors(path: Path, param_key: str | None,
+                      key_option: str = "path.param_key_g") -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Tensors of ``param_key`` (all of them for a foreign file; none when None) and the metadata."""
+    group = None
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            raw_meta = f.metadata() or {}
+            names = list(f.keys())
+            if not any(key in raw_meta for key in _RESERVED_META):  # a plain file from another tool
+                sd = {n: f.get_tensor(n) for n in names} if param_key is not None else {}
+                return sd, _decode_metadata(raw_meta)
+            groups, digests, meta = _checked_anysr_meta(raw_meta, names, path)
+            if param_key is None:
+                return {}, meta
+            group = _pick_group(groups, param_key, path, key_option=key_option)
+            prefix = group + "."
+            sd = {n[len(prefix):]: f.get_tensor(n) for n in names if n.startswith(prefix)}
+    except CheckpointError:
+        raise
+    except Exception as exc:  # safetensors raises its own error types for bad headers and short files
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise CheckpointError(f"weights {path} are truncated or corrupt ({type(exc).__name__}: {msg}). "
+                              f"{_WEIGHTS_FIX}") from exc
+    if digests[group] != tree_digest(sd):
+        raise CheckpointError(f"weights {path}: checksum mismatch in '{group}' (the file changed "
+                              f"after it was written). {_WEIGHTS_FIX}")
+    return sd, meta
+
+
+def _stored_zip(f: BinaryIO) -> bool:
+    """Whether ``f`` is a zip archive whose records are all stored uncompressed, as ``torch.save`` writes them.
+
+    ``torch.load`` with ``mmap=True`` reads each record at its offset in the file, so a legacy (pre-1.6) file or an
+    archive re-zipped with compression must be read the ordinary way (mapped, it would give wrong values).
+    """
+    if f.read(4) != b"PK\x03\x04":
+        return False
+    try:
+        with zipfile.ZipFile(f) as zf:
+            return all(info.compress_type == zipfile.ZIP_STORED for info in zf.infolist())
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError, struct.error):
+        return False  # torch.load says what is wrong with it
+
+
+def _scan_torch_file(path: Path) -> tuple[str, bool]:
+    """``(stamp status, can be memory-mapped)`` of a torch file, read through a memory map (no copy in memory)."""
+    try:
+        with open(path, "rb") as f:
+            data: Any = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if os.fstat(f.fileno()).st_size else b""
+            mappable = _stored_zip(f)
+    except OSError as exc:
+        raise CheckpointError(f"cannot read weights {path}: {exc}") from exc
+    try:
+        return (check_zip_stamp(data) if has_stamp_magic(data) else "absent"), mappable
+    finally:
+        if isinstance(data, mmap.mmap):
+            data.close()
+
+
+def _check_zip_crcs(path: Path) -> None:
+    """A foreign ``.pth`` carries no stamp of ours: verify the CRC-32 its zip records hold (one sequential read)."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            bad = zf.testzip()
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError, struct.error, zlib.error):
+        return  # not a readable zip: torch.load says what is wrong with it
+    if bad is not None:
+        raise CheckpointError(f"weights {path} are corrupt: the record '{bad}' fails its zip CRC check (a damaged "
+                              f"download or copy). {_WEIGHTS_FIX}")
+
+
+def _load_torch_weights(path: Path, param_key: str, key_option: str = "path.param_key_g") -> dict[str, torch.Tensor]:
+    stamp, mappable = _scan_torch_file(path)
+    if stamp != "absent" and stamp != "ok":
+        what = "checksum mismatch" if stamp == "mismatch" else "truncated or corrupt end of archive"
+        raise CheckpointError(f"weights {path}: {what} (the file changed after it was written). "
+                              f"{_WEIGHTS_FIX}")
+    if stamp == "absent":
+        _check_zip_crcs(path)
+    try:
+        # torch.save archives are memory-mapped: tensors are views of the page cache, shared by every process
+        # reading the file, and only the group loaded into the net is ever touched.
+        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=mappable)
+    except Exception as exc:  # any unpickler failure means an unusable file
+        raise CheckpointError(f"weights {path} cannot be loaded: {describe_load_error(exc)}. "
+                              f"{_WEIGHTS_FIX}") from exc
+    if _is_state_dict(obj):
+        return dict(obj)
+    if not isinstance(obj, Mapping):
+        raise CheckpointError(f"weights {path} hold a {type(obj).__name__}, not a state dict. "
+                              f"{_WEIGHTS_FIX}")
+    if STATE_KEY in obj:
+        raise _training_state_given(path)
+    available = [str(k) for k, v in obj.items() if _is_state_dict(v)]
+    group = _pick_group(available, param_key, path, extra=("state_dict",), key_option=key_option)
+    return dict(obj[group])
+
+
+def _training_state_given(path: Path) -> CheckpointError:
+    models = path.parent.parent / "models"
+    return CheckpointError(f"{path} is a training state (what --auto_resume / path.resume_state continue from), "
+                           f"not network weights; the weights saved with it are {models}/net_g_<iteration>."
+                           "safetensors (and net_g_latest.safetensors)")
+
+
+def _check_finite(sd: Mapping[str, torch.Tensor], path: Path) -> None:
+    """Refuse weights holding NaN or infinity (a broken training run or a damaged file), naming the tensor."""
+    for name, t in sd.items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise CheckpointError(f"weights {path}: tensor '{name}' holds NaN or infinite values; the network "
+                                  f"would output garbage. {_WEIGHTS_FIX}")
+
+
+def load_weights(path: PathLike, param_key: str = "params", *,
+                 key_option: str = "path.param_key_g") -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Read network weights on the CPU: ``(state_dict, metadata)``.
+
+    ``.safetensors`` (ours: the ``param_key`` group, verified; any other: all tensors) are memory-mapped
+    through ``safe_open``; ``.pth``/``.pt``/``.ckpt`` (BasicSR ``{'params', 'params_ema'}``, a bare state dict,
+    or a ``state_dict`` entry) go through ``torch.load(weights_only=True, mmap=True)``, legacy pre-1.6 files
+    without ``mmap``. The tensors are views of the file's pages: copy them into the net (``load_into``) and
+    drop them. ``params_ema`` falls back to ``params`` (one info line). Leading ``module.`` / ``_orig_mod.``
+    are stripped from the names. Foreign ``.pth`` archives are checked against their zip CRCs, and weights
+    holding NaN or infinity are refused. ``key_option`` names the option that sets ``param_key`` in errors.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"weights {path} do not exist. {_WEIGHTS_FIX}")
+    if not path.is_file():
+        raise CheckpointError(f"weights {path} is not a file; point the option at a .safetensors "
+                              "or .pth file")
+    if STATE_RE.match(path.name):
+        raise _training_state_given(path)
+    if _weights_kind(path) == "safetensors":
+        sd, meta = _load_safetensors(path, param_key, key_option)
+    else:
+        sd, meta = _load_torch_weights(path, param_key, key_option), {}
+    _check_finite(sd, path)
+    return _strip_wrapper_prefixes(sd, path), meta
+
+
+def read_weights_metadata(path: PathLike) -> dict[str, Any]:
+    """The decoded metadata of a ``.safetensors`` weights file (checked against its digest when ours);
+    ``{}`` for ``.pth`` files, which carry none."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"weights {path} do not exist or are not a file. {_WEIGHTS_FIX}")
+    if _weights_kind(path) != "safetensors":
+        return {}
+    return _load_safetensors(path, None)[1]
+
+
+# --------------------------------------------------------------------------------------------- into a network
+def state_dict_mismatch(own: Mapping[str, Any], theirs: Mapping[str, Any]) -> tuple[list[str], set[str]]:
+    """How ``theirs`` differs from ``own`` (missing / unexpected keys, shape mismatches, first few of each),
+    and the names whose shapes differ."""
+    missing = [k for k in own if k not in theirs]
+    unexpected = [k for k in theirs if k not in own]
+    bad: dict[str, str] = {}
+    for k, mine in own.items():
+        other = theirs.get(k)
+        if isinstance(mine, torch.Tensor) and isinstance(other, torch.Tensor) and other.shape != mine.shape:
+            bad[k] = f"{k}: file {tuple(other.shape)} vs network {tuple(mine.shape)}"
+    problems = []
+    if missing:
+        problems.append(f"missing keys ({len(missing)}): {first(missing)}")
+    if unexpected:
+        problems.append(f"unexpected keys ({len(unexpected)}): {first(unexpected)}")
+    if bad:
+        problems.append(f"shape mismatches ({len(bad)}): {first(list(bad.values()))}")
+    return problems, set(bad)
+
+
+def load_into(net: nn.Module, state_dict: Mapping[str, Any], *, strict: bool, source: str,
+              fix: str = "check that network_g matches the file, or set path.strict_load_g: false to load "
+                         "what matches") -> None:
+    """Load ``state_dict`` into ``net``.
+
+    Missing / unexpected keys or shape mismatches raise CheckpointError naming ``source`` when ``strict``;
+    otherwise the tensors whose name and shape match are loaded and the rest is logged as skipped
+    (loading nothing at all is still an error: the file is for another network).
+    """
+    own = net.state_dict()
+    problems, bad = state_dict_mismatch(own, state_dict)
+    if strict:
+        if problems:
+            raise CheckpointError(f"{source} does not fit the network: " + "; ".join(problems) + f". Fix: {fix}")
+        net.load_state_dict(dict(state_dict), strict=True)
+        return
+    matching = {k: v for k, v in state_dict.items() if k in own and k not in bad}
+    if own and not matching:
+        raise CheckpointError(f"{source}: none of its {len(state_dict)} entries match the network's "
+                              f"{len(own)} (file: {first(list(state_dict), 3)}; network: "
+                              f"{first(list(own), 3)}). Fix: check network_g and the file")
+    net.load_state_dict(matching, strict=False)
+    if problems:
+        logger.warning("%s: loaded %d of %d network tensors; skipped %s", source, len(matching), len(own),
+                       "; ".join(problems))
