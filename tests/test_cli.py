@@ -68,11 +68,12 @@ def test_infer_real_model_tiled_equals_untiled(tmp_path: Path) -> None:
     img = cv2.imread(str(DATASETS / "Set5" / "HR" / "bird.png"))
     lr = cv2.resize(img, (72, 60), interpolation=cv2.INTER_AREA)
     cv2.imwrite(str(tmp_path / "bird_lr.png"), lr)
+    # fp32 both times: auto may time a different precision for the two input shapes
     run_cli("infer", "--weights", str(PRETRAINED), *SRVGG, "--param-key", "params", "-i",
-            str(tmp_path / "bird_lr.png"), "-o", str(tmp_path / "full"), cwd=tmp_path)
+            str(tmp_path / "bird_lr.png"), "-o", str(tmp_path / "full"), "--precision", "fp32", cwd=tmp_path)
     # 18 3x3 convs: a 20-pixel pad covers the receptive field.
     run_cli("infer", "--weights", str(PRETRAINED), *SRVGG, "-i", str(tmp_path / "bird_lr.png"), "-o",
-            str(tmp_path / "tiled"), "--tile", "24", "--tile-pad", "20", cwd=tmp_path)
+            str(tmp_path / "tiled"), "--tile", "24", "--tile-pad", "20", "--precision", "fp32", cwd=tmp_path)
     full = cv2.imread(str(tmp_path / "full" / "bird_lr.png"))
     tiled = cv2.imread(str(tmp_path / "tiled" / "bird_lr.png"))
     assert full.shape == (240, 288, 3)

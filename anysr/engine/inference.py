@@ -246,14 +246,9 @@ def test_worker(acc: Accelerator, opt: dict[str, Any]) -> dict[str, Any]:
     log = get_logger()
     acc.manual_seed(int(opt.get("manual_seed", 0)))
     model = build_model(opt, acc)
+    for line in ckpt.load_model_weights(model, fresh=True):
+        log.info(line)
     pre = opt["path"].get("pretrain_network_g")
-    if pre:
-        key = opt["path"].get("param_key_g", "params")
-        sd, _ = ckpt.load_weights(pre, key)
-        strict = bool(opt["path"].get("strict_load_g", True))
-        model.load_pretrained(sd, lambda net, s: ckpt.load_into(net, s, strict=strict, source=str(pre)))
-    elif any(True for _ in model.nets["net_g"].parameters()):
-        raise OptionError("path.pretrain_network_g: a test needs trained weights; set it to a .safetensors or .pth")
     val = opt.get("val") or {}
     bare = model.nets["net_g"]
     side = int(val["tile"]) + 2 * int(val.get("tile_pad", 10)) if val.get("tile") else CALIBRATION_SIDE

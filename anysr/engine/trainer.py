@@ -186,30 +186,6 @@ class Trainer:
             path = self.exp_dir / f"options_{stamp}_{n}.yml"
         atomic_write_bytes(path, text.encode())
 
-    def _load_gan_extras(self, fresh: bool) -> None:
-        """GAN models: ``path.pretrain_network_d`` (fresh runs only) and the VGG19 weights of
-        ``train.perceptual_opt.vgg_weights_path``, read here and handed over (models do no file I/O)."""
-        model, paths = self.model, self.opt["path"]
-        pre_d = paths.get("pretrain_network_d")
-        if pre_d and fresh and hasattr(model, "load_pretrained_d"):
-            key = paths.get("param_key_d") or "params"
-            sd, _ = ckpt.load_weights(pre_d, key)
-            strict = bool(paths.get("strict_load_d", True))
-            model.load_pretrained_d(sd, lambda net, s: ckpt.load_into(net, s, strict=strict, source=str(pre_d)))
-            del sd
-            self.log.info("loaded pretrained discriminator weights %s [%s]", pre_d, key)
-        popt = self.train_opt.get("perceptual_opt")
-        if popt and not hasattr(model, "set_perceptual_weights"):
-            raise OptionError(f"train.perceptual_opt: model_type {self.opt.get('model_type', 'SRModel')} trains "
-                              "with pixel losses only; use model_type: SRGANModel or ESRGANModel, or remove it")
-        if popt:
-            vgg_path = popt.get("vgg_weights_path")
-            if not vgg_path:
-                raise OptionError("train.perceptual_opt.vgg_weights_path: the VGG19 weights file is required "
-                                  "(torchvision's vgg19 state dict; no download happens)")
-            sd, _ = ckpt.load_weights(vgg_path)
-            model.set_perceptual_weights(sd)
-
     def _load_model_state(self, path: Path, state: dict[str, Any]) -> None:
         """The model's part of a training state, refused with the first differences when the networks changed."""
         fix = ("network_g (or network_d) changed since it was saved: restore those options, or start a new run "
@@ -339,15 +315,8 @@ class Trainer:
 
         acc.manual_seed(int(self.opt.get("manual_seed", 0)))
         self.model = build_model(self.opt, acc)
-        pre = self.opt["path"].get("pretrain_network_g")
-        if pre and resume is None:
-            key = self.opt["path"].get("param_key_g", "params")
-            sd, _ = ckpt.load_weights(pre, key)
-            strict = bool(self.opt["path"].get("strict_load_g", True))
-            self.model.load_pretrained(sd, lambda net, s: ckpt.load_into(net, s, strict=strict, source=str(pre)))
-            del sd  # the file's tensors (memory-mapped) are not kept for the whole run; the net holds the copy
-            self.log.info("loaded pretrained weights %s [%s]", pre, key)
-        self._load_gan_extras(resume is None)
+        for line in ckpt.load_model_weights(self.model, fresh=resume is None):
+            self.log.info(line)
         self._calibrate()
         log_start(f"training '{self.opt['name']}'", acc)
         self.model.setup()

@@ -148,3 +148,13 @@ class PerceptualLoss(nn.Module):
             style = sum(self._dist(_gram(fx[k]), _gram(fg[k])) * w for k, w in self.layer_weights.items())
             style = style * self.style_weight  # type: ignore[operator]
         return percep, style  # type: ignore[return-value]
+
+
+def vgg19_stand_in(seed: int = 0) -> dict[str, torch.Tensor]:
+    """Random VGG19 weights in torchvision's layout (``features.N.*``), for timing a model without the file."""
+    with torch.random.fork_rng(devices=[]):  # the global generator is left as it was
+        torch.manual_seed(seed)
+        net = VGGFeatureExtractor([VGG19_NAMES[-1]])
+    return {f"features.{idx}.{part}": getattr(module, part).detach().clone()
+            for idx, module in enumerate(net.vgg_net.children()) if isinstance(module, nn.Conv2d)
+            for part in ("weight", "bias")}

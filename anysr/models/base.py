@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -32,8 +35,38 @@ def build_optimizer(params: list[nn.Parameter], opt: dict[str, Any], key_path: s
         raise OptionError(f"{key_path}: {exc}") from None
 
 
-class BaseModel:
-    """Holds the networks and their training machinery; asks the accelerator for everything device-related."""
+@dataclass(frozen=True)
+class WeightNeed:
+    """A weights file a model uses besides its own training state; the engine reads it (``load_model_weights``),
+    the model only says where the options name it and what to do with it (models do no file I/O).
+
+    ``apply(state_dict, load_into)`` hands the weights over; ``load_into(net, sd)`` checks and copies them into a
+    network with the need's ``strict`` and names the file in errors. ``fresh_only``: used when training starts
+    from scratch, not on resume (the training state has them). ``stand_in``: random weights of the right layout,
+    for commands that only time the model (``anysr bench``).
+    """
+
+    name: str
+    option: str
+    path: str | None
+    apply: Callable[[Mapping[str, torch.Tensor], Callable[[nn.Module, Mapping[str, torch.Tensor]], None]], None]
+    param_key: str = "params"
+    key_option: str = "path.param_key_g"
+    strict: bool = True
+    required: bool = False
+    fresh_only: bool = True
+    missing: str = ""
+    stand_in: Callable[[], Mapping[str, torch.Tensor]] | None = None
+
+
+class BaseModel(ABC):
+    """Holds the networks and their training machinery; asks the accelerator for everything device-related.
+
+    The engine calls, in this order: ``weight_needs`` (then hands the files' weights over), ``setup`` (networks
+    on the device, losses, optimisers), ``load_state_dict`` on resume, then per iteration
+    ``update_learning_rate`` and ``train_step``; ``inference_net`` for validation and testing; ``state_dict`` /
+    ``weights`` to save.
+    """
 
     def __init__(self, opt: dict[str, Any], accelerator: Accelerator) -> None:
         self.opt = opt
@@ -43,6 +76,27 @@ class BaseModel:
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         self.schedulers: dict[str, IterScheduler] = {}
         self.emas: dict[str, EMA] = {}
+
+    # ---------------------------------------------------------------- the contract
+    def weight_needs(self) -> list[WeightNeed]:
+        """Weights files this model reads: the generator's pretrained weights (``path.pretrain_network_g``),
+        required when not training a network that has parameters (``anysr test``)."""
+        paths = self.opt["path"]
+        net_g = self.nets["net_g"]
+        return [WeightNeed(
+            "net_g", "path.pretrain_network_g", paths.get("pretrain_network_g"),
+            lambda sd, load: load(net_g, sd), param_key=paths.get("param_key_g") or "params",
+            strict=bool(paths.get("strict_load_g", True)),
+            required=not self.is_train and any(True for _ in net_g.parameters()),
+            missing="a test needs trained weights; set it to a .safetensors or .pth file")]
+
+    @abstractmethod
+    def setup(self) -> None:
+        """Place the networks on the device and build losses, EMA and optimisers (after ``weight_needs``)."""
+
+    @abstractmethod
+    def train_step(self, batches: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        """One optimiser step over ``len(batches)`` accumulated micro-batches; the losses, on the device."""
 
     # ---------------------------------------------------------------- building
     def add_ema(self, name: str, decay: float) -> None:

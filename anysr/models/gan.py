@@ -13,6 +13,8 @@ from anysr.accelerators import Accelerator
 from anysr.archs import build_network
 from anysr.errors import OptionError
 from anysr.losses import build_loss
+from anysr.losses.perceptual import vgg19_stand_in
+from anysr.models.base import WeightNeed
 from anysr.models.sr import SRModel
 from anysr.registry import MODEL_REGISTRY
 
@@ -27,9 +29,12 @@ class SRGANModel(SRModel):
     """``network_g`` trained with ``pixel_opt`` + ``perceptual_opt`` + ``gan_opt`` against ``network_d``.
 
     Per iteration: the generator step (every ``net_d_iters`` iterations, after ``net_d_init_iters``
-    discriminator-only iterations), then the discriminator step. The engine hands the VGG19 weights of
-    ``perceptual_opt`` in through ``set_perceptual_weights`` before ``setup`` (models do no file I/O).
+    discriminator-only iterations), then the discriminator step. Besides the generator's, it reads the
+    pretrained discriminator (``path.pretrain_network_g``, fresh runs) and the VGG19 weights of
+    ``perceptual_opt`` (``weight_needs``; models do no file I/O).
     """
+
+    uses_perceptual = True
 
     def __init__(self, opt: dict[str, Any], accelerator: Accelerator) -> None:
         super().__init__(opt, accelerator)
@@ -41,14 +46,23 @@ class SRGANModel(SRModel):
                                   "(e.g. {type: VGGStyleDiscriminator, num_in_ch: 3, num_feat: 64})")
             self.nets["net_d"] = build_network(opt["network_d"], "network_d")
 
-    # ---------------------------------------------------------------- engine hooks
-    def set_perceptual_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
-        """The VGG19 weights (torchvision's state dict) for ``train.perceptual_opt``; call before ``setup``."""
-        self.vgg_state_dict = state_dict
-
-    def load_pretrained_d(self, state_dict: dict[str, torch.Tensor], loader: Any) -> None:
-        """Load pretrained discriminator weights (before ``setup``); ``loader(net, sd)`` checks and loads."""
-        loader(self.nets["net_d"], state_dict)
+    # ---------------------------------------------------------------- the contract
+    def weight_needs(self) -> list[WeightNeed]:
+        needs = super().weight_needs()
+        if not self.is_train:
+            return needs
+        paths, popt = self.opt["path"], self.opt["train"].get("perceptual_opt")
+        net_d = self.nets["net_d"]
+        needs.append(WeightNeed("net_d", "path.pretrain_network_d", paths.get("pretrain_network_d"),
+                                lambda sd, load: load(net_d, sd), param_key=paths.get("param_key_d") or "params",
+                                key_option="path.param_key_d", strict=bool(paths.get("strict_load_d", True))))
+        if popt:
+            needs.append(WeightNeed(
+                "vgg19", "train.perceptual_opt.vgg_weights_path", popt.get("vgg_weights_path"),
+                lambda sd, load: setattr(self, "vgg_state_dict", sd), param_key="params", required=True,
+                fresh_only=False, stand_in=vgg19_stand_in,
+                missing="the VGG19 weights file is required (torchvision's vgg19 state dict; no download happens)"))
+        return needs
 
     def update_learning_rate(self, current_iter: int) -> None:
         self.current_iter = current_iter
@@ -63,9 +77,7 @@ class SRGANModel(SRModel):
         self.nets["net_d"] = self.acc.prepare_model(self.nets["net_d"])
         self.nets["net_d"].train()
         if train.get("perceptual_opt"):
-            if self.vgg_state_dict is None:
-                raise OptionError("train.perceptual_opt.vgg_weights_path: the VGG19 weights file is required "
-                                  "(torchvision's vgg19 state dict; no download happens)")
+            assert self.vgg_state_dict is not None, "the engine hands the VGG19 weights over (weight_needs)"
             popt = dict(train["perceptual_opt"])
             try:
                 self.losses["l_percep"] = build_loss({**popt, "vgg_state_dict": self.vgg_state_dict},

@@ -10,6 +10,7 @@ import torch
 
 from anysr.accelerators import Accelerator
 from anysr.archs import build_network
+from anysr.errors import OptionError
 from anysr.losses import build_loss
 from anysr.models.base import BaseModel
 from anysr.registry import MODEL_REGISTRY
@@ -22,10 +23,11 @@ class SRModel(BaseModel):
     def __init__(self, opt: dict[str, Any], accelerator: Accelerator) -> None:
         super().__init__(opt, accelerator)
         self.nets["net_g"] = build_network(opt["network_g"])
+        if self.is_train and self.opt["train"].get("perceptual_opt") and type(self).uses_perceptual is False:
+            raise OptionError(f"train.perceptual_opt: model_type {type(self).__name__} trains with pixel losses "
+                              "only; use model_type: SRGANModel or ESRGANModel, or remove it")
 
-    def load_pretrained(self, state_dict: dict[str, torch.Tensor], loader: Any) -> None:
-        """Load pretrained generator weights (before ``setup``); ``loader(net, sd)`` checks and loads."""
-        loader(self.nets["net_g"], state_dict)
+    uses_perceptual = False  # whether train.perceptual_opt is used (GAN models); a pixel model refuses it
 
     def setup(self) -> None:
         """Place networks on the device, then build EMA, losses and optimisers (in that order)."""

@@ -22,6 +22,7 @@ from anysr.engine.checkpoint.state import (
 )
 from anysr.engine.checkpoint.weights import (
     load_into,
+    load_model_weights,
     load_weights,
     read_weights_metadata,
     save_weights,
@@ -39,6 +40,7 @@ __all__ = [
     "find_resume_state",
     "list_training_states",
     "load_into",
+    "load_model_weights",
     "load_training_state",
     "load_weights",
     "prune_training_states",

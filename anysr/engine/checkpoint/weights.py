@@ -417,3 +417,36 @@ def load_into(net: nn.Module, state_dict: Mapping[str, Any], *, strict: bool, so
     if problems:
         logger.warning("%s: loaded %d of %d network tensors; skipped %s", source, len(matching), len(own),
                        "; ".join(problems))
+
+
+def load_model_weights(model: Any, *, fresh: bool, stand_ins: bool = False) -> list[str]:
+    """Read every weights file ``model.weight_needs()`` names and hand it over; returns one log line per file.
+
+    ``fresh``: the run starts from scratch (a resumed run skips ``fresh_only`` needs: its state has them).
+    A required file that is not set is an OptionError naming its option, unless ``stand_ins`` (``anysr bench``:
+    only the speed matters), where random weights of the right layout stand in for files not set or not there.
+    """
+    done = []
+    for need in model.weight_needs():
+        if need.fresh_only and not fresh:
+            continue
+        if not need.path or (stand_ins and not Path(need.path).is_file()):
+            if need.required and stand_ins and need.stand_in is not None:
+                need.apply(need.stand_in(), _loader(need, "random stand-in weights"))
+                done.append(f"{need.name}: random stand-in weights ({need.option} not set; timing only)")
+            elif need.required:
+                from anysr.errors import OptionError  # noqa: PLC0415
+
+                raise OptionError(f"{need.option}: {need.missing or 'required'}")
+            continue
+        sd, _ = load_weights(need.path, need.param_key, key_option=need.key_option)
+        need.apply(sd, _loader(need, str(need.path)))
+        del sd  # memory-mapped file tensors: the network holds its copy
+        done.append(f"loaded {need.name} weights {need.path} [{need.param_key}]")
+    return done
+
+
+def _loader(need: Any, source: str) -> Any:
+    option = need.option.replace("pretrain_network", "strict_load")
+    fix = f"check that the network options match the file, or set {option}: false to load what matches"
+    return lambda net, sd: load_into(net, sd, strict=need.strict, source=source, fix=fix)
