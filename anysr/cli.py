@@ -34,24 +34,20 @@ def _non_negative(text: str) -> int:
     return value
 
 
-def _auto_bool(value: Any) -> bool | None:
-    """``'auto'`` (or absent) -> None, else the bool."""
-    return None if value in (None, "auto") else bool(value)
-
-
-def _plan_from_options(opt: dict[str, Any], launcher: str = "auto", precision: str | None = None) -> Any:
-    """The launch plan of an options file; ``precision`` (a command-line flag) overrides ``train.precision``."""
+def _plan_from_options(opt: Any, launcher: str = "auto", precision: str | None = None,
+                       num_gpu: Any = None, spmd: bool | None = None) -> Any:
+    """The launch plan of validated options; ``precision`` (a command-line flag) overrides ``train.precision``,
+    ``num_gpu`` / ``spmd`` the options' (``anysr bench`` times one worker)."""
     from anysr.accelerators import resolve_plan  # noqa: PLC0415
 
-    train = opt.get("train") or {}
-    dist_params = opt.get("dist_params") or {}
-    return resolve_plan(opt.get("accelerator", "auto"), opt.get("num_gpu", "auto"),
-                        precision=precision or train.get("precision", "auto"), launcher=launcher,
-                        spmd=bool((opt.get("xla") or {}).get("spmd", False)),
-                        compile=bool(train.get("compile", False)), dist_backend=dist_params.get("backend"),
-                        master_port=dist_params.get("port"), channels_last=_auto_bool(train.get("channels_last")),
-                        find_unused_parameters=bool(opt.get("find_unused_parameters")),
-                        static_graph=bool(opt.get("use_static_graph")))
+    train = opt.train
+    layout = None if train is None or train.channels_last == "auto" else bool(train.channels_last)
+    return resolve_plan(opt.accelerator, opt.num_gpu if num_gpu is None else num_gpu,
+                        precision=precision or (train.precision if train is not None else "auto"), launcher=launcher,
+                        spmd=opt.xla.spmd if spmd is None else spmd,
+                        compile=bool(train is not None and train.compile), dist_backend=opt.dist_params.backend,
+                        master_port=opt.dist_params.port, channels_last=layout,
+                        find_unused_parameters=opt.find_unused_parameters, static_graph=opt.use_static_graph)
 
 
 # ---------------------------------------------------------------------- commands
@@ -118,9 +114,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     # bench times a synthetic batch: the datasets and weights the file names are never read, need not exist.
     opt = load_options(args.opt, args.force_yml, is_train=True, check_paths=False)
     # One worker on the accelerator the options name: per-device numbers, no process group.
-    single = {**opt, "num_gpu": 1, "xla": {**(opt.get("xla") or {}), "spmd": False}}
-    result = launch(_plan_from_options(single, "none", args.precision), bench_worker, opt, args.iters, args.warmup,
-                    args.infer_size, args.infer_iters or args.iters)
+    plan = _plan_from_options(opt, "none", args.precision, num_gpu=1, spmd=False)
+    result = launch(plan, bench_worker, opt, args.iters, args.warmup, args.infer_size, args.infer_iters or args.iters)
     result["options"] = str(args.opt)
     result["overrides"] = list(args.force_yml)
     print(format_table(result))

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import inspect
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from anysr.errors import OptionError, did_you_mean
@@ -51,11 +52,57 @@ class Registry:
         return sorted(self._items)
 
 
+REQUIRED = inspect.Parameter.empty
+"""The default ``constructor_args`` gives to arguments without one."""
+
+
+def constructor_args(obj: Any, skip: tuple[str, ...] = ()) -> tuple[dict[str, Any], bool]:
+    """``({argument: default}, takes **kwargs)`` of a class or function; required ones map to ``REQUIRED``.
+
+    ``skip``: arguments the caller supplies itself (an optimiser's ``params``, a scheduler's ``optimizer``)."""
+    args: dict[str, Any] = {}
+    var_kw = False
+    for p in inspect.signature(obj).parameters.values():
+        if p.kind is inspect.Parameter.VAR_KEYWORD:
+            var_kw = True
+        elif p.kind is not inspect.Parameter.VAR_POSITIONAL and p.name not in skip:
+            args[p.name] = p.default
+    return args, var_kw
+
+
+def argument_problems(obj: Any, given: Mapping[str, Any], key_path: str, what: str,
+                      skip: tuple[str, ...] = ()) -> list[str]:
+    """The one check of constructor arguments from options (networks, losses, optimisers, schedulers): unknown
+    names (with the nearest valid one) and missing required ones, each naming ``<key_path>.<argument>``."""
+    params, var_kw = constructor_args(obj, skip)
+    problems = []
+    valid = ", ".join(params)
+    if not var_kw:
+        for name in given:
+            if name not in params:
+                problems.append(f"{key_path}.{name}: unknown argument of {what}{did_you_mean(str(name), params)}; "
+                                f"valid arguments: {valid}")
+    for name, default in params.items():
+        if default is REQUIRED and name not in given:
+            problems.append(f"{key_path}.{name}: required argument of {what} is missing; add it "
+                            f"(valid arguments: {valid})")
+    return problems
+
+
+def plain_options(opt: Any) -> dict[str, Any]:
+    """A section of options as a plain dict (validated ``Options`` give theirs, nested lists included)."""
+    to_dict = getattr(opt, "to_dict", None)
+    return to_dict() if callable(to_dict) else dict(opt)
+
+
 ARCH_REGISTRY = Registry("arch")
 MODEL_REGISTRY = Registry("model")
 DATASET_REGISTRY = Registry("dataset")
 LOSS_REGISTRY = Registry("loss")
+OPTIMIZER_REGISTRY = Registry("optimizer")
+SCHEDULER_REGISTRY = Registry("scheduler")
 METRIC_REGISTRY = Registry("metric")
 
-__all__ = ["Registry", "ARCH_REGISTRY", "MODEL_REGISTRY", "DATASET_REGISTRY", "LOSS_REGISTRY",
+__all__ = ["OPTIMIZER_REGISTRY", "REQUIRED", "SCHEDULER_REGISTRY", "Registry", "argument_problems",
+           "constructor_args", "plain_options", "ARCH_REGISTRY", "MODEL_REGISTRY", "DATASET_REGISTRY", "LOSS_REGISTRY",
            "METRIC_REGISTRY", "Callable"]

@@ -15,6 +15,7 @@ from anysr.archs.arch_util import input_channels
 from anysr.cli import main
 from anysr.engine.bench import _train_crop, forward_flops
 from anysr.errors import OptionError
+from anysr.options.typed import freeze
 
 # tiny EDSR (8 features, 1 block, x2) on a 16x16 LR crop, multiply-adds per image:
 # conv_first 3->8, 3 convs 8->8 (block + after body), upsample 8->32 at 16x16; conv_last 8->3 at 32x32.
@@ -86,6 +87,6 @@ def test_bench_errors_name_the_culprit(tmp_path: Path, small_train_dir: Path,
         main(["bench", "--help"])
     assert exc.value.code == 0 and "--infer-size" in capsys.readouterr().out
     with pytest.raises(OptionError, match=r"datasets\.train\.gt_size"):
-        _train_crop({"datasets": {"train": {"batch_size_per_gpu": 2}}})
+        _train_crop(freeze({"datasets": {"train": {"gt_size": None, "batch_size_per_gpu": 2}}}))
     with pytest.raises(OptionError, match="exactly one train dataset"):
-        _train_crop({"datasets": {"val": {}}})
+        _train_crop(freeze({"datasets": {"val": {}}}))

@@ -33,6 +33,7 @@ from anysr.data import (
 from anysr.data.file_backends import build_backend
 from anysr.data.transforms import bgr_to_y
 from anysr.errors import DataError, OptionError
+from anysr.options import Options, validate_dataset
 
 DATASETS = Path(__file__).resolve().parents[1] / "datasets"
 T91 = DATASETS / "T91" / "HR"
@@ -61,6 +62,23 @@ def pair_dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         img = cv2.imread(str(T91 / n), cv2.IMREAD_UNCHANGED)
         cv2.imwrite(str(lq / f"{Path(n).stem}x2.png"), block_mean(img, 2))
     return gt, lq
+
+
+def _validated(opt: dict, kind: str) -> Options:
+    """A dataset section through the options (the one place its rules live), as a run would build it."""
+    opt = {"type": kind, **opt}
+    phase = opt.pop("phase", "test" if kind == "SingleImageDataset" else "train")
+    if phase.startswith("train"):
+        opt.setdefault("batch_size_per_gpu", 2)  # required for a train set; these tests read items directly
+    return validate_dataset(opt, name=phase)
+
+
+def Paired(opt: dict) -> PairedImageDataset:  # noqa: N802 - reads like the class it builds
+    return PairedImageDataset(_validated(opt, "PairedImageDataset"))
+
+
+def Single(opt: dict) -> SingleImageDataset:  # noqa: N802
+    return SingleImageDataset(_validated(opt, "SingleImageDataset"))
 
 
 def paired_opt(gt: Path, lq: Path, **kw: object) -> dict:
@@ -150,9 +168,7 @@ def test_disk_backend_and_decode(tmp_path: Path) -> None:
         b.get("nope.png")
     with pytest.raises(DataError, match=r"broken\.png cannot be decoded: .*corrupt.*\(20 bytes\)"):
         decode_uint8(b.get("t1.png")[:20], "broken.png")
-    with pytest.raises(OptionError, match=r"data\.io_backend\.type: unknown io backend 'lmbd' \(did you mean "
-                                          r"'lmdb'\?\)"):
-        build_backend({"type": "lmbd"}, T91, "data.io_backend")
+    assert isinstance(build_backend("disk", T91), DiskBackend)
 
 
 def make_lmdb(path: Path, folder: Path, names: list[str]) -> None:
@@ -193,20 +209,20 @@ def test_lmdb_round_trip(tmp_path: Path, pair_dirs: tuple[Path, Path]) -> None:
         b.get("t9")
 
     opt = paired_opt(gt_db, lq_db, io_backend={"type": "lmdb"}, filename_tmpl="{}")
-    ds_lmdb = PairedImageDataset(opt)
-    ds_disk = PairedImageDataset(paired_opt(gt_dir, lq_dir))
+    ds_lmdb = Paired(opt)
+    ds_disk = Paired(paired_opt(gt_dir, lq_dir))
     assert len(ds_lmdb) == len(ds_disk) == len(NAMES)
     for i in range(len(NAMES)):
         a, d = ds_lmdb[(i, 7)], ds_disk[(i, 7)]
         assert torch.equal(a["gt"], d["gt"]) and torch.equal(a["lq"], d["lq"])
         assert a["gt_path"] == a["lq_path"] == Path(NAMES[i]).stem
     # the parent has opened the environment; forked workers must open their own
-    loader, _ = build_train_loader(ds_lmdb, {"batch_size_per_gpu": 2, "num_worker_per_gpu": 2}, world_size=1,
-                                   rank=0, seed=3)
+    loader, _ = build_train_loader(ds_lmdb, _validated({**opt, "num_worker_per_gpu": 2}, "PairedImageDataset"),
+                                   batch_size=2, world_size=1, rank=0, seed=3)
     batches = list(loader)
     assert len(batches) == 3 and batches[0]["gt"].shape == (2, 3, 32, 32)
 
-    single = SingleImageDataset({"dataroot_lq": str(lq_db), "io_backend": {"type": "lmdb"}})
+    single = Single({"dataroot_lq": str(lq_db), "io_backend": {"type": "lmdb"}})
     assert len(single) == len(NAMES) and single[0]["lq_path"] == "t1"
 
 
@@ -217,9 +233,9 @@ def test_lmdb_errors(tmp_path: Path, pair_dirs: tuple[Path, Path], monkeypatch: 
     make_lmdb(lq_db, gt_dir, NAMES[:-1])
     with pytest.raises(DataError, match=r"datasets\.train: the LMDBs .*gt\.lmdb' and .*lq\.lmdb' hold "
                                         r"different keys \(only in GT: t6; only in LQ: -\)"):
-        PairedImageDataset(paired_opt(gt_db, lq_db, io_backend={"type": "lmdb"}))
+        Paired(paired_opt(gt_db, lq_db, io_backend={"type": "lmdb"}))
     with pytest.raises(DataError, match=r"not an LMDB dataset.*io_backend\.type: disk"):
-        PairedImageDataset(paired_opt(gt_dir, lq_db, io_backend={"type": "lmdb"}))
+        Paired(paired_opt(gt_dir, lq_db, io_backend={"type": "lmdb"}))
     (lq_db / "meta_info.txt").unlink()
     with pytest.raises(DataError, match=r"lq\.lmdb/meta_info\.txt: LMDB meta_info\.txt not found"):
         LmdbBackend(lq_db)
@@ -232,20 +248,20 @@ def test_lmdb_errors(tmp_path: Path, pair_dirs: tuple[Path, Path], monkeypatch: 
 
 def test_pairing_from_folder_and_meta_info(pair_dirs: tuple[Path, Path], tmp_path: Path) -> None:
     gt, lq = pair_dirs
-    ds = PairedImageDataset(paired_opt(gt, lq))
+    ds = Paired(paired_opt(gt, lq))
     assert len(ds) == len(NAMES)
     for i, n in enumerate(NAMES):
         assert ds.paths(i) == (str(gt / n), str(lq / f"{Path(n).stem}x2.png"))
     meta = tmp_path / "meta.txt"
     meta.write_text("t4.png (87,110,3)\nt2.png (96,96,3)\n")
-    dm = PairedImageDataset(paired_opt(gt, lq, meta_info_file=str(meta)))
+    dm = Paired(paired_opt(gt, lq, meta_info_file=str(meta)))
     assert len(dm) == 2 and dm.paths(0) == (str(gt / "t4.png"), str(lq / "t4x2.png"))
     meta.write_text("t4.png\nt77.png\n")
     with pytest.raises(DataError, match=r"datasets\.train: 1 GT image\(s\) listed but not found in .*: "
                                         r"t77\.png"):
-        PairedImageDataset(paired_opt(gt, lq, meta_info_file=str(meta)))
-    with pytest.raises(DataError, match=r"datasets\.train\.meta_info_file: '.*missing\.txt' not found"):
-        PairedImageDataset(paired_opt(gt, lq, meta_info_file=str(tmp_path / "missing.txt")))
+        Paired(paired_opt(gt, lq, meta_info_file=str(meta)))
+    with pytest.raises(OptionError, match=r"datasets\.train\.meta_info_file: '.*missing\.txt' does not exist"):
+        Paired(paired_opt(gt, lq, meta_info_file=str(tmp_path / "missing.txt")))
 
 
 def test_unmatched_pairs_are_listed(pair_dirs: tuple[Path, Path], tmp_path: Path) -> None:
@@ -255,46 +271,43 @@ def test_unmatched_pairs_are_listed(pair_dirs: tuple[Path, Path], tmp_path: Path
     (lq2 / "t3x2.png").unlink()
     shutil.copy(lq / "t1x2.png", lq2 / "extra.png")
     with pytest.raises(DataError) as err:
-        PairedImageDataset(paired_opt(gt, lq2))
+        Paired(paired_opt(gt, lq2))
     msg = str(err.value)
     assert "datasets.train: unmatched image pairs (filename_tmpl '{}x2')" in msg
     assert "1 GT image(s)" in msg and "t3.png (expected LQ 't3x2.*')" in msg
     assert "1 LQ image(s)" in msg and "extra.png" in msg
     with pytest.raises(DataError, match=r"6 GT image\(s\).*t1\.png \(expected LQ 't1\.\*'\)"):
-        PairedImageDataset(paired_opt(gt, lq, filename_tmpl="{}"))
+        Paired(paired_opt(gt, lq, filename_tmpl="{}"))
 
 
 def test_missing_folders_and_bad_options(pair_dirs: tuple[Path, Path], tmp_path: Path) -> None:
+    """The dataset's rules are the options' (one place): each bad value is named with its key path."""
     gt, lq = pair_dirs
-    with pytest.raises(DataError, match=r"datasets\.train\.dataroot_gt: folder '.*nowhere' not found"):
-        PairedImageDataset(paired_opt(tmp_path / "nowhere", lq))
-    with pytest.raises(DataError, match=r"datasets\.train\.dataroot_lq: folder '.*nowhere' not found"):
-        PairedImageDataset(paired_opt(gt, tmp_path / "nowhere"))
-    with pytest.raises(OptionError, match=r"datasets\.train\.dataroot_lq: missing.*lq_from_gt: true"):
-        PairedImageDataset(paired_opt(gt, lq, dataroot_lq=None))
-    with pytest.raises(OptionError, match=r"datasets\.train\.gt_size: missing"):
-        PairedImageDataset(paired_opt(gt, lq, gt_size=None))
-    with pytest.raises(OptionError, match=r"datasets\.train\.gt_size: 33 is not a multiple of scale 2"):
-        PairedImageDataset(paired_opt(gt, lq, gt_size=33))
-    with pytest.raises(OptionError, match=r"datasets\.train\.scale: missing; set the top-level 'scale'"):
-        PairedImageDataset(paired_opt(gt, lq, scale=None))
-    with pytest.raises(OptionError, match=r"datasets\.train\.filename_tmpl: 'x2' must contain '\{\}'"):
-        PairedImageDataset(paired_opt(gt, lq, filename_tmpl="x2"))
-    with pytest.raises(OptionError, match=r"dataset\.phase: 'training' is not one of"):
-        PairedImageDataset(paired_opt(gt, lq, phase="training"))
-    with pytest.raises(OptionError, match=r"datasets\.train\.color: 'ycbcr' is not supported"):
-        PairedImageDataset(paired_opt(gt, lq, color="ycbcr"))
-    with pytest.raises(OptionError, match=r"datasets\.train: set both 'mean' and 'std'"):
-        PairedImageDataset(paired_opt(gt, lq, mean=[0.5, 0.5, 0.5]))
+    cases = [
+        (dict(dataroot_gt=str(tmp_path / "nowhere")), r"datasets\.train\.dataroot_gt: '.*nowhere' does not exist"),
+        (dict(dataroot_lq=str(tmp_path / "nowhere")), r"datasets\.train\.dataroot_lq: '.*nowhere' does not exist"),
+        (dict(dataroot_lq=None), r"datasets\.train\.dataroot_lq: PairedImageDataset needs dataroot_lq .* or "
+                                 r"lq_from_gt: true"),
+        (dict(gt_size=None), r"datasets\.train\.gt_size: required for a train PairedImageDataset"),
+        (dict(gt_size=33), r"datasets\.train\.gt_size: 33 is not a multiple of scale \(2\)"),
+        (dict(filename_tmpl="x2"), r"datasets\.train\.filename_tmpl: must contain '\{\}' exactly once"),
+        (dict(color="ycbcr"), r"datasets\.train\.color: expected 'y' \| null, got 'ycbcr'"),
+        (dict(mean=[0.5, 0.5, 0.5]), r"datasets\.train\.std: set mean and std together"),
+        (dict(dataroot_gt=str(gt / "t1.png")), r"datasets\.train\.dataroot_gt: '.*t1\.png' is a file; point it "
+                                               r"to the folder of images"),
+    ]
+    for change, message in cases:
+        with pytest.raises(OptionError, match=message):
+            Paired(paired_opt(gt, lq, **change))
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(DataError, match=r"datasets\.train\.dataroot_gt: no images .* in '.*empty'"):
-        PairedImageDataset(paired_opt(empty, lq))
+        Paired(paired_opt(empty, lq))
 
 
 def test_train_items_crop_align_and_are_deterministic(pair_dirs: tuple[Path, Path]) -> None:
     gt, lq = pair_dirs
-    ds = PairedImageDataset(paired_opt(gt, lq))
+    ds = Paired(paired_opt(gt, lq))
     for i in range(len(ds)):
         for seed in (0, 1, 2**62 + 5):
             item = ds[(i, seed)]
@@ -316,7 +329,7 @@ def test_val_items_are_whole_and_mod_cropped(tmp_path: Path) -> None:
         img = cv2.imread(str(SET5 / n), cv2.IMREAD_UNCHANGED)
         cv2.imwrite(str(gt_dir / n), img[:343, :227])  # 343x227: GT has extra border at scale 3
         cv2.imwrite(str(lq_dir / n), block_mean(img[:343, :227], 3))
-    ds = PairedImageDataset({"dataroot_gt": str(gt_dir), "dataroot_lq": str(lq_dir), "scale": 3,
+    ds = Paired({"dataroot_gt": str(gt_dir), "dataroot_lq": str(lq_dir), "scale": 3,
                              "phase": "val"})
     item = ds[1]
     assert item["lq"].shape == (3, 114, 75) and item["gt"].shape == (3, 342, 225)
@@ -334,20 +347,20 @@ def test_gray_and_y_channel(tmp_path: Path) -> None:
     cv2.imwrite(str(gt_dir / "g.png"), cv2.cvtColor(img, cv2.COLOR_BGR2GRAY))
     cv2.imwrite(str(gt_dir / "c.png"), img)
     opt = {"dataroot_gt": str(gt_dir), "lq_from_gt": True, "scale": 2, "phase": "val"}
-    ds = PairedImageDataset(opt)
+    ds = Paired(opt)
     c, g = ds[0], ds[1]
     assert (c["gray"], g["gray"]) == (False, True)
     assert g["gt"].shape == (3, 200, 200) and g["lq"].shape == (3, 100, 100)
     assert torch.equal(g["gt"][0], g["gt"][1]) and torch.equal(g["lq"][0], g["lq"][2])
-    y = PairedImageDataset({**opt, "color": "y"})
+    y = Paired({**opt, "color": "y"})
     yc, yg = y[0], y[1]
     assert yc["gt"].shape == (1, 200, 200) and yg["lq"].shape == (1, 100, 100)
     assert torch.allclose(yc["gt"][0], torch.from_numpy(bgr_to_y(img)))
     assert torch.equal(yg["gt"], g["gt"][:1])  # a gray image is its own Y (full range)
     assert 16 / 255 - 1e-6 <= float(yc["gt"].min()) and float(yc["gt"].max()) <= 235 / 255 + 1e-6
-    norm = PairedImageDataset({**opt, "mean": [0.5], "std": [0.25]})
+    norm = Paired({**opt, "mean": [0.5] * 3, "std": [0.25] * 3})
     assert torch.allclose(norm[0]["gt"], (c["gt"] - 0.5) / 0.25)
-    single = SingleImageDataset({"dataroot_lq": str(gt_dir)})
+    single = Single({"dataroot_lq": str(gt_dir)})
     assert len(single) == 2 and single[1]["gray"] is True and single[1]["lq"].shape == (3, 200, 200)
     assert set(single[0]) == {"lq", "lq_path", "gray"}
 
@@ -361,18 +374,18 @@ def test_lq_from_gt_matches_a_prepared_bicubic_folder(tmp_path: Path) -> None:
         img = cv2.imread(str(T91 / n), cv2.IMREAD_UNCHANGED)
         cv2.imwrite(str(lq_dir / n), bicubic_degrade(mod_crop(img, 3), 3))
     base = {"dataroot_gt": str(gt_dir), "scale": 3, "gt_size": 48, "phase": "train"}
-    on_the_fly = PairedImageDataset({**base, "lq_from_gt": True})
-    prepared = PairedImageDataset({**base, "dataroot_lq": str(lq_dir)})
+    on_the_fly = Paired({**base, "lq_from_gt": True})
+    prepared = Paired({**base, "dataroot_lq": str(lq_dir)})
     for i in range(4):
         for seed in (11, 12):
             a, b = on_the_fly[(i, seed)], prepared[(i, seed)]
             assert torch.equal(a["gt"], b["gt"]) and torch.equal(a["lq"], b["lq"])
             assert a["lq_path"] == a["gt_path"]
     for phase in ("val", "test"):
-        a = PairedImageDataset({**base, "lq_from_gt": True, "phase": phase})[2]
-        b = PairedImageDataset({**base, "dataroot_lq": str(lq_dir), "phase": phase})[2]
+        a = Paired({**base, "lq_from_gt": True, "phase": phase})[2]
+        b = Paired({**base, "dataroot_lq": str(lq_dir), "phase": phase})[2]
         assert torch.equal(a["gt"], b["gt"]) and torch.equal(a["lq"], b["lq"])
-    big = PairedImageDataset({**base, "lq_from_gt": True, "gt_size": 180})
+    big = Paired({**base, "lq_from_gt": True, "gt_size": 180})
     with pytest.raises(DataError, match=r"t1\.png is 174x195 \(HxW after mod-crop to scale 3\), smaller "
                                         r"than the 180x180 GT patch"):
         big[(0, 0)]
@@ -383,7 +396,7 @@ def test_corrupt_image_names_the_file(pair_dirs: tuple[Path, Path], tmp_path: Pa
     gt2 = tmp_path / "gt2"
     shutil.copytree(gt, gt2)
     (gt2 / "t2.png").write_bytes((gt / "t2.png").read_bytes()[:100])
-    ds = PairedImageDataset(paired_opt(gt2, lq))
+    ds = Paired(paired_opt(gt2, lq))
     ds[(0, 0)]
     with pytest.raises(DataError, match=r"gt2/t2\.png cannot be decoded: .*corrupt.*\(100 bytes\)"):
         ds[(1, 0)]
@@ -391,13 +404,13 @@ def test_corrupt_image_names_the_file(pair_dirs: tuple[Path, Path], tmp_path: Pa
 
 def test_build_dataset_via_registry(pair_dirs: tuple[Path, Path]) -> None:
     gt, lq = pair_dirs
-    ds = build_dataset(paired_opt(gt, lq, phase=None, gt_size=None), "datasets.val_1")
+    opt = _validated(paired_opt(gt, lq, phase="val_1", gt_size=None), "PairedImageDataset")
+    ds = build_dataset(opt, "datasets.val_1")
     assert isinstance(ds, PairedImageDataset) and ds.phase == "val" and ds.key_path == "datasets.val_1"
-    with pytest.raises(OptionError, match=r"datasets\.train\.type: unknown dataset 'PairedImageDatset' "
+    with pytest.raises(OptionError, match=r"datasets\.train\.type: unknown dataset type 'PairedImageDatset' "
                                           r"\(did you mean 'PairedImageDataset'\?\)"):
-        build_dataset(paired_opt(gt, lq, type="PairedImageDatset"), "datasets.train")
-    with pytest.raises(OptionError, match=r"datasets\.train\.type: missing; known dataset types: .*Paired"):
-        build_dataset({"dataroot_gt": str(gt)}, "datasets.train")
+        validate_dataset({**paired_opt(gt, lq, phase=None), "type": "PairedImageDatset", "batch_size_per_gpu": 2},
+                         name="train")
 
 
 # ------------------------------------------------------------------ sampler and loaders
@@ -450,10 +463,11 @@ def test_sampler_errors() -> None:
 
 def test_train_loader_same_batches_for_any_worker_count(pair_dirs: tuple[Path, Path]) -> None:
     gt, lq = pair_dirs
-    ds = PairedImageDataset(paired_opt(gt, lq))
-    opt = {"batch_size_per_gpu": 2, "dataset_enlarge_ratio": 2, "num_worker_per_gpu": 0}
-    loader0, sampler0 = build_train_loader(ds, opt, world_size=1, rank=0, seed=9)
-    loader2, _ = build_train_loader(ds, {**opt, "num_worker_per_gpu": 2}, world_size=1, rank=0, seed=9)
+    ds = Paired(paired_opt(gt, lq))
+    opt = _validated(paired_opt(gt, lq, dataset_enlarge_ratio=2), "PairedImageDataset")
+    workers = _validated(paired_opt(gt, lq, dataset_enlarge_ratio=2, num_worker_per_gpu=2), "PairedImageDataset")
+    loader0, sampler0 = build_train_loader(ds, opt, batch_size=2, world_size=1, rank=0, seed=9)
+    loader2, _ = build_train_loader(ds, workers, batch_size=2, world_size=1, rank=0, seed=9)
     b0, b2 = list(loader0), list(loader2)
     assert len(b0) == len(b2) == len(loader0) == sampler0.batches_per_epoch == 6
     for x, y in zip(b0, b2):
@@ -461,22 +475,23 @@ def test_train_loader_same_batches_for_any_worker_count(pair_dirs: tuple[Path, P
         assert x["gt_path"] == y["gt_path"]
     assert b0[0]["gt"].shape == (2, 3, 32, 32) and isinstance(b0[0]["lq_path"], list)
     # resuming at global step 6 + 4 = epoch 1, batch 4 gives the tail of epoch 1
-    resumed, rs = build_train_loader(ds, opt, world_size=1, rank=0, seed=9, start_iter=10)
+    resumed, rs = build_train_loader(ds, opt, batch_size=2, world_size=1, rank=0, seed=9, start_iter=10)
     assert (rs.epoch, rs.start_batch) == (1, 4)
     tail = list(resumed)
     sampler0.set_epoch(1)
     full = list(loader0)
     assert len(tail) == 2 and all(torch.equal(a["gt"], b["gt"]) for a, b in zip(tail, full[4:]))
-    with pytest.raises(OptionError, match=r"datasets\.train\.batch_size_per_gpu: missing"):
-        build_train_loader(ds, {}, world_size=1, rank=0, seed=0)
     with pytest.raises(DataError, match=r"datasets\.train: 6 image\(s\).*global batch of 8"):
-        build_train_loader(ds, {"batch_size_per_gpu": 8}, world_size=1, rank=0, seed=0)
+        build_train_loader(ds, _validated(paired_opt(gt, lq), "PairedImageDataset"), batch_size=8, world_size=1,
+                           rank=0, seed=0)
 
 
 def test_eval_loader_pads_every_rank_to_the_same_length() -> None:
-    ds = PairedImageDataset({"dataroot_gt": str(SET5), "lq_from_gt": True, "scale": 4, "phase": "val"})
+    vopt = _validated({"dataroot_gt": str(SET5), "lq_from_gt": True, "scale": 4, "phase": "val"},
+                      "PairedImageDataset")
+    ds = PairedImageDataset(vopt)
     assert len(ds) == 5
-    loaders = [build_eval_loader(ds, {}, world_size=2, rank=r) for r in (0, 1)]
+    loaders = [build_eval_loader(ds, vopt, world_size=2, rank=r) for r in (0, 1)]
     assert [idx for _, idx in loaders] == [[0, 2, 4], [1, 3, 0]]
     seen = []
     for loader, _ in loaders:
@@ -489,7 +504,7 @@ def test_eval_loader_pads_every_rank_to_the_same_length() -> None:
         expected = [False] * 3 if loader is loaders[0][0] else [False, False, True]
         assert [b["pad"][0] for b in batches] == expected
     assert sorted(seen) == list(range(5))
-    alone, idx = build_eval_loader(ds, {}, world_size=1, rank=0)
+    alone, idx = build_eval_loader(ds, vopt, world_size=1, rank=0)
     first = next(iter(alone))
     assert idx == [0, 1, 2, 3, 4] and first["lq"].shape == (1, 3, 128, 128)
     assert Path(first["lq_path"][0]).name == "baby.png"
@@ -505,7 +520,7 @@ def test_collate_keeps_lists() -> None:
 
 def test_no_global_rng_is_used(pair_dirs: tuple[Path, Path]) -> None:
     gt, lq = pair_dirs
-    ds = PairedImageDataset(paired_opt(gt, lq))
+    ds = Paired(paired_opt(gt, lq))
     np.random.seed(0)
     torch.manual_seed(0)
     before = (np.random.get_state()[1].copy(), torch.get_rng_state().clone())
@@ -517,12 +532,13 @@ def test_no_global_rng_is_used(pair_dirs: tuple[Path, Path]) -> None:
 
 def test_loaders_leave_the_global_torch_rng_alone(pair_dirs: tuple[Path, Path]) -> None:
     gt, lq = pair_dirs
-    ds = PairedImageDataset(paired_opt(gt, lq))
+    ds = Paired(paired_opt(gt, lq))
     torch.manual_seed(0)
     before = torch.get_rng_state().clone()
-    loader, _ = build_train_loader(ds, {"batch_size_per_gpu": 2}, world_size=1, rank=0, seed=4, start_iter=1)
+    opt = _validated(paired_opt(gt, lq), "PairedImageDataset")
+    loader, _ = build_train_loader(ds, opt, batch_size=2, world_size=1, rank=0, seed=4, start_iter=1)
     next(iter(loader))
-    val, _ = build_eval_loader(ds, {}, world_size=1, rank=0)
+    val, _ = build_eval_loader(ds, opt, world_size=1, rank=0)
     next(iter(val))
     assert torch.equal(torch.get_rng_state(), before)
 
@@ -540,15 +556,13 @@ def test_remaining_error_messages(tmp_path: Path, pair_dirs: tuple[Path, Path]) 
     tiny = tmp_path / "tiny"
     tiny.mkdir()
     cv2.imwrite(str(tiny / "tiny.png"), img[:3, :3])
-    ds = PairedImageDataset(paired_opt(gt, lq))
+    ds = Paired(paired_opt(gt, lq))
     cases = [
         (lambda: decode_uint8(b"", "x.png"), DataError, r"x\.png is empty \(0 bytes\)"),
         (lambda: decode_uint8(b"x", "x.png", flag="rgb"), OptionError, r"unknown image read mode 'rgb'"),
         (lambda: decode_uint8(tiff, "f.tiff"), DataError, r"f\.tiff: unsupported pixel type float32"),
         (lambda: DiskBackend(tmp_path / "nope").keys(), DataError, r"nope: image folder not found"),
         (lambda: DiskBackend(tmp_path).get("adir.png"), DataError, r"adir\.png: cannot read the image file"),
-        (lambda: build_backend("lmdb", gt, "d.io_backend"), OptionError,  # type: ignore[arg-type]
-         r"d\.io_backend: expected a mapping like \{type: disk\}"),
         (lambda: mod_crop(img, 0), OptionError, r"mod_crop: scale must be a positive integer, got 0"),
         (lambda: paired_random_crop([], [], 4, 2, np.random.default_rng(0)), DataError, r"no images given"),
         (lambda: img2tensor(np.zeros((4, 4, 4), np.uint8)), DataError, r"expected an HW or HWC \(3 chan"),
@@ -556,28 +570,21 @@ def test_remaining_error_messages(tmp_path: Path, pair_dirs: tuple[Path, Path]) 
         (lambda: tensor2img(torch.zeros(2, 4, 4)), DataError, r"expected CHW with 1 or 3 channels"),
         (lambda: bicubic_degrade(img, 0), OptionError, r"scale must be a positive integer, got 0"),
         (lambda: bicubic_degrade(img.astype(np.float32), 2), DataError, r"expected a uint8 image, got float"),
-        (lambda: PairedImageDataset(paired_opt(gt, lq, scale="4")), OptionError,
-         r"datasets\.train\.scale: expected a positive integer, got '4'"),
-        (lambda: PairedImageDataset(paired_opt(gt, lq, mean=[0.5, 0.5], std=[1, 1])), OptionError,
-         r"datasets\.train\.mean: expected a number or a list of 1 or 3 numbers"),
-        (lambda: PairedImageDataset(paired_opt(gt, lq, mean=0.5, std=0)), OptionError,
-         r"datasets\.train\.std: must not contain 0"),
-        (lambda: PairedImageDataset(paired_opt(gt, lq, meta_info_file=str(empty_meta))), DataError,
+        (lambda: Paired(paired_opt(gt, lq, mean=[0.5, 0.5], std=[1, 1, 1])), OptionError,
+         r"datasets\.train\.mean: expected a list of 3 float, got 2 items"),
+        (lambda: Paired(paired_opt(gt, lq, mean=[0.5] * 3, std=[1, 0, 1])), OptionError,
+         r"datasets\.train\.std: every value must be > 0"),
+        (lambda: Paired(paired_opt(gt, lq, meta_info_file=str(empty_meta))), DataError,
          r"datasets\.train\.meta_info_file: '.*empty_meta\.txt' lists no images"),
-        (lambda: PairedImageDataset(paired_opt(gt, dup)), DataError,
+        (lambda: Paired(paired_opt(gt, dup)), DataError,
          r"datasets\.train\.dataroot_lq: '.*dup' holds two images with stem 't1x2': t1x2\.jpg and t1x2\.png"),
-        (lambda: PairedImageDataset({"dataroot_gt": str(tiny), "lq_from_gt": True, "scale": 4,
+        (lambda: Paired({"dataroot_gt": str(tiny), "lq_from_gt": True, "scale": 4,
                                      "phase": "val"})[0], DataError,
          r"tiny\.png: image is smaller than scale 4"),
-        (lambda: SingleImageDataset({}), OptionError, r"datasets\.test\.dataroot_lq: missing"),
+        (lambda: Single({}), OptionError, r"datasets\.test\.dataroot_lq: required by SingleImageDataset"),
         (lambda: TrainSampler(10, batch_size=0), OptionError, r"batch_size must be an integer >= 1, got 0"),
         (lambda: TrainSampler(10, batch_size=2).set_epoch(0, start_batch=99), OptionError,
          r"start_batch 99 is past the 5 batches of an epoch"),
-        (lambda: build_dataset([], "datasets.train"), OptionError,  # type: ignore[arg-type]
-         r"datasets\.train: expected a mapping of dataset options, got list"),
-        (lambda: build_train_loader(ds, {"batch_size_per_gpu": 2, "num_worker_per_gpu": -1}, world_size=1,
-                                    rank=0, seed=0), OptionError,
-         r"datasets\.train\.num_worker_per_gpu: expected an integer >= 0, got -1"),
         (lambda: build_eval_loader([], {}, world_size=1, rank=0), DataError,  # type: ignore[arg-type]
          r"datasets\.val: the dataset is empty"),
         (lambda: build_eval_loader(ds, {}, world_size=2, rank=2), OptionError,

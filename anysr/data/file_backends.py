@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from anysr.data import imageio
-from anysr.errors import DataError, OptionError, did_you_mean
+from anysr.errors import DataError, did_you_mean
 
 BACKEND_TYPES = ("disk", "lmdb")
 
@@ -206,24 +206,6 @@ class LmdbBackend(FileBackend):
         return sorted(self._keys)
 
 
-def backend_type(io_opt: dict[str, Any] | None, key_path: str = "io_backend") -> str:
-    """The validated ``io_backend.type`` ('disk' when no io_backend is given)."""
-    if io_opt is None:
-        return "disk"
-    if not isinstance(io_opt, dict):
-        raise OptionError(f"{key_path}: expected a mapping like {{type: disk}}, got {io_opt!r}")
-    kind = io_opt.get("type", "disk")
-    if kind not in BACKEND_TYPES:
-        raise OptionError(
-            f"{key_path}.type: unknown io backend '{kind}'{did_you_mean(str(kind), BACKEND_TYPES)}; "
-            f"use one of: {', '.join(BACKEND_TYPES)}"
-        )
-    return str(kind)
-
-
-def build_backend(io_opt: dict[str, Any] | None, root: str | os.PathLike[str],
-                  key_path: str = "io_backend") -> FileBackend:
-    """A backend for ``root`` from ``io_backend: {type: disk|lmdb}`` (disk when ``io_opt`` is None)."""
-    if backend_type(io_opt, key_path) == "lmdb":
-        return LmdbBackend(root)
-    return DiskBackend(root)
+def build_backend(kind: str, root: str | os.PathLike[str]) -> FileBackend:
+    """A backend for ``root``: ``kind`` is the validated ``io_backend.type`` (one of ``BACKEND_TYPES``)."""
+    return LmdbBackend(root) if kind == "lmdb" else DiskBackend(root)

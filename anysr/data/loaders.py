@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import inspect
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import cv2
@@ -15,23 +15,13 @@ from anysr.errors import DataError, OptionError
 from anysr.registry import DATASET_REGISTRY
 
 
-def build_dataset(opt: dict[str, Any], key_path: str) -> Dataset:
-    """The dataset named by ``opt['type']`` (DATASET_REGISTRY), built from ``opt``.
+def build_dataset(opt: Mapping[str, Any], key_path: str) -> Dataset:
+    """The dataset named by ``opt.type`` (DATASET_REGISTRY), built from validated dataset options.
 
-    ``key_path`` (e.g. 'datasets.train') is used in error messages; an unknown type is an OptionError
-    naming the nearest registered one.
+    ``key_path`` (e.g. 'datasets.train') is used in error messages.
     """
-    if not isinstance(opt, dict):
-        raise OptionError(f"{key_path}: expected a mapping of dataset options, got {type(opt).__name__}")
-    if not opt.get("type"):
-        known = ", ".join(DATASET_REGISTRY.keys())
-        raise OptionError(f"{key_path}.type: missing; known dataset types: {known}")
     cls = DATASET_REGISTRY.get(str(opt["type"]), f"{key_path}.type")
-    try:
-        takes_key_path = "key_path" in inspect.signature(cls).parameters
-    except (TypeError, ValueError):
-        takes_key_path = False
-    return cls(opt, key_path=key_path) if takes_key_path else cls(opt)
+    return cls(opt, key_path=key_path)
 
 
 def collate(batch: list[dict[str, Any]]) -> dict[str, Any]:
@@ -54,17 +44,7 @@ def _worker_init(worker_id: int) -> None:
     cv2.setNumThreads(0)
 
 
-def _int_opt(opt: dict[str, Any], key: str, key_path: str, default: int | None, minimum: int) -> int:
-    value = opt.get(key, default)
-    if value is None:
-        raise OptionError(f"{key_path}.{key}: missing")
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise OptionError(f"{key_path}.{key}: expected an integer >= {minimum}, got {value!r}")
-    return value
-
-
-def _worker_kwargs(opt: dict[str, Any], key_path: str, workers: int, seed: int = 0) -> dict[str, Any]:
-    persistent = bool(opt.get("persistent_workers", False)) and workers > 0
+def _worker_kwargs(opt: Mapping[str, Any], workers: int, seed: int = 0) -> dict[str, Any]:
     # A private generator: DataLoader draws a worker base seed per iterator, which must not advance the
     # global torch RNG (that would make resumed runs diverge). Samples get their randomness from the sampler.
     generator = torch.Generator()
@@ -72,40 +52,37 @@ def _worker_kwargs(opt: dict[str, Any], key_path: str, workers: int, seed: int =
     kwargs: dict[str, Any] = {
         "generator": generator,
         "num_workers": workers,
-        "pin_memory": bool(opt.get("pin_memory", False)),
-        "persistent_workers": persistent,
+        "pin_memory": bool(opt["pin_memory"]),
+        "persistent_workers": bool(opt["persistent_workers"]) and workers > 0,
         "collate_fn": collate,
     }
     if workers > 0:
         kwargs["worker_init_fn"] = _worker_init
-        if opt.get("prefetch_factor") is not None:
-            kwargs["prefetch_factor"] = _int_opt(opt, "prefetch_factor", key_path, None, 1)
+        if opt["prefetch_factor"] is not None:
+            kwargs["prefetch_factor"] = int(opt["prefetch_factor"])
     return kwargs
 
 
-def build_train_loader(dataset: Dataset, dataset_opt: dict[str, Any], *, world_size: int, rank: int,
-                       seed: int, start_iter: int = 0,
+def build_train_loader(dataset: Dataset, dataset_opt: Mapping[str, Any], *, batch_size: int, world_size: int,
+                       rank: int, seed: int, start_iter: int = 0,
                        key_path: str = "datasets.train") -> tuple[DataLoader, TrainSampler]:
     """A DataLoader over this rank's shard of the training stream, positioned at global step ``start_iter``.
 
-    Options: batch_size_per_gpu (required), num_worker_per_gpu (0), dataset_enlarge_ratio (1),
-    use_shuffle (True), pin_memory (False), persistent_workers (False), prefetch_factor.
-    The loader starts at epoch ``start_iter // batches_per_epoch``, batch ``start_iter % batches_per_epoch``;
-    for later epochs call ``sampler.set_epoch(e)``.
+    ``batch_size``: per loader (``batch_size_per_gpu`` times the devices one process feeds). The validated options
+    give num_worker_per_gpu, dataset_enlarge_ratio, use_shuffle, pin_memory, persistent_workers and
+    prefetch_factor. The loader starts at epoch ``start_iter // batches_per_epoch``, batch
+    ``start_iter % batches_per_epoch``; for later epochs call ``sampler.set_epoch(e)``.
     """
-    bs = _int_opt(dataset_opt, "batch_size_per_gpu", key_path, None, 1)
-    workers = _int_opt(dataset_opt, "num_worker_per_gpu", key_path, 0, 0)
-    enlarge = _int_opt(dataset_opt, "dataset_enlarge_ratio", key_path, 1, 1)
-    name = str(dataset_opt.get("name") or key_path)
-    shuffle = bool(dataset_opt.get("use_shuffle", True))
-    sampler = TrainSampler(len(dataset), batch_size=bs, world_size=world_size,  # type: ignore[arg-type]
-                           rank=rank, seed=seed, enlarge_ratio=enlarge, shuffle=shuffle,
+    name = str(dataset_opt["name"])
+    sampler = TrainSampler(len(dataset), batch_size=batch_size, world_size=world_size,  # type: ignore[arg-type]
+                           rank=rank, seed=seed, enlarge_ratio=int(dataset_opt["dataset_enlarge_ratio"]),
+                           shuffle=bool(dataset_opt["use_shuffle"]),
                            name=key_path if name in (key_path, key_path.rsplit(".", 1)[-1]) else
                            f"{key_path} ({name})")
     epoch, batch = sampler.position(start_iter)
     sampler.set_epoch(epoch, batch)
-    loader = DataLoader(dataset, batch_size=bs, sampler=sampler, drop_last=True,
-                        **_worker_kwargs(dataset_opt, key_path, workers, seed))
+    loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True,
+                        **_worker_kwargs(dataset_opt, int(dataset_opt["num_worker_per_gpu"]), seed))
     return loader, sampler
 
 
@@ -139,7 +116,7 @@ class _EvalShard(Dataset):
         return item
 
 
-def build_eval_loader(dataset: Dataset, dataset_opt: dict[str, Any], *, world_size: int, rank: int,
+def build_eval_loader(dataset: Dataset, dataset_opt: Mapping[str, Any], *, world_size: int, rank: int,
                       key_path: str = "datasets.val") -> tuple[DataLoader, list[int]]:
     """A batch-size-1 loader over this rank's round-robin shard, padded so every rank has as many items.
 
@@ -149,8 +126,7 @@ def build_eval_loader(dataset: Dataset, dataset_opt: dict[str, Any], *, world_si
     n = len(dataset)  # type: ignore[arg-type]
     if n == 0:
         raise DataError(f"{key_path}: the dataset is empty; check its dataroot / meta_info_file")
-    workers = _int_opt(dataset_opt, "num_worker_per_gpu", key_path, 0, 0)
     indices, pads = eval_indices(n, world_size, rank)
     loader = DataLoader(_EvalShard(dataset, indices, pads), batch_size=1, shuffle=False, drop_last=False,
-                        **_worker_kwargs(dataset_opt, key_path, workers))
+                        **_worker_kwargs(dataset_opt, int(dataset_opt["num_worker_per_gpu"])))
     return loader, indices

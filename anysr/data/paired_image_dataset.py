@@ -8,7 +8,7 @@ Items are addressed by ``ds[i]`` or ``ds[(i, seed)]``: in the train phase the ra
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +22,6 @@ from anysr.data.degradations import bicubic_degrade, bicubic_degrade_window
 from anysr.data.file_backends import (
     DiskBackend,
     FileBackend,
-    backend_type,
     build_backend,
     is_image_file,
 )
@@ -37,7 +36,7 @@ from anysr.data.transforms import (
     paired_random_crop,
     random_crop_origin,
 )
-from anysr.errors import DataError, OptionError
+from anysr.errors import DataError
 from anysr.registry import DATASET_REGISTRY
 
 PHASES = ("train", "val", "test")
@@ -49,66 +48,6 @@ def _listing(names: Sequence[str]) -> str:
     shown = ", ".join(names[:_MAX_LISTED])
     more = len(names) - _MAX_LISTED
     return shown + (f" ... and {more} more" if more > 0 else "")
-
-
-def _default_key_path(opt: dict[str, Any]) -> str:
-    phase = opt.get("phase", "train")
-    return f"datasets.{phase}" if phase in PHASES else "dataset"
-
-
-def _phase(opt: dict[str, Any], key_path: str) -> str:
-    phase = opt.get("phase")
-    if phase is None:
-        last = key_path.rsplit(".", 1)[-1]
-        phase = "train" if last.startswith("train") else ("test" if last.startswith("test") else "val")
-    if phase not in PHASES:
-        raise OptionError(f"{key_path}.phase: '{phase}' is not one of {', '.join(PHASES)}")
-    return str(phase)
-
-
-def _positive_int(opt: dict[str, Any], key: str, key_path: str, hint: str = "") -> int:
-    if opt.get(key) is None:
-        raise OptionError(f"{key_path}.{key}: missing{hint}")
-    value = opt[key]
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise OptionError(f"{key_path}.{key}: expected a positive integer, got {value!r}")
-    return int(value)
-
-
-def _folder_opt(opt: dict[str, Any], key: str, key_path: str) -> str:
-    root = opt.get(key)
-    if not root:
-        raise OptionError(f"{key_path}.{key}: missing; set it to the image folder (or .lmdb folder)")
-    root = os.fspath(root)
-    if not os.path.isdir(root):
-        raise DataError(f"{key_path}.{key}: folder '{root}' not found; check the path "
-                        "(relative paths are taken from the current directory)")
-    return root
-
-
-def _norm_stats(opt: dict[str, Any], key_path: str) -> tuple[list[float], list[float]] | None:
-    mean, std = opt.get("mean"), opt.get("std")
-    if mean is None and std is None:
-        return None
-    if mean is None or std is None:
-        raise OptionError(f"{key_path}: set both 'mean' and 'std' (or neither)")
-    out = []
-    for key, val in (("mean", mean), ("std", std)):
-        vals = [val] if isinstance(val, (int, float)) else list(val)
-        if len(vals) not in (1, 3) or not all(isinstance(v, (int, float)) for v in vals):
-            raise OptionError(f"{key_path}.{key}: expected a number or a list of 1 or 3 numbers, got {val!r}")
-        out.append([float(v) for v in vals])
-    if any(s == 0 for s in out[1]):
-        raise OptionError(f"{key_path}.std: must not contain 0")
-    return out[0], out[1]
-
-
-def _color(opt: dict[str, Any], key_path: str) -> str | None:
-    color = opt.get("color")
-    if color not in (None, "y", "rgb"):
-        raise OptionError(f"{key_path}.color: '{color}' is not supported; use 'y' (luma only) or leave it "
-                          "unset")
-    return None if color == "rgb" else color
 
 
 def _meta_info_names(meta_file: str, key_path: str) -> list[str]:
@@ -208,17 +147,21 @@ class _Pair:
 
 
 class _ImageDataset(Dataset):
-    """Shared option parsing and tensor conversion."""
+    """Shared option reading and tensor conversion.
 
-    def __init__(self, opt: dict[str, Any], key_path: str | None) -> None:
+    ``opt`` is a dataset section of validated options (``anysr.options``): every key is there with its default,
+    and the rules (paths exist, phase, sizes, mean/std) were checked once, by the options.
+    """
+
+    def __init__(self, opt: Mapping[str, Any], key_path: str | None) -> None:
         self.opt = opt
-        self.key_path = key_path or _default_key_path(opt)
-        self.name = str(opt.get("name", self.key_path))
-        self.phase = _phase(opt, self.key_path)
-        self.color = _color(opt, self.key_path)
-        self.norm = _norm_stats(opt, self.key_path)
-        self.io_opt = opt.get("io_backend") or {"type": "disk"}
-        self.io_type = backend_type(self.io_opt, f"{self.key_path}.io_backend")
+        self.key_path = key_path or f"datasets.{opt['phase']}"
+        self.name = str(opt["name"])
+        self.phase = str(opt["phase"])
+        self.color = opt["color"]
+        self.norm = (list(opt["mean"]), list(opt["std"])) if opt["mean"] is not None else None
+        self.io_opt = opt["io_backend"]
+        self.io_type = str(self.io_opt["type"])
         self.items: list[_Pair] = []
 
     def __len__(self) -> int:
@@ -275,7 +218,7 @@ class _ImageDataset(Dataset):
 
     def _names_from(self, root: str, backend: FileBackend, what: str) -> list[str]:
         """Image names of one side: from meta_info_file, the LMDB's keys, or the folder listing."""
-        meta = self.opt.get("meta_info_file")
+        meta = self.opt["meta_info_file"]
         if self.io_type == "lmdb":
             names = backend.keys()
         elif meta:
@@ -299,39 +242,26 @@ class PairedImageDataset(_ImageDataset):
     channels (a gray GT file is replicated) or 1 with ``color: y``.
     """
 
-    def __init__(self, opt: dict[str, Any], key_path: str | None = None) -> None:
+    def __init__(self, opt: Mapping[str, Any], key_path: str | None = None) -> None:
         super().__init__(opt, key_path)
         kp = self.key_path
-        self.scale = _positive_int(opt, "scale", kp, "; set the top-level 'scale' option (e.g. 4)")
-        self.lq_from_gt = bool(opt.get("lq_from_gt", False))
-        self.filename_tmpl = str(opt.get("filename_tmpl", "{}"))
-        if "{}" not in self.filename_tmpl:
-            raise OptionError(f"{kp}.filename_tmpl: '{self.filename_tmpl}' must contain '{{}}' "
-                              "where the GT stem goes (e.g. '{}x4')")
-        self.gt_size = 0
-        if self.phase == "train":
-            self.gt_size = _positive_int(opt, "gt_size", kp, "; the training patch size in GT pixels "
-                                         "(e.g. 128)")
-            if self.gt_size % self.scale:
-                raise OptionError(f"{kp}.gt_size: {self.gt_size} is not a multiple of scale {self.scale}; "
-                                  f"use e.g. {max(self.scale, self.gt_size - self.gt_size % self.scale)}")
-        flip = opt.get("use_hflip", opt.get("use_flip", False))
-        self.use_hflip = bool(flip)
-        self.use_rot = bool(opt.get("use_rot", False))
+        self.scale = int(opt["scale"])
+        self.lq_from_gt = bool(opt["lq_from_gt"])
+        self.filename_tmpl = str(opt["filename_tmpl"])
+        self.gt_size = int(opt["gt_size"]) if self.phase == "train" else 0
+        self.use_hflip = bool(opt["use_hflip"])
+        self.use_rot = bool(opt["use_rot"])
 
-        self.gt_root = _folder_opt(opt, "dataroot_gt", kp)
-        self.gt_backend = build_backend(self.io_opt, self.gt_root, f"{kp}.io_backend")
+        self.gt_root = os.fspath(opt["dataroot_gt"])
+        self.gt_backend = build_backend(self.io_type, self.gt_root)
         if self.lq_from_gt:
             self.lq_root = None
             self.lq_backend = None
             self.items = [_Pair(n, None) for n in self._names_from(self.gt_root, self.gt_backend, "GT")]
             return
-        if not opt.get("dataroot_lq"):
-            raise OptionError(f"{kp}.dataroot_lq: missing; set it to the LQ folder, or set "
-                              f"{kp}.lq_from_gt: true to make the LQ images by bicubic downscaling")
-        self.lq_root = _folder_opt(opt, "dataroot_lq", kp)
-        self.lq_backend = build_backend(self.io_opt, self.lq_root, f"{kp}.io_backend")
-        meta = opt.get("meta_info_file")
+        self.lq_root = os.fspath(opt["dataroot_lq"])
+        self.lq_backend = build_backend(self.io_type, self.lq_root)
+        meta = opt["meta_info_file"]
         if self.io_type == "lmdb":
             pairs = paired_keys_from_lmdb(self.gt_backend, self.lq_backend, kp)
         elif meta:
@@ -425,12 +355,10 @@ class SingleImageDataset(_ImageDataset):
     Items: {'lq': float CHW tensor, 'lq_path': str, 'gray': bool}.
     """
 
-    def __init__(self, opt: dict[str, Any], key_path: str | None = None) -> None:
-        opt = dict(opt)
-        opt.setdefault("phase", "test")
+    def __init__(self, opt: Mapping[str, Any], key_path: str | None = None) -> None:
         super().__init__(opt, key_path)
-        self.lq_root = _folder_opt(opt, "dataroot_lq", self.key_path)
-        self.lq_backend = build_backend(self.io_opt, self.lq_root, f"{self.key_path}.io_backend")
+        self.lq_root = os.fspath(opt["dataroot_lq"])
+        self.lq_backend = build_backend(self.io_type, self.lq_root)
         self.items = [_Pair(None, n) for n in self._names_from(self.lq_root, self.lq_backend, "LQ")]
 
     def _check_item(self, i: int, decode: bool) -> str | None:

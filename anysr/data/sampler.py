@@ -109,4 +109,4 @@ class TrainSampler(Sampler[tuple[int, int]]):
         return {"epoch": self.epoch, "start_batch": self.start_batch}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
-        self.set_epoch(int(state["epoch"]), int(state.get("start_batch", 0)))
+        self.set_epoch(int(state["epoch"]), int(state["start_batch"]))

@@ -101,23 +101,19 @@ def _summary(times: list[float]) -> dict[str, float]:
     return {"median": statistics.median(times), "mean": statistics.fmean(times), "best": min(times)}
 
 
-def _train_crop(opt: dict[str, Any]) -> tuple[int, int, int]:
+def _train_crop(opt: Any) -> tuple[int, int, int]:
     """(batch per device, GT crop, accumulate) from the options' train dataset."""
-    datasets = opt.get("datasets") or {}
-    keys = [k for k in datasets if k.startswith("train")]
+    keys = [k for k in opt.datasets if k.startswith("train")]
     if len(keys) != 1:
         raise OptionError(f"datasets: anysr bench needs exactly one train dataset (for its batch size and "
                           f"gt_size), found {keys or 'none'}")
-    dopt = datasets[keys[0]]
-    gt_size = dopt.get("gt_size")
-    if not gt_size:
+    dopt = opt.datasets[keys[0]]
+    if not dopt.gt_size:
         raise OptionError(f"datasets.{keys[0]}.gt_size: anysr bench needs the training crop size; set it, e.g. "
                           f"--force_yml datasets.{keys[0]}.gt_size=96")
-    batch = dopt.get("batch_size_per_gpu")
-    if not batch:
+    if not dopt.batch_size_per_gpu:
         raise OptionError(f"datasets.{keys[0]}.batch_size_per_gpu: anysr bench needs the batch size; set it")
-    accumulate = int((opt.get("train") or {}).get("accumulate", 1) or 1)
-    return int(batch), int(gt_size), accumulate
+    return int(dopt.batch_size_per_gpu), int(dopt.gt_size), int(opt.train.accumulate)
 
 
 # ---------------------------------------------------------------- the worker
@@ -133,11 +129,11 @@ def bench_worker(acc: Accelerator, opt: dict[str, Any], iters: int, warmup: int,
     load_start = os.getloadavg() if hasattr(os, "getloadavg") else None
     batch, gt_size, accumulate = _train_crop(opt)
     batch *= acc.batch_multiplier
-    scale = int(opt["scale"])
-    acc.manual_seed(int(opt.get("manual_seed", 0) or 0))
+    scale = int(opt.scale)
+    acc.manual_seed(int(opt.manual_seed))
     model = build_model(opt, acc)
     ckpt.load_model_weights(model, fresh=False, stand_ins=True)  # the VGG19 of a perceptual loss: timing only
-    host_net = build_network(opt["network_g"])  # a CPU twin for counting FLOPs: no device work
+    host_net = build_network(opt.network_g)  # a CPU twin for counting FLOPs: no device work
     in_ch = int(input_channels(host_net) or 3)
     lq_size = gt_size // scale
     acc.calibrate(model.nets["net_g"], (batch, in_ch, lq_size, lq_size), train=True)  # as training decides
@@ -181,7 +177,7 @@ def bench_worker(acc: Accelerator, opt: dict[str, Any], iters: int, warmup: int,
                  "output_megapixels_per_s": shape[-1] * shape[-2] / 1e6 / t["median"]}
 
     return {
-        "name": opt.get("name"), "network": opt["network_g"]["type"], "scale": scale,
+        "name": opt.name, "network": opt.network_g.type, "scale": scale,
         "params": sum(p.numel() for p in bare.parameters()),
         "accelerator": acc.plan.accelerator, "device": acc.describe(), "precision": acc.precision,
         "channels_last": acc.channels_last, "compile": acc.plan.compile,
@@ -206,15 +202,15 @@ def format_table(result: dict[str, Any]) -> str:
         f"{result['params'] / 1e6:.3g} M params) on {result['device']}; torch {result['torch']}, "
         f"{result['threads']} threads",
         "; ".join(f"{name} {_shown(c['chosen'])} ({'auto' if c['requested'] == 'auto' else 'asked for'}: "
-                  f"{c['why']})" for name, c in result.get("choices", {}).items()),
-        *(f"warning: {w}" for w in result.get("warnings", [])),
+                  f"{c['why']})" for name, c in result["choices"].items()),
+        *(f"warning: {w}" for w in result["warnings"]),
         f"{'':<10} {'input':>16} {'ms (median)':>12} {'ms (best)':>10} {'images/s':>10} {'GFLOP':>8} "
         f"{'GFLOP/s':>8}",
         f"{'train':<10} {tr['batch_size'] * tr['accumulate']:>5} x {tr['lq_size']:>3}x{tr['lq_size']:<4} "
         f"{tr['ms_per_iter']:>12.1f} {tr['ms_per_iter_best']:>10.1f} {tr['images_per_s']:>10.1f} "
         f"{tr['gflop_per_iter']:>8.2f} {tr['gflops_per_s']:>8.1f}",
     ]
-    inf = result.get("infer")
+    inf = result["infer"]
     if inf:
         lines.append(f"{'infer':<10} {1:>5} x {inf['size']:>3}x{inf['size']:<4} {inf['ms_per_image']:>12.1f} "
                      f"{inf['ms_per_image_best']:>10.1f} {1e3 / inf['ms_per_image']:>10.2f} "

@@ -80,8 +80,8 @@ def evaluate(net: nn.Module, loader: Iterable[dict[str, Any]], acc: Accelerator,
     for batch in acc.prepare_loader(loader):
         lq = batch["lq"]
         out = quantize(run_network(net, lq, acc, scale=scale, tile=tile, tile_pad=tile_pad))
-        pad = torch.as_tensor(batch.get("pad", torch.zeros(lq.shape[0], dtype=torch.bool))).to(out.device)
-        gray = torch.as_tensor(batch.get("gray", torch.zeros(lq.shape[0], dtype=torch.bool))).to(out.device)
+        pad = torch.as_tensor(batch["pad"]).to(out.device)  # the eval loader marks every item
+        gray = torch.as_tensor(batch["gray"]).to(out.device)  # every dataset says whether an image is gray
         out = to_gray_where(out, gray)
         valid_flags.append((~pad.bool()).float())
         names.extend(Path(p).stem for p in batch["lq_path"])
@@ -92,8 +92,8 @@ def evaluate(net: nn.Module, loader: Iterable[dict[str, Any]], acc: Accelerator,
             for name, mopt in metrics_opt.items():
                 fn = TORCH_METRICS[mopt["type"]]
                 try:
-                    value = fn(out_c, gt, crop_border=mopt.get("crop_border", scale),
-                               test_y_channel=bool(mopt.get("test_y_channel", False)), gray=gray.bool())
+                    value = fn(out_c, gt, crop_border=mopt["crop_border"],
+                               test_y_channel=bool(mopt["test_y_channel"]), gray=gray.bool())
                 except AnysrError as exc:
                     raise OptionError(f"val.metrics.{name} on {batch['lq_path'][0]} ({dataset}): {exc}") from None
                 per_image[name].append(value.float().reshape(-1))

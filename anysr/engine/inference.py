@@ -22,6 +22,7 @@ from anysr.engine.logger import get_logger, log_start, setup_logging
 from anysr.errors import DataError, OptionError
 from anysr.models import build_model
 from anysr.ops.tiling import plan_tiles
+from anysr.registry import plain_options
 
 CALIBRATION_SIDE = 128  # input side used to time precision / memory-format candidates for untiled inference
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
@@ -215,10 +216,10 @@ def build_inference_net(*, weights: str | None, arch: str | None, arch_opts: dic
     if arch:
         net_opt = {"type": arch, **arch_opts}
     elif network_opt is not None:
-        net_opt = dict(network_opt)
-    elif meta.get("network_g"):
+        net_opt = plain_options(network_opt)
+    elif "network_g" in meta:
         net_opt = dict(meta["network_g"])
-        log.info("network rebuilt from the weights' metadata: %s", net_opt.get("type"))
+        log.info("network rebuilt from the weights' metadata: %s", net_opt["type"])
     else:
         raise OptionError("no network given: pass --arch NAME [--arch-opt k=v ...] or -opt FILE.yml "
                           "(the weights file has no anysr metadata to rebuild it from)")
@@ -228,7 +229,7 @@ def build_inference_net(*, weights: str | None, arch: str | None, arch_opts: dic
                        fix="check --arch and --arch-opt (or the -opt file's network_g) against the file")
     elif any(True for _ in net.parameters()):
         raise OptionError("--weights is required for a network with parameters")
-    net_scale = network_scale(net, meta.get("scale"))
+    net_scale = network_scale(net, meta["scale"] if "scale" in meta else None)
     if scale and net_scale and scale != net_scale:
         raise OptionError(f"--scale {scale} but the network upscales x{net_scale}; drop --scale or fix it")
     final = scale or net_scale
@@ -237,44 +238,43 @@ def build_inference_net(*, weights: str | None, arch: str | None, arch_opts: dic
     return net, int(final)
 
 
-def test_worker(acc: Accelerator, opt: dict[str, Any]) -> dict[str, Any]:
+def test_worker(acc: Accelerator, opt: Any) -> dict[str, Any]:
     """``anysr test``: every test dataset through the network, metrics reduced over ranks, summary.json."""
-    results_root = Path(opt["path"]["results_root"])
+    results_root = Path(opt.path.results_root)
     if acc.is_main:
         results_root.mkdir(parents=True, exist_ok=True)
     setup_logging(results_root / "test.log", enabled=acc.is_main)
     log = get_logger()
-    acc.manual_seed(int(opt.get("manual_seed", 0)))
+    acc.manual_seed(int(opt.manual_seed))
     model = build_model(opt, acc)
     for line in ckpt.load_model_weights(model, fresh=True):
         log.info(line)
-    pre = opt["path"].get("pretrain_network_g")
-    val = opt.get("val") or {}
+    val = opt.val
     bare = model.nets["net_g"]
-    side = int(val["tile"]) + 2 * int(val.get("tile_pad", 10)) if val.get("tile") else CALIBRATION_SIDE
+    side = int(val.tile) + 2 * int(val.tile_pad) if val.tile else CALIBRATION_SIDE
     acc.calibrate(bare.eval(), (1, input_channels(bare) or 3, side, side), train=False)
     model.setup()
     net = model.inference_net()
-    scale = int(opt["scale"])
-    summary: dict[str, Any] = {"name": opt["name"], "weights": pre, "accelerator": acc.plan.accelerator,
-                               "world_size": acc.world_size, "precision": acc.precision,
+    scale = int(opt.scale)
+    summary: dict[str, Any] = {"name": opt.name, "weights": opt.path.pretrain_network_g,
+                               "accelerator": acc.plan.accelerator, "world_size": acc.world_size,
+                               "precision": acc.precision,
                                "choices": {k: c.as_dict() for k, c in acc.choices.items()}, "datasets": {}}
-    log_start(f"test '{opt['name']}'", acc)
-    for key, dopt in opt["datasets"].items():
+    log_start(f"test '{opt.name}'", acc)
+    for key, dopt in opt.datasets.items():
         if not key.startswith(("test", "val")):
             continue
-        name = dopt.get("name", key)
         ds = build_dataset(dopt, f"datasets.{key}")
         loader, _ = build_eval_loader(ds, dopt, world_size=acc.world_size, rank=acc.rank)
-        save_dir = results_root / "visualization" / name if val.get("save_img", True) else None
+        save_dir = results_root / "visualization" / dopt.name if val.save_img else None
         if save_dir is not None and acc.is_main:
             save_dir.mkdir(parents=True, exist_ok=True)
         acc.barrier()
-        res = evaluate(net, loader, acc, dataset=name, scale=scale, metrics_opt=val.get("metrics"),
-                       tile=val.get("tile"), tile_pad=int(val.get("tile_pad", 10)), save_dir=save_dir,
-                       suffix=val.get("suffix"), progress=True, phase="test")
+        res = evaluate(net, loader, acc, dataset=dopt.name, scale=scale, metrics_opt=val.metrics, tile=val.tile,
+                       tile_pad=int(val.tile_pad), save_dir=save_dir, suffix=val.suffix, progress=True,
+                       phase="test")
         _log_result(res)
-        summary["datasets"][name] = {"n": res.count, **res.metrics, "images": res.images}
+        summary["datasets"][dopt.name] = {"n": res.count, **res.metrics, "images": res.images}
     summary["stats"] = acc.stats()
     if acc.is_main:
         atomic_write_json(results_root / "summary.json", summary)

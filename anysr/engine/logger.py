@@ -62,12 +62,12 @@ class MetricWriter:
             except ImportError:
                 log.warning("logger.use_tb_logger is on but tensorboard is not installed: "
                             "pip install 'anysr[tensorboard]' (continuing without it)")
-        if wandb_opt and wandb_opt.get("project"):
+        if wandb_opt and wandb_opt["project"]:
             try:
                 import wandb  # noqa: PLC0415
 
-                self.wandb = wandb.init(project=wandb_opt["project"], entity=wandb_opt.get("entity"),
-                                        name=run_name, config=config, id=wandb_opt.get("resume_id"),
+                self.wandb = wandb.init(project=wandb_opt["project"], entity=wandb_opt["entity"],
+                                        name=run_name, config=config, id=wandb_opt["resume_id"],
                                         resume="allow")
             except ImportError:
                 log.warning("logger.wandb.project is set but wandb is not installed: pip install 'anysr[wandb]'")

@@ -39,9 +39,10 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _describe(holder: dict[str, Any]) -> str:
-    started = holder.get("started")
+    started = holder["started"] if "started" in holder else None
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)) if isinstance(started, (int, float)) else "?"
-    return f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}, started {when}"
+    pid, host = (holder[k] if k in holder else "?" for k in ("pid", "host"))
+    return f"pid {pid} on {host}, started {when}"
 
 
 class RunLock:
@@ -90,8 +91,8 @@ class RunLock:
 
     def _check_recorded(self) -> None:
         holder = self._holder()
-        pid = holder.get("pid")
-        if isinstance(pid, int) and pid != os.getpid() and holder.get("host") == socket.gethostname() \
+        pid, host = (holder[k] if k in holder else None for k in ("pid", "host"))
+        if isinstance(pid, int) and pid != os.getpid() and host == socket.gethostname() \
                 and _pid_alive(pid):
             raise self._refuse(holder)
 

@@ -70,17 +70,18 @@ class Trainer:
         self.start_over = start_over
         self._lock: RunLock | None = None
         self._last_saved = -1
-        p = opt["path"]
-        self.exp_dir = Path(p["experiments_root"])
-        self.models_dir = Path(p["models"])
-        self.states_dir = Path(p["training_states"])
-        self.vis_dir = Path(p["visualization"])
-        self.log_dir = Path(p["log"])
-        self.train_opt = opt["train"]
-        self.log_opt = opt.get("logger") or {}
-        self.val_opt = opt.get("val") or None
-        self.total_iter = int(self.train_opt["total_iter"])
-        self.accumulate = int(self.train_opt.get("accumulate", 1) or 1)
+        p = opt.path
+        self.exp_dir = Path(p.experiments_root)
+        self.models_dir = Path(p.models)
+        self.states_dir = Path(p.training_states)
+        self.vis_dir = Path(p.visualization)
+        self.log_dir = Path(p.log)
+        self.train_opt = opt.train
+        self.log_opt = opt.logger
+        self.val_opt = opt.val
+        self.total_iter = int(self.train_opt.total_iter)
+        self.accumulate = int(self.train_opt.accumulate)
+        self.train_key = next(k for k in opt.datasets if k.startswith("train"))
         self.best: dict[str, dict[str, dict[str, float]]] = {}
         self.last_val: dict[str, dict[str, float]] = {}
         self.last_losses: dict[str, float] = {}
@@ -114,12 +115,12 @@ class Trainer:
         self._lock = RunLock(self.exp_dir, what="training").acquire()
         for d in (self.exp_dir, self.models_dir, self.states_dir, self.vis_dir, self.log_dir):
             d.mkdir(parents=True, exist_ok=True)
-        setup_logging(self.log_dir / f"train_{self.opt['name']}_{time.strftime('%Y%m%d_%H%M%S')}.log")
+        setup_logging(self.log_dir / f"train_{self.opt.name}_{time.strftime('%Y%m%d_%H%M%S')}.log")
         if self.start_over:
             self._archive_previous()
         ckpt.clean_stale_temps(self.states_dir)
         ckpt.clean_stale_temps(self.models_dir)
-        resume_path = self.opt["path"].get("resume_state")
+        resume_path = self.opt.path.resume_state
         if resume_path:
             if Path(resume_path).suffix in (".safetensors", ".pth", ".pt"):
                 raise OptionError(f"path.resume_state: {resume_path} is a weights file, not a training state; give "
@@ -159,23 +160,23 @@ class Trainer:
         for d in (self.models_dir, self.states_dir, self.vis_dir, self.log_dir):
             d.mkdir(parents=True, exist_ok=True)
         # the log file of this run was opened before the move: start it again in the fresh log folder
-        setup_logging(self.log_dir / f"train_{self.opt['name']}_{time.strftime('%Y%m%d_%H%M%S')}.log")
+        setup_logging(self.log_dir / f"train_{self.opt.name}_{time.strftime('%Y%m%d_%H%M%S')}.log")
         self.log.info("--start-over: moved the previous run's files (%s) to %s",
                       ", ".join(sorted(p.name for p in old)), target)
 
     def _calibrate(self) -> None:
         """Let the accelerator time its open choices (auto on a CPU) on the generator with the training shape."""
-        dopt = next(v for k, v in self.opt["datasets"].items() if k.startswith("train"))
-        if not dopt.get("gt_size"):
+        dopt = self.opt.datasets[self.train_key]
+        if not dopt.gt_size:
             return
         net = self.model.nets["net_g"]
-        lq = int(dopt["gt_size"]) // int(self.opt["scale"])
-        batch = int(dopt["batch_size_per_gpu"]) * self.acc.batch_multiplier
+        lq = int(dopt.gt_size) // int(self.opt.scale)
+        batch = int(dopt.batch_size_per_gpu) * self.acc.batch_multiplier
         self.acc.calibrate(net, (batch, input_channels(net) or 3, lq, lq), train=True)
 
     def _record_options(self) -> None:
         """Keep the options of this run as ``options_<time>.yml``, unless the newest one already says the same."""
-        text = yaml.safe_dump(self.opt, sort_keys=False)
+        text = yaml.safe_dump(self.opt.to_dict(), sort_keys=False)
         previous = sorted(self.exp_dir.glob("options_*.yml"))
         if previous and previous[-1].read_text(encoding="utf-8") == text:
             return
@@ -190,7 +191,7 @@ class Trainer:
         """The model's part of a training state, refused with the first differences when the networks changed."""
         fix = ("network_g (or network_d) changed since it was saved: restore those options, or start a new run "
                "(another `name`, with path.pretrain_network_g to start from its weights)")
-        for name, sd in state.get("nets", {}).items():
+        for name, sd in state["nets"].items():
             if name not in self.model.nets:
                 raise CheckpointError(f"{path} holds a network '{name}' this run's model has not; {fix}")
             problems, _ = ckpt.state_dict_mismatch(self.model.bare(name).state_dict(), sd)
@@ -206,48 +207,44 @@ class Trainer:
     def _check_resumable(self, path: Path, state: dict[str, Any]) -> None:
         """Options that decide the data stream and the optimisers must match the run being resumed."""
         now = self._run_signature()
-        then = state.get("signature", {})
+        then = state["signature"] if "signature" in state else {}
         changed = [f"{k} ({then[k]} there, {now[k]} now)" for k in now if k in then and then[k] != now[k]]
         if changed:
             raise OptionError(f"cannot resume {path}: " + "; ".join(changed) + ". Restore them (the data position "
                               "and optimiser state depend on them), or start a new run with another `name`")
 
     def _run_signature(self) -> dict[str, Any]:
-        train_key = next(k for k in self.opt["datasets"] if k.startswith("train"))
-        dopt = self.opt["datasets"][train_key]
+        dopt = self.opt.datasets[self.train_key]
         return {
             "train.accumulate": self.accumulate,
-            "global batch (batch_size_per_gpu x ranks)": int(dopt["batch_size_per_gpu"]) * self.acc.batch_multiplier
+            "global batch (batch_size_per_gpu x ranks)": int(dopt.batch_size_per_gpu) * self.acc.batch_multiplier
             * self.acc.world_size,
-            f"datasets.{train_key}.dataset_enlarge_ratio": int(dopt.get("dataset_enlarge_ratio", 1) or 1),
-            "manual_seed": int(self.opt.get("manual_seed", 0)),
-            "model_type": self.opt.get("model_type", "SRModel"),
-            "network_g.type": self.opt["network_g"]["type"],
-            "train.optim_g.type": (self.train_opt.get("optim_g") or {}).get("type"),
+            f"datasets.{self.train_key}.dataset_enlarge_ratio": int(dopt.dataset_enlarge_ratio),
+            "manual_seed": int(self.opt.manual_seed),
+            "model_type": self.opt.model_type,
+            "network_g.type": self.opt.network_g.type,
+            "train.optim_g.type": self.train_opt.optim_g.type,
         }
 
     def _build_data(self) -> None:
-        datasets = self.opt["datasets"]
-        train_keys = [k for k in datasets if k.startswith("train")]
-        if len(train_keys) != 1:
-            raise OptionError(f"datasets: training needs exactly one 'train' dataset, found {train_keys or 'none'}")
-        dopt = dict(datasets[train_keys[0]])
-        dopt["batch_size_per_gpu"] = int(dopt["batch_size_per_gpu"]) * self.acc.batch_multiplier
-        self.train_set = build_dataset(dopt, f"datasets.{train_keys[0]}")
+        datasets, key = self.opt.datasets, self.train_key
+        dopt = datasets[key]
+        self.train_set = build_dataset(dopt, f"datasets.{key}")
         self.train_loader, self.sampler = build_train_loader(
-            self.train_set, dopt, world_size=self.acc.world_size, rank=self.acc.rank,
-            seed=int(self.opt.get("manual_seed", 0)))
+            self.train_set, dopt, batch_size=int(dopt.batch_size_per_gpu) * self.acc.batch_multiplier,
+            world_size=self.acc.world_size, rank=self.acc.rank, seed=int(self.opt.manual_seed),
+            key_path=f"datasets.{key}")
         self.batches_per_epoch = self.sampler.batches_per_epoch
         self.val_loaders: list[tuple[str, Any]] = []
         val_sets = []
         if self.val_opt:
-            for key, vopt in datasets.items():
-                if key.startswith("val"):
-                    ds = build_dataset(vopt, f"datasets.{key}")
+            for name, vopt in datasets.items():
+                if name.startswith("val"):
+                    ds = build_dataset(vopt, f"datasets.{name}")
                     loader, _ = build_eval_loader(ds, vopt, world_size=self.acc.world_size, rank=self.acc.rank)
-                    self.val_loaders.append((vopt.get("name", key), loader))
-                    val_sets.append((key, ds))
-        self._check_data([(train_keys[0], self.train_set, False), *((k, ds, True) for k, ds in val_sets)])
+                    self.val_loaders.append((vopt.name, loader))
+                    val_sets.append((name, ds))
+        self._check_data([(key, self.train_set, False), *((k, ds, True) for k, ds in val_sets)])
         for _, ds in val_sets:
             if len(ds) > 0:  # type: ignore[arg-type]
                 ds[0]  # one item through the whole pipeline too, before any training
@@ -271,7 +268,7 @@ class Trainer:
     def _batch_stream(self, start_batch: int) -> Iterator[tuple[int, dict[str, Any]]]:
         """(epoch, batch) forever from global batch position ``start_batch``: no replay to resume."""
         epoch, offset = divmod(start_batch, self.batches_per_epoch)
-        seed = int(self.opt.get("manual_seed", 0))
+        seed = int(self.opt.manual_seed)
         while True:
             self.sampler.set_epoch(epoch, start_batch=offset)
             # The loader's own generator (worker base seeds) must not draw from the global RNG.
@@ -297,9 +294,9 @@ class Trainer:
             return start  # nothing to do
         writer = None
         if self.acc.is_main:
-            tb_dir = self.exp_dir / "tb_logger" if self.log_opt.get("use_tb_logger", True) else None
-            writer = MetricWriter(tb_dir=tb_dir, wandb_opt=self.log_opt.get("wandb"), run_name=self.opt["name"],
-                                  config=self.opt)
+            tb_dir = self.exp_dir / "tb_logger" if self.log_opt.use_tb_logger else None
+            writer = MetricWriter(tb_dir=tb_dir, wandb_opt=self.log_opt.wandb, run_name=self.opt.name,
+                                  config=self.opt.to_dict())
         try:
             return self._loop(start, writer)
         finally:
@@ -313,12 +310,12 @@ class Trainer:
         if acc.is_main:
             self._record_options()
 
-        acc.manual_seed(int(self.opt.get("manual_seed", 0)))
+        acc.manual_seed(int(self.opt.manual_seed))
         self.model = build_model(self.opt, acc)
         for line in ckpt.load_model_weights(self.model, fresh=resume is None):
             self.log.info(line)
         self._calibrate()
-        log_start(f"training '{self.opt['name']}'", acc)
+        log_start(f"training '{self.opt.name}'", acc)
         self.model.setup()
 
         start_iter = 0
@@ -326,10 +323,10 @@ class Trainer:
             path, state = resume
             self._check_resumable(path, state)
             self._load_model_state(path, state["model"])
-            acc.load_state_dict(state.get("accelerator", {}))
+            acc.load_state_dict(state["accelerator"])
             acc.set_rng_state(state["rng"])
             start_iter = int(state["iter"])
-            self.best = state.get("best", {})
+            self.best = state["best"]
             self.log.info("resumed from %s at iteration %d", path, start_iter)
             if start_iter > self.total_iter:
                 raise OptionError(f"train.total_iter: {self.total_iter} is below the iteration being resumed "
@@ -344,10 +341,10 @@ class Trainer:
 
     def _loop(self, start_iter: int, writer: MetricWriter | None) -> dict[str, Any]:
         acc = self.acc
-        val_freq = int(self.val_opt.get("val_freq", 0) or 0) if self.val_opt else 0
+        val_freq = int(self.val_opt.val_freq or 0) if self.val_opt else 0
         run = _Run(stream=self._batch_stream(start_iter * self.accumulate), writer=writer,
-                   print_freq=int(self.log_opt.get("print_freq", 100)),
-                   save_freq=int(self.log_opt.get("save_checkpoint_freq", 5000)), val_freq=val_freq,
+                   print_freq=int(self.log_opt.print_freq), save_freq=int(self.log_opt.save_checkpoint_freq),
+                   val_freq=val_freq,
                    dev_iter=torch.full((), start_iter, dtype=torch.int64, device=acc.device),
                    first_bad=torch.full((), -1, dtype=torch.int64, device=acc.device),
                    bar=Progress(self.total_iter, start_iter, enabled=acc.is_main))
@@ -445,7 +442,7 @@ class Trainer:
         loss_txt = " ".join(f"{k}: {v:.4e}" for k, v in self.last_losses.items())
         stats = acc.stats()
         self.log.info("[%s][epoch:%3d, iter:%8d, lr:(%.3e)] [eta: %s, time (data): %.3f (%.3f)] %s",
-                      self.opt["name"][:12], epoch, it, lr, eta, iter_time, data_time, loss_txt)
+                      self.opt.name[:12], epoch, it, lr, eta, iter_time, data_time, loss_txt)
         if acc.stats_in_log:
             self.log.info("%s stats: %s", acc.name, stats)
         warn = acc.check_recompiles()
@@ -462,24 +459,25 @@ class Trainer:
         net = self.model.inference_net()
         results = []
         for name, loader in self.val_loaders:
-            save_dir = self.vis_dir / name if self.val_opt.get("save_img") else None
+            save_dir = self.vis_dir / name if self.val_opt.save_img else None
             if save_dir is not None and self.acc.is_main:
                 save_dir.mkdir(parents=True, exist_ok=True)
             self.acc.barrier()
-            res = evaluate(net, loader, self.acc, dataset=name, scale=int(self.opt["scale"]),
-                           metrics_opt=self.val_opt.get("metrics"), tile=self.val_opt.get("tile"),
-                           tile_pad=int(self.val_opt.get("tile_pad", 10)), save_dir=save_dir,
-                           suffix=self.val_opt.get("suffix") or str(it), progress=bool(self.val_opt.get("pbar")))
+            res = evaluate(net, loader, self.acc, dataset=name, scale=int(self.opt.scale),
+                           metrics_opt=self.val_opt.metrics, tile=self.val_opt.tile,
+                           tile_pad=int(self.val_opt.tile_pad), save_dir=save_dir,
+                           suffix=self.val_opt.suffix or str(it), progress=self.val_opt.pbar)
             results.append(res)
             self.last_val[name] = res.metrics
             lines = []
             for metric, value in res.metrics.items():
-                better = (self.val_opt["metrics"][metric].get("better") or "higher")
-                slot = self.best.setdefault(name, {}).get(metric)
+                better = self.val_opt.metrics[metric].better
+                best = self.best.setdefault(name, {})
+                slot = best[metric] if metric in best else None
                 improved = slot is None or (value > slot["value"] if better == "higher" else value < slot["value"])
                 if improved:
-                    self.best[name][metric] = {"value": value, "iter": it}
-                b = self.best[name][metric]
+                    best[metric] = {"value": value, "iter": it}
+                b = best[metric]
                 lines.append(f"{metric}: {value:.4f}  (best {b['value']:.4f} @ iter {b['iter']})")
             self.log.info("validation %s (%d images) at iter %d: %s", name, res.count, it, "; ".join(lines))
             if writer is not None:
@@ -500,26 +498,29 @@ class Trainer:
 
         def writer(state: dict[str, Any]) -> None:
             weights = state.pop("weights")
-            meta = {"network_g": self.opt["network_g"], "scale": self.opt["scale"], "iteration": it,
-                    "name": self.opt["name"]}
+            meta = {"network_g": self.opt.network_g.to_dict(), "scale": self.opt.scale, "iteration": it,
+                    "name": self.opt.name}
             ckpt.save_weights(self.models_dir / f"net_g_{it}.safetensors", weights, meta)
-            if self.log_opt.get("save_pth"):
+            if self.log_opt.save_pth:
                 ckpt.save_weights_pth(self.models_dir / f"net_g_{it}.pth", weights)
             ckpt.save_training_state(self.states_dir / f"{it}.state", state)
             ckpt.save_weights(self.models_dir / "net_g_latest.safetensors", weights, meta)
-            ckpt.prune_training_states(self.states_dir, self.log_opt.get("keep_last", 3))
+            ckpt.prune_training_states(self.states_dir, self.log_opt.keep_last)
             self.log.info("saved checkpoint at iteration %d: %s", it, self.states_dir / f"{it}.state")
 
         acc.save(state_fn, writer)
         self._last_saved = it
 
+    def _best_of(self, dataset: str, metric: str) -> dict[str, Any]:
+        slot = self.best[dataset][metric] if dataset in self.best and metric in self.best[dataset] else None
+        return {"best": slot["value"] if slot else None, "best_iter": slot["iter"] if slot else None}
+
     def write_summary(self, it: int, wall: float | None, timer: Timer | None, *, final: bool) -> dict[str, Any]:
         summary: dict[str, Any] = {
-            "name": self.opt["name"], "iterations_done": it, "total_iter": self.total_iter, "finished": final,
+            "name": self.opt.name, "iterations_done": it, "total_iter": self.total_iter, "finished": final,
             "final_losses": self.last_losses,
-            "validation": {d: {m: {"value": v, "best": self.best.get(d, {}).get(m, {}).get("value"),
-                                   "best_iter": self.best.get(d, {}).get(m, {}).get("iter")}
-                               for m, v in ms.items()} for d, ms in self.last_val.items()},
+            "validation": {d: {m: {"value": v, **self._best_of(d, m)} for m, v in ms.items()}
+                           for d, ms in self.last_val.items()},
             "accelerator": {"kind": self.acc.plan.accelerator, "world_size": self.acc.world_size,
                             "precision": self.acc.precision, "launcher": self.acc.plan.launcher,
                             "channels_last": self.acc.channels_last, "spmd": self.acc.plan.spmd,

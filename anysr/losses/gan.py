@@ -21,6 +21,8 @@ class GANLoss(nn.Module):
     ``loss_weight`` scales only generator losses (``is_disc=False``), as in BasicSR.
     """
 
+    role = "gan"  # which train.*_opt accepts it (the options read this)
+
     def __init__(self, gan_type: str = "vanilla", real_label_val: float = 1.0, fake_label_val: float = 0.0,
                  loss_weight: float = 1.0) -> None:
         super().__init__()

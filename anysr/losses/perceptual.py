@@ -113,6 +113,8 @@ class PerceptualLoss(nn.Module):
     option the engine reads them from (losses do no file I/O) and is accepted and ignored here.
     """
 
+    role = "perceptual"  # which train.*_opt accepts it (the options read this)
+
     def __init__(self, layer_weights: dict[str, float], vgg_type: str = "vgg19", use_input_norm: bool = True,
                  range_norm: bool = False, perceptual_weight: float = 1.0, style_weight: float = 0.0,
                  criterion: str = "l1", vgg_weights_path: str | None = None,

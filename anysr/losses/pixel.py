@@ -12,6 +12,10 @@ _REDUCTIONS = ("mean", "sum", "none")
 
 
 class _PixelLoss(nn.Module):
+    """Shared by the pixel losses: ``loss_weight`` and ``reduction`` as BasicSR's."""
+
+    role = "pixel"  # which train.*_opt accepts it (the options read this)
+
     def __init__(self, loss_weight: float = 1.0, reduction: str = "mean") -> None:
         super().__init__()
         if reduction not in _REDUCTIONS:

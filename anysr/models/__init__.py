@@ -11,9 +11,9 @@ from anysr.models.sr import SRModel, SwinIRModel
 from anysr.registry import MODEL_REGISTRY
 
 
-def build_model(opt: dict[str, Any], accelerator: Accelerator) -> BaseModel:
-    """The model named by ``model_type`` (default SRModel)."""
-    cls = MODEL_REGISTRY.get(opt.get("model_type", "SRModel"), "model_type")
+def build_model(opt: Any, accelerator: Accelerator) -> BaseModel:
+    """The model named by ``model_type`` (validated options)."""
+    cls = MODEL_REGISTRY.get(opt["model_type"], key_path="model_type")
     return cls(opt, accelerator)
 
 

@@ -11,27 +11,24 @@ import torch
 from torch import nn
 
 from anysr.accelerators import Accelerator
-from anysr.errors import OptionError, did_you_mean
+from anysr.errors import OptionError
 from anysr.models.ema import EMA
 from anysr.models.lr_scheduler import IterScheduler, build_scheduler
+from anysr.registry import OPTIMIZER_REGISTRY, plain_options
 
-OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
-    "Adam": torch.optim.Adam, "AdamW": torch.optim.AdamW, "SGD": torch.optim.SGD,
-}
+for _optimizer in (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD):
+    OPTIMIZER_REGISTRY.register(_optimizer)  # a new one is one more line here; the options read this registry
 
 
-def build_optimizer(params: list[nn.Parameter], opt: dict[str, Any], key_path: str) -> torch.optim.Optimizer:
-    """An optimizer from ``{type: Adam|AdamW|SGD, lr: ..., ...}``."""
-    kwargs = dict(opt)
-    name = kwargs.pop("type")
-    if name not in OPTIMIZERS:
-        raise OptionError(f"{key_path}.type: unknown optimizer '{name}'{did_you_mean(name, OPTIMIZERS)}; "
-                          f"known: {', '.join(OPTIMIZERS)}")
+def build_optimizer(params: list[nn.Parameter], opt: Any, key_path: str) -> torch.optim.Optimizer:
+    """An optimizer from ``{type: Adam|AdamW|SGD, lr: ..., ...}`` (arguments already checked by the options)."""
+    kwargs = plain_options(opt)
+    cls = OPTIMIZER_REGISTRY.get(kwargs.pop("type"), f"{key_path}.type")
     if "betas" in kwargs:
         kwargs["betas"] = tuple(kwargs["betas"])
     try:
-        return OPTIMIZERS[name](params, **kwargs)
-    except TypeError as exc:
+        return cls(params, **kwargs)  # type: ignore[no-any-return]
+    except (TypeError, ValueError) as exc:
         raise OptionError(f"{key_path}: {exc}") from None
 
 
@@ -71,7 +68,7 @@ class BaseModel(ABC):
     def __init__(self, opt: dict[str, Any], accelerator: Accelerator) -> None:
         self.opt = opt
         self.acc = accelerator
-        self.is_train = bool(opt.get("is_train", False))
+        self.is_train = bool(opt["is_train"])
         self.nets: dict[str, nn.Module] = {}
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         self.schedulers: dict[str, IterScheduler] = {}
@@ -84,9 +81,9 @@ class BaseModel(ABC):
         paths = self.opt["path"]
         net_g = self.nets["net_g"]
         return [WeightNeed(
-            "net_g", "path.pretrain_network_g", paths.get("pretrain_network_g"),
-            lambda sd, load: load(net_g, sd), param_key=paths.get("param_key_g") or "params",
-            strict=bool(paths.get("strict_load_g", True)),
+            "net_g", "path.pretrain_network_g", paths["pretrain_network_g"],
+            lambda sd, load: load(net_g, sd), param_key=paths["param_key_g"] or "params",
+            strict=bool(paths["strict_load_g"]),
             required=not self.is_train and any(True for _ in net_g.parameters()),
             missing="a test needs trained weights; set it to a .safetensors or .pth file")]
 
@@ -108,8 +105,8 @@ class BaseModel(ABC):
         params = [p for p in net.parameters() if p.requires_grad]
         self.optimizers[name] = build_optimizer(params, opt, key_path)
         train = self.opt["train"]
-        self.schedulers[name] = build_scheduler(self.optimizers[name], train.get("scheduler"),
-                                                int(train.get("warmup_iter", -1) or -1))
+        self.schedulers[name] = build_scheduler(self.optimizers[name], train["scheduler"],
+                                                int(train["warmup_iter"]))
 
     # ---------------------------------------------------------------- schedule
     def update_learning_rate(self, current_iter: int) -> None:

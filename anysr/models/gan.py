@@ -41,7 +41,7 @@ class SRGANModel(SRModel):
         self.vgg_state_dict: Mapping[str, torch.Tensor] | None = None
         self.current_iter = 0
         if self.is_train:
-            if not opt.get("network_d"):
+            if not opt["network_d"]:
                 raise OptionError(f"network_d: {type(self).__name__} needs a discriminator; add network_d "
                                   "(e.g. {type: VGGStyleDiscriminator, num_in_ch: 3, num_feat: 64})")
             self.nets["net_d"] = build_network(opt["network_d"], "network_d")
@@ -51,14 +51,14 @@ class SRGANModel(SRModel):
         needs = super().weight_needs()
         if not self.is_train:
             return needs
-        paths, popt = self.opt["path"], self.opt["train"].get("perceptual_opt")
+        paths, popt = self.opt["path"], self.opt["train"]["perceptual_opt"]
         net_d = self.nets["net_d"]
-        needs.append(WeightNeed("net_d", "path.pretrain_network_d", paths.get("pretrain_network_d"),
-                                lambda sd, load: load(net_d, sd), param_key=paths.get("param_key_d") or "params",
-                                key_option="path.param_key_d", strict=bool(paths.get("strict_load_d", True))))
+        needs.append(WeightNeed("net_d", "path.pretrain_network_d", paths["pretrain_network_d"],
+                                lambda sd, load: load(net_d, sd), param_key=paths["param_key_d"] or "params",
+                                key_option="path.param_key_d", strict=bool(paths["strict_load_d"])))
         if popt:
             needs.append(WeightNeed(
-                "vgg19", "train.perceptual_opt.vgg_weights_path", popt.get("vgg_weights_path"),
+                "vgg19", "train.perceptual_opt.vgg_weights_path", popt["vgg_weights_path"],
                 lambda sd, load: setattr(self, "vgg_state_dict", sd), param_key="params", required=True,
                 fresh_only=False, stand_in=vgg19_stand_in,
                 missing="the VGG19 weights file is required (torchvision's vgg19 state dict; no download happens)"))
@@ -76,28 +76,28 @@ class SRGANModel(SRModel):
         train = self.opt["train"]
         self.nets["net_d"] = self.acc.prepare_model(self.nets["net_d"])
         self.nets["net_d"].train()
-        if train.get("perceptual_opt"):
+        if train["perceptual_opt"]:
             assert self.vgg_state_dict is not None, "the engine hands the VGG19 weights over (weight_needs)"
-            popt = dict(train["perceptual_opt"])
+            popt = train["perceptual_opt"].to_dict()
             try:
                 self.losses["l_percep"] = build_loss({**popt, "vgg_state_dict": self.vgg_state_dict},
                                                      "train.perceptual_opt").to(self.acc.device)
             except (KeyError, ValueError) as exc:
                 raise OptionError(f"train.perceptual_opt: {exc}") from None
             self.vgg_state_dict = None  # the loss holds its copy
-        if not train.get("gan_opt"):
+        if not train["gan_opt"]:
             raise OptionError(f"train.gan_opt: {type(self).__name__} needs a GAN loss; add "
                               "{type: GANLoss, gan_type: vanilla, loss_weight: 0.005}")
         try:
             self.cri_gan = build_loss(train["gan_opt"], "train.gan_opt").to(self.acc.device)
         except ValueError as exc:
             raise OptionError(f"train.gan_opt: {exc}") from None
-        if not train.get("optim_d"):
+        if not train["optim_d"]:
             raise OptionError("train.optim_d: the discriminator optimizer is missing; add e.g. "
                               "{type: Adam, lr: 1e-4, betas: [0.9, 0.99]}")
         self.add_optimizer("net_d", self.nets["net_d"], train["optim_d"], "train.optim_d")
-        self.net_d_iters = int(train.get("net_d_iters", 1) or 1)
-        self.net_d_init_iters = int(train.get("net_d_init_iters", 0) or 0)
+        self.net_d_iters = int(train["net_d_iters"])
+        self.net_d_init_iters = int(train["net_d_init_iters"])
 
     # ---------------------------------------------------------------- losses
     def generator_adv_loss(self, fake_pred: torch.Tensor, gt: torch.Tensor) -> torch.Tensor:
@@ -156,7 +156,8 @@ class SRGANModel(SRModel):
 
         def add(values: dict[str, torch.Tensor]) -> None:
             for name, value in values.items():
-                totals[name] = totals.get(name, 0) + value.detach() / n
+                part = value.detach() / n
+                totals[name] = totals[name] + part if name in totals else part
 
         outputs: list[torch.Tensor] = []
         _set_requires_grad(bare_d, False)

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from anysr.errors import OptionError
+from anysr.registry import SCHEDULER_REGISTRY, plain_options
 
 
 class IterScheduler:
@@ -53,6 +54,7 @@ class ConstantLR(IterScheduler):
     """No decay (warm-up only)."""
 
 
+@SCHEDULER_REGISTRY.register()
 class MultiStepLR(IterScheduler):
     """Multiply by ``gamma`` at each milestone (torch MultiStepLR semantics on iterations)."""
 
@@ -66,14 +68,15 @@ class MultiStepLR(IterScheduler):
         return self.gamma ** bisect.bisect_right(self.milestones, it)
 
 
+@SCHEDULER_REGISTRY.register()
 class CosineAnnealingRestartLR(IterScheduler):
     """Cosine annealing with restarts (BasicSR's ``periods`` / ``restart_weights`` / ``eta_min``)."""
 
     def __init__(self, optimizer: torch.optim.Optimizer, periods: Sequence[int],
-                 restart_weights: Sequence[float] = (1.0,), eta_min: float = 0.0, warmup_iter: int = -1) -> None:
+                 restart_weights: Sequence[float] | None = None, eta_min: float = 0.0, warmup_iter: int = -1) -> None:
         super().__init__(optimizer, warmup_iter)
         self.periods = [int(p) for p in periods]
-        self.restart_weights = [float(w) for w in restart_weights]
+        self.restart_weights = [float(w) for w in restart_weights] if restart_weights else [1.0] * len(self.periods)
         if len(self.periods) != len(self.restart_weights):
             raise OptionError("train.scheduler: periods and restart_weights must have the same length "
                               f"({len(self.periods)} vs {len(self.restart_weights)})")
@@ -91,19 +94,10 @@ class CosineAnnealingRestartLR(IterScheduler):
         return lrs
 
 
-SCHEDULERS = {"MultiStepLR": MultiStepLR, "CosineAnnealingRestartLR": CosineAnnealingRestartLR}
-
-
-def build_scheduler(optimizer: torch.optim.Optimizer, opt: dict[str, Any] | None,
-                    warmup_iter: int = -1) -> IterScheduler:
-    """The schedule named by ``train.scheduler.type`` (none: constant lr)."""
+def build_scheduler(optimizer: torch.optim.Optimizer, opt: Any | None, warmup_iter: int = -1) -> IterScheduler:
+    """The schedule named by ``train.scheduler.type`` (SCHEDULER_REGISTRY; none: constant lr)."""
     if not opt:
         return ConstantLR(optimizer, warmup_iter)
-    kwargs = dict(opt)
-    name = kwargs.pop("type")
-    if name not in SCHEDULERS:
-        from anysr.errors import did_you_mean  # noqa: PLC0415
-
-        raise OptionError(f"train.scheduler.type: unknown scheduler '{name}'{did_you_mean(name, SCHEDULERS)}; "
-                          f"known: {', '.join(SCHEDULERS)}")
-    return SCHEDULERS[name](optimizer, warmup_iter=warmup_iter, **kwargs)
+    kwargs = plain_options(opt)
+    cls = SCHEDULER_REGISTRY.get(kwargs.pop("type"), "train.scheduler.type")
+    return cls(optimizer, warmup_iter=warmup_iter, **kwargs)  # type: ignore[no-any-return]

@@ -23,7 +23,7 @@ class SRModel(BaseModel):
     def __init__(self, opt: dict[str, Any], accelerator: Accelerator) -> None:
         super().__init__(opt, accelerator)
         self.nets["net_g"] = build_network(opt["network_g"])
-        if self.is_train and self.opt["train"].get("perceptual_opt") and type(self).uses_perceptual is False:
+        if self.is_train and self.opt["train"]["perceptual_opt"] and not type(self).uses_perceptual:
             raise OptionError(f"train.perceptual_opt: model_type {type(self).__name__} trains with pixel losses "
                               "only; use model_type: SRGANModel or ESRGANModel, or remove it")
 
@@ -38,12 +38,12 @@ class SRModel(BaseModel):
             return
         train = self.opt["train"]
         net.train()
-        self.add_ema("net_g", float(train.get("ema_decay", 0) or 0))
+        self.add_ema("net_g", float(train["ema_decay"]))
         self.losses: dict[str, torch.nn.Module] = {}
-        if train.get("pixel_opt"):
+        if train["pixel_opt"]:
             self.losses["l_pix"] = build_loss(train["pixel_opt"], "train.pixel_opt").to(self.acc.device)
         self.add_optimizer("net_g", net, train["optim_g"], "train.optim_g")
-        self.grad_clip_norm = train.get("grad_clip_norm")
+        self.grad_clip_norm = train["grad_clip_norm"]
         self.forward_g = self.acc.compile_model(net)
 
     def compute_losses(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
@@ -66,7 +66,8 @@ class SRModel(BaseModel):
                 total = sum(losses.values())
                 self.acc.backward(total / n)  # type: ignore[arg-type]
             for name, value in losses.items():
-                totals[name] = totals.get(name, 0) + value.detach() / n
+                part = value.detach() / n
+                totals[name] = totals[name] + part if name in totals else part
         self.acc.optimizer_step(opt, self.grad_clip_norm)
         if "net_g" in self.emas:
             self.emas["net_g"].update(self.bare("net_g"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +12,8 @@ import yaml
 
 from anysr.errors import OptionError
 from anysr.options.fields import show
-from anysr.options.schema import validate
+from anysr.options.schema import OPTIONS, validate
+from anysr.options.typed import Options, plain, typed
 
 _OVERRIDE_FORM = "expected key.path=value, e.g. train.total_iter=1000 or val=null"
 
@@ -131,30 +132,51 @@ def apply_overrides(opt: dict[str, Any], overrides: Sequence[str]) -> dict[str, 
 
 
 def validate_options(opt: dict[str, Any], *, is_train: bool, root: str | Path | None = None,
-                     source: str = "options", check_paths: bool = True) -> dict[str, Any]:
-    """Check ``opt`` against the schema and return a new dict with defaults filled and paths resolved.
+                     source: str = "options", check_paths: bool = True) -> Options:
+    """Check ``opt`` against the schema: frozen ``Options`` with every default filled and paths resolved.
 
     ``root``: base of relative paths and of the output folders when ``path.root`` is not set (default: the
     current directory). Every problem found is listed, one per line, in a single OptionError.
     ``check_paths=False``: input paths (datasets, weights) need not exist.
     """
-    if not isinstance(opt, dict):
+    if not isinstance(opt, Mapping):
         raise OptionError(f"{source}: the options must be a mapping (name, scale, network_g, ...), "
                           f"got {type(opt).__name__}")
+    opt = plain(opt)
     base = Path(root if root is not None else Path.cwd()).expanduser().absolute()
     result, problems = validate(copy.deepcopy(opt), is_train=is_train, root=base, check_paths=check_paths)
     if problems:
         count = f"{len(problems)} problem{'s' if len(problems) > 1 else ''}"
         raise OptionError(f"{count} in {source}:\n" + "\n".join(f"  {p}" for p in problems))
-    return result
+    return typed(OPTIONS, result)
+
+
+def validate_dataset(opt: Mapping[str, Any], *, name: str = "train", scale: int | None = None,
+                     root: str | Path | None = None) -> Options:
+    """One dataset section (as under ``datasets.<name>``) validated alone, for building a dataset in code.
+
+    ``name`` gives the phase (train*, val*, test*); ``scale`` the top-level scale (else the section's own).
+    """
+    from anysr.options.fields import Context, validate_section  # noqa: PLC0415
+    from anysr.options.schema import DATASET  # noqa: PLC0415
+
+    data = plain(opt)
+    given_scale = scale if scale is not None else data.pop("scale", None)
+    ctx = Context(is_train=name.startswith("train"), root=Path(root if root is not None else Path.cwd()).absolute(),
+                  scale=given_scale if isinstance(given_scale, int) and not isinstance(given_scale, bool) else None)
+    result = validate_section(DATASET, data, f"datasets.{name}", ctx, name)
+    if ctx.problems:
+        raise OptionError(f"{len(ctx.problems)} problem(s) in datasets.{name}:\n" +
+                          "\n".join(f"  {p}" for p in ctx.problems))
+    return typed(DATASET, result, f"datasets.{name}")
 
 
 def load_options(path: str | Path, overrides: Sequence[str] = (), *, is_train: bool,
-                 root: str | Path | None = None, check_paths: bool = True) -> dict[str, Any]:
+                 root: str | Path | None = None, check_paths: bool = True) -> Options:
     """Read a BasicSR-style YAML file, apply ``key.path=value`` overrides, validate, fill defaults.
 
-    Returns a plain nested dict (``opt['train']['ema_decay']``) with ``is_train`` set, every dataset's
-    ``phase`` and ``scale`` set and every path absolute.
+    Returns frozen ``Options`` (``opt.train.ema_decay``; ``opt['train']['ema_decay']`` too) with ``is_train``
+    set, every dataset's ``phase`` and ``scale`` set and every path absolute.
     """
     data = read_yaml(path)
     data = apply_overrides(data, overrides)

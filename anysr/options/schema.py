@@ -7,12 +7,12 @@ This module is the source of truth for defaults; ``docs/options.md`` is generate
 from __future__ import annotations
 
 import importlib
-import inspect
 from pathlib import Path
 from typing import Any
 
 from anysr.accelerators.hardware import PRECISION_CHOICES
 from anysr.accelerators.kinds import ACCELERATOR_HINTS, ACCELERATORS, LAUNCHERS
+from anysr.data.file_backends import BACKEND_TYPES
 from anysr.errors import did_you_mean
 from anysr.options.fields import (
     MISSING,
@@ -21,6 +21,7 @@ from anysr.options.fields import (
     Field,
     ListOf,
     MapOf,
+    Rule,
     Section,
     at_least,
     between,
@@ -29,66 +30,47 @@ from anysr.options.fields import (
     validate_field,
     validate_section,
 )
-from anysr.registry import ARCH_REGISTRY, DATASET_REGISTRY, METRIC_REGISTRY, MODEL_REGISTRY, Registry
+from anysr.registry import (
+    ARCH_REGISTRY,
+    DATASET_REGISTRY,
+    LOSS_REGISTRY,
+    METRIC_REGISTRY,
+    MODEL_REGISTRY,
+    OPTIMIZER_REGISTRY,
+    REQUIRED,
+    SCHEDULER_REGISTRY,
+    Registry,
+    argument_problems,
+    constructor_args,
+)
 
 PHASES = ("train", "val", "test")
-METRIC_TYPES = ("calculate_psnr", "calculate_ssim", "psnr", "ssim")
-PIXEL_LOSSES = ("L1Loss", "MSELoss", "CharbonnierLoss")
-OPTIMIZERS = {
-    "Adam": ("lr", "weight_decay", "betas", "eps"),
-    "AdamW": ("lr", "weight_decay", "betas", "eps"),
-    "SGD": ("lr", "weight_decay", "momentum", "nesterov"),
-}
-SCHEDULERS = {
-    "MultiStepLR": {"required": ("milestones",), "optional": {"gamma": 0.1}},
-    "CosineAnnealingRestartLR": {"required": ("periods",),
-                                 "optional": {"restart_weights": None, "eta_min": 0.0}},
-}
 
+# Where each kind of named class is registered (imported on first use: the options do not load torch for --help).
 _PACKAGES: dict[str, tuple[str, Registry]] = {
     "model": ("anysr.models", MODEL_REGISTRY),
     "dataset": ("anysr.data", DATASET_REGISTRY),
     "arch": ("anysr.archs", ARCH_REGISTRY),
     "metric": ("anysr.metrics", METRIC_REGISTRY),
+    "loss": ("anysr.losses", LOSS_REGISTRY),
+    "optimizer": ("anysr.models", OPTIMIZER_REGISTRY),
+    "scheduler": ("anysr.models", SCHEDULER_REGISTRY),
 }
 
 
 # ---------------------------------------------------------------- what other packages registered
 
-def known_names(kind: str) -> list[str] | None:
-    """Names registered for ``kind`` ('model', 'dataset', 'arch', 'metric') after importing its package.
-
-    None (check skipped) when the package does not import yet or registers nothing.
-    """
-    module, registry = _PACKAGES[kind]
-    try:
-        importlib.import_module(module)
-    except ImportError:
-        return None
-    names = registry.keys()
-    return names or None
+def registry(kind: str) -> Registry:
+    """The registry of ``kind`` ('model', 'dataset', 'arch', 'metric', 'loss', 'optimizer', 'scheduler'), filled."""
+    module, reg = _PACKAGES[kind]
+    importlib.import_module(module)
+    return reg
 
 
-def arch_info(type_name: str) -> tuple[dict[str, Any], bool] | None:
-    """``(kwarg -> default, takes **kwargs)`` of a registered arch, from ``anysr.archs.arch_kwargs``.
-
-    A default of ``inspect.Parameter.empty`` marks a required argument. None when unavailable.
-    """
-    try:
-        archs = importlib.import_module("anysr.archs")
-    except ImportError:
-        return None
-    getter = getattr(archs, "arch_kwargs", None)
-    if getter is None or type_name not in ARCH_REGISTRY:
-        return None
-    cls = ARCH_REGISTRY.get(type_name)
-    params = dict(getter(cls))
-    try:
-        kinds = [p.kind for p in inspect.signature(cls).parameters.values()]
-        var_kw = inspect.Parameter.VAR_KEYWORD in kinds
-    except (TypeError, ValueError):
-        var_kw = False
-    return params, var_kw
+def known_names(kind: str, role: str | None = None) -> list[str]:
+    """Names registered for ``kind`` (only classes whose ``role`` attribute is ``role``, when given)."""
+    reg = registry(kind)
+    return [n for n in reg.keys() if role is None or getattr(reg.get(n), "role", None) == role]
 
 
 # ---------------------------------------------------------------- helpers for rules
@@ -98,9 +80,9 @@ def good(out: dict[str, Any], key: str) -> bool:
     return out.get(key, None) not in (None, MISSING)
 
 
-def _check_registered(kind: str, label: str, name: Any, path: str, ctx: Context) -> bool:
-    names = known_names(kind)
-    if names is None or not isinstance(name, str) or name in names:
+def _check_registered(kind: str, label: str, name: Any, path: str, ctx: Context, role: str | None = None) -> bool:
+    names = known_names(kind, role)
+    if not isinstance(name, str) or name in names:
         return True
     ctx.add(path, f"unknown {label} '{name}'{did_you_mean(name, names)}; known: {', '.join(names)}")
     return False
@@ -187,11 +169,13 @@ def _dataset_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None)
         _existing(out, root_key, path, ctx, kind="file or folder")
     _existing(out, "meta_info_file", path, ctx, kind="file")
     backend = out.get("io_backend")
-    if isinstance(backend, dict) and backend.get("type") == "lmdb":
-        for root_key in ("dataroot_gt", "dataroot_lq"):
-            if good(out, root_key) and Path(out[root_key]).is_file():
-                ctx.add(f"{path}.{root_key}", f"'{out[root_key]}' is a file, but io_backend.type is lmdb: "
-                        "point it to the .lmdb folder")
+    io_kind = backend.get("type") if isinstance(backend, dict) else "disk"
+    for root_key in ("dataroot_gt", "dataroot_lq"):
+        if ctx.check_paths and good(out, root_key) and Path(out[root_key]).is_file():
+            what = "the .lmdb folder (io_backend.type is lmdb)" if io_kind == "lmdb" else "the folder of images"
+            ctx.add(f"{path}.{root_key}", f"'{out[root_key]}' is a file; point it to {what}")
+    if good(out, "mean") != good(out, "std"):
+        ctx.add(f"{path}.{'std' if good(out, 'mean') else 'mean'}", "set mean and std together (or neither)")
     kind = out.get("type")
     if kind == "PairedImageDataset":
         if "dataroot_gt" in out and out["dataroot_gt"] is None:
@@ -217,93 +201,77 @@ def _dataset_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None)
         ctx.add(f"{path}.std", f"every value must be > 0, got {out['std']}")
 
 
-def _arch_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None, *, check_scale: bool) -> None:
-    if not good(out, "type"):
+def _arguments(kind: str, label: str, out: dict[str, Any], path: str, ctx: Context, *, role: str | None = None,
+               skip: tuple[str, ...] = (), not_arguments: tuple[str, ...] = (),
+               fill_defaults: bool = False) -> dict[str, Any] | None:
+    """The one check of a ``{type: Name, ...arguments}`` section against the registered class's signature
+    (``registry.argument_problems``, as ``build_network`` does): the constructor's defaults, or None when the
+    type is not registered. ``not_arguments``: keys of the section that are not constructor arguments."""
+    if not good(out, "type") or not _check_registered(kind, label, out["type"], f"{path}.type", ctx, role):
+        return None
+    cls = registry(kind).get(out["type"])
+    given = {k: v for k, v in out.items() if k != "type" and k not in not_arguments}
+    for problem in argument_problems(cls, given, path, out["type"], skip=skip):
+        ctx.add("", problem)
+    params, _ = constructor_args(cls, skip)
+    for name, default in params.items():
+        if name in given and isinstance(default, float) and isinstance(given[name], str):
+            try:
+                out[name] = float(given[name])  # PyYAML reads 1e-4 as a string
+            except ValueError:
+                ctx.add(f"{path}.{name}", f"expected float, got {show(given[name])}")
+        elif fill_defaults and name not in out and default is not REQUIRED and default is not None:
+            out[name] = list(default) if isinstance(default, tuple) else default
+    return params
+
+
+def _network_rule(out: dict[str, Any], path: str, ctx: Context, *, check_scale: bool) -> None:
+    params = _arguments("arch", "arch", out, path, ctx)
+    if params is None or not check_scale or ctx.scale is None:
         return
     arch = out["type"]
-    if not _check_registered("arch", "arch", arch, f"{path}.type", ctx):
-        return
-    kwargs = {k: v for k, v in out.items() if k != "type"}
-    info = arch_info(arch)
-    params: dict[str, Any] = {}
-    if info is not None:
-        params, var_kw = info
-        for name in kwargs:
-            if name not in params and not var_kw:
-                hint = did_you_mean(str(name), params)
-                ctx.add(f"{path}.{name}", f"{arch} has no argument '{name}'{hint}; its arguments: "
-                        f"{', '.join(params)}")
-        for name, default in params.items():
-            if default is inspect.Parameter.empty and name not in kwargs:
-                ctx.add(f"{path}.{name}", f"required by {arch} but missing")
-            elif (name in kwargs and isinstance(default, float) and isinstance(kwargs[name], str)):
-                try:
-                    out[name] = float(kwargs[name])
-                except ValueError:
-                    ctx.add(f"{path}.{name}", f"expected float, got {show(kwargs[name])}")
-    if not check_scale or ctx.scale is None:
-        return
     for name in ("upscale", "scale"):
-        if name in kwargs:
-            value = kwargs[name]
+        if name in out:
+            value = out[name]
             if isinstance(value, bool) or not isinstance(value, int):
                 ctx.add(f"{path}.{name}", f"expected int, got {show(value)}")
             elif value != ctx.scale:
                 ctx.add(f"{path}.{name}", f"{value} differs from the top-level scale ({ctx.scale}); "
                         f"set {path}.{name} and scale to the same factor")
-        elif name in params and params[name] is not inspect.Parameter.empty and params[name] != ctx.scale:
+        elif name in params and params[name] is not REQUIRED and params[name] != ctx.scale:
             ctx.add(f"{path}.{name}", f"not set, so {arch} uses its default {params[name]!r}, which differs "
                     f"from scale ({ctx.scale}); set {path}.{name}: {ctx.scale}")
 
 
 def _network_g_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
-    _arch_rule(out, path, ctx, key, check_scale=True)
+    _network_rule(out, path, ctx, check_scale=True)
 
 
 def _network_d_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
-    _arch_rule(out, path, ctx, key, check_scale=False)
+    _network_rule(out, path, ctx, check_scale=False)
 
 
 def _optim_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
-    kind = out.get("type")
-    if kind not in OPTIMIZERS:
-        return
-    allowed = OPTIMIZERS[kind]
-    for name in list(out):
-        if name != "type" and name not in allowed:
-            ctx.add(f"{path}.{name}", f"not an option of {kind} (its options: {', '.join(allowed)})")
+    _arguments("optimizer", "optimizer", out, path, ctx, skip=("params",))
     if out.get("nesterov") is True and not (good(out, "momentum") and out["momentum"] > 0):
         ctx.add(f"{path}.nesterov", "needs momentum > 0; set momentum (e.g. 0.9) or nesterov: false")
 
 
 def _scheduler_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
-    kind = out.get("type")
-    if kind not in SCHEDULERS:
-        return
-    spec = SCHEDULERS[kind]
-    allowed = set(spec["required"]) | set(spec["optional"])
-    for name in list(out):
-        if name != "type" and name not in allowed:
-            ctx.add(f"{path}.{name}", f"not an option of {kind} (its options: {', '.join(sorted(allowed))})")
-    for name in spec["required"]:
-        if name not in out:
-            ctx.add(f"{path}.{name}", f"required by {kind} but missing")
-    for name, default in spec["optional"].items():
-        if name not in out and default is not None:
-            out[name] = default
-    if kind == "CosineAnnealingRestartLR" and good(out, "periods"):
-        if "restart_weights" not in out:
+    _arguments("scheduler", "scheduler", out, path, ctx, skip=("optimizer", "warmup_iter"), fill_defaults=True)
+    if out.get("type") == "CosineAnnealingRestartLR" and good(out, "periods"):
+        if not good(out, "restart_weights"):
             out["restart_weights"] = [1.0] * len(out["periods"])
-        elif good(out, "restart_weights") and len(out["restart_weights"]) != len(out["periods"]):
+        elif len(out["restart_weights"]) != len(out["periods"]):
             ctx.add(f"{path}.restart_weights", f"has {len(out['restart_weights'])} values but periods has "
                     f"{len(out['periods'])}; give one weight per period")
 
 
-def _pixel_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
-    if out.get("type") == "CharbonnierLoss":
-        out.setdefault("eps", 1e-12)
-    elif "eps" in out and out.get("type") in PIXEL_LOSSES:
-        ctx.add(f"{path}.eps", f"only CharbonnierLoss takes eps, not {out['type']}; remove it")
+def _loss_rule(role: str, not_arguments: tuple[str, ...] = ()) -> Rule:
+    def rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
+        _arguments("loss", f"{role} loss", out, path, ctx, role=role, skip=("vgg_state_dict",),
+                   not_arguments=not_arguments, fill_defaults=True)
+    return rule
 
 
 def _train_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
@@ -324,14 +292,7 @@ def _train_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -
 def _metric_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
     if "crop_border" not in out and ctx.scale is not None:
         out["crop_border"] = ctx.scale
-    if not good(out, "type"):
-        return
-    names = known_names("metric")
-    if names is None:
-        if out["type"] not in METRIC_TYPES:
-            ctx.add(f"{path}.type", f"expected one of {', '.join(METRIC_TYPES)}, got {show(out['type'])}"
-                    f"{did_you_mean(out['type'], METRIC_TYPES)}")
-    else:
+    if good(out, "type"):
         _check_registered("metric", "metric", out["type"], f"{path}.type", ctx)
 
 
@@ -388,6 +349,8 @@ def _top_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> 
         if len(train_sets) > 1:
             ctx.add("datasets", f"{len(train_sets)} train datasets ({', '.join(train_sets)}); "
                     "training reads exactly one, keep one")
+    if not ctx.is_train and out.get("val") is None and "val" in out:
+        out["val"] = validate_section(VAL, {}, "val", ctx)  # a test without a val section: the defaults
     if ctx.is_train and out.get("train") is None and "train" in out:
         ctx.add("train", "required when training (at least total_iter, optim_g and a loss such as pixel_opt)")
     paths = out.get("path")
@@ -400,7 +363,7 @@ def _top_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> 
 _NUM_FREQ = "int >= 1 (a float like 5e3 is accepted)"
 
 IO_BACKEND = Section({
-    "type": Field(str, default="disk", choices=("disk", "lmdb"), doc="Where images are read from."),
+    "type": Field(str, default="disk", choices=BACKEND_TYPES, doc="Where images are read from."),
 })
 
 DATASET = Section(
@@ -504,8 +467,9 @@ PATH = Section(
 
 OPTIM = Section(
     {
-        "type": Field(str, required=True, choices=tuple(OPTIMIZERS), doc="Optimizer."),
-        "lr": Field(float, required=True, check=greater_than(0), doc="Learning rate."),
+        "type": Field(str, required=True, expect="a registered optimizer (Adam, AdamW, SGD)",
+                      doc="Optimizer (OPTIMIZER_REGISTRY)."),
+        "lr": Field(float, required=True, check=at_least(0), doc="Learning rate (0 freezes the network)."),
         "weight_decay": Field(float, check=at_least(0), default_doc="torch's default",
                               doc="Weight decay (all types)."),
         "betas": Field(ListOf(float, length=2), default_doc="torch's default", doc="Adam/AdamW betas."),
@@ -514,13 +478,15 @@ OPTIM = Section(
         "nesterov": Field(bool, default_doc="torch's default",
                           doc="SGD Nesterov momentum (needs momentum > 0)."),
     },
+    extra=True,
     rule=_optim_rule,
-    doc="Only the keys of the chosen type are accepted; unset keys keep torch's defaults.",
+    doc="The optimizer's constructor arguments (checked against its signature); unset keys keep torch's defaults.",
 )
 
 SCHEDULER = Section(
     {
-        "type": Field(str, required=True, choices=tuple(SCHEDULERS), doc="Learning-rate schedule."),
+        "type": Field(str, required=True, expect="a registered schedule (MultiStepLR, CosineAnnealingRestartLR)",
+                      doc="Learning-rate schedule (SCHEDULER_REGISTRY)."),
         "milestones": Field(ListOf(int, min_len=1), default_doc="required by MultiStepLR",
                             doc="MultiStepLR: iterations where lr is multiplied by gamma."),
         "gamma": Field(float, check=greater_than(0), default_doc="0.1 (MultiStepLR)",
@@ -532,25 +498,28 @@ SCHEDULER = Section(
         "eta_min": Field(float, check=at_least(0), default_doc="0.0 (CosineAnnealingRestartLR)",
                          doc="CosineAnnealingRestartLR: minimum lr."),
     },
+    extra=True,
     rule=_scheduler_rule,
+    doc="The schedule's arguments (checked against its signature; unset ones get its defaults).",
 )
 
 PIXEL_LOSS = Section(
     {
-        "type": Field(str, required=True, choices=PIXEL_LOSSES, doc="Pixel loss."),
+        "type": Field(str, required=True, expect="a registered pixel loss (L1Loss, MSELoss, CharbonnierLoss)",
+                      doc="Pixel loss (LOSS_REGISTRY, role pixel)."),
         "loss_weight": Field(float, default=1.0, check=at_least(0), doc="Weight of this loss."),
         "reduction": Field(str, default="mean", choices=("mean", "sum"), doc="Reduction over pixels."),
         "eps": Field(float, check=greater_than(0), default_doc="1e-12 (CharbonnierLoss only)",
                      doc="CharbonnierLoss epsilon."),
     },
-    rule=_pixel_rule,
+    extra=True,
+    rule=_loss_rule("pixel"),
 )
-
-TYPED_DICT = Section({"type": Field(str, required=True, doc="Class name.")}, extra=True)
 
 
 def _perceptual_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
     _existing(out, "vgg_weights_path", path, ctx, kind="file")
+    _loss_rule("perceptual", not_arguments=("vgg_weights_path",))(out, path, ctx, key)
 
 
 PERCEPTUAL_LOSS = Section(
@@ -563,6 +532,13 @@ PERCEPTUAL_LOSS = Section(
     extra=True,
     rule=_perceptual_rule,
     doc="Perceptual loss: `type`, `vgg_weights_path` and the loss's own arguments (layer_weights, ...).",
+)
+
+GAN_LOSS = Section(
+    {"type": Field(str, required=True, doc="Loss class in LOSS_REGISTRY (GANLoss).")},
+    extra=True,
+    rule=_loss_rule("gan"),
+    doc="GAN loss: `type` and the loss's arguments (gan_type, real_label_val, fake_label_val, loss_weight).",
 )
 
 TRAIN = Section(
@@ -592,10 +568,10 @@ TRAIN = Section(
         "pixel_opt": Field((PIXEL_LOSS, None), default=None, doc="Pixel loss."),
         "perceptual_opt": Field((PERCEPTUAL_LOSS, None), default=None,
                                 doc="Perceptual loss ({type: PerceptualLoss, layer_weights: ..., ...})."),
-        "gan_opt": Field((dict, None), default=None, doc="GAN loss (GAN models)."),
+        "gan_opt": Field((GAN_LOSS, None), default=None, doc="GAN loss (GAN models)."),
         "net_d_iters": Field(int, default=1, check=at_least(1), doc="Discriminator update interval (GAN)."),
         "net_d_init_iters": Field(int, default=0, check=at_least(0), doc="Discriminator-only warm-up (GAN)."),
-        "optim_d": Field((dict, None), default=None, doc="Discriminator optimizer (GAN models)."),
+        "optim_d": Field((OPTIM, None), default=None, doc="Discriminator optimizer (GAN models)."),
     },
     rule=_train_rule,
     doc="Required when training. At least one loss (pixel_opt, perceptual_opt, gan_opt) must be set.",
@@ -603,9 +579,8 @@ TRAIN = Section(
 
 METRIC = Section(
     {
-        "type": Field(str, required=True,
-                      expect="calculate_psnr | calculate_ssim | psnr | ssim | another METRIC_REGISTRY name",
-                      doc="Metric function (METRIC_REGISTRY once anysr.metrics registers some)."),
+        "type": Field(str, required=True, expect="a registered metric (calculate_psnr, calculate_ssim, ...)",
+                      doc="Metric (METRIC_REGISTRY: BasicSR's names and short ones)."),
         "crop_border": Field(int, check=at_least(0), default_doc="scale",
                              doc="Pixels cropped at each border."),
         "test_y_channel": Field(bool, default=False, doc="Measure on the Y channel (colour images)."),

@@ -442,7 +442,7 @@ def load_model_weights(model: Any, *, fresh: bool, stand_ins: bool = False) -> l
         sd, _ = load_weights(need.path, need.param_key, key_option=need.key_option)
         need.apply(sd, _loader(need, str(need.path)))
         del sd  # memory-mapped file tensors: the network holds its copy
-        done.append(f"loaded {need.name} weights {need.path} [{need.param_key}]")
+        done.append(f"loaded pretrained weights {need.path} [{need.param_key}] ({need.name})")
     return done
 
 
