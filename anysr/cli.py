@@ -1,4 +1,5 @@
-"""``anysr train | test | infer | eval | prepare | bench``: the command line (``python -m anysr.train -opt F`` too)."""
+"""``anysr train | test | infer | eval | prepare | bench | schema``: the command line
+(``python -m anysr.train -opt F`` too)."""
 
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_test(args: argparse.Namespace) -> int:
     from anysr.accelerators import launch  # noqa: PLC0415
-    from anysr.engine.inference import test_worker  # noqa: PLC0415
+    from anysr.engine.evaluator import test_worker  # noqa: PLC0415
     from anysr.options import load_options  # noqa: PLC0415
 
     opt = load_options(args.opt, args.force_yml, is_train=False)
@@ -74,7 +75,7 @@ def cmd_test(args: argparse.Namespace) -> int:
 
 def cmd_infer(args: argparse.Namespace) -> int:
     from anysr.accelerators import launch, resolve_plan  # noqa: PLC0415
-    from anysr.engine.inference import build_inference_net, infer_worker, list_images  # noqa: PLC0415
+    from anysr.engine.inference import build_inference_net, infer_worker, list_inputs  # noqa: PLC0415
     from anysr.engine.logger import setup_logging  # noqa: PLC0415
 
     setup_logging()
@@ -88,7 +89,7 @@ def cmd_infer(args: argparse.Namespace) -> int:
     net, scale = build_inference_net(weights=args.weights, arch=args.arch,
                                      arch_opts=_kv_list(args.arch_opt, "--arch-opt"), network_opt=network_opt,
                                      scale=args.scale, param_key=args.param_key)
-    files = list_images(Path(args.input))
+    files = list_inputs(Path(args.input))
     plan = resolve_plan(args.accelerator, 1, precision=args.precision,
                         channels_last=args.channels_last)
     launch(plan, infer_worker, net, files, Path(args.output), scale, args.tile, args.tile_pad, args.suffix)
@@ -121,6 +122,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print(format_table(result))
     if args.json:
         print(f"wrote {write_json(args.json, result)}")
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from anysr.options.jsonschema import render  # noqa: PLC0415
+
+    text = render()
+    if args.output:
+        from anysr.atomic import atomic_write_bytes  # noqa: PLC0415
+
+        atomic_write_bytes(args.output, text.encode())
+        print(f"wrote {args.output}")
+    else:
+        sys.stdout.write(text)
     return 0
 
 
@@ -158,7 +173,7 @@ class _DefaultsFormatter(argparse.HelpFormatter):
 
 def _add_opt_args(p: argparse.ArgumentParser, launcher: bool = True) -> None:
     p.add_argument("-opt", "--opt", required=True, help="YAML options file (BasicSR style)")
-    p.add_argument("--force_yml", "--force-yml", nargs="+", default=[], metavar="KEY=VALUE",
+    p.add_argument("--force_yml", "--force-yml", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                    help="override options, e.g. train.total_iter=1000 datasets.train.gt_size=96")
     if launcher:
         p.add_argument("--launcher", default="auto", choices=LAUNCHERS,
@@ -196,10 +211,10 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Upscale images with a trained network (tiled on request).")
     p.add_argument("--weights", help=".safetensors or BasicSR .pth weights")
     p.add_argument("--arch", help="architecture name (e.g. SRVGGNetCompact), or 'bicubic' for MATLAB bicubic")
-    p.add_argument("--arch-opt", "--arch_opt", nargs="+", default=[], metavar="K=V",
+    p.add_argument("--arch-opt", "--arch_opt", nargs="+", action="extend", default=[], metavar="K=V",
                    help="architecture arguments, e.g. num_conv=16 upscale=4 act_type=prelu")
     p.add_argument("-opt", "--opt", help="options file whose network_g describes the network")
-    p.add_argument("--force_yml", nargs="+", default=[], metavar="KEY=VALUE", help=argparse.SUPPRESS)
+    p.add_argument("--force_yml", nargs="+", action="extend", default=[], metavar="KEY=VALUE", help=argparse.SUPPRESS)
     p.add_argument("-i", "--input", required=True, help="image file or folder")
     p.add_argument("-o", "--output", required=True, help="output folder")
     p.add_argument("--scale", type=int, help="upscaling factor (default: the network's)")
@@ -246,6 +261,14 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--rgb", action="store_true", help="all channels")
     p.add_argument("--json", default=None, help="also write the results as JSON")
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("schema", help="print the options' JSON Schema (editor completion and checking)",
+                       description="Print the JSON Schema of anysr / BasicSR options files: every key with its "
+                       "documentation, choices and default, and the arguments of every registered network, loss, "
+                       "optimizer and schedule. Put '# yaml-language-server: $schema=PATH' at the top of an "
+                       "options file to get completion and checking in editors (docs/options.schema.json ships it).")
+    p.add_argument("-o", "--output", default=None, help="write to this file instead of printing")
+    p.set_defaults(func=cmd_schema)
 
     p = sub.add_parser("prepare", help="dataset preparation: lr | subimages | lmdb",
                        description="Prepare datasets: bicubic LR images, DIV2K-style sub-images, LMDB files.")

@@ -11,13 +11,20 @@ import torch
 from torch import nn
 
 from anysr.accelerators import Accelerator
+from anysr.archs.arch_util import input_channels
+from anysr.atomic import atomic_write_json
+from anysr.data import build_dataset, build_eval_loader
 from anysr.data.imageio import write_image
 from anysr.data.transforms import tensor2img
+from anysr.engine import checkpoint as ckpt
+from anysr.engine.logger import get_logger, log_start, setup_logging
 from anysr.errors import AnysrError, OptionError
 from anysr.metrics import TORCH_METRICS
+from anysr.models import build_model
+from anysr.ops.color import LUMA_RGB
 from anysr.ops.tiling import tile_forward
 
-_LUMA = (0.299, 0.587, 0.114)
+CALIBRATION_SIDE = 128  # input side used to time precision / memory-format candidates for untiled inference
 
 
 @dataclass
@@ -39,7 +46,7 @@ def to_gray_where(x: torch.Tensor, gray: torch.Tensor) -> torch.Tensor:
     """Replace images flagged grayscale by their full-range luma in every channel."""
     if x.shape[1] != 3:
         return x
-    w = torch.tensor(_LUMA, device=x.device, dtype=x.dtype).view(1, 3, 1, 1)
+    w = torch.tensor(LUMA_RGB, device=x.device, dtype=x.dtype).view(1, 3, 1, 1)
     luma = (x * w).sum(1, keepdim=True).expand_as(x)
     return torch.where(gray.view(-1, 1, 1, 1), luma, x)
 
@@ -155,3 +162,60 @@ def _reduce(acc: Accelerator, dataset: str, metrics_opt: dict[str, dict[str, Any
         rows.extend(part)
     rows.sort(key=lambda r: r["name"])
     return EvalResult(dataset, metrics, count, rows)
+
+
+# --------------------------------------------------------------------------------------------- anysr test
+def test_worker(acc: Accelerator, opt: Any) -> dict[str, Any]:
+    """``anysr test``: every test dataset through the network, metrics reduced over ranks, summary.json."""
+    results_root = Path(opt.path.results_root)
+    if acc.is_main:
+        results_root.mkdir(parents=True, exist_ok=True)
+    setup_logging(results_root / "test.log", enabled=acc.is_main)
+    log = get_logger()
+    acc.manual_seed(int(opt.manual_seed))
+    model = build_model(opt, acc)
+    for line in ckpt.load_model_weights(model, fresh=True):
+        log.info(line)
+    val = opt.val
+    bare = model.nets["net_g"]
+    side = int(val.tile) + 2 * int(val.tile_pad) if val.tile else CALIBRATION_SIDE
+    acc.calibrate(bare.eval(), (1, input_channels(bare) or 3, side, side), train=False)
+    model.setup()
+    net = model.inference_net()
+    scale = int(opt.scale)
+    summary: dict[str, Any] = {"name": opt.name, "weights": opt.path.pretrain_network_g,
+                               "accelerator": acc.plan.accelerator, "world_size": acc.world_size,
+                               "precision": acc.precision,
+                               "choices": {k: c.as_dict() for k, c in acc.choices.items()}, "datasets": {}}
+    log_start(f"test '{opt.name}'", acc)
+    for key, dopt in opt.datasets.items():
+        if not key.startswith(("test", "val")):
+            continue
+        ds = build_dataset(dopt, f"datasets.{key}")
+        loader, _ = build_eval_loader(ds, dopt, world_size=acc.world_size, rank=acc.rank)
+        save_dir = results_root / "visualization" / dopt.name if val.save_img else None
+        if save_dir is not None and acc.is_main:
+            save_dir.mkdir(parents=True, exist_ok=True)
+        acc.barrier()
+        res = evaluate(net, loader, acc, dataset=dopt.name, scale=scale, metrics_opt=val.metrics, tile=val.tile,
+                       tile_pad=int(val.tile_pad), save_dir=save_dir, suffix=val.suffix, progress=True,
+                       phase="test")
+        _log_result(res)
+        summary["datasets"][dopt.name] = {"n": res.count, **res.metrics, "images": res.images}
+    summary["stats"] = acc.stats()
+    if acc.is_main:
+        atomic_write_json(results_root / "summary.json", summary)
+        log.info("wrote %s", results_root / "summary.json")
+    return summary
+
+
+def _log_result(res: EvalResult) -> None:
+    log = get_logger()
+    if res.images:
+        keys = [k for k in res.images[0] if k != "name"]
+        log.info("%-20s %s", "image", " ".join(f"{k:>16}" for k in keys))
+        for row in res.images:
+            log.info("%-20s %s", row["name"], " ".join(f"{row[k]:16.4f}" for k in keys))
+    avg = " ".join(f"{k}={v:.4f}" for k, v in res.metrics.items())
+    log.info("%s: average %s n=%d", res.dataset, avg, res.count)
+

@@ -13,19 +13,14 @@ from torch import nn
 from anysr.accelerators import Accelerator
 from anysr.archs import build_network
 from anysr.archs.arch_util import input_channels
-from anysr.atomic import atomic_write_json
-from anysr.data import build_dataset, build_eval_loader
-from anysr.data.imageio import read_image, write_image
+from anysr.data.imageio import IMAGE_EXTENSIONS, list_images, read_image, write_image
 from anysr.engine import checkpoint as ckpt
-from anysr.engine.evaluator import EvalResult, evaluate, run_network
+from anysr.engine.evaluator import CALIBRATION_SIDE, run_network
 from anysr.engine.logger import get_logger, log_start, setup_logging
 from anysr.errors import DataError, OptionError
-from anysr.models import build_model
+from anysr.ops.color import LUMA_RGB
 from anysr.ops.tiling import plan_tiles
 from anysr.registry import plain_options
-
-CALIBRATION_SIDE = 128  # input side used to time precision / memory-format candidates for untiled inference
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
 
 
 def network_scale(net: nn.Module, default: int | None = None) -> int | None:
@@ -37,15 +32,15 @@ def network_scale(net: nn.Module, default: int | None = None) -> int | None:
     return default
 
 
-def list_images(path: Path) -> list[Path]:
-    """The images in a folder (sorted), or the single file given."""
+def list_inputs(path: Path) -> list[Path]:
+    """``-i``: the images in a folder (sorted), or the single file given."""
     if not path.exists():
         raise DataError(f"-i {path}: no such file or folder")
     if path.is_file():
         return [path]
-    files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    files = list_images(path)
     if not files:
-        raise DataError(f"-i {path}: the folder holds no images ({', '.join(IMAGE_SUFFIXES)})")
+        raise DataError(f"-i {path}: the folder holds no images ({', '.join(IMAGE_EXTENSIONS)})")
     return files
 
 
@@ -99,7 +94,8 @@ def _to_stored(out: torch.Tensor, px: _Pixels, acc: Accelerator) -> np.ndarray:
     """A (1, C, h, w) float result -> the stored form (HW gray or HWC BGR, 8/16-bit), rounded on the device."""
     out = out[0].float().clamp(0, 1)
     if out.shape[0] == 3 and px.gray:
-        out = (out[2] * 0.114 + out[1] * 0.587) + out[0] * 0.299  # full-range luma
+        wr, wg, wb = LUMA_RGB
+        out = (out[2] * wb + out[1] * wg) + out[0] * wr  # full-range luma
     elif out.shape[0] == 3:
         out = out.flip(0).permute(1, 2, 0)  # RGB CHW -> BGR HWC
     else:
@@ -236,59 +232,3 @@ def build_inference_net(*, weights: str | None, arch: str | None, arch_opts: dic
     if not final:
         raise OptionError("cannot tell the network's scale: pass --scale")
     return net, int(final)
-
-
-def test_worker(acc: Accelerator, opt: Any) -> dict[str, Any]:
-    """``anysr test``: every test dataset through the network, metrics reduced over ranks, summary.json."""
-    results_root = Path(opt.path.results_root)
-    if acc.is_main:
-        results_root.mkdir(parents=True, exist_ok=True)
-    setup_logging(results_root / "test.log", enabled=acc.is_main)
-    log = get_logger()
-    acc.manual_seed(int(opt.manual_seed))
-    model = build_model(opt, acc)
-    for line in ckpt.load_model_weights(model, fresh=True):
-        log.info(line)
-    val = opt.val
-    bare = model.nets["net_g"]
-    side = int(val.tile) + 2 * int(val.tile_pad) if val.tile else CALIBRATION_SIDE
-    acc.calibrate(bare.eval(), (1, input_channels(bare) or 3, side, side), train=False)
-    model.setup()
-    net = model.inference_net()
-    scale = int(opt.scale)
-    summary: dict[str, Any] = {"name": opt.name, "weights": opt.path.pretrain_network_g,
-                               "accelerator": acc.plan.accelerator, "world_size": acc.world_size,
-                               "precision": acc.precision,
-                               "choices": {k: c.as_dict() for k, c in acc.choices.items()}, "datasets": {}}
-    log_start(f"test '{opt.name}'", acc)
-    for key, dopt in opt.datasets.items():
-        if not key.startswith(("test", "val")):
-            continue
-        ds = build_dataset(dopt, f"datasets.{key}")
-        loader, _ = build_eval_loader(ds, dopt, world_size=acc.world_size, rank=acc.rank)
-        save_dir = results_root / "visualization" / dopt.name if val.save_img else None
-        if save_dir is not None and acc.is_main:
-            save_dir.mkdir(parents=True, exist_ok=True)
-        acc.barrier()
-        res = evaluate(net, loader, acc, dataset=dopt.name, scale=scale, metrics_opt=val.metrics, tile=val.tile,
-                       tile_pad=int(val.tile_pad), save_dir=save_dir, suffix=val.suffix, progress=True,
-                       phase="test")
-        _log_result(res)
-        summary["datasets"][dopt.name] = {"n": res.count, **res.metrics, "images": res.images}
-    summary["stats"] = acc.stats()
-    if acc.is_main:
-        atomic_write_json(results_root / "summary.json", summary)
-        log.info("wrote %s", results_root / "summary.json")
-    return summary
-
-
-def _log_result(res: EvalResult) -> None:
-    log = get_logger()
-    if res.images:
-        keys = [k for k in res.images[0] if k != "name"]
-        log.info("%-20s %s", "image", " ".join(f"{k:>16}" for k in keys))
-        for row in res.images:
-            log.info("%-20s %s", row["name"], " ".join(f"{row[k]:16.4f}" for k in keys))
-    avg = " ".join(f"{k}={v:.4f}" for k, v in res.metrics.items())
-    log.info("%s: average %s n=%d", res.dataset, avg, res.count)
-

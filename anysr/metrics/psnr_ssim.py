@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from anysr.errors import DataError, OptionError
-from anysr.ops.color import to_y_channel
+from anysr.ops.color import Y_WEIGHTS_255, to_y_channel
 
 __all__ = ["calculate_psnr", "calculate_ssim", "psnr_torch", "ssim_torch", "gaussian_window"]
 
@@ -29,8 +29,7 @@ _C1 = (0.01 * 255.0) ** 2
 _C2 = (0.03 * 255.0) ** 2
 _WIN = 11
 _SIGMA = 1.5
-# Y = 16 + (65.481 R + 128.553 G + 24.966 B) / 255 for R, G, B on 0-255.
-_Y_WEIGHTS = (65.481 / 255.0, 128.553 / 255.0, 24.966 / 255.0)
+_Y_WEIGHTS = Y_WEIGHTS_255  # Y = 16 + (65.481 R + 128.553 G + 24.966 B) / 255 for R, G, B on 0-255
 
 
 def gaussian_window(size: int = _WIN, sigma: float = _SIGMA) -> np.ndarray:

@@ -14,7 +14,7 @@ from anysr.errors import DataError
 
 __all__ = [
     "rgb2ycbcr", "bgr2ycbcr", "ycbcr2rgb", "ycbcr2bgr", "rgb2ycbcr_torch", "to_y_channel",
-    "full_range_luma",
+    "full_range_luma", "LUMA_RGB", "Y_WEIGHTS_255",
 ]
 
 # Rows: R, G, B (input on [0, 1]); columns: Y, Cb, Cr (output on [0, 255]) - MATLAB's rgb2ycbcr matrix.
@@ -26,8 +26,11 @@ _RGB_TO_YCC = np.array(
 )
 _YCC_OFFSET = np.array([16.0, 128.0, 128.0], dtype=np.float64)
 _YCC_TO_RGB = np.linalg.inv(_RGB_TO_YCC)
-# Full-range (JPEG) BT.601 luma weights for R, G, B; they sum to exactly one.
-_LUMA_FULL = np.array([0.299, 0.587, 0.114], dtype=np.float64)
+# Full-range (JPEG) BT.601 luma weights for R, G, B; they sum to exactly one. The one place they are written.
+LUMA_RGB = (0.299, 0.587, 0.114)
+_LUMA_FULL = np.array(LUMA_RGB, dtype=np.float64)
+# MATLAB rgb2ycbcr's Y row for R, G, B on 0-255 (Y = 16 + these . RGB), as PSNR/SSIM on Y use it.
+Y_WEIGHTS_255 = tuple(float(w) / 255.0 for w in _RGB_TO_YCC[:, 0])
 
 
 def _as_unit_float(img: np.ndarray, fn: str) -> tuple[np.ndarray, np.dtype]:
