@@ -127,6 +127,12 @@ def drop_path(x: torch.Tensor, drop_prob: float = 0.0, training: bool = False) -
     return x / keep * mask
 
 
+def drop_path_rates(max_rate: float, n: int) -> list[float]:
+    """Stochastic-depth rates rising linearly from 0 to ``max_rate`` over ``n`` blocks (plain floats, so
+    that a network can be built on the meta device)."""
+    return [max_rate * i / (n - 1) for i in range(n)] if n > 1 else [0.0] * n
+
+
 class DropPath(nn.Module):
     """``drop_path`` as a module (active only in training mode)."""
 
@@ -232,6 +238,7 @@ __all__ = [
     "check_upscale",
     "default_init_weights",
     "drop_path",
+    "drop_path_rates",
     "make_layer",
     "pad_to_multiple",
     "pixel_unshuffle",
