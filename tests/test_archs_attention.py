@@ -15,7 +15,7 @@ from torch.nn import functional as F
 
 from anysr.archs import build_network
 from anysr.archs.arch_util import pad_to_multiple
-from anysr.archs.hat_arch import overlap_position_index
+from anysr.archs.hat_arch import overlap_position_index, overlapping_windows
 from anysr.errors import OptionError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -139,6 +139,15 @@ def test_batch_items_independent_and_no_state_between_sizes(arch: str) -> None:
     assert torch.equal(both, again)
 
 
+@pytest.mark.parametrize(("h", "w", "ws", "margin"), [(8, 12, 4, 1), (16, 8, 8, 4), (8, 8, 4, 0), (8, 16, 4, 4)])
+def test_overlapping_windows_equal_unfold(h: int, w: int, ws: int, margin: int) -> None:
+    x = torch.randn(2, h, w, 5)
+    k = ws + 2 * margin
+    ref = F.unfold(x.permute(0, 3, 1, 2), k, stride=ws, padding=margin)  # (b, c*k*k, windows)
+    ref = ref.view(2, 5, k * k, -1).permute(0, 3, 2, 1).reshape(-1, k * k, 5)
+    assert torch.equal(overlapping_windows(x, ws, margin), ref)
+
+
 def test_hat_overlap_index_wraps_like_the_reference() -> None:
     # The authors' index is partly negative (torch indexing wraps it); the buffer keeps their values.
     index = overlap_position_index(4, 6)
@@ -198,6 +207,18 @@ def test_checkpointing_matches_plain_forward_and_trains(arch: str) -> None:
     assert x.grad is not None and all(g is not None and torch.isfinite(g).all() for g in grads)
 
 
+def test_dat_trains_on_a_single_image() -> None:
+    # The pooled batch norm has one value per channel at batch 1: running statistics instead of an error;
+    # with two images it is plain batch norm (batch statistics, running statistics updated).
+    net = _tiny("DAT").train()
+    bn = net.layers[0].blocks[0].attn.channel_interaction[2]
+    before = bn.running_mean.clone()
+    net(torch.rand(1, 3, 8, 8)).mean().backward()
+    assert torch.equal(bn.running_mean, before)
+    net(torch.rand(2, 3, 8, 8))
+    assert not torch.equal(bn.running_mean, before)
+
+
 # ----------------------------------------------------------------------------- build errors
 
 @pytest.mark.parametrize(("opt", "pattern"), [
@@ -205,6 +226,7 @@ def test_checkpointing_matches_plain_forward_and_trains(arch: str) -> None:
     ({**TINY["HAT"], "resi_connection": "3conv"}, r"network_g\.resi_connection: HAT: unknown"),
     ({**TINY["HAT"], "img_size": 2}, r"network_g\.img_size: HAT: img_size 2 .* at least window_size 4"),
     ({**TINY["HAT"], "window_size": 6}, r"network_g\.overlap_ratio: .* = 3 must be even"),
+    ({**TINY["HAT"], "overlap_ratio": 2.5}, r"network_g\.overlap_ratio: HAT: overlap_ratio must be in \[0, 2\]"),
     ({**TINY["HAT"], "num_heads": [5]}, r"network_g\.num_heads: HAT: embed_dim 12 is not divisible by 5"),
     ({**TINY["HAT"], "squeeze_factor": 30}, r"network_g\.squeeze_factor: HAT: squeeze_factor must be"),
     ({**TINY["DAT"], "upsampler": "nearest+conv"}, r"network_g\.upsampler: DAT: unknown upsampler"),

@@ -11,7 +11,8 @@ position bias) and channel attention over the whole image (DCTB); both mix in a 
 
 Any height/width works as in the authors' code: the spatial attention zero-pads its queries/keys/values to
 a multiple of the windows inside each block and crops back, so no padding happens around the network.
-``tile_multiple`` is the side multiple for which that padding is empty.
+``tile_multiple`` is the side multiple for which that padding is empty. Training on one image per batch
+works too (the authors' pooled batch norm refuses it; see ``PooledBatchNorm2d``).
 """
 
 from __future__ import annotations
@@ -57,10 +58,22 @@ class _ToTokens(nn.Module):
         return _tokens(x)
 
 
+class PooledBatchNorm2d(nn.BatchNorm2d):
+    """BatchNorm2d after global pooling. Training on a single image leaves one value per channel, where batch
+    statistics do not exist (torch refuses, and so does the authors' DAT); then the running statistics
+    normalise instead. Otherwise, and in its parameters and buffers, it is ``nn.BatchNorm2d``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and x.shape[0] * x.shape[2] * x.shape[3] == 1:
+            return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0,
+                                self.eps)
+        return super().forward(x)
+
+
 def _interaction_branches(dim: int) -> tuple[nn.Sequential, nn.Sequential, nn.Sequential]:
     """Depth-wise conv branch, channel map (pooled, 1/8 bottleneck) and spatial map (1/16 bottleneck)."""
     dwconv = nn.Sequential(nn.Conv2d(dim, dim, 3, 1, 1, groups=dim), nn.BatchNorm2d(dim), nn.GELU())
-    channel = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(dim, dim // 8, 1), nn.BatchNorm2d(dim // 8),
+    channel = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(dim, dim // 8, 1), PooledBatchNorm2d(dim // 8),
                             nn.GELU(), nn.Conv2d(dim // 8, dim, 1))
     spatial = nn.Sequential(nn.Conv2d(dim, dim // 16, 1), nn.BatchNorm2d(dim // 16), nn.GELU(),
                             nn.Conv2d(dim // 16, 1, 1))

@@ -75,6 +75,21 @@ def overlap_position_index(window_size: int, overlap_size: int) -> torch.Tensor:
     return rel[0] * (window_size + overlap_size - 1) + rel[1]
 
 
+def overlapping_windows(x: torch.Tensor, window_size: int, margin: int) -> torch.Tensor:
+    """(b, h, w, c) -> (b * h/ws * w/ws, (ws + 2*margin)**2, c): each window enlarged by ``margin`` on every
+    side (zeros beyond the map), windows in row-major order, like ``nn.Unfold(ws + 2*margin, stride=ws,
+    padding=margin)``. Built from slices of the neighbouring windows (``margin <= window_size``), so it
+    lowers to plain slices and concatenations on every backend.
+    """
+    b, h, w, c = x.shape
+    ws, m = window_size, margin
+    grid = F.pad(x, (0, 0, ws, ws, ws, ws)).view(b, h // ws + 2, ws, w // ws + 2, ws, c)
+    rows = torch.cat([grid[:, :-2, ws - m:], grid[:, 1:-1], grid[:, 2:, :m]], dim=2)
+    both = torch.cat([rows[:, :, :, :-2, ws - m:], rows[:, :, :, 1:-1], rows[:, :, :, 2:, :m]], dim=4)
+    size = ws + 2 * m
+    return both.permute(0, 1, 3, 2, 4, 5).reshape(-1, size * size, c)
+
+
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, mask: torch.Tensor | None,
             dropout: nn.Module) -> torch.Tensor:
     """softmax(q k^T + bias [+ mask]) v for (windows*b, heads, n, d) inputs; q is already scaled.
@@ -212,11 +227,8 @@ class OCAB(nn.Module):
         shortcut = x
         qkv = self.qkv(self.norm1(x)).view(b, h, w, 3 * c)
         q = window_partition(qkv[..., :c], ws).reshape(-1, ws * ws, heads, c // heads).transpose(1, 2)
-        # Enlarged windows of keys and values: zero-pad by half the overlap, then slide ows x ows at stride ws.
-        pad = (ows - ws) // 2
-        kv = F.pad(qkv[..., c:], (0, 0, pad, pad, pad, pad)).unfold(1, ows, ws).unfold(2, ows, ws)
-        nwin = kv.shape[1] * kv.shape[2]  # (b, h/ws, w/ws, 2c, ows, ows)
-        kv = kv.reshape(b * nwin, 2, heads, c // heads, ows * ows).permute(1, 0, 2, 4, 3)  # (2, b*nw, heads, n, d)
+        kv = overlapping_windows(qkv[..., c:], ws, (ows - ws) // 2)  # (b*nw, ows*ows, 2c)
+        kv = kv.reshape(kv.shape[0], ows * ows, 2, heads, c // heads).permute(2, 0, 3, 1, 4)  # (2, b*nw, heads, n, d)
         index = rpi.reshape(-1).remainder(self.relative_position_bias_table.shape[0])
         bias = self.relative_position_bias_table[index].view(ws * ws, ows * ows, -1).permute(2, 0, 1)
         out = _attend(q * self.scale, kv[0], kv[1], bias, None, nn.Identity())
@@ -440,6 +452,8 @@ def _check_hat_args(img_size: int | Sequence[int], patch_size: int | Sequence[in
     if min(img[0] // patch[0], img[1] // patch[1]) < window_size:
         raise ArchArgumentError("img_size", f"HAT: img_size {img_size} (in patches) must be at least window_size "
                                 f"{window_size}; the original builds mismatched position tables otherwise")
+    if not 0 <= overlap_ratio <= 2:
+        raise ArchArgumentError("overlap_ratio", f"HAT: overlap_ratio must be in [0, 2], got {overlap_ratio!r}")
     if (int(window_size * overlap_ratio)) % 2:
         raise ArchArgumentError("overlap_ratio", f"HAT: int(window_size * overlap_ratio) = "
                                 f"{int(window_size * overlap_ratio)} must be even so that the enlarged windows "
@@ -450,4 +464,4 @@ def _check_hat_args(img_size: int | Sequence[int], patch_size: int | Sequence[in
                                     f"got {factor!r}")
 
 
-__all__ = ["HAB", "HAT", "OCAB", "RHAG", "overlap_position_index", "window_position_index"]
+__all__ = ["HAB", "HAT", "OCAB", "RHAG", "overlap_position_index", "overlapping_windows", "window_position_index"]
