@@ -197,6 +197,25 @@ def shifted_window_mask(h: int, w: int, window_size: int | tuple[int, int], shif
     return torch.where(diff != 0, torch.full_like(diff, -100.0), torch.zeros_like(diff))
 
 
+def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor,
+                     mask: torch.Tensor | None = None, scale: float | None = None,
+                     dropout_p: float = 0.0) -> torch.Tensor:
+    """Attention inside windows, ``softmax(q k^T * scale + bias [+ mask]) v``, with torch's fused kernel.
+
+    ``q``: (windows * b, heads, nq, d) with the windows of each image consecutive (``window_partition``'s
+    order); ``k``, ``v``: (windows * b, heads, nk, d); ``bias``: (heads, nq, nk) relative-position bias;
+    ``mask``: (windows, nq, nk) of 0 / -100 (shifted windows) or None; ``scale``: default ``d ** -0.5``;
+    ``dropout_p``: dropout on the attention weights (pass 0 outside training).
+    """
+    attn_mask = bias.unsqueeze(0)
+    if mask is not None:
+        nw = mask.shape[0]
+        attn_mask = attn_mask + mask.unsqueeze(1).to(bias.dtype)  # (windows, heads, nq, nk)
+        attn_mask = attn_mask.expand(q.shape[0] // nw, *attn_mask.shape).reshape(q.shape[0], *attn_mask.shape[1:])
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask.to(q.dtype), dropout_p=dropout_p,
+                                          scale=scale)
+
+
 def residual_conv(dim: int, resi_connection: str) -> nn.Module:
     """The conv closing a residual group: '1conv' (3x3), '3conv' (3x3 to dim/4, 1x1, 3x3 back; LeakyReLU 0.2
     between) or 'identity' (none)."""
@@ -245,6 +264,7 @@ __all__ = [
     "residual_conv",
     "shifted_window_mask",
     "to_2tuple",
+    "window_attention",
     "window_partition",
     "window_reverse",
 ]

@@ -34,6 +34,7 @@ from anysr.archs.arch_util import (
     residual_conv,
     shifted_window_mask,
     to_2tuple,
+    window_attention,
 )
 from anysr.archs.swinir_arch import UpsampleOneStep
 from anysr.registry import ARCH_REGISTRY
@@ -179,16 +180,14 @@ class Spatial_Attention(nn.Module):  # noqa: N801 - the authors' class name
         b, _, c = qkv.shape[1:]
         hs, ws = self.H_sp, self.W_sp
         q, k, v = (self._windows(t, h, w) for t in qkv)
-        attn = (q * self.scale) @ k.transpose(-2, -1)
         n = hs * ws
         if self.position_bias:
             pos = self.pos(self.rpe_biases)
-            attn = attn + pos[self.relative_position_index.reshape(-1)].view(n, n, -1).permute(2, 0, 1).unsqueeze(0)
-        if mask is not None:
-            nw = mask.shape[0]
-            attn = (attn.view(b, nw, self.num_heads, n, n) + mask.unsqueeze(1).unsqueeze(0)).view(-1, self.num_heads,
-                                                                                                   n, n)
-        x = self.attn_drop(attn.softmax(dim=-1)) @ v
+            bias = pos[self.relative_position_index.reshape(-1)].view(n, n, -1).permute(2, 0, 1)
+        else:
+            bias = q.new_zeros(1, n, n)
+        x = window_attention(q, k, v, bias, mask, scale=self.scale,
+                             dropout_p=self.attn_drop.p if self.training else 0.0)
         x = x.transpose(1, 2).reshape(b, h // hs, w // ws, hs, ws, c)
         return x.permute(0, 1, 3, 2, 4, 5).reshape(b, h, w, c)
 

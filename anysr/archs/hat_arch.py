@@ -36,6 +36,7 @@ from anysr.archs.arch_util import (
     residual_conv,
     shifted_window_mask,
     to_2tuple,
+    window_attention,
     window_partition,
     window_reverse,
 )
@@ -90,19 +91,6 @@ def overlapping_windows(x: torch.Tensor, window_size: int, margin: int) -> torch
     return both.permute(0, 1, 3, 2, 4, 5).reshape(-1, size * size, c)
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, mask: torch.Tensor | None,
-            dropout: nn.Module) -> torch.Tensor:
-    """softmax(q k^T + bias [+ mask]) v for (windows*b, heads, n, d) inputs; q is already scaled.
-
-    ``bias``: (heads, nq, nk); ``mask``: (num_windows, nq, nk), the same for every image of the batch.
-    """
-    attn = q @ k.transpose(-2, -1) + bias.unsqueeze(0)
-    if mask is not None:
-        nw, heads, nq, nk = mask.shape[0], attn.shape[1], attn.shape[2], attn.shape[3]
-        attn = (attn.view(-1, nw, heads, nq, nk) + mask.unsqueeze(1).unsqueeze(0)).view(-1, heads, nq, nk)
-    return dropout(attn.softmax(dim=-1)) @ v
-
-
 class WindowAttention(nn.Module):
     """Multi-head self attention in a window; the relative-position index comes from the network."""
 
@@ -126,7 +114,8 @@ class WindowAttention(nn.Module):
         b_, n, c = x.shape
         qkv = self.qkv(x).reshape(b_, n, 3, self.num_heads, c // self.num_heads).permute(2, 0, 3, 1, 4)
         bias = self.relative_position_bias_table[rpi.reshape(-1)].view(n, n, -1).permute(2, 0, 1)
-        out = _attend(qkv[0] * self.scale, qkv[1], qkv[2], bias, mask, self.attn_drop)
+        out = window_attention(qkv[0], qkv[1], qkv[2], bias, mask, scale=self.scale,
+                               dropout_p=self.attn_drop.p if self.training else 0.0)
         return self.proj_drop(self.proj(out.transpose(1, 2).reshape(b_, n, c)))
 
     def extra_repr(self) -> str:
@@ -231,7 +220,7 @@ class OCAB(nn.Module):
         kv = kv.reshape(kv.shape[0], ows * ows, 2, heads, c // heads).permute(2, 0, 3, 1, 4)  # (2, b*nw, heads, n, d)
         index = rpi.reshape(-1).remainder(self.relative_position_bias_table.shape[0])
         bias = self.relative_position_bias_table[index].view(ws * ws, ows * ows, -1).permute(2, 0, 1)
-        out = _attend(q * self.scale, kv[0], kv[1], bias, None, nn.Identity())
+        out = window_attention(q, kv[0], kv[1], bias, scale=self.scale)
         out = window_reverse(out.transpose(1, 2).reshape(-1, ws, ws, c), ws, h, w).reshape(b, h * w, c)
         x = self.proj(out) + shortcut
         return x + self.mlp(self.norm2(x))

@@ -31,6 +31,7 @@ from anysr.archs.arch_util import (
     residual_conv,
     shifted_window_mask,
     to_2tuple,
+    window_attention,
     window_partition,
     window_reverse,
 )
@@ -67,17 +68,10 @@ class WindowAttention(nn.Module):
         """x: (num_windows * b, n, c); mask: (num_windows, n, n) of 0 / -100, or None."""
         b_, n, c = x.shape
         qkv = self.qkv(x).reshape(b_, n, 3, self.num_heads, c // self.num_heads).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv[0], qkv[1], qkv[2]
-        attn = (q * self.scale) @ k.transpose(-2, -1)
         bias = self.relative_position_bias_table[self.relative_position_index.view(-1)].view(n, n, -1)
-        attn = attn + bias.permute(2, 0, 1).unsqueeze(0)
-        if mask is not None:
-            nw = mask.shape[0]
-            attn = attn.view(b_ // nw, nw, self.num_heads, n, n) + mask.unsqueeze(1).unsqueeze(0)
-            attn = attn.view(-1, self.num_heads, n, n)
-        attn = self.attn_drop(self.softmax(attn))
-        x = (attn @ v).transpose(1, 2).reshape(b_, n, c)
-        return self.proj_drop(self.proj(x))
+        x = window_attention(qkv[0], qkv[1], qkv[2], bias.permute(2, 0, 1), mask, scale=self.scale,
+                             dropout_p=self.attn_drop.p if self.training else 0.0)
+        return self.proj_drop(self.proj(x.transpose(1, 2).reshape(b_, n, c)))
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, window_size={self.window_size}, num_heads={self.num_heads}"
