@@ -28,6 +28,9 @@ TINY = {
             "expansion_factor": 2.0, "upscale": 2},
     "DRCT": {"type": "DRCT", "img_size": 8, "embed_dim": 12, "depths": [1], "num_heads": [2], "window_size": 4,
              "gc": 4, "mlp_ratio": 2.0, "upscale": 2},
+    # SwinIR shares the window attention (arch_util.window_attention); checked here on XLA only.
+    "SwinIR": {"type": "SwinIR", "img_size": 8, "embed_dim": 12, "depths": [2], "num_heads": [2], "window_size": 4,
+               "mlp_ratio": 2.0, "upscale": 2, "upsampler": "pixelshuffle"},
 }
 
 
@@ -250,7 +253,7 @@ def test_drct_accepts_the_authors_unused_options() -> None:
 # ----------------------------------------------------------------------------- XLA
 
 @pytest.mark.xla
-@pytest.mark.parametrize("arch", ["HAT", "DAT", "DRCT"])
+@pytest.mark.parametrize("arch", ["HAT", "DAT", "DRCT", "SwinIR"])
 def test_xla_one_compile_per_shape(arch: str) -> None:
     pytest.importorskip("torch_xla")
     import torch_xla
@@ -261,12 +264,18 @@ def test_xla_one_compile_per_shape(arch: str) -> None:
     opt = torch.optim.SGD(net.parameters(), lr=1e-3)
     x = torch.rand(2, 3, 6, 7).to(dev)  # not a window multiple: the padding is part of the one graph
     counts = []
-    for _ in range(2):
+    for _ in range(3):
         opt.zero_grad()
         loss = net(x).abs().mean()
         loss.backward()
         opt.step()
         torch_xla.sync()
         counts.append(met.metric_data("CompileTime")[0])
-    assert counts[1] == counts[0], f"{arch}: the second step compiled again ({counts})"
     assert torch.isfinite(loss.cpu())
+    assert counts[2] == counts[1], f"{arch}: a later step compiled again ({counts})"
+    if arch != "DAT":
+        assert counts[1] == counts[0], f"{arch}: the second step compiled again ({counts})"
+    else:
+        # DAT's batch norms start with num_batches_tracked = 0, which XLA inlines as a constant in the first
+        # graph; from the second step on it is device data: at most one more graph, then none.
+        assert counts[1] <= counts[0] + 1, f"DAT: the second step compiled more than once ({counts})"
