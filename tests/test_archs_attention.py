@@ -108,6 +108,14 @@ def test_padding_then_crop_at_every_scale(arch: str, upscale: int) -> None:
     assert torch.equal(got, padded[..., : 6 * upscale, : 7 * upscale])
 
 
+@pytest.mark.parametrize(("arch", "multiple"), [("HAT", 16), ("DAT", 4), ("DRCT", 7)])
+def test_defaults_build_and_run(arch: str, multiple: int) -> None:
+    with torch.device("meta"):  # shapes only: the default sizes are millions of parameters
+        net = build_network({"type": arch}).eval()
+        out = net(torch.empty(1, 3, 9, 10))
+    assert net.tile_multiple == multiple and out.shape == (1, 3, 18, 20)
+
+
 def test_pad_to_multiple_reflects_then_replicates() -> None:
     x = torch.arange(6.0).view(1, 1, 2, 3)
     same, ph, pw = pad_to_multiple(x, 1)

@@ -288,7 +288,8 @@ class RHAG(nn.Module):
 class HAT(nn.Module):
     """Hybrid Attention Transformer (HAT-S / HAT / HAT-L by arguments), for classical SR x2/x3/x4.
 
-    Args (the authors' names; defaults theirs except ``upsampler``): img_size (training patch size: decides
+    Args (the authors' names; defaults theirs except ``upsampler`` and ``window_size``, whose defaults cannot
+    run there: '' skips the reconstruction, 7 gives odd overlaps): img_size (training patch size: decides
     whether blocks shift and the ``absolute_pos_embed`` size), patch_size, in_chans, embed_dim, depths,
     num_heads (one per group), window_size, compress_ratio and squeeze_factor (of the conv branch),
     conv_scale (its weight), overlap_ratio (OCAB window enlargement), mlp_ratio, qkv_bias, qk_scale,
@@ -302,7 +303,7 @@ class HAT(nn.Module):
 
     def __init__(self, img_size: int | Sequence[int] = 64, patch_size: int | Sequence[int] = 1, in_chans: int = 3,
                  embed_dim: int = 96, depths: Sequence[int] = (6, 6, 6, 6), num_heads: Sequence[int] = (6, 6, 6, 6),
-                 window_size: int = 7, compress_ratio: int = 3, squeeze_factor: int = 30, conv_scale: float = 0.01,
+                 window_size: int = 16, compress_ratio: int = 3, squeeze_factor: int = 30, conv_scale: float = 0.01,
                  overlap_ratio: float = 0.5, mlp_ratio: float = 4.0, qkv_bias: bool = True,
                  qk_scale: float | None = None, drop_rate: float = 0.0, attn_drop_rate: float = 0.0,
                  drop_path_rate: float = 0.1, norm_layer: type[nn.Module] = nn.LayerNorm, ape: bool = False,
