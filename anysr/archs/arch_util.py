@@ -116,15 +116,157 @@ def to_2tuple(x: int | Iterable[int]) -> tuple[int, int]:
     return int(x), int(x)
 
 
+# ----------------------------------------------------------------- window-attention pieces
+
+def drop_path(x: torch.Tensor, drop_prob: float = 0.0, training: bool = False) -> torch.Tensor:
+    """Stochastic depth: zero whole samples with probability ``drop_prob`` and rescale the rest."""
+    if drop_prob == 0.0 or not training:
+        return x
+    keep = 1.0 - drop_prob
+    mask = torch.empty((x.shape[0],) + (1,) * (x.ndim - 1), dtype=x.dtype, device=x.device).bernoulli_(keep)
+    return x / keep * mask
+
+
+def drop_path_rates(max_rate: float, n: int) -> list[float]:
+    """Stochastic-depth rates rising linearly from 0 to ``max_rate`` over ``n`` blocks (plain floats, so
+    that a network can be built on the meta device)."""
+    return [max_rate * i / (n - 1) for i in range(n)] if n > 1 else [0.0] * n
+
+
+class DropPath(nn.Module):
+    """``drop_path`` as a module (active only in training mode)."""
+
+    def __init__(self, drop_prob: float = 0.0) -> None:
+        super().__init__()
+        self.drop_prob = drop_prob
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return drop_path(x, self.drop_prob, self.training)
+
+
+class Mlp(nn.Module):
+    """Linear - activation - dropout - linear - dropout."""
+
+    def __init__(self, in_features: int, hidden_features: int | None = None, out_features: int | None = None,
+                 act_layer: type[nn.Module] = nn.GELU, drop: float = 0.0) -> None:
+        super().__init__()
+        hidden_features = hidden_features or in_features
+        out_features = out_features or in_features
+        self.fc1 = nn.Linear(in_features, hidden_features)
+        self.act = act_layer()
+        self.fc2 = nn.Linear(hidden_features, out_features)
+        self.drop = nn.Dropout(drop)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
+
+
+def window_partition(x: torch.Tensor, window_size: int) -> torch.Tensor:
+    """(b, h, w, c) -> (b * h/ws * w/ws, ws, ws, c), windows in row-major order."""
+    b, h, w, c = x.shape
+    x = x.view(b, h // window_size, window_size, w // window_size, window_size, c)
+    return x.permute(0, 1, 3, 2, 4, 5).reshape(-1, window_size, window_size, c)
+
+
+def window_reverse(windows: torch.Tensor, window_size: int, h: int, w: int) -> torch.Tensor:
+    """Inverse of ``window_partition``: (b * nw, ws, ws, c) -> (b, h, w, c)."""
+    nh, nw = h // window_size, w // window_size
+    b = windows.shape[0] // (nh * nw)
+    x = windows.view(b, nh, nw, window_size, window_size, -1)
+    return x.permute(0, 1, 3, 2, 4, 5).reshape(b, h, w, -1)
+
+
+def shifted_window_mask(h: int, w: int, window_size: int | tuple[int, int], shift_size: int | tuple[int, int],
+                        device: torch.device | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Attention mask for shifted windows on an ``h x w`` map: (num_windows, wh*ww, wh*ww) of 0 / -100.
+
+    After the cyclic shift, the last ``window_size`` rows (columns) hold two regions that were not
+    neighbours in the image: the band before the last ``shift_size`` rows and the wrapped-around band.
+    Tokens of different regions must not attend to each other. ``window_size`` / ``shift_size`` may be
+    (rows, columns) pairs for rectangular windows; ``h`` and ``w`` must be multiples of the window.
+    """
+    (wh, ww), (sh, sw) = to_2tuple(window_size), to_2tuple(shift_size)
+
+    def region(n: int, win: int, shift: int) -> torch.Tensor:
+        idx = torch.arange(n, device=device)
+        return (idx >= n - win).long() + (idx >= n - shift).long()
+
+    label = (region(h, wh, sh)[:, None] * 3 + region(w, ww, sw)[None, :]).to(dtype)  # (h, w)
+    windows = label.view(h // wh, wh, w // ww, ww).permute(0, 2, 1, 3).reshape(-1, wh * ww)
+    diff = windows.unsqueeze(1) - windows.unsqueeze(2)
+    return torch.where(diff != 0, torch.full_like(diff, -100.0), torch.zeros_like(diff))
+
+
+def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor,
+                     mask: torch.Tensor | None = None, scale: float | None = None,
+                     dropout_p: float = 0.0) -> torch.Tensor:
+    """Attention inside windows, ``softmax(q k^T * scale + bias [+ mask]) v``, with torch's fused kernel.
+
+    ``q``: (windows * b, heads, nq, d) with the windows of each image consecutive (``window_partition``'s
+    order); ``k``, ``v``: (windows * b, heads, nk, d); ``bias``: (heads, nq, nk) relative-position bias;
+    ``mask``: (windows, nq, nk) of 0 / -100 (shifted windows) or None; ``scale``: default ``d ** -0.5``;
+    ``dropout_p``: dropout on the attention weights (pass 0 outside training).
+    """
+    attn_mask = bias.unsqueeze(0)
+    if mask is not None:
+        nw = mask.shape[0]
+        attn_mask = attn_mask + mask.unsqueeze(1).to(bias.dtype)  # (windows, heads, nq, nk)
+        attn_mask = attn_mask.expand(q.shape[0] // nw, *attn_mask.shape).reshape(q.shape[0], *attn_mask.shape[1:])
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask.to(q.dtype), dropout_p=dropout_p,
+                                          scale=scale)
+
+
+def residual_conv(dim: int, resi_connection: str) -> nn.Module:
+    """The conv closing a residual group: '1conv' (3x3), '3conv' (3x3 to dim/4, 1x1, 3x3 back; LeakyReLU 0.2
+    between) or 'identity' (none)."""
+    if resi_connection == "1conv":
+        return nn.Conv2d(dim, dim, 3, 1, 1)
+    if resi_connection == "identity":
+        return nn.Identity()
+    return nn.Sequential(
+        nn.Conv2d(dim, dim // 4, 3, 1, 1), nn.LeakyReLU(negative_slope=0.2, inplace=True),
+        nn.Conv2d(dim // 4, dim // 4, 1, 1, 0), nn.LeakyReLU(negative_slope=0.2, inplace=True),
+        nn.Conv2d(dim // 4, dim, 3, 1, 1),
+    )
+
+
+def pad_to_multiple(x: torch.Tensor, multiple: int) -> tuple[torch.Tensor, int, int]:
+    """Pad the bottom/right of a (b, c, h, w) map to a multiple of ``multiple``; also return the pads.
+
+    Reflect padding as the original window-attention model classes apply it before the network; a pad
+    of at least the side length (which reflect cannot do) continues with replicate, so any size works.
+    """
+    h, w = x.shape[-2:]
+    pad_h, pad_w = (-h) % multiple, (-w) % multiple
+    if not (pad_h or pad_w):
+        return x, 0, 0
+    ref_h, ref_w = min(pad_h, h - 1), min(pad_w, w - 1)
+    if ref_h or ref_w:
+        x = F.pad(x, (0, ref_w, 0, ref_h), mode="reflect")
+    if pad_h > ref_h or pad_w > ref_w:
+        x = F.pad(x, (0, pad_w - ref_w, 0, pad_h - ref_h), mode="replicate")
+    return x, pad_h, pad_w
+
+
 __all__ = [
     "ArchArgumentError",
+    "DropPath",
+    "Mlp",
     "ResidualBlockNoBN",
     "Upsample",
     "check_upscale",
     "default_init_weights",
+    "drop_path",
+    "drop_path_rates",
     "make_layer",
+    "pad_to_multiple",
     "pixel_unshuffle",
+    "residual_conv",
+    "shifted_window_mask",
     "to_2tuple",
+    "window_attention",
+    "window_partition",
+    "window_reverse",
 ]
 
 

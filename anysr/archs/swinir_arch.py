@@ -23,82 +23,22 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils import checkpoint
 
-from anysr.archs.arch_util import ArchArgumentError, Upsample, to_2tuple
+from anysr.archs.arch_util import (
+    ArchArgumentError,
+    DropPath,
+    Mlp,
+    Upsample,
+    residual_conv,
+    shifted_window_mask,
+    to_2tuple,
+    window_attention,
+    window_partition,
+    window_reverse,
+)
 from anysr.registry import ARCH_REGISTRY
 
 UPSAMPLERS = ("pixelshuffle", "pixelshuffledirect", "nearest+conv", "")
 RESI_CONNECTIONS = ("1conv", "3conv")
-
-
-def drop_path(x: torch.Tensor, drop_prob: float = 0.0, training: bool = False) -> torch.Tensor:
-    """Stochastic depth: zero whole samples with probability ``drop_prob`` and rescale the rest."""
-    if drop_prob == 0.0 or not training:
-        return x
-    keep = 1.0 - drop_prob
-    mask = torch.empty((x.shape[0],) + (1,) * (x.ndim - 1), dtype=x.dtype, device=x.device).bernoulli_(keep)
-    return x / keep * mask
-
-
-class DropPath(nn.Module):
-    """``drop_path`` as a module (active only in training mode)."""
-
-    def __init__(self, drop_prob: float = 0.0) -> None:
-        super().__init__()
-        self.drop_prob = drop_prob
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return drop_path(x, self.drop_prob, self.training)
-
-
-class Mlp(nn.Module):
-    """Linear - activation - dropout - linear - dropout."""
-
-    def __init__(self, in_features: int, hidden_features: int | None = None, out_features: int | None = None,
-                 act_layer: type[nn.Module] = nn.GELU, drop: float = 0.0) -> None:
-        super().__init__()
-        hidden_features = hidden_features or in_features
-        out_features = out_features or in_features
-        self.fc1 = nn.Linear(in_features, hidden_features)
-        self.act = act_layer()
-        self.fc2 = nn.Linear(hidden_features, out_features)
-        self.drop = nn.Dropout(drop)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
-
-
-def window_partition(x: torch.Tensor, window_size: int) -> torch.Tensor:
-    """(b, h, w, c) -> (b * h/ws * w/ws, ws, ws, c), windows in row-major order."""
-    b, h, w, c = x.shape
-    x = x.view(b, h // window_size, window_size, w // window_size, window_size, c)
-    return x.permute(0, 1, 3, 2, 4, 5).reshape(-1, window_size, window_size, c)
-
-
-def window_reverse(windows: torch.Tensor, window_size: int, h: int, w: int) -> torch.Tensor:
-    """Inverse of ``window_partition``: (b * nw, ws, ws, c) -> (b, h, w, c)."""
-    nh, nw = h // window_size, w // window_size
-    b = windows.shape[0] // (nh * nw)
-    x = windows.view(b, nh, nw, window_size, window_size, -1)
-    return x.permute(0, 1, 3, 2, 4, 5).reshape(b, h, w, -1)
-
-
-def shifted_window_mask(h: int, w: int, window_size: int, shift_size: int, device: torch.device | None = None,
-                        dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Attention mask for shifted windows on an ``h x w`` map: (num_windows, ws*ws, ws*ws) of 0 / -100.
-
-    After the cyclic shift, the last ``window_size`` rows (columns) hold two regions that were not
-    neighbours in the image: the band before the last ``shift_size`` rows and the wrapped-around band.
-    Tokens of different regions must not attend to each other.
-    """
-
-    def region(n: int) -> torch.Tensor:
-        idx = torch.arange(n, device=device)
-        return (idx >= n - window_size).long() + (idx >= n - shift_size).long()
-
-    label = (region(h)[:, None] * 3 + region(w)[None, :]).to(dtype)  # (h, w)
-    windows = window_partition(label.view(1, h, w, 1), window_size).view(-1, window_size * window_size)
-    diff = windows.unsqueeze(1) - windows.unsqueeze(2)
-    return torch.where(diff != 0, torch.full_like(diff, -100.0), torch.zeros_like(diff))
 
 
 class WindowAttention(nn.Module):
@@ -128,17 +68,10 @@ class WindowAttention(nn.Module):
         """x: (num_windows * b, n, c); mask: (num_windows, n, n) of 0 / -100, or None."""
         b_, n, c = x.shape
         qkv = self.qkv(x).reshape(b_, n, 3, self.num_heads, c // self.num_heads).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv[0], qkv[1], qkv[2]
-        attn = (q * self.scale) @ k.transpose(-2, -1)
         bias = self.relative_position_bias_table[self.relative_position_index.view(-1)].view(n, n, -1)
-        attn = attn + bias.permute(2, 0, 1).unsqueeze(0)
-        if mask is not None:
-            nw = mask.shape[0]
-            attn = attn.view(b_ // nw, nw, self.num_heads, n, n) + mask.unsqueeze(1).unsqueeze(0)
-            attn = attn.view(-1, self.num_heads, n, n)
-        attn = self.attn_drop(self.softmax(attn))
-        x = (attn @ v).transpose(1, 2).reshape(b_, n, c)
-        return self.proj_drop(self.proj(x))
+        x = window_attention(qkv[0], qkv[1], qkv[2], bias.permute(2, 0, 1), mask, scale=self.scale,
+                             dropout_p=self.attn_drop.p if self.training else 0.0)
+        return self.proj_drop(self.proj(x.transpose(1, 2).reshape(b_, n, c)))
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, window_size={self.window_size}, num_heads={self.num_heads}"
@@ -279,16 +212,6 @@ class PatchUnEmbed(_PatchGeometry):
         return x.transpose(1, 2).reshape(x.shape[0], self.embed_dim, x_size[0], x_size[1])
 
 
-def _resi_conv(dim: int, resi_connection: str) -> nn.Module:
-    if resi_connection == "1conv":
-        return nn.Conv2d(dim, dim, 3, 1, 1)
-    return nn.Sequential(
-        nn.Conv2d(dim, dim // 4, 3, 1, 1), nn.LeakyReLU(negative_slope=0.2, inplace=True),
-        nn.Conv2d(dim // 4, dim // 4, 1, 1, 0), nn.LeakyReLU(negative_slope=0.2, inplace=True),
-        nn.Conv2d(dim // 4, dim, 3, 1, 1),
-    )
-
-
 class RSTB(nn.Module):
     """Residual Swin Transformer Block: a BasicLayer, a conv on the feature map, and a shortcut."""
 
@@ -306,7 +229,7 @@ class RSTB(nn.Module):
                                          mlp_ratio=mlp_ratio, qkv_bias=qkv_bias, qk_scale=qk_scale, drop=drop,
                                          attn_drop=attn_drop, drop_path=drop_path, norm_layer=norm_layer,
                                          downsample=downsample, use_checkpoint=use_checkpoint)
-        self.conv = _resi_conv(dim, resi_connection)
+        self.conv = residual_conv(dim, resi_connection)
         self.patch_embed = PatchEmbed(img_size, patch_size, in_chans=0, embed_dim=dim, norm_layer=None)
         self.patch_unembed = PatchUnEmbed(img_size, patch_size, in_chans=0, embed_dim=dim, norm_layer=None)
 
@@ -404,7 +327,7 @@ class SwinIR(nn.Module):
                                     img_size=img_size, patch_size=patch_size,
                                     resi_connection=resi_connection))
         self.norm = norm_layer(self.num_features)
-        self.conv_after_body = _resi_conv(embed_dim, resi_connection)
+        self.conv_after_body = residual_conv(embed_dim, resi_connection)
 
         if upsampler == "pixelshuffle":
             self.conv_before_upsample = nn.Sequential(nn.Conv2d(embed_dim, num_feat, 3, 1, 1),

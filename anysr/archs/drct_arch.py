@@ -1,0 +1,231 @@
+"""DRCT: Dense-residual-connected Transformer for image super-resolution (Hsu et al., CVPRW 2024).
+
+One class covers DRCT and DRCT-L (they differ only in arguments). Constructor arguments, module names and
+buffers follow the authors' code (ming053l/DRCT), so their released ``.pth`` files load with
+``strict=True`` and give their outputs.
+
+Each residual dense group (RDG) chains five Swin blocks densely: block ``i`` sees the group input and the
+``gc``-channel outputs of all earlier blocks (concatenated), and a 1x1 conv squeezes its output back to
+``gc`` channels (the last one to ``embed_dim``); the group adds 0.2 x that to its input. The Swin blocks
+are SwinIR's (``anysr.archs.swinir_arch.SwinTransformerBlock``, the same parameters and buffers).
+
+``forward`` takes any height/width: it pads the input to a multiple of the window (reflect, as the
+authors' ``DRCTModel`` does around the network; replicate beyond what reflect can reach) and crops.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+from torch.utils import checkpoint
+
+from anysr.archs.arch_util import (
+    ArchArgumentError,
+    Upsample,
+    check_upscale,
+    drop_path_rates,
+    pad_to_multiple,
+    residual_conv,
+)
+from anysr.archs.swinir_arch import PatchEmbed, SwinTransformerBlock
+from anysr.registry import ARCH_REGISTRY
+
+NUM_DENSE_BLOCKS = 5
+
+
+def _tokens(x: torch.Tensor) -> torch.Tensor:
+    """(b, c, h, w) -> (b, h*w, c)."""
+    return x.flatten(2).transpose(1, 2)
+
+
+def _feature_map(x: torch.Tensor, x_size: tuple[int, int]) -> torch.Tensor:
+    """(b, h*w, c) -> (b, c, h, w)."""
+    return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], x_size[0], x_size[1])
+
+
+def dense_block_heads(dim: int, gc: int, num_heads: int) -> list[int]:
+    """Head counts of the five blocks of an RDG (the authors' rule: block ``i`` works on ``dim + i*gc``
+    channels with ``num_heads - (dim + i*gc) % num_heads`` heads)."""
+    return [num_heads - (dim + i * gc) % num_heads for i in range(NUM_DENSE_BLOCKS)]
+
+
+class RDG(nn.Module):
+    """Residual dense group: five densely connected Swin blocks (modules ``swin1..5``, ``adjust1..5``)."""
+
+    def __init__(self, dim: int, input_resolution: tuple[int, int], depth: int, num_heads: int, window_size: int,
+                 shift_size: int, mlp_ratio: float, qkv_bias: bool, qk_scale: float | None, drop: float,
+                 attn_drop: float, drop_path: float | Sequence[float], norm_layer: type[nn.Module], gc: int,
+                 patch_size: int | Sequence[int], img_size: int | Sequence[int]) -> None:
+        super().__init__()
+        del depth, shift_size, patch_size, img_size  # the authors' signature; the dense layout fixes them
+        rate = (drop_path[0] if len(drop_path) else 0.0) if isinstance(drop_path, Sequence) else drop_path
+        self.dim = dim
+        self.gc = gc
+        for i, heads in enumerate(dense_block_heads(dim, gc, num_heads)):
+            channels = dim + i * gc
+            block = SwinTransformerBlock(channels, input_resolution, heads, window_size=window_size,
+                                         shift_size=0 if i % 2 == 0 else window_size // 2,
+                                         mlp_ratio=mlp_ratio if i < 3 else 1, qkv_bias=qkv_bias, qk_scale=qk_scale,
+                                         drop=drop, attn_drop=attn_drop, drop_path=rate, norm_layer=norm_layer)
+            self.add_module(f"swin{i + 1}", block)
+            self.add_module(f"adjust{i + 1}", nn.Conv2d(channels, gc if i < NUM_DENSE_BLOCKS - 1 else dim, 1))
+        self.lrelu = nn.LeakyReLU(negative_slope=0.2, inplace=True)
+
+    def forward(self, x: torch.Tensor, x_size: tuple[int, int]) -> torch.Tensor:
+        feats = [x]
+        for i in range(1, NUM_DENSE_BLOCKS + 1):
+            y = getattr(self, f"swin{i}")(torch.cat(feats, dim=-1) if i > 1 else x, x_size)
+            y = getattr(self, f"adjust{i}")(_feature_map(y, x_size))
+            if i < NUM_DENSE_BLOCKS:
+                y = self.lrelu(y)
+            feats.append(_tokens(y))
+        return feats[-1] * 0.2 + x
+
+
+@ARCH_REGISTRY.register()
+class DRCT(nn.Module):
+    """Dense-residual-connected Transformer (DRCT / DRCT-L by arguments), for classical SR.
+
+    Args (the authors' names; defaults theirs except ``upsampler``): img_size (training patch size: decides
+    whether blocks shift, the ``attn_mask`` buffers and the ``absolute_pos_embed`` size), patch_size,
+    in_chans, embed_dim, depths (only their count and the drop-path schedule matter: each group has five
+    blocks), num_heads (one per group), window_size, mlp_ratio, qkv_bias, qk_scale, drop_rate,
+    attn_drop_rate, drop_path_rate, norm_layer, ape, patch_norm, use_checkpoint (recompute each group in
+    backward), upscale (1, 2**n or 3), img_range, upsampler ('pixelshuffle'), resi_connection ('1conv' or
+    'identity'), gc (growth channels). compress_ratio, squeeze_factor, conv_scale and overlap_ratio are
+    accepted and unused, as in the authors' code (their option files set them).
+
+    DRCT: embed_dim 180, depths/num_heads 6 x 6, window 16, mlp_ratio 2, gc 32. DRCT-L: 12 groups.
+    """
+
+    def __init__(self, img_size: int | Sequence[int] = 64, patch_size: int | Sequence[int] = 1, in_chans: int = 3,
+                 embed_dim: int = 96, depths: Sequence[int] = (6, 6, 6, 6), num_heads: Sequence[int] = (6, 6, 6, 6),
+                 window_size: int = 7, compress_ratio: int = 3, squeeze_factor: int = 30, conv_scale: float = 0.01,
+                 overlap_ratio: float = 0.5, mlp_ratio: float = 4.0, qkv_bias: bool = True,
+                 qk_scale: float | None = None, drop_rate: float = 0.0, attn_drop_rate: float = 0.0,
+                 drop_path_rate: float = 0.1, norm_layer: type[nn.Module] = nn.LayerNorm, ape: bool = False,
+                 patch_norm: bool = True, use_checkpoint: bool = False, upscale: int = 2, img_range: float = 1.0,
+                 upsampler: str = "pixelshuffle", resi_connection: str = "1conv", gc: int = 32) -> None:
+        super().__init__()
+        del compress_ratio, squeeze_factor, conv_scale  # unused by the authors' DRCT too
+        _check_drct_args(embed_dim, depths, num_heads, window_size, gc, upscale, upsampler, resi_connection)
+        num_feat = 64
+        self.window_size = window_size
+        self.shift_size = window_size // 2
+        self.overlap_ratio = overlap_ratio
+        self.img_range = img_range
+        mean = torch.tensor([0.4488, 0.4371, 0.4040]) if in_chans == 3 else torch.zeros(1)
+        self.register_buffer("mean", mean.view(1, -1, 1, 1), persistent=False)
+        self.upscale = upscale
+        self.upsampler = upsampler
+        self.use_checkpoint = use_checkpoint
+
+        self.conv_first = nn.Conv2d(in_chans, embed_dim, 3, 1, 1)
+        self.num_layers = len(depths)
+        self.embed_dim = embed_dim
+        self.ape = ape
+        self.patch_norm = patch_norm
+        self.num_features = embed_dim
+        self.mlp_ratio = mlp_ratio
+        self.patch_embed = PatchEmbed(img_size, patch_size, in_chans=embed_dim, embed_dim=embed_dim,
+                                      norm_layer=norm_layer if patch_norm else None)
+        self.patches_resolution = self.patch_embed.patches_resolution
+        resolution = (self.patches_resolution[0], self.patches_resolution[1])
+        if ape:
+            self.absolute_pos_embed = nn.Parameter(torch.zeros(1, self.patch_embed.num_patches, embed_dim))
+            nn.init.trunc_normal_(self.absolute_pos_embed, std=0.02)
+        self.pos_drop = nn.Dropout(p=drop_rate)
+
+        rates = drop_path_rates(drop_path_rate, sum(depths))
+        self.layers = nn.ModuleList()
+        for i, depth in enumerate(depths):
+            start = sum(depths[:i])
+            self.layers.append(RDG(embed_dim, resolution, 0, num_heads[i], window_size, window_size // 2,
+                                   mlp_ratio, qkv_bias, qk_scale, drop_rate, attn_drop_rate,
+                                   rates[start:start + depth], norm_layer, gc, patch_size, img_size))
+        self.norm = norm_layer(self.num_features)
+        self.conv_after_body = residual_conv(embed_dim, resi_connection)
+        self.conv_before_upsample = nn.Sequential(nn.Conv2d(embed_dim, num_feat, 3, 1, 1),
+                                                  nn.LeakyReLU(inplace=True))
+        self.upsample = Upsample(upscale, num_feat)
+        self.conv_last = nn.Conv2d(num_feat, in_chans, 3, 1, 1)
+        # The window the blocks use shrinks to img_size when that is not larger (as in SwinIR); the input
+        # is padded to the configured window (as the authors' model does) and to every block's window.
+        windows = {blk.window_size for layer in self.layers for blk in layer.children()
+                   if isinstance(blk, SwinTransformerBlock)}
+        self.tile_multiple: int = math.lcm(window_size, *windows)
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(m: nn.Module) -> None:
+        if isinstance(m, nn.Linear):
+            nn.init.trunc_normal_(m.weight, std=0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.LayerNorm):
+            nn.init.zeros_(m.bias)
+            nn.init.ones_(m.weight)
+
+    def no_weight_decay(self) -> set[str]:
+        """Parameter names usually excluded from weight decay."""
+        return {"absolute_pos_embed"}
+
+    def no_weight_decay_keywords(self) -> set[str]:
+        """Parameter-name fragments usually excluded from weight decay."""
+        return {"relative_position_bias_table"}
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """The RDGs on a (b, embed_dim, h, w) map whose sides are multiples of ``tile_multiple``."""
+        x_size = (x.shape[2], x.shape[3])
+        x = self.patch_embed(x)
+        if self.ape:
+            x = x + self.absolute_pos_embed
+        x = self.pos_drop(x)
+        for layer in self.layers:
+            if self.use_checkpoint and torch.is_grad_enabled():
+                x = checkpoint.checkpoint(layer, x, x_size, use_reentrant=False)
+            else:
+                x = layer(x, x_size)
+        return _feature_map(self.norm(x), x_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, w = x.shape[-2:]
+        x, pad_h, pad_w = pad_to_multiple(x, self.tile_multiple)
+        mean = self.mean.to(dtype=x.dtype)
+        x = (x - mean) * self.img_range
+        x = self.conv_first(x)
+        x = self.conv_after_body(self.forward_features(x)) + x
+        x = self.conv_last(self.upsample(self.conv_before_upsample(x)))
+        x = x / self.img_range + mean
+        return x[..., : h * self.upscale, : w * self.upscale] if (pad_h or pad_w) else x
+
+
+def _check_drct_args(embed_dim: int, depths: Sequence[int], num_heads: Sequence[int], window_size: int, gc: int,
+                     upscale: int, upsampler: str, resi_connection: str) -> None:
+    """Refuse arguments the authors' DRCT cannot run (it fails later, or silently skips reconstruction)."""
+    if upsampler != "pixelshuffle":
+        raise ArchArgumentError("upsampler", f"DRCT: upsampler must be 'pixelshuffle', got {upsampler!r} (the "
+                                "original builds no reconstruction for other values)")
+    if resi_connection not in ("1conv", "identity"):
+        raise ArchArgumentError("resi_connection", f"DRCT: unknown resi_connection {resi_connection!r}; "
+                                "use '1conv' or 'identity'")
+    check_upscale(upscale)
+    if len(num_heads) != len(depths):
+        raise ArchArgumentError("num_heads", f"DRCT: num_heads has {len(num_heads)} entries but depths has "
+                                f"{len(depths)}; give one head count per group")
+    if not isinstance(window_size, int) or window_size < 1:
+        raise ArchArgumentError("window_size", f"DRCT: window_size must be a positive integer, got {window_size!r}")
+    for heads in num_heads:
+        for i, block_heads in enumerate(dense_block_heads(embed_dim, gc, heads)):
+            channels = embed_dim + i * gc
+            if channels % block_heads:
+                raise ArchArgumentError(
+                    "gc", f"DRCT: block {i + 1} of a group has embed_dim + {i}*gc = {channels} channels, not "
+                    f"divisible by its {block_heads} heads (num_heads {heads} - {channels} % {heads}); "
+                    "choose embed_dim, gc and num_heads that divide")
+
+
+__all__ = ["DRCT", "RDG", "dense_block_heads"]

@@ -1,0 +1,457 @@
+"""HAT: Hybrid Attention Transformer for image super-resolution (Chen et al., CVPR 2023).
+
+One class covers HAT-S, HAT and HAT-L (they differ only in arguments). Constructor arguments, module names
+and buffers follow the authors' code (XPixelGroup/HAT), so their released ``.pth`` files load with
+``strict=True`` and give their outputs.
+
+Each residual hybrid attention group (RHAG) runs hybrid attention blocks (HAB: shifted-window self
+attention plus a small channel-attention conv branch) and one overlapping cross-attention block (OCAB:
+queries from each window, keys/values from a larger window around it), then a conv and a shortcut.
+
+Differences from the authors' code, none of which changes the output of a valid configuration:
+
+* ``forward`` takes any height/width: it pads the input to a multiple of ``window_size`` (reflect, as
+  their ``HATModel`` does around the network; replicate beyond what reflect can reach) and crops;
+* ``upsampler`` must be 'pixelshuffle' (their code silently returns the input for anything else) and
+  ``resi_connection`` '1conv' or 'identity'; values their code cannot run are refused when building.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils import checkpoint
+
+from anysr.archs.arch_util import (
+    ArchArgumentError,
+    DropPath,
+    Mlp,
+    Upsample,
+    check_upscale,
+    drop_path_rates,
+    pad_to_multiple,
+    residual_conv,
+    shifted_window_mask,
+    to_2tuple,
+    window_attention,
+    window_partition,
+    window_reverse,
+)
+from anysr.archs.rcan_arch import ChannelAttention
+from anysr.registry import ARCH_REGISTRY
+
+
+def _tokens(x: torch.Tensor) -> torch.Tensor:
+    """(b, c, h, w) -> (b, h*w, c)."""
+    return x.flatten(2).transpose(1, 2)
+
+
+def _feature_map(x: torch.Tensor, x_size: tuple[int, int]) -> torch.Tensor:
+    """(b, h*w, c) -> (b, c, h, w)."""
+    return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], x_size[0], x_size[1])
+
+
+def window_position_index(window_size: int) -> torch.Tensor:
+    """(ws*ws, ws*ws) index into a ((2ws-1)**2)-row bias table for each query/key pair of a window."""
+    coords = torch.stack(torch.meshgrid(torch.arange(window_size), torch.arange(window_size),
+                                        indexing="ij")).flatten(1)
+    rel = coords[:, :, None] - coords[:, None, :] + (window_size - 1)
+    return rel[0] * (2 * window_size - 1) + rel[1]
+
+
+def overlap_position_index(window_size: int, overlap_size: int) -> torch.Tensor:
+    """(ws*ws, ows*ows) bias-table index of the overlapping cross attention, as the authors compute it.
+
+    Their offset makes part of the index negative; indexing wraps it around the
+    ``(ws + ows - 1)**2``-row table, and the buffer keeps their values so that their checkpoints match.
+    """
+    q = torch.stack(torch.meshgrid(torch.arange(window_size), torch.arange(window_size),
+                                   indexing="ij")).flatten(1)
+    kv = torch.stack(torch.meshgrid(torch.arange(overlap_size), torch.arange(overlap_size),
+                                    indexing="ij")).flatten(1)
+    rel = kv[:, None, :] - q[:, :, None] + (window_size - overlap_size + 1)
+    return rel[0] * (window_size + overlap_size - 1) + rel[1]
+
+
+def overlapping_windows(x: torch.Tensor, window_size: int, margin: int) -> torch.Tensor:
+    """(b, h, w, c) -> (b * h/ws * w/ws, (ws + 2*margin)**2, c): each window enlarged by ``margin`` on every
+    side (zeros beyond the map), windows in row-major order, like ``nn.Unfold(ws + 2*margin, stride=ws,
+    padding=margin)``. Built from slices of the neighbouring windows (``margin <= window_size``), so it
+    lowers to plain slices and concatenations on every backend.
+    """
+    b, h, w, c = x.shape
+    ws, m = window_size, margin
+    grid = F.pad(x, (0, 0, ws, ws, ws, ws)).view(b, h // ws + 2, ws, w // ws + 2, ws, c)
+    rows = torch.cat([grid[:, :-2, ws - m:], grid[:, 1:-1], grid[:, 2:, :m]], dim=2)
+    both = torch.cat([rows[:, :, :, :-2, ws - m:], rows[:, :, :, 1:-1], rows[:, :, :, 2:, :m]], dim=4)
+    size = ws + 2 * m
+    return both.permute(0, 1, 3, 2, 4, 5).reshape(-1, size * size, c)
+
+
+class WindowAttention(nn.Module):
+    """Multi-head self attention in a window; the relative-position index comes from the network."""
+
+    def __init__(self, dim: int, window_size: tuple[int, int], num_heads: int, qkv_bias: bool = True,
+                 qk_scale: float | None = None, attn_drop: float = 0.0, proj_drop: float = 0.0) -> None:
+        super().__init__()
+        self.dim = dim
+        self.window_size = window_size
+        self.num_heads = num_heads
+        self.scale = qk_scale or (dim // num_heads) ** -0.5
+        wh, ww = window_size
+        self.relative_position_bias_table = nn.Parameter(torch.zeros((2 * wh - 1) * (2 * ww - 1), num_heads))
+        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
+        self.attn_drop = nn.Dropout(attn_drop)
+        self.proj = nn.Linear(dim, dim)
+        self.proj_drop = nn.Dropout(proj_drop)
+        nn.init.trunc_normal_(self.relative_position_bias_table, std=0.02)
+
+    def forward(self, x: torch.Tensor, rpi: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x: (num_windows * b, n, c); rpi: (n, n) table index; mask: (num_windows, n, n) or None."""
+        b_, n, c = x.shape
+        qkv = self.qkv(x).reshape(b_, n, 3, self.num_heads, c // self.num_heads).permute(2, 0, 3, 1, 4)
+        bias = self.relative_position_bias_table[rpi.reshape(-1)].view(n, n, -1).permute(2, 0, 1)
+        out = window_attention(qkv[0], qkv[1], qkv[2], bias, mask, scale=self.scale,
+                               dropout_p=self.attn_drop.p if self.training else 0.0)
+        return self.proj_drop(self.proj(out.transpose(1, 2).reshape(b_, n, c)))
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, window_size={self.window_size}, num_heads={self.num_heads}"
+
+
+class CAB(nn.Module):
+    """Channel attention block: 3x3 conv (to dim / compress_ratio), GELU, 3x3 conv back, channel attention."""
+
+    def __init__(self, num_feat: int, compress_ratio: int = 3, squeeze_factor: int = 30) -> None:
+        super().__init__()
+        self.cab = nn.Sequential(
+            nn.Conv2d(num_feat, num_feat // compress_ratio, 3, 1, 1),
+            nn.GELU(),
+            nn.Conv2d(num_feat // compress_ratio, num_feat, 3, 1, 1),
+            ChannelAttention(num_feat, squeeze_factor),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.cab(x)
+
+
+class HAB(nn.Module):
+    """Hybrid attention block: (shifted-)window attention + ``conv_scale`` * CAB, then an MLP; pre-normed."""
+
+    def __init__(self, dim: int, input_resolution: tuple[int, int], num_heads: int, window_size: int = 7,
+                 shift_size: int = 0, compress_ratio: int = 3, squeeze_factor: int = 30, conv_scale: float = 0.01,
+                 mlp_ratio: float = 4.0, qkv_bias: bool = True, qk_scale: float | None = None, drop: float = 0.0,
+                 attn_drop: float = 0.0, drop_path: float = 0.0, act_layer: type[nn.Module] = nn.GELU,
+                 norm_layer: type[nn.Module] = nn.LayerNorm) -> None:
+        super().__init__()
+        self.dim = dim
+        self.input_resolution = input_resolution
+        self.num_heads = num_heads
+        self.window_size = window_size
+        # A training patch no larger than the window gives one window: no shift (as the authors do).
+        self.shift_size = 0 if min(input_resolution) <= window_size else shift_size
+        self.mlp_ratio = mlp_ratio
+        self.conv_scale = conv_scale
+        self.norm1 = norm_layer(dim)
+        self.attn = WindowAttention(dim, to_2tuple(window_size), num_heads, qkv_bias=qkv_bias, qk_scale=qk_scale,
+                                    attn_drop=attn_drop, proj_drop=drop)
+        self.conv_block = CAB(dim, compress_ratio, squeeze_factor)
+        self.drop_path = DropPath(drop_path) if drop_path > 0.0 else nn.Identity()
+        self.norm2 = norm_layer(dim)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer, drop=drop)
+
+    def forward(self, x: torch.Tensor, x_size: tuple[int, int], rpi_sa: torch.Tensor,
+                attn_mask: torch.Tensor | None) -> torch.Tensor:
+        h, w = x_size
+        b, _, c = x.shape
+        ws, shift = self.window_size, self.shift_size
+        shortcut = x
+        x = self.norm1(x).view(b, h, w, c)
+        conv_x = self.conv_block(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1).reshape(b, h * w, c)
+        if shift:
+            x = torch.roll(x, shifts=(-shift, -shift), dims=(1, 2))
+        windows = window_partition(x, ws).view(-1, ws * ws, c)
+        windows = self.attn(windows, rpi_sa, mask=attn_mask if shift else None)
+        x = window_reverse(windows.view(-1, ws, ws, c), ws, h, w)
+        if shift:
+            x = torch.roll(x, shifts=(shift, shift), dims=(1, 2))
+        x = shortcut + self.drop_path(x.reshape(b, h * w, c)) + conv_x * self.conv_scale
+        return x + self.drop_path(self.mlp(self.norm2(x)))
+
+    def extra_repr(self) -> str:
+        return (f"dim={self.dim}, input_resolution={self.input_resolution}, num_heads={self.num_heads}, "
+                f"window_size={self.window_size}, shift_size={self.shift_size}, mlp_ratio={self.mlp_ratio}")
+
+
+class OCAB(nn.Module):
+    """Overlapping cross attention: each window's queries attend to keys/values of an enlarged window
+    (``window_size * (1 + overlap_ratio)``, zero-padded at the borders) around it; then an MLP."""
+
+    def __init__(self, dim: int, input_resolution: tuple[int, int], window_size: int, overlap_ratio: float,
+                 num_heads: int, qkv_bias: bool = True, qk_scale: float | None = None, mlp_ratio: float = 2.0,
+                 norm_layer: type[nn.Module] = nn.LayerNorm) -> None:
+        super().__init__()
+        self.dim = dim
+        self.input_resolution = input_resolution
+        self.window_size = window_size
+        self.num_heads = num_heads
+        self.scale = qk_scale or (dim // num_heads) ** -0.5
+        self.overlap_win_size = int(window_size * overlap_ratio) + window_size
+        self.norm1 = norm_layer(dim)
+        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
+        self.relative_position_bias_table = nn.Parameter(
+            torch.zeros((window_size + self.overlap_win_size - 1) ** 2, num_heads))
+        nn.init.trunc_normal_(self.relative_position_bias_table, std=0.02)
+        self.proj = nn.Linear(dim, dim)
+        self.norm2 = norm_layer(dim)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=nn.GELU)
+
+    def forward(self, x: torch.Tensor, x_size: tuple[int, int], rpi: torch.Tensor) -> torch.Tensor:
+        h, w = x_size
+        b, _, c = x.shape
+        ws, ows, heads = self.window_size, self.overlap_win_size, self.num_heads
+        shortcut = x
+        qkv = self.qkv(self.norm1(x)).view(b, h, w, 3 * c)
+        q = window_partition(qkv[..., :c], ws).reshape(-1, ws * ws, heads, c // heads).transpose(1, 2)
+        kv = overlapping_windows(qkv[..., c:], ws, (ows - ws) // 2)  # (b*nw, ows*ows, 2c)
+        kv = kv.reshape(kv.shape[0], ows * ows, 2, heads, c // heads).permute(2, 0, 3, 1, 4)  # (2, b*nw, heads, n, d)
+        index = rpi.reshape(-1).remainder(self.relative_position_bias_table.shape[0])
+        bias = self.relative_position_bias_table[index].view(ws * ws, ows * ows, -1).permute(2, 0, 1)
+        out = window_attention(q, kv[0], kv[1], bias, scale=self.scale)
+        out = window_reverse(out.transpose(1, 2).reshape(-1, ws, ws, c), ws, h, w).reshape(b, h * w, c)
+        x = self.proj(out) + shortcut
+        return x + self.mlp(self.norm2(x))
+
+
+class AttenBlocks(nn.Module):
+    """``depth`` hybrid attention blocks (alternately plain and shifted windows) and one OCAB."""
+
+    def __init__(self, dim: int, input_resolution: tuple[int, int], depth: int, num_heads: int, window_size: int,
+                 compress_ratio: int, squeeze_factor: int, conv_scale: float, overlap_ratio: float,
+                 mlp_ratio: float = 4.0, qkv_bias: bool = True, qk_scale: float | None = None, drop: float = 0.0,
+                 attn_drop: float = 0.0, drop_path: float | Sequence[float] = 0.0,
+                 norm_layer: type[nn.Module] = nn.LayerNorm, use_checkpoint: bool = False) -> None:
+        super().__init__()
+        self.dim = dim
+        self.input_resolution = input_resolution
+        self.depth = depth
+        self.use_checkpoint = use_checkpoint
+        rates = list(drop_path) if isinstance(drop_path, Sequence) else [drop_path] * depth
+        self.blocks = nn.ModuleList([
+            HAB(dim, input_resolution, num_heads, window_size=window_size,
+                shift_size=0 if i % 2 == 0 else window_size // 2, compress_ratio=compress_ratio,
+                squeeze_factor=squeeze_factor, conv_scale=conv_scale, mlp_ratio=mlp_ratio, qkv_bias=qkv_bias,
+                qk_scale=qk_scale, drop=drop, attn_drop=attn_drop, drop_path=rates[i], norm_layer=norm_layer)
+            for i in range(depth)
+        ])
+        self.overlap_attn = OCAB(dim, input_resolution, window_size, overlap_ratio, num_heads, qkv_bias=qkv_bias,
+                                 qk_scale=qk_scale, mlp_ratio=mlp_ratio, norm_layer=norm_layer)
+
+    def forward(self, x: torch.Tensor, x_size: tuple[int, int], params: dict[str, torch.Tensor | None]
+                ) -> torch.Tensor:
+        for blk in self.blocks:
+            args = (x, x_size, params["rpi_sa"], params["attn_mask"])
+            if self.use_checkpoint and torch.is_grad_enabled():
+                x = checkpoint.checkpoint(blk, *args, use_reentrant=False)
+            else:
+                x = blk(*args)
+        return self.overlap_attn(x, x_size, params["rpi_oca"])
+
+
+class RHAG(nn.Module):
+    """Residual hybrid attention group: AttenBlocks, a conv on the feature map ('1conv' / 'identity'), shortcut."""
+
+    def __init__(self, dim: int, input_resolution: tuple[int, int], depth: int, num_heads: int, window_size: int,
+                 compress_ratio: int, squeeze_factor: int, conv_scale: float, overlap_ratio: float,
+                 mlp_ratio: float = 4.0, qkv_bias: bool = True, qk_scale: float | None = None, drop: float = 0.0,
+                 attn_drop: float = 0.0, drop_path: float | Sequence[float] = 0.0,
+                 norm_layer: type[nn.Module] = nn.LayerNorm, use_checkpoint: bool = False,
+                 resi_connection: str = "1conv") -> None:
+        super().__init__()
+        self.dim = dim
+        self.input_resolution = input_resolution
+        self.residual_group = AttenBlocks(dim, input_resolution, depth, num_heads, window_size, compress_ratio,
+                                          squeeze_factor, conv_scale, overlap_ratio, mlp_ratio=mlp_ratio,
+                                          qkv_bias=qkv_bias, qk_scale=qk_scale, drop=drop, attn_drop=attn_drop,
+                                          drop_path=drop_path, norm_layer=norm_layer, use_checkpoint=use_checkpoint)
+        self.conv = residual_conv(dim, resi_connection)
+
+    def forward(self, x: torch.Tensor, x_size: tuple[int, int], params: dict[str, torch.Tensor | None]
+                ) -> torch.Tensor:
+        return _tokens(self.conv(_feature_map(self.residual_group(x, x_size, params), x_size))) + x
+
+
+@ARCH_REGISTRY.register()
+class HAT(nn.Module):
+    """Hybrid Attention Transformer (HAT-S / HAT / HAT-L by arguments), for classical SR x2/x3/x4.
+
+    Args (the authors' names; defaults theirs except ``upsampler`` and ``window_size``, whose defaults cannot
+    run there: '' skips the reconstruction, 7 gives odd overlaps): img_size (training patch size: decides
+    whether blocks shift and the ``absolute_pos_embed`` size), patch_size, in_chans, embed_dim, depths,
+    num_heads (one per group), window_size, compress_ratio and squeeze_factor (of the conv branch),
+    conv_scale (its weight), overlap_ratio (OCAB window enlargement), mlp_ratio, qkv_bias, qk_scale,
+    drop_rate, attn_drop_rate, drop_path_rate, norm_layer, ape, patch_norm, use_checkpoint (recompute each
+    block in backward), upscale (1, 2**n or 3), img_range, upsampler ('pixelshuffle'), resi_connection
+    ('1conv' or 'identity').
+
+    HAT-S: embed_dim 144, depths/num_heads 6 x 6, window 16, compress_ratio 24, squeeze_factor 24, mlp_ratio 2.
+    HAT: embed_dim 180, the same but compress_ratio 3, squeeze_factor 30. HAT-L: HAT with 12 groups.
+    """
+
+    def __init__(self, img_size: int | Sequence[int] = 64, patch_size: int | Sequence[int] = 1, in_chans: int = 3,
+                 embed_dim: int = 96, depths: Sequence[int] = (6, 6, 6, 6), num_heads: Sequence[int] = (6, 6, 6, 6),
+                 window_size: int = 16, compress_ratio: int = 3, squeeze_factor: int = 30, conv_scale: float = 0.01,
+                 overlap_ratio: float = 0.5, mlp_ratio: float = 4.0, qkv_bias: bool = True,
+                 qk_scale: float | None = None, drop_rate: float = 0.0, attn_drop_rate: float = 0.0,
+                 drop_path_rate: float = 0.1, norm_layer: type[nn.Module] = nn.LayerNorm, ape: bool = False,
+                 patch_norm: bool = True, use_checkpoint: bool = False, upscale: int = 2, img_range: float = 1.0,
+                 upsampler: str = "pixelshuffle", resi_connection: str = "1conv") -> None:
+        super().__init__()
+        _check_hat_args(img_size, patch_size, embed_dim, depths, num_heads, window_size, compress_ratio,
+                        squeeze_factor, overlap_ratio, upscale, upsampler, resi_connection)
+        num_feat = 64
+        self.window_size = window_size
+        self.shift_size = window_size // 2
+        self.overlap_ratio = overlap_ratio
+        self.tile_multiple: int = window_size
+        self.img_range = img_range
+        mean = torch.tensor([0.4488, 0.4371, 0.4040]) if in_chans == 3 else torch.zeros(1)
+        self.register_buffer("mean", mean.view(1, -1, 1, 1), persistent=False)
+        self.upscale = upscale
+        self.upsampler = upsampler
+        self.register_buffer("relative_position_index_SA", window_position_index(window_size))
+        overlap = int(overlap_ratio * window_size) + window_size
+        self.register_buffer("relative_position_index_OCA", overlap_position_index(window_size, overlap))
+
+        self.conv_first = nn.Conv2d(in_chans, embed_dim, 3, 1, 1)
+        self.num_layers = len(depths)
+        self.embed_dim = embed_dim
+        self.ape = ape
+        self.patch_norm = patch_norm
+        self.num_features = embed_dim
+        self.mlp_ratio = mlp_ratio
+        img, patch = to_2tuple(img_size), to_2tuple(patch_size)
+        self.patches_resolution = [img[0] // patch[0], img[1] // patch[1]]
+        resolution = (self.patches_resolution[0], self.patches_resolution[1])
+        self.patch_embed = _PatchNorm(embed_dim, norm_layer if patch_norm else None)
+        if ape:
+            self.absolute_pos_embed = nn.Parameter(torch.zeros(1, resolution[0] * resolution[1], embed_dim))
+            nn.init.trunc_normal_(self.absolute_pos_embed, std=0.02)
+        self.pos_drop = nn.Dropout(p=drop_rate)
+
+        rates = drop_path_rates(drop_path_rate, sum(depths))
+        self.layers = nn.ModuleList()
+        for i, depth in enumerate(depths):
+            start = sum(depths[:i])
+            self.layers.append(RHAG(embed_dim, resolution, depth, num_heads[i], window_size, compress_ratio,
+                                    squeeze_factor, conv_scale, overlap_ratio, mlp_ratio=mlp_ratio,
+                                    qkv_bias=qkv_bias, qk_scale=qk_scale, drop=drop_rate,
+                                    attn_drop=attn_drop_rate, drop_path=rates[start:start + depth],
+                                    norm_layer=norm_layer, use_checkpoint=use_checkpoint,
+                                    resi_connection=resi_connection))
+        self.norm = norm_layer(self.num_features)
+        self.conv_after_body = residual_conv(embed_dim, resi_connection)
+        self.conv_before_upsample = nn.Sequential(nn.Conv2d(embed_dim, num_feat, 3, 1, 1),
+                                                  nn.LeakyReLU(inplace=True))
+        self.upsample = Upsample(upscale, num_feat)
+        self.conv_last = nn.Conv2d(num_feat, in_chans, 3, 1, 1)
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(m: nn.Module) -> None:
+        if isinstance(m, nn.Linear):
+            nn.init.trunc_normal_(m.weight, std=0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.LayerNorm):
+            nn.init.zeros_(m.bias)
+            nn.init.ones_(m.weight)
+
+    def no_weight_decay(self) -> set[str]:
+        """Parameter names usually excluded from weight decay."""
+        return {"absolute_pos_embed"}
+
+    def no_weight_decay_keywords(self) -> set[str]:
+        """Parameter-name fragments usually excluded from weight decay."""
+        return {"relative_position_bias_table"}
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """The attention body on a (b, embed_dim, h, w) map whose sides are multiples of ``window_size``."""
+        x_size = (x.shape[2], x.shape[3])
+        params: dict[str, torch.Tensor | None] = {
+            "attn_mask": shifted_window_mask(x_size[0], x_size[1], self.window_size, self.shift_size,
+                                             x.device, x.dtype) if self.shift_size else None,
+            "rpi_sa": self.relative_position_index_SA,
+            "rpi_oca": self.relative_position_index_OCA,
+        }
+        x = self.patch_embed(_tokens(x))
+        if self.ape:
+            x = x + self.absolute_pos_embed
+        x = self.pos_drop(x)
+        for layer in self.layers:
+            x = layer(x, x_size, params)
+        return _feature_map(self.norm(x), x_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, w = x.shape[-2:]
+        x, pad_h, pad_w = pad_to_multiple(x, self.tile_multiple)
+        mean = self.mean.to(dtype=x.dtype)
+        x = (x - mean) * self.img_range
+        x = self.conv_first(x)
+        x = self.conv_after_body(self.forward_features(x)) + x
+        x = self.conv_last(self.upsample(self.conv_before_upsample(x)))
+        x = x / self.img_range + mean
+        return x[..., : h * self.upscale, : w * self.upscale] if (pad_h or pad_w) else x
+
+
+class _PatchNorm(nn.Module):
+    """The authors' ``patch_embed`` at patch size 1: only an optional norm on the tokens (key ``norm``)."""
+
+    def __init__(self, embed_dim: int, norm_layer: type[nn.Module] | None) -> None:
+        super().__init__()
+        self.norm = norm_layer(embed_dim) if norm_layer is not None else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x) if self.norm is not None else x
+
+
+def _check_hat_args(img_size: int | Sequence[int], patch_size: int | Sequence[int], embed_dim: int,
+                    depths: Sequence[int], num_heads: Sequence[int], window_size: int, compress_ratio: int,
+                    squeeze_factor: int, overlap_ratio: float, upscale: int, upsampler: str,
+                    resi_connection: str) -> None:
+    """Refuse arguments the authors' HAT cannot run (it fails later, or silently skips reconstruction)."""
+    if upsampler != "pixelshuffle":
+        raise ArchArgumentError("upsampler", f"HAT: upsampler must be 'pixelshuffle', got {upsampler!r} (the "
+                                "original builds no reconstruction for other values)")
+    if resi_connection not in ("1conv", "identity"):
+        raise ArchArgumentError("resi_connection", f"HAT: unknown resi_connection {resi_connection!r}; "
+                                "use '1conv' or 'identity'")
+    check_upscale(upscale)
+    if len(num_heads) != len(depths):
+        raise ArchArgumentError("num_heads", f"HAT: num_heads has {len(num_heads)} entries but depths has "
+                                f"{len(depths)}; give one head count per group")
+    for heads in num_heads:
+        if embed_dim % heads:
+            raise ArchArgumentError("num_heads", f"HAT: embed_dim {embed_dim} is not divisible by {heads} heads")
+    if not isinstance(window_size, int) or window_size < 1:
+        raise ArchArgumentError("window_size", f"HAT: window_size must be a positive integer, got {window_size!r}")
+    img, patch = to_2tuple(img_size), to_2tuple(patch_size)
+    if min(img[0] // patch[0], img[1] // patch[1]) < window_size:
+        raise ArchArgumentError("img_size", f"HAT: img_size {img_size} (in patches) must be at least window_size "
+                                f"{window_size}; the original builds mismatched position tables otherwise")
+    if not 0 <= overlap_ratio <= 2:
+        raise ArchArgumentError("overlap_ratio", f"HAT: overlap_ratio must be in [0, 2], got {overlap_ratio!r}")
+    if (int(window_size * overlap_ratio)) % 2:
+        raise ArchArgumentError("overlap_ratio", f"HAT: int(window_size * overlap_ratio) = "
+                                f"{int(window_size * overlap_ratio)} must be even so that the enlarged windows "
+                                "stay centred (one per window)")
+    for name, factor in (("compress_ratio", compress_ratio), ("squeeze_factor", squeeze_factor)):
+        if not isinstance(factor, int) or factor < 1 or embed_dim // factor < 1:
+            raise ArchArgumentError(name, f"HAT: {name} must be an integer in [1, embed_dim={embed_dim}], "
+                                    f"got {factor!r}")
+
+
+__all__ = ["HAB", "HAT", "OCAB", "RHAG", "overlap_position_index", "overlapping_windows", "window_position_index"]
