@@ -116,13 +116,58 @@ def to_2tuple(x: int | Iterable[int]) -> tuple[int, int]:
     return int(x), int(x)
 
 
+class LayerNorm2d(nn.Module):
+    """Layer norm over the channels of an NCHW map: per pixel, ``(x - mean) / sqrt(var + eps) * weight + bias``.
+
+    Parameters ``weight`` / ``bias`` of shape (C,), as the channel-first layer norms of OmniSR, SAFMN and
+    RealPLKSR. Statistics are taken in float32 (bf16 under autocast loses too much in the variance); the
+    result has the input's dtype. Works for any memory format.
+    """
+
+    def __init__(self, num_channels: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(num_channels))
+        self.bias = nn.Parameter(torch.zeros(num_channels))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.to(torch.promote_types(x.dtype, torch.float32))
+        centred = xf - xf.mean(1, keepdim=True)
+        normed = centred / torch.sqrt(centred.square().mean(1, keepdim=True) + self.eps)
+        out = normed * self.weight.to(xf.dtype).view(-1, 1, 1) + self.bias.to(xf.dtype).view(-1, 1, 1)
+        return out.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}"
+
+
+def pad_to_min_size(x: torch.Tensor, min_size: int) -> torch.Tensor:
+    """Grow the bottom / right of an NCHW tensor to at least ``min_size`` per side (unchanged if large enough).
+
+    Reflect padding as far as it goes (at most side - 1 pixels), then edge replication for the rest: what
+    spandrel's call API does for a model's minimum size, so small tiles give the same output as there.
+    """
+    h, w = x.shape[-2:]
+    pad_h, pad_w = max(min_size - h, 0), max(min_size - w, 0)
+    if not (pad_h or pad_w):
+        return x
+    ref_h, ref_w = min(pad_h, h - 1), min(pad_w, w - 1)
+    if ref_h or ref_w:
+        x = F.pad(x, (0, ref_w, 0, ref_h), mode="reflect")
+    if pad_h - ref_h or pad_w - ref_w:
+        x = F.pad(x, (0, pad_w - ref_w, 0, pad_h - ref_h), mode="replicate")
+    return x
+
+
 __all__ = [
     "ArchArgumentError",
+    "LayerNorm2d",
     "ResidualBlockNoBN",
     "Upsample",
     "check_upscale",
     "default_init_weights",
     "make_layer",
+    "pad_to_min_size",
     "pixel_unshuffle",
     "to_2tuple",
 ]
