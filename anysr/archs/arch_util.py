@@ -238,19 +238,62 @@ def pad_to_multiple(x: torch.Tensor, multiple: int) -> tuple[torch.Tensor, int, 
     """
     h, w = x.shape[-2:]
     pad_h, pad_w = (-h) % multiple, (-w) % multiple
+    return pad_bottom_right(x, pad_h, pad_w), pad_h, pad_w
+
+
+def pad_bottom_right(x: torch.Tensor, pad_h: int, pad_w: int) -> torch.Tensor:
+    """Add ``pad_h`` rows and ``pad_w`` columns at the bottom / right: reflect as far as it goes (side - 1
+    pixels), then edge replication, so any size can be padded (what the originals and spandrel do)."""
     if not (pad_h or pad_w):
-        return x, 0, 0
+        return x
+    h, w = x.shape[-2:]
     ref_h, ref_w = min(pad_h, h - 1), min(pad_w, w - 1)
     if ref_h or ref_w:
         x = F.pad(x, (0, ref_w, 0, ref_h), mode="reflect")
     if pad_h > ref_h or pad_w > ref_w:
         x = F.pad(x, (0, pad_w - ref_w, 0, pad_h - ref_h), mode="replicate")
-    return x, pad_h, pad_w
+    return x
+
+
+class LayerNorm2d(nn.Module):
+    """Layer norm over the channels of an NCHW map: per pixel, ``(x - mean) / sqrt(var + eps) * weight + bias``.
+
+    Parameters ``weight`` / ``bias`` of shape (C,), as the channel-first layer norms of OmniSR, SAFMN and
+    RealPLKSR. Statistics are taken in float32 (bf16 under autocast loses too much in the variance); the
+    result has the input's dtype. Works for any memory format.
+    """
+
+    def __init__(self, num_channels: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(num_channels))
+        self.bias = nn.Parameter(torch.zeros(num_channels))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.to(torch.promote_types(x.dtype, torch.float32))
+        centred = xf - xf.mean(1, keepdim=True)
+        normed = centred / torch.sqrt(centred.square().mean(1, keepdim=True) + self.eps)
+        out = normed * self.weight.to(xf.dtype).view(-1, 1, 1) + self.bias.to(xf.dtype).view(-1, 1, 1)
+        return out.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}"
+
+
+def pad_to_min_size(x: torch.Tensor, min_size: int) -> torch.Tensor:
+    """Grow the bottom / right of an NCHW tensor to at least ``min_size`` per side (unchanged if large enough).
+
+    Reflect padding as far as it goes (at most side - 1 pixels), then edge replication for the rest: what
+    spandrel's call API does for a model's minimum size, so small tiles give the same output as there.
+    """
+    h, w = x.shape[-2:]
+    return pad_bottom_right(x, max(min_size - h, 0), max(min_size - w, 0))
 
 
 __all__ = [
     "ArchArgumentError",
     "DropPath",
+    "LayerNorm2d",
     "Mlp",
     "ResidualBlockNoBN",
     "Upsample",
@@ -259,6 +302,8 @@ __all__ = [
     "drop_path",
     "drop_path_rates",
     "make_layer",
+    "pad_bottom_right",
+    "pad_to_min_size",
     "pad_to_multiple",
     "pixel_unshuffle",
     "residual_conv",

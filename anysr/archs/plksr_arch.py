@@ -1,0 +1,189 @@
+"""RealPLKSR: the real-world variant of PLKSR, Partial Large Kernel CNNs for efficient SR (Lee et al., 2024).
+
+Module names, buffers and constructor arguments follow spandrel 0.4.2's ``RealPLKSR`` (neosr / traiNNer),
+so released checkpoints of all its variants load with ``strict=True`` and give the same output:
+
+* ``layer_norm=False``: each block ends with a GroupNorm (``norm_groups`` groups);
+  ``layer_norm=True``: each block starts with a channel layer norm instead;
+* ``dysample=False``: PixelShuffle head; ``dysample=True``: the learned DySample upsampler (``to_img``).
+
+The network is fully convolutional: any input size works without padding (``tile_multiple = 1``).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d
+from anysr.registry import ARCH_REGISTRY
+
+
+class DCCM(nn.Sequential):
+    """Doubled convolutional channel mixer: 3x3 conv to 2x channels, Mish, 3x3 conv back."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__(nn.Conv2d(dim, dim * 2, 3, 1, 1), nn.Mish(), nn.Conv2d(dim * 2, dim, 3, 1, 1))
+        nn.init.trunc_normal_(self[-1].weight, std=0.02)
+
+
+class PLKConv2d(nn.Module):
+    """Partial large-kernel conv: a ``kernel_size`` conv on the first ``dim`` channels, the rest passed through."""
+
+    def __init__(self, dim: int, kernel_size: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(dim, dim, kernel_size, 1, kernel_size // 2)
+        nn.init.trunc_normal_(self.conv.weight, std=0.02)
+        self.idx = dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # (The original writes the eval result into x in place; concatenating gives the same values.)
+        head, rest = x[:, : self.idx], x[:, self.idx:]
+        return torch.cat([self.conv(head), rest], dim=1)
+
+
+class EA(nn.Module):
+    """Element-wise attention: ``x * sigmoid(conv3x3(x))``."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.f = nn.Sequential(nn.Conv2d(dim, dim, 3, 1, 1), nn.Sigmoid())
+        nn.init.trunc_normal_(self.f[0].weight, std=0.02)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.f(x)
+
+
+class PLKBlock(nn.Module):
+    """[layer norm] -> DCCM -> partial large-kernel conv -> [EA] -> 1x1 refine -> [GroupNorm], plus the input."""
+
+    def __init__(self, dim: int, kernel_size: int, split_ratio: float, use_ea: bool = True, norm_groups: int = 4,
+                 use_layer_norm: bool = False) -> None:
+        super().__init__()
+        self.layer_norm = LayerNorm2d(dim) if use_layer_norm else nn.Identity()
+        self.channel_mixer = DCCM(dim)
+        self.lk = PLKConv2d(int(dim * split_ratio), kernel_size)
+        self.attn = EA(dim) if use_ea else nn.Identity()
+        self.refine = nn.Conv2d(dim, dim, 1, 1, 0)
+        nn.init.trunc_normal_(self.refine.weight, std=0.02)
+        self.norm = nn.Identity() if use_layer_norm else nn.GroupNorm(norm_groups, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lk(self.channel_mixer(self.layer_norm(x)))
+        return self.norm(self.refine(self.attn(y))) + x
+
+
+class DySample(nn.Module):
+    """DySample (Liu et al., 2023, "Learning to Upsample by Learning to Sample"): a learned point sampler.
+
+    For every output pixel and channel group, a 2-d offset ``offset(x) * sigmoid(scope(x)) / 2`` (1x1 convs
+    on the low-resolution features) is added to the pixel's sub-pixel centre (the ``init_pos`` buffer); the
+    group's features are sampled there bilinearly (border padding). An optional 1x1 ``end_conv`` maps the
+    ``in_channels`` to ``out_ch``.
+
+    Sampling positions are computed in float32 even under bf16 autocast (bf16 cannot address a pixel of a
+    large image); the sampled result has the input's dtype.
+    """
+
+    def __init__(self, in_channels: int, out_ch: int, scale: int = 2, groups: int = 4,
+                 end_convolution: bool = True) -> None:
+        super().__init__()
+        if in_channels < groups or in_channels % groups:
+            raise ArchArgumentError(
+                "groups", f"DySample needs in_channels ({in_channels}) to be a multiple of groups ({groups})")
+        self.scale = scale
+        self.groups = groups
+        self.end_convolution = end_convolution
+        if end_convolution:
+            self.end_conv = nn.Conv2d(in_channels, out_ch, kernel_size=1)
+        offsets = 2 * groups * scale**2
+        self.offset = nn.Conv2d(in_channels, offsets, 1)
+        self.scope = nn.Conv2d(in_channels, offsets, 1, bias=False)
+        nn.init.trunc_normal_(self.offset.weight, std=0.02)
+        nn.init.zeros_(self.scope.weight)
+        self.register_buffer("init_pos", self._initial_positions())
+
+    def _initial_positions(self) -> torch.Tensor:
+        """Sub-pixel centres relative to the LR pixel, laid out as (x/y, group, row, column) channels."""
+        s = self.scale
+        steps = (torch.arange(s, dtype=torch.float32) - (s - 1) / 2) / s
+        dx = steps.view(1, s).expand(s, s)  # varies along the column
+        dy = steps.view(s, 1).expand(s, s)  # varies along the row
+        pos = torch.stack([dx, dy]).unsqueeze(1).expand(2, self.groups, s, s)
+        return pos.reshape(1, -1, 1, 1).clone()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, c, h, w = x.shape
+        s, g = self.scale, self.groups
+        work = torch.promote_types(x.dtype, torch.float32)
+        offset = self.offset(x) * self.scope(x).sigmoid() * 0.5 + self.init_pos
+        offset = offset.to(work).reshape(b, 2, g * s * s, h, w)
+        cols = torch.arange(w, device=x.device, dtype=work) + 0.5
+        rows = torch.arange(h, device=x.device, dtype=work) + 0.5
+        # Normalised sampling positions in [-1, 1] (grid_sample's align_corners=False convention).
+        gx = 2 * (cols.view(1, 1, 1, w) + offset[:, 0]) / w - 1
+        gy = 2 * (rows.view(1, 1, h, 1) + offset[:, 1]) / h - 1
+        grid = torch.stack([gx, gy], 1).reshape(b, 2 * g * s * s, h, w)
+        grid = F.pixel_shuffle(grid, s).reshape(b, 2, g, s * h, s * w)
+        grid = grid.permute(0, 2, 3, 4, 1).reshape(b * g, s * h, s * w, 2)
+        feats = x.reshape(b * g, c // g, h, w).to(work)
+        out = F.grid_sample(feats, grid, mode="bilinear", padding_mode="border", align_corners=False)
+        out = out.reshape(b, c, s * h, s * w).to(x.dtype)
+        return self.end_conv(out) if self.end_convolution else out
+
+
+@ARCH_REGISTRY.register()
+class RealPLKSR(nn.Module):
+    """RealPLKSR: 3x3 stem, ``n_blocks`` PLK blocks, dropout, 3x3 conv to ``3 * upscaling_factor**2`` channels
+    plus the channel-repeated input, then PixelShuffle or DySample. RGB in and out (as the original).
+
+    Args:
+        dim: body width. n_blocks: PLK blocks. upscaling_factor: integer scale >= 1.
+        kernel_size: odd size of the partial large kernel. split_ratio: share of channels it sees.
+        use_ea: element-wise attention in each block. norm_groups: GroupNorm groups (without layer_norm).
+        dropout: Dropout2d rate before the last conv (training only). dysample: DySample head.
+        layer_norm: a channel layer norm at the start of each block instead of the GroupNorm at its end.
+    """
+
+    tile_multiple: int = 1
+
+    def __init__(self, dim: int = 64, n_blocks: int = 28, upscaling_factor: int = 4, kernel_size: int = 17,
+                 split_ratio: float = 0.25, use_ea: bool = True, norm_groups: int = 4, dropout: float = 0,
+                 dysample: bool = False, layer_norm: bool = False) -> None:
+        super().__init__()
+        s = upscaling_factor
+        if isinstance(s, bool) or not isinstance(s, int) or s < 1:
+            raise ArchArgumentError("upscaling_factor", f"RealPLKSR needs an integer upscaling_factor >= 1, "
+                                    f"got {s!r}")
+        if not isinstance(kernel_size, int) or kernel_size < 1 or kernel_size % 2 == 0:
+            raise ArchArgumentError("kernel_size", f"RealPLKSR needs an odd kernel_size, got {kernel_size!r}")
+        if not 1 <= int(dim * split_ratio) <= dim:
+            raise ArchArgumentError("split_ratio", f"RealPLKSR: int(dim * split_ratio) = {int(dim * split_ratio)} "
+                                    f"channels for the large kernel; it must be between 1 and dim ({dim})")
+        if not layer_norm and (norm_groups < 1 or dim % norm_groups):
+            raise ArchArgumentError("norm_groups", f"RealPLKSR: dim ({dim}) must be a multiple of norm_groups "
+                                    f"({norm_groups})")
+        if not 0 <= dropout < 1:
+            raise ArchArgumentError("dropout", f"RealPLKSR needs 0 <= dropout < 1, got {dropout!r}")
+        in_ch = out_ch = 3
+        self.upscale = s
+        self.feats = nn.Sequential(
+            nn.Conv2d(in_ch, dim, 3, 1, 1),
+            *[PLKBlock(dim, kernel_size, split_ratio, use_ea, norm_groups, layer_norm) for _ in range(n_blocks)],
+            nn.Dropout2d(dropout),
+            nn.Conv2d(dim, out_ch * s**2, 3, 1, 1),
+        )
+        nn.init.trunc_normal_(self.feats[0].weight, std=0.02)
+        nn.init.trunc_normal_(self.feats[-1].weight, std=0.02)
+        if dysample:
+            groups = out_ch if s % 2 else 4
+            self.to_img = DySample(in_ch * s**2, out_ch, s, groups=groups, end_convolution=s != 1)
+        else:
+            self.to_img = nn.PixelShuffle(s)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.to_img(self.feats(x) + x.repeat_interleave(self.upscale**2, dim=1))
+
+
+__all__ = ["RealPLKSR", "PLKBlock", "DySample"]

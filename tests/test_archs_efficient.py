@@ -1,0 +1,300 @@
+"""Efficient SR architectures SPAN, RealPLKSR (+ layer-norm / DySample variants), OmniSR and SAFMN.
+
+Fixtures come from spandrel 0.4.2 (``tests/fixtures/make_efficient_fixtures.py``): the state dicts load strictly
+and give spandrel's outputs; padded inputs give spandrel's outputs for the same padding. Also: channels_last,
+bf16 autocast, the meta device, SPAN's re-parameterisation, DySample's geometry, build errors, and one XLA:CPU
+compile-once check per architecture (``-m xla`` in the XLA venv).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import FIXTURE_TOL
+from safetensors.torch import load_file
+from torch.nn import functional as F
+
+from anysr.archs import build_network
+from anysr.archs.arch_util import LayerNorm2d, pad_to_min_size
+from anysr.archs.plksr_arch import DySample
+from anysr.errors import OptionError
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "efficient"
+MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
+ONE_PER_ARCH = ["span_x4_norm", "realplksr_x4_ln_dysample", "omnisr_x4", "safmn_x4"]
+
+
+def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    """The fixture network (eval mode, weights loaded strictly) and its inputs / outputs."""
+    case = MANIFEST[name]
+    net = build_network({"type": case["type"], **case["kwargs"]}).eval()
+    net.load_state_dict(load_file(str(FIXTURES / f"{name}_params.safetensors")), strict=True)
+    return net, load_file(str(FIXTURES / f"{name}_io.safetensors"))
+
+
+# ----------------------------------------------------------------------------- spandrel parity
+
+@pytest.mark.parametrize("name", sorted(MANIFEST))
+def test_reference_weights_load_strictly_and_match(name: str) -> None:
+    case = MANIFEST[name]
+    params = load_file(str(FIXTURES / f"{name}_params.safetensors"))
+    net = build_network({"type": case["type"], **case["kwargs"]})
+    assert set(net.state_dict()) == set(params), "state-dict keys differ from spandrel's"
+    assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in params.items()}
+    net.load_state_dict(params, strict=True)
+    io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    for inp, out, mode in case["compare"]:
+        net.train(mode == "train")
+        with torch.no_grad():
+            got = net(io[inp])
+        assert got.shape == io[out].shape
+        torch.testing.assert_close(got, io[out], **FIXTURE_TOL, msg=f"{name} {out} ({mode}) differs from spandrel")
+
+
+@pytest.mark.parametrize(("name", "inp", "why"), [
+    ("omnisr_x4", "input1", "17x13: zero-padded to the window (4) inside forward, cropped"),
+    ("omnisr_x4", "input2", "9x6: grown to the 16-pixel minimum, then cropped"),
+    ("omnisr_x2_nope", "input1", "19x13: zero-padded to the window (8), cropped"),
+    ("safmn_x4", "input1", "13x10: not a multiple of 8: runs unpadded like the authors' code"),
+    ("safmn_x4", "input2", "5x7: grown to the 8-pixel minimum, then cropped"),
+])
+def test_padded_inputs_match_reference(name: str, inp: str, why: str) -> None:
+    net, io = _case(name)
+    x = io[inp]
+    assert x.shape[-2] % net.tile_multiple or x.shape[-1] % net.tile_multiple, why
+    with torch.no_grad():
+        got = net(x)
+    scale = got.shape[-1] // x.shape[-1]
+    assert got.shape[-2:] == (x.shape[-2] * scale, x.shape[-1] * scale)
+    torch.testing.assert_close(got, io[inp.replace("input", "output")], **FIXTURE_TOL, msg=why)
+
+
+def test_tile_multiples() -> None:
+    assert build_network({"type": "SPAN"}).tile_multiple == 1
+    assert build_network({"type": "RealPLKSR", "n_blocks": 1}).tile_multiple == 1
+    assert build_network({"type": "OmniSR", "num_feat": 16, "window_size": 6}).tile_multiple == 6
+    assert build_network({"type": "SAFMN", "dim": 8, "n_blocks": 1}).tile_multiple == 8
+
+
+@pytest.mark.parametrize("name", ONE_PER_ARCH)
+def test_channels_last_input_gives_the_same_output(name: str) -> None:
+    net, io = _case(name)
+    with torch.no_grad():
+        got = net(io["input0"].contiguous(memory_format=torch.channels_last))
+        got_cl = net.to(memory_format=torch.channels_last)(io["input0"].contiguous(memory_format=torch.channels_last))
+    torch.testing.assert_close(got, io["output0"], **FIXTURE_TOL)
+    torch.testing.assert_close(got_cl, io["output0"], **FIXTURE_TOL)
+
+
+@pytest.mark.parametrize("name", ONE_PER_ARCH + ["span_x2_nonorm", "realplksr_x4", "omnisr_x2_nope"])
+def test_bf16_autocast_stays_close(name: str) -> None:
+    net, io = _case(name)
+    x, ref = io["input0"], io["output0"]
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed = net(x).float()
+    assert mixed.shape == ref.shape and torch.isfinite(mixed).all()
+    # bf16 keeps 8 bits of mantissa; relative to the output's range (measured: at most 0.009 on these cases)
+    err = (mixed - ref).abs().max().item() / ref.abs().max().item()
+    assert err < 0.05, f"{name}: bf16 autocast off by {err:.3g} of the output range"
+    # SPAN folds its convs in float32 even under autocast: the stored weights keep their dtype
+    assert all(p.dtype == torch.float32 for p in net.parameters())
+
+
+@pytest.mark.parametrize("name", ONE_PER_ARCH)
+def test_forward_creates_no_tensor_off_the_input_device(name: str) -> None:
+    net, io = _case(name)
+    net = net.to("meta")
+    out = net(torch.empty(io["input1"].shape, device="meta"))
+    assert out.device.type == "meta" and out.shape == io["output1"].shape
+
+
+@pytest.mark.parametrize("name", ONE_PER_ARCH)
+def test_training_step_gives_finite_gradients(name: str) -> None:
+    net, io = _case(name)
+    net.train()
+    x = io["input0"]
+    loss = net(x).square().mean()
+    loss.backward()
+    trained = [(n, p) for n, p in net.named_parameters() if p.requires_grad]
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for _, p in trained), \
+        [n for n, p in trained if p.grad is None]
+
+
+# ----------------------------------------------------------------------------- SPAN
+
+def test_span_folds_its_convs_exactly() -> None:
+    net, io = _case("span_x4_norm")
+    conv = net.block_3.c2_r
+    stale = conv.eval_conv.weight.clone()
+    with torch.no_grad():
+        evaluated = net(io["input0"])
+        trained = net.train()(io["input0"])
+    torch.testing.assert_close(evaluated, trained, rtol=1e-5, atol=2e-5)
+    # the eval call wrote the folded weights into eval_conv (what a deploy export saves)
+    assert not torch.allclose(stale, conv.eval_conv.weight)
+    weight, bias = conv.fused_weight()
+    assert torch.equal(conv.eval_conv.weight, weight) and torch.equal(conv.eval_conv.bias, bias)
+    x = torch.rand(1, conv.sk.in_channels, 5, 6)
+    with torch.no_grad():
+        torch.testing.assert_close(F.conv2d(x, weight, bias, padding=1), conv.train()(x), rtol=1e-5, atol=1e-6)
+
+
+def test_span_eval_conv_is_never_trained() -> None:
+    net = build_network({"type": "SPAN", "feature_channels": 4, "upscale": 2}).train()
+    frozen = {n for n, p in net.named_parameters() if not p.requires_grad}
+    assert frozen and all(".eval_conv." in n for n in frozen)
+    assert frozen == {n for n in net.state_dict() if ".eval_conv." in n}
+    net(torch.rand(1, 3, 6, 5)).mean().backward()
+    assert all(p.grad is None for n, p in net.named_parameters() if n in frozen)
+
+
+def test_span_with_bf16_weights_folds_in_bf16() -> None:
+    net, io = _case("span_x2_nonorm")
+    with torch.no_grad():
+        out = net.to(torch.bfloat16)(io["input0"].bfloat16())
+    assert out.dtype == torch.bfloat16 and net.conv_2.eval_conv.weight.dtype == torch.bfloat16
+    assert (out.float() - io["output0"]).abs().max().item() < 0.05 * io["output0"].abs().max().item()
+
+
+def test_span_norm_buffer_decides_normalisation() -> None:
+    normed = build_network({"type": "SPAN", "feature_channels": 4})
+    plain = build_network({"type": "SPAN", "feature_channels": 4, "norm": False})
+    assert normed.is_norm and "no_norm" not in normed.state_dict() and "mean" not in normed.state_dict()
+    assert not plain.is_norm and torch.equal(plain.state_dict()["no_norm"], torch.zeros(1))
+    gray = build_network({"type": "SPAN", "num_in_ch": 1, "num_out_ch": 1, "feature_channels": 4,
+                          "rgb_mean": [0.5]}).eval()
+    with torch.no_grad():
+        assert gray(torch.rand(1, 1, 4, 5)).shape == (1, 1, 16, 20)
+
+
+# ----------------------------------------------------------------------------- RealPLKSR / DySample
+
+def test_dysample_init_pos_matches_reference_buffer() -> None:
+    for name in ("realplksr_x4_ln_dysample", "realplksr_x3_dysample_noea"):
+        case = MANIFEST[name]
+        fresh = build_network({"type": "RealPLKSR", **case["kwargs"]})
+        ref = load_file(str(FIXTURES / f"{name}_params.safetensors"))["to_img.init_pos"]
+        assert torch.equal(fresh.to_img.init_pos, ref)
+
+
+@pytest.mark.parametrize("scale", [2, 3, 4])
+def test_dysample_without_offsets_is_bilinear_upsampling(scale: int) -> None:
+    up = DySample(12, 3, scale, groups=4 if scale % 2 == 0 else 3, end_convolution=False).eval()
+    with torch.no_grad():
+        up.offset.weight.zero_()
+        up.offset.bias.zero_()
+        x = torch.rand(2, 12, 5, 7)
+        ref = F.interpolate(x, scale_factor=scale, mode="bilinear", align_corners=False)
+        torch.testing.assert_close(up(x), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_realplksr_variants_differ_in_keys() -> None:
+    plain = set(build_network({"type": "RealPLKSR", "dim": 8, "n_blocks": 1}).state_dict())
+    ln = set(build_network({"type": "RealPLKSR", "dim": 8, "n_blocks": 1, "layer_norm": True}).state_dict())
+    dys = set(build_network({"type": "RealPLKSR", "dim": 8, "n_blocks": 1, "dysample": True}).state_dict())
+    assert "feats.1.norm.weight" in plain and "feats.1.layer_norm.weight" not in plain
+    assert "feats.1.layer_norm.weight" in ln and "feats.1.norm.weight" not in ln
+    assert {"to_img.init_pos", "to_img.offset.weight", "to_img.scope.weight", "to_img.end_conv.weight"} <= dys
+    assert "feats.3.weight" in plain  # stem, 1 block, dropout (no weights), last conv
+
+
+# ----------------------------------------------------------------------------- OmniSR
+
+def test_omnisr_ignores_profiler_counters_in_checkpoints() -> None:
+    net, io = _case("omnisr_x2_nope")
+    params = load_file(str(FIXTURES / "omnisr_x2_nope_params.safetensors"))
+    junk = {f"{prefix}{name}": torch.zeros(1, dtype=torch.float64) for name in ("total_ops", "total_params")
+            for prefix in ("", "input.", "residual_layer.0.esa.conv1.")}
+    net.load_state_dict({**params, **junk}, strict=True)
+    with torch.no_grad():
+        torch.testing.assert_close(net(io["input0"]), io["output0"], **FIXTURE_TOL)
+    with pytest.raises(RuntimeError, match="Missing key"):  # real weights are still all required
+        net.load_state_dict({k: v for k, v in params.items() if k != "input.weight"}, strict=True)
+
+
+# ----------------------------------------------------------------------------- shared pieces
+
+def test_layer_norm_2d_matches_layer_norm_over_channels() -> None:
+    norm = LayerNorm2d(6)
+    with torch.no_grad():
+        norm.weight.copy_(torch.rand(6))
+        norm.bias.copy_(torch.rand(6))
+    x = torch.randn(2, 6, 4, 5)
+    ref = F.layer_norm(x.permute(0, 2, 3, 1), (6,), norm.weight, norm.bias, 1e-6).permute(0, 3, 1, 2)
+    torch.testing.assert_close(norm(x), ref, rtol=1e-5, atol=1e-6)
+    assert norm(x.bfloat16()).dtype == torch.bfloat16
+
+
+def test_pad_to_min_size_reflects_then_replicates() -> None:
+    x = torch.arange(3.0).view(1, 1, 1, 3)
+    out = pad_to_min_size(x, 7)
+    assert out.shape == (1, 1, 7, 7)
+    assert out[0, 0, 0].tolist() == [0, 1, 2, 1, 0, 0, 0]  # reflect by 2 (side - 1), then the edge
+    assert torch.equal(out[0, 0, 6], out[0, 0, 0])  # a single row can only be replicated
+    big = torch.rand(1, 3, 8, 9)
+    assert pad_to_min_size(big, 8) is big
+
+
+# ----------------------------------------------------------------------------- build errors
+
+@pytest.mark.parametrize(("opt", "pattern"), [
+    ({"type": "SPAN", "upscale": 0}, r"network_g\.upscale: SPAN needs an integer upscale >= 1"),
+    ({"type": "SPAN", "num_in_ch": 1, "num_out_ch": 1},
+     r"network_g\.rgb_mean: SPAN has num_in_ch=1 but rgb_mean has 3 values"),
+    ({"type": "RealPLKSR", "kernel_size": 16}, r"network_g\.kernel_size: RealPLKSR needs an odd kernel_size"),
+    ({"type": "RealPLKSR", "dim": 8, "split_ratio": 0.1}, r"network_g\.split_ratio: .*between 1 and dim"),
+    ({"type": "RealPLKSR", "dim": 10}, r"network_g\.norm_groups: RealPLKSR: dim \(10\) must be a multiple"),
+    ({"type": "RealPLKSR", "upscaling_factor": 2.0}, r"network_g\.upscaling_factor: RealPLKSR needs an integer"),
+    ({"type": "OmniSR", "num_feat": 18}, r"network_g\.num_feat: OmniSR needs num_feat to be a multiple of 4"),
+    ({"type": "OmniSR", "up_scale": -1}, r"network_g\.up_scale: OmniSR needs an integer up_scale >= 1"),
+    ({"type": "OmniSR", "window_size": 0}, r"network_g\.window_size: OmniSR needs an integer window_size"),
+    ({"type": "SAFMN", "dim": 30}, r"network_g\.dim: SAFMN needs dim to be a multiple of 4"),
+    ({"type": "SAFMN"}, r"network_g\.dim: required argument of SAFMN is missing"),
+    ({"type": "SAFMN", "dim": 8, "upscaling_factor": 0}, r"network_g\.upscaling_factor: SAFMN needs an integer"),
+])
+def test_bad_argument_values(opt: dict, pattern: str) -> None:
+    with pytest.raises(OptionError, match=pattern):
+        build_network(opt)
+
+
+# ----------------------------------------------------------------------------- XLA:CPU
+
+XLA_NETS = {
+    "SPAN": ({"type": "SPAN", "feature_channels": 4, "upscale": 2}, (1, 3, 8, 8)),
+    "RealPLKSR": ({"type": "RealPLKSR", "dim": 8, "n_blocks": 1, "kernel_size": 5, "upscaling_factor": 2,
+                   "layer_norm": True, "dysample": True}, (1, 3, 8, 8)),
+    "OmniSR": ({"type": "OmniSR", "num_feat": 8, "window_size": 4, "up_scale": 2}, (1, 3, 16, 12)),
+    "SAFMN": ({"type": "SAFMN", "dim": 8, "n_blocks": 1, "upscaling_factor": 2}, (1, 3, 8, 8)),
+}
+
+
+@pytest.mark.xla
+@pytest.mark.parametrize("arch", sorted(XLA_NETS))
+def test_xla_train_step_compiles_once(arch: str) -> None:
+    os.environ.setdefault("PJRT_DEVICE", "CPU")
+    torch_xla = pytest.importorskip("torch_xla")
+    from torch_xla.debug import metrics
+
+    opt, shape = XLA_NETS[arch]
+    torch.manual_seed(0)
+    dev = torch_xla.device()
+    net = build_network(dict(opt)).train().to(dev)
+    x = torch.rand(shape).to(dev)
+    compiles, losses = [], []
+    for _ in range(2):
+        net.zero_grad(set_to_none=True)
+        loss = net(x).square().mean()
+        loss.backward()
+        torch_xla.sync()
+        compiles.append(metrics.metric_data("CompileTime")[0])
+        losses.append(loss.detach())
+    assert compiles[0] >= 1 and compiles[1] == compiles[0], f"{arch} recompiled: {compiles}"
+    grads = [p.grad for p in net.parameters() if p.requires_grad]
+    assert all(g is not None for g in grads)
+    assert torch.isfinite(torch.stack([g.abs().sum() for g in grads]).cpu()).all()
+    assert torch.equal(losses[0].cpu(), losses[1].cpu())
