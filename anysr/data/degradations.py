@@ -198,11 +198,13 @@ def circular_lowpass_kernel(cutoff: float, kernel_size: int, pad_to: int = 0) ->
     pad_to = int(pad_to or 0)
     if pad_to > k and pad_to % 2 == 0:
         raise OptionError(f"circular_lowpass_kernel: pad_to must be odd (or 0), got {pad_to}")
-    p = kernel_grid(k)
-    r = np.hypot(p[..., 0], p[..., 1])
+    offsets = np.arange(k) - k // 2
+    r2 = offsets[:, None] ** 2 + offsets[None, :] ** 2  # integers: few distinct radii, J1 once per radius
+    radii2, where = np.unique(r2, return_inverse=True)
+    r = np.sqrt(radii2.astype(np.float64))
     safe_r = np.where(r == 0, 1.0, r)
-    kernel = np.where(r == 0, cutoff * cutoff / (4 * math.pi), cutoff * bessel_j1(cutoff * r) / (2 * math.pi * safe_r))
-    kernel = _normalised(kernel)
+    values = np.where(r == 0, cutoff * cutoff / (4 * math.pi), cutoff * bessel_j1(cutoff * r) / (2 * math.pi * safe_r))
+    kernel = _normalised(values[where.reshape(k, k)])
     if pad_to > k:
         m = (pad_to - k) // 2
         kernel = np.pad(kernel, ((m, m), (m, m)))
