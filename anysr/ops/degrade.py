@@ -7,8 +7,10 @@ The numbers are BasicSR 1.4.2's (``basicsr/utils/img_process_util.py``, ``basics
 Randomness is always explicit:
 
 * per-sample values and random fields come from a ``torch.Generator`` (``generator``). Put it on the images'
-  device for speed; a generator on another device (a CPU one for a backend without device generators) works
-  too, at the cost of a transfer of each drawn field. Noise functions also take the fields as tensors.
+  device: then nothing leaves the device. A generator on another device (a CPU one for a backend without
+  device generators) works too, at the cost of an upload of each drawn field; Poisson noise then also needs
+  its rates on the generator's device, a download that waits for the device. Gaussian noise also takes its
+  fields as tensors.
 * per-batch choices that decide shapes and control flow (resize up/down/keep and its scale, interpolation
   mode, Gaussian or Poisson, second blur, final order) come from a host ``numpy.random.Generator`` (``rng``),
   as BasicSR draws them on the host; reading a device generator there would synchronise.
@@ -482,6 +484,10 @@ def second_order_degrade(img: Tensor, kernel1: Tensor, kernel2: Tensor, sinc_ker
     [resize to (H / scale, W / scale) + sinc filter] and JPEG in random order; round to 8-bit levels.
     Choices come from ``rng`` (host) and ``generator`` (device), see :func:`draw_second_order`. Autocast is
     off inside. The random crop and the training pair pool of BasicSR are left to the caller.
+
+    Sizes: the first resize may shrink to ``resize_range[0]`` of H, W, and the second blur reflects by
+    ``k // 2``, so ``floor(H * resize_range[0])`` must exceed it (x4plus: 0.15 * H > 10, i.e. H >= 74; BasicSR
+    degrades 400x400 crops). The intermediate sizes follow the drawn scales, so on XLA each new size compiles.
     """
     draw = draw_second_order(rng, generator, img.shape[0], first=first, second=second,
                              second_blur_prob=second_blur_prob, like=img)
