@@ -180,6 +180,8 @@ def test_lpips_errors_name_the_culprit() -> None:
         LPIPS(net="alex").load_weights({"foo.weight": torch.zeros(1)})
     with pytest.raises(OptionError, match="net"):
         LPIPS(net="squeeze")
+    with pytest.raises(OptionError, match="version"):
+        LPIPS(net="alex", version="0.0")
     with pytest.raises(DataError, match="same shape"):
         LPIPS(net="alex")(torch.rand(1, 3, 32, 32), torch.rand(1, 3, 32, 30))
 

@@ -3,7 +3,7 @@
 ``LPIPS(net)`` compares two batches of RGB images **on [0, 1]** (the ``lpips`` package and BasicSR's script
 take [-1, 1]; this module maps ``x -> 2x - 1`` itself, so pass ``(t + 1) / 2`` if you hold [-1, 1] tensors):
 
-1. version 0.1 shifts and scales the [-1, 1] input per channel (``scaling_layer``);
+1. the [-1, 1] input is shifted and scaled per channel (``scaling_layer``, version 0.1);
 2. AlexNet (``net='alex'``) or VGG16 (``net='vgg'``) features after each of five ReLU stages, on both images;
 3. each feature map is unit-normalised along channels (``f / (||f|| + 1e-10)``), the squared difference is
    weighted per channel by the learned head ``lin<k>`` (a bias-free 1x1 convolution) and averaged over space;
@@ -93,8 +93,8 @@ def _unit(f: Tensor) -> Tensor:
 class LPIPS(nn.Module):
     """LPIPS distance between two batches of RGB images on [0, 1] -> tensor ``(N,)`` (lower is better).
 
-    ``net``: ``'alex'`` (the paper's default) or ``'vgg'``; ``version``: ``'0.1'`` (``'0.0'``, the first
-    release without the input scaling, is accepted too). ``backbone`` / ``head``: state dicts as described in
+    ``net``: ``'alex'`` (the paper's default) or ``'vgg'``; ``version``: ``'0.1'`` (the only one supported;
+    the first release, 0.0, had no input scaling and other heads). ``backbone`` / ``head``: state dicts as described in
     the module docstring (give both, or neither and call ``load_weights`` later). The state dict is the lpips
     package's, heads listed twice (``lin{k}.*`` and ``lins.{k}.*``) as there, so a saved ``lpips.LPIPS``
     state dict loads with ``load_state_dict(strict=True)``. Parameters are frozen; always in eval mode.
@@ -106,8 +106,8 @@ class LPIPS(nn.Module):
         key = _ALIASES.get(str(net).lower())
         if key is None:
             raise OptionError(f"net: LPIPS supports 'alex' and 'vgg', got {net!r}")
-        if str(version) not in ("0.1", "0.0"):
-            raise OptionError(f"version: LPIPS supports '0.1' (and the old '0.0'), got {version!r}")
+        if str(version) != "0.1":
+            raise OptionError(f"version: LPIPS supports '0.1' (the lpips package's default), got {version!r}")
         self.pnet_type = key
         self.version = str(version)
         make_layers, bounds, self.chns = _NETS[key]
@@ -160,9 +160,7 @@ class LPIPS(nn.Module):
             raise DataError(f"LPIPS: expected two RGB batches (N, 3, H, W) of the same shape on [0, 1], got "
                             f"{tuple(x.shape)} and {tuple(y.shape)}")
         n = x.shape[0]
-        inp = torch.cat([x, y]) * 2 - 1
-        if self.version == "0.1":
-            inp = self.scaling_layer(inp)
+        inp = self.scaling_layer(torch.cat([x, y]) * 2 - 1)
         total = None
         for feat, lin in zip(self.net(inp), self.lins):
             f = _unit(feat.to(torch.float32))
