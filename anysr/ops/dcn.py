@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 BACKENDS = ("auto", "pure", "torchvision")
 PADDING_MODES = ("zeros", "border")
@@ -53,20 +54,21 @@ def sample_bilinear(x: torch.Tensor, px: torch.Tensor, py: torch.Tensor, padding
 
     Args:
         x: (b, c, h, w) image or features.
-        px, py: (b, g, n) column / row coordinates in pixels (0 is the centre of the first pixel); ``g``
+        px, py: (b, n, g) column / row coordinates in pixels (0 is the centre of the first pixel); the ``g``
             groups split the channels into ``g`` equal parts, each sampled at its own points.
         padding_mode: ``'zeros'`` (corners outside the image count as 0) or ``'border'`` (coordinates are
             clamped into the image first).
-        weight: optional (b, g, n) factor applied to every sample (the DCNv2 mask).
+        weight: optional (b, n, g) factor applied to every sample (the DCNv2 mask).
 
     Returns:
-        (b, g, c // g, n) samples in ``x``'s dtype; coordinates and interpolation weights are computed in at
-        least float32, so bf16 inputs do not round the sampling positions.
+        (b, n, g, c // g) samples in ``x``'s dtype. Each corner is one gather of whole rows (contiguous
+        channel vectors) from a zero-bordered channels-last copy of ``x``; coordinates and
+        interpolation weights are computed in at least float32, so bf16 inputs do not round the positions.
     """
     if padding_mode not in PADDING_MODES:
         raise ValueError(f"padding_mode: {padding_mode!r} is not supported; use one of {', '.join(PADDING_MODES)}")
     b, c, h, w = x.shape
-    g, n = px.shape[1], px.shape[2]
+    n, g = px.shape[1], px.shape[2]
     if c % g:
         raise ValueError(f"sample_bilinear: {c} channels cannot be split into {g} groups")
     cdtype = torch.promote_types(px.dtype, torch.float32)
@@ -77,25 +79,25 @@ def sample_bilinear(x: torch.Tensor, px: torch.Tensor, py: torch.Tensor, padding
     x0f = torch.floor(px.detach())
     y0f = torch.floor(py.detach())
     lx, ly = px - x0f, py - y0f
-    # Corner indices stay in range for any finite coordinate; out-of-image corners get a zero weight.
-    x0 = x0f.clamp(-2, w).long()
-    y0 = y0f.clamp(-2, h).long()
-    flat = x.reshape(b, g, c // g, h * w)
+    # Rows of (b, h + 4, w + 4, g) channel vectors of x with a 2-pixel zero border. Top-left corners are clamped
+    # to [-2, size] (a clamped corner lies outside the image on both sides), so all four corners index the padded
+    # rows and the ones outside the image read zeros: no validity masks.
+    hp, wp = h + 4, w + 4
+    rows = F.pad(x.permute(0, 2, 3, 1), (0, 0, 2, 2, 2, 2)).reshape(b * hp * wp * g, c // g)
+    base = (torch.arange(b, device=x.device).view(b, 1, 1) * (hp * wp * g)
+            + torch.arange(g, device=x.device).view(1, 1, g))
+    idx00 = base + ((y0f.clamp(-2, h) + 2).long() * wp + (x0f.clamp(-2, w) + 2).long()) * g
+    hy, hx = 1 - ly, 1 - lx
+    if weight is not None:
+        weight = weight.to(cdtype)
+        hy, ly = hy * weight, ly * weight
     out: torch.Tensor | None = None
-    for dy, wy in ((0, 1 - ly), (1, ly)):
-        yi = y0 + dy
-        y_ok = (yi >= 0) & (yi < h)
-        for dx, wx in ((0, 1 - lx), (1, lx)):
-            xi = x0 + dx
-            ok = y_ok & (xi >= 0) & (xi < w)
-            corner_w = wy * wx * ok.to(cdtype)
-            if weight is not None:
-                corner_w = corner_w * weight.to(cdtype)
-            idx = (yi.clamp(0, h - 1) * w + xi.clamp(0, w - 1)).unsqueeze(2).expand(b, g, c // g, n)
-            val = torch.gather(flat, 3, idx) * corner_w.to(x.dtype).unsqueeze(2)
-            out = val if out is None else out + val
+    for step, wy, wx in ((0, hy, hx), (g, hy, lx), (wp * g, ly, hx), ((wp + 1) * g, ly, lx)):
+        val = rows.gather(0, (idx00 + step).reshape(-1, 1).expand(-1, c // g))
+        corner_w = (wy * wx).to(x.dtype).reshape(-1, 1)
+        out = val * corner_w if out is None else torch.addcmul(out, val, corner_w)
     assert out is not None
-    return out
+    return out.view(b, n, g, c // g)
 
 
 def _deform_conv2d_pure(x: torch.Tensor, offset: torch.Tensor, mask: torch.Tensor | None, weight: torch.Tensor,
@@ -117,13 +119,18 @@ def _deform_conv2d_pure(x: torch.Tensor, offset: torch.Tensor, mask: torch.Tenso
     grid_y = tap_y.view(kk, 1, 1) + out_y.view(1, ho, 1)
     grid_x = tap_x.view(kk, 1, 1) + out_x.view(1, 1, wo)
     off = offset.to(cdtype).view(b, dg, kk, 2, ho, wo)
-    py = (off[:, :, :, 0] + grid_y).reshape(b, dg, kk * ho * wo)
-    px = (off[:, :, :, 1] + grid_x).reshape(b, dg, kk * ho * wo)
-    m = None if mask is None else mask.reshape(b, dg, kk * ho * wo)
-    cols = sample_bilinear(x, px, py, "zeros", m)  # (b, dg, c/dg, kk*ho*wo)
-    # Columns ordered (input channel, kernel tap) like the flattened weight; one matmul per conv group.
-    cols = cols.reshape(b, groups, c_per_group * kk, ho * wo)
-    out = torch.matmul(weight.reshape(groups, c_out // groups, c_per_group * kk), cols)
+    # Points ordered (output position, tap, deformable group): (b, ho * wo * kk, dg).
+    py = (off[:, :, :, 0] + grid_y).permute(0, 3, 4, 2, 1).reshape(b, ho * wo * kk, dg)
+    px = (off[:, :, :, 1] + grid_x).permute(0, 3, 4, 2, 1).reshape(b, ho * wo * kk, dg)
+    m = None if mask is None else mask.view(b, dg, kk, ho, wo).permute(0, 3, 4, 2, 1).reshape(b, ho * wo * kk, dg)
+    cols = sample_bilinear(x, px, py, "zeros", m)  # (b, ho * wo * kk, dg, c / dg): columns (tap, channel)
+    if groups == 1:
+        # One matmul over (tap, channel) with the weight reordered to match: (b, ho * wo, kk * c) x (kk * c, c_out).
+        w2 = weight.reshape(c_out, c, kk).transpose(1, 2).reshape(c_out, kk * c)
+        out = torch.matmul(cols.reshape(b, ho * wo, kk * c), w2.t()).transpose(1, 2)
+    else:
+        cols = cols.reshape(b, ho * wo, kk, c).permute(0, 3, 2, 1).reshape(b, groups, c_per_group * kk, ho * wo)
+        out = torch.matmul(weight.reshape(groups, c_out // groups, c_per_group * kk), cols)
     out = out.reshape(b, c_out, ho, wo)
     if bias is not None:
         out = out + bias.to(out.dtype).view(1, c_out, 1, 1)
@@ -297,8 +304,8 @@ def warp(x: torch.Tensor, flow: torch.Tensor, interp_mode: str = "bilinear", pad
             px, py = px.clamp(0, w - 1), py.clamp(0, h - 1)
         # Rounding half to even, as grid_sample's nearest mode; a corner exactly on a pixel has weight one.
         px, py = torch.round(px).detach(), torch.round(py).detach()
-    out = sample_bilinear(x, px.unsqueeze(1), py.unsqueeze(1), padding_mode)
-    return out.reshape(b, c, h, w)
+    out = sample_bilinear(x, px.unsqueeze(-1), py.unsqueeze(-1), padding_mode)  # (b, h * w, 1, c)
+    return out.view(b, h, w, c).permute(0, 3, 1, 2).contiguous()
 
 
 __all__ = [
