@@ -1,8 +1,8 @@
 """Modulated deformable convolution (DCNv2) and bilinear warping in plain PyTorch.
 
-No compiled extension and no torchvision: the input is sampled bilinearly at the deformed kernel positions with
-``torch.gather`` (zero outside the image, as torchvision and mmcv do), the samples are weighted by the mask and
-multiplied with the weight in one batched matmul. Every shape depends only on the input shapes and there is no
+No compiled extension and no torchvision: for each kernel tap the input is sampled bilinearly at the deformed
+positions with ``torch.gather`` (zero outside the image, as torchvision and mmcv do), weighted by the mask and
+multiplied into the output with one matmul. Every shape depends only on the input shapes and there is no
 data-dependent Python control flow, so the same code runs on CPU, CUDA, MPS and XLA (one compiled graph per
 shape) and under ``torch.autocast``; gradients come from autograd.
 
@@ -67,10 +67,24 @@ def sample_bilinear(x: torch.Tensor, px: torch.Tensor, py: torch.Tensor, padding
     """
     if padding_mode not in PADDING_MODES:
         raise ValueError(f"padding_mode: {padding_mode!r} is not supported; use one of {', '.join(PADDING_MODES)}")
+    g = px.shape[2]
+    if x.shape[1] % g:
+        raise ValueError(f"sample_bilinear: {x.shape[1]} channels cannot be split into {g} groups")
+    return _sample_rows(_padded_rows(x, g), x.shape, px, py, padding_mode, weight)
+
+
+def _padded_rows(x: torch.Tensor, g: int) -> torch.Tensor:
+    """x (b, c, h, w) as rows of channel vectors (b * (h + 4) * (w + 4) * g, c // g): channels last, a 2-pixel
+    zero border, row = (batch * (h + 4) * (w + 4) + pixel) * g + group."""
     b, c, h, w = x.shape
+    return F.pad(x.permute(0, 2, 3, 1), (0, 0, 2, 2, 2, 2)).reshape(b * (h + 4) * (w + 4) * g, c // g)
+
+
+def _sample_rows(rows: torch.Tensor, shape: torch.Size, px: torch.Tensor, py: torch.Tensor, padding_mode: str,
+                 weight: torch.Tensor | None) -> torch.Tensor:
+    """``sample_bilinear`` on ``_padded_rows`` of an input of ``shape``."""
+    b, c, h, w = shape
     n, g = px.shape[1], px.shape[2]
-    if c % g:
-        raise ValueError(f"sample_bilinear: {c} channels cannot be split into {g} groups")
     cdtype = torch.promote_types(px.dtype, torch.float32)
     px, py = px.to(cdtype), py.to(cdtype)
     if padding_mode == "border":
@@ -79,25 +93,23 @@ def sample_bilinear(x: torch.Tensor, px: torch.Tensor, py: torch.Tensor, padding
     x0f = torch.floor(px.detach())
     y0f = torch.floor(py.detach())
     lx, ly = px - x0f, py - y0f
-    # Rows of (b, h + 4, w + 4, g) channel vectors of x with a 2-pixel zero border. Top-left corners are clamped
-    # to [-2, size] (a clamped corner lies outside the image on both sides), so all four corners index the padded
-    # rows and the ones outside the image read zeros: no validity masks.
-    hp, wp = h + 4, w + 4
-    rows = F.pad(x.permute(0, 2, 3, 1), (0, 0, 2, 2, 2, 2)).reshape(b * hp * wp * g, c // g)
-    base = (torch.arange(b, device=x.device).view(b, 1, 1) * (hp * wp * g)
-            + torch.arange(g, device=x.device).view(1, 1, g))
+    # Top-left corners are clamped to [-2, size] (a clamped corner lies outside the image on both sides), so all
+    # four corners index the zero-bordered rows and the ones outside the image read zeros: no validity masks.
+    wp = w + 4
+    base = (torch.arange(b, device=rows.device).view(b, 1, 1) * ((h + 4) * wp * g)
+            + torch.arange(g, device=rows.device).view(1, 1, g))
     idx00 = base + ((y0f.clamp(-2, h) + 2).long() * wp + (x0f.clamp(-2, w) + 2).long()) * g
     hy, hx = 1 - ly, 1 - lx
     if weight is not None:
         weight = weight.to(cdtype)
         hy, ly = hy * weight, ly * weight
-    out: torch.Tensor | None = None
-    for step, wy, wx in ((0, hy, hx), (g, hy, lx), (wp * g, ly, hx), ((wp + 1) * g, ly, lx)):
-        val = rows.gather(0, (idx00 + step).reshape(-1, 1).expand(-1, c // g))
-        corner_w = (wy * wx).to(x.dtype).reshape(-1, 1)
-        out = val * corner_w if out is None else torch.addcmul(out, val, corner_w)
-    assert out is not None
-    return out.view(b, n, g, c // g)
+    # The four corners in one gather (one scatter-add in backward): (b * n * g, 4) rows, then their weighted sum.
+    corner = torch.arange(4, device=rows.device)
+    steps = (corner % 2 + corner // 2 * wp) * g  # (y0, x0), (y0, x0 + 1), (y0 + 1, x0), (y0 + 1, x0 + 1)
+    idx = (idx00.unsqueeze(-1) + steps).reshape(-1, 1).expand(-1, c // g)
+    val = rows.gather(0, idx).view(b * n * g, 4, c // g)
+    corner_w = torch.stack((hy * hx, hy * lx, ly * hx, ly * lx), dim=-1).to(rows.dtype).view(b * n * g, 4, 1)
+    return (val * corner_w).sum(1).view(b, n, g, c // g)
 
 
 def _deform_conv2d_pure(x: torch.Tensor, offset: torch.Tensor, mask: torch.Tensor | None, weight: torch.Tensor,
@@ -111,27 +123,31 @@ def _deform_conv2d_pure(x: torch.Tensor, offset: torch.Tensor, mask: torch.Tenso
     ho, wo = offset.shape[-2:]
     cdtype = torch.promote_types(offset.dtype, torch.float32)
     dev = x.device
-    # Regular sampling grid of every kernel tap at every output position: (kk, ho, 1) rows, (kk, 1, wo) columns.
-    tap_y = (torch.arange(kh, device=dev, dtype=cdtype) * dilation[0]).repeat_interleave(kw)
-    tap_x = (torch.arange(kw, device=dev, dtype=cdtype) * dilation[1]).repeat(kh)
-    out_y = torch.arange(ho, device=dev, dtype=cdtype) * stride[0] - padding[0]
-    out_x = torch.arange(wo, device=dev, dtype=cdtype) * stride[1] - padding[1]
-    grid_y = tap_y.view(kk, 1, 1) + out_y.view(1, ho, 1)
-    grid_x = tap_x.view(kk, 1, 1) + out_x.view(1, 1, wo)
-    off = offset.to(cdtype).view(b, dg, kk, 2, ho, wo)
-    # Points ordered (output position, tap, deformable group): (b, ho * wo * kk, dg).
-    py = (off[:, :, :, 0] + grid_y).permute(0, 3, 4, 2, 1).reshape(b, ho * wo * kk, dg)
-    px = (off[:, :, :, 1] + grid_x).permute(0, 3, 4, 2, 1).reshape(b, ho * wo * kk, dg)
-    m = None if mask is None else mask.view(b, dg, kk, ho, wo).permute(0, 3, 4, 2, 1).reshape(b, ho * wo * kk, dg)
-    cols = sample_bilinear(x, px, py, "zeros", m)  # (b, ho * wo * kk, dg, c / dg): columns (tap, channel)
-    if groups == 1:
-        # One matmul over (tap, channel) with the weight reordered to match: (b, ho * wo, kk * c) x (kk * c, c_out).
-        w2 = weight.reshape(c_out, c, kk).transpose(1, 2).reshape(c_out, kk * c)
-        out = torch.matmul(cols.reshape(b, ho * wo, kk * c), w2.t()).transpose(1, 2)
-    else:
-        cols = cols.reshape(b, ho * wo, kk, c).permute(0, 3, 2, 1).reshape(b, groups, c_per_group * kk, ho * wo)
-        out = torch.matmul(weight.reshape(groups, c_out // groups, c_per_group * kk), cols)
-    out = out.reshape(b, c_out, ho, wo)
+    rows = _padded_rows(x, dg)
+    out_y = (torch.arange(ho, device=dev, dtype=cdtype) * stride[0] - padding[0]).view(1, 1, ho, 1)
+    out_x = (torch.arange(wo, device=dev, dtype=cdtype) * stride[1] - padding[1]).view(1, 1, 1, wo)
+    # Sampling positions of every tap, (b, kk, ho * wo, dg) each, split per tap with unbind (whose backward is
+    # one stack, where per-tap slicing would add a zero-filled offset-sized gradient per tap).
+    off_y, off_x = offset.to(cdtype).view(b, dg, kk, 2, ho, wo).unbind(3)
+    tap_y = (torch.arange(kh, device=dev, dtype=cdtype) * dilation[0]).repeat_interleave(kw).view(1, kk, 1, 1, 1)
+    tap_x = (torch.arange(kw, device=dev, dtype=cdtype) * dilation[1]).repeat(kh).view(1, kk, 1, 1, 1)
+    pys = (off_y.permute(0, 2, 3, 4, 1) + (out_y.unsqueeze(-1) + tap_y)).reshape(b, kk, ho * wo, dg)
+    pxs = (off_x.permute(0, 2, 3, 4, 1) + (out_x.unsqueeze(-1) + tap_x)).reshape(b, kk, ho * wo, dg)
+    masks: tuple[torch.Tensor | None, ...] = (None,) * kk
+    if mask is not None:
+        masks = mask.view(b, dg, kk, ho, wo).permute(0, 2, 3, 4, 1).reshape(b, kk, ho * wo, dg).unbind(1)
+    # weight as (tap, group, in channel of the group, out channel of the group)
+    w_taps = weight.view(groups, c_out // groups, c_per_group, kk).permute(3, 0, 2, 1).unbind(0)
+    acc: torch.Tensor | None = None
+    # One kernel tap at a time: its samples (b, ho * wo, c) are multiplied into the output as they come, so the
+    # full column matrix (kk times larger) never exists.
+    for py, px, mk, w_k in zip(pys.unbind(1), pxs.unbind(1), masks, w_taps):
+        cols = _sample_rows(rows, x.shape, px, py, "zeros", mk)  # (b, ho * wo, dg, c / dg)
+        cols = cols.reshape(b, ho * wo, groups, c_per_group).transpose(1, 2)  # (b, groups, ho * wo, c / groups)
+        part = torch.matmul(cols, w_k)  # (b, groups, ho * wo, c_out / groups)
+        acc = part if acc is None else acc + part
+    assert acc is not None
+    out = acc.permute(0, 1, 3, 2).reshape(b, c_out, ho, wo)
     if bias is not None:
         out = out + bias.to(out.dtype).view(1, c_out, 1, 1)
     return out
