@@ -110,6 +110,16 @@ def test_dcn_torchvision_backend_is_optional(monkeypatch: pytest.MonkeyPatch) ->
     assert torch.equal(auto, modulated_deform_conv2d(x, off, None, w, padding=1, backend="pure"))
 
 
+def test_dcn_traces_as_one_graph() -> None:
+    """No data-dependent Python control flow and no host reads: torch.compile captures the op in one graph (what
+    XLA needs too)."""
+    g = torch.Generator().manual_seed(1)
+    x, w = torch.randn(1, 8, 6, 7, generator=g), torch.randn(4, 8, 3, 3, generator=g)
+    off, m = torch.randn(1, 2 * 2 * 9, 6, 7, generator=g), torch.rand(1, 2 * 9, 6, 7, generator=g)
+    traced = torch.compile(lambda *a: modulated_deform_conv2d(*a, padding=1), backend="eager", fullgraph=True)
+    assert torch.equal(traced(x, off, m, w), modulated_deform_conv2d(x, off, m, w, padding=1))
+
+
 def test_dcn_pack_channel_order_matches_basicsr() -> None:
     """BasicSR's DCNv2Pack: cat(o1, o2) of the conv_offset output is the offset, the last third the mask."""
     case = CASES["dcnv2pack"]

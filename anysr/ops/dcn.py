@@ -17,7 +17,6 @@ when torchvision imports and the tensors are on a CPU or CUDA device; ``'pure'``
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Iterable
 
@@ -38,14 +37,24 @@ def _pair(x: int | Iterable[int], name: str) -> tuple[int, int]:
     return int(x), int(x)
 
 
-@functools.lru_cache(maxsize=1)
+_TORCHVISION_OP: Callable[..., torch.Tensor] | None | bool = False  # False: not looked up yet
+
+
 def _torchvision_deform_conv2d() -> Callable[..., torch.Tensor] | None:
-    """torchvision's compiled op, or None when torchvision is missing or broken (it is optional)."""
-    try:
-        from torchvision.ops import deform_conv2d  # type: ignore[import-not-found]
-    except (ImportError, RuntimeError, AttributeError, OSError):
-        return None
-    return deform_conv2d
+    """torchvision's compiled op, or None when torchvision is missing or broken (it is optional).
+
+    Looked up once, never while ``torch.compile`` traces (the pure path is traced then).
+    """
+    global _TORCHVISION_OP
+    if _TORCHVISION_OP is False:
+        if torch.compiler.is_compiling():
+            return None
+        try:
+            from torchvision.ops import deform_conv2d  # type: ignore[import-not-found]
+        except (ImportError, RuntimeError, AttributeError, OSError):
+            deform_conv2d = None
+        _TORCHVISION_OP = deform_conv2d
+    return _TORCHVISION_OP  # type: ignore[return-value]
 
 
 def sample_bilinear(x: torch.Tensor, px: torch.Tensor, py: torch.Tensor, padding_mode: str = "zeros",
@@ -187,13 +196,13 @@ def modulated_deform_conv2d(x: torch.Tensor, offset: torch.Tensor, mask: torch.T
     if mask is not None and tuple(mask.shape) != (b, dg * kk, ho, wo):
         raise ValueError(f"modulated_deform_conv2d: mask must be {(b, dg * kk, ho, wo)} for {dg} deformable "
                          f"group(s), got {tuple(mask.shape)}")
-    if backend != "pure":
+    if backend == "torchvision" or (backend == "auto" and x.device.type in ("cpu", "cuda")):
         tv = _torchvision_deform_conv2d()
-        if backend == "torchvision" and tv is None:
+        if tv is not None:
+            return tv(x, offset, weight, bias, stride, padding, dilation, mask)
+        if backend == "torchvision":
             raise ValueError("backend: 'torchvision' was asked for but torchvision does not import; "
                              "use backend='pure' (or 'auto')")
-        if tv is not None and (backend == "torchvision" or x.device.type in ("cpu", "cuda")):
-            return tv(x, offset, weight, bias, stride, padding, dilation, mask)
     return _deform_conv2d_pure(x, offset, mask, weight, bias, stride, padding, dilation)
 
 
