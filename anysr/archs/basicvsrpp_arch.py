@@ -130,8 +130,8 @@ class BasicVSRPlusPlus(nn.Module):
         self.lrelu = nn.LeakyReLU(negative_slope=0.1, inplace=True)
 
     def compute_flow(self, lqs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(flows_forward, flows_backward)``, each (n, t - 1, 2, h, w): forward[:, i] maps frame i + 1 to
-        frame i (used when propagating forward in time), backward[:, i] maps frame i to frame i + 1."""
+        """``(flows_forward, flows_backward)``, each (n, t - 1, 2, h, w): ``forward[:, i]`` warps frame i's
+        features onto frame i + 1 (propagating forward in time), ``backward[:, i]`` frame i + 1's onto frame i."""
         n, t, c, h, w = lqs.shape
         earlier = lqs[:, :-1].reshape(-1, c, h, w)
         later = lqs[:, 1:].reshape(-1, c, h, w)
