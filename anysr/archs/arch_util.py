@@ -11,6 +11,7 @@ from torch.nn import functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from anysr.errors import OptionError
+from anysr.ops.dcn import ModulatedDeformConv2dPack, warp
 
 
 class ArchArgumentError(OptionError):
@@ -106,6 +107,42 @@ def pixel_unshuffle(x: torch.Tensor, scale: int) -> torch.Tensor:
     Same channel order as BasicSR's ``pixel_unshuffle`` (channel, row offset, column offset).
     """
     return F.pixel_unshuffle(x, scale)
+
+
+def flow_warp(x: torch.Tensor, flow: torch.Tensor, interp_mode: str = "bilinear", padding_mode: str = "zeros",
+              align_corners: bool = True) -> torch.Tensor:
+    """Warp ``x`` (n, c, h, w) with optical flow ``flow`` (n, h, w, 2), in pixels, x displacement first.
+
+    BasicSR's ``flow_warp`` (same arguments and result); built from gathers (``anysr.ops.dcn.warp``) instead of
+    ``F.grid_sample``, which has no XLA lowering. ``padding_mode`` is 'zeros' or 'border'.
+    """
+    return warp(x, flow, interp_mode, padding_mode, align_corners)
+
+
+class DCNv2Pack(ModulatedDeformConv2dPack):
+    """DCNv2 whose offsets and mask come from a second feature map: ``forward(x, feat)`` deforms ``x`` with
+    ``conv_offset(feat)`` (the alignment block of EDVR; "Delving Deep into Deformable Alignment in Video
+    Super-Resolution"). Parameters ``weight``, ``bias``, ``conv_offset.{weight,bias}`` as in BasicSR.
+
+    BasicSR logs a warning when the mean absolute offset exceeds 50; that needs a host sync per call, so it is
+    left to the training loop here.
+    """
+
+    def forward(self, x: torch.Tensor, feat: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        offset, mask = self.offset_and_mask(self.conv_offset(feat))
+        return self.deform(x, offset, mask)
+
+
+def refuse_weights_path(arg: str, path: object, what: str) -> None:
+    """Raise ArchArgumentError when a pretrained-weights file is given to an architecture.
+
+    Architectures do no file I/O (BasicSR's ``load_path`` / ``spynet_path`` / ``edvr_path`` opened files in the
+    constructor); the argument is accepted for option-file compatibility and must be None / empty.
+    """
+    if path:
+        raise ArchArgumentError(
+            arg, f"{what} weights are not read by the architecture (got {path!r}); remove {arg} and load "
+                 f"pretrained weights through path.pretrain_network_g (the engine reads weight files)")
 
 
 def to_2tuple(x: int | Iterable[int]) -> tuple[int, int]:
@@ -292,6 +329,7 @@ def pad_to_min_size(x: torch.Tensor, min_size: int) -> torch.Tensor:
 
 __all__ = [
     "ArchArgumentError",
+    "DCNv2Pack",
     "DropPath",
     "LayerNorm2d",
     "Mlp",
@@ -301,11 +339,13 @@ __all__ = [
     "default_init_weights",
     "drop_path",
     "drop_path_rates",
+    "flow_warp",
     "make_layer",
     "pad_bottom_right",
     "pad_to_min_size",
     "pad_to_multiple",
     "pixel_unshuffle",
+    "refuse_weights_path",
     "residual_conv",
     "shifted_window_mask",
     "to_2tuple",
