@@ -936,14 +936,14 @@ def test_registry_checks(root: Path) -> None:
     opt = minimal_train(root)
     opt["model_type"] = "SRModle"
     opt["datasets"]["train"]["type"] = "PairedImageDatset"
-    opt["network_g"] = {"type": "EDRS"}
+    opt["network_g"] = {"type": "MSRResNett"}
     opt["train"]["optim_g"]["type"] = "Adma"
     opt["train"]["pixel_opt"]["type"] = "GANLoss"  # registered, but not a pixel loss
     opt["val"] = {"val_freq": 5, "metrics": {"ssim": {"type": "calculate_ssimm"}}}
     lines = bad(opt, root)
     assert lines[0].startswith("datasets.train.type: unknown dataset type 'PairedImageDatset' (did you mean "
                                "'PairedImageDataset'?); known: ")
-    assert lines[1].startswith("network_g.type: unknown arch 'EDRS' (did you mean 'EDSR'?); known: ")
+    assert lines[1].startswith("network_g.type: unknown arch 'MSRResNett' (did you mean 'MSRResNet'?); known: ")
     assert lines[2].startswith("train.optim_g.type: unknown optimizer 'Adma' (did you mean 'Adam'?); known: Adam")
     assert lines[3].startswith("train.pixel_opt.type: unknown pixel loss 'GANLoss' (did you mean 'L1Loss'?); "
                                "known: CharbonnierLoss, L1Loss, MSELoss")
