@@ -47,10 +47,12 @@ def main() -> int:
         rng = np.random.default_rng(0)
         for size in args.sizes:
             img = Path(tmp) / f"in_{size}.png"
-            cv2.imwrite(str(img), rng.integers(0, 256, (size, size, 3), dtype=np.uint8), [cv2.IMWRITE_PNG_COMPRESSION, 1])
+            pixels_in = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+            cv2.imwrite(str(img), pixels_in, [cv2.IMWRITE_PNG_COMPRESSION, 1])
             out = Path(tmp) / f"out_{size}"
             cmd = [sys.executable, "-m", "anysr", "infer", "--weights", str(weights), "--arch", "EDSR",
-                   "--arch-opt", "num_feat=16", "num_block=1", "upscale=2", "-i", str(img), "-o", str(out),
+                   "--arch-opt", "num_in_ch=3", "num_out_ch=3", "num_feat=16", "num_block=1", "upscale=2",
+                   "-i", str(img), "-o", str(out),
                    "--tile", str(args.tile), "--precision", "fp32"]
             t0 = time.perf_counter()
             before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss

@@ -148,7 +148,8 @@ class Accelerator(ABC):
 
     def describe(self) -> str:
         layout = ", channels_last" if self.channels_last else ""
-        return f"{self.name} rank {self.rank}/{self.world_size} on {self.device} ({self.precision}{layout})"
+        where = "" if str(self.device) == self.name else f" on {self.device}"
+        return f"{self.name} rank {self.rank}/{self.world_size}{where} ({self.precision}{layout})"
 
     # ---------------------------------------------------------------- randomness
     def manual_seed(self, seed: int) -> None:

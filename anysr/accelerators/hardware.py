@@ -7,12 +7,15 @@ accelerator that owns the device.
 
 Why these rules (numbers in ``benchmarks/README.md``):
 
-* bf16 autocast halves a training step on a CPU with AVX512-BF16 (quick start: 65 vs 132 ms) but is emulated,
-  and ~24x slower than fp32, on a CPU without it (AVX2: 3956 vs 161 ms). CUDA devices run bf16 on tensor cores
-  from compute capability 8.0 (Ampere); TPUs compute in bf16. Everything else stays fp32; fp16 is only ever
-  used when asked for (it needs a loss scaler and overflows in some networks).
-* channels_last (NHWC) made every convolution benchmark on the CPU faster, with and without bf16 (AVX-512 and
-  AVX2). On CUDA, tensor-core convolutions (bf16/fp16) want NHWC; fp32 is left as it is. MPS and XLA: off (not
+* bf16 is native on a CPU with AVX512-BF16 or AMX, on CUDA from compute capability 8.0 (Ampere), and on TPUs;
+  elsewhere it is emulated (AVX2 CPU: a quick-start step 3956 ms in bf16 vs 161 ms in fp32, ~24x slower), so
+  ``auto`` never picks it there. fp16 is only ever used when asked for (it needs a loss scaler and overflows in
+  some networks).
+* Native is not always faster: bf16 autocast halved a training step on an AMD EPYC with AVX512-BF16 but was 1.4x
+  slower than fp32 on an Intel Xeon with AVX512-BF16 (no AMX exposed), and channels_last wins on most networks
+  but not all. On the CPU the rules therefore only narrow the candidates; ``calibrate.py`` times them on the
+  real network and picks the fastest.
+* On CUDA, tensor-core convolutions (bf16/fp16) want NHWC; fp32 is left as it is. MPS and XLA: NCHW (not
   measured faster on MPS; XLA lays out memory itself).
 """
 
