@@ -30,6 +30,7 @@ from anysr.atomic import atomic_write_json
 
 CACHE_FILE = "choices.json"
 CACHE_VERSION = 1
+SLOW_STEP_S = 1.0  # steps slower than this are timed once per variant
 
 
 @dataclass(frozen=True)
@@ -117,9 +118,12 @@ def _time_once(net: nn.Module, x: torch.Tensor, variant: Variant, train: bool) -
 
 
 def measure(net: nn.Module, shape: tuple[int, ...], variants: list[Variant], *, train: bool, repeats: int = 2,
-            warmup: int = 1, seed: int = 0) -> dict[Variant, float]:
+            warmup: int = 1, seed: int = 0, slow_s: float = SLOW_STEP_S) -> dict[Variant, float]:
     """Seconds per forward (+ backward when ``train``) of each variant on the CPU: the best of ``repeats``
-    interleaved runs after ``warmup`` untimed ones. ``net`` itself is not changed (copies are timed)."""
+    interleaved runs after ``warmup`` untimed ones. ``net`` itself is not changed (copies are timed).
+
+    A step slower than ``slow_s`` is timed once per variant (a big network's differences dwarf the noise, and
+    calibration should stay a few steps of the run)."""
     gen = torch.Generator().manual_seed(seed)
     x = torch.rand(shape, generator=gen)
     trials = {v: _prepare(net, v) for v in variants}
@@ -128,7 +132,8 @@ def measure(net: nn.Module, shape: tuple[int, ...], variants: list[Variant], *, 
     for v in variants:
         trials[v].train(train)
         for _ in range(warmup):
-            _time_once(trials[v], inputs[v], v, train)
+            if _time_once(trials[v], inputs[v], v, train) > slow_s:
+                repeats = min(repeats, 1)
     best = {v: float("inf") for v in variants}
     for _ in range(repeats):
         for v in variants:
