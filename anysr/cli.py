@@ -1,4 +1,4 @@
-"""``anysr train | test | infer | eval | prepare | bench | schema``: the command line
+"""``anysr train | test | infer | eval | report | prepare | bench | schema``: the command line
 (``python -m anysr.train -opt F`` too)."""
 
 from __future__ import annotations
@@ -102,6 +102,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     evaluate_folders(args.gt, args.sr, args.scale, crop_border=args.crop_border, y_channel=not args.rgb,
                      json_path=args.json)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from anysr.engine.report import write_report  # noqa: PLC0415
+
+    folder = Path(args.experiment)
+    if not folder.is_dir() and not any(sep in args.experiment for sep in "/\\"):
+        folder = Path("experiments") / args.experiment  # a run's name
+    if not folder.is_dir():
+        raise OptionError(f"{args.experiment}: no such experiment folder; give experiments/<name> or a run's name "
+                          "(looked in ./experiments)")
+    print(f"wrote {write_report(folder)}")
     return 0
 
 
@@ -261,6 +274,14 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--rgb", action="store_true", help="all channels")
     p.add_argument("--json", default=None, help="also write the results as JSON")
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("report", help="write report.html of a training run (curves, best checkpoints, images)",
+                       description="Write EXPERIMENT/report.html: loss and metric curves, the best-checkpoint table "
+                       "and a viewer of the validation crops (bicubic, result, ground truth; synchronised zoom and "
+                       "pan, a slider between them). One self-contained file that opens offline; training writes it "
+                       "at its end too.")
+    p.add_argument("experiment", help="experiment folder (experiments/<name>) or the run's name")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("schema", help="print the options' JSON Schema (editor completion and checking)",
                        description="Print the JSON Schema of anysr / BasicSR options files: every key with its "
