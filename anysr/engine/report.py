@@ -169,7 +169,7 @@ def thumbnail_uri(path: str | os.PathLike[str] | None, fallback: np.ndarray | No
     return _jpeg_data_uri(img)
 
 
-def _rel(target: str | os.PathLike[str], start: Path) -> str:
+def relative_link(target: str | os.PathLike[str], start: Path) -> str:
     """A link from a page in ``start`` to ``target`` (relative when possible, else a file: URI)."""
     t = Path(target).resolve()
     try:
@@ -440,7 +440,7 @@ def _best_rows(summary: Mapping[str, Any], history: History, exp_dir: Path) -> l
                            if e["dataset"] == dataset and metric in e.get("better", {})), None)
             better = better or ("lower" if metric.lower() in _LOWER else "higher")
             weights = exp_dir / "models" / f"net_g_{best_iter}.safetensors"
-            link = (f'<a href="{html.escape(_rel(weights, exp_dir))}">{html.escape(weights.name)}</a>'
+            link = (f'<a href="{html.escape(relative_link(weights, exp_dir))}">{html.escape(weights.name)}</a>'
                     if best_iter is not None and weights.is_file() else '<span class="muted">not kept</span>')
             rows.append([html.escape(dataset), html.escape(metric), better,
                          _fmt(best) if best is not None else "", str(best_iter if best_iter is not None else ""),
@@ -448,7 +448,7 @@ def _best_rows(summary: Mapping[str, Any], history: History, exp_dir: Path) -> l
     return rows
 
 
-def _table(head: Sequence[str], rows: Iterable[Sequence[str]], left: int = 2) -> str:
+def html_table(head: Sequence[str], rows: Iterable[Sequence[str]], left: int = 2) -> str:
     th = "".join(f'<th class="{"l" if i < left else ""}">{h}</th>' for i, h in enumerate(head))
     body = "".join("<tr>" + "".join(f'<td class="{"l" if i < left else ""}">{c}</td>' for i, c in enumerate(r))
                    + "</tr>" for r in rows)
@@ -498,7 +498,7 @@ def _run_items(exp_dir: Path) -> list[ViewerItem]:
             links = []
             for label, key in (("result", "sr_path"), ("ground truth", "gt_path"), ("input", "lq_path")):
                 if e.get(key) and Path(e[key]).is_file():
-                    links.append((label, _rel(e[key], exp_dir)))
+                    links.append((label, relative_link(e[key], exp_dir)))
             top, left, h, w = e.get("box", [0, 0, 0, 0])
             thumb = thumbnail_uri(e.get("gt_path") or e.get("lq_path") or None)
             items.append(ViewerItem(e.get("name", "?"), dataset, layers, thumb, links,
@@ -529,7 +529,7 @@ def write_report(exp_dir: str | os.PathLike[str]) -> Path:
     best = _best_rows(summary, history, exp)
     body = "".join(head)
     body += "<h2>Best checkpoints</h2>" + (
-        _table(["dataset", "metric", "better", "best", "at iteration", "weights", "last"], best)
+        html_table(["dataset", "metric", "better", "best", "at iteration", "weights", "last"], best)
         if best else '<p class="muted">No validation yet.</p>')
     body += "<h2>Curves</h2>" + _curves(history)
     body += "<h2>Validation images</h2>" + viewer_html(_run_items(exp))
