@@ -250,9 +250,12 @@ def _score_folder(pairs: list[tuple[Path, Path]], chosen: list[str], models: dic
                   need_gt_feats: bool) -> tuple[list[dict[str, Any]], np.ndarray | None, np.ndarray | None]:
     rows: list[dict[str, Any]] = []
     sr_feats, gt_feats = [], []
+    paired = bool({"psnr", "ssim", "lpips", "dists"} & set(chosen))
     for gt_path, sr_path in pairs:
-        gt_raw, sr_raw = _load(gt_path), _load(sr_path)
-        gt, sr = _match_channels(_align(gt_raw, sr_raw, scale, gt_path, sr_path), sr_raw)
+        sr_raw = _load(sr_path)
+        gt_raw = _load(gt_path) if paired or (need_gt_feats and models["fid_stats"] is None) else None
+        if paired:  # FID and NIQE compare no pixels: any sizes
+            gt, sr = _match_channels(_align(gt_raw, sr_raw, scale, gt_path, sr_path), sr_raw)
         row: dict[str, Any] = {"name": sr_path.name, "gt": str(gt_path), "sr": str(sr_path)}
         try:
             if "psnr" in chosen:
@@ -269,7 +272,7 @@ def _score_folder(pairs: list[tuple[Path, Path]], chosen: list[str], models: dic
                 if "fid" in chosen:
                     sr_feats.append(models["fid"](_rgb_tensor(sr_raw, 0, device)).double().cpu().numpy())
                     if need_gt_feats and models["fid_stats"] is None:
-                        gt_feats.append(models["fid"](_rgb_tensor(_load(gt_path), 0, device)).double().cpu().numpy())
+                        gt_feats.append(models["fid"](_rgb_tensor(gt_raw, 0, device)).double().cpu().numpy())
         except AnysrError as exc:
             raise DataError(f"{sr_path} vs {gt_path}: {exc}") from exc
         rows.append(row)

@@ -84,10 +84,12 @@ def read_fid_reference(path: PathLike, where: str) -> tuple[np.ndarray, np.ndarr
             return load_statistics(p)
         except AnysrError as exc:
             raise DataError(f"{where}: {exc}") from None
-    import numpy.core.multiarray as multiarray  # noqa: PLC0415 - BasicSR stores numpy arrays in its .pth
-
-    allowed = [multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype(np.float64)),  # noqa: SLF001
-               type(np.dtype(np.float32))]
+    try:  # BasicSR stores numpy arrays in its .pth: allow exactly what rebuilds them, under both module names
+        from numpy._core.multiarray import _reconstruct  # noqa: PLC0415
+    except ImportError:  # numpy < 2
+        from numpy.core.multiarray import _reconstruct  # noqa: PLC0415
+    allowed: list[Any] = [_reconstruct, (_reconstruct, "numpy.core.multiarray._reconstruct"), np.ndarray, np.dtype,
+                          type(np.dtype(np.float64)), type(np.dtype(np.float32))]
     try:
         with torch.serialization.safe_globals(allowed):
             obj = torch.load(p, map_location="cpu", weights_only=True)
