@@ -11,6 +11,9 @@
   and pan, and a slider that blends between them on a larger canvas. Images are embedded as data URIs (small
   crops and thumbnails); full-size images are linked by relative paths. No script, style or font is fetched:
   the page works offline from the file system (a Content-Security-Policy forbids any network access).
+
+The page reads files on disk that an older version or an interrupted run may have left incomplete (not options),
+so its lookups there are tolerant (``.get`` with a default) and a missing piece only leaves a section empty.
 """
 
 from __future__ import annotations
