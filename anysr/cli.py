@@ -1,4 +1,4 @@
-"""``anysr train | test | infer | eval | prepare | bench | schema``: the command line
+"""``anysr train | test | infer | eval | report | prepare | bench | schema``: the command line
 (``python -m anysr.train -opt F`` too)."""
 
 from __future__ import annotations
@@ -98,10 +98,34 @@ def cmd_infer(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from anysr.engine.folder_eval import evaluate_folders  # noqa: PLC0415
+    from anysr.engine.folder_eval import evaluate_folders, parse_metrics  # noqa: PLC0415
 
-    evaluate_folders(args.gt, args.sr, args.scale, crop_border=args.crop_border, y_channel=not args.rgb,
-                     json_path=args.json)
+    metrics = parse_metrics(args.metrics)
+    kwargs = {"crop_border": args.crop_border, "y_channel": not args.rgb, "json_path": args.json,
+              "metrics": metrics, "csv_path": args.csv, "report_path": args.report, "lpips_net": args.lpips_net,
+              "fid_stats": args.fid_stats,
+              "weights": {"lpips": args.lpips_weights, "dists": args.dists_weights, "fid": args.fid_weights}}
+    sr = args.sr if len(args.sr) > 1 else args.sr[0]
+    if not {"lpips", "dists", "fid"} & set(metrics):
+        evaluate_folders(args.gt, sr, args.scale, **kwargs)  # numpy only: no device needed
+        return 0
+    from anysr.accelerators import launch, resolve_plan  # noqa: PLC0415
+    from anysr.engine.folder_eval import eval_worker  # noqa: PLC0415
+
+    launch(resolve_plan(args.accelerator, 1, precision="fp32"), eval_worker, args.gt, sr, args.scale, kwargs)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from anysr.engine.report import write_report  # noqa: PLC0415
+
+    folder = Path(args.experiment)
+    if not folder.is_dir() and not any(sep in args.experiment for sep in "/\\"):
+        folder = Path("experiments") / args.experiment  # a run's name
+    if not folder.is_dir():
+        raise OptionError(f"{args.experiment}: no such experiment folder; give experiments/<name> or a run's name "
+                          "(looked in ./experiments)")
+    print(f"wrote {write_report(folder)}")
     return 0
 
 
@@ -248,19 +272,47 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", default=None, help="also write the results as JSON")
     p.set_defaults(func=cmd_bench)
 
-    p = sub.add_parser("eval", help="score a folder of results against ground truth (PSNR/SSIM)",
-                       description="Pair the images of --sr with those of --gt by file stem and print PSNR and SSIM "
+    p = sub.add_parser("eval", help="score folders of results against ground truth (PSNR, SSIM, NIQE, LPIPS, ...)",
+                       description="Pair the images of --sr with those of --gt by file stem and print the metrics "
                        "per image and on average, as BasicSR computes them (MATLAB rgb2ycbcr Y channel, --scale "
-                       "pixels shaved at each border, ground truth mod-cropped to the result's size).")
+                       "pixels shaved at each border, ground truth mod-cropped to the result's size). Several --sr "
+                       "folders are compared side by side. LPIPS, DISTS and FID read their weights from the files "
+                       "given (nothing is downloaded) and run on --accelerator.")
     p.add_argument("--gt", required=True, help="ground-truth folder")
-    p.add_argument("--sr", required=True, help="results folder (matched by file stem)")
+    p.add_argument("--sr", required=True, nargs="+", action="extend",
+                   help="results folder(s), matched by file stem; several are compared in one table")
+    p.add_argument("--metrics", default="psnr,ssim",
+                   help="comma-separated: psnr, ssim, niqe, lpips, dists, fid (BasicSR names work too)")
     p.add_argument("--scale", type=int, required=True)
     p.add_argument("--crop-border", "--crop_border", type=int, default=None, help="default: the scale")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--y", action="store_true", help="Y channel (default)")
     group.add_argument("--rgb", action="store_true", help="all channels")
-    p.add_argument("--json", default=None, help="also write the results as JSON")
+    p.add_argument("--json", default=None, help="also write the results (per image) as JSON")
+    p.add_argument("--csv", default=None, help="also write one row per folder and image as CSV")
+    p.add_argument("--report", default=None, metavar="HTML",
+                   help="also write a comparison page (averages, image viewer with zoom and a slider)")
+    p.add_argument("--lpips-weights", "--lpips_weights", nargs="+", default=None, metavar="FILE",
+                   help="LPIPS: torchvision's alexnet (vgg16) .pth and lpips' alex.pth (vgg.pth)")
+    p.add_argument("--lpips-net", "--lpips_net", default="alex", choices=("alex", "vgg"), help="LPIPS backbone")
+    p.add_argument("--dists-weights", "--dists_weights", nargs="+", default=None, metavar="FILE",
+                   help="DISTS: torchvision's vgg16 .pth and DISTS' weights.pt")
+    p.add_argument("--fid-weights", "--fid_weights", nargs="+", default=None, metavar="FILE",
+                   help="FID: pytorch-fid's pt_inception-2015-12-05-6726825d.pth")
+    p.add_argument("--fid-stats", "--fid_stats", default=None, metavar="FILE",
+                   help="FID reference statistics (.npz mu/sigma, or BasicSR's .pth mean/cov) instead of --gt's "
+                        "images")
+    p.add_argument("--accelerator", default="auto", choices=ACCELERATORS,
+                   help="where LPIPS, DISTS and FID run (PSNR, SSIM and NIQE run on the CPU)")
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("report", help="write report.html of a training run (curves, best checkpoints, images)",
+                       description="Write EXPERIMENT/report.html: loss and metric curves, the best-checkpoint table "
+                       "and a viewer of the validation crops (bicubic, result, ground truth; synchronised zoom and "
+                       "pan, a slider between them). One self-contained file that opens offline; training writes it "
+                       "at its end too.")
+    p.add_argument("experiment", help="experiment folder (experiments/<name>) or the run's name")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("schema", help="print the options' JSON Schema (editor completion and checking)",
                        description="Print the JSON Schema of anysr / BasicSR options files: every key with its "

@@ -498,7 +498,8 @@ def test_edsr_train_file(root: Path) -> None:
     assert train["pixel_opt"] == {"type": "L1Loss", "loss_weight": 1.0, "reduction": "mean"}
     assert opt["val"]["val_freq"] == 5000 and isinstance(opt["val"]["val_freq"], int)
     assert opt["val"]["metrics"]["psnr"] == {"type": "calculate_psnr", "crop_border": 2,
-                                             "test_y_channel": False, "better": "higher"}
+                                             "test_y_channel": False, "better": "higher", "weights": None,
+                                             "stats": None}
     assert opt["logger"]["save_checkpoint_freq"] == 5000 and opt["logger"]["keep_last"] == 3
     assert opt["logger"]["wandb"] == {"project": None, "resume_id": None, "entity": None}
     assert opt["dist_params"] == {"backend": "nccl", "port": 29500}
@@ -901,7 +902,8 @@ def test_val_rules(root: Path) -> None:
     assert bad(opt, root) == [
         "val.metrics.psnr.crop_border: must be >= 0, got -1 (int)",
         "val.metrics.psnr.type: unknown metric 'calculate_pnsr' (did you mean 'calculate_psnr'?); known: "
-        "calculate_psnr, calculate_psnr_pt, calculate_ssim, calculate_ssim_pt, psnr, ssim",
+        "calculate_dists, calculate_fid, calculate_lpips, calculate_niqe, calculate_psnr, calculate_psnr_pt, "
+        "calculate_ssim, calculate_ssim_pt, dists, fid, lpips, niqe, psnr, ssim",
         "val.metrics.lpips: expected a mapping, got 'yes' (str)",
         "val.val_freq: required when training with a val section (validate every N iterations, e.g. 5000); "
         "or remove the val section",

@@ -79,6 +79,12 @@ class MetricWriter:
         if self.wandb is not None:
             self.wandb.log(values, step=step)
 
+    def images(self, images: dict[str, Any], step: int) -> None:
+        """uint8 RGB (H, W, 3) images by tag (TensorBoard only: wandb gets scalars)."""
+        if self.tb is not None:
+            for tag, img in images.items():
+                self.tb.add_image(tag, img, step, dataformats="HWC")
+
     def close(self) -> None:
         if self.tb is not None:
             self.tb.close()

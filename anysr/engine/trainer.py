@@ -20,7 +20,9 @@ from anysr.data import build_dataset, build_eval_loader, build_train_loader
 from anysr.engine import checkpoint as ckpt
 from anysr.engine.evaluator import EvalResult, evaluate
 from anysr.engine.logger import MetricWriter, Progress, Timer, format_eta, get_logger, log_start, setup_logging
+from anysr.engine.report import History, save_crops, write_report
 from anysr.engine.runlock import LOCK_NAME, RunLock
+from anysr.engine.val_metrics import ValMetrics
 from anysr.errors import (
     AnysrError,
     CheckpointError,
@@ -85,6 +87,8 @@ class Trainer:
         self.best: dict[str, dict[str, dict[str, float]]] = {}
         self.last_val: dict[str, dict[str, float]] = {}
         self.last_losses: dict[str, float] = {}
+        self.history = History()  # losses and metrics over time, for report.html (main rank writes it)
+        self.val_metrics: ValMetrics | None = None
         self.log = get_logger()
 
     # ------------------------------------------------------------------ set-up
@@ -327,6 +331,9 @@ class Trainer:
             acc.set_rng_state(state["rng"])
             start_iter = int(state["iter"])
             self.best = state["best"]
+            if acc.is_main:
+                self.history = History.load(self.exp_dir)
+                self.history.truncate(start_iter)  # what comes after is replayed
             self.log.info("resumed from %s at iteration %d", path, start_iter)
             if start_iter > self.total_iter:
                 raise OptionError(f"train.total_iter: {self.total_iter} is below the iteration being resumed "
@@ -336,6 +343,8 @@ class Trainer:
                               path, self.total_iter)
                 return {"iterations_done": start_iter, "total_iter": self.total_iter, "finished": True}
 
+        if self.val_opt and self.val_opt.metrics:
+            self.val_metrics = ValMetrics(self.val_opt.metrics, acc)  # weight files read once, on every rank
         self._build_data()
         return start_iter
 
@@ -360,7 +369,19 @@ class Trainer:
         run.bar.close()
         summary = self.write_summary(it, time.perf_counter() - run.wall0, run.timer, final=True)
         self.log.info("training done: %d iterations in %.1f s", it - start_iter, time.perf_counter() - run.wall0)
+        if acc.is_main:
+            self._write_report()
         return summary
+
+    def _write_report(self) -> None:
+        """history.json and report.html (main rank); a page that cannot be written only costs a warning."""
+        try:
+            self.history.save(self.exp_dir)
+            path = write_report(self.exp_dir)
+        except (AnysrError, OSError, ValueError) as exc:
+            self.log.warning("report.html not written (%s); try `anysr report %s`", exc, self.exp_dir)
+            return
+        self.log.info("wrote %s (open it in a browser)", path)
 
     def _iteration(self, it: int, run: _Run) -> None:
         """Training iteration ``it`` with its reporting, validation and saving."""
@@ -436,9 +457,10 @@ class Trainer:
         self._check_finite(first_bad)
         values = acc.to_host(packed).tolist() if packed is not None else []
         self.last_losses = dict(zip(keys, values))
+        lr = self.model.current_lr()
+        self.history.add_train(it, epoch, lr, self.last_losses)
         iter_time, data_time = window.means()
         eta = format_eta(iter_time * (self.total_iter - it))
-        lr = self.model.current_lr()
         loss_txt = " ".join(f"{k}: {v:.4e}" for k, v in self.last_losses.items())
         stats = acc.stats()
         self.log.info("[%s][epoch:%3d, iter:%8d, lr:(%.3e)] [eta: %s, time (data): %.3f (%.3f)] %s",
@@ -463,15 +485,20 @@ class Trainer:
             if save_dir is not None and self.acc.is_main:
                 save_dir.mkdir(parents=True, exist_ok=True)
             self.acc.barrier()
+            suffix = self.val_opt.suffix or str(it)
             res = evaluate(net, loader, self.acc, dataset=name, scale=int(self.opt.scale),
-                           metrics_opt=self.val_opt.metrics, tile=self.val_opt.tile,
+                           metrics=self.val_metrics or ValMetrics(None, self.acc), tile=self.val_opt.tile,
                            tile_pad=int(self.val_opt.tile_pad), save_dir=save_dir,
-                           suffix=self.val_opt.suffix or str(it), progress=self.val_opt.pbar)
+                           suffix=suffix, progress=self.val_opt.pbar, crops=int(self.val_opt.log_images))
             results.append(res)
             self.last_val[name] = res.metrics
+            directions = {m: self.val_metrics.better(m) for m in res.metrics} if self.val_metrics else {}
+            self.history.add_val(it, name, res.metrics, directions)
+            if self.acc.is_main:
+                save_crops(self.exp_dir, name, res.crops, it, save_dir, suffix)
             lines = []
             for metric, value in res.metrics.items():
-                better = self.val_opt.metrics[metric].better
+                better = directions[metric]
                 best = self.best.setdefault(name, {})
                 slot = best[metric] if metric in best else None
                 improved = slot is None or (value > slot["value"] if better == "higher" else value < slot["value"])
@@ -482,7 +509,10 @@ class Trainer:
             self.log.info("validation %s (%d images) at iter %d: %s", name, res.count, it, "; ".join(lines))
             if writer is not None:
                 writer.scalars({f"metrics/{name}/{k}": v for k, v in res.metrics.items()}, it)
+                writer.images({f"val/{name}/{c.name}": c.side_by_side() for c in res.crops}, it)
         self.write_summary(it, None, None, final=False)
+        if self.acc.is_main:
+            self.history.save(self.exp_dir)
         return results
 
     def save(self, it: int, epoch: int) -> None:
@@ -506,6 +536,7 @@ class Trainer:
             ckpt.save_training_state(self.states_dir / f"{it}.state", state)
             ckpt.save_weights(self.models_dir / "net_g_latest.safetensors", weights, meta)
             ckpt.prune_training_states(self.states_dir, self.log_opt.keep_last)
+            self.history.save(self.exp_dir)
             self.log.info("saved checkpoint at iteration %d: %s", it, self.states_dir / f"{it}.state")
 
         acc.save(state_fn, writer)

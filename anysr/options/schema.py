@@ -289,11 +289,52 @@ def _train_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -
                 "restart_weights entry) or lower train.total_iter")
 
 
+# Keys of a metric section that only some metrics read: key -> short metric names (MetricInfo.name).
+_METRIC_ONLY = {"convert_to": ("niqe",), "net": ("lpips",), "stats": ("fid",), "weights": ("lpips", "dists", "fid")}
+_METRIC_DEFAULTS = {"niqe": {"convert_to": "y"}, "lpips": {"net": "alex"}}
+_WEIGHTS_HINT = {
+    "lpips": "torchvision's alexnet (or vgg16 with net: vgg) state dict and lpips' head weights/v0.1/alex.pth "
+             "(vgg.pth), or one saved lpips.LPIPS state dict",
+    "dists": "torchvision's vgg16 state dict and DISTS' weights.pt (alpha, beta), or one DISTS state dict",
+    "fid": "pytorch-fid's pt_inception-2015-12-05-6726825d.pth (the FID Inception-v3)",
+}
+
+
 def _metric_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
+    from anysr.metrics.info import metric_info  # noqa: PLC0415 - numpy-free descriptors, no torch import
+
     if "crop_border" not in out and ctx.scale is not None:
         out["crop_border"] = ctx.scale
-    if good(out, "type"):
-        _check_registered("metric", "metric", out["type"], f"{path}.type", ctx)
+    if good(out, "weights"):
+        files = [out["weights"]] if isinstance(out["weights"], str) else list(out["weights"])
+        resolved = []
+        for i, given in enumerate(files):
+            slot = "weights" if isinstance(out["weights"], str) else f"weights[{i}]"
+            item = {slot: given}
+            _existing(item, slot, path, ctx, kind="file")
+            resolved.append(item[slot])
+        out["weights"] = resolved
+    _existing(out, "stats", path, ctx, kind="file")
+    if not good(out, "type") or not _check_registered("metric", "metric", out["type"], f"{path}.type", ctx):
+        return
+    info = metric_info(out["type"])
+    if info is None:
+        return
+    for name, users in _METRIC_ONLY.items():
+        if good(out, name) and info.name not in users:
+            ctx.add(f"{path}.{name}", f"is not read by {out['type']} (only by {', '.join(users)}); remove it")
+    for name, value in _METRIC_DEFAULTS.get(info.name, {}).items():
+        if not good(out, name):
+            out[name] = value
+    if good(out, "better") and out["better"] != info.better:
+        ctx.add(f"{path}.better", f"{out['type']} is {info.better}-is-better, got {out['better']!r}; remove "
+                f"better (it follows the metric) or set {info.better}")
+    out["better"] = info.better
+    if info.name in _WEIGHTS_HINT and not good(out, "weights"):
+        ctx.add(f"{path}.weights", f"required by {out['type']} (nothing is downloaded): give "
+                f"{_WEIGHTS_HINT[info.name]}; one file or a list")
+    if out.get("test_y_channel") is True and info.name in ("lpips", "dists", "fid"):
+        ctx.add(f"{path}.test_y_channel", f"{out['type']} compares RGB images; remove test_y_channel")
 
 
 def _val_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
@@ -584,9 +625,24 @@ METRIC = Section(
         "crop_border": Field(int, check=at_least(0), default_doc="scale",
                              doc="Pixels cropped at each border."),
         "test_y_channel": Field(bool, default=False, doc="Measure on the Y channel (colour images)."),
-        "better": Field(str, default="higher", choices=("higher", "lower"), doc="Which direction is better."),
+        "better": Field(str, choices=("higher", "lower"),
+                        default_doc="the metric's: lower for niqe, lpips, dists and fid, higher for psnr and ssim",
+                        doc="Which direction is better (the best value and its checkpoint are tracked that way)."),
+        "convert_to": Field(str, choices=("y", "gray"), default_doc="y (niqe only)",
+                            doc="NIQE: measure MATLAB's BT.601 Y or OpenCV's full-range gray of colour images."),
+        "net": Field(str, choices=("alex", "vgg"), default_doc="alex (lpips only)",
+                     doc="LPIPS backbone: alex (the paper's default) or vgg."),
+        "weights": Field((str, ListOf(str, min_len=1), None), default=None,
+                         doc="LPIPS, DISTS, FID: weight file(s) (.pth or .safetensors), existing files, required "
+                             "by those metrics (nothing is downloaded). LPIPS: torchvision's alexnet / vgg16 and "
+                             "the lpips head (alex.pth / vgg.pth); DISTS: torchvision's vgg16 and DISTS' "
+                             "weights.pt; FID: pt_inception-2015-12-05-6726825d.pth."),
+        "stats": Field((str, None), default=None,
+                       doc="FID: reference statistics (pytorch-fid .npz with mu / sigma, or BasicSR's .pth with "
+                           "mean / cov); null: the dataset's ground-truth images are the reference."),
     },
     rule=_metric_rule,
+    doc="One metric: `type` (METRIC_REGISTRY) and its settings; keys a metric does not read are refused.",
 )
 
 VAL = Section(
@@ -599,6 +655,10 @@ VAL = Section(
                       doc="Tile size (LQ pixels) for tiled inference; null: whole image."),
         "tile_pad": Field(int, default=10, check=at_least(0), doc="Overlap (LQ pixels) around each tile."),
         "pbar": Field(bool, default=False, doc="Show a progress bar."),
+        "log_images": Field(int, default=8, check=at_least(0),
+                            doc="Validation images per dataset (the first ones) whose fixed centre crop (LQ, "
+                                "result and ground truth, 128 pixels) goes to TensorBoard and report.html at each "
+                                "validation (0: none)."),
         "metrics": Field((MapOf(METRIC), None), default=None,
                          doc="Named metrics, e.g. psnr: {type: calculate_psnr}."),
     },
