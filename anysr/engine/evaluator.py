@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -179,7 +180,7 @@ def test_worker(acc: Accelerator, opt: Any) -> dict[str, Any]:
     val = opt.val
     bare = model.nets["net_g"]
     side = int(val.tile) + 2 * int(val.tile_pad) if val.tile else CALIBRATION_SIDE
-    acc.calibrate(bare.eval(), (1, input_channels(bare) or 3, side, side), train=False)
+    acc.calibrate(bare.eval(), model.input_shape(1, input_channels(bare) or 3, side), train=False)
     model.setup()
     net = model.inference_net()
     scale = int(opt.scale)
@@ -197,7 +198,10 @@ def test_worker(acc: Accelerator, opt: Any) -> dict[str, Any]:
         if save_dir is not None and acc.is_main:
             save_dir.mkdir(parents=True, exist_ok=True)
         acc.barrier()
-        res = evaluate(net, loader, acc, dataset=dopt.name, scale=scale, metrics_opt=val.metrics, tile=val.tile,
+        from anysr.engine.video_eval import evaluate_clips, is_clip_loader  # noqa: PLC0415  (it imports this module)
+
+        run = partial(evaluate_clips, val_opt=val) if is_clip_loader(loader) else evaluate
+        res = run(net, loader, acc, dataset=dopt.name, scale=scale, metrics_opt=val.metrics, tile=val.tile,
                        tile_pad=int(val.tile_pad), save_dir=save_dir, suffix=val.suffix, progress=True,
                        phase="test")
         _log_result(res)

@@ -6,6 +6,7 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from anysr.atomic import atomic_write_bytes, atomic_write_json
 from anysr.data import build_dataset, build_eval_loader, build_train_loader
 from anysr.engine import checkpoint as ckpt
 from anysr.engine.evaluator import EvalResult, evaluate
+from anysr.engine.video_eval import evaluate_clips, is_clip_loader
 from anysr.engine.logger import MetricWriter, Progress, Timer, format_eta, get_logger, log_start, setup_logging
 from anysr.engine.runlock import LOCK_NAME, RunLock
 from anysr.errors import (
@@ -172,7 +174,7 @@ class Trainer:
         net = self.model.nets["net_g"]
         lq = int(dopt.gt_size) // int(self.opt.scale)
         batch = int(dopt.batch_size_per_gpu) * self.acc.batch_multiplier
-        self.acc.calibrate(net, (batch, input_channels(net) or 3, lq, lq), train=True)
+        self.acc.calibrate(net, self.model.input_shape(batch, input_channels(net) or 3, lq), train=True)
 
     def _record_options(self) -> None:
         """Keep the options of this run as ``options_<time>.yml``, unless the newest one already says the same."""
@@ -463,7 +465,8 @@ class Trainer:
             if save_dir is not None and self.acc.is_main:
                 save_dir.mkdir(parents=True, exist_ok=True)
             self.acc.barrier()
-            res = evaluate(net, loader, self.acc, dataset=name, scale=int(self.opt.scale),
+            run = partial(evaluate_clips, val_opt=self.val_opt) if is_clip_loader(loader) else evaluate
+            res = run(net, loader, self.acc, dataset=name, scale=int(self.opt.scale),
                            metrics_opt=self.val_opt.metrics, tile=self.val_opt.tile,
                            tile_pad=int(self.val_opt.tile_pad), save_dir=save_dir,
                            suffix=self.val_opt.suffix or str(it), progress=self.val_opt.pbar)
