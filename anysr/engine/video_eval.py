@@ -15,7 +15,7 @@ once at the end: the per-clip and overall averages are computed from the same nu
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,9 +93,17 @@ def clip_outputs(net: nn.Module, lq: torch.Tensor, acc: Accelerator, *, scale: i
     """A recurrent network over a clip (b, t, c, h, w), chunk by chunk: yields ``(frame indices, outputs
     (b, k, c, H, W))`` in order. With ``flip_seq`` each window also runs reversed and the two are averaged.
     On devices with static shapes a clip shorter than the window is extended by reflection (outputs dropped)."""
-    t = lq.shape[1]
+    return chunked_outputs(net, lambda a, b: lq[:, a:b], lq.shape[1], acc, scale=scale, chunk=chunk,
+                           chunk_pad=chunk_pad, flip_seq=flip_seq, tile=tile, tile_pad=tile_pad)
+
+
+def chunked_outputs(net: nn.Module, window: Callable[[int, int], torch.Tensor], t: int, acc: Accelerator, *,
+                    scale: int, chunk: int | None, chunk_pad: int, flip_seq: bool, tile: int | None = None,
+                    tile_pad: int = 10) -> Iterator[tuple[list[int], torch.Tensor]]:
+    """``clip_outputs`` over a clip of ``t`` frames served by ``window(start, end)`` -> (b, end - start, c, h, w)
+    on the device (a video file is read chunk by chunk this way)."""
     for ch in plan_chunks(t, chunk, chunk_pad):
-        win = lq[:, ch.win_start:ch.win_end]
+        win = window(ch.win_start, ch.win_end)
         n = win.shape[1]
         if chunk and acc.static_shapes and n < chunk + 2 * chunk_pad:
             win = win[:, pad_indices(n, chunk + 2 * chunk_pad)]
@@ -270,5 +278,5 @@ def _reduce(acc: Accelerator, dataset: str, metrics_opt: dict[str, Any], parts: 
     return EvalResult(dataset, metrics, count, rows)
 
 
-__all__ = ["Chunk", "clip_dataset", "clip_outputs", "evaluate_clips", "is_clip_loader", "pad_indices", "plan_chunks",
+__all__ = ["Chunk", "chunked_outputs", "clip_dataset", "clip_outputs", "evaluate_clips", "is_clip_loader", "pad_indices", "plan_chunks",
            "window_forward"]

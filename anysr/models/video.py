@@ -34,7 +34,8 @@ from anysr.registry import DATASET_REGISTRY, MODEL_REGISTRY, plain_options
 
 # network_g key -> (sub-module of the network it fills, what it is)
 _SUB_WEIGHTS = {"spynet_path": ("spynet", "SPyNet"), "edvr_path": ("edvr", "EDVR")}
-DEFAULT_EVAL_FRAMES = 5  # frames of the timing clip of a recurrent network when nothing says more
+DEFAULT_EVAL_FRAMES = 5  # frames of a recurrent network's representative clip when nothing says more
+TIMING_FRAMES, TIMING_SIDE = 3, 64  # the largest clip the hardware choices are timed on
 
 
 @MODEL_REGISTRY.register()
@@ -74,7 +75,16 @@ class VideoBaseModel(SRModel):
         return needs + super().weight_needs()
 
     def input_shape(self, batch: int, channels: int, size: int) -> tuple[int, ...]:
-        return (batch, self.clip_frames(), channels, size, size)
+        """A small clip for timing the hardware choices (``calibrate``): one sample of at most
+        ``TIMING_FRAMES`` frames (a window network's own count) and ``TIMING_SIDE`` pixels, since a video
+        network's forward on a full training batch takes minutes on a CPU and the choice is relative."""
+        del batch, channels  # the flow network's first convolution is not the input's: frames are RGB
+        first = getattr(self.bare("net_g"), "conv_first", None)
+        rgb = first.in_channels if isinstance(first, nn.Conv2d) else 3
+        window = getattr(self.bare("net_g"), "num_frame", None)
+        frames = window if isinstance(window, int) else min(self.clip_frames(), TIMING_FRAMES)
+        side = min(size, TIMING_SIDE) // 4 * 4 or 4
+        return (1, frames, rgb, side, side)
 
     def clip_frames(self) -> int:
         """Frames of a representative input: the network's window, else the training samples', else the
