@@ -47,16 +47,15 @@ class Chunk:
 
 def plan_chunks(t: int, chunk: int | None, pad: int) -> list[Chunk]:
     """Windows of ``chunk + 2 * pad`` frames (the whole clip when ``chunk`` is None or covers it) whose kept
-    ``chunk`` frames tile ``[0, t)``; windows are shifted inside the clip at its ends, so every window but a
-    clip's only one has the same length."""
+    frames (``chunk`` of them, fewer in the last) tile ``[0, t)`` without overlap; windows are shifted inside the
+    clip at its ends, so they all have the same length."""
     if not chunk or chunk >= t:
         return [Chunk(0, t, 0, t)]
     win = min(chunk + 2 * pad, t)
-    starts = list(range(0, t - chunk, chunk)) + [t - chunk]
     out = []
-    for s in starts:
+    for s in range(0, t, chunk):
         ws = min(max(s - pad, 0), t - win)
-        out.append(Chunk(s, s + chunk, ws, ws + win))
+        out.append(Chunk(s, min(s + chunk, t), ws, ws + win))
     return out
 
 
