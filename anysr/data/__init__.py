@@ -10,11 +10,11 @@ from anysr.data.transforms import augment, img2tensor, mod_crop, paired_random_c
 from anysr.data.video_datasets import (
     REDSDataset,
     REDSRecurrentDataset,
-    Vimeo90KDataset,
-    Vimeo90KRecurrentDataset,
     VideoRecurrentTestDataset,
     VideoTestDataset,
     VideoTestVimeo90KDataset,
+    Vimeo90KDataset,
+    Vimeo90KRecurrentDataset,
 )
 
 __all__ = [

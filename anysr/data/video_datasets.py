@@ -258,7 +258,8 @@ class _VideoDataset(Dataset):
                                 f"{self.describe('lq', lq_key)} ({lq.width}x{lq.height}) do not pair at scale {s}")
             elif self.gt_size and (lq.height < self.gt_size // s or lq.width < self.gt_size // s):
                 problems.append(f"{self.describe('lq', lq_key)} is {lq.width}x{lq.height}, smaller than the "
-                                f"{self.gt_size // s}-pixel LQ patch (gt_size {self.gt_size} / scale {s}); lower gt_size")
+                                f"{self.gt_size // s}-pixel LQ patch (gt_size {self.gt_size} / scale {s}); "
+                                "lower gt_size")
         return problems
 
     def _check_pairs(self) -> list[tuple[str, str]]:

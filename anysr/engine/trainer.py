@@ -20,9 +20,9 @@ from anysr.atomic import atomic_write_bytes, atomic_write_json
 from anysr.data import build_dataset, build_eval_loader, build_train_loader
 from anysr.engine import checkpoint as ckpt
 from anysr.engine.evaluator import EvalResult, evaluate
-from anysr.engine.video_eval import evaluate_clips, is_clip_loader
 from anysr.engine.logger import MetricWriter, Progress, Timer, format_eta, get_logger, log_start, setup_logging
 from anysr.engine.runlock import LOCK_NAME, RunLock
+from anysr.engine.video_eval import evaluate_clips, is_clip_loader
 from anysr.errors import (
     AnysrError,
     CheckpointError,

@@ -115,6 +115,8 @@ def chunked_outputs(net: nn.Module, window: Callable[[int, int], torch.Tensor], 
         if flip_seq:
             half = out.shape[1] // 2
             out = 0.5 * (out[:, :half] + out[:, half:].flip(1))
+        if acc.static_shapes:
+            acc.mark_step()  # the network's graph ends here: one per window shape, whatever the clip's length
         lo, hi = ch.keep_start - ch.win_start, ch.keep_end - ch.win_start
         yield list(range(ch.keep_start, ch.keep_end)), out[:, lo:hi]
 
@@ -192,6 +194,7 @@ def evaluate_clips(net: nn.Module, loader: Iterable[dict[str, Any]], acc: Accele
                          metrics_opt, where)
                 if save_dir is not None and not pad:
                     _save(acc, out_f, [ds.frame_name(c, f) for f in got], save_dir / names[c], suffix)
+                acc.mark_step()
         else:
             if flip:
                 lq = torch.cat([lq, lq.flip(1)], dim=1)
@@ -277,5 +280,5 @@ def _reduce(acc: Accelerator, dataset: str, metrics_opt: dict[str, Any], parts: 
     return EvalResult(dataset, metrics, count, rows)
 
 
-__all__ = ["Chunk", "chunked_outputs", "clip_dataset", "clip_outputs", "evaluate_clips", "is_clip_loader", "pad_indices", "plan_chunks",
-           "window_forward"]
+__all__ = ["Chunk", "chunked_outputs", "clip_dataset", "clip_outputs", "evaluate_clips", "is_clip_loader",
+           "pad_indices", "plan_chunks", "window_forward"]

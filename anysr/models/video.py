@@ -51,6 +51,9 @@ class VideoBaseModel(SRModel):
         if self.is_train and self.freeze_until() and accelerator.world_size > 1 and not opt["find_unused_parameters"]:
             raise OptionError(f"train.{self.freeze_option}: frozen parameters get no gradient, which DDP only allows "
                               "with find_unused_parameters: true (BasicSR's video files set it); add it")
+        if accelerator.plan.spmd:
+            raise OptionError("xla.spmd: SPMD shards 4-D image batches; video clips (5-D) train with one process "
+                              "per device: set xla.spmd: false")
         self._frozen: bool | None = None
 
     # ---------------------------------------------------------------- the network and its weight files
