@@ -215,3 +215,55 @@ def test_chunks_cover_every_frame_once_with_equal_windows(t: int, chunk: int, pa
 def test_pad_indices_reflect() -> None:
     assert pad_indices(3, 7) == [0, 1, 2, 1, 0, 1, 2]
     assert pad_indices(1, 3) == [0, 0, 0]
+
+
+# --------------------------------------------------------------------------------- clip validation arithmetic
+class _FrameUpsampler(torch.nn.Module):
+    """A stand-in recurrent network: every frame upsampled x4 (nearest), clip in, clip out."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t = x.shape[:2]
+        return torch.nn.functional.interpolate(x.flatten(0, 1), scale_factor=SCALE, mode="nearest").unflatten(0, (b, t))
+
+
+def test_clip_metrics_average_per_clip_then_over_clips(reds: dict[str, Path], tmp_path: Path) -> None:
+    from anysr.accelerators import resolve_plan
+    from anysr.accelerators.launcher import create_accelerator
+    from anysr.data import build_eval_loader
+    from anysr.engine.video_eval import evaluate_clips
+    from anysr.metrics import psnr_torch
+    from anysr.options.loader import validate_options
+
+    meta = tmp_path / "meta.txt"
+    meta.write_text("000 6\n002 6\n")
+    section = {"type": "VideoRecurrentTestDataset", "dataroot_gt": str(reds["gt"]), "dataroot_lq": str(reds["lq"]),
+               "meta_info_file": str(meta), "io_backend": {"type": "disk"}}
+    ds = build_dataset(validate_dataset(section, name="val", scale=SCALE), "datasets.val")
+    acc = create_accelerator(resolve_plan("cpu", 1, precision="fp32", channels_last=False))
+    metrics = {"psnr": {"type": "calculate_psnr", "crop_border": 0, "test_y_channel": False}}
+    val = validate_options({"name": "v", "scale": SCALE, "network_g": {"type": "Bicubic", "upscale": SCALE},
+                            "val": {"chunk": 4, "chunk_pad": 1}}, is_train=False, root=tmp_path).val
+    net = _FrameUpsampler()
+    expect = []
+    for c in range(2):
+        item = ds[c]
+        out = (net(item["lq"][None])[0].clamp(0, 1) * 255).round() / 255
+        expect.append(psnr_torch(out, item["gt"]).double().mean().item())
+    for world in (1, 2):  # two ranks' shards (run here one after the other) cover the clips once
+        found = []
+        for rank in range(world):
+            loader, _ = build_eval_loader(ds, ds.opt, world_size=world, rank=rank)
+            res = evaluate_clips(net, loader, acc, dataset="REDS", scale=SCALE, metrics_opt=metrics, val_opt=val)
+            found.append(res)
+        if world == 1:
+            res = found[0]
+            assert [r["name"] for r in res.images] == ["000", "002"] and res.count == 12
+            assert [r["psnr"] for r in res.images] == pytest.approx(expect, abs=1e-9)
+            assert res.metrics["psnr"] == pytest.approx(sum(expect) / 2, abs=1e-9)
+        else:  # each rank alone scored its own clip (the single-process reduction of a 2-rank shard)
+            assert [r.count for r in found] == [6, 6]
+    centre = validate_options({"name": "v", "scale": SCALE, "network_g": {"type": "Bicubic", "upscale": SCALE},
+                               "val": {"center_frame_only": True}}, is_train=False, root=tmp_path).val
+    loader, _ = build_eval_loader(ds, ds.opt, world_size=1, rank=0)
+    res = evaluate_clips(net, loader, acc, dataset="REDS", scale=SCALE, metrics_opt=metrics, val_opt=centre)
+    assert res.count == 2 and [r["frames"] for r in res.images] == [1, 1]

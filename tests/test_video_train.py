@@ -134,7 +134,7 @@ def test_frozen_flow_resumes_exactly(data: dict[str, Path]) -> None:
 @pytest.mark.slow
 def test_clip_test_on_two_gloo_ranks_equals_one_process(data: dict[str, Path], tmp_path: Path) -> None:
     """``anysr test`` of 3 clips (one rank pads) in temporal chunks, and of EDVR windows: 2 ranks == 1 process."""
-    clips = make_reds(tmp_path / "reds3", clips=("a", "b", "c"), frames=4, size=(32, 32))
+    clips = make_reds(tmp_path / "reds3", clips=("a", "b", "c"), frames=3, size=(16, 16))
     torch.manual_seed(1)
     bvsr = tmp_path / "bvsr.pth"
     torch.save({"params": build_network({"type": "BasicVSR", "num_feat": 8, "num_block": 1}).state_dict()}, bvsr)
@@ -161,7 +161,7 @@ def test_clip_test_on_two_gloo_ranks_equals_one_process(data: dict[str, Path], t
         one, two = results[1]["datasets"]["REDS4"], results[2]["datasets"]["REDS4"]
         assert results[2]["world_size"] == 2
         assert [r["name"] for r in one["images"]] == [r["name"] for r in two["images"]] == ["a", "b", "c"]
-        assert one["n"] == two["n"] == 12  # every frame scored once
+        assert one["n"] == two["n"] == 9  # every frame scored once
         for r1, r2 in zip(one["images"], two["images"]):
             assert r1["psnr"] == pytest.approx(r2["psnr"], abs=PSNR_TOL)
         assert one["psnr"] == pytest.approx(two["psnr"], abs=PSNR_TOL)
