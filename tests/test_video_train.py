@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import PSNR_TOL, ROOT, run_cli
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
+from test_gan import fake_vgg19_state_dict
 from video_data import make_reds, make_vimeo
 
 from anysr.archs import build_network
@@ -35,6 +36,10 @@ SHRINK = {
     "train_IconVSR_REDS.yml": ["network_g.num_feat=8", "network_g.num_block=1", "network_g.keyframe_stride=2",
                                "datasets.train.num_frame=3"],
     "train_BasicVSRPP_REDS.yml": ["network_g.mid_channels=8", "network_g.num_blocks=1", "datasets.train.num_frame=2"],
+    "train_VideoRecurrentGANModel_REDS.yml": ["network_g.num_feat=8", "network_g.num_block=1",
+                                              "datasets.train.num_frame=2", "network_d.num_feat=8",
+                                              "network_d.input_size=32", "train.fix_flow=2",
+                                              "val.metrics.psnr.crop_border=0"],
 }
 
 
@@ -50,9 +55,12 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     torch.save({"params": build_network({"type": "SpyNet"}).state_dict()}, root / "spynet.pth")
     icon = build_network({"type": "IconVSR", "num_feat": 8, "num_block": 1})
     torch.save({"params": icon.edvr.state_dict()}, root / "edvr.pth")
+    vgg = {k: v for k, v in fake_vgg19_state_dict().items() if k.startswith("features.")}
+    save_file(vgg, str(root / "vgg.safetensors"))
     return {"root": root, "reds_gt": reds["gt"], "reds_lq": reds["lq"], "reds_meta": reds["meta"],
             "val_gt": val["gt"], "val_lq": val["lq"], "vimeo_gt": vimeo["gt"], "vimeo_lq": vimeo["lq"],
-            "vimeo_meta": vimeo["meta"], "spynet": root / "spynet.pth", "edvr": root / "edvr.pth"}
+            "vimeo_meta": vimeo["meta"], "spynet": root / "spynet.pth", "edvr": root / "edvr.pth",
+            "vgg": root / "vgg.safetensors"}
 
 
 def paths(data: dict[str, Path], name: str, file: str) -> list[str]:
@@ -68,13 +76,16 @@ def paths(data: dict[str, Path], name: str, file: str) -> list[str]:
         out.append(f"network_g.spynet_path={data['spynet']}")
     if "edvr_path" in text:
         out.append(f"network_g.edvr_path={data['edvr']}")
+    if "vgg_weights_path" in text:
+        out.append(f"train.perceptual_opt.vgg_weights_path={data['vgg']}")
     return out
 
 
 @pytest.mark.parametrize("path", sorted(TRAIN.glob("*.yml")), ids=lambda p: p.stem)
 def test_video_train_file_validates(path: Path, data: dict[str, Path]) -> None:
     opt = load_options(path, paths(data, "v", path.name), is_train=True)
-    assert opt.train.total_iter >= 300000 and opt.model_type in ("EDVRModel", "VideoRecurrentModel")
+    assert opt.train.total_iter >= 300000
+    assert opt.model_type in ("EDVRModel", "VideoRecurrentModel", "VideoRecurrentGANModel")
 
 
 @pytest.mark.parametrize("path", sorted(TEST.glob("*.yml")), ids=lambda p: p.stem)
