@@ -86,6 +86,10 @@ def cmd_infer(args: argparse.Namespace) -> int:
         from anysr.options import load_options  # noqa: PLC0415
 
         network_opt = load_options(args.opt, args.force_yml, is_train=False)["network_g"]
+    from anysr.engine import video_infer  # noqa: PLC0415
+
+    if video_infer.wants_video(args, network_opt):  # a video in or out, or a video network
+        return video_infer.run(args, _kv_list(args.arch_opt, "--arch-opt"), network_opt)
     net, scale = build_inference_net(weights=args.weights, arch=args.arch,
                                      arch_opts=_kv_list(args.arch_opt, "--arch-opt"), network_opt=network_opt,
                                      scale=args.scale, param_key=args.param_key)
@@ -239,8 +243,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="architecture arguments, e.g. num_conv=16 upscale=4 act_type=prelu")
     p.add_argument("-opt", "--opt", help="options file whose network_g describes the network")
     p.add_argument("--force_yml", nargs="+", action="extend", default=[], metavar="KEY=VALUE", help=argparse.SUPPRESS)
-    p.add_argument("-i", "--input", required=True, help="image file or folder")
-    p.add_argument("-o", "--output", required=True, help="output folder")
+    p.add_argument("-i", "--input", required=True, help="image file or folder; a video file (.mp4, .mkv, ...: needs "
+                   "anysr[video]) or, with a video network, a folder of frames")
+    p.add_argument("-o", "--output", required=True, help="output folder; or a video file (the source's frame rate "
+                   "and audio are kept)")
     p.add_argument("--scale", type=int, help="upscaling factor (default: the network's)")
     p.add_argument("--tile", type=_non_negative, default=0, help="tile size in LR pixels (0: whole image)")
     p.add_argument("--tile-pad", "--tile_pad", type=_non_negative, default=10,
@@ -248,6 +254,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--param-key", "--param_key", default="params_ema",
                    help="weights group to use: params_ema (falls back to params) or params")
     p.add_argument("--suffix", default=None, help="append _SUFFIX to output names")
+    p.add_argument("--chunk", type=_non_negative, default=32,
+                   help="recurrent video networks: frames kept per pass over a video (0: the whole video at once)")
+    p.add_argument("--chunk-pad", "--chunk_pad", type=_non_negative, default=4,
+                   help="recurrent video networks: frames of context on each side of a chunk")
+    p.add_argument("--fps", type=float, default=None,
+                   help="frame rate of a video written from a folder of frames (default 25)")
     p.add_argument("--accelerator", default="auto", choices=ACCELERATORS)
     p.add_argument("--precision", default="auto", choices=PRECISION_CHOICES,
                    help="autocast precision (default auto: bf16 where the device runs it natively, else fp32)")

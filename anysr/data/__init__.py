@@ -7,10 +7,21 @@ from anysr.data.loaders import build_dataset, build_eval_loader, build_train_loa
 from anysr.data.paired_image_dataset import PairedImageDataset, SingleImageDataset
 from anysr.data.sampler import TrainSampler, sample_seed
 from anysr.data.transforms import augment, img2tensor, mod_crop, paired_random_crop, tensor2img
+from anysr.data.video_datasets import (
+    REDSDataset,
+    REDSRecurrentDataset,
+    VideoRecurrentTestDataset,
+    VideoTestDataset,
+    VideoTestVimeo90KDataset,
+    Vimeo90KDataset,
+    Vimeo90KRecurrentDataset,
+)
 
 __all__ = [
     "DiskBackend", "FileBackend", "LmdbBackend", "PairedImageDataset", "SingleImageDataset", "TrainSampler",
     "augment", "bicubic_degrade", "build_backend", "build_dataset", "build_eval_loader", "build_train_loader",
     "collate", "decode_image", "decode_uint8", "eval_indices", "img2tensor", "mod_crop", "paired_random_crop",
     "read_image", "sample_seed", "tensor2img", "write_image",
+    "REDSDataset", "REDSRecurrentDataset", "Vimeo90KDataset", "Vimeo90KRecurrentDataset", "VideoRecurrentTestDataset",
+    "VideoTestDataset", "VideoTestVimeo90KDataset",
 ]

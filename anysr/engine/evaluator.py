@@ -255,7 +255,7 @@ def test_worker(acc: Accelerator, opt: Any) -> dict[str, Any]:
     val = opt.val
     bare = model.nets["net_g"]
     side = int(val.tile) + 2 * int(val.tile_pad) if val.tile else CALIBRATION_SIDE
-    acc.calibrate(bare.eval(), (1, input_channels(bare) or 3, side, side), train=False)
+    acc.calibrate(bare.eval(), model.input_shape(1, input_channels(bare) or 3, side), train=False)
     model.setup()
     net = model.inference_net()
     scale = int(opt.scale)
@@ -274,9 +274,14 @@ def test_worker(acc: Accelerator, opt: Any) -> dict[str, Any]:
         if save_dir is not None and acc.is_main:
             save_dir.mkdir(parents=True, exist_ok=True)
         acc.barrier()
-        res = evaluate(net, loader, acc, dataset=dopt.name, scale=scale, metrics=metrics, tile=val.tile,
-                       tile_pad=int(val.tile_pad), save_dir=save_dir, suffix=val.suffix, progress=True,
-                       phase="test")
+        from anysr.engine.video_eval import evaluate_clips, is_clip_loader  # noqa: PLC0415  (it imports this module)
+
+        common = dict(dataset=dopt.name, scale=scale, tile=val.tile, tile_pad=int(val.tile_pad), save_dir=save_dir,
+                      suffix=val.suffix, progress=True, phase="test")
+        if is_clip_loader(loader):
+            res = evaluate_clips(net, loader, acc, metrics_opt=val.metrics, val_opt=val, **common)
+        else:
+            res = evaluate(net, loader, acc, metrics=metrics, **common)
         _log_result(res)
         summary["datasets"][dopt.name] = {"n": res.count, **res.metrics, "images": res.images}
     summary["stats"] = acc.stats()

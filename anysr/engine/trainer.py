@@ -23,6 +23,7 @@ from anysr.engine.logger import MetricWriter, Progress, Timer, format_eta, get_l
 from anysr.engine.report import History, save_crops, write_report
 from anysr.engine.runlock import LOCK_NAME, RunLock
 from anysr.engine.val_metrics import ValMetrics
+from anysr.engine.video_eval import evaluate_clips, is_clip_loader
 from anysr.errors import (
     AnysrError,
     CheckpointError,
@@ -176,7 +177,7 @@ class Trainer:
         net = self.model.nets["net_g"]
         lq = int(dopt.gt_size) // int(self.opt.scale)
         batch = int(dopt.batch_size_per_gpu) * self.acc.batch_multiplier
-        self.acc.calibrate(net, (batch, input_channels(net) or 3, lq, lq), train=True)
+        self.acc.calibrate(net, self.model.input_shape(batch, input_channels(net) or 3, lq), train=True)
 
     def _record_options(self) -> None:
         """Keep the options of this run as ``options_<time>.yml``, unless the newest one already says the same."""
@@ -486,10 +487,15 @@ class Trainer:
                 save_dir.mkdir(parents=True, exist_ok=True)
             self.acc.barrier()
             suffix = self.val_opt.suffix or str(it)
-            res = evaluate(net, loader, self.acc, dataset=name, scale=int(self.opt.scale),
-                           metrics=self.val_metrics or ValMetrics(None, self.acc), tile=self.val_opt.tile,
-                           tile_pad=int(self.val_opt.tile_pad), save_dir=save_dir,
-                           suffix=suffix, progress=self.val_opt.pbar, crops=int(self.val_opt.log_images))
+            common = dict(dataset=name, scale=int(self.opt.scale), tile=self.val_opt.tile,
+                          tile_pad=int(self.val_opt.tile_pad), save_dir=save_dir, suffix=suffix,
+                          progress=self.val_opt.pbar)
+            if is_clip_loader(loader):
+                res = evaluate_clips(net, loader, self.acc, metrics_opt=self.val_opt.metrics, val_opt=self.val_opt,
+                                     **common)
+            else:
+                res = evaluate(net, loader, self.acc, metrics=self.val_metrics or ValMetrics(None, self.acc),
+                               crops=int(self.val_opt.log_images), **common)
             results.append(res)
             self.last_val[name] = res.metrics
             directions = {m: self.val_metrics.better(m) for m in res.metrics} if self.val_metrics else {}

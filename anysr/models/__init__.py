@@ -8,6 +8,7 @@ from anysr.accelerators import Accelerator
 from anysr.models.base import BaseModel
 from anysr.models.gan import ESRGANModel, SRGANModel
 from anysr.models.sr import SRModel, SwinIRModel
+from anysr.models.video import EDVRModel, VideoBaseModel, VideoRecurrentGANModel, VideoRecurrentModel
 from anysr.registry import MODEL_REGISTRY
 
 
@@ -17,4 +18,5 @@ def build_model(opt: Any, accelerator: Accelerator) -> BaseModel:
     return cls(opt, accelerator)
 
 
-__all__ = ["BaseModel", "ESRGANModel", "SRGANModel", "SRModel", "SwinIRModel", "build_model"]
+__all__ = ["BaseModel", "EDVRModel", "ESRGANModel", "SRGANModel", "SRModel", "SwinIRModel", "VideoBaseModel",
+           "VideoRecurrentGANModel", "VideoRecurrentModel", "build_model"]

@@ -87,6 +87,10 @@ class BaseModel(ABC):
             required=not self.is_train and any(True for _ in net_g.parameters()),
             missing="a test needs trained weights; set it to a .safetensors or .pth file")]
 
+    def input_shape(self, batch: int, channels: int, size: int) -> tuple[int, ...]:
+        """The shape of a batch of ``size`` x ``size`` inputs (video models add the frames), for timing runs."""
+        return (batch, channels, size, size)
+
     @abstractmethod
     def setup(self) -> None:
         """Place the networks on the device and build losses, EMA and optimisers (after ``weight_needs``)."""

@@ -22,12 +22,16 @@ class SRModel(BaseModel):
 
     def __init__(self, opt: dict[str, Any], accelerator: Accelerator) -> None:
         super().__init__(opt, accelerator)
-        self.nets["net_g"] = build_network(opt["network_g"])
+        self.nets["net_g"] = build_network(self.generator_options())
         if self.is_train and self.opt["train"]["perceptual_opt"] and not type(self).uses_perceptual:
             raise OptionError(f"train.perceptual_opt: model_type {type(self).__name__} trains with pixel losses "
                               "only; use model_type: SRGANModel or ESRGANModel, or remove it")
 
     uses_perceptual = False  # whether train.perceptual_opt is used (GAN models); a pixel model refuses it
+
+    def generator_options(self) -> Any:
+        """The generator's ``{type, arguments}`` (video models take out the weight paths the engine reads)."""
+        return self.opt["network_g"]
 
     def setup(self) -> None:
         """Place networks on the device, then build EMA, losses and optimisers (in that order)."""

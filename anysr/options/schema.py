@@ -30,6 +30,13 @@ from anysr.options.fields import (
     validate_field,
     validate_section,
 )
+from anysr.options.video import (
+    VIDEO_DATASET_FIELDS,
+    VIDEO_TRAIN_FIELDS,
+    VIDEO_VAL_FIELDS,
+    network_weight_paths,
+    video_dataset_rule,
+)
 from anysr.registry import (
     ARCH_REGISTRY,
     DATASET_REGISTRY,
@@ -199,6 +206,7 @@ def _dataset_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None)
         ctx.add(f"{path}.batch_size_per_gpu", "required for a train dataset (images per device per step)")
     if good(out, "std") and any(s <= 0 for s in out["std"]):
         ctx.add(f"{path}.std", f"every value must be > 0, got {out['std']}")
+    video_dataset_rule(out, path, ctx, phase, registry("dataset"))
 
 
 def _arguments(kind: str, label: str, out: dict[str, Any], path: str, ctx: Context, *, role: str | None = None,
@@ -245,6 +253,7 @@ def _network_rule(out: dict[str, Any], path: str, ctx: Context, *, check_scale: 
 
 def _network_g_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
     _network_rule(out, path, ctx, check_scale=True)
+    network_weight_paths(out, path, ctx, _existing)
 
 
 def _network_d_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
@@ -449,6 +458,7 @@ DATASET = Section(
                        doc="Set by the loader from the dataset key."),
         "scale": Field(int, default_doc="the top-level scale",
                        doc="Set by the loader from the top-level scale."),
+        **VIDEO_DATASET_FIELDS,
     },
     aliases={"use_flip": "use_hflip"},
     rule=_dataset_rule,
@@ -613,6 +623,7 @@ TRAIN = Section(
         "net_d_iters": Field(int, default=1, check=at_least(1), doc="Discriminator update interval (GAN)."),
         "net_d_init_iters": Field(int, default=0, check=at_least(0), doc="Discriminator-only warm-up (GAN)."),
         "optim_d": Field((OPTIM, None), default=None, doc="Discriminator optimizer (GAN models)."),
+        **VIDEO_TRAIN_FIELDS,
     },
     rule=_train_rule,
     doc="Required when training. At least one loss (pixel_opt, perceptual_opt, gan_opt) must be set.",
@@ -661,6 +672,7 @@ VAL = Section(
                                 "validation (0: none)."),
         "metrics": Field((MapOf(METRIC), None), default=None,
                          doc="Named metrics, e.g. psnr: {type: calculate_psnr}."),
+        **VIDEO_VAL_FIELDS,
     },
     rule=_val_rule,
 )

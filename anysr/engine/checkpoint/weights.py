@@ -448,5 +448,6 @@ def load_model_weights(model: Any, *, fresh: bool, stand_ins: bool = False) -> l
 
 def _loader(need: Any, source: str) -> Any:
     option = need.option.replace("pretrain_network", "strict_load")
-    fix = f"check that the network options match the file, or set {option}: false to load what matches"
+    fix = f"check that the network options match the file, or set {option}: false to load what matches" \
+        if option != need.option else f"check that {need.option} names the right file for this network"
     return lambda net, sd: load_into(net, sd, strict=need.strict, source=source, fix=fix)
