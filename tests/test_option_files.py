@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import cv2
@@ -15,10 +16,24 @@ from anysr.options import load_options, read_yaml
 TRAIN_FILES = sorted((ROOT / "options" / "train").glob("train_*.yml"))
 
 
-def _paths(tmp: Path) -> list[str]:
-    """Overrides that point a DIV2K file at bundled data (large-enough images for every gt_size)."""
+LARGEST_GT_SIZE = 256  # of the shipped files (a test below checks it)
+
+
+@pytest.fixture(scope="module")
+def train_gt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Set14 images large enough for every shipped gt_size (training checks every image before it starts)."""
+    out = tmp_path_factory.mktemp("train_gt")
+    for p in sorted((DATASETS / "Set14" / "HR").glob("*.png")):
+        if min(cv2.imread(str(p)).shape[:2]) >= LARGEST_GT_SIZE + 8:
+            shutil.copy(p, out / p.name)
+    assert len(list(out.iterdir())) >= 8
+    return out
+
+
+def _paths(tmp: Path, train_gt: Path) -> list[str]:
+    """Overrides that point a DIV2K file at bundled data."""
     return [f"path.root={ROOT}", f"path.experiments_root={tmp / 'experiments' / 'run'}",
-            f"datasets.train.dataroot_gt={DATASETS / 'Set14' / 'HR'}",
+            f"datasets.train.dataroot_gt={train_gt}",
             "datasets.train.dataroot_lq=null", "datasets.train.lq_from_gt=true",
             "datasets.train.meta_info_file=null"]
 
@@ -46,8 +61,8 @@ def tiny_val(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("path", TRAIN_FILES, ids=lambda p: p.stem)
-def test_train_file_validates(path: Path, tmp_path: Path, vgg19_file: Path) -> None:
-    opt = load_options(path, [*_paths(tmp_path), *_vgg(path, vgg19_file)], is_train=True)
+def test_train_file_validates(path: Path, tmp_path: Path, vgg19_file: Path, train_gt: Path) -> None:
+    opt = load_options(path, [*_paths(tmp_path, train_gt), *_vgg(path, vgg19_file)], is_train=True)
     assert opt["network_g"]["type"] and opt["train"]["total_iter"] >= 100000
 
 
@@ -62,9 +77,11 @@ def test_test_files_validate(path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", TRAIN_FILES, ids=lambda p: p.stem)
-def test_basicsr_settings_train_unchanged(path: Path, tmp_path: Path, tiny_val: Path, vgg19_file: Path) -> None:
+def test_basicsr_settings_train_unchanged(path: Path, tmp_path: Path, tiny_val: Path, vgg19_file: Path,
+                                         train_gt: Path) -> None:
     """One real iteration of each full-size network with its own settings (batch 1 to keep CI short)."""
-    over = [*_paths(tmp_path), *_vgg(path, vgg19_file), "train.total_iter=1",
+    assert 0 < int(read_yaml(path)["datasets"]["train"]["gt_size"]) <= LARGEST_GT_SIZE
+    over = [*_paths(tmp_path, train_gt), *_vgg(path, vgg19_file), "train.total_iter=1",
             "datasets.train.batch_size_per_gpu=1",
             "datasets.train.num_worker_per_gpu=0", "datasets.train.dataset_enlarge_ratio=1",
             f"datasets.val.dataroot_gt={tiny_val}", f"datasets.val_2.dataroot_gt={tiny_val}",
