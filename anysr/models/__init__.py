@@ -7,6 +7,7 @@ from typing import Any
 from anysr.accelerators import Accelerator
 from anysr.models.base import BaseModel
 from anysr.models.gan import ESRGANModel, SRGANModel
+from anysr.models.realesrgan import RealESRGANModel, RealESRNetModel
 from anysr.models.sr import SRModel, SwinIRModel
 from anysr.registry import MODEL_REGISTRY
 
@@ -17,4 +18,5 @@ def build_model(opt: Any, accelerator: Accelerator) -> BaseModel:
     return cls(opt, accelerator)
 
 
-__all__ = ["BaseModel", "ESRGANModel", "SRGANModel", "SRModel", "SwinIRModel", "build_model"]
+__all__ = ["BaseModel", "ESRGANModel", "RealESRGANModel", "RealESRNetModel", "SRGANModel", "SRModel", "SwinIRModel",
+           "build_model"]
