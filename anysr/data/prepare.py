@@ -401,6 +401,7 @@ def degrade_samples(opt: Any, out_dir: PathLike, n: int, *, where: str | None = 
     pool = TrainingPairPool(int(opt.queue_size), {"lq": True, "gt": not keep_sharpened, "id": False}) \
         if int(opt.queue_size) > 0 else None
     records: list[dict[str, Any]] = []
+    shown: list[dict[str, Any]] = []
     written: list[Path] = []
     stream = iter(sampler)
     position, count = 0, 0
@@ -454,13 +455,11 @@ def degrade_samples(opt: Any, out_dir: PathLike, n: int, *, where: str | None = 
             for name, kern in zip(("kernel1", "kernel2", "sinc"), kernels[rid - base] if rid >= base else
                                   _kernels_of(dataset, records[rid]["sample_seed"])):
                 written.append(write_image(out / f"{stem}_{name}.png", _kernel_image(kern.numpy())))
-            records[rid]["pair"] = stem
+            shown.append({"pair": stem, **records[rid]})  # a sample can train twice: as it came, then from the pool
             count += 1
             bar.update(1)
         position += 1
     bar.close()
-    shown = [r for r in records if "pair" in r]
-    shown.sort(key=lambda r: r["pair"])
     meta = {"options": str(opt.name), "model_type": str(opt.model_type), "degrade_in": where, "scale": settings.scale,
             "gt_size": settings.gt_size, "queue_size": int(opt.queue_size), "manual_seed": seed, "pairs": shown}
     written.append(atomic_write_json(out / "degrade.json", meta))
