@@ -122,6 +122,36 @@ def test_option_defaults_and_files(tmp_path: Path, t91: Path) -> None:
     assert plain.resize_prob is None and plain.queue_size is None
 
 
+def test_shipped_real_esrgan_files_pair_what_they_say(t91: Path) -> None:
+    """The example trains RealESRNet from scratch; the fine-tune's published weights load strictly into its net;
+    x2plus is RRDBNet at scale 2; the paired fine-tune reads pairs without synthesis."""
+    from anysr.archs import build_network  # noqa: PLC0415
+    from anysr.engine.checkpoint.weights import load_weights  # noqa: PLC0415
+
+    root = DATASETS.parent
+    files = root / "options" / "train"
+
+    def opt(name: str, *over: str) -> Any:
+        return load_options(files / name, [f"path.root={root}", *over], is_train=True)
+
+    ex = opt("example_RealESRNet_T91_x4.yml")
+    assert ex.model_type == "RealESRNetModel" and ex.gt_usm is True and ex.train.total_iter == 300
+    assert ex.queue_size % ex.datasets.train.batch_size_per_gpu == 0 and ex.datasets.train.crop_pad_size >= ex.gt_size
+    ft = opt("train_finetune_realesr-animevideov3_x4.yml", f"datasets.train.dataroot_gt={t91}",
+             "train.perceptual_opt.vgg_weights_path=null")
+    assert ft.model_type == "RealESRGANModel" and ft.path.param_key_g == "params"
+    net = build_network(ft.network_g)
+    sd, _ = load_weights(root / ft.path.pretrain_network_g, ft.path.param_key_g)
+    net.load_state_dict(sd, strict=True)
+    x2 = opt("train_RealESRGAN_x2plus.yml", f"datasets.train.dataroot_gt={t91}", "datasets.train.meta_info_file=null",
+             "train.perceptual_opt.vgg_weights_path=null")
+    assert x2.scale == 2 and x2.network_g.scale == 2 and x2.high_order_degradation is True
+    paired = opt("train_finetune_RealESRGAN_x4plus_pairdata.yml", f"datasets.train.dataroot_gt={t91}",
+                 f"datasets.train.dataroot_lq={t91}", "datasets.train.meta_info_file=null",
+                 "train.perceptual_opt.vgg_weights_path=null")
+    assert paired.high_order_degradation is False and paired.datasets.train.type == "RealESRGANPairedDataset"
+
+
 def test_option_errors(tmp_path: Path, t91: Path) -> None:
     opt = real_options("e", t91, queue_size=5, jpeg_range=[30, 100], resize_range=[1.2, 1.5])
     opt["datasets"]["train"].update(kernel_list=["iso", "gauss"], kernel_prob2=[1.0, 2.0], crop_pad_size=30)
