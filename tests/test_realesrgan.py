@@ -152,6 +152,19 @@ def test_shipped_real_esrgan_files_pair_what_they_say(t91: Path) -> None:
     assert paired.high_order_degradation is False and paired.datasets.train.type == "RealESRGANPairedDataset"
 
 
+def test_input_channels_of_an_unshuffling_rrdbnet() -> None:
+    """x2plus's RRDBNet reads 3-channel images (its first convolution sees 12): calibration and inference probe
+    it with 3 channels."""
+    from anysr.archs import build_network  # noqa: PLC0415
+    from anysr.archs.arch_util import input_channels  # noqa: PLC0415
+
+    for scale in (1, 2, 4):
+        net = build_network({"type": "RRDBNet", "num_in_ch": 3, "num_out_ch": 3, "scale": scale, "num_feat": 4,
+                             "num_block": 1, "num_grow_ch": 4})
+        assert input_channels(net) == 3
+        assert net(torch.rand(1, 3, 8, 8)).shape[-1] == 8 * scale
+
+
 def test_option_errors(tmp_path: Path, t91: Path) -> None:
     opt = real_options("e", t91, queue_size=5, jpeg_range=[30, 100], resize_range=[1.2, 1.5])
     opt["datasets"]["train"].update(kernel_list=["iso", "gauss"], kernel_prob2=[1.0, 2.0], crop_pad_size=30)
