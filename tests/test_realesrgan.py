@@ -146,7 +146,7 @@ def test_shipped_real_esrgan_files_pair_what_they_say(t91: Path) -> None:
     x2 = opt("train_RealESRGAN_x2plus.yml", f"datasets.train.dataroot_gt={t91}", "datasets.train.meta_info_file=null",
              "train.perceptual_opt.vgg_weights_path=null")
     assert x2.scale == 2 and x2.network_g.scale == 2 and x2.high_order_degradation is True
-    paired = opt("train_finetune_RealESRGAN_x4plus_pairdata.yml", f"datasets.train.dataroot_gt={t91}",
+    paired = opt("finetune_RealESRGAN_x4plus_pairdata.yml", f"datasets.train.dataroot_gt={t91}",
                  f"datasets.train.dataroot_lq={t91}", "datasets.train.meta_info_file=null",
                  "train.perceptual_opt.vgg_weights_path=null")
     assert paired.high_order_degradation is False and paired.datasets.train.type == "RealESRGANPairedDataset"
