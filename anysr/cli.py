@@ -180,6 +180,13 @@ def cmd_prepare(args: argparse.Namespace) -> int:
                    + ", ".join(p.name for p in report.skipped[:5]) + (" ..." if len(report.skipped) > 5 else "")
                    if report.skipped else "")
         print(f"wrote {len(report.written)} sub-image(s) from {report.images} image(s) to {args.output}{skipped}")
+    elif args.what == "degrade":
+        from anysr.options import load_options  # noqa: PLC0415
+
+        opt = load_options(args.opt, args.force_yml, is_train=True)
+        report = prepare.degrade_samples(opt, args.out, args.n, where=args.degrade_in)
+        print(f"wrote {report.pairs} LQ/GT pair(s) as the training step sees them (synthesised in the "
+              f"{report.where}), their kernels and degrade.json to {report.out}")
     else:
         out = prepare.make_lmdb(args.input, args.output, compress_level=args.compress_level)
         count = len((out / "meta_info.txt").read_text().splitlines())
@@ -334,8 +341,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", default=None, help="write to this file instead of printing")
     p.set_defaults(func=cmd_schema)
 
-    p = sub.add_parser("prepare", help="dataset preparation: lr | subimages | lmdb",
-                       description="Prepare datasets: bicubic LR images, DIV2K-style sub-images, LMDB files.")
+    p = sub.add_parser("prepare", help="dataset preparation: lr | subimages | lmdb | degrade",
+                       description="Prepare datasets: bicubic LR images, DIV2K-style sub-images, LMDB files; show "
+                       "Real-ESRGAN's synthesised training pairs.")
     psub = p.add_subparsers(dest="what", required=True, metavar="WHAT")
     fmt = _DefaultsFormatter
     q = psub.add_parser("lr", help="mod-crop and MATLAB-bicubic downscale a folder of HR images", formatter_class=fmt,
@@ -364,6 +372,17 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--output", required=True, help="new output folder ending in .lmdb")
     q.add_argument("--compress-level", "--compress_level", type=int, default=1,
                    help="PNG compression of the stored images, 0 (none) to 9")
+    q = psub.add_parser("degrade", help="write the LQ/GT pairs a Real-ESRGAN options file trains on",
+                        formatter_class=fmt,
+                        description="Synthesise the first N training pairs of a RealESRNetModel / RealESRGANModel "
+                        "options file exactly as the training step sees them (the same sampler, seeds, degradations, "
+                        "crop and pair pool; on the CPU) and write them as NNNN_lq.png / NNNN_gt.png, with the "
+                        "three blur kernels of each pair as images and every draw in degrade.json.")
+    _add_opt_args(q, launcher=False)
+    q.add_argument("--out", required=True, help="output folder (new or empty)")
+    q.add_argument("-n", type=int, default=16, help="pairs to write")
+    q.add_argument("--degrade-in", "--degrade_in", default=None, choices=("auto", "step", "loader"),
+                   help="where the synthesis runs (default: the options' degrade_in)")
     p.set_defaults(func=cmd_prepare)
     return parser
 

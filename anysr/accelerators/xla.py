@@ -240,8 +240,11 @@ class XLAAccelerator(Accelerator):
         for name in met.counter_names():
             if name.startswith("aten::") and name not in _NOT_A_FALLBACK:
                 fallbacks[name] = _counter(name)
+        compiles = _metric_count("CompileTime")
         return {
-            "compiles": _metric_count("CompileTime"),
+            "compiles": compiles,
+            # graphs compiled since the last warm-up point (the trainer marks it after each validation)
+            "compiles_after_warmup": None if self._warm_compiles is None else compiles - self._warm_compiles,
             "executions": _metric_count("ExecuteTime") + _metric_count("ExecuteReplicatedTime"),
             "host_transfers": _metric_count("TransferFromDeviceTime"),
             "to_host_calls": self._host_transfers,

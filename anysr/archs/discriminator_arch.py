@@ -59,6 +59,25 @@ class VGGStyleDiscriminator(nn.Module):
         return self.linear2(feat)
 
 
+def _up2(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """Twice the size along ``dim``: output ``2i`` is ``0.75 t[i] + 0.25 t[i-1]``, ``2i+1`` is
+    ``0.75 t[i] + 0.25 t[i+1]`` (the border repeated): bilinear interpolation with ``align_corners=False``."""
+    n = t.shape[dim]
+    prev = torch.cat([t.narrow(dim, 0, 1), t.narrow(dim, 0, n - 1)], dim)
+    nxt = torch.cat([t.narrow(dim, 1, n - 1), t.narrow(dim, n - 1, 1)], dim)
+    even, odd = 0.75 * t + 0.25 * prev, 0.75 * t + 0.25 * nxt
+    shape = list(t.shape)
+    shape[dim] = 2 * n
+    return torch.stack([even, odd], dim + 1).reshape(shape)
+
+
+def upsample2x(t: torch.Tensor) -> torch.Tensor:
+    """``F.interpolate(t, scale_factor=2, mode='bilinear', align_corners=False)`` of an NCHW batch (equal to float
+    rounding) from slicing and arithmetic only: XLA lowers it, forward and backward (torch_xla 2.9 runs
+    ``upsample_bilinear2d_backward`` on the CPU, one host round trip per use)."""
+    return _up2(_up2(t, 2), 3)
+
+
 @ARCH_REGISTRY.register()
 class UNetDiscriminatorSN(nn.Module):
     """U-Net discriminator with spectral normalisation (Real-ESRGAN): one logit per pixel.
@@ -91,20 +110,17 @@ class UNetDiscriminatorSN(nn.Module):
         def act(t: torch.Tensor) -> torch.Tensor:
             return F.leaky_relu(t, negative_slope=0.2)
 
-        def up(t: torch.Tensor) -> torch.Tensor:
-            return F.interpolate(t, scale_factor=2, mode="bilinear", align_corners=False)
-
         x0 = act(self.conv0(x))
         x1 = act(self.conv1(x0))
         x2 = act(self.conv2(x1))
         x3 = act(self.conv3(x2))
-        x4 = act(self.conv4(up(x3)))
+        x4 = act(self.conv4(upsample2x(x3)))
         if self.skip_connection:
             x4 = x4 + x2
-        x5 = act(self.conv5(up(x4)))
+        x5 = act(self.conv5(upsample2x(x4)))
         if self.skip_connection:
             x5 = x5 + x1
-        x6 = act(self.conv6(up(x5)))
+        x6 = act(self.conv6(upsample2x(x5)))
         if self.skip_connection:
             x6 = x6 + x0
         out = act(self.conv8(act(self.conv7(x6))))

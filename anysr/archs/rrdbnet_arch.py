@@ -58,6 +58,7 @@ class RRDBNet(nn.Module):
         if scale not in unshuffle:
             raise ArchArgumentError("scale", f"RRDBNet supports scale 1, 2 or 4, got {scale!r}")
         self.scale = scale
+        self.num_in_ch = num_in_ch  # the image's channels (input_channels reads it)
         self.unshuffle = unshuffle[scale]
         self.conv_first = nn.Conv2d(num_in_ch * self.unshuffle**2, num_feat, 3, 1, 1)
         self.body = make_layer(RRDB, num_block, num_feat=num_feat, num_grow_ch=num_grow_ch)

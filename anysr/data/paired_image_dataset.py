@@ -265,11 +265,15 @@ class PairedImageDataset(_ImageDataset):
         if self.io_type == "lmdb":
             pairs = paired_keys_from_lmdb(self.gt_backend, self.lq_backend, kp)
         elif meta:
-            pairs = paired_names_from_meta_info(os.fspath(meta), self.gt_root, self.lq_root,
-                                                self.filename_tmpl, kp)
+            pairs = self._pairs_from_meta_info(os.fspath(meta))
         else:
             pairs = paired_names_from_folder(self.gt_root, self.lq_root, self.filename_tmpl, kp)
         self.items = [_Pair(g, q) for g, q in pairs]
+
+    def _pairs_from_meta_info(self, meta: str) -> list[tuple[str, str]]:
+        """(GT, LQ) names from the meta info file (BasicSR's PairedImageDataset format: GT names)."""
+        assert self.lq_root is not None
+        return paired_names_from_meta_info(meta, self.gt_root, self.lq_root, self.filename_tmpl, self.key_path)
 
     def _check_item(self, i: int, decode: bool) -> str | None:
         item, s = self.items[i], self.scale

@@ -7,12 +7,14 @@ with MATLAB-exact bicubic ``imresize`` on its integer values, rounded and saved 
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
@@ -23,7 +25,7 @@ from anysr.errors import DataError, OptionError
 from anysr.ops.imresize import imresize
 
 __all__ = ["SubimageReport", "check_images", "modcrop", "prepare_lr", "prepare_modcrop", "extract_subimages",
-           "make_lmdb"]
+           "make_lmdb", "DegradeReport", "degrade_samples"]
 
 PathLike = str | os.PathLike[str]
 _MIN_MAP_SIZE = 64 << 20  # the LMDB map starts at least this large and grows when it fills up
@@ -290,3 +292,185 @@ def make_lmdb(input_dir: PathLike, lmdb_path: PathLike, *, compress_level: int =
         env.close()
     atomic_write_bytes(out / "meta_info.txt", "".join(meta).encode("utf-8"))
     return out
+
+
+# ----------------------------------------------------------------------------------- anysr prepare degrade
+@dataclass
+class DegradeReport:
+    """What ``degrade_samples`` wrote: the pairs (``NNNN_lq.png``, ``NNNN_gt.png``), kernel images and
+    ``degrade.json`` (every draw behind each pair), and where the synthesis ran (``step`` or ``loader``)."""
+
+    out: Path
+    pairs: int
+    where: str
+    files: list[Path]
+
+
+def _kernel_image(kernel: np.ndarray, zoom: int = 8) -> np.ndarray:
+    """A kernel as an 8-bit gray image: scaled to its largest tap, each tap a ``zoom`` x ``zoom`` block."""
+    k = np.asarray(kernel, dtype=np.float64)
+    k = k / max(float(np.abs(k).max()), 1e-12)
+    img = np.clip(np.rint(np.clip(k, 0, 1) * 255), 0, 255).astype(np.uint8)
+    return np.kron(img, np.ones((zoom, zoom), dtype=np.uint8))
+
+
+def _to_bgr8(t: Any) -> np.ndarray:
+    from anysr.data.transforms import tensor2img  # noqa: PLC0415
+
+    return tensor2img(t)
+
+
+def _sample_record(j: int, choices: Any, draws: Any, settings: Any) -> dict[str, Any]:
+    """The draws of sample ``j`` of a batch, readable (noise level in its own unit, JPEG qualities)."""
+    out: dict[str, Any] = {}
+    for n, stage in ((1, settings.first), (2, settings.second)):
+        gaussian = getattr(choices, f"gaussian{n}")
+        lo, hi = stage.noise_range if gaussian else stage.poisson_scale_range
+        u = getattr(draws, f"level{n}")[j]
+        out[f"stage{n}"] = {
+            "resize": getattr(choices, f"updown{n}"), "resize_scale": getattr(choices, f"scale{n}"),
+            "resize_mode": getattr(choices, f"mode{n}"),
+            "noise": "gaussian" if gaussian else "poisson",
+            ("sigma" if gaussian else "poisson_scale"): lo + u * (hi - lo),
+            "gray_noise": bool(getattr(draws, f"gray{n}")[j]),
+            "jpeg_quality": getattr(draws, f"quality{n}")[j],
+        }
+    out["second_blur"] = choices.second_blur
+    out["final"] = {"order": "resize+sinc, jpeg" if choices.sinc_first else "jpeg, resize+sinc",
+                    "resize_mode": choices.final_mode}
+    return out
+
+
+def degrade_samples(opt: Any, out_dir: PathLike, n: int, *, where: str | None = None,
+                    progress: bool = True) -> DegradeReport:
+    """The first ``n`` training pairs of a Real-ESRGAN options file, as one training process would train on them.
+
+    The training stream's first batches (the sampler of ``manual_seed``, one process with the file's
+    ``batch_size_per_gpu``) are synthesised as in ``degrade_in`` (``where`` overrides it; ``auto`` is ``loader``
+    for ``accelerator: xla`` and ``step`` otherwise), cropped and passed through the pair pool, on the CPU. Writes
+    ``NNNN_lq.png`` / ``NNNN_gt.png`` (the GT the losses compare with), the three kernels of each pair as images
+    (``NNNN_kernel1.png``, ``NNNN_kernel2.png``, ``NNNN_sinc.png``: taps scaled to the largest, 8x8 pixels each) and
+    ``degrade.json``. On a GPU the noise fields come from the device's generator, so the noise itself differs from
+    these pairs (its distribution does not).
+    """
+    import torch  # noqa: PLC0415
+
+    from anysr.atomic import atomic_write_json  # noqa: PLC0415
+    from anysr.data.loaders import build_dataset, collate  # noqa: PLC0415
+    from anysr.data.sampler import TrainSampler  # noqa: PLC0415
+    from anysr.data.synthesis import (  # noqa: PLC0415
+        LoaderSynthesis,
+        SynthesisSettings,
+        TrainingPairPool,
+        draw_batch_choices,
+        pool_rng,
+        step_rng,
+        synthesise,
+    )
+    from anysr.ops.degrade import USMSharp  # noqa: PLC0415
+    from anysr.ops.diffjpeg import DiffJPEG  # noqa: PLC0415
+    from anysr.registry import MODEL_REGISTRY  # noqa: PLC0415
+
+    n = _positive_int(n, "-n")
+    model = MODEL_REGISTRY.get(str(opt.model_type), "model_type")
+    if not getattr(model, "synthesises", False) or not opt.high_order_degradation:
+        raise OptionError(f"model_type: {opt.model_type} does not synthesise its training pairs (anysr prepare degrade "
+                          "shows RealESRNetModel / RealESRGANModel with high_order_degradation: true)")
+    key = next(k for k in opt.datasets if k.startswith("train"))
+    dopt = opt.datasets[key]
+    where = where or str(opt.degrade_in)
+    if where == "auto":
+        where = "loader" if opt.accelerator == "xla" else "step"
+    if where not in ("step", "loader"):
+        raise OptionError(f"--degrade-in: expected auto, step or loader, got {where!r}")
+    out = Path(out_dir)
+    _empty_output(out, "anysr prepare degrade")
+
+    dataset = build_dataset(dopt, f"datasets.{key}")
+    settings = SynthesisSettings.from_options(opt)
+    sharpen = model.__name__ != "RealESRNetModel" or bool(opt.gt_usm)
+    keep_sharpened = model.__name__ == "RealESRNetModel" and bool(opt.gt_usm)
+    usm, jpeger = USMSharp(), DiffJPEG(differentiable=False)
+    loader_synth = LoaderSynthesis(settings, sharpen_input=sharpen, keep_sharpened=keep_sharpened)
+    batch = int(dopt.batch_size_per_gpu)
+    accumulate = int(opt.train.accumulate) if opt.train is not None else 1
+    seed = int(opt.manual_seed)
+    sampler = TrainSampler(len(dataset), batch_size=batch, seed=seed,  # type: ignore[arg-type]
+                           enlarge_ratio=int(dopt.dataset_enlarge_ratio), shuffle=bool(dopt.use_shuffle),
+                           name=f"datasets.{key}")
+    pool = TrainingPairPool(int(opt.queue_size), {"lq": True, "gt": not keep_sharpened, "id": False}) \
+        if int(opt.queue_size) > 0 else None
+    records: list[dict[str, Any]] = []
+    shown: list[dict[str, Any]] = []
+    written: list[Path] = []
+    stream = iter(sampler)
+    position, count = 0, 0
+    bar = tqdm(total=n, desc="prepare degrade", unit="pair", disable=not progress, leave=False)
+    epoch = 0
+    while count < n:
+        items = []
+        for _ in range(batch):
+            try:
+                idx, s = next(stream)
+            except StopIteration:
+                epoch += 1
+                sampler.set_epoch(epoch)
+                stream = iter(sampler)
+                idx, s = next(stream)
+            items.append((idx, s))
+        it, micro = position // accumulate + 1, position % accumulate
+        raw = [dataset[(i, s)] for i, s in items]
+        kernels = [[r[k] for k in ("kernel1", "kernel2", "sinc_kernel")] for r in raw]
+        if where == "step":
+            b = collate(raw)
+            choices = draw_batch_choices(step_rng(seed, it, micro), settings, tuple(b["gt"].shape[-2:]))
+            res = synthesise(b["gt"], [b[k] for k in ("kernel1", "kernel2", "sinc_kernel")], settings=settings,
+                             choices=choices, seeds=b["seed"], gens=[torch.Generator() for _ in items], usm=usm,
+                             jpeger=jpeger, sharpen_input=sharpen, keep_sharpened=keep_sharpened)
+            lq, gt = res["lq"], res["gt"]
+            recs = [_sample_record(j, choices, res["draws"], settings) for j in range(len(items))]
+        else:
+            outs = [loader_synth(r["gt"], ks, s) for r, ks, (_, s) in zip(raw, kernels, items)]
+            lq, gt = torch.stack([o["lq"] for o in outs]), torch.stack([o["gt"] for o in outs])
+            recs = [_sample_record(0, o["choices"], o["draws"], settings) for o in outs]
+        base = len(records)
+        for j, ((_, s), r, rec) in enumerate(zip(items, raw, recs)):
+            params = dataset.kernel_params(s)  # type: ignore[attr-defined]
+            records.append({"source": r["gt_path"], "sample_seed": s, "iteration": it, "micro_batch": micro,
+                            "batch_position": j, "kernels": {k: {f: v for f, v in vars(p).items()
+                                                                 if not (isinstance(v, float) and math.isnan(v))}
+                                                             for k, p in params.items()}, **rec})
+        ids = torch.arange(base, base + len(items), dtype=torch.float64)
+        pair = {"lq": lq, "gt": gt, "id": ids}
+        if pool is not None:
+            pair = pool.swap(pair, pool_rng(seed, it, micro), offset=0, global_batch=len(items),
+                             to_device=lambda t: t)
+        for j in range(len(items)):
+            if count >= n:
+                break
+            rid = int(pair["id"][j])
+            stem = f"{count:04d}"
+            written.append(write_image(out / f"{stem}_lq.png", _to_bgr8(pair["lq"][j])))
+            written.append(write_image(out / f"{stem}_gt.png", _to_bgr8(pair["gt"][j])))
+            for name, kern in zip(("kernel1", "kernel2", "sinc"), kernels[rid - base] if rid >= base else
+                                  _kernels_of(dataset, records[rid]["sample_seed"])):
+                written.append(write_image(out / f"{stem}_{name}.png", _kernel_image(kern.numpy())))
+            shown.append({"pair": stem, **records[rid]})  # a sample can train twice: as it came, then from the pool
+            count += 1
+            bar.update(1)
+        position += 1
+    bar.close()
+    meta = {"options": str(opt.name), "model_type": str(opt.model_type), "degrade_in": where, "scale": settings.scale,
+            "gt_size": settings.gt_size, "queue_size": int(opt.queue_size), "manual_seed": seed, "pairs": shown}
+    written.append(atomic_write_json(out / "degrade.json", meta))
+    return DegradeReport(out, count, where, written)
+
+
+def _kernels_of(dataset: Any, sample_seed: int) -> list[Any]:
+    """The three kernels of sample ``sample_seed`` (drawn again: they depend on the seed only)."""
+    import torch  # noqa: PLC0415
+
+    from anysr.data.degradations import make_kernel  # noqa: PLC0415
+
+    params = dataset.kernel_params(sample_seed)
+    return [torch.from_numpy(make_kernel(params[k]).astype(np.float32)) for k in ("kernel1", "kernel2", "sinc_kernel")]

@@ -235,6 +235,7 @@ class Trainer:
         datasets, key = self.opt.datasets, self.train_key
         dopt = datasets[key]
         self.train_set = build_dataset(dopt, f"datasets.{key}")
+        self.model.prepare_train_set(self.train_set)
         self.train_loader, self.sampler = build_train_loader(
             self.train_set, dopt, batch_size=int(dopt.batch_size_per_gpu) * self.acc.batch_multiplier,
             world_size=self.acc.world_size, rank=self.acc.rank, seed=int(self.opt.manual_seed),

@@ -95,6 +95,11 @@ class BaseModel(ABC):
     def setup(self) -> None:
         """Place the networks on the device and build losses, EMA and optimisers (after ``weight_needs``)."""
 
+    def prepare_train_set(self, dataset: Any) -> None:
+        """Called with the training set once it is built; a model may hand it per-sample work for the loader
+        workers (``RealESRGANModel`` with ``degrade_in: loader``). Default: nothing."""
+        del dataset
+
     @abstractmethod
     def train_step(self, batches: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
         """One optimiser step over ``len(batches)`` accumulated micro-batches; the losses, on the device."""
