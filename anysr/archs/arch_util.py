@@ -356,7 +356,12 @@ __all__ = [
 
 
 def input_channels(net: nn.Module, default: int | None = 3) -> int | None:
-    """The channels a network reads: those of its first ``nn.Conv2d`` (``default`` when it has none)."""
+    """The channels a network reads: its ``in_channels`` / ``num_in_ch`` attribute, else those of its first
+    ``nn.Conv2d`` (``default`` when it has none)."""
+    for attr in ("in_channels", "num_in_ch"):
+        value = getattr(net, attr, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
     for module in net.modules():
         if isinstance(module, nn.Conv2d):
             return int(module.in_channels)
