@@ -7,7 +7,7 @@ from typing import Any
 from anysr.accelerators import Accelerator
 from anysr.models.base import BaseModel
 from anysr.models.gan import ESRGANModel, SRGANModel
-from anysr.models.sr import SRModel, SwinIRModel
+from anysr.models.sr import DATModel, DRCTModel, HATModel, SRModel, SwinIRModel
 from anysr.registry import MODEL_REGISTRY
 
 
@@ -17,4 +17,5 @@ def build_model(opt: Any, accelerator: Accelerator) -> BaseModel:
     return cls(opt, accelerator)
 
 
-__all__ = ["BaseModel", "ESRGANModel", "SRGANModel", "SRModel", "SwinIRModel", "build_model"]
+__all__ = ["BaseModel", "DATModel", "DRCTModel", "ESRGANModel", "HATModel", "SRGANModel", "SRModel", "SwinIRModel",
+           "build_model"]
