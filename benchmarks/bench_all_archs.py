@@ -156,7 +156,7 @@ def main() -> None:
     parser.add_argument("--accelerator", default="cpu")
     parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--only", nargs="*", default=None, help="subset of: " + ", ".join(CONFIGS))
+    parser.add_argument("--only", nargs="*", default=None, help="subset (run in this order) of: " + ", ".join(CONFIGS))
     args = parser.parse_args()
 
     acc = create_accelerator(resolve_plan(args.accelerator, 1))
@@ -167,9 +167,11 @@ def main() -> None:
     print("| arch | scale | params (M) train / deployed | GFLOPs (256² out) | train fp32 | train bf16 | "
           "infer fp32 | infer bf16 | load |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for name, (opt, scale, in_ch) in CONFIGS.items():
-        if args.only and name not in args.only:
-            continue
+    unknown = [n for n in args.only or [] if n not in CONFIGS]
+    if unknown:
+        parser.error(f"unknown --only names {unknown}; choose from: {', '.join(CONFIGS)}")
+    for name in args.only or list(CONFIGS):  # in the order given
+        opt, scale, in_ch = CONFIGS[name]
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
         torch.manual_seed(0)
         net = build_network(dict(opt))
