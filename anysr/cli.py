@@ -1,4 +1,4 @@
-"""``anysr train | test | infer | eval | report | prepare | bench | schema``: the command line
+"""``anysr train | test | infer | export | eval | report | prepare | bench | schema``: the command line
 (``python -m anysr.train -opt F`` too)."""
 
 from __future__ import annotations
@@ -75,12 +75,19 @@ def cmd_test(args: argparse.Namespace) -> int:
 
 def cmd_infer(args: argparse.Namespace) -> int:
     from anysr.accelerators import launch, resolve_plan  # noqa: PLC0415
-    from anysr.engine.inference import build_inference_net, infer_worker, list_inputs  # noqa: PLC0415
+    from anysr.engine.inference import (  # noqa: PLC0415
+        InferSettings,
+        check_outscale,
+        infer_worker,
+        list_inputs,
+        resolve_network,  # noqa: PLC0415
+    )
     from anysr.engine.logger import setup_logging  # noqa: PLC0415
 
     setup_logging()
     if not args.arch and not args.opt and not args.weights:
-        raise OptionError("anysr infer needs --weights FILE with --arch NAME or -opt FILE.yml (or --arch bicubic)")
+        raise OptionError("anysr infer needs --weights FILE (with --arch NAME or -opt FILE.yml unless the file says "
+                          "what it is), or --arch bicubic")
     network_opt = None
     if args.opt:
         from anysr.options import load_options  # noqa: PLC0415
@@ -90,14 +97,50 @@ def cmd_infer(args: argparse.Namespace) -> int:
 
     if video_infer.wants_video(args, network_opt):  # a video in or out, or a video network
         return video_infer.run(args, _kv_list(args.arch_opt, "--arch-opt"), network_opt)
-    net, scale = build_inference_net(weights=args.weights, arch=args.arch,
-                                     arch_opts=_kv_list(args.arch_opt, "--arch-opt"), network_opt=network_opt,
-                                     scale=args.scale, param_key=args.param_key)
+    res = resolve_network(weights=args.weights, arch=args.arch, arch_opts=_kv_list(args.arch_opt, "--arch-opt"),
+                          network_opt=network_opt, scale=args.scale, param_key=args.param_key,
+                          dni=_dni(args.dni))
+    settings = InferSettings(scale=res.scale, tile=args.tile, tile_pad=args.tile_pad, suffix=args.suffix,
+                             outscale=check_outscale(args.outscale), resize=args.resize, ext=args.ext,
+                             alpha=args.alpha, progress=not args.no_progress)
     files = list_inputs(Path(args.input))
     plan = resolve_plan(args.accelerator, 1, precision=args.precision,
                         channels_last=args.channels_last)
-    launch(plan, infer_worker, net, files, Path(args.output), scale, args.tile, args.tile_pad, args.suffix)
+    launch(plan, infer_worker, res.net, files, Path(args.output), settings)
     print(f"wrote {len(files)} image(s) to {args.output}")
+    return 0
+
+
+def _dni(values: Sequence[str] | None) -> tuple[str, float] | None:
+    if not values:
+        return None
+    path, weight = values
+    try:
+        w = float(weight)
+    except ValueError:
+        raise OptionError(f"--dni {path} {weight}: the weight must be a number from 0 to 1") from None
+    if not 0.0 <= w <= 1.0:
+        raise OptionError(f"--dni {path} {weight}: the weight of --weights must be from 0 to 1 (1: --weights alone, "
+                          f"0: {path} alone)")
+    return path, w
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from anysr.engine.export import export_weights  # noqa: PLC0415
+    from anysr.engine.logger import setup_logging  # noqa: PLC0415
+
+    setup_logging()
+    network_opt = None
+    if args.opt:
+        from anysr.options import load_options  # noqa: PLC0415
+
+        network_opt = load_options(args.opt, args.force_yml, is_train=False, check_paths=False)["network_g"]
+    reports = export_weights(args.weights, args.to, param_key=args.param_key, arch=args.arch,
+                             arch_opts=_kv_list(args.arch_opt, "--arch-opt"), network_opt=network_opt,
+                             fp16=args.fp16, size=args.size, dynamic=not args.static, opset=args.opset,
+                             check=not args.no_check)
+    for rep in reports:
+        print(rep.summary())
     return 0
 
 
@@ -243,8 +286,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_test)
 
     p = sub.add_parser("infer", help="upscale an image or a folder of images",
-                       description="Upscale images with a trained network (tiled on request).")
-    p.add_argument("--weights", help=".safetensors or BasicSR .pth weights")
+                       description="Upscale images with a trained network (tiled on request): an alpha channel is "
+                       "kept, 16-bit images stay 16-bit, any final scale (--outscale), weight interpolation between "
+                       "two checkpoints (--dni).")
+    p.add_argument("--weights", help=".safetensors or BasicSR .pth weights (an anysr file says which network it "
+                   "holds; other files need --arch or -opt, or anysr[spandrel] to recognise them)")
     p.add_argument("--arch", help="architecture name (e.g. SRVGGNetCompact), or 'bicubic' for MATLAB bicubic")
     p.add_argument("--arch-opt", "--arch_opt", nargs="+", action="extend", default=[], metavar="K=V",
                    help="architecture arguments, e.g. num_conv=16 upscale=4 act_type=prelu")
@@ -255,11 +301,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="output folder; or a video file (the source's frame rate "
                    "and audio are kept)")
     p.add_argument("--scale", type=int, help="upscaling factor (default: the network's)")
-    p.add_argument("--tile", type=_non_negative, default=0, help="tile size in LR pixels (0: whole image)")
+    p.add_argument("--outscale", type=float, default=None,
+                   help="final scale, reached by resizing the network's result (e.g. 3.5 with an x4 network; "
+                        "default: the network's scale)")
+    p.add_argument("--resize", default="bicubic", choices=("bicubic", "area", "cubic", "lanczos"),
+                   help="how --outscale resizes: bicubic (MATLAB-exact, antialiased when shrinking) or OpenCV's "
+                        "area / cubic / lanczos")
+    p.add_argument("--ext", default="png", choices=("png", "auto", "jpg", "webp", "tif", "bmp"),
+                   help="result format (auto: the input's); PNG where the format cannot hold the result "
+                        "(16 bits, alpha)")
+    p.add_argument("--alpha", default="network", choices=("network", "bicubic"),
+                   help="how an alpha channel is upscaled: through the network (as a gray image) or MATLAB bicubic")
+    p.add_argument("--dni", nargs=2, metavar=("WEIGHTS2", "WEIGHT"), default=None,
+                   help="deep network interpolation: WEIGHT x --weights + (1 - WEIGHT) x WEIGHTS2 (two checkpoints "
+                        "of one network, e.g. a denoising strength between a strong and a weak model)")
+    p.add_argument("--tile", type=_non_negative, default=0,
+                   help="tile size in LR pixels (0: whole image); rounded up to the network's window multiple")
     p.add_argument("--tile-pad", "--tile_pad", type=_non_negative, default=10,
                    help="context pixels around each tile")
-    p.add_argument("--param-key", "--param_key", default="params_ema",
-                   help="weights group to use: params_ema (falls back to params) or params")
+    p.add_argument("--param-key", "--param_key", default="auto",
+                   help="weights group: auto (params_ema, else params, else the file's bare state dict), params_ema "
+                        "or params")
     p.add_argument("--suffix", default=None, help="append _SUFFIX to output names")
     p.add_argument("--chunk", type=_non_negative, default=32,
                    help="recurrent video networks: frames kept per pass over a video (0: the whole video at once)")
@@ -273,7 +335,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--channels-last", "--channels_last", action=argparse.BooleanOptionalAction, default=None,
                    help="NHWC memory format for weights and images (default: auto, on where measured faster: "
                         "CPUs, CUDA in bf16/fp16; ignored on XLA)")
+    p.add_argument("--no-progress", "--no_progress", action="store_true",
+                   help="no progress bars (over images, and over the tiles of each image)")
     p.set_defaults(func=cmd_infer)
+
+    p = sub.add_parser("export", help="write weights as plain .pth / .safetensors (chaiNNer, ComfyUI) or ONNX",
+                       description="Export trained weights: a plain state dict (one group, default params_ema, else "
+                       "params) under the original architecture's names, as spandrel-based tools (chaiNNer, "
+                       "ComfyUI, A1111) load it, or an ONNX model (fp32 or fp16; dynamic height/width where the "
+                       "network allows it, else the fixed --size) checked against onnxruntime (needs anysr[onnx]). "
+                       "ECBSR is exported re-parameterised. The format follows each --to suffix.")
+    p.add_argument("weights", help="weights file (.safetensors from anysr, or a .pth)")
+    p.add_argument("--to", required=True, nargs="+", metavar="OUT",
+                   help="output files: plain.pth, plain.safetensors, model.onnx (several at once)")
+    p.add_argument("--arch", help="architecture name, when the file does not say it (anysr files do)")
+    p.add_argument("--arch-opt", "--arch_opt", nargs="+", action="extend", default=[], metavar="K=V",
+                   help="architecture arguments")
+    p.add_argument("-opt", "--opt", help="options file whose network_g describes the network")
+    p.add_argument("--force_yml", nargs="+", action="extend", default=[], metavar="KEY=VALUE", help=argparse.SUPPRESS)
+    p.add_argument("--param-key", "--param_key", default="auto",
+                   help="weights group: auto (params_ema, else params, else the bare state dict), params_ema, params")
+    p.add_argument("--fp16", action="store_true", help="half-precision weights (and ONNX inputs/outputs)")
+    p.add_argument("--size", type=int, default=None,
+                   help="ONNX: input side traced (default 64, rounded up to the window multiple); the fixed size "
+                        "when dynamic sizes are not possible")
+    p.add_argument("--static", action="store_true", help="ONNX: fixed input size (--size) even where dynamic works")
+    p.add_argument("--opset", type=int, default=17, help="ONNX opset")
+    p.add_argument("--no-check", "--no_check", action="store_true",
+                   help="ONNX: skip the onnxruntime comparison (and the dynamic-size check)")
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("bench", help="time training steps and inference of an options file's model",
                        description="Time the training step (real model, optimiser and loss on a synthetic batch of "

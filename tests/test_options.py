@@ -575,7 +575,7 @@ def test_defaults_filled(root: Path) -> None:
     assert train["optim_g"] == {"type": "Adam", "lr": 1e-3}  # unset optimizer keys keep torch's defaults
     assert opt["val"] is None and opt["network_d"] is None
     assert opt["logger"] == {"print_freq": 100, "save_checkpoint_freq": 5000, "use_tb_logger": True,
-                             "save_pth": False, "keep_last": 3,
+                             "save_pth": False, "save_format": ["safetensors"], "keep_last": 3,
                              "wandb": {"project": None, "resume_id": None, "entity": None}}
     assert opt["dist_params"] == {"backend": None, "port": None}
     assert opt["path"]["param_key_g"] == "params" and opt["path"]["strict_load_g"] is True

@@ -356,11 +356,13 @@ __all__ = [
 
 
 def input_channels(net: nn.Module, default: int | None = 3) -> int | None:
-    """The channels a network reads: its declared ``num_in_ch`` (RRDBNet at scale 1 / 2 pixel-unshuffles its input
-    before the first convolution), else those of its first ``nn.Conv2d`` (``default`` when it has none)."""
-    declared = getattr(net, "num_in_ch", None)
-    if isinstance(declared, int) and not isinstance(declared, bool):
-        return declared
+    """The channels a network reads: its declared ``in_channels`` / ``num_in_ch`` (RRDBNet at scale 1 / 2
+    pixel-unshuffles its input before the first convolution), else those of its first ``nn.Conv2d`` (``default``
+    when it has none)."""
+    for attr in ("in_channels", "num_in_ch"):
+        value = getattr(net, attr, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
     for module in net.modules():
         if isinstance(module, nn.Conv2d):
             return int(module.in_channels)

@@ -42,9 +42,10 @@ class LayerNorm2d(nn.Module):
         self.weight = nn.Parameter(torch.ones(channels))
         self.bias = nn.Parameter(torch.zeros(channels))
         self.eps = eps
+        self.shape = (channels,)  # a constant (not the input's traced size): ONNX export needs it so
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.layer_norm(x.permute(0, 2, 3, 1), (x.shape[1],), self.weight, self.bias, self.eps)
+        y = F.layer_norm(x.permute(0, 2, 3, 1), self.shape, self.weight, self.bias, self.eps)
         return y.permute(0, 3, 1, 2)
 
 

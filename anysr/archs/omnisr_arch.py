@@ -338,6 +338,8 @@ class OmniSR(nn.Module):
                                     f"heads), got {num_feat!r}")
         self.res_num = res_num
         self.up_scale = up_scale
+        self.upscale = up_scale  # the name other code reads
+        self.in_channels = num_in_ch  # the first Conv2d registered is not the input conv
         self.window_size = window_size
         self.residual_layer = nn.Sequential(*[
             OSAG(channel_num=num_feat, bias=bias, block_num=block_num, window_size=window_size, pe=pe)

@@ -55,6 +55,7 @@ class Conv3XC(nn.Module):
         self.eval_conv = nn.Conv2d(c_in, c_out, 3, stride=s, padding=1, bias=bias)
         # Derived from the branches above on every eval call: never trained (and so never an unused DDP parameter).
         self.eval_conv.requires_grad_(False)
+        self.folded = False  # True after SPAN.reparameterize(): eval uses eval_conv as it is
 
     @torch.no_grad()
     def fused_weight(self) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -88,7 +89,8 @@ class Conv3XC(nn.Module):
         if self.training:
             out = self.conv(F.pad(x, (1, 1, 1, 1))) + self.sk(x)
         else:
-            self.update_params()
+            if not self.folded:
+                self.update_params()
             out = self.eval_conv(x)
         return F.leaky_relu(out, 0.05) if self.has_relu else out
 
@@ -162,6 +164,15 @@ class SPAN(nn.Module):
         self.conv_cat = nn.Conv2d(f * 4, f, 1, padding=0, bias=True)
         self.conv_2 = Conv3XC(f, f, gain1=2, s=1)
         self.upsampler = nn.Sequential(nn.Conv2d(f, num_out_ch * upscale**2, 3, padding=1), nn.PixelShuffle(upscale))
+
+    def reparameterize(self) -> SPAN:
+        """The deployment form: fold every Conv3XC into its ``eval_conv`` once, and stop refolding on each eval
+        call (what ONNX export traces). The state dict is unchanged; do not train it further."""
+        for module in self.modules():
+            if isinstance(module, Conv3XC):
+                module.update_params()
+                module.folded = True
+        return self
 
     @property
     def is_norm(self) -> bool:

@@ -23,7 +23,7 @@ from anysr.engine.val_metrics import ValMetrics
 from anysr.models import build_model
 from anysr.ops.color import LUMA_RGB
 from anysr.ops.imresize import imresize
-from anysr.ops.tiling import tile_forward
+from anysr.ops.tiling import aligned_tile, tile_forward, tile_multiple
 
 CALIBRATION_SIDE = 128  # input side used to time precision / memory-format candidates for untiled inference
 CROP_SIDE = 128  # side (result pixels) of the fixed crop kept per validation image (TensorBoard, report page)
@@ -83,10 +83,11 @@ def to_gray_where(x: torch.Tensor, gray: torch.Tensor) -> torch.Tensor:
 
 def run_network(net: nn.Module, lq: torch.Tensor, acc: Accelerator, *, scale: int, tile: int | None,
                 tile_pad: int) -> torch.Tensor:
-    """Forward in eval mode under the accelerator's autocast, tiled with fixed-size tiles when asked."""
+    """Forward in eval mode under the accelerator's autocast, tiled with fixed-size tiles when asked (rounded up
+    to the network's ``tile_multiple``, on its window grid)."""
     with torch.no_grad(), acc.autocast():
         if tile:
-            out = tile_forward(net, lq, scale, tile, tile_pad, static=acc.static_shapes)
+            out = tile_forward(net, lq, scale, tile, tile_pad, static=acc.static_shapes, multiple=tile_multiple(net))
         else:
             out = net(lq)
     return out.float()
@@ -254,7 +255,11 @@ def test_worker(acc: Accelerator, opt: Any) -> dict[str, Any]:
         log.info(line)
     val = opt.val
     bare = model.nets["net_g"]
-    side = int(val.tile) + 2 * int(val.tile_pad) if val.tile else CALIBRATION_SIDE
+    if val.tile:
+        tile, pad = aligned_tile(int(val.tile), int(val.tile_pad), tile_multiple(bare))
+        side = tile + 2 * pad
+    else:
+        side = CALIBRATION_SIDE
     acc.calibrate(bare.eval(), model.input_shape(1, input_channels(bare) or 3, side), train=False)
     model.setup()
     net = model.inference_net()

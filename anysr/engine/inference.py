@@ -1,11 +1,14 @@
-"""``anysr infer`` and ``anysr test``: upscale images, or score a network on the test datasets."""
+"""``anysr infer``: upscale images with a trained network (streamed tiles, alpha, any final scale, DNI)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import cv2
 import numpy as np
 import torch
 from torch import nn
@@ -13,23 +16,50 @@ from torch import nn
 from anysr.accelerators import Accelerator
 from anysr.archs import build_network
 from anysr.archs.arch_util import input_channels
-from anysr.data.imageio import IMAGE_EXTENSIONS, list_images, read_image, write_image
+from anysr.data.imageio import IMAGE_EXTENSIONS, list_images, probe_image, read_image, write_image
 from anysr.engine import checkpoint as ckpt
 from anysr.engine.evaluator import CALIBRATION_SIDE, run_network
 from anysr.engine.logger import get_logger, log_start, setup_logging
-from anysr.errors import DataError, OptionError
+from anysr.errors import CheckpointError, DataError, OptionError
 from anysr.ops.color import LUMA_RGB
-from anysr.ops.tiling import plan_tiles
+from anysr.ops.imresize import resize_taps, resize_weights
+from anysr.ops.tiling import aligned_tile, padded_index, plan_tiles, round_up, tile_multiple
 from anysr.registry import plain_options
+
+RESIZE_METHODS = ("bicubic", "area", "cubic", "lanczos")  # bicubic: MATLAB-exact (antialiased when shrinking)
+ALPHA_MODES = ("network", "bicubic")
+EXT_CHOICES = ("png", "auto", "jpg", "webp", "tif", "bmp")
+_CV2_RESIZE = {"area": cv2.INTER_AREA, "cubic": cv2.INTER_CUBIC, "lanczos": cv2.INTER_LANCZOS4}
+# What each output format holds: 16-bit samples, an alpha channel.
+_FORMATS = {".png": (True, True), ".tif": (True, True), ".webp": (False, True), ".jpg": (False, False),
+            ".bmp": (False, False)}
+_NORMAL_EXT = {".jpeg": ".jpg", ".tiff": ".tif", ".ppm": ".png", ".pgm": ".png"}
 
 
 def network_scale(net: nn.Module, default: int | None = None) -> int | None:
     """The upscaling factor a network declares (``upscale`` or ``scale`` attribute), else ``default``."""
     for attr in ("upscale", "scale"):
         value = getattr(net, attr, None)
-        if isinstance(value, int):
+        if isinstance(value, int) and not isinstance(value, bool):
             return value
     return default
+
+
+def measure_scale(net: nn.Module) -> int | None:
+    """The factor ``net`` upscales by, measured with one small forward on the host (None if that fails): the
+    attributes can mislead (SwinIR's ``upscale`` with no upsampler is x1) or be absent (EDSR, RCAN)."""
+    side = round_up(16, tile_multiple(net))
+    was_training = net.training
+    try:
+        with torch.no_grad():
+            out = net.eval()(torch.rand(1, input_channels(net) or 3, side, side))
+    except (RuntimeError, ValueError, TypeError):
+        return None
+    finally:
+        net.train(was_training)
+    if not isinstance(out, torch.Tensor) or out.dim() != 4 or out.shape[-1] % side or out.shape[-2] % side:
+        return None
+    return int(out.shape[-1] // side) or None
 
 
 def list_inputs(path: Path) -> list[Path]:
@@ -45,6 +75,34 @@ def list_inputs(path: Path) -> list[Path]:
 
 
 @dataclass(frozen=True)
+class InferSettings:
+    """What ``anysr infer`` does around the network: tiles, the final scale, the alpha channel, the file format.
+
+    ``outscale``: the final scale (None: the network's), reached by resizing the network's result with ``resize``
+    (``bicubic``: MATLAB-exact, antialiased when shrinking; ``area`` / ``cubic`` / ``lanczos``: OpenCV's).
+    ``alpha``: an alpha channel goes through the ``network`` (as a gray image) or is resized ``bicubic``.
+    ``ext``: ``png``, ``auto`` (the input's format) or a format; one that cannot hold a result (16 bits in JPEG or
+    WebP, alpha in JPEG or BMP) gives a PNG instead, with a warning.
+    """
+
+    scale: int
+    tile: int | None = None
+    tile_pad: int = 10
+    suffix: str | None = None
+    outscale: float | None = None
+    resize: str = "bicubic"
+    ext: str = "png"
+    alpha: str = "network"
+    progress: bool = True
+
+    def output_size(self, h: int, w: int) -> tuple[int, int]:
+        """The result's (height, width) for an ``h`` x ``w`` input: ``int(side * outscale)`` as Real-ESRGAN."""
+        if self.outscale is None:
+            return h * self.scale, w * self.scale
+        return max(1, int(h * self.outscale + 1e-6)), max(1, int(w * self.outscale + 1e-6))
+
+
+@dataclass(frozen=True)
 class _Pixels:
     """How an input image's values map to [0, 1] and how results are stored."""
 
@@ -54,12 +112,10 @@ class _Pixels:
     gray: bool
 
 
-def _pixels(img: np.ndarray, path: Path) -> tuple[np.ndarray, _Pixels]:
-    """The colour channels of an input (HW gray or HWC BGR, as stored) and its value mapping.
-
-    8-bit gives 8-bit results, 16-bit 16-bit; float images (TIFF/EXR) must hold values in [0, 1] and give 16-bit
-    PNGs. An alpha channel is dropped (with a warning).
-    """
+def _pixels(img: np.ndarray, path: Path) -> tuple[np.ndarray, np.ndarray | None, _Pixels]:
+    """The colour channels of an input (HW gray or HWC BGR, as stored), its alpha plane (or None) and its value
+    mapping. 8-bit gives 8-bit results, 16-bit 16-bit; float images (TIFF/EXR) must hold values in [0, 1] and
+    give 16-bit results."""
     if img.dtype == np.uint8:
         px = _Pixels(255.0, 255, np.uint8, img.ndim == 2)
     elif img.dtype == np.uint16:
@@ -72,12 +128,16 @@ def _pixels(img: np.ndarray, path: Path) -> tuple[np.ndarray, _Pixels]:
         px = _Pixels(1.0, 65535, np.uint16, img.ndim == 2)
     else:
         raise DataError(f"{path}: unsupported pixel type {img.dtype}; give 8- or 16-bit images (or float in [0, 1])")
+    alpha = None
     if img.ndim == 3 and img.shape[2] == 4:
-        get_logger().warning("%s: alpha channel dropped (only the colour channels are upscaled)", path)
-        img = img[:, :, :3]
+        img, alpha = img[:, :, :3], img[:, :, 3]
+    elif img.ndim == 3 and img.shape[2] == 2:  # gray + alpha
+        img, alpha = img[:, :, 0], img[:, :, 1]
     elif img.ndim == 3 and img.shape[2] == 1:
-        img, px = img[:, :, 0], _Pixels(px.in_max, px.out_max, px.out_dtype, True)
-    return img, px
+        img = img[:, :, 0]
+    if img.ndim == 2 and not px.gray:
+        px = _Pixels(px.in_max, px.out_max, px.out_dtype, True)
+    return img, alpha, px
 
 
 def _to_input(window: np.ndarray, px: _Pixels, channels: int, acc: Accelerator) -> torch.Tensor:
@@ -104,15 +164,31 @@ def _to_stored(out: torch.Tensor, px: _Pixels, acc: Accelerator) -> np.ndarray:
     return acc.to_host(q).numpy().astype(px.out_dtype)
 
 
+def _window(img: np.ndarray, rows: np.ndarray, cols: np.ndarray, y: int, x: int, h: int, w: int) -> np.ndarray:
+    """``img[y:y+h, x:x+w]`` of the image padded through the ``rows`` / ``cols`` index maps (a view when the
+    window lies inside the image)."""
+    if y + h <= img.shape[0] and x + w <= img.shape[1]:
+        return img[y:y + h, x:x + w]
+    return img[rows[y:y + h]][:, cols[x:x + w]]
+
+
 def upscale_image(net: nn.Module, img: np.ndarray, px: _Pixels, acc: Accelerator, *, scale: int, tile: int | None,
-                  tile_pad: int, channels: int, path: Path) -> np.ndarray:
+                  tile_pad: int, channels: int, path: Path,
+                  on_tile: Callable[[int, int], None] | None = None) -> np.ndarray:
     """``img`` (as stored) through ``net``; the result in the stored form.
 
     With ``tile``, tiles stream into the integer output buffer: memory is one tile plus the input and output
-    images themselves, whatever the image size. Without, the whole image goes through at once.
+    images themselves, whatever the image size. Without, the whole image goes through at once. Tile and pad are
+    rounded up to the network's ``tile_multiple``, and windows past the image's bottom / right read it padded as
+    the network pads, so every tile lies on the network's window grid (``ops.tiling``). ``on_tile(done, total)``
+    is called after each tile.
     """
     h, w = img.shape[:2]
-    if not tile or (h <= tile and w <= tile and not acc.static_shapes):
+    multiple = tile_multiple(net)
+    if tile:
+        tile, tile_pad = aligned_tile(tile, tile_pad, multiple)
+    hp, wp = round_up(h, multiple), round_up(w, multiple)
+    if not tile or (hp <= tile and wp <= tile and not acc.static_shapes):
         try:
             out = run_network(net, _to_input(img, px, channels, acc), acc, scale=scale, tile=None, tile_pad=0)
         except (MemoryError, RuntimeError) as exc:
@@ -121,21 +197,25 @@ def upscale_image(net: nn.Module, img: np.ndarray, px: _Pixels, acc: Accelerator
             raise DataError(f"{path}: out of memory upscaling a {w}x{h} image in one piece; use --tile 512 (or "
                             "smaller): tiles bound the memory whatever the image size") from None
         return _to_stored(out, px, acc)
-    if acc.static_shapes and (h < tile + 2 * tile_pad or w < tile + 2 * tile_pad):
+    if acc.static_shapes and (hp < tile + 2 * tile_pad or wp < tile + 2 * tile_pad):
         # smaller than one window: padded to it by tile_forward, so XLA still sees its one shape
         return _to_stored(run_network(net, _to_input(img, px, channels, acc), acc, scale=scale, tile=tile,
                                       tile_pad=tile_pad), px, acc)
-    plan = plan_tiles(h, w, tile, tile_pad)
+    plan = plan_tiles(hp, wp, tile, tile_pad)
+    rows, cols = padded_index(h, hp), padded_index(w, wp)
     result: np.ndarray | None = None
-    for oy, ox, wy, wx in plan.jobs:
-        window = img[wy:wy + plan.win_h, wx:wx + plan.win_w]
+    for k, (oy, ox, wy, wx) in enumerate(plan.jobs):
+        window = _window(img, rows, cols, wy, wx, plan.win_h, plan.win_w)
         piece = _to_stored(run_network(net, _to_input(window, px, channels, acc), acc, scale=scale, tile=None,
                                        tile_pad=0), px, acc)
         if result is None:
             result = np.empty((h * scale, w * scale, *piece.shape[2:]), dtype=piece.dtype)
         ry, rx = (oy - wy) * scale, (ox - wx) * scale
-        result[oy * scale:(oy + plan.tile_h) * scale, ox * scale:(ox + plan.tile_w) * scale] = \
-            piece[ry:ry + plan.tile_h * scale, rx:rx + plan.tile_w * scale]
+        th, tw = min(plan.tile_h, h - oy) * scale, min(plan.tile_w, w - ox) * scale  # the last ones cropped
+        if th > 0 and tw > 0:
+            result[oy * scale:oy * scale + th, ox * scale:ox * scale + tw] = piece[ry:ry + th, rx:rx + tw]
+        if on_tile is not None:
+            on_tile(k + 1, len(plan.jobs))
     assert result is not None
     return result
 
@@ -146,11 +226,73 @@ def _out_of_memory(exc: RuntimeError) -> bool:
         or "can't allocate memory" in text or "not enough memory" in text
 
 
-def output_paths(files: list[Path], out_dir: Path, suffix: str | None) -> list[Path]:
-    """Where each input's result goes; refuses to overwrite an input or to write two results to one file."""
+# --------------------------------------------------------------------------------------------- around the network
+def _resize_matlab(img: np.ndarray, out_h: int, out_w: int, out_max: int, block: int = 64) -> np.ndarray:
+    """MATLAB ``imresize(img, [out_h out_w])`` (bicubic, antialiased when shrinking) of a stored 8/16-bit image,
+    rounded back to its type; computed in float32 over blocks of output rows (memory: the result and a block)."""
+    h, w = img.shape[:2]
+    src_h, w_h = resize_taps(h, out_h / h, out_h)
+    ww = resize_weights(w, out_w / w, out_w).astype(np.float32)
+    out = np.empty((out_h, out_w, *img.shape[2:]), dtype=img.dtype)
+    for r0 in range(0, out_h, block):
+        r1 = min(r0 + block, out_h)
+        rows = img[src_h[r0:r1]].astype(np.float32)  # (b, taps, w, ...)
+        weights = w_h[r0:r1].astype(np.float32).reshape(r1 - r0, -1, *([1] * (img.ndim - 1)))
+        part = (rows * weights).sum(axis=1)  # (b, w, ...)
+        part = np.tensordot(part, ww, axes=([1], [1]))  # (b, ..., out_w)
+        part = np.moveaxis(part, -1, 1)  # (b, out_w, ...)
+        out[r0:r1] = np.clip(np.round(part), 0, out_max).astype(img.dtype)
+    return out
+
+
+def resize_result(img: np.ndarray, out_h: int, out_w: int, method: str, out_max: int) -> np.ndarray:
+    """A stored result (HW / HWC, 8/16-bit) resized to ``out_h`` x ``out_w`` with ``method`` (``RESIZE_METHODS``)."""
+    if img.shape[:2] == (out_h, out_w):
+        return img
+    if method == "bicubic":
+        return _resize_matlab(img, out_h, out_w, out_max)
+    return cv2.resize(img, (out_w, out_h), interpolation=_CV2_RESIZE[method])
+
+
+def _merge_alpha(color: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """BGR (or gray) + alpha -> BGRA (a gray image is repeated in B, G and R: PNG writers take 1, 3 or 4
+    channels)."""
+    if color.ndim == 2:
+        color = np.repeat(color[:, :, None], 3, axis=2)
+    return np.concatenate([color, alpha[:, :, None]], axis=2)
+
+
+def _output_ext(src: Path, ext: str, alpha: bool, deep: bool) -> tuple[str, str | None]:
+    """The result's suffix for ``src`` and, when the asked format cannot hold it, why PNG is used instead."""
+    want = src.suffix.lower() if ext == "auto" else "." + ext.lower().lstrip(".")
+    want = _NORMAL_EXT.get(want, want)
+    if want not in _FORMATS:
+        want = ".png"
+    holds_deep, holds_alpha = _FORMATS[want]
+    if deep and not holds_deep:
+        return ".png", f"{want[1:]} cannot hold 16-bit samples"
+    if alpha and not holds_alpha:
+        return ".png", f"{want[1:]} cannot hold an alpha channel"
+    return want, None
+
+
+def output_paths(files: list[Path], out_dir: Path, suffix: str | None, ext: str = "png") -> list[Path]:
+    """Where each input's result goes; refuses to overwrite an input or to write two results to one file.
+
+    With ``ext`` other than png, each input's header says whether the format can hold its result (16 bits,
+    alpha); if not, that result is a PNG (logged)."""
     if out_dir.exists() and not out_dir.is_dir():
         raise DataError(f"-o {out_dir}: exists and is not a folder; give a folder for the results")
-    outs = [out_dir / (f"{p.stem}_{suffix}.png" if suffix else f"{p.stem}.png") for p in files]
+    outs = []
+    for p in files:
+        alpha = deep = False
+        if ext != "png":
+            info = probe_image(p)
+            alpha, deep = info.channels in (2, 4), info.bits > 8
+        suffix_ext, why = _output_ext(p, ext, alpha, deep)
+        if why:
+            get_logger().warning("%s: writing a PNG (%s)", p, why)
+        outs.append(out_dir / (f"{p.stem}_{suffix}{suffix_ext}" if suffix else f"{p.stem}{suffix_ext}"))
     inputs = {p.resolve() for p in files}
     seen: dict[Path, Path] = {}
     for src, dst in zip(files, outs):
@@ -164,51 +306,191 @@ def output_paths(files: list[Path], out_dir: Path, suffix: str | None) -> list[P
     return outs
 
 
-def infer_worker(acc: Accelerator, net: nn.Module, files: list[Path], out_dir: Path, scale: int,
-                 tile: int | None, tile_pad: int, suffix: str | None) -> list[Path]:
-    """Upscale ``files`` one by one on ``acc`` and write PNGs into ``out_dir``.
+@dataclass
+class _Bars:
+    """Progress over images and, for tiled images, over tiles (main rank, when asked)."""
 
-    Grayscale inputs stay grayscale; 16-bit inputs give 16-bit results (not rounded to 8 bits); a one-channel
-    network takes grayscale images.
+    enabled: bool
+    images: Any = None
+    tiles: Any = None
+    _tqdm: Any = field(default=None, repr=False)
+
+    def over_images(self, items: list[Any]) -> Iterator[Any]:
+        from tqdm import tqdm  # noqa: PLC0415
+
+        self._tqdm = tqdm
+        self.images = tqdm(items, desc="infer", unit="img", disable=not self.enabled, dynamic_ncols=True)
+        yield from self.images
+
+    def on_tile(self, done: int, total: int) -> None:
+        if not self.enabled or total <= 1:
+            return
+        if self.tiles is None or self.tiles.total != total or done == 1:
+            if self.tiles is not None:
+                self.tiles.close()
+            self.tiles = self._tqdm(total=total, desc="tiles", unit="tile", leave=False, dynamic_ncols=True,
+                                    position=1)
+        self.tiles.update(1)
+        if done == total:
+            self.tiles.close()
+            self.tiles = None
+
+
+def process_image(net: nn.Module, path: Path, acc: Accelerator, settings: InferSettings, in_ch: int | None,
+                  on_tile: Callable[[int, int], None] | None = None) -> np.ndarray:
+    """One input through the network (and its alpha through the network or bicubic), at the final scale."""
+    img, alpha, px = _pixels(read_image(path, flag="unchanged"), path)
+    if in_ch == 1 and not px.gray:
+        raise DataError(f"{path}: this network takes one channel (grayscale / Y); give grayscale images")
+    h, w = img.shape[:2]
+    channels = 1 if in_ch == 1 else 3
+
+    def through_network(plane: np.ndarray, pixels: _Pixels) -> np.ndarray:
+        return upscale_image(net, plane, pixels, acc, scale=settings.scale, tile=settings.tile,
+                             tile_pad=settings.tile_pad, channels=channels, path=path, on_tile=on_tile)
+
+    result = through_network(img, px)
+    del img
+    if alpha is not None:
+        if settings.alpha == "network":
+            big_alpha = through_network(alpha, _Pixels(px.in_max, px.out_max, px.out_dtype, True))
+        else:
+            stored = alpha if px.in_max == px.out_max else \
+                np.clip(np.round(alpha.astype(np.float64) / px.in_max * px.out_max), 0, px.out_max).astype(px.out_dtype)
+            big_alpha = _resize_matlab(stored, h * settings.scale, w * settings.scale, px.out_max)
+        result = _merge_alpha(result, big_alpha)
+    out_h, out_w = settings.output_size(h, w)
+    return resize_result(result, out_h, out_w, settings.resize, px.out_max)
+
+
+def infer_worker(acc: Accelerator, net: nn.Module, files: list[Path], out_dir: Path,
+                 settings: InferSettings) -> list[Path]:
+    """Upscale ``files`` one by one on ``acc`` and write them into ``out_dir``.
+
+    Grayscale inputs stay grayscale; 16-bit inputs give 16-bit results (not rounded to 8 bits); an alpha channel
+    is kept; a one-channel network takes grayscale images.
     """
-    from tqdm import tqdm  # noqa: PLC0415
-
     setup_logging(enabled=acc.is_main)
-    outs = output_paths(files, out_dir, suffix)
+    outs = output_paths(files, out_dir, settings.suffix, settings.ext)
     in_ch = input_channels(net, default=None)
-    side = tile + 2 * tile_pad if tile else CALIBRATION_SIDE
+    multiple = tile_multiple(net)
+    if settings.tile:
+        tile, pad = aligned_tile(settings.tile, settings.tile_pad, multiple)
+        if (tile, pad) != (settings.tile, settings.tile_pad):
+            get_logger().info("--tile %d --tile-pad %d rounded up to %d / %d: multiples of the network's window "
+                              "grid (%d)", settings.tile, settings.tile_pad, tile, pad, multiple)
+        side = tile + 2 * pad
+    else:
+        side = round_up(CALIBRATION_SIDE, multiple)
     acc.calibrate(net.eval(), (1, in_ch or 3, side, side), train=False)
     log_start("infer", acc)
     net = acc.prepare_model(net).eval()
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for path, dst in tqdm(list(zip(files, outs))[acc.rank::acc.world_size], desc="infer", disable=not acc.is_main,
-                          dynamic_ncols=True):
-        img, px = _pixels(read_image(path, flag="unchanged"), path)
-        if in_ch == 1 and not px.gray:
-            raise DataError(f"{path}: this network takes one channel (grayscale / Y); give grayscale images")
-        result = upscale_image(net, img, px, acc, scale=scale, tile=tile, tile_pad=tile_pad,
-                               channels=1 if in_ch == 1 else 3, path=path)
-        del img
+    bars = _Bars(enabled=acc.is_main and settings.progress)
+    for path, dst in bars.over_images(list(zip(files, outs))[acc.rank::acc.world_size]):
+        result = process_image(net, path, acc, settings, in_ch, on_tile=bars.on_tile)
         write_image(dst, result)
         written.append(dst)
     acc.barrier()
     return written
 
 
-def build_inference_net(*, weights: str | None, arch: str | None, arch_opts: dict[str, Any],
-                        network_opt: dict[str, Any] | None, scale: int | None, param_key: str,
-                        strict: bool = True) -> tuple[nn.Module, int]:
-    """The network and its scale from ``--arch`` (+ options), an options file, or the weights' own metadata."""
+# --------------------------------------------------------------------------------------------- the network
+@dataclass
+class ResolvedNetwork:
+    """A network built for inference or export, and where it came from.
+
+    ``net_opt``: the ``network_g`` options that rebuild it (None for a network spandrel recognised);
+    ``group``: the weights group read (None: the file is one bare state dict, or no file); ``meta``: the
+    weights file's metadata."""
+
+    net: nn.Module
+    scale: int
+    net_opt: dict[str, Any] | None
+    group: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class SpandrelNetwork(nn.Module):
+    """A network spandrel recognised from a foreign weights file, called through its descriptor (which pads the
+    input to what the architecture needs); ``tile_multiple`` and ``upscale`` from the descriptor."""
+
+    def __init__(self, descriptor: Any) -> None:
+        super().__init__()
+        self.model = descriptor.model
+        self._descriptor = descriptor
+        req = descriptor.size_requirements
+        self.tile_multiple: int = max(1, int(getattr(req, "multiple_of", 1) or 1))
+        self.upscale: int = int(descriptor.scale)
+        self.architecture: str = str(descriptor.architecture.name)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._descriptor(x)  # type: ignore[no-any-return]
+
+
+def _spandrel_network(state: dict[str, torch.Tensor], weights: str) -> nn.Module:
+    """The network spandrel (``anysr[spandrel]``, when installed) recognises in ``state``, else OptionError."""
+    need = ("pass --arch NAME [--arch-opt k=v ...] or -opt FILE.yml (the weights file carries no anysr "
+            "metadata to rebuild it from)")
+    try:
+        import spandrel  # noqa: PLC0415
+    except ImportError:
+        raise OptionError(f"no network given: {need}, or install anysr[spandrel] to recognise the architecture "
+                          "of foreign weights") from None
+    try:
+        desc = spandrel.ModelLoader().load_from_state_dict(state)
+    except Exception as exc:  # noqa: BLE001 - spandrel raises its own types for files it does not know
+        raise OptionError(f"no network given and spandrel does not recognise {weights} ({type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0] if str(exc) else ''}); {need}") from None
+    if not isinstance(getattr(desc, "model", None), nn.Module) or not hasattr(desc, "scale"):
+        raise OptionError(f"spandrel recognises {weights} as {desc.architecture.name}, which is not an image "
+                          f"upscaler or restorer; {need}")
+    get_logger().info("network recognised by spandrel: %s x%d", desc.architecture.name, desc.scale)
+    return SpandrelNetwork(desc.eval())
+
+
+def interpolate_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], weight: float, *,
+                        source_a: str, source_b: str) -> dict[str, torch.Tensor]:
+    """Deep network interpolation: ``weight * a + (1 - weight) * b`` for every floating tensor (others from
+    ``a``). The two must have the same names and shapes (one network trained two ways)."""
+    problems, bad = ckpt.state_dict_mismatch(a, b)
+    if problems:
+        raise CheckpointError(f"--dni {source_b} does not match --weights {source_a}: " + "; ".join(problems)
+                              + ". Fix: interpolate two checkpoints of the same network\n"
+                              + ckpt.mismatch_table(a, b))
+    out = {}
+    for name, ta in a.items():
+        tb = b[name]
+        out[name] = (ta.float() * weight + tb.float() * (1.0 - weight)).to(ta.dtype) \
+            if ta.is_floating_point() else ta.clone()
+    return out
+
+
+def resolve_network(*, weights: str | None, arch: str | None, arch_opts: dict[str, Any],
+                    network_opt: dict[str, Any] | None, scale: int | None, param_key: str,
+                    strict: bool = True, dni: tuple[str, float] | None = None) -> ResolvedNetwork:
+    """The network (with its weights loaded) from ``--arch`` (+ options), an options file, the weights' own
+    metadata, or (``anysr[spandrel]``) what spandrel recognises in a foreign file; ``dni``: (second weights file,
+    weight of the first) to interpolate between two checkpoints."""
     log = get_logger()
     if arch == "bicubic" or (arch or "").lower() == "bicubic":
         if not scale:
             raise OptionError("--arch bicubic needs --scale")
-        return build_network({"type": "Bicubic", "upscale": scale}), scale
+        opt = {"type": "Bicubic", "upscale": scale}
+        return ResolvedNetwork(build_network(opt), scale, opt)
     meta: dict[str, Any] = {}
     state = None
+    group = None
     if weights:
-        state, meta = ckpt.load_weights(weights, param_key, key_option="--param-key")
+        state, meta, group = ckpt.read_weights(weights, param_key, key_option="--param-key")
+    if dni is not None:
+        if state is None:
+            raise OptionError("--dni needs --weights (the first of the two checkpoints)")
+        other, _, _ = ckpt.read_weights(dni[0], param_key, key_option="--param-key")
+        state = interpolate_weights(dict(state), dict(other), dni[1], source_a=str(weights), source_b=dni[0])
+        log.info("weights interpolated: %g x %s + %g x %s", dni[1], weights, 1 - dni[1], dni[0])
+    net_opt: dict[str, Any] | None
     if arch:
         net_opt = {"type": arch, **arch_opts}
     elif network_opt is not None:
@@ -216,19 +498,43 @@ def build_inference_net(*, weights: str | None, arch: str | None, arch_opts: dic
     elif "network_g" in meta:
         net_opt = dict(meta["network_g"])
         log.info("network rebuilt from the weights' metadata: %s", net_opt["type"])
+    elif state is not None:
+        net_opt = None
     else:
         raise OptionError("no network given: pass --arch NAME [--arch-opt k=v ...] or -opt FILE.yml "
-                          "(the weights file has no anysr metadata to rebuild it from)")
-    net = build_network(net_opt, key_path="--arch-opt" if arch else "network_g")
-    if state is not None:
-        ckpt.load_into(net, state, strict=strict, source=str(weights),
-                       fix="check --arch and --arch-opt (or the -opt file's network_g) against the file")
-    elif any(True for _ in net.parameters()):
-        raise OptionError("--weights is required for a network with parameters")
-    net_scale = network_scale(net, meta["scale"] if "scale" in meta else None)
+                          "(and --weights FILE)")
+    if net_opt is None:
+        assert state is not None
+        net = _spandrel_network(dict(state), str(weights))
+    else:
+        net = build_network(net_opt, key_path="--arch-opt" if arch else "network_g")
+        if state is not None:
+            ckpt.load_into(net, state, strict=strict, source=str(weights),
+                           fix="check --arch and --arch-opt (or the -opt file's network_g) against the file")
+        elif any(True for _ in net.parameters()):
+            raise OptionError("--weights is required for a network with parameters")
+    net_scale = measure_scale(net) or network_scale(net, meta["scale"] if "scale" in meta else None)
     if scale and net_scale and scale != net_scale:
         raise OptionError(f"--scale {scale} but the network upscales x{net_scale}; drop --scale or fix it")
     final = scale or net_scale
     if not final:
         raise OptionError("cannot tell the network's scale: pass --scale")
-    return net, int(final)
+    return ResolvedNetwork(net, int(final), net_opt, group, meta)
+
+
+def build_inference_net(*, weights: str | None, arch: str | None, arch_opts: dict[str, Any],
+                        network_opt: dict[str, Any] | None, scale: int | None, param_key: str,
+                        strict: bool = True, dni: tuple[str, float] | None = None) -> tuple[nn.Module, int]:
+    """The network and its scale (``resolve_network`` without the provenance)."""
+    res = resolve_network(weights=weights, arch=arch, arch_opts=arch_opts, network_opt=network_opt, scale=scale,
+                          param_key=param_key, strict=strict, dni=dni)
+    return res.net, res.scale
+
+
+def check_outscale(outscale: float | None) -> float | None:
+    """``--outscale``: a positive finite number (None: the network's scale)."""
+    if outscale is None:
+        return None
+    if not math.isfinite(outscale) or outscale <= 0:
+        raise OptionError(f"--outscale {outscale}: give a positive final scale, e.g. 3.5")
+    return float(outscale)

@@ -538,8 +538,16 @@ class Trainer:
             meta = {"network_g": self.opt.network_g.to_dict(), "scale": self.opt.scale, "iteration": it,
                     "name": self.opt.name}
             ckpt.save_weights(self.models_dir / f"net_g_{it}.safetensors", weights, meta)
-            if self.log_opt.save_pth:
+            formats = self.log_opt.save_format
+            if self.log_opt.save_pth or "pth" in formats:
                 ckpt.save_weights_pth(self.models_dir / f"net_g_{it}.pth", weights)
+            plain = [f for f in formats if f.startswith("plain.")]
+            if plain:  # the EMA weights when there are, in their deployment form (as `anysr export`)
+                from anysr.engine.export import save_deployable  # noqa: PLC0415
+
+                save_deployable([self.models_dir / f"net_g_{it}.{f}" for f in plain]
+                                + [self.models_dir / f"net_g_latest.{f}" for f in plain],
+                                weights.get("params_ema", weights["params"]), meta["network_g"], int(self.opt.scale))
             ckpt.save_training_state(self.states_dir / f"{it}.state", state)
             ckpt.save_weights(self.models_dir / "net_g_latest.safetensors", weights, meta)
             ckpt.prune_training_states(self.states_dir, self.log_opt.keep_last)

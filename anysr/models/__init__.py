@@ -8,7 +8,7 @@ from anysr.accelerators import Accelerator
 from anysr.models.base import BaseModel
 from anysr.models.gan import ESRGANModel, SRGANModel
 from anysr.models.realesrgan import RealESRGANModel, RealESRNetModel
-from anysr.models.sr import SRModel, SwinIRModel
+from anysr.models.sr import DATModel, DRCTModel, HATModel, SRModel, SwinIRModel
 from anysr.models.video import EDVRModel, VideoBaseModel, VideoRecurrentGANModel, VideoRecurrentModel
 from anysr.registry import MODEL_REGISTRY
 
@@ -19,5 +19,6 @@ def build_model(opt: Any, accelerator: Accelerator) -> BaseModel:
     return cls(opt, accelerator)
 
 
-__all__ = ["BaseModel", "EDVRModel", "ESRGANModel", "RealESRGANModel", "RealESRNetModel", "SRGANModel", "SRModel",
-           "SwinIRModel", "VideoBaseModel", "VideoRecurrentGANModel", "VideoRecurrentModel", "build_model"]
+__all__ = ["BaseModel", "DATModel", "DRCTModel", "EDVRModel", "ESRGANModel", "HATModel", "RealESRGANModel",
+           "RealESRNetModel", "SRGANModel", "SRModel", "SwinIRModel", "VideoBaseModel", "VideoRecurrentGANModel",
+           "VideoRecurrentModel", "build_model"]

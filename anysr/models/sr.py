@@ -81,3 +81,20 @@ class SRModel(BaseModel):
 @MODEL_REGISTRY.register()
 class SwinIRModel(SRModel):
     """BasicSR's name for SwinIR training; here the arch pads to its window itself, so it is SRModel."""
+
+
+@MODEL_REGISTRY.register()
+class HATModel(SRModel):
+    """The HAT authors' model type (XPixelGroup/HAT): SRModel whose test pads inputs to a multiple of the window
+    and tiles them by the top-level ``tile`` option. Here HAT pads itself and ``tile`` sets ``val.tile``."""
+
+
+@MODEL_REGISTRY.register()
+class DATModel(SRModel):
+    """The DAT authors' model type (zhengchen1999/DAT): SRModel with an optional split test (``val.use_chop``,
+    accepted); ``val.tile`` tiles instead."""
+
+
+@MODEL_REGISTRY.register()
+class DRCTModel(SRModel):
+    """The DRCT authors' model type (ming053l/DRCT): HATModel's padding and tiling, as SRModel here."""

@@ -154,6 +154,14 @@ def _auto_or_bool(value: Any) -> str | None:
     return None if isinstance(value, bool) or value == "auto" else "must be 'auto', true or false"
 
 
+SAVE_FORMATS = ("safetensors", "pth", "plain.pth", "plain.safetensors")
+
+
+def _save_formats(value: list[str]) -> str | None:
+    bad = [v for v in value if v not in SAVE_FORMATS]
+    return f"unknown format(s) {', '.join(map(repr, bad))}; choose from {', '.join(SAVE_FORMATS)}" if bad else None
+
+
 def _filename_tmpl(value: str) -> str | None:
     return None if value.count("{}") == 1 else "must contain '{}' exactly once (where the file stem goes)"
 
@@ -407,6 +415,12 @@ def _top_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> 
                     "training reads exactly one, keep one")
     if not ctx.is_train and out.get("val") is None and "val" in out:
         out["val"] = validate_section(VAL, {}, "val", ctx)  # a test without a val section: the defaults
+    tile, val = out.get("tile"), out.get("val")
+    if isinstance(tile, dict) and good(tile, "tile_size") and isinstance(val, dict):
+        if good(val, "tile") and val["tile"] != tile["tile_size"]:
+            ctx.add("tile.tile_size", f"{tile['tile_size']} differs from val.tile ({val['tile']}); keep one")
+        else:
+            val["tile"], val["tile_pad"] = tile["tile_size"], tile["tile_pad"]
     if ctx.is_train and out.get("train") is None and "train" in out:
         ctx.add("train", "required when training (at least total_iter, optim_g and a loss such as pixel_opt)")
     _realesrgan_rule(out, ctx)
@@ -750,6 +764,7 @@ DATASET = Section(
         "lq_from_gt": Field(bool, default=False,
                             doc="Make LQ from GT with MATLAB bicubic (then dataroot_lq is not needed)."),
         **REALESRGAN_DATASET_FIELDS,
+        "task": Field((str, None), keep=False, doc="Accepted (the DAT authors' option files: SR) and ignored."),
         "phase": Field(str, choices=PHASES, default_doc="from the key prefix (train, val, test)",
                        doc="Set by the loader from the dataset key."),
         "scale": Field(int, default_doc="the top-level scale",
@@ -781,7 +796,8 @@ PATH = Section(
         "pretrain_network_g": Field((str, None), default=None,
                                     doc="Weights to start from; an existing file."),
         "param_key_g": Field((str, None), default="params",
-                             doc="Key in the weights file ('params_ema' too)."),
+                             doc="Weights group: 'params', 'params_ema' (falls back to 'params'), or 'auto' "
+                                 "('params_ema', then 'params', then a bare state dict)."),
         "strict_load_g": Field(bool, default=True, doc="Require every weight to match."),
         "pretrain_network_d": Field((str, None), default=None,
                                     doc="Discriminator weights; an existing file."),
@@ -969,9 +985,16 @@ VAL = Section(
         "metrics": Field((MapOf(METRIC), None), default=None,
                          doc="Named metrics, e.g. psnr: {type: calculate_psnr}."),
         **VIDEO_VAL_FIELDS,
+        "use_chop": Field(bool, keep=False,
+                          doc="Accepted (the DAT authors' memory-saving split test) and ignored; val.tile does that."),
     },
     rule=_val_rule,
 )
+
+TILE = Section({
+    "tile_size": Field(int, required=True, check=at_least(1), doc="Tile size (LQ pixels): val.tile."),
+    "tile_pad": Field(int, default=10, check=at_least(0), doc="Overlap (LQ pixels): val.tile_pad."),
+})
 
 WANDB = Section({
     "project": Field((str, None), default=None, doc="wandb project (null: wandb off)."),
@@ -986,7 +1009,13 @@ LOGGER = Section({
     "use_tb_logger": Field(bool, default=True,
                            doc="Write TensorBoard logs to <experiments_root>/tb_logger (needs anysr[tensorboard]); "
                                "view them with tensorboard --logdir experiments."),
-    "save_pth": Field(bool, default=False, doc="Also write BasicSR .pth weights."),
+    "save_pth": Field(bool, default=False, doc="Also write BasicSR .pth weights (same as 'pth' in save_format)."),
+    "save_format": Field(ListOf(str), default=["safetensors"], check=_save_formats,
+                         expect=f"list of {', '.join(SAVE_FORMATS)}",
+                         doc="Weights written at every save, as models/net_g_<iter>.<format> (and net_g_latest.*): "
+                             "safetensors (always: anysr's file, both groups, rebuild metadata), pth (BasicSR's "
+                             "{params, params_ema}), plain.pth / plain.safetensors (one bare state dict, the EMA "
+                             "weights when there are, for chaiNNer / ComfyUI / spandrel; as `anysr export`)."),
     "keep_last": Field((int, None), default=3, check=at_least(1),
                        doc="Training states to keep (null: all)."),
     "wandb": Field(WANDB, default={}, doc="Weights & Biases."),
@@ -1027,6 +1056,9 @@ OPTIONS = Section(
         "path": Field(PATH, default={}, doc="Input weights and output folders."),
         "train": Field((TRAIN, None), default=None, doc="Training settings (required when training)."),
         "val": Field((VAL, None), default=None, doc="Validation / test settings (null: no validation)."),
+        "tile": Field((TILE, None), default=None,
+                      doc="The HAT / DRCT authors' tiled test ({tile_size, tile_pad}): sets val.tile and "
+                          "val.tile_pad."),
         "logger": Field(LOGGER, default={}, doc="Logging and checkpoint frequency."),
         "dist_params": Field(DIST_PARAMS, default={}, doc="Distributed settings."),
         **REALESRGAN_FIELDS,

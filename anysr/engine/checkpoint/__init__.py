@@ -24,10 +24,13 @@ from anysr.engine.checkpoint.weights import (
     load_into,
     load_model_weights,
     load_weights,
+    mismatch_table,
+    read_weights,
     read_weights_metadata,
     save_weights,
     save_weights_pth,
     state_dict_mismatch,
+    strip_container_prefix,
 )
 
 __all__ = [
@@ -43,11 +46,14 @@ __all__ = [
     "load_model_weights",
     "load_training_state",
     "load_weights",
+    "mismatch_table",
     "prune_training_states",
+    "read_weights",
     "read_weights_metadata",
     "save_training_state",
     "save_weights",
     "save_weights_pth",
     "state_dict_mismatch",
+    "strip_container_prefix",
     "tree_digest",
 ]

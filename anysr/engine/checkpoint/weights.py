@@ -140,21 +140,34 @@ def _is_state_dict(obj: Any) -> bool:
     return isinstance(obj, Mapping) and bool(obj) and all(isinstance(v, torch.Tensor) for v in obj.values())
 
 
+AUTO_KEY = "auto"
+_AUTO_ORDER = ("params_ema", "params")
+
+
 def _pick_group(available: list[str], param_key: str, path: Path, extra: tuple[str, ...] = (),
                 key_option: str = "path.param_key_g") -> str:
-    """The group to load: ``param_key``; ``params_ema`` falls back to ``params``; ``params`` to ``extra``."""
-    if param_key in available:
+    """The group to load: ``param_key``; ``params_ema`` falls back to ``params``; ``params`` to ``extra``.
+
+    ``auto``: ``params_ema``, then ``params``, then ``extra``, then the only group there is."""
+    if param_key == AUTO_KEY:
+        for name in (*_AUTO_ORDER, *extra):
+            if name in available:
+                return name
+        if len(available) == 1:
+            return available[0]
+    elif param_key in available:
         return param_key
     if param_key == "params_ema" and "params" in available:
         logger.info("%s holds no 'params_ema' (EMA) weights, as Real-ESRGAN's releases; loading 'params'", path)
         return "params"
-    for alt in extra:
+    for alt in extra if param_key != AUTO_KEY else ():
         if alt in available:
             if param_key == "params_ema":
                 logger.info("%s holds no 'params_ema' (EMA) weights; loading '%s'", path, alt)
             return alt
     listed = ", ".join(repr(k) for k in available) or "none"
-    raise CheckpointError(f"weights {path} have no '{param_key}' entry; it holds: {listed}. "
+    wanted = "'params_ema' or 'params'" if param_key == AUTO_KEY else f"'{param_key}'"
+    raise CheckpointError(f"weights {path} have no {wanted} entry; it holds: {listed}. "
                           f"Fix: set {key_option} to one of them")
 
 
@@ -219,9 +232,10 @@ def _checked_anysr_meta(raw_meta: Mapping[str, str], names: list[str],
     return groups, digests, _decode_metadata(raw_meta)
 
 
-def _load_safetensors(path: Path, param_key: str | None,
-                      key_option: str = "path.param_key_g") -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Tensors of ``param_key`` (all of them for a foreign file; none when None) and the metadata."""
+def _load_safetensors(path: Path, param_key: str | None, key_option: str = "path.param_key_g"
+                      ) -> tuple[dict[str, torch.Tensor], dict[str, Any], str | None]:
+    """Tensors of ``param_key`` (all of them for a foreign file; none when None), the metadata and the group read
+    (None: the whole file)."""
     group = None
     try:
         with safe_open(str(path), framework="pt", device="cpu") as f:
@@ -229,10 +243,10 @@ def _load_safetensors(path: Path, param_key: str | None,
             names = list(f.keys())
             if not any(key in raw_meta for key in _RESERVED_META):  # a plain file from another tool
                 sd = {n: f.get_tensor(n) for n in names} if param_key is not None else {}
-                return sd, _decode_metadata(raw_meta)
+                return sd, _decode_metadata(raw_meta), None
             groups, digests, meta = _checked_anysr_meta(raw_meta, names, path)
             if param_key is None:
-                return {}, meta
+                return {}, meta, None
             group = _pick_group(groups, param_key, path, key_option=key_option)
             prefix = group + "."
             sd = {n[len(prefix):]: f.get_tensor(n) for n in names if n.startswith(prefix)}
@@ -245,7 +259,7 @@ def _load_safetensors(path: Path, param_key: str | None,
     if digests[group] != tree_digest(sd):
         raise CheckpointError(f"weights {path}: checksum mismatch in '{group}' (the file changed "
                               f"after it was written). {_WEIGHTS_FIX}")
-    return sd, meta
+    return sd, meta, group
 
 
 def _stored_zip(f: BinaryIO) -> bool:
@@ -290,7 +304,11 @@ def _check_zip_crcs(path: Path) -> None:
                               f"download or copy). {_WEIGHTS_FIX}")
 
 
-def _load_torch_weights(path: Path, param_key: str, key_option: str = "path.param_key_g") -> dict[str, torch.Tensor]:
+_FOREIGN_GROUPS = ("state_dict", "model", "net_g", "netG", "generator")
+
+
+def _load_torch_weights(path: Path, param_key: str,
+                        key_option: str = "path.param_key_g") -> tuple[dict[str, torch.Tensor], str | None]:
     stamp, mappable = _scan_torch_file(path)
     if stamp != "absent" and stamp != "ok":
         what = "checksum mismatch" if stamp == "mismatch" else "truncated or corrupt end of archive"
@@ -306,15 +324,15 @@ def _load_torch_weights(path: Path, param_key: str, key_option: str = "path.para
         raise CheckpointError(f"weights {path} cannot be loaded: {describe_load_error(exc)}. "
                               f"{_WEIGHTS_FIX}") from exc
     if _is_state_dict(obj):
-        return dict(obj)
+        return dict(obj), None
     if not isinstance(obj, Mapping):
         raise CheckpointError(f"weights {path} hold a {type(obj).__name__}, not a state dict. "
                               f"{_WEIGHTS_FIX}")
     if STATE_KEY in obj:
         raise _training_state_given(path)
     available = [str(k) for k, v in obj.items() if _is_state_dict(v)]
-    group = _pick_group(available, param_key, path, extra=("state_dict",), key_option=key_option)
-    return dict(obj[group])
+    group = _pick_group(available, param_key, path, extra=_FOREIGN_GROUPS, key_option=key_option)
+    return dict(obj[group]), group
 
 
 def _training_state_given(path: Path) -> CheckpointError:
@@ -340,10 +358,18 @@ def load_weights(path: PathLike, param_key: str = "params", *,
     through ``safe_open``; ``.pth``/``.pt``/``.ckpt`` (BasicSR ``{'params', 'params_ema'}``, a bare state dict,
     or a ``state_dict`` entry) go through ``torch.load(weights_only=True, mmap=True)``, legacy pre-1.6 files
     without ``mmap``. The tensors are views of the file's pages: copy them into the net (``load_into``) and
-    drop them. ``params_ema`` falls back to ``params`` (one info line). Leading ``module.`` / ``_orig_mod.``
-    are stripped from the names. Foreign ``.pth`` archives are checked against their zip CRCs, and weights
-    holding NaN or infinity are refused. ``key_option`` names the option that sets ``param_key`` in errors.
+    drop them. ``params_ema`` falls back to ``params`` (one info line); ``auto`` takes ``params_ema``, then
+    ``params``, then a bare state dict. Leading ``module.`` / ``_orig_mod.`` are stripped from the names.
+    Foreign ``.pth`` archives are checked against their zip CRCs, and weights holding NaN or infinity are
+    refused. ``key_option`` names the option that sets ``param_key`` in errors.
     """
+    sd, meta, _ = read_weights(path, param_key, key_option=key_option)
+    return sd, meta
+
+
+def read_weights(path: PathLike, param_key: str = "params", *, key_option: str = "path.param_key_g"
+                 ) -> tuple[dict[str, torch.Tensor], dict[str, Any], str | None]:
+    """``load_weights`` that also says which group it read (None: the file is one bare state dict)."""
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"weights {path} do not exist. {_WEIGHTS_FIX}")
@@ -353,11 +379,11 @@ def load_weights(path: PathLike, param_key: str = "params", *,
     if STATE_RE.match(path.name):
         raise _training_state_given(path)
     if _weights_kind(path) == "safetensors":
-        sd, meta = _load_safetensors(path, param_key, key_option)
+        sd, meta, group = _load_safetensors(path, param_key, key_option)
     else:
-        sd, meta = _load_torch_weights(path, param_key, key_option), {}
+        (sd, group), meta = _load_torch_weights(path, param_key, key_option), {}
     _check_finite(sd, path)
-    return _strip_wrapper_prefixes(sd, path), meta
+    return _strip_wrapper_prefixes(sd, path), meta, group
 
 
 def read_weights_metadata(path: PathLike) -> dict[str, Any]:
@@ -372,6 +398,63 @@ def read_weights_metadata(path: PathLike) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------- into a network
+_CONTAINER_PREFIXES = ("module.", "netG.", "net_g.", "model.", "generator.", "_orig_mod.")
+
+
+def strip_container_prefix(sd: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    """Drop a prefix that every name shares (``netG.``, ``model.``, ``module.``, ...: the network was saved inside
+    a wrapper); returns the state dict and the prefix removed ('' when none)."""
+    out, removed = dict(sd), ""
+    for _ in range(3):  # nested wrappers, e.g. model.module.
+        names = list(out)
+        prefix = next((p for p in _CONTAINER_PREFIXES if names and all(n.startswith(p) for n in names)), None)
+        if prefix is None:
+            break
+        out = {n[len(prefix):]: v for n, v in out.items()}
+        removed += prefix
+    return out, removed
+
+
+def _align_prefixes(own: Mapping[str, Any], sd: Mapping[str, Any], source: str) -> Mapping[str, Any]:
+    """``sd`` with a wrapper prefix every name shares removed, when that makes more of its names the network's."""
+    if not sd or all(k in own for k in sd):
+        return sd
+    stripped, prefix = strip_container_prefix(sd)
+    if prefix and sum(k in own for k in stripped) > sum(k in own for k in sd):
+        logger.info("%s: names start with '%s' (the network was saved inside a wrapper); stripped", source, prefix)
+        return stripped
+    return sd
+
+
+def _shape(t: Any) -> str:
+    return str(tuple(t.shape)) if isinstance(t, torch.Tensor) else "-"
+
+
+def mismatch_table(own: Mapping[str, Any], theirs: Mapping[str, Any], limit: int = 20) -> str:
+    """A table of the names whose tensors do not fit: shape differs, missing from the file, not in the network
+    (at most ``limit`` rows, then how many more); '' when everything fits."""
+    rows: list[tuple[str, str, str, str]] = []
+    for k, mine in own.items():
+        other = theirs.get(k)
+        if other is None:
+            rows.append((k, "-", _shape(mine), "missing from the file"))
+        elif isinstance(mine, torch.Tensor) and isinstance(other, torch.Tensor) and other.shape != mine.shape:
+            rows.append((k, _shape(other), _shape(mine), "shape differs"))
+    rows.extend((k, _shape(v), "-", "not in the network") for k, v in theirs.items() if k not in own)
+    if not rows:
+        return ""
+    order = {"shape differs": 0, "missing from the file": 1, "not in the network": 2}
+    rows.sort(key=lambda r: order[r[3]])  # stable: network / file order within each kind
+    shown = rows[:limit]
+    head = ("name", "file", "network", "")
+    widths = [max(len(r[i]) for r in [head, *shown]) for i in range(3)]
+    lines = ["  ".join(cell.ljust(widths[i]) if i < 3 else cell for i, cell in enumerate(r)).rstrip()
+             for r in [head, *shown]]
+    if len(rows) > limit:
+        lines.append(f"... and {len(rows) - limit} more")
+    return "\n".join("  " + line for line in lines)
+
+
 def state_dict_mismatch(own: Mapping[str, Any], theirs: Mapping[str, Any]) -> tuple[list[str], set[str]]:
     """How ``theirs`` differs from ``own`` (missing / unexpected keys, shape mismatches, first few of each),
     and the names whose shapes differ."""
@@ -397,15 +480,21 @@ def load_into(net: nn.Module, state_dict: Mapping[str, Any], *, strict: bool, so
                          "what matches") -> None:
     """Load ``state_dict`` into ``net``.
 
-    Missing / unexpected keys or shape mismatches raise CheckpointError naming ``source`` when ``strict``;
-    otherwise the tensors whose name and shape match are loaded and the rest is logged as skipped
-    (loading nothing at all is still an error: the file is for another network).
+    A wrapper prefix every name shares (``netG.``, ``model.``, ...) is removed when the network's names lack it.
+    Missing / unexpected keys or shape mismatches raise CheckpointError naming ``source`` (a summary line, the
+    fix, then a table of the names that do not fit) when ``strict``; otherwise the tensors whose name and shape
+    match are loaded (a shape-compatible partial load, e.g. the body of an x2 network into an x4 one to fine-tune)
+    and the rest is logged as skipped, with the table (loading nothing at all is still an error: the file is for
+    another network).
     """
     own = net.state_dict()
+    state_dict = _align_prefixes(own, state_dict, source)
     problems, bad = state_dict_mismatch(own, state_dict)
     if strict:
         if problems:
-            raise CheckpointError(f"{source} does not fit the network: " + "; ".join(problems) + f". Fix: {fix}")
+            fitting = sum(1 for k in own if k in state_dict and k not in bad)
+            raise CheckpointError(f"{source} does not fit the network ({fitting} of {len(own)} tensors fit): "
+                                  + "; ".join(problems) + f". Fix: {fix}\n" + mismatch_table(own, state_dict))
         net.load_state_dict(dict(state_dict), strict=True)
         return
     matching = {k: v for k, v in state_dict.items() if k in own and k not in bad}
@@ -415,8 +504,8 @@ def load_into(net: nn.Module, state_dict: Mapping[str, Any], *, strict: bool, so
                               f"{first(list(own), 3)}). Fix: check network_g and the file")
     net.load_state_dict(matching, strict=False)
     if problems:
-        logger.warning("%s: loaded %d of %d network tensors; skipped %s", source, len(matching), len(own),
-                       "; ".join(problems))
+        logger.warning("%s: loaded %d of %d network tensors; skipped %s (those keep their initial values)\n%s",
+                       source, len(matching), len(own), "; ".join(problems), mismatch_table(own, state_dict))
 
 
 def load_model_weights(model: Any, *, fresh: bool, stand_ins: bool = False) -> list[str]:
