@@ -24,10 +24,11 @@ import torch
 from conftest import DATASETS, ROOT, run_cli, tiny_train_options, write_options
 from safetensors.torch import load_file
 
-from anysr.accelerators.process import Interrupted, StopSignals
+from anysr.accelerators.launcher import _cause
+from anysr.accelerators.process import Interrupted, StopSignals, WorkerExit
 from anysr.engine import checkpoint as ckpt
 from anysr.engine.runlock import RunLock
-from anysr.errors import CheckpointError, OptionError, describe_os_error
+from anysr.errors import PEER_FAILED, CheckpointError, OptionError, describe_os_error
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="2")  # as run_cli: same kernels, same sums
 
@@ -157,8 +158,11 @@ def test_a_rank_that_fails_mid_run_ends_the_job(tmp_path: Path) -> None:
     proc = run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path, check=False,
                    timeout=300)
     assert proc.returncode == 2 and time.time() - t0 < 120, proc.stdout + proc.stderr
-    # libpng may print its own diagnostic first ("libpng error: ..."); anysr says one line
-    errors = [ln for ln in proc.stderr.splitlines() if ln.strip() and not ln.startswith("libpng")]
+    # Native libraries may print their own diagnostics: libpng first ("libpng error: ..."), and now and then the
+    # C++ runtime of the rank whose gloo connection the failing rank closed ("terminate called ...", then SIGABRT;
+    # the parent still reports the error rank 0 told). anysr says one line.
+    native = ("libpng", "terminate called")
+    errors = [ln for ln in proc.stderr.splitlines() if ln.strip() and not ln.startswith(native)]
     assert len(errors) == 1 and "zz_broken.png cannot be decoded" in errors[0], proc.stderr
     assert "Traceback" not in proc.stderr
 
@@ -425,3 +429,11 @@ def test_options_name_too_long_is_an_option_error(tmp_path: Path) -> None:
     with pytest.raises(OptionError, match=r"name: must be a non-empty name without '/' of at most 200 bytes"):
         validate_options({"name": "n" * 201, "scale": 2, "network_g": {"type": "EDSR", "upscale": 2}},
                          is_train=False, root=tmp_path)
+
+
+def test_the_told_error_is_reported_before_a_peers_death() -> None:
+    # a peer aborted by the broken collective was seen first; rank 0 had told its error
+    assert _cause([WorkerExit(1, -6), WorkerExit(0, 2)]) == WorkerExit(0, 2)
+    # a killed rank is the cause of its peer's lost contact
+    assert _cause([WorkerExit(0, PEER_FAILED), WorkerExit(1, -9)]) == WorkerExit(1, -9)
+    assert _cause([WorkerExit(1, PEER_FAILED), WorkerExit(0, PEER_FAILED)]) == WorkerExit(1, PEER_FAILED)

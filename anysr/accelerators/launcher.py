@@ -121,11 +121,20 @@ def _spawn(plan: LaunchPlan, fn: Callable[..., Any], args: tuple[Any, ...]) -> N
     if signum is not None and all(e.code == 128 + signum for e in bad):
         raise AlreadyReported(128 + signum)  # rank 0 said what was saved
     if bad:
-        raise _failure(bad[0])
+        raise _failure(_cause(bad))
+
+
+def _cause(bad: list[WorkerExit]) -> WorkerExit:
+    """The failure to report among those seen (in the order they ended): an error a worker told itself (status 2)
+    comes first, since a peer can die of it (a broken collective, even an abort in the runtime) before the teller
+    has exited; then the first death or crash; a rank that only lost its peers last."""
+    told = [e for e in bad if e.code == 2]
+    own = [e for e in bad if e.code != PEER_FAILED]
+    return (told or own or bad)[0]
 
 
 def _failure(first: WorkerExit) -> AnysrError:
-    """The parent's error for the worker that failed first (silent when the worker told it itself)."""
+    """The parent's error for the worker whose failure caused the others' (silent when it told it itself)."""
     if first.code == 2:
         return AlreadyReported(2)
     if first.code == PEER_FAILED:
