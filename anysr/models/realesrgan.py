@@ -149,12 +149,18 @@ class _Synthesis:
         """The batch the losses read (the models say which GT each loss uses)."""
         return {"lq": lq, "gt": gt}
 
-    # ---------------------------------------------------------------- state
-    def _pool_state(self) -> dict[str, Any]:
-        assert self.pool is not None
-        return self.pool.state_dict(self.acc.all_gather_object, self.acc.to_host)
+    def train_step(self, batches: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        return super().train_step(self._fed(batches))  # type: ignore[misc]
 
-    def _load_pool_state(self, state: dict[str, Any]) -> None:
+    # ---------------------------------------------------------------- state
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = super().state_dict()  # type: ignore[misc]
+        if self.pool is not None:
+            state["pool"] = self.pool.state_dict(self.acc.all_gather_object, self.acc.to_host)
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)  # type: ignore[misc]
         if self.pool is not None and "pool" in state:
             b = self._local_batch()
             self.pool.load_state_dict(state["pool"], offset=self.acc.rank * b, batch=b, where="the training state")
@@ -179,19 +185,6 @@ class RealESRNetModel(_Synthesis, SRModel):
     def update_learning_rate(self, current_iter: int) -> None:
         self.current_iter = current_iter
         super().update_learning_rate(current_iter)
-
-    def train_step(self, batches: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        return super().train_step(self._fed(batches))
-
-    def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
-        if self.pool is not None:
-            state["pool"] = self._pool_state()
-        return state
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        self._load_pool_state(state)
 
 
 @MODEL_REGISTRY.register()
@@ -242,16 +235,3 @@ class RealESRGANModel(_Synthesis, SRGANModel):
         # The generator step does not update the discriminator: call the bare module (no DDP reduction).
         losses["l_g_gan"] = self.generator_adv_loss(self.bare("net_d")(output), batch["gt"])
         return output, losses
-
-    def train_step(self, batches: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        return super().train_step(self._fed(batches))
-
-    def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
-        if self.pool is not None:
-            state["pool"] = self._pool_state()
-        return state
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        self._load_pool_state(state)
