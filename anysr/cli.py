@@ -54,7 +54,7 @@ def _plan_from_options(opt: Any, launcher: str = "auto", precision: str | None =
 # ---------------------------------------------------------------------- commands
 def cmd_train(args: argparse.Namespace) -> int:
     from anysr.accelerators import launch  # noqa: PLC0415
-    from anysr.engine.trainer import train_worker  # noqa: PLC0415
+    from anysr.engine.training.trainer import train_worker  # noqa: PLC0415
     from anysr.options import load_options  # noqa: PLC0415
 
     opt = load_options(args.opt, args.force_yml, is_train=True)
@@ -65,7 +65,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_test(args: argparse.Namespace) -> int:
     from anysr.accelerators import launch  # noqa: PLC0415
-    from anysr.engine.evaluator import test_worker  # noqa: PLC0415
+    from anysr.engine.evaluation.evaluator import test_worker  # noqa: PLC0415
     from anysr.options import load_options  # noqa: PLC0415
 
     opt = load_options(args.opt, args.force_yml, is_train=False)
@@ -75,7 +75,7 @@ def cmd_test(args: argparse.Namespace) -> int:
 
 def cmd_infer(args: argparse.Namespace) -> int:
     from anysr.accelerators import launch, resolve_plan  # noqa: PLC0415
-    from anysr.engine.inference import (  # noqa: PLC0415
+    from anysr.engine.inference.images import (  # noqa: PLC0415
         InferSettings,
         check_outscale,
         infer_worker,
@@ -93,7 +93,7 @@ def cmd_infer(args: argparse.Namespace) -> int:
         from anysr.options import load_options  # noqa: PLC0415
 
         network_opt = load_options(args.opt, args.force_yml, is_train=False)["network_g"]
-    from anysr.engine import video_infer  # noqa: PLC0415
+    from anysr.engine.inference import video as video_infer  # noqa: PLC0415
 
     if video_infer.wants_video(args, network_opt):  # a video in or out, or a video network
         return video_infer.run(args, _kv_list(args.arch_opt, "--arch-opt"), network_opt)
@@ -126,7 +126,7 @@ def _dni(values: Sequence[str] | None) -> tuple[str, float] | None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from anysr.engine.export import export_weights  # noqa: PLC0415
+    from anysr.engine.inference.export import export_weights  # noqa: PLC0415
     from anysr.engine.logger import setup_logging  # noqa: PLC0415
 
     setup_logging()
@@ -145,7 +145,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from anysr.engine.folder_eval import evaluate_folders, parse_metrics  # noqa: PLC0415
+    from anysr.engine.evaluation.folder_eval import evaluate_folders, parse_metrics  # noqa: PLC0415
 
     metrics = parse_metrics(args.metrics)
     kwargs = {"crop_border": args.crop_border, "y_channel": not args.rgb, "json_path": args.json,
@@ -157,14 +157,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
         evaluate_folders(args.gt, sr, args.scale, **kwargs)  # numpy only: no device needed
         return 0
     from anysr.accelerators import launch, resolve_plan  # noqa: PLC0415
-    from anysr.engine.folder_eval import eval_worker  # noqa: PLC0415
+    from anysr.engine.evaluation.folder_eval import eval_worker  # noqa: PLC0415
 
     launch(resolve_plan(args.accelerator, 1, precision="fp32"), eval_worker, args.gt, sr, args.scale, kwargs)
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from anysr.engine.report import write_report  # noqa: PLC0415
+    from anysr.engine.evaluation.report import write_report  # noqa: PLC0415
 
     folder = Path(args.experiment)
     if not folder.is_dir() and not any(sep in args.experiment for sep in "/\\"):

@@ -17,8 +17,8 @@ from conftest import DATASETS, FIXTURE_TOL, run_cli
 from metric_files import write_metric_weights
 from safetensors.torch import load_file
 
-from anysr.engine.folder_eval import evaluate_folders, parse_metrics
-from anysr.engine.val_metrics import read_fid_reference
+from anysr.engine.evaluation.folder_eval import evaluate_folders, parse_metrics
+from anysr.engine.evaluation.val_metrics import read_fid_reference
 from anysr.errors import DataError, OptionError
 from anysr.metrics.fid import fid_from_features
 

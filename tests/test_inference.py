@@ -15,7 +15,7 @@ from conftest import DATASETS, run_cli
 from anysr.accelerators import create_accelerator, resolve_plan
 from anysr.archs import build_network
 from anysr.engine import checkpoint as ck
-from anysr.engine.inference import (
+from anysr.engine.inference.images import (
     InferSettings,
     _Pixels,
     measure_scale,

@@ -27,7 +27,7 @@ from safetensors.torch import load_file
 from anysr.accelerators.launcher import _cause
 from anysr.accelerators.process import Interrupted, StopSignals, WorkerExit
 from anysr.engine import checkpoint as ckpt
-from anysr.engine.runlock import RunLock
+from anysr.engine.training.runlock import RunLock
 from anysr.errors import PEER_FAILED, CheckpointError, OptionError, describe_os_error
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="2")  # as run_cli: same kernels, same sums
@@ -257,7 +257,8 @@ def test_one_run_per_experiment_folder(tmp_path: Path, small_train_dir: Path) ->
 
 def test_run_lock_is_exclusive_and_released(tmp_path: Path) -> None:
     with RunLock(tmp_path / "exp", what="training"):
-        script = ("import sys\nfrom anysr.engine.runlock import RunLock\nfrom anysr.errors import OptionError\n"
+        script = ("import sys\nfrom anysr.engine.training.runlock import RunLock\n"
+                  "from anysr.errors import OptionError\n"
                   f"try:\n    RunLock({str(tmp_path / 'exp')!r}).acquire()\nexcept OptionError as e:\n"
                   "    print(e); sys.exit(3)\n")
         proc = subprocess.run([sys.executable, "-c", script], env=ENV, capture_output=True, text=True)

@@ -19,7 +19,7 @@ from anysr.data.degradations import bicubic_degrade
 from anysr.data.imageio import read_image
 from anysr.data.transforms import img2tensor
 from anysr.data.video_datasets import bd_degrade, degrade_frame, frame_window
-from anysr.engine.video_eval import pad_indices, plan_chunks
+from anysr.engine.evaluation.video_eval import pad_indices, plan_chunks
 from anysr.errors import DataError, OptionError
 from anysr.options import validate_dataset
 
@@ -230,7 +230,7 @@ def test_clip_metrics_average_per_clip_then_over_clips(reds: dict[str, Path], tm
     from anysr.accelerators import resolve_plan
     from anysr.accelerators.launcher import create_accelerator
     from anysr.data import build_eval_loader
-    from anysr.engine.video_eval import evaluate_clips
+    from anysr.engine.evaluation.video_eval import evaluate_clips
     from anysr.metrics import psnr_torch
     from anysr.options.loader import validate_options
 

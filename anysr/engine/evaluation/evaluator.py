@@ -18,8 +18,8 @@ from anysr.data import build_dataset, build_eval_loader
 from anysr.data.imageio import write_image
 from anysr.data.transforms import tensor2img
 from anysr.engine import checkpoint as ckpt
+from anysr.engine.evaluation.val_metrics import ValMetrics
 from anysr.engine.logger import get_logger, log_start, setup_logging
-from anysr.engine.val_metrics import ValMetrics
 from anysr.models import build_model
 from anysr.ops.color import LUMA_RGB
 from anysr.ops.imresize import imresize
@@ -279,7 +279,7 @@ def test_worker(acc: Accelerator, opt: Any) -> dict[str, Any]:
         if save_dir is not None and acc.is_main:
             save_dir.mkdir(parents=True, exist_ok=True)
         acc.barrier()
-        from anysr.engine.video_eval import evaluate_clips, is_clip_loader  # noqa: PLC0415  (it imports this module)
+        from anysr.engine.evaluation.video_eval import evaluate_clips, is_clip_loader  # noqa: PLC0415  (it imports this module)
 
         common = dict(dataset=dopt.name, scale=scale, tile=val.tile, tile_pad=int(val.tile_pad), save_dir=save_dir,
                       suffix=val.suffix, progress=True, phase="test")

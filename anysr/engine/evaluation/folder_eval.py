@@ -211,7 +211,7 @@ def evaluate_folders(gt_dir: PathLike, sr_dir: PathLike | Sequence[PathLike], sc
     if csv_path is not None:
         _write_csv(csv_path, results, labels, chosen)
     if report_path is not None:
-        from anysr.engine.eval_report import write_eval_report  # noqa: PLC0415
+        from anysr.engine.evaluation.eval_report import write_eval_report  # noqa: PLC0415
 
         echo(f"wrote {write_eval_report(report_path, results, labels, chosen, pairs_per_folder, int(scale))}")
     _print_averages(results, labels, chosen, echo)
@@ -227,7 +227,7 @@ _WEIGHT_HINTS = {
 
 def _metric_models(chosen: list[str], weights: Mapping[str, Sequence[PathLike]], lpips_net: str,
                    fid_stats: PathLike | None, acc: Any) -> dict[str, Any]:
-    from anysr.engine.val_metrics import build_metric_module, read_fid_reference  # noqa: PLC0415
+    from anysr.engine.evaluation.val_metrics import build_metric_module, read_fid_reference  # noqa: PLC0415
 
     models: dict[str, Any] = {"fid_stats": None}
     device = acc.device if acc is not None else torch.device("cpu")

@@ -27,7 +27,7 @@ from anysr.accelerators import Accelerator
 from anysr.archs.basicvsr_arch import reflect_index
 from anysr.data.imageio import write_image
 from anysr.data.transforms import tensor2img
-from anysr.engine.evaluator import EvalResult, quantize
+from anysr.engine.evaluation.evaluator import EvalResult, quantize
 from anysr.engine.logger import get_logger
 from anysr.errors import AnysrError, DataError, OptionError
 from anysr.metrics import TORCH_METRICS

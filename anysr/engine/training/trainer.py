@@ -18,12 +18,12 @@ from anysr.archs.arch_util import input_channels
 from anysr.atomic import atomic_write_bytes, atomic_write_json
 from anysr.data import build_dataset, build_eval_loader, build_train_loader
 from anysr.engine import checkpoint as ckpt
-from anysr.engine.evaluator import EvalResult, evaluate
+from anysr.engine.evaluation.evaluator import EvalResult, evaluate
+from anysr.engine.evaluation.report import History, save_crops, write_report
+from anysr.engine.evaluation.val_metrics import ValMetrics
+from anysr.engine.evaluation.video_eval import evaluate_clips, is_clip_loader
 from anysr.engine.logger import MetricWriter, Progress, Timer, format_eta, get_logger, log_start, setup_logging
-from anysr.engine.report import History, save_crops, write_report
-from anysr.engine.runlock import LOCK_NAME, RunLock
-from anysr.engine.val_metrics import ValMetrics
-from anysr.engine.video_eval import evaluate_clips, is_clip_loader
+from anysr.engine.training.runlock import LOCK_NAME, RunLock
 from anysr.errors import (
     AnysrError,
     CheckpointError,
@@ -543,7 +543,7 @@ class Trainer:
                 ckpt.save_weights_pth(self.models_dir / f"net_g_{it}.pth", weights)
             plain = [f for f in formats if f.startswith("plain.")]
             if plain:  # the EMA weights when there are, in their deployment form (as `anysr export`)
-                from anysr.engine.export import save_deployable  # noqa: PLC0415
+                from anysr.engine.inference.export import save_deployable  # noqa: PLC0415
 
                 save_deployable([self.models_dir / f"net_g_{it}.{f}" for f in plain]
                                 + [self.models_dir / f"net_g_latest.{f}" for f in plain],

@@ -29,9 +29,9 @@ from anysr.data.imageio import write_image
 from anysr.data.video_datasets import frame_window
 from anysr.data.video_io import FrameSource, SourceInfo, VideoWriter, is_video_file
 from anysr.engine import checkpoint as ckpt
-from anysr.engine.inference import _Pixels, _to_input, _to_stored, network_scale, upscale_image
+from anysr.engine.evaluation.video_eval import chunked_outputs, window_forward
+from anysr.engine.inference.images import _Pixels, _to_input, _to_stored, network_scale, upscale_image
 from anysr.engine.logger import get_logger, log_start, setup_logging
-from anysr.engine.video_eval import chunked_outputs, window_forward
 from anysr.errors import DataError, OptionError
 from anysr.options.video import WEIGHT_PATH_ARGS
 from anysr.registry import ARCH_REGISTRY, plain_options
@@ -101,7 +101,7 @@ def build_video_net(args: argparse.Namespace, arch_opts: dict[str, Any],
                     network_opt: Any | None) -> tuple[nn.Module, int]:
     """The network and its scale for ``anysr infer`` on videos (``build_inference_net``'s sources, with the
     sub-network weight paths of video option files left out: the weights file holds the whole network)."""
-    from anysr.engine.inference import build_inference_net  # noqa: PLC0415
+    from anysr.engine.inference.images import build_inference_net  # noqa: PLC0415
 
     if args.arch and args.arch.lower() == "bicubic" or arch_kind(network_type(args, network_opt) or "") == "image":
         opt = None if network_opt is None else without_weight_paths(plain_options(network_opt))

@@ -35,7 +35,7 @@ from anysr.engine.checkpoint.integrity import save_stamped
 from anysr.errors import CheckpointError, OptionError
 from anysr.ops.tiling import round_up, tile_multiple
 
-logger = logging.getLogger("anysr.engine.export")
+logger = logging.getLogger("anysr.engine.inference.export")
 
 EXPORT_SUFFIXES = (".pth", ".safetensors", ".onnx")
 PLAIN_FORMAT = "anysr-plain"
@@ -280,7 +280,7 @@ def export_weights(weights: str, outputs: list[str], *, param_key: str = "auto",
     (``anysr[spandrel]``); without any of them, plain exports still work (the chosen group, wrapper prefixes
     removed, not checked against a network) and ONNX needs one.
     """
-    from anysr.engine.inference import resolve_network  # noqa: PLC0415
+    from anysr.engine.inference.images import resolve_network  # noqa: PLC0415
 
     for out in outputs:
         if Path(out).suffix.lower() not in EXPORT_SUFFIXES:

@@ -1,0 +1,1 @@
+"""Validation during training, `anysr test`, `anysr eval` (folders) and `anysr report` (the run's page)."""

@@ -1,0 +1,1 @@
+"""`anysr infer` on images (tiled) and videos (chunked), and `anysr export` (plain weights, ONNX)."""
