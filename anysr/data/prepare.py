@@ -356,18 +356,18 @@ def degrade_samples(opt: Any, out_dir: PathLike, n: int, *, where: str | None = 
     import torch  # noqa: PLC0415
 
     from anysr.atomic import atomic_write_json  # noqa: PLC0415
-    from anysr.data.loaders import build_dataset, collate  # noqa: PLC0415
-    from anysr.data.sampler import TrainSampler  # noqa: PLC0415
-    from anysr.data.synthesis import (  # noqa: PLC0415
+    from anysr.data.degradation.realesrgan import (  # noqa: PLC0415
         LoaderSynthesis,
         SynthesisSettings,
-        TrainingPairPool,
         draw_batch_choices,
         pool_rng,
         step_rng,
         synthesise,
     )
-    from anysr.ops.degrade import USMSharp  # noqa: PLC0415
+    from anysr.data.loaders import build_dataset, collate  # noqa: PLC0415
+    from anysr.data.pair_pool import TrainingPairPool  # noqa: PLC0415
+    from anysr.data.sampler import TrainSampler  # noqa: PLC0415
+    from anysr.ops.degradation import USMSharp  # noqa: PLC0415
     from anysr.ops.diffjpeg import DiffJPEG  # noqa: PLC0415
     from anysr.registry import MODEL_REGISTRY  # noqa: PLC0415
 
@@ -470,7 +470,7 @@ def _kernels_of(dataset: Any, sample_seed: int) -> list[Any]:
     """The three kernels of sample ``sample_seed`` (drawn again: they depend on the seed only)."""
     import torch  # noqa: PLC0415
 
-    from anysr.data.degradations import make_kernel  # noqa: PLC0415
+    from anysr.data.degradation.kernels import make_kernel  # noqa: PLC0415
 
     params = dataset.kernel_params(sample_seed)
     return [torch.from_numpy(make_kernel(params[k]).astype(np.float32)) for k in ("kernel1", "kernel2", "sinc_kernel")]
