@@ -21,10 +21,11 @@ from tqdm import tqdm
 
 from anysr.atomic import atomic_write_bytes
 from anysr.data.imageio import ImageInfo, list_images, probe_image, read_image, write_image
+from anysr.data.transforms import mod_crop
 from anysr.errors import DataError, OptionError
 from anysr.ops.imresize import imresize
 
-__all__ = ["SubimageReport", "check_images", "modcrop", "prepare_lr", "prepare_modcrop", "extract_subimages",
+__all__ = ["SubimageReport", "check_images", "prepare_lr", "prepare_modcrop", "extract_subimages",
            "make_lmdb", "DegradeReport", "degrade_samples"]
 
 PathLike = str | os.PathLike[str]
@@ -64,13 +65,6 @@ def _check_integer_image(img: np.ndarray, path: Path) -> None:
                         "supported, convert it to an 8-bit PNG")
 
 
-def modcrop(img: np.ndarray, scale: int) -> np.ndarray:
-    """Crop the bottom and right edges of an HW / HWC image so both sides are multiples of ``scale``."""
-    s = _check_scale(scale)
-    h, w = img.shape[:2]
-    return img[: h - h % s, : w - w % s, ...]
-
-
 def _modcropped(path: Path, scale: int) -> np.ndarray:
     img = read_image(path)
     _check_integer_image(img, path)
@@ -78,7 +72,7 @@ def _modcropped(path: Path, scale: int) -> np.ndarray:
     if h < scale or w < scale:
         raise DataError(f"image {path} is {w}x{h}, smaller than the scale {scale}; "
                         "remove it or lower the scale")
-    return modcrop(img, scale)
+    return mod_crop(img, scale)
 
 
 def _downscale(img: np.ndarray, scale: int) -> np.ndarray:
