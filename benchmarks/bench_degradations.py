@@ -1,4 +1,5 @@
-"""Cost of Real-ESRGAN's degradations: the JPEG paths, the operators and the whole second-order pipeline.
+"""Cost of Real-ESRGAN's degradations: the JPEG paths, the operators and the whole second-order pipeline
+(the reference one of ``tests/realesrgan_reference.py``).
 
     PYTHONPATH=. python benchmarks/bench_degradations.py [--accelerator cpu|cuda|mps|xla] [--iters 5] [--threads 1]
 
@@ -22,9 +23,11 @@ import numpy as np
 import torch
 
 from anysr.accelerators.launcher import create_accelerator, resolve_plan
-from anysr.data.degradations import BlurSettings, jpeg_cv2, sample_degradation_kernels
-from anysr.ops.degrade import DegradeStage, USMSharp, filter2d, second_order_degrade
+from anysr.data.degradation.jpeg import jpeg_cv2
+from anysr.data.degradation.realesrgan import BlurSettings, DegradeStage, sample_degradation_kernels
+from anysr.ops.degradation import USMSharp, filter2d
 from anysr.ops.diffjpeg import DiffJPEG
+from tests.realesrgan_reference import second_order_degrade
 
 KERNELS = ("iso", "aniso", "generalized_iso", "generalized_aniso", "plateau_iso", "plateau_aniso")
 PROBS = (0.45, 0.25, 0.12, 0.03, 0.12, 0.03)

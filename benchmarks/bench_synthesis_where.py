@@ -2,13 +2,13 @@
 
     PYTHONPATH=. python benchmarks/bench_synthesis_where.py [--batch 12] [--gt 400] [--iters 3] [--threads 1]
 
-Both paths run :func:`anysr.data.synthesis.synthesise` with Real-ESRGAN x4plus's settings (RealESRGANModel: USM
-first, then the second-order degradation, the 256 crop or --gt if smaller): ``degrade_in: step`` on a batch of
-``--batch`` GT images with one set of batch choices; ``degrade_in: loader`` as a DataLoader worker does, one
-``LoaderSynthesis`` call per sample. Prints ms per sample (best and median over ``--iters`` batches, each with
-other seeds) of process CPU time (what a core spends; on a loaded machine the wall time mostly measures the
-other processes) and the median wall time. Loader workers spend it in parallel with the step, the step spends
-it in series.
+Both paths run :func:`anysr.data.degradation.realesrgan.synthesise` with Real-ESRGAN x4plus's settings
+(RealESRGANModel: USM first, then the second-order degradation, the 256 crop or --gt if smaller): ``degrade_in:
+step`` on a batch of ``--batch`` GT images with one set of batch choices; ``degrade_in: loader`` as a DataLoader
+worker does, one ``LoaderSynthesis`` call per sample. Prints ms per sample (best and median over ``--iters``
+batches, each with other seeds) of process CPU time (what a core spends; on a loaded machine the wall time mostly
+measures the other processes) and the median wall time. Loader workers spend it in parallel with the step, the step
+spends it in series.
 """
 
 from __future__ import annotations
@@ -21,9 +21,16 @@ import time
 import numpy as np
 import torch
 
-from anysr.data.degradations import BlurSettings, sample_degradation_kernels
-from anysr.data.synthesis import LoaderSynthesis, SynthesisSettings, draw_batch_choices, step_rng, synthesise
-from anysr.ops.degrade import USMSharp
+from anysr.data.degradation.realesrgan import (
+    BlurSettings,
+    LoaderSynthesis,
+    SynthesisSettings,
+    draw_batch_choices,
+    sample_degradation_kernels,
+    step_rng,
+    synthesise,
+)
+from anysr.ops.degradation import USMSharp
 from anysr.ops.diffjpeg import DiffJPEG
 from anysr.options.schema import _X4PLUS_MODEL
 

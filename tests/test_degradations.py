@@ -20,44 +20,47 @@ import numpy as np
 import pytest
 import torch
 from conftest import FIXTURE_TOL
+from realesrgan_reference import (
+    SecondOrderDraw,
+    StageDraw,
+    apply_second_order,
+    draw_second_order,
+    random_add_gaussian_noise,
+    random_add_poisson_noise,
+    second_order_degrade,
+)
 from safetensors.numpy import load_file as load_np
 from safetensors.torch import load_file
 
-from anysr.data.degradations import (
+from anysr.data.degradation.jpeg import jpeg_cv2, random_jpeg_cv2
+from anysr.data.degradation.kernels import (
     KERNEL_TYPES,
-    BlurSettings,
     KernelParams,
     bessel_j1,
     bivariate_gaussian,
     bivariate_generalized_gaussian,
     bivariate_plateau,
     circular_lowpass_kernel,
-    draw_degradation_kernel_params,
     draw_mixed_kernel_params,
-    jpeg_cv2,
     make_kernel,
-    random_jpeg_cv2,
     random_mixed_kernels,
+)
+from anysr.data.degradation.realesrgan import (
+    BlurSettings,
+    DegradeStage,
+    draw_degradation_kernel_params,
     sample_degradation_kernels,
 )
 from anysr.errors import DataError, OptionError
-from anysr.ops.degrade import (
-    DegradeStage,
-    SecondOrderDraw,
-    StageDraw,
+from anysr.ops.degradation import (
     USMSharp,
     add_noise,
-    apply_second_order,
     clamp_round,
-    draw_second_order,
     filter2d,
     gaussian_kernel1d,
     gaussian_noise,
     poisson_noise,
-    random_add_gaussian_noise,
-    random_add_poisson_noise,
     resize,
-    second_order_degrade,
 )
 from anysr.ops.diffjpeg import DiffJPEG, quality_to_factor
 

@@ -12,7 +12,8 @@ import pytest
 
 from anysr.data import prepare as prep
 from anysr.data.imageio import decode_image, list_images, read_image, write_image
-from anysr.data.prepare import extract_subimages, make_lmdb, modcrop, prepare_lr, prepare_modcrop
+from anysr.data.prepare import extract_subimages, make_lmdb, prepare_lr, prepare_modcrop
+from anysr.data.transforms import mod_crop
 from anysr.errors import DataError, OptionError
 from anysr.ops.imresize import imresize
 
@@ -98,11 +99,11 @@ def test_write_image_errors(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------------------- bicubic LR
 def test_modcrop() -> None:
     img = _noise(11, 14)
-    assert modcrop(img, 4).shape == (8, 12, 3)
-    assert np.array_equal(modcrop(img, 4), img[:8, :12])
-    assert modcrop(img[..., 0], 3).shape == (9, 12)
-    with pytest.raises(OptionError, match=r"scale: must be a positive integer such as 2, 3 or 4, got 2\.5"):
-        modcrop(img, 2.5)  # type: ignore[arg-type]
+    assert mod_crop(img, 4).shape == (8, 12, 3)
+    assert np.array_equal(mod_crop(img, 4), img[:8, :12])
+    assert mod_crop(img[..., 0], 3).shape == (9, 12)
+    with pytest.raises(OptionError, match=r"mod_crop: scale must be a positive integer, got 2\.5"):
+        mod_crop(img, 2.5)  # type: ignore[arg-type]
 
 
 def test_prepare_lr_is_rounded_matlab_bicubic(tmp_path: Path) -> None:

@@ -16,26 +16,26 @@ import pytest
 import torch
 import yaml
 from conftest import DATASETS
+from realesrgan_reference import SecondOrderDraw, StageDraw, apply_second_order
 
 from anysr.accelerators import create_accelerator, resolve_plan
 from anysr.data import build_dataset, collate
-from anysr.data.synthesis import (
+from anysr.data.degradation.realesrgan import (
     BatchChoices,
+    DegradeStage,
     LoaderSynthesis,
     SynthesisSettings,
-    TrainingPairPool,
     degrade,
-    dequantise,
     draw_batch_choices,
     draw_samples,
-    quantise,
     step_rng,
     synthesise,
 )
+from anysr.data.pair_pool import TrainingPairPool, dequantise, quantise
 from anysr.engine import checkpoint as ckpt
 from anysr.errors import CheckpointError, OptionError
 from anysr.models import build_model
-from anysr.ops.degrade import DegradeStage, SecondOrderDraw, StageDraw, USMSharp, apply_second_order
+from anysr.ops.degradation import USMSharp
 from anysr.ops.diffjpeg import DiffJPEG
 from anysr.options import load_options
 
@@ -285,7 +285,8 @@ def _batch(ds: Any, n: int, seed0: int = 10) -> dict[str, Any]:
 
 
 def test_degrade_equals_the_basicsr_checked_pipeline_without_noise(tmp_path: Path, t91: Path) -> None:
-    """With zero noise, degrade() is ops.apply_second_order (checked against BasicSR's feed_data) step for step."""
+    """With zero noise, degrade() is the reference apply_second_order (checked against BasicSR's feed_data)
+    step for step."""
     ds = build_dataset(load(real_options("z", t91, crop=96), tmp_path).datasets.train, "datasets.train")
     b = _batch(ds, 3)
     st = _settings(noise_range=(0, 0), poisson_scale_range=(0, 0))

@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from video_data import SCALE, make_lmdb, make_reds, make_vimeo
 
 from anysr.data import build_dataset
-from anysr.data.degradations import bicubic_degrade
+from anysr.data.degradation.bicubic import bicubic_degrade
 from anysr.data.imageio import read_image
 from anysr.data.transforms import img2tensor
 from anysr.data.video_datasets import bd_degrade, degrade_frame, frame_window

@@ -11,7 +11,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from anysr.data.degradations import bicubic_degrade
+from anysr.data.degradation.bicubic import bicubic_degrade
 from anysr.data.imageio import read_image, write_image
 
 ROOT = Path(__file__).resolve().parents[1]

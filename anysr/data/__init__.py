@@ -1,6 +1,6 @@
 """Datasets, transforms, file backends, samplers and loaders (imported here so the registry is filled)."""
 
-from anysr.data.degradations import bicubic_degrade
+from anysr.data.degradation.bicubic import bicubic_degrade
 from anysr.data.file_backends import DiskBackend, FileBackend, LmdbBackend, build_backend, decode_uint8
 from anysr.data.imageio import decode_image, read_image, write_image
 from anysr.data.loaders import build_dataset, build_eval_loader, build_train_loader, collate, eval_indices

@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
-from anysr.data.degradations import bicubic_degrade, bicubic_degrade_window
+from anysr.data.degradation.bicubic import bicubic_degrade, bicubic_degrade_window
 from anysr.data.file_backends import (
     DiskBackend,
     FileBackend,

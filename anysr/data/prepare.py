@@ -21,10 +21,11 @@ from tqdm import tqdm
 
 from anysr.atomic import atomic_write_bytes
 from anysr.data.imageio import ImageInfo, list_images, probe_image, read_image, write_image
+from anysr.data.transforms import mod_crop
 from anysr.errors import DataError, OptionError
 from anysr.ops.imresize import imresize
 
-__all__ = ["SubimageReport", "check_images", "modcrop", "prepare_lr", "prepare_modcrop", "extract_subimages",
+__all__ = ["SubimageReport", "check_images", "prepare_lr", "prepare_modcrop", "extract_subimages",
            "make_lmdb", "DegradeReport", "degrade_samples"]
 
 PathLike = str | os.PathLike[str]
@@ -64,13 +65,6 @@ def _check_integer_image(img: np.ndarray, path: Path) -> None:
                         "supported, convert it to an 8-bit PNG")
 
 
-def modcrop(img: np.ndarray, scale: int) -> np.ndarray:
-    """Crop the bottom and right edges of an HW / HWC image so both sides are multiples of ``scale``."""
-    s = _check_scale(scale)
-    h, w = img.shape[:2]
-    return img[: h - h % s, : w - w % s, ...]
-
-
 def _modcropped(path: Path, scale: int) -> np.ndarray:
     img = read_image(path)
     _check_integer_image(img, path)
@@ -78,7 +72,7 @@ def _modcropped(path: Path, scale: int) -> np.ndarray:
     if h < scale or w < scale:
         raise DataError(f"image {path} is {w}x{h}, smaller than the scale {scale}; "
                         "remove it or lower the scale")
-    return modcrop(img, scale)
+    return mod_crop(img, scale)
 
 
 def _downscale(img: np.ndarray, scale: int) -> np.ndarray:
@@ -356,18 +350,18 @@ def degrade_samples(opt: Any, out_dir: PathLike, n: int, *, where: str | None = 
     import torch  # noqa: PLC0415
 
     from anysr.atomic import atomic_write_json  # noqa: PLC0415
-    from anysr.data.loaders import build_dataset, collate  # noqa: PLC0415
-    from anysr.data.sampler import TrainSampler  # noqa: PLC0415
-    from anysr.data.synthesis import (  # noqa: PLC0415
+    from anysr.data.degradation.realesrgan import (  # noqa: PLC0415
         LoaderSynthesis,
         SynthesisSettings,
-        TrainingPairPool,
         draw_batch_choices,
         pool_rng,
         step_rng,
         synthesise,
     )
-    from anysr.ops.degrade import USMSharp  # noqa: PLC0415
+    from anysr.data.loaders import build_dataset, collate  # noqa: PLC0415
+    from anysr.data.pair_pool import TrainingPairPool  # noqa: PLC0415
+    from anysr.data.sampler import TrainSampler  # noqa: PLC0415
+    from anysr.ops.degradation import USMSharp  # noqa: PLC0415
     from anysr.ops.diffjpeg import DiffJPEG  # noqa: PLC0415
     from anysr.registry import MODEL_REGISTRY  # noqa: PLC0415
 
@@ -470,7 +464,7 @@ def _kernels_of(dataset: Any, sample_seed: int) -> list[Any]:
     """The three kernels of sample ``sample_seed`` (drawn again: they depend on the seed only)."""
     import torch  # noqa: PLC0415
 
-    from anysr.data.degradations import make_kernel  # noqa: PLC0415
+    from anysr.data.degradation.kernels import make_kernel  # noqa: PLC0415
 
     params = dataset.kernel_params(sample_seed)
     return [torch.from_numpy(make_kernel(params[k]).astype(np.float32)) for k in ("kernel1", "kernel2", "sinc_kernel")]

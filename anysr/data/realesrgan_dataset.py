@@ -3,11 +3,11 @@
 
 ``RealESRGANDataset`` reads a GT image, flips / rotates it, reflect-pads it to ``crop_pad_size`` (BasicSR: 400)
 when smaller and crops a random ``crop_pad_size`` square when larger, and draws the first- and second-order blur
-kernels and the final sinc kernel (:func:`anysr.data.degradations.sample_degradation_kernels`). Every random draw
-comes from the sample's seed (the sampler's counter-based one; ``ds[i]`` means seed ``i``). Items:
+kernels and the final sinc kernel (:func:`anysr.data.degradation.realesrgan.sample_degradation_kernels`). Every
+random draw comes from the sample's seed (the sampler's counter-based one; ``ds[i]`` means seed ``i``). Items:
 ``{'gt', 'kernel1', 'kernel2', 'sinc_kernel', 'gt_path', 'seed'}``; the model synthesises the LQ from them. When
-the model hands it a :class:`~anysr.data.synthesis.LoaderSynthesis` (``degrade_in: loader``), the dataset
-synthesises in the loader workers instead and its items are ``{'lq', 'gt', 'gt_path', 'seed'}``.
+the model hands it a :class:`~anysr.data.degradation.realesrgan.LoaderSynthesis` (``degrade_in: loader``), the
+dataset synthesises in the loader workers instead and its items are ``{'lq', 'gt', 'gt_path', 'seed'}``.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import cv2
 import numpy as np
 import torch
 
-from anysr.data.degradations import BlurSettings, KernelParams, draw_degradation_kernel_params, make_kernel
+from anysr.data.degradation.kernels import KernelParams, make_kernel
+from anysr.data.degradation.realesrgan import BlurSettings, LoaderSynthesis, draw_degradation_kernel_params
 from anysr.data.file_backends import build_backend
 from anysr.data.paired_image_dataset import PairedImageDataset, _check_files_exist, _ImageDataset, _Pair
-from anysr.data.synthesis import LoaderSynthesis
 from anysr.data.transforms import augment, img2tensor
 from anysr.errors import DataError
 from anysr.registry import DATASET_REGISTRY

@@ -29,10 +29,11 @@ def _hw(img: np.ndarray) -> tuple[int, int]:
 
 def mod_crop(img: np.ndarray, scale: int) -> np.ndarray:
     """Crop the bottom/right border so that height and width are multiples of ``scale`` (HW or HWC)."""
-    if scale < 1:
+    if isinstance(scale, bool) or not isinstance(scale, int | np.integer) or scale < 1:
         raise OptionError(f"mod_crop: scale must be a positive integer, got {scale}")
+    s = int(scale)
     h, w = _hw(img)
-    return img[: h - h % scale, : w - w % scale, ...]
+    return img[: h - h % s, : w - w % s, ...]
 
 
 def check_pair_size(gt: np.ndarray, lq: np.ndarray, scale: int, gt_path: str = "GT image",

@@ -26,7 +26,7 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import Dataset
 
-from anysr.data.degradations import bicubic_degrade
+from anysr.data.degradation.bicubic import bicubic_degrade
 from anysr.data.file_backends import DiskBackend, FileBackend, build_backend, is_image_file
 from anysr.data.imageio import ImageInfo, probe_bytes, probe_image
 from anysr.data.transforms import augment, img2tensor, mod_crop, paired_random_crop

@@ -4,11 +4,11 @@
 Per micro-batch of a training step (``high_order_degradation: true``):
 
 1. the LQ is synthesised from the GT and the dataset's kernels by the second-order pipeline
-   (:mod:`anysr.data.synthesis`): here, on the accelerator's device, one set of resize / noise / JPEG choices
-   per batch as BasicSR (``degrade_in: step``); or per sample in the DataLoader workers (``degrade_in: loader``,
+   (:mod:`anysr.data.degradation.realesrgan`): here, on the accelerator's device, one set of resize / noise / JPEG
+   choices per batch as BasicSR (``degrade_in: step``); or per sample in the DataLoader workers (``degrade_in: loader``,
    what ``auto`` picks on XLA: the device then only sees fixed shapes and compiles one graph);
 2. a ``gt_size`` crop (BasicSR's ``paired_random_crop``), then the training-pair pool (``queue_size``,
-   :class:`~anysr.data.synthesis.TrainingPairPool`), whose contents are part of the training state;
+   :class:`~anysr.data.pair_pool.TrainingPairPool`), whose contents are part of the training state;
 3. the losses: RealESRNet's pixel loss against the GT (USM-sharpened before the degradation with ``gt_usm``);
    RealESRGAN's pixel, perceptual and GAN losses against the GT or its USM-sharpened copy (``l1_gt_usm``,
    ``percep_gt_usm``, ``gan_gt_usm``), the discriminator updated as SRGANModel does (``net_d_iters``,
@@ -26,20 +26,20 @@ from typing import Any
 import torch
 
 from anysr.accelerators import Accelerator
-from anysr.data.synthesis import (
+from anysr.data.degradation.realesrgan import (
     LoaderSynthesis,
     SynthesisSettings,
-    TrainingPairPool,
     draw_batch_choices,
     pool_rng,
     sample_generator,
     step_rng,
     synthesise,
 )
+from anysr.data.pair_pool import TrainingPairPool
 from anysr.errors import DataError, OptionError
 from anysr.models.gan import SRGANModel
 from anysr.models.sr import SRModel
-from anysr.ops.degrade import USMSharp
+from anysr.ops.degradation import USMSharp
 from anysr.ops.diffjpeg import DiffJPEG
 from anysr.registry import MODEL_REGISTRY
 

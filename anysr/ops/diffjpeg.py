@@ -14,7 +14,7 @@ What it computes, per image of a (B, 3, H, W) RGB batch in [0, 1] (each sample w
 integer rounding of the table entries). The tables are the JPEG standard's (ITU-T T.81, Annex K) luminance and
 chrominance tables, the chroma one with its top-left 4x4 only and 99 elsewhere, both transposed with respect
 to the block layout as BasicSR's DiffJPEG (from mlomnitz/DiffJPEG) uses them. The result is close to, not
-equal to, a real codec's (:func:`anysr.data.degradations.jpeg_cv2`): no integer tables, no entropy coding
+equal to, a real codec's (:func:`anysr.data.degradation.jpeg.jpeg_cv2`): no integer tables, no entropy coding
 rounding paths, different chroma filters.
 
 Everything is tensor arithmetic on the input's device (no host sync, no ``.item()``); quality may be a number

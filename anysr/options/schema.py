@@ -13,7 +13,7 @@ from typing import Any
 
 from anysr.accelerators.hardware import PRECISION_CHOICES
 from anysr.accelerators.kinds import ACCELERATOR_HINTS, ACCELERATORS, LAUNCHERS
-from anysr.data.degradations import KERNEL_TYPES
+from anysr.data.degradation.kernels import KERNEL_TYPES
 from anysr.data.file_backends import BACKEND_TYPES
 from anysr.data.paired_image_dataset import PairedImageDataset
 from anysr.errors import did_you_mean

@@ -1,11 +1,17 @@
-"""Real-ESRGAN's training pairs: the second-order degradation with counter-based randomness, and the pair pool.
+"""Real-ESRGAN's second-order degradation (Wang et al. 2021, as BasicSR 1.4.2 defines it): settings, draws, pipeline.
 
-Used by ``RealESRNetModel`` / ``RealESRGANModel`` in the training step (on the accelerator's device, one batch at a
-time, as BasicSR does) or by ``RealESRGANDataset`` in the DataLoader workers (one sample at a time, on the CPU),
-and by ``anysr prepare degrade``. The operators are :mod:`anysr.ops.degrade` and :mod:`anysr.ops.diffjpeg`; this
-module decides what they are called with.
+Two halves, both with counter-based randomness (no global RNG anywhere):
 
-Randomness (no global RNG anywhere):
+* **The dataset's draws** (:func:`sample_degradation_kernels`, run by ``RealESRGANDataset`` in the loader workers):
+  the per-sample first-order kernel, second-order kernel and final sinc kernel, from the sample's
+  ``numpy.random.Generator``; the kernels themselves are :mod:`anysr.data.degradation.kernels`.
+* **The synthesis** (:func:`synthesise`): the LQ made from the GT and those kernels by blur, resize, noise and
+  JPEG twice. Used by ``RealESRNetModel`` / ``RealESRGANModel`` in the training step (on the accelerator's device,
+  one batch at a time, as BasicSR does) or by ``RealESRGANDataset`` in the DataLoader workers
+  (:class:`LoaderSynthesis`, one sample at a time, on the CPU), and by ``anysr prepare degrade``. The operators are
+  :mod:`anysr.ops.degradation` and :mod:`anysr.ops.diffjpeg`; this module decides what they are called with.
+
+Randomness of the synthesis:
 
 * **Batch choices** (resize up/down/keep and its scale, interpolation modes, Gaussian or Poisson noise, second
   blur, final order, the crop position) are BasicSR's per-batch draws. They come from a host generator keyed by
@@ -17,17 +23,45 @@ Randomness (no global RNG anywhere):
   the noise fields: each sample draws them from its own ``torch.Generator`` (on the device where one exists),
   re-seeded from the sample seed every time. A sample's degradation thus depends on its seed and its batch's
   choices only: not on the rank split, the worker count or the resume point, and nothing needs saving.
-* The **pool** (:class:`TrainingPairPool`) picks its entries with a generator keyed by
-  ``(manual_seed, iteration, micro-batch)``; its contents are training state (``state_dict``).
+* The training-pair pool (:class:`anysr.data.pair_pool.TrainingPairPool`) picks its entries with a generator
+  keyed by ``(manual_seed, iteration, micro-batch)`` (:func:`pool_rng`).
 
 Two deliberate differences from BasicSR, both in distribution-preserving details: every sample draws its own
-noise fields (BasicSR draws one gray Gaussian field per batch), and the pool is stratified by batch position
-(see :class:`TrainingPairPool`), so that it splits over ranks exactly.
+noise fields (BasicSR draws one gray Gaussian field per batch), and the pool is stratified by batch position.
+
+BasicSR option keys and where they go. Dataset keys (``datasets.train``):
+
+============================================  =================================================================
+``kernel_list`` / ``kernel_list2``            ``BlurSettings.kernel_list`` of ``first`` / ``second``
+``kernel_prob`` / ``kernel_prob2``            ``BlurSettings.kernel_prob``
+``blur_sigma`` / ``blur_sigma2``              ``BlurSettings.blur_sigma`` (sigma_x and sigma_y range)
+``betag_range`` / ``betag_range2``            ``BlurSettings.betag_range`` (generalized Gaussian shape)
+``betap_range`` / ``betap_range2``            ``BlurSettings.betap_range`` (plateau shape)
+``sinc_prob`` / ``sinc_prob2``                ``BlurSettings.sinc_prob``
+``final_sinc_prob``                           ``final_sinc_prob`` of ``sample_degradation_kernels``
+``blur_kernel_size`` / ``blur_kernel_size2``  read but unused by BasicSR 1.4.2, which hard-codes sizes 7..21
+                                              padded to 21: pass ``max_kernel_size=21`` to reproduce it
+============================================  =================================================================
+
+Model keys (top level of the options):
+
+=====================================================  =========================================================
+``scale``                                              ``SynthesisSettings.scale``
+``resize_prob`` / ``resize_prob2``                     ``DegradeStage.resize_prob`` of ``first`` / ``second``
+``resize_range`` / ``resize_range2``                   ``DegradeStage.resize_range``
+``gaussian_noise_prob`` / ``gaussian_noise_prob2``     ``DegradeStage.gaussian_noise_prob``
+``noise_range`` / ``noise_range2``                     ``DegradeStage.noise_range`` (sigma on the 0-255 scale)
+``poisson_scale_range`` / ``poisson_scale_range2``     ``DegradeStage.poisson_scale_range``
+``gray_noise_prob`` / ``gray_noise_prob2``             ``DegradeStage.gray_noise_prob``
+``jpeg_range`` / ``jpeg_range2``                       ``DegradeStage.jpeg_range``
+``second_blur_prob``                                   ``SynthesisSettings.second_blur_prob``
+=====================================================  =========================================================
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,20 +69,170 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from anysr.errors import CheckpointError, DataError, OptionError
-from anysr.ops.degrade import RESIZE_MODES, DegradeStage, USMSharp, clamp_round, filter2d, resize
+from anysr.data.degradation.draws import categorical, check_range
+from anysr.data.degradation.kernels import (
+    KernelParams,
+    check_kernel_list,
+    check_odd_size,
+    draw_mixed_kernel_params,
+    make_kernel,
+)
+from anysr.errors import DataError, OptionError
+from anysr.ops.degradation import (
+    RESIZE_MODES,
+    USMSharp,
+    clamp_round,
+    filter2d,
+    gaussian_noise_per_sample,
+    poisson_noise_per_sample,
+    resize,
+)
 from anysr.ops.diffjpeg import DiffJPEG, no_autocast
 
 __all__ = [
-    "SynthesisSettings", "BatchChoices", "SampleDraws", "step_rng", "sample_batch_rng", "draw_batch_choices",
-    "draw_samples", "sample_generator", "degrade", "crop_pair", "synthesise", "LoaderSynthesis",
-    "TrainingPairPool", "quantise", "dequantise",
+    "BlurSettings", "draw_degradation_kernel_params", "sample_degradation_kernels",
+    "DegradeStage", "SynthesisSettings", "BatchChoices", "SampleDraws", "step_rng", "pool_rng", "sample_batch_rng",
+    "draw_batch_choices", "draw_samples", "sample_generator", "degrade", "crop_pair", "synthesise", "LoaderSynthesis",
 ]
 
 # Tags that keep the generators of different purposes apart (any distinct constants would do).
 _TAG_STEP, _TAG_POOL, _TAG_SAMPLE, _TAG_SAMPLE_BATCH = 7101, 7102, 7103, 7104
-_GRAY = (0.2989, 0.587, 0.114)  # the luma weights of BasicSR's gray Poisson noise (torchvision's)
 _UPDOWN = ("up", "down", "keep")
+_SMALLEST_KERNEL = 7  # BasicSR draws kernel sizes 7, 9, ..., 21
+
+
+# ------------------------------------------------------------------------------------ the dataset's kernels
+@dataclass(frozen=True)
+class BlurSettings:
+    """The kernel distribution of one degradation stage (the BasicSR keys are in the module docstring).
+
+    ``sinc_prob`` is the chance of a sinc kernel instead of a ``kernel_list`` one; ``blur_sigma`` is the range
+    of both sigmas; rotations are uniform in [-pi, pi] as in BasicSR.
+    """
+
+    kernel_list: tuple[str, ...]
+    kernel_prob: tuple[float, ...]
+    blur_sigma: tuple[float, float]
+    betag_range: tuple[float, float]
+    betap_range: tuple[float, float]
+    sinc_prob: float
+
+    def __post_init__(self) -> None:
+        fn = "BlurSettings"
+        object.__setattr__(self, "kernel_list", tuple(self.kernel_list))
+        object.__setattr__(self, "kernel_prob", tuple(float(p) for p in self.kernel_prob))
+        check_kernel_list(self.kernel_list, self.kernel_prob, fn)
+        for name in ("blur_sigma", "betag_range", "betap_range"):
+            object.__setattr__(self, name, check_range(getattr(self, name), fn, name))
+        if self.blur_sigma[0] <= 0:
+            raise OptionError(f"{fn}: blur_sigma must be positive, got {list(self.blur_sigma)}")
+        if not 0.0 <= float(self.sinc_prob) <= 1.0:
+            raise OptionError(f"{fn}: sinc_prob must be a probability in [0, 1], got {self.sinc_prob!r}")
+
+    @classmethod
+    def from_basicsr(cls, opt: Mapping[str, object], stage: int = 1) -> BlurSettings:
+        """Read ``kernel_list``, ``kernel_prob``, ``blur_sigma``, ``betag_range``, ``betap_range``, ``sinc_prob``
+        (with suffix ``2`` for ``stage=2``) from a BasicSR ``datasets.train`` section; a missing key is an error."""
+        suffix = {1: "", 2: "2"}.get(stage)
+        if suffix is None:
+            raise OptionError(f"BlurSettings.from_basicsr: stage must be 1 or 2, got {stage!r}")
+        keys = ("kernel_list", "kernel_prob", "blur_sigma", "betag_range", "betap_range", "sinc_prob")
+        missing = [k + suffix for k in keys if k + suffix not in opt]
+        if missing:
+            raise OptionError(f"datasets.train: missing Real-ESRGAN key(s) {', '.join(missing)}")
+        return cls(*(opt[k + suffix] for k in keys))  # type: ignore[arg-type]
+
+
+def _draw_kernels(rng: np.random.Generator, settings: BlurSettings, max_kernel_size: int) -> KernelParams:
+    size = 2 * int(rng.integers(_SMALLEST_KERNEL // 2, max_kernel_size // 2 + 1)) + 1
+    if rng.random() < settings.sinc_prob:
+        # BasicSR's cut-off range: small kernels cannot represent the lowest cut-offs.
+        low = math.pi / 3 if size < 13 else math.pi / 5
+        return KernelParams("sinc", size, max_kernel_size, omega_c=float(rng.uniform(low, math.pi)))
+    return draw_mixed_kernel_params(rng, settings.kernel_list, settings.kernel_prob, size, settings.blur_sigma,
+                                    settings.blur_sigma, (-math.pi, math.pi), settings.betag_range,
+                                    settings.betap_range, pad_to=max_kernel_size)
+
+
+def draw_degradation_kernel_params(rng: np.random.Generator, *, first: BlurSettings, second: BlurSettings,
+                                   final_sinc_prob: float, max_kernel_size: int) -> dict[str, KernelParams]:
+    """The parameters behind :func:`sample_degradation_kernels` (same draws from ``rng``, same order).
+
+    Per stage: a kernel size uniform in 7, 9, ..., ``max_kernel_size``; a ``sinc_prob`` coin; then either the
+    sinc cut-off (uniform in [pi/3, pi] for sizes below 13, [pi/5, pi] otherwise) or a mixed kernel
+    (:func:`draw_mixed_kernel_params`). Finally a ``final_sinc_prob`` coin; on heads a size and a cut-off in
+    [pi/3, pi], on tails the pulse (identity). Every kernel is zero-padded to ``max_kernel_size``.
+    """
+    fn = "draw_degradation_kernel_params"
+    k = check_odd_size(max_kernel_size, fn, "max_kernel_size")
+    if k < _SMALLEST_KERNEL:
+        raise OptionError(f"{fn}: max_kernel_size must be at least {_SMALLEST_KERNEL}, got {k}")
+    if not 0.0 <= float(final_sinc_prob) <= 1.0:
+        raise OptionError(f"{fn}: final_sinc_prob must be a probability in [0, 1], got {final_sinc_prob!r}")
+    out = {"kernel1": _draw_kernels(rng, first, k), "kernel2": _draw_kernels(rng, second, k)}
+    if rng.random() < final_sinc_prob:
+        size = 2 * int(rng.integers(_SMALLEST_KERNEL // 2, k // 2 + 1)) + 1
+        out["sinc_kernel"] = KernelParams("sinc", size, k, omega_c=float(rng.uniform(math.pi / 3, math.pi)))
+    else:
+        out["sinc_kernel"] = KernelParams("pulse", k, k)
+    return out
+
+
+def sample_degradation_kernels(rng: np.random.Generator, *, first: BlurSettings, second: BlurSettings,
+                               final_sinc_prob: float, max_kernel_size: int) -> dict[str, np.ndarray]:
+    """The per-sample kernels of ``RealESRGANDataset``: ``kernel1``, ``kernel2``, ``sinc_kernel``.
+
+    Each is a float32 ``max_kernel_size`` x ``max_kernel_size`` array (computed in float64, then cast, as
+    BasicSR does); draws as :func:`draw_degradation_kernel_params` describes. Batch them and hand them to
+    :func:`synthesise`.
+    """
+    params = draw_degradation_kernel_params(rng, first=first, second=second, final_sinc_prob=final_sinc_prob,
+                                            max_kernel_size=max_kernel_size)
+    return {name: make_kernel(p).astype(np.float32) for name, p in params.items()}
+
+
+# ------------------------------------------------------------------------------------- the model's draws
+@dataclass(frozen=True)
+class DegradeStage:
+    """The model-side settings of one degradation stage (BasicSR keys in the module docstring)."""
+
+    resize_prob: tuple[float, float, float]  # up, down, keep
+    resize_range: tuple[float, float]
+    gaussian_noise_prob: float
+    noise_range: tuple[float, float]
+    poisson_scale_range: tuple[float, float]
+    gray_noise_prob: float
+    jpeg_range: tuple[float, float]
+
+    def __post_init__(self) -> None:
+        fn = "DegradeStage"
+        probs = tuple(float(p) for p in self.resize_prob)
+        if len(probs) != 3 or any(not math.isfinite(p) or p < 0 for p in probs) or sum(probs) <= 0:
+            raise OptionError(f"{fn}: resize_prob must be three non-negative weights (up, down, keep), "
+                              f"got {list(self.resize_prob)}")
+        object.__setattr__(self, "resize_prob", probs)
+        for name in ("resize_range", "noise_range", "poisson_scale_range", "jpeg_range"):
+            object.__setattr__(self, name, check_range(getattr(self, name), fn, name))
+        if not 0 < self.resize_range[0] <= 1 <= self.resize_range[1]:
+            raise OptionError(f"{fn}: resize_range must satisfy 0 < low <= 1 <= high, got {list(self.resize_range)}")
+        if not (0 < self.jpeg_range[0] and self.jpeg_range[1] < 100):
+            raise OptionError(f"{fn}: jpeg_range must lie in (0, 100), got {list(self.jpeg_range)}")
+        for name in ("gaussian_noise_prob", "gray_noise_prob"):
+            if not 0.0 <= float(getattr(self, name)) <= 1.0:
+                raise OptionError(f"{fn}: {name} must be a probability in [0, 1], got {getattr(self, name)!r}")
+
+    @classmethod
+    def from_basicsr(cls, opt: Mapping[str, object], stage: int = 1) -> DegradeStage:
+        """Read the keys of the module docstring (suffix ``2`` for ``stage=2``) from BasicSR model options."""
+        suffix = {1: "", 2: "2"}.get(stage)
+        if suffix is None:
+            raise OptionError(f"DegradeStage.from_basicsr: stage must be 1 or 2, got {stage!r}")
+        keys = ("resize_prob", "resize_range", "gaussian_noise_prob", "noise_range", "poisson_scale_range",
+                "gray_noise_prob", "jpeg_range")
+        missing = [k + suffix for k in keys if k + suffix not in opt]
+        if missing:
+            raise OptionError(f"options: missing Real-ESRGAN key(s) {', '.join(missing)}")
+        return cls(*(opt[k + suffix] for k in keys))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -128,13 +312,8 @@ def sample_batch_rng(sample_seed: int) -> np.random.Generator:
     return np.random.default_rng([int(sample_seed), _TAG_SAMPLE_BATCH])
 
 
-def _pick(rng: np.random.Generator, weights: Sequence[float]) -> int:
-    cum = np.cumsum(np.asarray(weights, dtype=np.float64))
-    return min(int(np.searchsorted(cum, rng.random() * cum[-1], side="right")), len(cum) - 1)
-
-
 def _resize_draw(rng: np.random.Generator, stage: DegradeStage) -> tuple[str, float, str]:
-    updown = _UPDOWN[_pick(rng, stage.resize_prob)]
+    updown = _UPDOWN[categorical(rng, stage.resize_prob)]
     if updown == "up":
         s = float(rng.uniform(1.0, stage.resize_range[1]))
     elif updown == "down":
@@ -200,55 +379,12 @@ def sample_generator(device: torch.device) -> torch.Generator:
         return torch.Generator()
 
 
-# ------------------------------------------------------------------------------------------------------ noise
-def _gaussian(x: Tensor, sigma: Sequence[float], gray: Sequence[bool], gens: Sequence[torch.Generator]) -> Tensor:
-    """Per sample: one standard normal field (one plane for gray samples) times sigma / 255."""
-    b, c, h, w = x.shape
-    fields = []
-    for j in range(b):
-        g = gens[j]
-        f = torch.randn((1 if gray[j] else c, h, w), generator=g, device=g.device, dtype=torch.float32)
-        fields.append(f.to(x.device).expand(c, h, w))
-    scale = torch.tensor([s / 255.0 for s in sigma], dtype=torch.float32).reshape(b, 1, 1, 1).to(x.device)
-    return torch.stack(fields).to(x.dtype) * scale.to(x.dtype)
-
-
-def _levels(q: Tensor) -> Tensor:
-    """The number of distinct 8-bit levels of ``q`` (integers 0..255) rounded up to a power of two, (1,) float."""
-    hist = torch.zeros(256, dtype=torch.int32, device=q.device)
-    idx = q.reshape(-1).long()
-    hist.scatter_add_(0, idx, torch.ones_like(idx, dtype=torch.int32))
-    n = (hist > 0).sum()
-    powers = torch.tensor([2**j for j in range(8)], device=q.device)
-    return torch.exp2((n > powers).sum().to(torch.float32)).reshape(1)
-
-
-def _poisson(x: Tensor, scale: Sequence[float], gray: Sequence[bool], gens: Sequence[torch.Generator]) -> Tensor:
-    """Per sample, BasicSR's Poisson noise: the image (its luma for gray samples) rounded to 8 bits, ``v`` its
-    distinct levels rounded up to a power of two, ``Poisson(img * v) / v - img``, times the sample's scale."""
-    b, c, h, w = x.shape
-    out = []
-    for j in range(b):
-        img = x[j].float()
-        if gray[j]:
-            if c != 3:
-                raise DataError(f"gray Poisson noise needs RGB images, got {c} channels")
-            img = (_GRAY[0] * img[0] + _GRAY[1] * img[1] + _GRAY[2] * img[2]).unsqueeze(0)
-        q = torch.clamp((img * 255.0).round(), 0, 255)
-        img = q / 255.0
-        vals = _levels(q)
-        g = gens[j]
-        rate = (img * vals).to(g.device)
-        noise = torch.poisson(rate, generator=g).to(x.device) / vals - img
-        out.append((noise * scale[j]).expand(c, h, w))
-    return torch.stack(out).to(x.dtype)
-
-
 def _add_noise(x: Tensor, gaussian: bool, level_u: Sequence[float], gray: Sequence[bool], stage: DegradeStage,
                gens: Sequence[torch.Generator]) -> Tensor:
     lo, hi = stage.noise_range if gaussian else stage.poisson_scale_range
     levels = [lo + u * (hi - lo) for u in level_u]
-    noise = _gaussian(x, levels, gray, gens) if gaussian else _poisson(x, levels, gray, gens)
+    add = gaussian_noise_per_sample if gaussian else poisson_noise_per_sample
+    noise = add(x, levels, gray, gens)
     return torch.clamp(x + noise, 0, 1)
 
 
@@ -341,123 +477,4 @@ class LoaderSynthesis:
                          seeds=[seed], gens=[torch.Generator()], usm=self.usm, jpeger=self.jpeger,
                          sharpen_input=self.sharpen_input, keep_sharpened=self.keep_sharpened)
         return {**out, "lq": out["lq"][0], "gt": out["gt"][0]}
-
-
-# ---------------------------------------------------------------------------------------------- the pair pool
-def quantise(x: Tensor) -> Tensor:
-    """A tensor of 8-bit levels ``k / 255`` as uint8 (exact: ``dequantise`` gives the same floats back)."""
-    return torch.clamp((x * 255.0).round(), 0, 255).to(torch.uint8)
-
-
-def dequantise(x: Tensor) -> Tensor:
-    """uint8 levels as float32 ``k / 255`` (the values image decoding and ``clamp_round`` produce)."""
-    return x.to(torch.float32) / 255.0
-
-
-class TrainingPairPool:
-    """Real-ESRGAN's training-pair pool (``queue_size``), which mixes samples of different batches.
-
-    The pool has ``rows = queue_size // batch`` rows of one batch each. While it fills, each batch goes into the
-    next row and trains as it is. Once full, every batch position ``j`` trains on the sample of a random row of
-    its column and leaves its new sample in that place. BasicSR shuffles the whole pool and takes ``batch``
-    entries instead; both replace ``batch / queue_size`` of the pool per step (the same age distribution), but a
-    column per batch position lets a global batch split over ranks keep exactly one process's pool: rank ``r``
-    holds the columns of its slice of the global batch. Picks come from :func:`pool_rng`.
-
-    Entries are stored as uint8 where they are 8-bit images (``exact_8bit``: the LQ always, the GT unless it was
-    sharpened), which is exact and 4x smaller than float32.
-    """
-
-    def __init__(self, queue_size: int, exact_8bit: Mapping[str, bool]) -> None:
-        self.queue_size = int(queue_size)
-        self.exact_8bit = dict(exact_8bit)
-        self.rows = 0
-        self.filled = 0
-        self.data: dict[str, Tensor] = {}
-        self._pending: dict[str, Any] | None = None
-
-    def _create(self, batch: Mapping[str, Tensor]) -> None:
-        b = next(iter(batch.values())).shape[0]
-        if self.queue_size % b:
-            raise OptionError(f"queue_size: {self.queue_size} is not a multiple of the batch per device ({b}); "
-                              f"use e.g. {max(1, self.queue_size // b) * b}")
-        self.rows = self.queue_size // b
-        for k, v in batch.items():
-            dtype = torch.uint8 if self.exact_8bit[k] else v.dtype
-            self.data[k] = torch.zeros((self.rows, *v.shape), dtype=dtype, device=v.device)
-        if self._pending is not None:
-            self._restore(self._pending)
-            self._pending = None
-
-    def _store(self, k: str, v: Tensor) -> Tensor:
-        return quantise(v) if self.exact_8bit[k] else v
-
-    def _load(self, k: str, v: Tensor) -> Tensor:
-        return dequantise(v) if self.exact_8bit[k] else v
-
-    @property
-    def full(self) -> bool:
-        return self.rows > 0 and self.filled == self.rows
-
-    def swap(self, batch: Mapping[str, Tensor], rng: np.random.Generator, *, offset: int, global_batch: int,
-             to_device: Callable[[Tensor], Tensor]) -> dict[str, Tensor]:
-        """Put ``batch`` (same keys every call; columns ``offset .. offset + B`` of the global batch) into the pool
-        and return what trains now. ``rng`` draws the rows of all ``global_batch`` columns (the same on every
-        rank); ``to_device`` uploads the index tensors (data, not constants: one graph on XLA for every step)."""
-        if not self.data:
-            self._create(batch)
-        b = next(iter(batch.values())).shape[0]
-        if not self.full:
-            row = to_device(torch.tensor([self.filled], dtype=torch.long))
-            for k, v in batch.items():
-                self.data[k].index_copy_(0, row, self._store(k, v).unsqueeze(0))
-            self.filled += 1
-            return dict(batch)
-        picks = rng.integers(0, self.rows, size=global_batch)[offset: offset + b]
-        rows = to_device(torch.from_numpy(picks.astype(np.int64)))
-        cols = to_device(torch.arange(b, dtype=torch.long))
-        out = {}
-        for k, v in batch.items():
-            out[k] = self._load(k, self.data[k][rows, cols])
-            self.data[k][rows, cols] = self._store(k, v)
-        return out
-
-    # ------------------------------------------------------------------------------------------ state
-    def state_dict(self, gather: Callable[[Any], list[Any]], to_host: Callable[[Any], Any]) -> dict[str, Any]:
-        """The whole pool of every rank, columns in global order: ``{'filled', 'rows', 'data': {key: tensor
-        (rows, global batch, ...)}}``. ``gather`` is the accelerator's ``all_gather_object`` (every rank calls)."""
-        if not self.data and self._pending is not None:  # loaded, not used yet: what was loaded
-            local, filled = dict(self._pending["data"]), int(self._pending["filled"])
-            rows = int(next(iter(local.values())).shape[0])
-        else:
-            local, filled, rows = to_host(self.data), self.filled, self.rows
-        parts = gather(local)
-        data = {k: torch.cat([p[k] for p in parts], dim=1) for k in local} if local else {}
-        return {"filled": filled, "rows": rows, "data": data}
-
-    def load_state_dict(self, state: Mapping[str, Any], *, offset: int, batch: int, where: str = "the state") -> None:
-        """Take this rank's columns ``offset .. offset + batch`` of a saved pool (the pool is built on the first
-        batch, so the device copy happens then)."""
-        if not state["data"]:
-            return
-        rows = int(state["rows"])
-        if self.queue_size != rows * batch:
-            raise CheckpointError(f"{where} holds a pair pool of {rows} rows x {batch} (queue_size {rows * batch} "
-                                  f"per device) but queue_size is {self.queue_size} now; restore queue_size "
-                                  "(or start a new run)")
-        sizes = {int(v.shape[1]) for v in state["data"].values()}
-        if any(offset + batch > n for n in sizes):
-            raise CheckpointError(f"{where}: its pair pool holds {sizes} columns, fewer than this rank needs "
-                                  f"({offset + batch}); resume with the global batch it was saved with")
-        self._pending = {"filled": int(state["filled"]),
-                         "data": {k: v[:, offset: offset + batch].contiguous() for k, v in state["data"].items()}}
-
-    def _restore(self, pending: Mapping[str, Any]) -> None:
-        for k, v in pending["data"].items():
-            if k not in self.data or tuple(v.shape) != tuple(self.data[k].shape) or v.dtype != self.data[k].dtype:
-                raise CheckpointError(f"the saved pair pool's '{k}' entries ({tuple(v.shape)}, {v.dtype}) do not fit "
-                                      f"this run's ({tuple(self.data[k].shape) if k in self.data else 'none'}); "
-                                      "restore gt_size, scale and queue_size (or start a new run)")
-            self.data[k].copy_(v.to(self.data[k].device))
-        self.filled = int(pending["filled"])
 

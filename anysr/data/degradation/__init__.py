@@ -1,0 +1,14 @@
+"""Degradation models: the random draws that decide how a ground-truth image is degraded, and their pipelines.
+
+One module per model or family, the tensor operators they call in :mod:`anysr.ops.degradation` and
+:mod:`anysr.ops.diffjpeg`:
+
+* :mod:`~anysr.data.degradation.bicubic`: MATLAB bicubic downscaling, the classic paired setting.
+* :mod:`~anysr.data.degradation.kernels`: blur kernel shapes and their random draws (shared by the blind models).
+* :mod:`~anysr.data.degradation.jpeg`: the real JPEG codec (OpenCV), fixed or random quality.
+* :mod:`~anysr.data.degradation.realesrgan`: Real-ESRGAN's second-order degradation (its settings, draws and
+  pipeline, in the training step or the loader workers).
+* :mod:`~anysr.data.degradation.draws`: helpers the random draws share.
+
+Randomness comes only from the generators passed in, never from the global RNGs.
+"""
