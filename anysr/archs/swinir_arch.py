@@ -367,8 +367,8 @@ class SwinIR(nn.Module):
         return {"relative_position_bias_table"}
 
     @property
-    def pad_multiple(self) -> int:
-        """Inputs are padded to a multiple of this (the largest window the blocks use)."""
+    def tile_multiple(self) -> int:
+        """Inputs are padded to a multiple of this (the largest window the blocks use; ``ops.tiling.TiledNetwork``)."""
         sizes = [blk.window_size for layer in self.layers for blk in layer.residual_group.blocks]
         return max(sizes, default=1)
 
@@ -385,7 +385,7 @@ class SwinIR(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h, w = x.shape[-2:]
-        multiple = self.pad_multiple
+        multiple = self.tile_multiple
         pad_h, pad_w = (-h) % multiple, (-w) % multiple
         if pad_h or pad_w:
             x = F.pad(x, (0, pad_w, 0, pad_h), mode="reflect")
