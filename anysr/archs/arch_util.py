@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from functools import partial
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -198,6 +200,15 @@ class Mlp(nn.Module):
         return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
 
 
+def relative_position_index(window_size: int | tuple[int, int]) -> torch.Tensor:
+    """(n, n) row of each query/key pair of an (wh, ww) window, n = wh*ww, in a ``(2wh-1)(2ww-1)``-row
+    relative-position bias table (Swin's layout: row offset major, column offset minor; int64)."""
+    wh, ww = to_2tuple(window_size)
+    coords = torch.stack(torch.meshgrid(torch.arange(wh), torch.arange(ww), indexing="ij")).flatten(1)  # (2, n)
+    rel = coords[:, :, None] - coords[:, None, :]
+    return (rel[0] + wh - 1) * (2 * ww - 1) + (rel[1] + ww - 1)
+
+
 def window_partition(x: torch.Tensor, window_size: int) -> torch.Tensor:
     """(b, h, w, c) -> (b * h/ws * w/ws, ws, ws, c), windows in row-major order."""
     b, h, w, c = x.shape
@@ -213,14 +224,15 @@ def window_reverse(windows: torch.Tensor, window_size: int, h: int, w: int) -> t
     return x.permute(0, 1, 3, 2, 4, 5).reshape(b, h, w, -1)
 
 
-def shifted_window_mask(h: int, w: int, window_size: int | tuple[int, int], shift_size: int | tuple[int, int],
-                        device: torch.device | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Attention mask for shifted windows on an ``h x w`` map: (num_windows, wh*ww, wh*ww) of 0 / -100.
+def shifted_window_blocked(h: int, w: int, window_size: int | tuple[int, int], shift_size: int | tuple[int, int],
+                           device: torch.device | None = None) -> torch.Tensor:
+    """Which token pairs of shifted windows on an ``h x w`` map must not attend: (num_windows, wh*ww, wh*ww) bool.
 
-    After the cyclic shift, the last ``window_size`` rows (columns) hold two regions that were not
-    neighbours in the image: the band before the last ``shift_size`` rows and the wrapped-around band.
-    Tokens of different regions must not attend to each other. ``window_size`` / ``shift_size`` may be
-    (rows, columns) pairs for rectangular windows; ``h`` and ``w`` must be multiples of the window.
+    After the cyclic shift (``torch.roll`` by ``-shift_size``), the last ``window_size`` rows (columns) hold two
+    regions that were not neighbours in the image: the band before the last ``shift_size`` rows and the
+    wrapped-around band. Tokens of different regions must not attend to each other. ``window_size`` /
+    ``shift_size`` may be (rows, columns) pairs for rectangular windows; ``h`` and ``w`` must be multiples of the
+    window. Windows in ``window_partition``'s order.
     """
     (wh, ww), (sh, sw) = to_2tuple(window_size), to_2tuple(shift_size)
 
@@ -228,10 +240,17 @@ def shifted_window_mask(h: int, w: int, window_size: int | tuple[int, int], shif
         idx = torch.arange(n, device=device)
         return (idx >= n - win).long() + (idx >= n - shift).long()
 
-    label = (region(h, wh, sh)[:, None] * 3 + region(w, ww, sw)[None, :]).to(dtype)  # (h, w)
+    label = region(h, wh, sh)[:, None] * 3 + region(w, ww, sw)[None, :]  # (h, w)
     windows = label.view(h // wh, wh, w // ww, ww).permute(0, 2, 1, 3).reshape(-1, wh * ww)
-    diff = windows.unsqueeze(1) - windows.unsqueeze(2)
-    return torch.where(diff != 0, torch.full_like(diff, -100.0), torch.zeros_like(diff))
+    return windows.unsqueeze(1) != windows.unsqueeze(2)
+
+
+def shifted_window_mask(h: int, w: int, window_size: int | tuple[int, int], shift_size: int | tuple[int, int],
+                        device: torch.device | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The additive attention mask of ``shifted_window_blocked``: (num_windows, wh*ww, wh*ww) of 0 / -100."""
+    blocked = shifted_window_blocked(h, w, window_size, shift_size, device)
+    zeros = torch.zeros(blocked.shape, dtype=dtype, device=blocked.device)
+    return torch.where(blocked, torch.full_like(zeros, -100.0), zeros)
 
 
 def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor,
@@ -251,6 +270,44 @@ def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: to
         attn_mask = attn_mask.expand(q.shape[0] // nw, *attn_mask.shape).reshape(q.shape[0], *attn_mask.shape[1:])
     return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask.to(q.dtype), dropout_p=dropout_p,
                                           scale=scale)
+
+
+def swin_init_weights(m: nn.Module, norm_types: tuple[type[nn.Module], ...] = (nn.LayerNorm,)) -> None:
+    """The Swin family's init of one module (for ``net.apply``): a Linear gets a truncated-normal weight (std
+    0.02) and a zero bias, a norm layer of ``norm_types`` weight 1 and bias 0; other modules are left alone."""
+    if isinstance(m, nn.Linear):
+        nn.init.trunc_normal_(m.weight, std=0.02)
+        if m.bias is not None:
+            nn.init.zeros_(m.bias)
+    elif isinstance(m, norm_types):
+        nn.init.zeros_(m.bias)
+        nn.init.ones_(m.weight)
+
+
+class SwinWeightsMixin(nn.Module):
+    """What the Swin family's networks share besides their blocks: the weight init and the no-weight-decay names.
+
+    A network subclasses it instead of ``nn.Module`` and calls ``self.init_swin_weights()`` at the end of its
+    ``__init__``. The class attributes say which norm layers the init resets (``swin_init_norms``) and which
+    parameter names (``no_weight_decay_names``) and name fragments (``no_weight_decay_fragments``)
+    ``no_weight_decay()`` / ``no_weight_decay_keywords()`` report (timm's and the authors' convention).
+    """
+
+    swin_init_norms: ClassVar[tuple[type[nn.Module], ...]] = (nn.LayerNorm,)
+    no_weight_decay_names: ClassVar[frozenset[str]] = frozenset({"absolute_pos_embed"})
+    no_weight_decay_fragments: ClassVar[frozenset[str]] = frozenset({"relative_position_bias_table"})
+
+    def init_swin_weights(self) -> None:
+        """``swin_init_weights`` on every submodule, children before parents (``nn.Module.apply``'s order)."""
+        self.apply(partial(swin_init_weights, norm_types=self.swin_init_norms))
+
+    def no_weight_decay(self) -> set[str]:
+        """Parameter names usually excluded from weight decay."""
+        return set(self.no_weight_decay_names)
+
+    def no_weight_decay_keywords(self) -> set[str]:
+        """Parameter-name fragments usually excluded from weight decay."""
+        return set(self.no_weight_decay_fragments)
 
 
 def residual_conv(dim: int, resi_connection: str) -> nn.Module:
@@ -334,6 +391,7 @@ __all__ = [
     "LayerNorm2d",
     "Mlp",
     "ResidualBlockNoBN",
+    "SwinWeightsMixin",
     "Upsample",
     "check_upscale",
     "default_init_weights",
@@ -346,8 +404,11 @@ __all__ = [
     "pad_to_multiple",
     "pixel_unshuffle",
     "refuse_weights_path",
+    "relative_position_index",
     "residual_conv",
+    "shifted_window_blocked",
     "shifted_window_mask",
+    "swin_init_weights",
     "to_2tuple",
     "window_attention",
     "window_partition",

@@ -28,9 +28,11 @@ from torch.utils import checkpoint
 from anysr.archs.arch_util import (
     ArchArgumentError,
     DropPath,
+    SwinWeightsMixin,
     Upsample,
     check_upscale,
     drop_path_rates,
+    relative_position_index,
     residual_conv,
     shifted_window_mask,
     to_2tuple,
@@ -162,10 +164,7 @@ class Spatial_Attention(nn.Module):  # noqa: N801 - the authors' class name
             offsets = torch.stack(torch.meshgrid(torch.arange(1 - hs, hs), torch.arange(1 - ws, ws),
                                                  indexing="ij"))
             self.register_buffer("rpe_biases", offsets.flatten(1).transpose(0, 1).float().contiguous())
-            coords = torch.stack(torch.meshgrid(torch.arange(hs), torch.arange(ws), indexing="ij")).flatten(1)
-            rel = coords[:, :, None] - coords[:, None, :]
-            index = (rel[0] + hs - 1) * (2 * ws - 1) + (rel[1] + ws - 1)
-            self.register_buffer("relative_position_index", index)
+            self.register_buffer("relative_position_index", relative_position_index((hs, ws)))
         self.attn_drop = nn.Dropout(attn_drop)
 
     def _windows(self, x: torch.Tensor, h: int, w: int) -> torch.Tensor:
@@ -378,7 +377,7 @@ class ResidualGroup(nn.Module):
 
 
 @ARCH_REGISTRY.register()
-class DAT(nn.Module):
+class DAT(SwinWeightsMixin):
     """Dual Aggregation Transformer (DAT / DAT-S / DAT-2 / DAT-light by arguments).
 
     Args (the authors' names and defaults): img_size (training patch size; only sizes the kept mask
@@ -392,6 +391,10 @@ class DAT(nn.Module):
     [8, 16], expansion_factor 2. DAT-2: DAT with expansion_factor 2. DAT-light: embed_dim 60, depth [18],
     num_heads [6], split_size [8, 32], expansion_factor 2, '3conv', 'pixelshuffledirect'.
     """
+
+    swin_init_norms = (nn.LayerNorm, nn.BatchNorm2d, nn.GroupNorm, nn.InstanceNorm2d)
+    no_weight_decay_names = frozenset()  # no absolute or tabled position bias (the bias is computed by an MLP)
+    no_weight_decay_fragments = frozenset()
 
     def __init__(self, img_size: int = 64, in_chans: int = 3, embed_dim: int = 180, split_size: Sequence[int] = (2, 4),
                  depth: Sequence[int] = (2, 2, 2, 2), num_heads: Sequence[int] = (2, 2, 2, 2),
@@ -436,17 +439,7 @@ class DAT(nn.Module):
             self.conv_last = nn.Conv2d(num_feat, in_chans, 3, 1, 1)
         else:
             self.upsample = UpsampleOneStep(upscale, embed_dim, in_chans, (img_size, img_size))
-        self.apply(self._init_weights)
-
-    @staticmethod
-    def _init_weights(m: nn.Module) -> None:
-        if isinstance(m, nn.Linear):
-            nn.init.trunc_normal_(m.weight, std=0.02)
-            if m.bias is not None:
-                nn.init.zeros_(m.bias)
-        elif isinstance(m, (nn.LayerNorm, nn.BatchNorm2d, nn.GroupNorm, nn.InstanceNorm2d)):
-            nn.init.zeros_(m.bias)
-            nn.init.ones_(m.weight)
+        self.init_swin_weights()
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """The residual groups on a (b, embed_dim, h, w) map of any size."""

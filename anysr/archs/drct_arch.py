@@ -24,6 +24,7 @@ from torch.utils import checkpoint
 
 from anysr.archs.arch_util import (
     ArchArgumentError,
+    SwinWeightsMixin,
     Upsample,
     check_upscale,
     drop_path_rates,
@@ -86,7 +87,7 @@ class RDG(nn.Module):
 
 
 @ARCH_REGISTRY.register()
-class DRCT(nn.Module):
+class DRCT(SwinWeightsMixin):
     """Dense-residual-connected Transformer (DRCT / DRCT-L by arguments), for classical SR.
 
     Args (the authors' names; defaults theirs except ``upsampler``): img_size (training patch size: decides
@@ -157,25 +158,7 @@ class DRCT(nn.Module):
         windows = {blk.window_size for layer in self.layers for blk in layer.children()
                    if isinstance(blk, SwinTransformerBlock)}
         self.tile_multiple: int = math.lcm(window_size, *windows)
-        self.apply(self._init_weights)
-
-    @staticmethod
-    def _init_weights(m: nn.Module) -> None:
-        if isinstance(m, nn.Linear):
-            nn.init.trunc_normal_(m.weight, std=0.02)
-            if m.bias is not None:
-                nn.init.zeros_(m.bias)
-        elif isinstance(m, nn.LayerNorm):
-            nn.init.zeros_(m.bias)
-            nn.init.ones_(m.weight)
-
-    def no_weight_decay(self) -> set[str]:
-        """Parameter names usually excluded from weight decay."""
-        return {"absolute_pos_embed"}
-
-    def no_weight_decay_keywords(self) -> set[str]:
-        """Parameter-name fragments usually excluded from weight decay."""
-        return {"relative_position_bias_table"}
+        self.init_swin_weights()
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """The RDGs on a (b, embed_dim, h, w) map whose sides are multiples of ``tile_multiple``."""

@@ -29,10 +29,12 @@ from anysr.archs.arch_util import (
     ArchArgumentError,
     DropPath,
     Mlp,
+    SwinWeightsMixin,
     Upsample,
     check_upscale,
     drop_path_rates,
     pad_to_multiple,
+    relative_position_index,
     residual_conv,
     shifted_window_mask,
     to_2tuple,
@@ -52,14 +54,6 @@ def _tokens(x: torch.Tensor) -> torch.Tensor:
 def _feature_map(x: torch.Tensor, x_size: tuple[int, int]) -> torch.Tensor:
     """(b, h*w, c) -> (b, c, h, w)."""
     return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], x_size[0], x_size[1])
-
-
-def window_position_index(window_size: int) -> torch.Tensor:
-    """(ws*ws, ws*ws) index into a ((2ws-1)**2)-row bias table for each query/key pair of a window."""
-    coords = torch.stack(torch.meshgrid(torch.arange(window_size), torch.arange(window_size),
-                                        indexing="ij")).flatten(1)
-    rel = coords[:, :, None] - coords[:, None, :] + (window_size - 1)
-    return rel[0] * (2 * window_size - 1) + rel[1]
 
 
 def overlap_position_index(window_size: int, overlap_size: int) -> torch.Tensor:
@@ -285,7 +279,7 @@ class RHAG(nn.Module):
 
 
 @ARCH_REGISTRY.register()
-class HAT(nn.Module):
+class HAT(SwinWeightsMixin):
     """Hybrid Attention Transformer (HAT-S / HAT / HAT-L by arguments), for classical SR x2/x3/x4.
 
     Args (the authors' names; defaults theirs except ``upsampler`` and ``window_size``, whose defaults cannot
@@ -322,7 +316,7 @@ class HAT(nn.Module):
         self.register_buffer("mean", mean.view(1, -1, 1, 1), persistent=False)
         self.upscale = upscale
         self.upsampler = upsampler
-        self.register_buffer("relative_position_index_SA", window_position_index(window_size))
+        self.register_buffer("relative_position_index_SA", relative_position_index(window_size))
         overlap = int(overlap_ratio * window_size) + window_size
         self.register_buffer("relative_position_index_OCA", overlap_position_index(window_size, overlap))
 
@@ -358,25 +352,7 @@ class HAT(nn.Module):
                                                   nn.LeakyReLU(inplace=True))
         self.upsample = Upsample(upscale, num_feat)
         self.conv_last = nn.Conv2d(num_feat, in_chans, 3, 1, 1)
-        self.apply(self._init_weights)
-
-    @staticmethod
-    def _init_weights(m: nn.Module) -> None:
-        if isinstance(m, nn.Linear):
-            nn.init.trunc_normal_(m.weight, std=0.02)
-            if m.bias is not None:
-                nn.init.zeros_(m.bias)
-        elif isinstance(m, nn.LayerNorm):
-            nn.init.zeros_(m.bias)
-            nn.init.ones_(m.weight)
-
-    def no_weight_decay(self) -> set[str]:
-        """Parameter names usually excluded from weight decay."""
-        return {"absolute_pos_embed"}
-
-    def no_weight_decay_keywords(self) -> set[str]:
-        """Parameter-name fragments usually excluded from weight decay."""
-        return {"relative_position_bias_table"}
+        self.init_swin_weights()
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """The attention body on a (b, embed_dim, h, w) map whose sides are multiples of ``window_size``."""
@@ -454,4 +430,4 @@ def _check_hat_args(img_size: int | Sequence[int], patch_size: int | Sequence[in
                                     f"got {factor!r}")
 
 
-__all__ = ["HAB", "HAT", "OCAB", "RHAG", "overlap_position_index", "overlapping_windows", "window_position_index"]
+__all__ = ["HAB", "HAT", "OCAB", "RHAG", "overlap_position_index", "overlapping_windows"]

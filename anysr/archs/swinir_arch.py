@@ -27,7 +27,10 @@ from anysr.archs.arch_util import (
     ArchArgumentError,
     DropPath,
     Mlp,
+    SwinWeightsMixin,
     Upsample,
+    drop_path_rates,
+    relative_position_index,
     residual_conv,
     shifted_window_mask,
     to_2tuple,
@@ -53,10 +56,7 @@ class WindowAttention(nn.Module):
         self.scale = qk_scale or (dim // num_heads) ** -0.5
         wh, ww = window_size
         self.relative_position_bias_table = nn.Parameter(torch.zeros((2 * wh - 1) * (2 * ww - 1), num_heads))
-        coords = torch.stack(torch.meshgrid(torch.arange(wh), torch.arange(ww), indexing="ij")).flatten(1)
-        rel = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0)  # (n, n, 2)
-        index = (rel[..., 0] + wh - 1) * (2 * ww - 1) + (rel[..., 1] + ww - 1)
-        self.register_buffer("relative_position_index", index.contiguous())
+        self.register_buffer("relative_position_index", relative_position_index(window_size))
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
         self.attn_drop = nn.Dropout(attn_drop)
         self.proj = nn.Linear(dim, dim)
@@ -249,7 +249,7 @@ class UpsampleOneStep(nn.Sequential):
 
 
 @ARCH_REGISTRY.register()
-class SwinIR(nn.Module):
+class SwinIR(SwinWeightsMixin):
     """SwinIR for SR (``upsampler`` 'pixelshuffle', 'pixelshuffledirect', 'nearest+conv') and for
     restoration at scale 1 (``upsampler`` '' or None).
 
@@ -315,8 +315,7 @@ class SwinIR(nn.Module):
         self.pos_drop = nn.Dropout(p=drop_rate)
 
         resolution = (self.patches_resolution[0], self.patches_resolution[1])
-        total = sum(depths)
-        rates = [drop_path_rate * i / (total - 1) if total > 1 else 0.0 for i in range(total)]
+        rates = drop_path_rates(drop_path_rate, sum(depths))
         self.layers = nn.ModuleList()
         for i, depth in enumerate(depths):
             start = sum(depths[:i])
@@ -346,25 +345,7 @@ class SwinIR(nn.Module):
             self.lrelu = nn.LeakyReLU(negative_slope=0.2, inplace=True)
         else:
             self.conv_last = nn.Conv2d(embed_dim, num_out_ch, 3, 1, 1)
-        self.apply(self._init_weights)
-
-    @staticmethod
-    def _init_weights(m: nn.Module) -> None:
-        if isinstance(m, nn.Linear):
-            nn.init.trunc_normal_(m.weight, std=0.02)
-            if m.bias is not None:
-                nn.init.zeros_(m.bias)
-        elif isinstance(m, nn.LayerNorm):
-            nn.init.zeros_(m.bias)
-            nn.init.ones_(m.weight)
-
-    def no_weight_decay(self) -> set[str]:
-        """Parameter names usually excluded from weight decay."""
-        return {"absolute_pos_embed"}
-
-    def no_weight_decay_keywords(self) -> set[str]:
-        """Parameter-name fragments usually excluded from weight decay."""
-        return {"relative_position_bias_table"}
+        self.init_swin_weights()
 
     @property
     def tile_multiple(self) -> int:
@@ -414,5 +395,4 @@ class SwinIR(nn.Module):
         return x[..., : h * scale, : w * scale] if (pad_h or pad_w) else x
 
 
-__all__ = ["SwinIR", "RSTB", "SwinTransformerBlock", "WindowAttention", "shifted_window_mask",
-           "window_partition", "window_reverse"]
+__all__ = ["SwinIR", "RSTB", "SwinTransformerBlock", "WindowAttention"]
