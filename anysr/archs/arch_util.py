@@ -157,6 +157,16 @@ def to_2tuple(x: int | Iterable[int]) -> tuple[int, int]:
 
 # ----------------------------------------------------------------- window-attention pieces
 
+def to_tokens(x: torch.Tensor) -> torch.Tensor:
+    """A feature map as a token sequence: (b, c, h, w) -> (b, h*w, c) (a view)."""
+    return x.flatten(2).transpose(1, 2)
+
+
+def to_feature_map(x: torch.Tensor, h: int, w: int) -> torch.Tensor:
+    """A token sequence as a feature map: (b, h*w, c) -> (b, c, h, w)."""
+    return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], h, w)
+
+
 def drop_path(x: torch.Tensor, drop_prob: float = 0.0, training: bool = False) -> torch.Tensor:
     """Stochastic depth: zero whole samples with probability ``drop_prob`` and rescale the rest."""
     if drop_prob == 0.0 or not training:
@@ -310,6 +320,48 @@ class SwinWeightsMixin(nn.Module):
         return set(self.no_weight_decay_fragments)
 
 
+class WindowAttention(nn.Module):
+    """Multi-head self attention inside windows with a learned relative-position bias (Swin's block; parameters
+    ``relative_position_bias_table``, ``qkv``, ``proj``, and the ``relative_position_index`` buffer).
+
+    ``window_size``: (rows, columns). With ``position_index=False`` there is no index buffer: the network passes
+    one to ``forward`` (``rpi``), as HAT shares one between all its blocks.
+    """
+
+    def __init__(self, dim: int, window_size: tuple[int, int], num_heads: int, qkv_bias: bool = True,
+                 qk_scale: float | None = None, attn_drop: float = 0.0, proj_drop: float = 0.0,
+                 position_index: bool = True) -> None:
+        super().__init__()
+        self.dim = dim
+        self.window_size = window_size
+        self.num_heads = num_heads
+        self.scale = qk_scale or (dim // num_heads) ** -0.5
+        wh, ww = window_size
+        self.relative_position_bias_table = nn.Parameter(torch.zeros((2 * wh - 1) * (2 * ww - 1), num_heads))
+        if position_index:
+            self.register_buffer("relative_position_index", relative_position_index(window_size))
+        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
+        self.attn_drop = nn.Dropout(attn_drop)
+        self.proj = nn.Linear(dim, dim)
+        self.proj_drop = nn.Dropout(proj_drop)
+        nn.init.trunc_normal_(self.relative_position_bias_table, std=0.02)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+                rpi: torch.Tensor | None = None) -> torch.Tensor:
+        """x: (num_windows * b, n, c); mask: (num_windows, n, n) of 0 / -100, or None; rpi: the (n, n) table
+        index when the module keeps none."""
+        b_, n, c = x.shape
+        qkv = self.qkv(x).reshape(b_, n, 3, self.num_heads, c // self.num_heads).permute(2, 0, 3, 1, 4)
+        index = self.relative_position_index if rpi is None else rpi
+        bias = self.relative_position_bias_table[index.reshape(-1)].view(n, n, -1).permute(2, 0, 1)
+        out = window_attention(qkv[0], qkv[1], qkv[2], bias, mask, scale=self.scale,
+                               dropout_p=self.attn_drop.p if self.training else 0.0)
+        return self.proj_drop(self.proj(out.transpose(1, 2).reshape(b_, n, c)))
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, window_size={self.window_size}, num_heads={self.num_heads}"
+
+
 def residual_conv(dim: int, resi_connection: str) -> nn.Module:
     """The conv closing a residual group: '1conv' (3x3), '3conv' (3x3 to dim/4, 1x1, 3x3 back; LeakyReLU 0.2
     between) or 'identity' (none)."""
@@ -393,6 +445,7 @@ __all__ = [
     "ResidualBlockNoBN",
     "SwinWeightsMixin",
     "Upsample",
+    "WindowAttention",
     "check_upscale",
     "default_init_weights",
     "drop_path",
@@ -410,6 +463,8 @@ __all__ = [
     "shifted_window_mask",
     "swin_init_weights",
     "to_2tuple",
+    "to_feature_map",
+    "to_tokens",
     "window_attention",
     "window_partition",
     "window_reverse",

@@ -36,6 +36,8 @@ from anysr.archs.arch_util import (
     residual_conv,
     shifted_window_mask,
     to_2tuple,
+    to_feature_map,
+    to_tokens,
     window_attention,
 )
 from anysr.archs.swinir_arch import UpsampleOneStep
@@ -44,21 +46,11 @@ from anysr.registry import ARCH_REGISTRY
 UPSAMPLERS = ("pixelshuffle", "pixelshuffledirect")
 
 
-def _tokens(x: torch.Tensor) -> torch.Tensor:
-    """(b, c, h, w) -> (b, h*w, c)."""
-    return x.flatten(2).transpose(1, 2)
-
-
-def _feature_map(x: torch.Tensor, h: int, w: int) -> torch.Tensor:
-    """(b, h*w, c) -> (b, c, h, w)."""
-    return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], h, w)
-
-
 class _ToTokens(nn.Module):
     """(b, c, h, w) -> (b, h*w, c) as a module (first entry of ``before_RG``)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _tokens(x)
+        return to_tokens(x)
 
 
 class PooledBatchNorm2d(nn.BatchNorm2d):
@@ -93,7 +85,7 @@ class SpatialGate(nn.Module):
 
     def forward(self, x: torch.Tensor, h: int, w: int) -> torch.Tensor:
         x1, x2 = x.chunk(2, dim=-1)
-        return x1 * _tokens(self.conv(_feature_map(self.norm(x2), h, w)))
+        return x1 * to_tokens(self.conv(to_feature_map(self.norm(x2), h, w)))
 
 
 class SGFN(nn.Module):
@@ -255,7 +247,7 @@ class Adaptive_Spatial_Attention(nn.Module):  # noqa: N801 - the authors' class 
         b, n, c = x.shape
         half = c // 2
         qkv = self.qkv(x).view(b, n, 3, c).permute(2, 0, 1, 3)  # (3, b, n, c)
-        v = _feature_map(qkv[2], h, w)
+        v = to_feature_map(qkv[2], h, w)
         multiple = self.multiple
         pad_b, pad_r = (-h) % multiple, (-w) % multiple
         hp, wp = h + pad_b, w + pad_r
@@ -278,9 +270,9 @@ class Adaptive_Spatial_Attention(nn.Module):  # noqa: N801 - the authors' class 
 
         conv_x = self.dwconv(v)
         channel_map = self.channel_interaction(conv_x).view(b, 1, c)
-        spatial_map = self.spatial_interaction(_feature_map(attended, h, w))
+        spatial_map = self.spatial_interaction(to_feature_map(attended, h, w))
         attended = attended * torch.sigmoid(channel_map)
-        conv_x = _tokens(torch.sigmoid(spatial_map) * conv_x)
+        conv_x = to_tokens(torch.sigmoid(spatial_map) * conv_x)
         return self.proj_drop(self.proj(attended + conv_x))
 
 
@@ -310,10 +302,10 @@ class Adaptive_Channel_Attention(nn.Module):  # noqa: N801 - the authors' class 
         attn = self.attn_drop(((q @ k.transpose(-2, -1)) * self.temperature).softmax(dim=-1))
         attended = (attn @ v).permute(0, 3, 1, 2).reshape(b, n, c)
         conv_x = self.dwconv(v.reshape(b, c, h, w))
-        channel_map = self.channel_interaction(_feature_map(attended, h, w))
-        spatial_map = _tokens(self.spatial_interaction(conv_x))  # (b, n, 1)
+        channel_map = self.channel_interaction(to_feature_map(attended, h, w))
+        spatial_map = to_tokens(self.spatial_interaction(conv_x))  # (b, n, 1)
         attended = attended * torch.sigmoid(spatial_map)
-        conv_x = _tokens(conv_x * torch.sigmoid(channel_map))
+        conv_x = to_tokens(conv_x * torch.sigmoid(channel_map))
         return self.proj_drop(self.proj(attended + conv_x))
 
 
@@ -373,7 +365,7 @@ class ResidualGroup(nn.Module):
                 x = checkpoint.checkpoint(blk, x, x_size, use_reentrant=False)
             else:
                 x = blk(x, x_size)
-        return res + _tokens(self.conv(_feature_map(x, x_size[0], x_size[1])))
+        return res + to_tokens(self.conv(to_feature_map(x, *x_size)))
 
 
 @ARCH_REGISTRY.register()
@@ -447,7 +439,7 @@ class DAT(SwinWeightsMixin):
         x = self.before_RG(x)
         for layer in self.layers:
             x = layer(x, (h, w))
-        return _feature_map(self.norm(x), h, w)
+        return to_feature_map(self.norm(x), h, w)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         mean = self.mean.to(dtype=x.dtype)

@@ -30,21 +30,13 @@ from anysr.archs.arch_util import (
     drop_path_rates,
     pad_to_multiple,
     residual_conv,
+    to_feature_map,
+    to_tokens,
 )
 from anysr.archs.swinir_arch import PatchEmbed, SwinTransformerBlock
 from anysr.registry import ARCH_REGISTRY
 
 NUM_DENSE_BLOCKS = 5
-
-
-def _tokens(x: torch.Tensor) -> torch.Tensor:
-    """(b, c, h, w) -> (b, h*w, c)."""
-    return x.flatten(2).transpose(1, 2)
-
-
-def _feature_map(x: torch.Tensor, x_size: tuple[int, int]) -> torch.Tensor:
-    """(b, h*w, c) -> (b, c, h, w)."""
-    return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], x_size[0], x_size[1])
 
 
 def dense_block_heads(dim: int, gc: int, num_heads: int) -> list[int]:
@@ -79,10 +71,10 @@ class RDG(nn.Module):
         feats = [x]
         for i in range(1, NUM_DENSE_BLOCKS + 1):
             y = getattr(self, f"swin{i}")(torch.cat(feats, dim=-1) if i > 1 else x, x_size)
-            y = getattr(self, f"adjust{i}")(_feature_map(y, x_size))
+            y = getattr(self, f"adjust{i}")(to_feature_map(y, *x_size))
             if i < NUM_DENSE_BLOCKS:
                 y = self.lrelu(y)
-            feats.append(_tokens(y))
+            feats.append(to_tokens(y))
         return feats[-1] * 0.2 + x
 
 
@@ -172,7 +164,7 @@ class DRCT(SwinWeightsMixin):
                 x = checkpoint.checkpoint(layer, x, x_size, use_reentrant=False)
             else:
                 x = layer(x, x_size)
-        return _feature_map(self.norm(x), x_size)
+        return to_feature_map(self.norm(x), *x_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h, w = x.shape[-2:]

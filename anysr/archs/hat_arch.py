@@ -31,6 +31,7 @@ from anysr.archs.arch_util import (
     Mlp,
     SwinWeightsMixin,
     Upsample,
+    WindowAttention,
     check_upscale,
     drop_path_rates,
     pad_to_multiple,
@@ -38,22 +39,14 @@ from anysr.archs.arch_util import (
     residual_conv,
     shifted_window_mask,
     to_2tuple,
+    to_feature_map,
+    to_tokens,
     window_attention,
     window_partition,
     window_reverse,
 )
 from anysr.archs.rcan_arch import ChannelAttention
 from anysr.registry import ARCH_REGISTRY
-
-
-def _tokens(x: torch.Tensor) -> torch.Tensor:
-    """(b, c, h, w) -> (b, h*w, c)."""
-    return x.flatten(2).transpose(1, 2)
-
-
-def _feature_map(x: torch.Tensor, x_size: tuple[int, int]) -> torch.Tensor:
-    """(b, h*w, c) -> (b, c, h, w)."""
-    return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], x_size[0], x_size[1])
 
 
 def overlap_position_index(window_size: int, overlap_size: int) -> torch.Tensor:
@@ -83,37 +76,6 @@ def overlapping_windows(x: torch.Tensor, window_size: int, margin: int) -> torch
     both = torch.cat([rows[:, :, :, :-2, ws - m:], rows[:, :, :, 1:-1], rows[:, :, :, 2:, :m]], dim=4)
     size = ws + 2 * m
     return both.permute(0, 1, 3, 2, 4, 5).reshape(-1, size * size, c)
-
-
-class WindowAttention(nn.Module):
-    """Multi-head self attention in a window; the relative-position index comes from the network."""
-
-    def __init__(self, dim: int, window_size: tuple[int, int], num_heads: int, qkv_bias: bool = True,
-                 qk_scale: float | None = None, attn_drop: float = 0.0, proj_drop: float = 0.0) -> None:
-        super().__init__()
-        self.dim = dim
-        self.window_size = window_size
-        self.num_heads = num_heads
-        self.scale = qk_scale or (dim // num_heads) ** -0.5
-        wh, ww = window_size
-        self.relative_position_bias_table = nn.Parameter(torch.zeros((2 * wh - 1) * (2 * ww - 1), num_heads))
-        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
-        self.attn_drop = nn.Dropout(attn_drop)
-        self.proj = nn.Linear(dim, dim)
-        self.proj_drop = nn.Dropout(proj_drop)
-        nn.init.trunc_normal_(self.relative_position_bias_table, std=0.02)
-
-    def forward(self, x: torch.Tensor, rpi: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """x: (num_windows * b, n, c); rpi: (n, n) table index; mask: (num_windows, n, n) or None."""
-        b_, n, c = x.shape
-        qkv = self.qkv(x).reshape(b_, n, 3, self.num_heads, c // self.num_heads).permute(2, 0, 3, 1, 4)
-        bias = self.relative_position_bias_table[rpi.reshape(-1)].view(n, n, -1).permute(2, 0, 1)
-        out = window_attention(qkv[0], qkv[1], qkv[2], bias, mask, scale=self.scale,
-                               dropout_p=self.attn_drop.p if self.training else 0.0)
-        return self.proj_drop(self.proj(out.transpose(1, 2).reshape(b_, n, c)))
-
-    def extra_repr(self) -> str:
-        return f"dim={self.dim}, window_size={self.window_size}, num_heads={self.num_heads}"
 
 
 class CAB(nn.Module):
@@ -151,7 +113,7 @@ class HAB(nn.Module):
         self.conv_scale = conv_scale
         self.norm1 = norm_layer(dim)
         self.attn = WindowAttention(dim, to_2tuple(window_size), num_heads, qkv_bias=qkv_bias, qk_scale=qk_scale,
-                                    attn_drop=attn_drop, proj_drop=drop)
+                                    attn_drop=attn_drop, proj_drop=drop, position_index=False)
         self.conv_block = CAB(dim, compress_ratio, squeeze_factor)
         self.drop_path = DropPath(drop_path) if drop_path > 0.0 else nn.Identity()
         self.norm2 = norm_layer(dim)
@@ -168,7 +130,7 @@ class HAB(nn.Module):
         if shift:
             x = torch.roll(x, shifts=(-shift, -shift), dims=(1, 2))
         windows = window_partition(x, ws).view(-1, ws * ws, c)
-        windows = self.attn(windows, rpi_sa, mask=attn_mask if shift else None)
+        windows = self.attn(windows, mask=attn_mask if shift else None, rpi=rpi_sa)
         x = window_reverse(windows.view(-1, ws, ws, c), ws, h, w)
         if shift:
             x = torch.roll(x, shifts=(shift, shift), dims=(1, 2))
@@ -275,7 +237,7 @@ class RHAG(nn.Module):
 
     def forward(self, x: torch.Tensor, x_size: tuple[int, int], params: dict[str, torch.Tensor | None]
                 ) -> torch.Tensor:
-        return _tokens(self.conv(_feature_map(self.residual_group(x, x_size, params), x_size))) + x
+        return to_tokens(self.conv(to_feature_map(self.residual_group(x, x_size, params), *x_size))) + x
 
 
 @ARCH_REGISTRY.register()
@@ -363,13 +325,13 @@ class HAT(SwinWeightsMixin):
             "rpi_sa": self.relative_position_index_SA,
             "rpi_oca": self.relative_position_index_OCA,
         }
-        x = self.patch_embed(_tokens(x))
+        x = self.patch_embed(to_tokens(x))
         if self.ape:
             x = x + self.absolute_pos_embed
         x = self.pos_drop(x)
         for layer in self.layers:
             x = layer(x, x_size, params)
-        return _feature_map(self.norm(x), x_size)
+        return to_feature_map(self.norm(x), *x_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h, w = x.shape[-2:]

@@ -29,12 +29,11 @@ from anysr.archs.arch_util import (
     Mlp,
     SwinWeightsMixin,
     Upsample,
+    WindowAttention,
     drop_path_rates,
-    relative_position_index,
     residual_conv,
     shifted_window_mask,
     to_2tuple,
-    window_attention,
     window_partition,
     window_reverse,
 )
@@ -42,39 +41,6 @@ from anysr.registry import ARCH_REGISTRY
 
 UPSAMPLERS = ("pixelshuffle", "pixelshuffledirect", "nearest+conv", "")
 RESI_CONNECTIONS = ("1conv", "3conv")
-
-
-class WindowAttention(nn.Module):
-    """Multi-head self attention inside a window, with a learned relative-position bias."""
-
-    def __init__(self, dim: int, window_size: tuple[int, int], num_heads: int, qkv_bias: bool = True,
-                 qk_scale: float | None = None, attn_drop: float = 0.0, proj_drop: float = 0.0) -> None:
-        super().__init__()
-        self.dim = dim
-        self.window_size = window_size
-        self.num_heads = num_heads
-        self.scale = qk_scale or (dim // num_heads) ** -0.5
-        wh, ww = window_size
-        self.relative_position_bias_table = nn.Parameter(torch.zeros((2 * wh - 1) * (2 * ww - 1), num_heads))
-        self.register_buffer("relative_position_index", relative_position_index(window_size))
-        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
-        self.attn_drop = nn.Dropout(attn_drop)
-        self.proj = nn.Linear(dim, dim)
-        self.proj_drop = nn.Dropout(proj_drop)
-        nn.init.trunc_normal_(self.relative_position_bias_table, std=0.02)
-        self.softmax = nn.Softmax(dim=-1)
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """x: (num_windows * b, n, c); mask: (num_windows, n, n) of 0 / -100, or None."""
-        b_, n, c = x.shape
-        qkv = self.qkv(x).reshape(b_, n, 3, self.num_heads, c // self.num_heads).permute(2, 0, 3, 1, 4)
-        bias = self.relative_position_bias_table[self.relative_position_index.view(-1)].view(n, n, -1)
-        x = window_attention(qkv[0], qkv[1], qkv[2], bias.permute(2, 0, 1), mask, scale=self.scale,
-                             dropout_p=self.attn_drop.p if self.training else 0.0)
-        return self.proj_drop(self.proj(x.transpose(1, 2).reshape(b_, n, c)))
-
-    def extra_repr(self) -> str:
-        return f"dim={self.dim}, window_size={self.window_size}, num_heads={self.num_heads}"
 
 
 class SwinTransformerBlock(nn.Module):
@@ -395,4 +361,4 @@ class SwinIR(SwinWeightsMixin):
         return x[..., : h * scale, : w * scale] if (pad_h or pad_w) else x
 
 
-__all__ = ["SwinIR", "RSTB", "SwinTransformerBlock", "WindowAttention"]
+__all__ = ["SwinIR", "RSTB", "SwinTransformerBlock"]
