@@ -19,6 +19,7 @@ from torch import Tensor
 from anysr.data.degradation.draws import categorical
 from anysr.data.degradation.realesrgan import DegradeStage
 from anysr.errors import OptionError
+from anysr.ops.autocast import autocast_off
 from anysr.ops.degradation import (
     RESIZE_MODES,
     add_noise,
@@ -28,7 +29,7 @@ from anysr.ops.degradation import (
     poisson_noise,
     resize,
 )
-from anysr.ops.diffjpeg import DiffJPEG, no_autocast
+from anysr.ops.diffjpeg import DiffJPEG
 
 __all__ = [
     "StageDraw", "SecondOrderDraw", "random_add_gaussian_noise", "random_add_poisson_noise", "draw_second_order",
@@ -149,7 +150,7 @@ def apply_second_order(img: Tensor, kernel1: Tensor, kernel2: Tensor, sinc_kerne
         raise OptionError(f"scale must be a positive integer, got {scale!r}")
     jpeger = DiffJPEG(differentiable=False) if jpeger is None else jpeger
     h, w = img.shape[-2:]
-    with no_autocast(img):
+    with autocast_off(img):
         # first stage: blur, resize, noise, JPEG
         out = filter2d(img, kernel1)
         s1 = draw.first

@@ -14,8 +14,8 @@ from safetensors.torch import load_file
 from torch.nn import functional as F
 
 from anysr.archs import REQUIRED, arch_kwargs, build_network
-from anysr.archs.arch_util import ArchArgumentError, pixel_unshuffle
-from anysr.archs.swinir_arch import SwinTransformerBlock, shifted_window_mask
+from anysr.archs.arch_util import ArchArgumentError, pixel_unshuffle, shifted_window_mask
+from anysr.archs.swinir_arch import SwinTransformerBlock
 from anysr.errors import OptionError
 from anysr.registry import ARCH_REGISTRY
 

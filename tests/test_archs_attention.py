@@ -1,10 +1,12 @@
 """HAT, DAT and DRCT: the reference implementations' weights load strictly and give their outputs; any input
-size, bf16 autocast, channels_last, the published layouts, argument errors, and one XLA compile per shape."""
+size, bf16 autocast, channels_last, the published layouts, argument errors, and one XLA compile per shape; the
+Swin-family helpers of arch_util (init, no-weight-decay names, position index, shifted-window masks)."""
 
 from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,14 @@ from safetensors.torch import load_file
 from torch.nn import functional as F
 
 from anysr.archs import build_network
-from anysr.archs.arch_util import pad_to_multiple
+from anysr.archs.arch_util import (
+    SwinWeightsMixin,
+    pad_to_multiple,
+    relative_position_index,
+    shifted_window_blocked,
+    shifted_window_mask,
+    window_partition,
+)
 from anysr.archs.hat_arch import overlap_position_index, overlapping_windows
 from anysr.errors import OptionError
 
@@ -164,6 +173,81 @@ def test_hat_overlap_index_wraps_like_the_reference() -> None:
     index = overlap_position_index(4, 6)
     assert index.shape == (16, 36) and index.min() < 0 and index.max() < 9 * 9
     assert set(index.remainder(81).unique().tolist()) <= set(range(81))
+
+
+# ----------------------------------------------------------------------------- Swin-family helpers
+
+def _reference_swin_init(norms: tuple[type[torch.nn.Module], ...]) -> Callable[[torch.nn.Module], None]:
+    """The authors' ``_init_weights``, spelt out."""
+
+    def init(m: torch.nn.Module) -> None:
+        if isinstance(m, torch.nn.Linear):
+            torch.nn.init.trunc_normal_(m.weight, std=0.02)
+            if m.bias is not None:
+                torch.nn.init.constant_(m.bias, 0)
+        elif isinstance(m, norms):
+            torch.nn.init.constant_(m.bias, 0)
+            torch.nn.init.constant_(m.weight, 1.0)
+    return init
+
+
+@pytest.mark.parametrize("arch", sorted(TINY))
+def test_swin_init_is_the_authors_init(arch: str) -> None:
+    """With one seed, ``init_swin_weights`` draws exactly what the authors' ``self.apply(self._init_weights)`` does."""
+    net = _tiny(arch)
+    assert isinstance(net, SwinWeightsMixin)
+    norms = (torch.nn.LayerNorm, torch.nn.BatchNorm2d, torch.nn.GroupNorm, torch.nn.InstanceNorm2d) \
+        if arch == "DAT" else (torch.nn.LayerNorm,)
+    torch.manual_seed(3)
+    net.init_swin_weights()
+    ours = {k: v.clone() for k, v in net.state_dict().items()}
+    torch.manual_seed(3)
+    net.apply(_reference_swin_init(norms))
+    for key, value in net.state_dict().items():
+        assert torch.equal(ours[key], value), key
+
+
+def test_no_weight_decay_names() -> None:
+    for arch in ("SwinIR", "HAT", "DRCT"):
+        net = _tiny(arch, ape=True)
+        assert net.no_weight_decay() == {"absolute_pos_embed"}
+        assert net.no_weight_decay_keywords() == {"relative_position_bias_table"}
+        names = [name for name, _ in net.named_parameters()]
+        assert "absolute_pos_embed" in names and any("relative_position_bias_table" in n for n in names)
+    dat = _tiny("DAT")
+    assert dat.no_weight_decay() == set() and dat.no_weight_decay_keywords() == set()
+
+
+@pytest.mark.parametrize("window", [1, 4, (2, 3), (3, 2)])
+def test_relative_position_index_counts_offsets(window: int | tuple[int, int]) -> None:
+    wh, ww = (window, window) if isinstance(window, int) else window
+    tokens = [(y, x) for y in range(wh) for x in range(ww)]
+    expected = [[(qy - ky + wh - 1) * (2 * ww - 1) + (qx - kx + ww - 1) for ky, kx in tokens] for qy, qx in tokens]
+    index = relative_position_index(window)
+    assert index.dtype == torch.int64 and index.tolist() == expected
+
+
+@pytest.mark.parametrize(("h", "w", "window", "shift"), [(8, 12, 4, 2), (8, 8, 4, 1), (6, 12, (2, 4), (1, 2))])
+def test_shifted_window_blocked_separates_what_the_roll_brought_together(h: int, w: int, window: int | tuple,
+                                                                           shift: int | tuple) -> None:
+    """Two tokens of a shifted window may attend iff the roll did not join them from different image bands (the
+    authors' slicing of the last window and the wrapped-around shift)."""
+    (wh, ww), (sh, sw) = ((window, window) if isinstance(window, int) else window,
+                          (shift, shift) if isinstance(shift, int) else shift)
+    label = torch.zeros(1, h, w, 1)
+    count = 0
+    for ys in (slice(0, -wh), slice(-wh, -sh), slice(-sh, None)):
+        for xs in (slice(0, -ww), slice(-ww, -sw), slice(-sw, None)):
+            label[:, ys, xs, :] = count
+            count += 1
+    windows = label.view(h // wh, wh, w // ww, ww).permute(0, 2, 1, 3).reshape(-1, wh * ww)  # row-major windows
+    if wh == ww:
+        assert torch.equal(windows, window_partition(label, wh).reshape(-1, wh * ww))
+    expected = windows[:, None, :] != windows[:, :, None]
+    blocked = shifted_window_blocked(h, w, window, shift)
+    assert blocked.dtype == torch.bool and torch.equal(blocked, expected)
+    mask = shifted_window_mask(h, w, window, shift, dtype=torch.bfloat16)
+    assert mask.dtype == torch.bfloat16 and torch.equal(mask, torch.where(expected, -100.0, 0.0).bfloat16())
 
 
 # ----------------------------------------------------------------------------- dtypes, layouts, devices

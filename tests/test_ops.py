@@ -1,7 +1,9 @@
-"""MATLAB-exact bicubic imresize and colour conversions, checked against values derived by hand."""
+"""MATLAB-exact bicubic imresize and colour conversions, checked against values derived by hand; the autocast-off
+context."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import pytest
 import torch
 
 from anysr.errors import DataError, OptionError
+from anysr.ops.autocast import autocast_off
 from anysr.ops.color import (
     bgr2ycbcr,
     full_range_luma,
@@ -248,3 +251,23 @@ def test_colour_errors_name_the_problem() -> None:
         to_y_channel(np.zeros((2, 2, 4), dtype=np.uint8))
     with pytest.raises(DataError, match=r"rgb2ycbcr_torch: expected an NCHW or CHW RGB tensor, got shape"):
         rgb2ycbcr_torch(torch.zeros(1, 1, 4, 4))
+
+
+# ----------------------------------------------------------------------------- autocast_off
+
+def test_autocast_off_keeps_the_inputs_dtype_under_autocast() -> None:
+    a = torch.rand(4, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert (a @ a).dtype == torch.bfloat16
+        for where in (a, a.device, "cpu"):  # a tensor, a device or a device type
+            with autocast_off(where):
+                assert not torch.is_autocast_enabled("cpu")
+                assert (a @ a).dtype == torch.float32
+            assert torch.is_autocast_enabled("cpu")
+
+
+def test_autocast_off_is_a_no_op_without_autocast_or_where_there_is_none() -> None:
+    assert isinstance(autocast_off(torch.zeros(1)), contextlib.nullcontext)  # autocast not on
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert isinstance(autocast_off(torch.zeros(1, device="meta")), contextlib.nullcontext)  # 'meta' has none
+        assert isinstance(autocast_off("cpu"), torch.autocast)

@@ -1,4 +1,5 @@
-"""Fixed-shape tiling: every tile has one shape, and the result equals the untiled forward."""
+"""Fixed-shape tiling: every tile has one shape, and the result equals the untiled forward; the ``tile_multiple``
+that windowed networks declare (``TiledNetwork``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import pytest
 import torch
 from torch import nn
 
-from anysr.ops.tiling import tile_forward
+from anysr.archs import arch_kwargs, build_network
+from anysr.ops.tiling import TiledNetwork, tile_forward, tile_multiple
+from anysr.registry import ARCH_REGISTRY
 
 
 def _net(scale: int) -> nn.Module:
@@ -75,3 +78,63 @@ def test_static_mode_gives_one_shape_for_every_image_size() -> None:
             if h >= 24 and w >= 24:  # large enough: still exact
                 torch.testing.assert_close(out, net(x), rtol=0, atol=1e-5)
     assert shapes == {(1, 3, 24, 24)}
+
+
+# ----------------------------------------------------------------------------- the tile_multiple protocol
+
+# A small build of every architecture that works in windows (argument window_size / split_size, or fixed ones).
+WINDOWED = {
+    "SwinIR": {"img_size": 8, "embed_dim": 12, "depths": [2], "num_heads": [2], "window_size": 4, "mlp_ratio": 2.0},
+    "HAT": {"img_size": 8, "embed_dim": 12, "depths": [2], "num_heads": [2], "window_size": 4, "squeeze_factor": 4,
+            "mlp_ratio": 2.0},
+    "DAT": {"img_size": 8, "embed_dim": 32, "depth": [2], "num_heads": [2], "split_size": [2, 6],
+            "expansion_factor": 2.0},
+    "DRCT": {"img_size": 8, "embed_dim": 12, "depths": [1], "num_heads": [2], "window_size": 4, "gc": 4,
+             "mlp_ratio": 2.0},
+    "OmniSR": {"num_feat": 8, "window_size": 6, "up_scale": 2},
+    "SCUNet": {"config": [0, 1, 0, 0, 0, 0, 1], "dim": 64},
+}
+
+
+def test_every_windowed_arch_is_covered() -> None:
+    windowed = {name for name in ARCH_REGISTRY.keys() if {"window_size", "split_size"} & set(arch_kwargs(name))}
+    assert windowed <= set(WINDOWED), f"add a small build of {sorted(windowed - set(WINDOWED))} to WINDOWED"
+
+
+@pytest.mark.parametrize("arch", sorted(WINDOWED))
+def test_windowed_archs_declare_tile_multiple(arch: str) -> None:
+    """Through the protocol, and a multiple of every window any of its modules uses."""
+    net = build_network({"type": arch, **WINDOWED[arch]})
+    assert isinstance(net, TiledNetwork)
+    multiple = tile_multiple(net)
+    assert multiple == net.tile_multiple > 1
+    windows = {int(w) for m in net.modules() for w in _windows(m)}
+    assert windows, f"{arch}: no module has a window_size / split_size"
+    assert all(multiple % w == 0 for w in windows), (arch, multiple, windows)
+    assert "tile_multiple" not in "".join(net.state_dict()), "an attribute, never a state-dict key"
+
+
+def _windows(m: nn.Module) -> list[int]:
+    found: list[int] = []
+    for attr in ("window_size", "split_size"):
+        value = m.__dict__.get(attr, getattr(type(m), attr, None))
+        if isinstance(value, int):
+            found.append(value)
+        elif isinstance(value, (tuple, list)):
+            found += [v for v in value if isinstance(v, int)]
+    return found
+
+
+def test_tile_multiple_defaults_to_one_and_looks_through_wrappers() -> None:
+    plain = _net(2)
+    assert not isinstance(plain, TiledNetwork) and tile_multiple(plain) == 1
+
+    class Padded(nn.Module):
+        tile_multiple = 8
+
+    class Wrapper(nn.Module):  # as DDP (``module``) or torch.compile (``_orig_mod``) wrap a network
+        def __init__(self, inner: nn.Module) -> None:
+            super().__init__()
+            self.module = inner
+
+    assert isinstance(Padded(), TiledNetwork) and tile_multiple(Wrapper(Wrapper(Padded()))) == 8

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from functools import partial
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -155,6 +157,16 @@ def to_2tuple(x: int | Iterable[int]) -> tuple[int, int]:
 
 # ----------------------------------------------------------------- window-attention pieces
 
+def to_tokens(x: torch.Tensor) -> torch.Tensor:
+    """A feature map as a token sequence: (b, c, h, w) -> (b, h*w, c) (a view)."""
+    return x.flatten(2).transpose(1, 2)
+
+
+def to_feature_map(x: torch.Tensor, h: int, w: int) -> torch.Tensor:
+    """A token sequence as a feature map: (b, h*w, c) -> (b, c, h, w)."""
+    return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], h, w)
+
+
 def drop_path(x: torch.Tensor, drop_prob: float = 0.0, training: bool = False) -> torch.Tensor:
     """Stochastic depth: zero whole samples with probability ``drop_prob`` and rescale the rest."""
     if drop_prob == 0.0 or not training:
@@ -198,6 +210,15 @@ class Mlp(nn.Module):
         return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
 
 
+def relative_position_index(window_size: int | tuple[int, int]) -> torch.Tensor:
+    """(n, n) row of each query/key pair of an (wh, ww) window, n = wh*ww, in a ``(2wh-1)(2ww-1)``-row
+    relative-position bias table (Swin's layout: row offset major, column offset minor; int64)."""
+    wh, ww = to_2tuple(window_size)
+    coords = torch.stack(torch.meshgrid(torch.arange(wh), torch.arange(ww), indexing="ij")).flatten(1)  # (2, n)
+    rel = coords[:, :, None] - coords[:, None, :]
+    return (rel[0] + wh - 1) * (2 * ww - 1) + (rel[1] + ww - 1)
+
+
 def window_partition(x: torch.Tensor, window_size: int) -> torch.Tensor:
     """(b, h, w, c) -> (b * h/ws * w/ws, ws, ws, c), windows in row-major order."""
     b, h, w, c = x.shape
@@ -213,14 +234,15 @@ def window_reverse(windows: torch.Tensor, window_size: int, h: int, w: int) -> t
     return x.permute(0, 1, 3, 2, 4, 5).reshape(b, h, w, -1)
 
 
-def shifted_window_mask(h: int, w: int, window_size: int | tuple[int, int], shift_size: int | tuple[int, int],
-                        device: torch.device | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Attention mask for shifted windows on an ``h x w`` map: (num_windows, wh*ww, wh*ww) of 0 / -100.
+def shifted_window_blocked(h: int, w: int, window_size: int | tuple[int, int], shift_size: int | tuple[int, int],
+                           device: torch.device | None = None) -> torch.Tensor:
+    """Which token pairs of shifted windows on an ``h x w`` map must not attend: (num_windows, wh*ww, wh*ww) bool.
 
-    After the cyclic shift, the last ``window_size`` rows (columns) hold two regions that were not
-    neighbours in the image: the band before the last ``shift_size`` rows and the wrapped-around band.
-    Tokens of different regions must not attend to each other. ``window_size`` / ``shift_size`` may be
-    (rows, columns) pairs for rectangular windows; ``h`` and ``w`` must be multiples of the window.
+    After the cyclic shift (``torch.roll`` by ``-shift_size``), the last ``window_size`` rows (columns) hold two
+    regions that were not neighbours in the image: the band before the last ``shift_size`` rows and the
+    wrapped-around band. Tokens of different regions must not attend to each other. ``window_size`` /
+    ``shift_size`` may be (rows, columns) pairs for rectangular windows; ``h`` and ``w`` must be multiples of the
+    window. Windows in ``window_partition``'s order.
     """
     (wh, ww), (sh, sw) = to_2tuple(window_size), to_2tuple(shift_size)
 
@@ -228,10 +250,17 @@ def shifted_window_mask(h: int, w: int, window_size: int | tuple[int, int], shif
         idx = torch.arange(n, device=device)
         return (idx >= n - win).long() + (idx >= n - shift).long()
 
-    label = (region(h, wh, sh)[:, None] * 3 + region(w, ww, sw)[None, :]).to(dtype)  # (h, w)
+    label = region(h, wh, sh)[:, None] * 3 + region(w, ww, sw)[None, :]  # (h, w)
     windows = label.view(h // wh, wh, w // ww, ww).permute(0, 2, 1, 3).reshape(-1, wh * ww)
-    diff = windows.unsqueeze(1) - windows.unsqueeze(2)
-    return torch.where(diff != 0, torch.full_like(diff, -100.0), torch.zeros_like(diff))
+    return windows.unsqueeze(1) != windows.unsqueeze(2)
+
+
+def shifted_window_mask(h: int, w: int, window_size: int | tuple[int, int], shift_size: int | tuple[int, int],
+                        device: torch.device | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The additive attention mask of ``shifted_window_blocked``: (num_windows, wh*ww, wh*ww) of 0 / -100."""
+    blocked = shifted_window_blocked(h, w, window_size, shift_size, device)
+    zeros = torch.zeros(blocked.shape, dtype=dtype, device=blocked.device)
+    return torch.where(blocked, torch.full_like(zeros, -100.0), zeros)
 
 
 def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor,
@@ -251,6 +280,86 @@ def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: to
         attn_mask = attn_mask.expand(q.shape[0] // nw, *attn_mask.shape).reshape(q.shape[0], *attn_mask.shape[1:])
     return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask.to(q.dtype), dropout_p=dropout_p,
                                           scale=scale)
+
+
+def swin_init_weights(m: nn.Module, norm_types: tuple[type[nn.Module], ...] = (nn.LayerNorm,)) -> None:
+    """The Swin family's init of one module (for ``net.apply``): a Linear gets a truncated-normal weight (std
+    0.02) and a zero bias, a norm layer of ``norm_types`` weight 1 and bias 0; other modules are left alone."""
+    if isinstance(m, nn.Linear):
+        nn.init.trunc_normal_(m.weight, std=0.02)
+        if m.bias is not None:
+            nn.init.zeros_(m.bias)
+    elif isinstance(m, norm_types):
+        nn.init.zeros_(m.bias)
+        nn.init.ones_(m.weight)
+
+
+class SwinWeightsMixin(nn.Module):
+    """What the Swin family's networks share besides their blocks: the weight init and the no-weight-decay names.
+
+    A network subclasses it instead of ``nn.Module`` and calls ``self.init_swin_weights()`` at the end of its
+    ``__init__``. The class attributes say which norm layers the init resets (``swin_init_norms``) and which
+    parameter names (``no_weight_decay_names``) and name fragments (``no_weight_decay_fragments``)
+    ``no_weight_decay()`` / ``no_weight_decay_keywords()`` report (timm's and the authors' convention).
+    """
+
+    swin_init_norms: ClassVar[tuple[type[nn.Module], ...]] = (nn.LayerNorm,)
+    no_weight_decay_names: ClassVar[frozenset[str]] = frozenset({"absolute_pos_embed"})
+    no_weight_decay_fragments: ClassVar[frozenset[str]] = frozenset({"relative_position_bias_table"})
+
+    def init_swin_weights(self) -> None:
+        """``swin_init_weights`` on every submodule, children before parents (``nn.Module.apply``'s order)."""
+        self.apply(partial(swin_init_weights, norm_types=self.swin_init_norms))
+
+    def no_weight_decay(self) -> set[str]:
+        """Parameter names usually excluded from weight decay."""
+        return set(self.no_weight_decay_names)
+
+    def no_weight_decay_keywords(self) -> set[str]:
+        """Parameter-name fragments usually excluded from weight decay."""
+        return set(self.no_weight_decay_fragments)
+
+
+class WindowAttention(nn.Module):
+    """Multi-head self attention inside windows with a learned relative-position bias (Swin's block; parameters
+    ``relative_position_bias_table``, ``qkv``, ``proj``, and the ``relative_position_index`` buffer).
+
+    ``window_size``: (rows, columns). With ``position_index=False`` there is no index buffer: the network passes
+    one to ``forward`` (``rpi``), as HAT shares one between all its blocks.
+    """
+
+    def __init__(self, dim: int, window_size: tuple[int, int], num_heads: int, qkv_bias: bool = True,
+                 qk_scale: float | None = None, attn_drop: float = 0.0, proj_drop: float = 0.0,
+                 position_index: bool = True) -> None:
+        super().__init__()
+        self.dim = dim
+        self.window_size = window_size
+        self.num_heads = num_heads
+        self.scale = qk_scale or (dim // num_heads) ** -0.5
+        wh, ww = window_size
+        self.relative_position_bias_table = nn.Parameter(torch.zeros((2 * wh - 1) * (2 * ww - 1), num_heads))
+        if position_index:
+            self.register_buffer("relative_position_index", relative_position_index(window_size))
+        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
+        self.attn_drop = nn.Dropout(attn_drop)
+        self.proj = nn.Linear(dim, dim)
+        self.proj_drop = nn.Dropout(proj_drop)
+        nn.init.trunc_normal_(self.relative_position_bias_table, std=0.02)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+                rpi: torch.Tensor | None = None) -> torch.Tensor:
+        """x: (num_windows * b, n, c); mask: (num_windows, n, n) of 0 / -100, or None; rpi: the (n, n) table
+        index when the module keeps none."""
+        b_, n, c = x.shape
+        qkv = self.qkv(x).reshape(b_, n, 3, self.num_heads, c // self.num_heads).permute(2, 0, 3, 1, 4)
+        index = self.relative_position_index if rpi is None else rpi
+        bias = self.relative_position_bias_table[index.reshape(-1)].view(n, n, -1).permute(2, 0, 1)
+        out = window_attention(qkv[0], qkv[1], qkv[2], bias, mask, scale=self.scale,
+                               dropout_p=self.attn_drop.p if self.training else 0.0)
+        return self.proj_drop(self.proj(out.transpose(1, 2).reshape(b_, n, c)))
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, window_size={self.window_size}, num_heads={self.num_heads}"
 
 
 def residual_conv(dim: int, resi_connection: str) -> nn.Module:
@@ -334,7 +443,9 @@ __all__ = [
     "LayerNorm2d",
     "Mlp",
     "ResidualBlockNoBN",
+    "SwinWeightsMixin",
     "Upsample",
+    "WindowAttention",
     "check_upscale",
     "default_init_weights",
     "drop_path",
@@ -346,9 +457,14 @@ __all__ = [
     "pad_to_multiple",
     "pixel_unshuffle",
     "refuse_weights_path",
+    "relative_position_index",
     "residual_conv",
+    "shifted_window_blocked",
     "shifted_window_mask",
+    "swin_init_weights",
     "to_2tuple",
+    "to_feature_map",
+    "to_tokens",
     "window_attention",
     "window_partition",
     "window_reverse",

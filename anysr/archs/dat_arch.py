@@ -28,12 +28,16 @@ from torch.utils import checkpoint
 from anysr.archs.arch_util import (
     ArchArgumentError,
     DropPath,
+    SwinWeightsMixin,
     Upsample,
     check_upscale,
     drop_path_rates,
+    relative_position_index,
     residual_conv,
     shifted_window_mask,
     to_2tuple,
+    to_feature_map,
+    to_tokens,
     window_attention,
 )
 from anysr.archs.swinir_arch import UpsampleOneStep
@@ -42,21 +46,11 @@ from anysr.registry import ARCH_REGISTRY
 UPSAMPLERS = ("pixelshuffle", "pixelshuffledirect")
 
 
-def _tokens(x: torch.Tensor) -> torch.Tensor:
-    """(b, c, h, w) -> (b, h*w, c)."""
-    return x.flatten(2).transpose(1, 2)
-
-
-def _feature_map(x: torch.Tensor, h: int, w: int) -> torch.Tensor:
-    """(b, h*w, c) -> (b, c, h, w)."""
-    return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], h, w)
-
-
 class _ToTokens(nn.Module):
     """(b, c, h, w) -> (b, h*w, c) as a module (first entry of ``before_RG``)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _tokens(x)
+        return to_tokens(x)
 
 
 class PooledBatchNorm2d(nn.BatchNorm2d):
@@ -91,7 +85,7 @@ class SpatialGate(nn.Module):
 
     def forward(self, x: torch.Tensor, h: int, w: int) -> torch.Tensor:
         x1, x2 = x.chunk(2, dim=-1)
-        return x1 * _tokens(self.conv(_feature_map(self.norm(x2), h, w)))
+        return x1 * to_tokens(self.conv(to_feature_map(self.norm(x2), h, w)))
 
 
 class SGFN(nn.Module):
@@ -162,10 +156,7 @@ class Spatial_Attention(nn.Module):  # noqa: N801 - the authors' class name
             offsets = torch.stack(torch.meshgrid(torch.arange(1 - hs, hs), torch.arange(1 - ws, ws),
                                                  indexing="ij"))
             self.register_buffer("rpe_biases", offsets.flatten(1).transpose(0, 1).float().contiguous())
-            coords = torch.stack(torch.meshgrid(torch.arange(hs), torch.arange(ws), indexing="ij")).flatten(1)
-            rel = coords[:, :, None] - coords[:, None, :]
-            index = (rel[0] + hs - 1) * (2 * ws - 1) + (rel[1] + ws - 1)
-            self.register_buffer("relative_position_index", index)
+            self.register_buffer("relative_position_index", relative_position_index((hs, ws)))
         self.attn_drop = nn.Dropout(attn_drop)
 
     def _windows(self, x: torch.Tensor, h: int, w: int) -> torch.Tensor:
@@ -256,7 +247,7 @@ class Adaptive_Spatial_Attention(nn.Module):  # noqa: N801 - the authors' class 
         b, n, c = x.shape
         half = c // 2
         qkv = self.qkv(x).view(b, n, 3, c).permute(2, 0, 1, 3)  # (3, b, n, c)
-        v = _feature_map(qkv[2], h, w)
+        v = to_feature_map(qkv[2], h, w)
         multiple = self.multiple
         pad_b, pad_r = (-h) % multiple, (-w) % multiple
         hp, wp = h + pad_b, w + pad_r
@@ -279,9 +270,9 @@ class Adaptive_Spatial_Attention(nn.Module):  # noqa: N801 - the authors' class 
 
         conv_x = self.dwconv(v)
         channel_map = self.channel_interaction(conv_x).view(b, 1, c)
-        spatial_map = self.spatial_interaction(_feature_map(attended, h, w))
+        spatial_map = self.spatial_interaction(to_feature_map(attended, h, w))
         attended = attended * torch.sigmoid(channel_map)
-        conv_x = _tokens(torch.sigmoid(spatial_map) * conv_x)
+        conv_x = to_tokens(torch.sigmoid(spatial_map) * conv_x)
         return self.proj_drop(self.proj(attended + conv_x))
 
 
@@ -311,10 +302,10 @@ class Adaptive_Channel_Attention(nn.Module):  # noqa: N801 - the authors' class 
         attn = self.attn_drop(((q @ k.transpose(-2, -1)) * self.temperature).softmax(dim=-1))
         attended = (attn @ v).permute(0, 3, 1, 2).reshape(b, n, c)
         conv_x = self.dwconv(v.reshape(b, c, h, w))
-        channel_map = self.channel_interaction(_feature_map(attended, h, w))
-        spatial_map = _tokens(self.spatial_interaction(conv_x))  # (b, n, 1)
+        channel_map = self.channel_interaction(to_feature_map(attended, h, w))
+        spatial_map = to_tokens(self.spatial_interaction(conv_x))  # (b, n, 1)
         attended = attended * torch.sigmoid(spatial_map)
-        conv_x = _tokens(conv_x * torch.sigmoid(channel_map))
+        conv_x = to_tokens(conv_x * torch.sigmoid(channel_map))
         return self.proj_drop(self.proj(attended + conv_x))
 
 
@@ -374,11 +365,11 @@ class ResidualGroup(nn.Module):
                 x = checkpoint.checkpoint(blk, x, x_size, use_reentrant=False)
             else:
                 x = blk(x, x_size)
-        return res + _tokens(self.conv(_feature_map(x, x_size[0], x_size[1])))
+        return res + to_tokens(self.conv(to_feature_map(x, *x_size)))
 
 
 @ARCH_REGISTRY.register()
-class DAT(nn.Module):
+class DAT(SwinWeightsMixin):
     """Dual Aggregation Transformer (DAT / DAT-S / DAT-2 / DAT-light by arguments).
 
     Args (the authors' names and defaults): img_size (training patch size; only sizes the kept mask
@@ -392,6 +383,10 @@ class DAT(nn.Module):
     [8, 16], expansion_factor 2. DAT-2: DAT with expansion_factor 2. DAT-light: embed_dim 60, depth [18],
     num_heads [6], split_size [8, 32], expansion_factor 2, '3conv', 'pixelshuffledirect'.
     """
+
+    swin_init_norms = (nn.LayerNorm, nn.BatchNorm2d, nn.GroupNorm, nn.InstanceNorm2d)
+    no_weight_decay_names = frozenset()  # no absolute or tabled position bias (the bias is computed by an MLP)
+    no_weight_decay_fragments = frozenset()
 
     def __init__(self, img_size: int = 64, in_chans: int = 3, embed_dim: int = 180, split_size: Sequence[int] = (2, 4),
                  depth: Sequence[int] = (2, 2, 2, 2), num_heads: Sequence[int] = (2, 2, 2, 2),
@@ -436,17 +431,7 @@ class DAT(nn.Module):
             self.conv_last = nn.Conv2d(num_feat, in_chans, 3, 1, 1)
         else:
             self.upsample = UpsampleOneStep(upscale, embed_dim, in_chans, (img_size, img_size))
-        self.apply(self._init_weights)
-
-    @staticmethod
-    def _init_weights(m: nn.Module) -> None:
-        if isinstance(m, nn.Linear):
-            nn.init.trunc_normal_(m.weight, std=0.02)
-            if m.bias is not None:
-                nn.init.zeros_(m.bias)
-        elif isinstance(m, (nn.LayerNorm, nn.BatchNorm2d, nn.GroupNorm, nn.InstanceNorm2d)):
-            nn.init.zeros_(m.bias)
-            nn.init.ones_(m.weight)
+        self.init_swin_weights()
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """The residual groups on a (b, embed_dim, h, w) map of any size."""
@@ -454,7 +439,7 @@ class DAT(nn.Module):
         x = self.before_RG(x)
         for layer in self.layers:
             x = layer(x, (h, w))
-        return _feature_map(self.norm(x), h, w)
+        return to_feature_map(self.norm(x), h, w)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         mean = self.mean.to(dtype=x.dtype)

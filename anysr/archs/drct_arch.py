@@ -24,26 +24,19 @@ from torch.utils import checkpoint
 
 from anysr.archs.arch_util import (
     ArchArgumentError,
+    SwinWeightsMixin,
     Upsample,
     check_upscale,
     drop_path_rates,
     pad_to_multiple,
     residual_conv,
+    to_feature_map,
+    to_tokens,
 )
 from anysr.archs.swinir_arch import PatchEmbed, SwinTransformerBlock
 from anysr.registry import ARCH_REGISTRY
 
 NUM_DENSE_BLOCKS = 5
-
-
-def _tokens(x: torch.Tensor) -> torch.Tensor:
-    """(b, c, h, w) -> (b, h*w, c)."""
-    return x.flatten(2).transpose(1, 2)
-
-
-def _feature_map(x: torch.Tensor, x_size: tuple[int, int]) -> torch.Tensor:
-    """(b, h*w, c) -> (b, c, h, w)."""
-    return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], x_size[0], x_size[1])
 
 
 def dense_block_heads(dim: int, gc: int, num_heads: int) -> list[int]:
@@ -78,15 +71,15 @@ class RDG(nn.Module):
         feats = [x]
         for i in range(1, NUM_DENSE_BLOCKS + 1):
             y = getattr(self, f"swin{i}")(torch.cat(feats, dim=-1) if i > 1 else x, x_size)
-            y = getattr(self, f"adjust{i}")(_feature_map(y, x_size))
+            y = getattr(self, f"adjust{i}")(to_feature_map(y, *x_size))
             if i < NUM_DENSE_BLOCKS:
                 y = self.lrelu(y)
-            feats.append(_tokens(y))
+            feats.append(to_tokens(y))
         return feats[-1] * 0.2 + x
 
 
 @ARCH_REGISTRY.register()
-class DRCT(nn.Module):
+class DRCT(SwinWeightsMixin):
     """Dense-residual-connected Transformer (DRCT / DRCT-L by arguments), for classical SR.
 
     Args (the authors' names; defaults theirs except ``upsampler``): img_size (training patch size: decides
@@ -157,25 +150,7 @@ class DRCT(nn.Module):
         windows = {blk.window_size for layer in self.layers for blk in layer.children()
                    if isinstance(blk, SwinTransformerBlock)}
         self.tile_multiple: int = math.lcm(window_size, *windows)
-        self.apply(self._init_weights)
-
-    @staticmethod
-    def _init_weights(m: nn.Module) -> None:
-        if isinstance(m, nn.Linear):
-            nn.init.trunc_normal_(m.weight, std=0.02)
-            if m.bias is not None:
-                nn.init.zeros_(m.bias)
-        elif isinstance(m, nn.LayerNorm):
-            nn.init.zeros_(m.bias)
-            nn.init.ones_(m.weight)
-
-    def no_weight_decay(self) -> set[str]:
-        """Parameter names usually excluded from weight decay."""
-        return {"absolute_pos_embed"}
-
-    def no_weight_decay_keywords(self) -> set[str]:
-        """Parameter-name fragments usually excluded from weight decay."""
-        return {"relative_position_bias_table"}
+        self.init_swin_weights()
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """The RDGs on a (b, embed_dim, h, w) map whose sides are multiples of ``tile_multiple``."""
@@ -189,7 +164,7 @@ class DRCT(nn.Module):
                 x = checkpoint.checkpoint(layer, x, x_size, use_reentrant=False)
             else:
                 x = layer(x, x_size)
-        return _feature_map(self.norm(x), x_size)
+        return to_feature_map(self.norm(x), *x_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h, w = x.shape[-2:]

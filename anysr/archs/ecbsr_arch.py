@@ -19,7 +19,6 @@ the 1x1 conv's bias on the border; this is what makes the folded conv (zero-padd
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Iterator
 
@@ -28,6 +27,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError
+from anysr.ops.autocast import autocast_off
 from anysr.registry import ARCH_REGISTRY
 
 ACTIVATIONS = ("prelu", "relu", "rrelu", "softplus", "linear")
@@ -39,14 +39,6 @@ _EDGE_FILTERS = {
     "conv1x1-sobely": ((1.0, 2.0, 1.0), (0.0, 0.0, 0.0), (-1.0, -2.0, -1.0)),
     "conv1x1-laplacian": ((0.0, 1.0, 0.0), (1.0, -4.0, 1.0), (0.0, 1.0, 0.0)),
 }
-
-
-def _no_autocast(t: torch.Tensor) -> contextlib.AbstractContextManager:
-    """A context that turns autocast off on ``t``'s device (kernel folding stays in the weights' dtype)."""
-    dev = t.device.type
-    if torch.amp.is_autocast_available(dev) and torch.is_autocast_enabled(dev):
-        return torch.autocast(dev, enabled=False)
-    return contextlib.nullcontext()
 
 
 def _conv_init(out_ch: int, in_ch: int, k: int) -> tuple[nn.Parameter, nn.Parameter]:
@@ -160,7 +152,7 @@ class ECB(nn.Module):
 
     def rep_params(self) -> tuple[torch.Tensor, torch.Tensor]:
         """All branches (and the identity) folded into one 3x3 conv: weight (out, in, 3, 3), bias (out,)."""
-        with _no_autocast(self.conv3x3.weight):
+        with autocast_off(self.conv3x3.weight):  # kernel folding stays in the weights' dtype
             weight, bias = self.conv3x3.weight, self.conv3x3.bias
             for branch in self._branches():
                 w, b = branch.rep_params()

@@ -29,37 +29,24 @@ from anysr.archs.arch_util import (
     ArchArgumentError,
     DropPath,
     Mlp,
+    SwinWeightsMixin,
     Upsample,
+    WindowAttention,
     check_upscale,
     drop_path_rates,
     pad_to_multiple,
+    relative_position_index,
     residual_conv,
     shifted_window_mask,
     to_2tuple,
+    to_feature_map,
+    to_tokens,
     window_attention,
     window_partition,
     window_reverse,
 )
 from anysr.archs.rcan_arch import ChannelAttention
 from anysr.registry import ARCH_REGISTRY
-
-
-def _tokens(x: torch.Tensor) -> torch.Tensor:
-    """(b, c, h, w) -> (b, h*w, c)."""
-    return x.flatten(2).transpose(1, 2)
-
-
-def _feature_map(x: torch.Tensor, x_size: tuple[int, int]) -> torch.Tensor:
-    """(b, h*w, c) -> (b, c, h, w)."""
-    return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], x_size[0], x_size[1])
-
-
-def window_position_index(window_size: int) -> torch.Tensor:
-    """(ws*ws, ws*ws) index into a ((2ws-1)**2)-row bias table for each query/key pair of a window."""
-    coords = torch.stack(torch.meshgrid(torch.arange(window_size), torch.arange(window_size),
-                                        indexing="ij")).flatten(1)
-    rel = coords[:, :, None] - coords[:, None, :] + (window_size - 1)
-    return rel[0] * (2 * window_size - 1) + rel[1]
 
 
 def overlap_position_index(window_size: int, overlap_size: int) -> torch.Tensor:
@@ -89,37 +76,6 @@ def overlapping_windows(x: torch.Tensor, window_size: int, margin: int) -> torch
     both = torch.cat([rows[:, :, :, :-2, ws - m:], rows[:, :, :, 1:-1], rows[:, :, :, 2:, :m]], dim=4)
     size = ws + 2 * m
     return both.permute(0, 1, 3, 2, 4, 5).reshape(-1, size * size, c)
-
-
-class WindowAttention(nn.Module):
-    """Multi-head self attention in a window; the relative-position index comes from the network."""
-
-    def __init__(self, dim: int, window_size: tuple[int, int], num_heads: int, qkv_bias: bool = True,
-                 qk_scale: float | None = None, attn_drop: float = 0.0, proj_drop: float = 0.0) -> None:
-        super().__init__()
-        self.dim = dim
-        self.window_size = window_size
-        self.num_heads = num_heads
-        self.scale = qk_scale or (dim // num_heads) ** -0.5
-        wh, ww = window_size
-        self.relative_position_bias_table = nn.Parameter(torch.zeros((2 * wh - 1) * (2 * ww - 1), num_heads))
-        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
-        self.attn_drop = nn.Dropout(attn_drop)
-        self.proj = nn.Linear(dim, dim)
-        self.proj_drop = nn.Dropout(proj_drop)
-        nn.init.trunc_normal_(self.relative_position_bias_table, std=0.02)
-
-    def forward(self, x: torch.Tensor, rpi: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """x: (num_windows * b, n, c); rpi: (n, n) table index; mask: (num_windows, n, n) or None."""
-        b_, n, c = x.shape
-        qkv = self.qkv(x).reshape(b_, n, 3, self.num_heads, c // self.num_heads).permute(2, 0, 3, 1, 4)
-        bias = self.relative_position_bias_table[rpi.reshape(-1)].view(n, n, -1).permute(2, 0, 1)
-        out = window_attention(qkv[0], qkv[1], qkv[2], bias, mask, scale=self.scale,
-                               dropout_p=self.attn_drop.p if self.training else 0.0)
-        return self.proj_drop(self.proj(out.transpose(1, 2).reshape(b_, n, c)))
-
-    def extra_repr(self) -> str:
-        return f"dim={self.dim}, window_size={self.window_size}, num_heads={self.num_heads}"
 
 
 class CAB(nn.Module):
@@ -157,7 +113,7 @@ class HAB(nn.Module):
         self.conv_scale = conv_scale
         self.norm1 = norm_layer(dim)
         self.attn = WindowAttention(dim, to_2tuple(window_size), num_heads, qkv_bias=qkv_bias, qk_scale=qk_scale,
-                                    attn_drop=attn_drop, proj_drop=drop)
+                                    attn_drop=attn_drop, proj_drop=drop, position_index=False)
         self.conv_block = CAB(dim, compress_ratio, squeeze_factor)
         self.drop_path = DropPath(drop_path) if drop_path > 0.0 else nn.Identity()
         self.norm2 = norm_layer(dim)
@@ -174,7 +130,7 @@ class HAB(nn.Module):
         if shift:
             x = torch.roll(x, shifts=(-shift, -shift), dims=(1, 2))
         windows = window_partition(x, ws).view(-1, ws * ws, c)
-        windows = self.attn(windows, rpi_sa, mask=attn_mask if shift else None)
+        windows = self.attn(windows, mask=attn_mask if shift else None, rpi=rpi_sa)
         x = window_reverse(windows.view(-1, ws, ws, c), ws, h, w)
         if shift:
             x = torch.roll(x, shifts=(shift, shift), dims=(1, 2))
@@ -281,11 +237,11 @@ class RHAG(nn.Module):
 
     def forward(self, x: torch.Tensor, x_size: tuple[int, int], params: dict[str, torch.Tensor | None]
                 ) -> torch.Tensor:
-        return _tokens(self.conv(_feature_map(self.residual_group(x, x_size, params), x_size))) + x
+        return to_tokens(self.conv(to_feature_map(self.residual_group(x, x_size, params), *x_size))) + x
 
 
 @ARCH_REGISTRY.register()
-class HAT(nn.Module):
+class HAT(SwinWeightsMixin):
     """Hybrid Attention Transformer (HAT-S / HAT / HAT-L by arguments), for classical SR x2/x3/x4.
 
     Args (the authors' names; defaults theirs except ``upsampler`` and ``window_size``, whose defaults cannot
@@ -322,7 +278,7 @@ class HAT(nn.Module):
         self.register_buffer("mean", mean.view(1, -1, 1, 1), persistent=False)
         self.upscale = upscale
         self.upsampler = upsampler
-        self.register_buffer("relative_position_index_SA", window_position_index(window_size))
+        self.register_buffer("relative_position_index_SA", relative_position_index(window_size))
         overlap = int(overlap_ratio * window_size) + window_size
         self.register_buffer("relative_position_index_OCA", overlap_position_index(window_size, overlap))
 
@@ -358,25 +314,7 @@ class HAT(nn.Module):
                                                   nn.LeakyReLU(inplace=True))
         self.upsample = Upsample(upscale, num_feat)
         self.conv_last = nn.Conv2d(num_feat, in_chans, 3, 1, 1)
-        self.apply(self._init_weights)
-
-    @staticmethod
-    def _init_weights(m: nn.Module) -> None:
-        if isinstance(m, nn.Linear):
-            nn.init.trunc_normal_(m.weight, std=0.02)
-            if m.bias is not None:
-                nn.init.zeros_(m.bias)
-        elif isinstance(m, nn.LayerNorm):
-            nn.init.zeros_(m.bias)
-            nn.init.ones_(m.weight)
-
-    def no_weight_decay(self) -> set[str]:
-        """Parameter names usually excluded from weight decay."""
-        return {"absolute_pos_embed"}
-
-    def no_weight_decay_keywords(self) -> set[str]:
-        """Parameter-name fragments usually excluded from weight decay."""
-        return {"relative_position_bias_table"}
+        self.init_swin_weights()
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """The attention body on a (b, embed_dim, h, w) map whose sides are multiples of ``window_size``."""
@@ -387,13 +325,13 @@ class HAT(nn.Module):
             "rpi_sa": self.relative_position_index_SA,
             "rpi_oca": self.relative_position_index_OCA,
         }
-        x = self.patch_embed(_tokens(x))
+        x = self.patch_embed(to_tokens(x))
         if self.ape:
             x = x + self.absolute_pos_embed
         x = self.pos_drop(x)
         for layer in self.layers:
             x = layer(x, x_size, params)
-        return _feature_map(self.norm(x), x_size)
+        return to_feature_map(self.norm(x), *x_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h, w = x.shape[-2:]
@@ -454,4 +392,4 @@ def _check_hat_args(img_size: int | Sequence[int], patch_size: int | Sequence[in
                                     f"got {factor!r}")
 
 
-__all__ = ["HAB", "HAT", "OCAB", "RHAG", "overlap_position_index", "overlapping_windows", "window_position_index"]
+__all__ = ["HAB", "HAT", "OCAB", "RHAG", "overlap_position_index", "overlapping_windows"]

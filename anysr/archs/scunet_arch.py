@@ -19,42 +19,19 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from anysr.archs.arch_util import ArchArgumentError
+from anysr.archs.arch_util import (
+    ArchArgumentError,
+    DropPath,
+    drop_path_rates,
+    relative_position_index,
+    shifted_window_blocked,
+    window_partition,
+    window_reverse,
+)
 from anysr.registry import ARCH_REGISTRY
 
 HEAD_DIM = 32
 WINDOW_SIZE = 8
-
-
-class DropPath(nn.Module):
-    """Stochastic depth: in training, zero whole samples with probability ``drop_prob`` and rescale the rest."""
-
-    def __init__(self, drop_prob: float = 0.0) -> None:
-        super().__init__()
-        self.drop_prob = drop_prob
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.drop_prob == 0.0 or not self.training:
-            return x
-        keep = 1.0 - self.drop_prob
-        shape = (x.shape[0],) + (1,) * (x.ndim - 1)
-        return x / keep * torch.empty(shape, dtype=x.dtype, device=x.device).bernoulli_(keep)
-
-
-def _shift_mask(h: int, w: int, p: int, shift: int, device: torch.device) -> torch.Tensor:
-    """Which token pairs a shifted window must not attend: (num_windows, p*p, p*p), True = masked.
-
-    After rolling by ``-shift``, the last window row (column) holds two bands that were not neighbours: the
-    rows (columns) before the last ``shift`` ones and the wrapped-around ones.
-    """
-
-    def band(n: int) -> torch.Tensor:
-        idx = torch.arange(n, device=device)
-        return (idx >= n - p).long() + (idx >= n - shift).long()
-
-    label = band(h)[:, None] * 3 + band(w)[None, :]
-    windows = label.view(h // p, p, w // p, p).permute(0, 2, 1, 3).reshape(-1, p * p)
-    return windows[:, :, None] != windows[:, None, :]
 
 
 class WMSA(nn.Module):
@@ -76,10 +53,7 @@ class WMSA(nn.Module):
         nn.init.trunc_normal_(table, std=0.02)
         self.relative_position_params = nn.Parameter(table)
         self.linear = nn.Linear(input_dim, output_dim)
-        coords = torch.stack(torch.meshgrid(torch.arange(window_size), torch.arange(window_size),
-                                            indexing="ij")).flatten(1)  # (2, n)
-        rel = coords[:, :, None] - coords[:, None, :] + window_size - 1  # (2, n, n)
-        self.register_buffer("relative_index", (rel[0] * span + rel[1]).flatten(), persistent=False)
+        self.register_buffer("relative_index", relative_position_index(window_size).flatten(), persistent=False)
 
     def relative_embedding(self) -> torch.Tensor:
         """The bias added to the attention logits: (n_heads, n, n) for n = window_size**2 tokens."""
@@ -93,18 +67,18 @@ class WMSA(nn.Module):
             x = torch.roll(x, shifts=(-(p // 2), -(p // 2)), dims=(1, 2))
         b, h, w, c = x.shape
         nh, nw = h // p, w // p
-        x = x.view(b, nh, p, nw, p, c).permute(0, 1, 3, 2, 4, 5).reshape(b, nh * nw, p * p, c)
+        x = window_partition(x, p).view(b, nh * nw, p * p, c)
         qkv = self.embedding_layer(x).view(b, nh * nw, p * p, 3 * self.n_heads, self.head_dim)
         qkv = qkv.permute(3, 0, 1, 2, 4)  # (3 * heads, b, windows, tokens, head_dim)
         q, k, v = qkv.chunk(3, dim=0)
         sim = (q @ k.transpose(-2, -1)) * self.scale
         sim = sim + self.relative_embedding()[:, None, None]
         if shifted:
-            sim = sim.masked_fill(_shift_mask(h, w, p, p // 2, x.device), float("-inf"))
+            sim = sim.masked_fill(shifted_window_blocked(h, w, p, p // 2, x.device), float("-inf"))
         out = sim.softmax(dim=-1) @ v  # (heads, b, windows, tokens, head_dim)
         out = out.permute(1, 2, 3, 0, 4).reshape(b, nh * nw, p * p, self.n_heads * self.head_dim)
         out = self.linear(out)
-        out = out.view(b, nh, nw, p, p, -1).permute(0, 1, 3, 2, 4, 5).reshape(b, h, w, -1)
+        out = window_reverse(out.view(b * nh * nw, p, p, -1), p, h, w)
         if shifted:
             out = torch.roll(out, shifts=(p // 2, p // 2), dims=(1, 2))
         return out
@@ -194,8 +168,7 @@ class SCUNet(nn.Module):
         self.head_dim = HEAD_DIM
         self.window_size = WINDOW_SIZE
         self.tile_multiple: int = 8 * WINDOW_SIZE  # three halvings, then whole windows
-        total = sum(config)
-        rates = [drop_path_rate * i / (total - 1) if total > 1 else 0.0 for i in range(total)]
+        rates = drop_path_rates(drop_path_rate, sum(config))
         starts = [sum(config[:i]) for i in range(7)]
 
         def stage(i: int, channels: int, resolution: int) -> list[nn.Module]:

@@ -13,7 +13,6 @@ traiNNer's ``norm`` switch), so released checkpoints load with ``strict=True`` a
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 
 import torch
@@ -21,14 +20,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError
+from anysr.ops.autocast import autocast_off
 from anysr.registry import ARCH_REGISTRY
-
-
-def _autocast_off(device: torch.device) -> contextlib.AbstractContextManager:
-    """A context without autocast on ``device`` (a no-op where autocast does not exist, e.g. 'meta')."""
-    if torch.amp.is_autocast_available(device.type):
-        return torch.autocast(device.type, enabled=False)
-    return contextlib.nullcontext()
 
 
 class Conv3XC(nn.Module):
@@ -63,7 +56,7 @@ class Conv3XC(nn.Module):
         first, middle, last = self.conv
         ref = middle.weight
         work = torch.promote_types(ref.dtype, torch.float32)
-        with _autocast_off(ref.device):
+        with autocast_off(ref):
             w1 = first.weight.to(work).flatten(1)          # (m, c_in)
             w2 = middle.weight.to(work)                    # (n, m, 3, 3)
             w3 = last.weight.to(work).flatten(1)           # (c_out, n)

@@ -27,11 +27,13 @@ from anysr.archs.arch_util import (
     ArchArgumentError,
     DropPath,
     Mlp,
+    SwinWeightsMixin,
     Upsample,
+    WindowAttention,
+    drop_path_rates,
     residual_conv,
     shifted_window_mask,
     to_2tuple,
-    window_attention,
     window_partition,
     window_reverse,
 )
@@ -39,42 +41,6 @@ from anysr.registry import ARCH_REGISTRY
 
 UPSAMPLERS = ("pixelshuffle", "pixelshuffledirect", "nearest+conv", "")
 RESI_CONNECTIONS = ("1conv", "3conv")
-
-
-class WindowAttention(nn.Module):
-    """Multi-head self attention inside a window, with a learned relative-position bias."""
-
-    def __init__(self, dim: int, window_size: tuple[int, int], num_heads: int, qkv_bias: bool = True,
-                 qk_scale: float | None = None, attn_drop: float = 0.0, proj_drop: float = 0.0) -> None:
-        super().__init__()
-        self.dim = dim
-        self.window_size = window_size
-        self.num_heads = num_heads
-        self.scale = qk_scale or (dim // num_heads) ** -0.5
-        wh, ww = window_size
-        self.relative_position_bias_table = nn.Parameter(torch.zeros((2 * wh - 1) * (2 * ww - 1), num_heads))
-        coords = torch.stack(torch.meshgrid(torch.arange(wh), torch.arange(ww), indexing="ij")).flatten(1)
-        rel = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0)  # (n, n, 2)
-        index = (rel[..., 0] + wh - 1) * (2 * ww - 1) + (rel[..., 1] + ww - 1)
-        self.register_buffer("relative_position_index", index.contiguous())
-        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
-        self.attn_drop = nn.Dropout(attn_drop)
-        self.proj = nn.Linear(dim, dim)
-        self.proj_drop = nn.Dropout(proj_drop)
-        nn.init.trunc_normal_(self.relative_position_bias_table, std=0.02)
-        self.softmax = nn.Softmax(dim=-1)
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """x: (num_windows * b, n, c); mask: (num_windows, n, n) of 0 / -100, or None."""
-        b_, n, c = x.shape
-        qkv = self.qkv(x).reshape(b_, n, 3, self.num_heads, c // self.num_heads).permute(2, 0, 3, 1, 4)
-        bias = self.relative_position_bias_table[self.relative_position_index.view(-1)].view(n, n, -1)
-        x = window_attention(qkv[0], qkv[1], qkv[2], bias.permute(2, 0, 1), mask, scale=self.scale,
-                             dropout_p=self.attn_drop.p if self.training else 0.0)
-        return self.proj_drop(self.proj(x.transpose(1, 2).reshape(b_, n, c)))
-
-    def extra_repr(self) -> str:
-        return f"dim={self.dim}, window_size={self.window_size}, num_heads={self.num_heads}"
 
 
 class SwinTransformerBlock(nn.Module):
@@ -249,7 +215,7 @@ class UpsampleOneStep(nn.Sequential):
 
 
 @ARCH_REGISTRY.register()
-class SwinIR(nn.Module):
+class SwinIR(SwinWeightsMixin):
     """SwinIR for SR (``upsampler`` 'pixelshuffle', 'pixelshuffledirect', 'nearest+conv') and for
     restoration at scale 1 (``upsampler`` '' or None).
 
@@ -315,8 +281,7 @@ class SwinIR(nn.Module):
         self.pos_drop = nn.Dropout(p=drop_rate)
 
         resolution = (self.patches_resolution[0], self.patches_resolution[1])
-        total = sum(depths)
-        rates = [drop_path_rate * i / (total - 1) if total > 1 else 0.0 for i in range(total)]
+        rates = drop_path_rates(drop_path_rate, sum(depths))
         self.layers = nn.ModuleList()
         for i, depth in enumerate(depths):
             start = sum(depths[:i])
@@ -346,29 +311,11 @@ class SwinIR(nn.Module):
             self.lrelu = nn.LeakyReLU(negative_slope=0.2, inplace=True)
         else:
             self.conv_last = nn.Conv2d(embed_dim, num_out_ch, 3, 1, 1)
-        self.apply(self._init_weights)
-
-    @staticmethod
-    def _init_weights(m: nn.Module) -> None:
-        if isinstance(m, nn.Linear):
-            nn.init.trunc_normal_(m.weight, std=0.02)
-            if m.bias is not None:
-                nn.init.zeros_(m.bias)
-        elif isinstance(m, nn.LayerNorm):
-            nn.init.zeros_(m.bias)
-            nn.init.ones_(m.weight)
-
-    def no_weight_decay(self) -> set[str]:
-        """Parameter names usually excluded from weight decay."""
-        return {"absolute_pos_embed"}
-
-    def no_weight_decay_keywords(self) -> set[str]:
-        """Parameter-name fragments usually excluded from weight decay."""
-        return {"relative_position_bias_table"}
+        self.init_swin_weights()
 
     @property
-    def pad_multiple(self) -> int:
-        """Inputs are padded to a multiple of this (the largest window the blocks use)."""
+    def tile_multiple(self) -> int:
+        """Inputs are padded to a multiple of this (the largest window the blocks use; ``ops.tiling.TiledNetwork``)."""
         sizes = [blk.window_size for layer in self.layers for blk in layer.residual_group.blocks]
         return max(sizes, default=1)
 
@@ -385,7 +332,7 @@ class SwinIR(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h, w = x.shape[-2:]
-        multiple = self.pad_multiple
+        multiple = self.tile_multiple
         pad_h, pad_w = (-h) % multiple, (-w) % multiple
         if pad_h or pad_w:
             x = F.pad(x, (0, pad_w, 0, pad_h), mode="reflect")
@@ -414,5 +361,4 @@ class SwinIR(nn.Module):
         return x[..., : h * scale, : w * scale] if (pad_h or pad_w) else x
 
 
-__all__ = ["SwinIR", "RSTB", "SwinTransformerBlock", "WindowAttention", "shifted_window_mask",
-           "window_partition", "window_reverse"]
+__all__ = ["SwinIR", "RSTB", "SwinTransformerBlock"]

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from anysr.errors import DataError, OptionError
-from anysr.ops.diffjpeg import no_autocast
+from anysr.ops.autocast import autocast_off
 
 __all__ = [
     "RESIZE_MODES", "filter2d", "gaussian_kernel1d", "USMSharp", "gaussian_noise", "poisson_noise",
@@ -66,7 +66,7 @@ def filter2d(x: Tensor, kernel: Tensor) -> Tensor:
     # One depthwise convolution over the B*C planes (each plane its sample's kernel): on the CPU this path is
     # several times faster than a batch of single-channel convolutions, even for a shared kernel.
     weight = kernel.reshape(-1, 1, 1, k, k).expand(b, c, 1, k, k)
-    with no_autocast(x):
+    with autocast_off(x):
         padded = F.pad(x, (k // 2,) * 4, mode="reflect")
         out = F.conv2d(padded.reshape(1, b * c, *padded.shape[-2:]), weight.reshape(b * c, 1, k, k), groups=b * c)
     return out.reshape(b, c, h, w)
@@ -117,7 +117,7 @@ class USMSharp(nn.Module):
         if min(h, w) <= k // 2:
             raise DataError(f"USMSharp: a radius of {k} needs images larger than {k // 2} pixels, got {h}x{w}")
         g = self.kernel1d.to(device=x.device, dtype=x.dtype).reshape(1, 1, k).expand(b * c, 1, k)
-        with no_autocast(x):
+        with autocast_off(x):
             padded = F.pad(x.reshape(1, b * c, h, w), (k // 2,) * 4, mode="reflect")
             out = F.conv2d(padded, g.reshape(b * c, 1, k, 1), groups=b * c)  # depthwise: fastest on the CPU
             out = F.conv2d(out, g.reshape(b * c, 1, 1, k), groups=b * c)
@@ -214,7 +214,7 @@ def poisson_noise(x: Tensor, scale: float | Tensor, gray: bool | float | Tensor 
     b, c, h, w = x.shape
     mask = _gray_mask(gray, x)
     xf = x.float()
-    with no_autocast(x):
+    with autocast_off(x):
         noise_gray = None
         if mask is not None:
             if c != 3:
@@ -283,7 +283,7 @@ def resize(x: Tensor, mode: str, *, scale_factor: float | None = None,
         raise OptionError("resize: give exactly one of scale_factor and size")
     if size is not None and min(size) < 1:
         raise DataError(f"resize: output size {tuple(size)} is empty (the input is {tuple(x.shape[-2:])})")
-    with no_autocast(x):
+    with autocast_off(x):
         return F.interpolate(x, size=size, scale_factor=scale_factor, mode=mode)
 
 

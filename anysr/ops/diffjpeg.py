@@ -24,7 +24,6 @@ input's dtype whatever precision the model trains in.
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import torch
@@ -32,8 +31,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from anysr.errors import DataError, OptionError
+from anysr.ops.autocast import autocast_off
 
-__all__ = ["DiffJPEG", "quality_to_factor", "diff_round", "no_autocast"]
+__all__ = ["DiffJPEG", "quality_to_factor", "diff_round"]
 
 # ITU-T T.81 Annex K, Table K.1 (luminance) and the top-left 4x4 of Table K.2 (chrominance); row = vertical freq.
 _LUMA_TABLE = (
@@ -50,14 +50,6 @@ _CHROMA_CORNER = ((17, 18, 24, 47), (18, 21, 26, 66), (24, 26, 56, 99), (47, 66,
 # JFIF full-range BT.601: rows give Y, Cb, Cr from R, G, B; and the inverse rows give R, G, B from Y, Cb, Cr.
 _RGB_TO_YCC = ((0.299, 0.587, 0.114), (-0.168736, -0.331264, 0.5), (0.5, -0.418688, -0.081312))
 _YCC_TO_RGB = ((1.0, 0.0, 1.402), (1.0, -0.344136, -0.714136), (1.0, 1.772, 0.0))
-
-
-def no_autocast(x: Tensor) -> contextlib.AbstractContextManager:
-    """A context that disables autocast for ``x``'s device type (a no-op where autocast does not exist)."""
-    kind = x.device.type
-    if torch.amp.is_autocast_available(kind):
-        return torch.autocast(kind, enabled=False)
-    return contextlib.nullcontext()
 
 
 def diff_round(x: Tensor) -> Tensor:
@@ -152,7 +144,7 @@ class DiffJPEG(nn.Module):
                 raise OptionError(f"DiffJPEG: quality must lie in (0, 100), got {quality!r}")
             factor = quality_to_factor(quality)
             y_table, c_table = c["y_table"] * factor, c["c_table"] * factor
-        with no_autocast(x):
+        with autocast_off(x):
             img = F.pad(x.to(work), (0, -w % 16, 0, -h % 16)) * 255
             ycc = img.permute(0, 2, 3, 1) @ c["rgb_to_ycc"] + c["ycc_shift"]
             chroma = F.avg_pool2d(ycc[..., 1:].permute(0, 3, 1, 2), kernel_size=2, stride=2)

@@ -4,7 +4,7 @@ Every tile's input window is ``tile + 2 * tile_pad`` square and lies inside the 
 inward at the borders, never padded), so the network sees the same context as on the whole image: with a
 ``tile_pad`` at least the receptive-field radius, tiled and untiled outputs agree to float rounding.
 
-Window-attention networks declare a ``tile_multiple`` (SwinIR: ``pad_multiple``): they pad their input to a
+Window-attention networks declare a ``tile_multiple`` (the ``TiledNetwork`` protocol): they pad their input to a
 multiple of it and attend within windows laid out from the top-left corner. Tiling such a network rounds the tile
 and the pad up to that multiple and first pads the image as the network would (``padded_index``: reflect, then
 edge), so every window starts on the network's own window grid and no tile is padded again inside the network:
@@ -16,20 +16,35 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
 from torch import nn
 
 
+@runtime_checkable
+class TiledNetwork(Protocol):
+    """A network that declares ``tile_multiple``: the side multiple its input is padded to inside ``forward``.
+
+    A window-attention network pads the bottom / right of its input to a multiple of its windows (reflect, then
+    edge: ``archs.arch_util.pad_bottom_right``) and attends within windows laid out from the top-left corner; a
+    U-Net pads to a multiple of its downsampling factor. Tiles of such a network are sized and placed on that grid
+    (see the module's docstring). ``1`` (or not declaring it) means any size is run as it is. It is a plain
+    attribute or property, never a state-dict key.
+    """
+
+    tile_multiple: int
+
+
 def tile_multiple(net: nn.Module) -> int:
-    """The side multiple a network's input is padded to (``tile_multiple``, SwinIR's ``pad_multiple``), else 1.
+    """The ``tile_multiple`` a network declares (``TiledNetwork``), else 1.
 
     Looks through wrappers (DDP's ``module``, ``torch.compile``'s ``_orig_mod``)."""
     seen = 0
     while seen < 4:
-        for attr in ("tile_multiple", "pad_multiple"):
-            value = getattr(net, attr, None)
+        if isinstance(net, TiledNetwork):
+            value = net.tile_multiple
             if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
                 return value
         inner = getattr(net, "_orig_mod", None) or getattr(net, "module", None)

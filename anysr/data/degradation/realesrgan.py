@@ -78,6 +78,7 @@ from anysr.data.degradation.kernels import (
     make_kernel,
 )
 from anysr.errors import DataError, OptionError
+from anysr.ops.autocast import autocast_off
 from anysr.ops.degradation import (
     RESIZE_MODES,
     USMSharp,
@@ -87,7 +88,7 @@ from anysr.ops.degradation import (
     poisson_noise_per_sample,
     resize,
 )
-from anysr.ops.diffjpeg import DiffJPEG, no_autocast
+from anysr.ops.diffjpeg import DiffJPEG
 
 __all__ = [
     "BlurSettings", "draw_degradation_kernel_params", "sample_degradation_kernels",
@@ -405,7 +406,7 @@ def degrade(src: Tensor, kernel1: Tensor, kernel2: Tensor, sinc_kernel: Tensor, 
     dev = src.device
     q1 = torch.tensor(draws.quality1, dtype=torch.float32).to(dev)
     q2 = torch.tensor(draws.quality2, dtype=torch.float32).to(dev)
-    with no_autocast(src):
+    with autocast_off(src):
         out = filter2d(src, kernel1)
         if choices.updown1 != "keep":
             out = resize(out, choices.mode1, scale_factor=choices.scale1)
@@ -447,7 +448,7 @@ def synthesise(gt: Tensor, kernels: Sequence[Tensor], *, settings: SynthesisSett
     draws = draw_samples(seeds, settings)
     for g, fs in zip(gens, draws.field_seeds):
         g.manual_seed(fs)
-    with torch.no_grad(), no_autocast(gt):
+    with torch.no_grad(), autocast_off(gt):
         src = usm(gt) if sharpen_input else gt
         lq = degrade(src, *kernels, choices=choices, draws=draws, settings=settings, gens=gens, jpeger=jpeger)
         keep = src if keep_sharpened else gt
