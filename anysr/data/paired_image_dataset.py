@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from anysr.data.degradations import bicubic_degrade, bicubic_degrade_window
 from anysr.data.file_backends import (
+    BACKEND_TYPES,
     DiskBackend,
     FileBackend,
     build_backend,
@@ -153,6 +154,8 @@ class _ImageDataset(Dataset):
     and the rules (paths exist, phase, sizes, mean/std) were checked once, by the options.
     """
 
+    backend_types = BACKEND_TYPES  # the io_backend.type values it reads (the options check them)
+
     def __init__(self, opt: Mapping[str, Any], key_path: str | None) -> None:
         self.opt = opt
         self.key_path = key_path or f"datasets.{opt['phase']}"
@@ -241,6 +244,8 @@ class PairedImageDataset(_ImageDataset):
     Items: {'lq', 'gt': float CHW tensors, 'lq_path', 'gt_path': str, 'gray': bool}; tensors have 3
     channels (a gray GT file is replicated) or 1 with ``color: y``.
     """
+
+    role = "paired"  # the options apply PairedImageDataset's rules (subclasses: RealESRGANPairedDataset)
 
     def __init__(self, opt: Mapping[str, Any], key_path: str | None = None) -> None:
         super().__init__(opt, key_path)

@@ -27,7 +27,7 @@ from torch.nn import functional as F
 from torch.utils.data import Dataset
 
 from anysr.data.degradations import bicubic_degrade
-from anysr.data.file_backends import DiskBackend, FileBackend, build_backend, is_image_file
+from anysr.data.file_backends import BACKEND_TYPES, DiskBackend, FileBackend, build_backend, is_image_file
 from anysr.data.imageio import ImageInfo, probe_bytes, probe_image
 from anysr.data.transforms import augment, img2tensor, mod_crop, paired_random_crop
 from anysr.errors import DataError
@@ -122,6 +122,7 @@ class _VideoDataset(Dataset):
     video_kind = ""
     needs_num_frame = False  # the options require num_frame
     odd_num_frame = False  # ... and an odd one (a window centred on the GT frame)
+    backend_types = BACKEND_TYPES  # the io_backend.type values it reads (the options check them)
 
     def __init__(self, opt: Mapping[str, Any], key_path: str | None = None) -> None:
         self.opt = opt

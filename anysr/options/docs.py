@@ -111,7 +111,11 @@ def render_markdown() -> str:
 
 
 def main() -> None:
-    """Print the reference (redirect it to docs/options.md)."""
+    """Print the reference (redirect it to docs/options.md); the choices the registered classes declare are read
+    from the registries, so this entry point fills them first, as the command line does."""
+    from anysr.plugins import load_plugins  # torch and every plugin package: only for this entry point
+
+    load_plugins()
     sys.stdout.write(render_markdown())
 
 
