@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from anysr.options.fields import MISSING
+from anysr.options.fields import MISSING, Context
 from anysr.registry import (
     ARCH_REGISTRY,
     DATASET_REGISTRY,
@@ -72,6 +72,14 @@ def dataset_role(kind: Any) -> str | None:
 def good(out: dict[str, Any], key: str) -> bool:
     """The key is present, valid and not null."""
     return out.get(key, None) not in (None, MISSING)
+
+
+def check_gt_size(size: Any, where: str, ctx: Context) -> None:
+    """The one check of a GT patch size (``datasets.<name>.gt_size``, Real-ESRGAN's top-level ``gt_size``): a
+    multiple of the scale, so the LQ patch (``anysr.data.transforms.lq_patch_size``) pairs with it exactly."""
+    if isinstance(size, int) and not isinstance(size, bool) and ctx.scale is not None and size % ctx.scale:
+        ctx.add(where, f"{size} is not a multiple of scale ({ctx.scale}); use e.g. "
+                f"{max(1, size // ctx.scale) * ctx.scale}")
 
 
 def phase_of(name: str) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from anysr.options.common import dataset_role, good, known_names, phase_of, registered
+from anysr.options.common import check_gt_size, dataset_role, good, known_names, phase_of, registered
 from anysr.options.fields import Context, Field, ListOf, at_least, between, join
 
 # Real-ESRGAN x4plus's settings (the Real-ESRGAN project's options/train_realesrgan_x4plus.yml): the defaults of the
@@ -271,20 +271,19 @@ def realesrgan_rule(out: dict[str, Any], ctx: Context) -> None:
 
 
 def _check_synthesis_sizes(out: dict[str, Any], key: str, d: dict[str, Any], ctx: Context) -> None:
-    """gt_size (top level and the dataset's agree), crop_pad_size large enough, queue_size a multiple of the batch."""
+    """gt_size decided once (the dataset's, or BasicSR's top-level key; both hold it after), crop_pad_size large
+    enough, queue_size a multiple of the batch."""
     top, ds = out.get("gt_size"), d.get("gt_size")
     if top is None and ds is None:
         ctx.add("gt_size", f"required by {out['model_type']}: the GT crop taken after the synthesis, a multiple of "
                 "scale such as 256 (here or as datasets.train.gt_size)")
-    elif top is None:
-        out["gt_size"] = ds
-    elif ds is None:
-        d["gt_size"] = top
-        if ctx.scale is not None and top % ctx.scale:
-            ctx.add("gt_size", f"{top} is not a multiple of scale ({ctx.scale})")
-    elif top != ds:
+    elif top is not None and ds is not None and top != ds:
         ctx.add("gt_size", f"{top} differs from datasets.{key}.gt_size ({ds}); the crop after the synthesis is one "
                 "size: set both to the same value")
+    else:
+        if ds is None:
+            check_gt_size(top, "gt_size", ctx)  # a dataset's own gt_size was checked by the dataset rule
+        out["gt_size"] = d["gt_size"] = ds if ds is not None else top
     crop = d.get("crop_pad_size")
     if good(out, "gt_size") and isinstance(crop, int) and out["gt_size"] > crop:
         ctx.add("gt_size", f"{out['gt_size']} is larger than datasets.{key}.crop_pad_size ({crop}), the size that is "

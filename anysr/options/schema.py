@@ -15,6 +15,7 @@ from anysr.errors import did_you_mean
 from anysr.options.common import (
     PHASES,
     backend_types,
+    check_gt_size,
     dataset_role,
     good,
     known_names,
@@ -170,9 +171,7 @@ def _dataset_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None)
         realesrgan_dataset_rule(out, path, ctx, phase)
     elif kind == "SingleImageDataset" and "dataroot_lq" in out and out["dataroot_lq"] is None:
         ctx.add(f"{path}.dataroot_lq", "required by SingleImageDataset (the folder of input images)")
-    if good(out, "gt_size") and ctx.scale is not None and out["gt_size"] % ctx.scale:
-        ctx.add(f"{path}.gt_size", f"{out['gt_size']} is not a multiple of scale ({ctx.scale}); "
-                f"use e.g. {max(1, out['gt_size'] // ctx.scale) * ctx.scale}")
+    check_gt_size(out.get("gt_size"), f"{path}.gt_size", ctx)
     if phase == "train" and "batch_size_per_gpu" in out and out["batch_size_per_gpu"] is None:
         ctx.add(f"{path}.batch_size_per_gpu", "required for a train dataset (images per device per step)")
     if good(out, "std") and any(s <= 0 for s in out["std"]):
