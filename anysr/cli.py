@@ -14,6 +14,15 @@ from anysr import __version__
 from anysr.accelerators.hardware import PRECISION_CHOICES
 from anysr.accelerators.kinds import ACCELERATORS, LAUNCHERS
 from anysr.errors import AlreadyReported, AnysrError, OptionError, describe_os_error
+from anysr.options import Options, load_options
+from anysr.plugins import load_plugins
+
+
+def load_command_options(path: str, overrides: Sequence[str], **kwargs: Any) -> Options:
+    """A command's options file, validated once the plugin packages have filled the registries it is checked
+    against (``load_options``' keyword arguments: is_train, check_paths)."""
+    load_plugins()
+    return load_options(path, overrides, **kwargs)
 
 
 def _kv_list(items: Sequence[str], flag: str) -> dict[str, Any]:
@@ -55,9 +64,7 @@ def _plan_from_options(opt: Any, launcher: str = "auto", precision: str | None =
 def cmd_train(args: argparse.Namespace) -> int:
     from anysr.accelerators import launch  # noqa: PLC0415
     from anysr.engine.training.trainer import train_worker  # noqa: PLC0415
-    from anysr.options import load_options  # noqa: PLC0415
-
-    opt = load_options(args.opt, args.force_yml, is_train=True)
+    opt = load_command_options(args.opt, args.force_yml, is_train=True)
     plan = _plan_from_options(opt, "none" if args.launcher == "none" else args.launcher)
     launch(plan, train_worker, opt, bool(args.auto_resume), bool(args.start_over))
     return 0
@@ -66,9 +73,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_test(args: argparse.Namespace) -> int:
     from anysr.accelerators import launch  # noqa: PLC0415
     from anysr.engine.evaluation.evaluator import test_worker  # noqa: PLC0415
-    from anysr.options import load_options  # noqa: PLC0415
-
-    opt = load_options(args.opt, args.force_yml, is_train=False)
+    opt = load_command_options(args.opt, args.force_yml, is_train=False)
     launch(_plan_from_options(opt, args.launcher, args.precision), test_worker, opt)
     return 0
 
@@ -90,9 +95,7 @@ def cmd_infer(args: argparse.Namespace) -> int:
                           "what it is), or --arch bicubic")
     network_opt = None
     if args.opt:
-        from anysr.options import load_options  # noqa: PLC0415
-
-        network_opt = load_options(args.opt, args.force_yml, is_train=False)["network_g"]
+        network_opt = load_command_options(args.opt, args.force_yml, is_train=False)["network_g"]
     from anysr.engine.inference import video as video_infer  # noqa: PLC0415
 
     if video_infer.wants_video(args, network_opt):  # a video in or out, or a video network
@@ -132,9 +135,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     setup_logging()
     network_opt = None
     if args.opt:
-        from anysr.options import load_options  # noqa: PLC0415
-
-        network_opt = load_options(args.opt, args.force_yml, is_train=False, check_paths=False)["network_g"]
+        network_opt = load_command_options(args.opt, args.force_yml, is_train=False, check_paths=False)["network_g"]
     reports = export_weights(args.weights, args.to, param_key=args.param_key, arch=args.arch,
                              arch_opts=_kv_list(args.arch_opt, "--arch-opt"), network_opt=network_opt,
                              fp16=args.fp16, size=args.size, dynamic=not args.static, opset=args.opset,
@@ -180,11 +181,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from anysr.accelerators import launch  # noqa: PLC0415
     from anysr.engine.bench import bench_worker, format_table, write_json  # noqa: PLC0415
     from anysr.engine.logger import setup_logging  # noqa: PLC0415
-    from anysr.options import load_options  # noqa: PLC0415
 
     setup_logging()
     # bench times a synthetic batch: the datasets and weights the file names are never read, need not exist.
-    opt = load_options(args.opt, args.force_yml, is_train=True, check_paths=False)
+    opt = load_command_options(args.opt, args.force_yml, is_train=True, check_paths=False)
     # One worker on the accelerator the options name: per-device numbers, no process group.
     plan = _plan_from_options(opt, "none", args.precision, num_gpu=1, spmd=False)
     result = launch(plan, bench_worker, opt, args.iters, args.warmup, args.infer_size, args.infer_iters or args.iters)
@@ -199,6 +199,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_schema(args: argparse.Namespace) -> int:
     from anysr.options.jsonschema import render  # noqa: PLC0415
 
+    load_plugins()  # the schema lists what the registries hold
     text = render()
     if args.output:
         from anysr.atomic import atomic_write_bytes  # noqa: PLC0415
@@ -224,9 +225,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
                    if report.skipped else "")
         print(f"wrote {len(report.written)} sub-image(s) from {report.images} image(s) to {args.output}{skipped}")
     elif args.what == "degrade":
-        from anysr.options import load_options  # noqa: PLC0415
-
-        opt = load_options(args.opt, args.force_yml, is_train=True)
+        opt = load_command_options(args.opt, args.force_yml, is_train=True)
         report = prepare.degrade_samples(opt, args.out, args.n, where=args.degrade_in)
         print(f"wrote {report.pairs} LQ/GT pair(s) as the training step sees them (synthesised in the "
               f"{report.where}), their kernels and degrade.json to {report.out}")

@@ -32,7 +32,7 @@ from anysr.data.degradation.realesrgan import (
 )
 from anysr.ops.degradation import USMSharp
 from anysr.ops.diffjpeg import DiffJPEG
-from anysr.options.schema import _X4PLUS_MODEL
+from anysr.options.realesrgan import X4PLUS_MODEL
 
 KERNELS = ("iso", "aniso", "generalized_iso", "generalized_aniso", "plateau_iso", "plateau_aniso")
 PROBS = (0.45, 0.25, 0.12, 0.03, 0.12, 0.03)
@@ -49,7 +49,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    settings = SynthesisSettings.from_options({**_X4PLUS_MODEL, "scale": 4, "gt_size": min(256, args.gt)})
+    settings = SynthesisSettings.from_options({**X4PLUS_MODEL, "scale": 4, "gt_size": min(256, args.gt)})
     b, s = args.batch, args.gt
     print(f"torch {torch.__version__}; threads {torch.get_num_threads()}; load average {os.getloadavg()[0]:.1f}; "
           f"batch {b}; GT {s}x{s}; x4plus settings; {args.iters} batches after 1 warm-up\n")

@@ -30,6 +30,10 @@ from typing import Any
 import pytest
 import yaml
 
+from anysr.plugins import load_plugins
+
+load_plugins()  # the options read the registries these packages fill (as the command line does before validating)
+
 ROOT = Path(__file__).resolve().parents[1]
 DATASETS = ROOT / "datasets"
 FIXTURE_TOL = {"rtol": 1e-5, "atol": 1e-5}  # fp32 results vs fixtures made with other kernels (see above)

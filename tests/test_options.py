@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -1099,3 +1102,50 @@ def test_docs_mention_every_key() -> None:
     assert not missing
     for alias in ("use_flip", "rank", "world_size"):
         assert alias in text
+
+
+# ---------------------------------------------------------------- options on top: they read the registries
+
+_NOT_IMPORTED = ("torch", "numpy", "anysr.data", "anysr.models", "anysr.archs", "anysr.losses", "anysr.metrics",
+                 "anysr.engine", "anysr.plugins")
+_BY_HAND = """
+import sys
+from anysr.registry import ARCH_REGISTRY, DATASET_REGISTRY, MODEL_REGISTRY
+from anysr.options import validate_options
+
+class Net:
+    def __init__(self, upscale: int = 2) -> None: ...
+
+class Paired:
+    role = "paired"
+    backend_types = ("disk", "lmdb")
+
+ARCH_REGISTRY.register(Net, name="Net")
+MODEL_REGISTRY.register(type("SRModel", (), {}))
+DATASET_REGISTRY.register(Paired, name="PairedImageDataset")
+test_set = {"type": "PairedImageDataset", "dataroot_gt": ".", "lq_from_gt": True}
+opt = validate_options({"name": "x", "scale": 2, "network_g": {"type": "Net"}, "datasets": {"test": test_set}},
+                       is_train=False, root=sys.argv[1])
+assert opt.datasets.test.io_backend.type == "disk" and opt.network_g.type == "Net"
+loaded = sorted(m for m in sys.modules if any(m == n or m.startswith(n + ".") for n in sys.argv[2:]))
+assert not loaded, loaded
+"""
+
+
+def _python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+
+
+def test_options_import_no_torch_and_no_plugin_package(tmp_path: Path) -> None:
+    """Importing the options and validating a file (registries filled by hand) loads no torch, numpy, dataset,
+    model, network, loss or metric module: the options only read what the registries hold."""
+    done = _python(_BY_HAND, str(tmp_path), *_NOT_IMPORTED)
+    assert done.returncode == 0, done.stderr
+
+
+def test_an_empty_registry_names_what_to_import() -> None:
+    done = _python("from anysr.options import validate_options\n"
+                   "validate_options({'name': 'x', 'scale': 2, 'network_g': {'type': 'EDSR'}}, is_train=False)")
+    assert done.returncode != 0
+    assert "the arch registry is empty" in done.stderr and "anysr.plugins.load_plugins()" in done.stderr

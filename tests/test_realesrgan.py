@@ -181,6 +181,12 @@ def test_option_errors(tmp_path: Path, t91: Path) -> None:
     text = problems(opt, tmp_path)
     assert "gt_size: 32 differs from datasets.train.gt_size (48)" in text
     assert "datasets.train.crop_pad_size: 90 is not a multiple of scale (4); use e.g. 88" in text
+    # gt_size is checked once, with the same message, under either key
+    top_only = problems(real_options("e5", t91, gt_size=30), tmp_path)
+    assert "\n  gt_size: 30 is not a multiple of scale (4); use e.g. 28" in top_only
+    both = real_options("e6", t91, gt_size=30)
+    both["datasets"]["train"]["gt_size"] = 30
+    assert problems(both, tmp_path).count("is not a multiple of scale (4)") == 1
     small = real_options("e3", t91, crop=68)
     assert "crop_pad_size: 68 is too small for the degradation: the first resize can shrink it to 10 pixels" \
         in problems(small, tmp_path)

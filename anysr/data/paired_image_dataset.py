@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from anysr.data.degradation.bicubic import bicubic_degrade, bicubic_degrade_window
 from anysr.data.file_backends import (
+    BACKEND_TYPES,
     DiskBackend,
     FileBackend,
     build_backend,
@@ -30,6 +31,7 @@ from anysr.data.transforms import (
     augment,
     bgr_to_y,
     img2tensor,
+    lq_patch_size,
     match_gt_to_lq,
     mod_crop,
     normalize,
@@ -153,6 +155,8 @@ class _ImageDataset(Dataset):
     and the rules (paths exist, phase, sizes, mean/std) were checked once, by the options.
     """
 
+    backend_types = BACKEND_TYPES  # the io_backend.type values it reads (the options check them)
+
     def __init__(self, opt: Mapping[str, Any], key_path: str | None) -> None:
         self.opt = opt
         self.key_path = key_path or f"datasets.{opt['phase']}"
@@ -242,6 +246,8 @@ class PairedImageDataset(_ImageDataset):
     channels (a gray GT file is replicated) or 1 with ``color: y``.
     """
 
+    role = "paired"  # the options apply PairedImageDataset's rules (subclasses: RealESRGANPairedDataset)
+
     def __init__(self, opt: Mapping[str, Any], key_path: str | None = None) -> None:
         super().__init__(opt, key_path)
         kp = self.key_path
@@ -291,7 +297,7 @@ class PairedImageDataset(_ImageDataset):
         if gt.height // s != lq.height or gt.width // s != lq.width:
             return (f"{gt_path} ({gt.width}x{gt.height}) and {lq_path} ({lq.width}x{lq.height}) do not pair at "
                     f"scale {s}: the GT should be {lq.width * s}x{lq.height * s} (up to {s - 1} extra pixels)")
-        p = self.gt_size // s
+        p = lq_patch_size(self.gt_size, s)
         if self.phase == "train" and (lq.height < p or lq.width < p):
             return (f"{lq_path} is {lq.width}x{lq.height} (WxH), smaller than the {p}x{p} LQ patch (gt_size "
                     f"{self.gt_size} / scale {s}); lower gt_size or remove it")
@@ -346,7 +352,7 @@ class PairedImageDataset(_ImageDataset):
                 f"{gt_path} is {h}x{w} (HxW after mod-crop to scale {s}), smaller than the {size}x{size} "
                 f"GT patch (gt_size). Lower gt_size, or remove images smaller than {size}x{size}."
             )
-        p = size // s
+        p = lq_patch_size(size, s)
         top, left = random_crop_origin(h // s, w // s, p, rng)
         lq = bicubic_degrade_window(gt, s, top, left, p)
         return gt[top * s: top * s + size, left * s: left * s + size, ...], lq

@@ -20,7 +20,7 @@ import cv2
 import numpy as np
 import torch
 
-from anysr.data.degradation.kernels import KernelParams, make_kernel
+from anysr.data.degradation.kernels import KERNEL_TYPES, KernelParams, make_kernel
 from anysr.data.degradation.realesrgan import BlurSettings, LoaderSynthesis, draw_degradation_kernel_params
 from anysr.data.file_backends import build_backend
 from anysr.data.paired_image_dataset import PairedImageDataset, _check_files_exist, _ImageDataset, _Pair
@@ -57,7 +57,8 @@ class RealESRGANDataset(_ImageDataset):
     final_sinc_prob; anysr's crop_pad_size (400 as BasicSR hard-codes it).
     """
 
-    synthesis_source = True  # GT and kernels, no LQ: the options pair it with the models that synthesise
+    role = "synthesis_source"  # GT and kernels, no LQ: the options pair it with the models that synthesise
+    kernel_types = KERNEL_TYPES  # the kernel_list kinds it draws (the options check and default them)
 
     def __init__(self, opt: Mapping[str, Any], key_path: str | None = None) -> None:
         super().__init__(opt, key_path)

@@ -64,6 +64,17 @@ def random_crop_origin(h: int, w: int, patch: int, rng: np.random.Generator) -> 
     return top, left
 
 
+def lq_patch_size(gt_size: int, scale: int) -> int:
+    """The LQ patch side that pairs with a ``gt_size`` GT patch at ``scale``: the one place it is computed.
+
+    The options check once that ``gt_size`` is a multiple of the scale; a call that bypassed them is refused here.
+    """
+    if gt_size % scale:
+        raise OptionError(f"gt_size {gt_size} is not a multiple of scale {scale}; pick e.g. "
+                          f"{max(scale, gt_size - gt_size % scale)}")
+    return gt_size // scale
+
+
 def paired_random_crop(gt: ImgOrList, lq: ImgOrList, gt_size: int, scale: int, rng: np.random.Generator,
                        gt_path: str = "GT image", lq_path: str = "LQ image") -> tuple[ImgOrList, ImgOrList]:
     """Crop aligned patches: ``gt_size`` square from the GT, ``gt_size // scale`` from the LQ.
@@ -71,14 +82,11 @@ def paired_random_crop(gt: ImgOrList, lq: ImgOrList, gt_size: int, scale: int, r
     ``gt`` and ``lq`` are images (HW or HWC) or lists of equally sized images; the LQ patch at (top, left)
     pairs with the GT patch at (top * scale, left * scale). Returns the patches in the form given.
     """
-    if gt_size % scale:
-        raise OptionError(f"gt_size {gt_size} is not a multiple of scale {scale}; pick e.g. "
-                          f"{max(scale, gt_size - gt_size % scale)}")
+    lq_patch = lq_patch_size(gt_size, scale)
     gts, gt_single = _as_list(gt)
     lqs, lq_single = _as_list(lq)
     if not gts or not lqs:
         raise DataError("paired_random_crop: no images given")
-    lq_patch = gt_size // scale
     h_lq, w_lq = _hw(lqs[0])
     check_pair_size(gts[0], lqs[0], scale, gt_path, lq_path)
     if h_lq < lq_patch or w_lq < lq_patch:

@@ -27,9 +27,9 @@ from torch.nn import functional as F
 from torch.utils.data import Dataset
 
 from anysr.data.degradation.bicubic import bicubic_degrade
-from anysr.data.file_backends import DiskBackend, FileBackend, build_backend, is_image_file
+from anysr.data.file_backends import BACKEND_TYPES, DiskBackend, FileBackend, build_backend, is_image_file
 from anysr.data.imageio import ImageInfo, probe_bytes, probe_image
-from anysr.data.transforms import augment, img2tensor, mod_crop, paired_random_crop
+from anysr.data.transforms import augment, img2tensor, lq_patch_size, mod_crop, paired_random_crop
 from anysr.errors import DataError
 from anysr.registry import DATASET_REGISTRY
 
@@ -122,6 +122,7 @@ class _VideoDataset(Dataset):
     video_kind = ""
     needs_num_frame = False  # the options require num_frame
     odd_num_frame = False  # ... and an odd one (a window centred on the GT frame)
+    backend_types = BACKEND_TYPES  # the io_backend.type values it reads (the options check them)
 
     def __init__(self, opt: Mapping[str, Any], key_path: str | None = None) -> None:
         self.opt = opt
@@ -243,6 +244,7 @@ class _VideoDataset(Dataset):
         ``decode``), the LQ / GT sizes pairing at ``scale``, and frames big enough for ``gt_size``."""
         del progress
         problems: list[str] = []
+        s, p = self.scale, lq_patch_size(self.gt_size, self.scale)
         for gt_key, lq_key in self._check_pairs():
             try:
                 gt = self._info("gt", gt_key, decode)
@@ -252,13 +254,12 @@ class _VideoDataset(Dataset):
             except DataError as exc:
                 problems.append(str(exc))
                 continue
-            s = self.scale
             if gt.height // s != lq.height or gt.width // s != lq.width:
                 problems.append(f"{self.describe('gt', gt_key)} ({gt.width}x{gt.height}) and "
                                 f"{self.describe('lq', lq_key)} ({lq.width}x{lq.height}) do not pair at scale {s}")
-            elif self.gt_size and (lq.height < self.gt_size // s or lq.width < self.gt_size // s):
+            elif self.gt_size and (lq.height < p or lq.width < p):
                 problems.append(f"{self.describe('lq', lq_key)} is {lq.width}x{lq.height}, smaller than the "
-                                f"{self.gt_size // s}-pixel LQ patch (gt_size {self.gt_size} / scale {s}); "
+                                f"{p}-pixel LQ patch (gt_size {self.gt_size} / scale {s}); "
                                 "lower gt_size")
         return problems
 

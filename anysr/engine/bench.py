@@ -27,6 +27,7 @@ from anysr.accelerators import Accelerator
 from anysr.archs import build_network
 from anysr.archs.arch_util import input_channels
 from anysr.atomic import atomic_write_json
+from anysr.data.transforms import lq_patch_size
 from anysr.engine import checkpoint as ckpt
 from anysr.engine.evaluation.evaluator import run_network
 from anysr.errors import OptionError, TrainingError
@@ -135,7 +136,7 @@ def bench_worker(acc: Accelerator, opt: dict[str, Any], iters: int, warmup: int,
     ckpt.load_model_weights(model, fresh=False, stand_ins=True)  # the VGG19 of a perceptual loss: timing only
     host_net = build_network(opt.network_g)  # a CPU twin for counting FLOPs: no device work
     in_ch = int(input_channels(host_net) or 3)
-    lq_size = gt_size // scale
+    lq_size = lq_patch_size(gt_size, scale)
     acc.calibrate(model.nets["net_g"], (batch, in_ch, lq_size, lq_size), train=True)  # as training decides
     model.setup()
     bare = model.bare("net_g")

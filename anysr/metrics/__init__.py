@@ -30,6 +30,7 @@ for _name, _fn in (
     ("fid", calculate_fid),
 ):
     METRIC_REGISTRY.register(_fn, name=_name)
+    _fn.metric_info = metric_info(_name)  # type: ignore[attr-defined]  # what the options read (better, weights)
 
 # numpy metric name -> its device-side torch twin (same numbers on quantised tensors).
 TORCH_METRICS = {

@@ -29,11 +29,11 @@ from anysr.models.base import WeightNeed, build_optimizer
 from anysr.models.gan import SRGANModel
 from anysr.models.lr_scheduler import build_scheduler
 from anysr.models.sr import SRModel
-from anysr.options.video import WEIGHT_PATH_ARGS
 from anysr.registry import DATASET_REGISTRY, MODEL_REGISTRY, plain_options
 
 # network_g key -> (sub-module of the network it fills, what it is)
 _SUB_WEIGHTS = {"spynet_path": ("spynet", "SPyNet"), "edvr_path": ("edvr", "EDVR")}
+WEIGHT_PATH_ARGS = tuple(_SUB_WEIGHTS)  # BasicSR's network_g keys naming weights of a sub-network
 DEFAULT_EVAL_FRAMES = 5  # frames of a recurrent network's representative clip when nothing says more
 TIMING_FRAMES, TIMING_SIDE = 3, 64  # the largest clip the hardware choices are timed on
 
@@ -43,6 +43,7 @@ class VideoBaseModel(SRModel):
     """SRModel over clips: ``lq`` (b, t, c, h, w) -> ``gt`` (b, c, H, W) (window networks such as EDVR) or
     (b, t, c, H, W) (recurrent networks); pixel losses on the whole output."""
 
+    weight_path_args = WEIGHT_PATH_ARGS  # network_g keys naming weight files (the options resolve and check them)
     freeze_option: str | None = None  # train.<key>: parts frozen before that iteration
     lr_mul_option: str | None = None  # train.<key>: learning-rate factor of those parts
 

@@ -111,9 +111,14 @@ def render_markdown() -> str:
 
 
 def main() -> None:
-    """Print the reference (redirect it to docs/options.md)."""
+    """Print the reference (redirect it to docs/options.md); the registries must be filled (``load_plugins``)."""
     sys.stdout.write(render_markdown())
 
 
 if __name__ == "__main__":
+    # Run as a program, this file is the top of its process: like the command line, it fills the registries
+    # (some choices are what registered classes declare) before rendering. Importing the module never does.
+    from anysr.plugins import load_plugins
+
+    load_plugins()
     main()

@@ -81,16 +81,17 @@ class Field:
     ``expect`` overrides the type text shown in errors and docs. ``keep=False`` validates then drops
     the key (accepted for BasicSR compatibility, ignored by anysr). ``default_doc`` describes a default
     that a rule computes (docs only). ``hints``: for a value that is not one of ``choices``, a better hint than
-    the nearest spelling (``tpu`` -> TPUs are ``xla``).
+    the nearest spelling (``tpu`` -> TPUs are ``xla``). ``choices`` and ``expect`` may be functions of no argument,
+    called when needed: what the registries hold (a choice that a registered class declares).
     """
 
     type: Any
     default: Any = MISSING
     required: bool = False
-    choices: Sequence[Any] | None = None
+    choices: Sequence[Any] | Callable[[], Sequence[Any]] | None = None
     doc: str = ""
     check: Callable[[Any], str | None] | None = None
-    expect: str = ""
+    expect: str | Callable[[], str] = ""
     keep: bool = True
     default_doc: str = ""
     hints: Mapping[str, str] = field(default_factory=dict)  # a wrong choice (lower case) -> what to say instead
@@ -181,12 +182,18 @@ def describe(spec: Any) -> str:
     return " | ".join(parts)
 
 
+def choices_of(fld: Field) -> Sequence[Any] | None:
+    """The values a field accepts (its ``choices``, called when they are read from the registries), or None."""
+    return fld.choices() if callable(fld.choices) else fld.choices
+
+
 def expectation(fld: Field) -> str:
     """What a field accepts, for errors and docs: explicit ``expect``, else choices, else type + check."""
     if fld.expect:
-        return fld.expect
-    if fld.choices is not None:
-        return " | ".join("null" if c is None else repr(c) for c in fld.choices)
+        return fld.expect() if callable(fld.expect) else fld.expect
+    choices = choices_of(fld)
+    if choices is not None:
+        return " | ".join("null" if c is None else repr(c) for c in choices)
     nullable = _allows_none(fld.type)
     text = describe(tuple(m for m in _members(fld.type) if m is not None))
     if isinstance(fld.check, Check):
@@ -327,8 +334,9 @@ def validate_field(fld: Field, value: Any, path: str, ctx: Context, key: str | N
     out = convert(fld.type, value, path, ctx, key, expect=expectation(fld))
     if out is MISSING or out is None:
         return out
-    if fld.choices is not None and out not in fld.choices:
-        names = [c for c in fld.choices if isinstance(c, str)]
+    choices = choices_of(fld)
+    if choices is not None and out not in choices:
+        names = [c for c in choices if isinstance(c, str)]
         hint = did_you_mean(out, names) if isinstance(out, str) else ""
         if isinstance(out, str) and out.lower() in fld.hints:
             hint = f" ({fld.hints[out.lower()]})"

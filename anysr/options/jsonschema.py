@@ -14,8 +14,9 @@ import json
 import math
 from typing import Any
 
-from anysr.options.fields import ANY, MISSING, Field, ListOf, MapOf, Section, expectation
-from anysr.options.schema import OPTIONS, registry
+from anysr.options.common import registry
+from anysr.options.fields import ANY, MISSING, Field, ListOf, MapOf, Section, choices_of, expectation
+from anysr.options.schema import OPTIONS
 from anysr.registry import REQUIRED, constructor_args
 
 SCHEMA_ID = "https://anysr.dev/options.schema.json"
@@ -90,8 +91,9 @@ def _type(spec: Any, path: tuple[str, ...]) -> dict[str, Any]:
 
 def _field(fld: Field, path: tuple[str, ...]) -> dict[str, Any]:
     out = _type(fld.type, path)
-    if fld.choices is not None:
-        out = {"enum": list(fld.choices)}
+    choices = choices_of(fld)
+    if choices is not None:
+        out = {"enum": list(choices)}
     kind = _REGISTRY_KEYS.get(path)
     if kind is not None:
         out = {"enum": registry(kind).keys()}

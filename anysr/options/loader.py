@@ -11,8 +11,8 @@ from typing import Any
 import yaml
 
 from anysr.errors import OptionError
-from anysr.options.fields import show
-from anysr.options.schema import OPTIONS, validate
+from anysr.options.fields import Context, show, validate_section
+from anysr.options.schema import DATASET, OPTIONS, validate
 from anysr.options.typed import Options, plain, typed
 
 _OVERRIDE_FORM = "expected key.path=value, e.g. train.total_iter=1000 or val=null"
@@ -157,9 +157,6 @@ def validate_dataset(opt: Mapping[str, Any], *, name: str = "train", scale: int 
 
     ``name`` gives the phase (train*, val*, test*); ``scale`` the top-level scale (else the section's own).
     """
-    from anysr.options.fields import Context, validate_section  # noqa: PLC0415
-    from anysr.options.schema import DATASET  # noqa: PLC0415
-
     data = plain(opt)
     given_scale = scale if scale is not None else data.pop("scale", None)
     ctx = Context(is_train=name.startswith("train"), root=Path(root if root is not None else Path.cwd()).absolute(),

@@ -14,7 +14,6 @@ from anysr.registry import Registry
 FRAME_PADDINGS = ("replicate", "reflection", "reflection_circle", "circle")
 VAL_PARTITIONS = ("REDS4", "official")
 DEGRADATIONS = ("BI", "BD")
-WEIGHT_PATH_ARGS = ("spynet_path", "edvr_path")  # BasicSR's network_g keys naming weights of a sub-network
 
 
 def _frames(value: int) -> str | None:
@@ -119,8 +118,12 @@ def video_dataset_rule(out: dict[str, Any], path: str, ctx: Context, phase: str,
         ctx.add(f"{path}.interval_list", f"every interval must be >= 1, got {intervals}")
 
 
-def network_weight_paths(out: dict[str, Any], path: str, ctx: Context, existing: Any) -> None:
-    """``network_g.spynet_path`` / ``edvr_path``: resolved from path.root and checked to exist (the model hands
-    them to the engine, which loads them into the sub-network; architectures never read files)."""
-    for key in WEIGHT_PATH_ARGS:
+def network_weight_paths(out: dict[str, Any], path: str, ctx: Context, existing: Any, models: Registry) -> None:
+    """``network_g.spynet_path`` / ``edvr_path`` (what registered models declare as ``weight_path_args``): resolved
+    from path.root and checked to exist (the model hands them to the engine, which loads them into the sub-network;
+    architectures never read files). ``models``: the filled model registry."""
+    keys: list[str] = []
+    for name in models.keys():
+        keys += [k for k in getattr(models.get(name), "weight_path_args", ()) if k not in keys]
+    for key in keys:
         existing(out, key, path, ctx, kind="file")

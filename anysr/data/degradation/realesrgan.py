@@ -77,6 +77,7 @@ from anysr.data.degradation.kernels import (
     draw_mixed_kernel_params,
     make_kernel,
 )
+from anysr.data.transforms import lq_patch_size
 from anysr.errors import DataError, OptionError
 from anysr.ops.autocast import autocast_off
 from anysr.ops.degradation import (
@@ -340,7 +341,7 @@ def draw_batch_choices(rng: np.random.Generator, settings: SynthesisSettings,
     sinc_first = bool(rng.random() < 0.5)
     final_mode = RESIZE_MODES[int(rng.integers(len(RESIZE_MODES)))]
     h, w = (v // settings.scale for v in size)
-    p = settings.gt_size // settings.scale
+    p = lq_patch_size(settings.gt_size, settings.scale)
     if h < p or w < p:
         raise DataError(f"the degraded image is {h}x{w} (LQ pixels), smaller than the {p}x{p} LQ crop (gt_size "
                         f"{settings.gt_size} / scale {settings.scale}); raise crop_pad_size or lower gt_size")
@@ -430,7 +431,7 @@ def degrade(src: Tensor, kernel1: Tensor, kernel2: Tensor, sinc_kernel: Tensor, 
 def crop_pair(lq: Tensor, gts: Sequence[Tensor], top: int, left: int, gt_size: int,
               scale: int) -> tuple[Tensor, list[Tensor]]:
     """The ``gt_size // scale`` LQ patch at (top, left) and the ``gt_size`` patches of ``gts`` that pair with it."""
-    p = gt_size // scale
+    p = lq_patch_size(gt_size, scale)
     t, lft = top * scale, left * scale
     return (lq[..., top: top + p, left: left + p],
             [g[..., t: t + gt_size, lft: lft + gt_size] for g in gts])

@@ -33,7 +33,7 @@ from anysr.engine.evaluation.video_eval import chunked_outputs, window_forward
 from anysr.engine.inference.images import _Pixels, _to_input, _to_stored, network_scale, upscale_image
 from anysr.engine.logger import get_logger, log_start, setup_logging
 from anysr.errors import DataError, OptionError
-from anysr.options.video import WEIGHT_PATH_ARGS
+from anysr.models.video import WEIGHT_PATH_ARGS
 from anysr.registry import ARCH_REGISTRY, plain_options
 
 RECURRENT_ARCHS = (BasicVSR, IconVSR, BasicVSRPlusPlus)

@@ -17,6 +17,7 @@ from anysr.accelerators.process import Interrupted, signal_name
 from anysr.archs.arch_util import input_channels
 from anysr.atomic import atomic_write_bytes, atomic_write_json
 from anysr.data import build_dataset, build_eval_loader, build_train_loader
+from anysr.data.transforms import lq_patch_size
 from anysr.engine import checkpoint as ckpt
 from anysr.engine.evaluation.evaluator import EvalResult, evaluate
 from anysr.engine.evaluation.report import History, save_crops, write_report
@@ -175,7 +176,7 @@ class Trainer:
         if not dopt.gt_size:
             return
         net = self.model.nets["net_g"]
-        lq = int(dopt.gt_size) // int(self.opt.scale)
+        lq = lq_patch_size(int(dopt.gt_size), int(self.opt.scale))
         batch = int(dopt.batch_size_per_gpu) * self.acc.batch_multiplier
         self.acc.calibrate(net, self.model.input_shape(batch, input_channels(net) or 3, lq), train=True)
 
