@@ -197,10 +197,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
+    from anysr.options.docs import render_markdown  # noqa: PLC0415
     from anysr.options.jsonschema import render  # noqa: PLC0415
 
     load_plugins()  # the schema lists what the registries hold
-    text = render()
+    text = render_markdown() if args.markdown else render()
     if args.output:
         from anysr.atomic import atomic_write_bytes  # noqa: PLC0415
 
@@ -428,6 +429,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "optimizer and schedule. Put '# yaml-language-server: $schema=PATH' at the top of an "
                        "options file to get completion and checking in editors (docs/options.schema.json ships it).")
     p.add_argument("-o", "--output", default=None, help="write to this file instead of printing")
+    p.add_argument("--markdown", action="store_true",
+                   help="the options reference as Markdown instead (what docs/options.md holds)")
     p.set_defaults(func=cmd_schema)
 
     p = sub.add_parser("prepare", help="dataset preparation: lr | subimages | lmdb | degrade",

@@ -1,7 +1,7 @@
 """The packages that fill the registries (networks, models, datasets, losses, metrics, optimisers, schedules).
 
 The options only read the registries (``anysr.options`` imports no torch and no module of these packages); whoever
-validates options calls ``load_plugins()`` first: the command line, ``python -m anysr.options.docs``, the tests.
+validates options calls ``load_plugins()`` first: the command line, ``anysr schema --markdown``, the tests.
 """
 
 from __future__ import annotations

@@ -1093,7 +1093,7 @@ def test_override_unknown_key_is_a_validation_error(root: Path) -> None:
 
 def test_docs_match_schema() -> None:
     text = (REPO / "docs" / "options.md").read_text()
-    assert text == render_markdown(), "stale: run python -m anysr.options.docs > docs/options.md"
+    assert text == render_markdown(), "stale: run anysr schema --markdown -o docs/options.md"
 
 
 def test_docs_mention_every_key() -> None:

@@ -2,7 +2,7 @@
 
 The options only READ ``anysr.registry``'s registries; the packages that define the classes fill them when they are
 imported. Whoever validates options imports those packages first (``anysr.plugins.load_plugins``: the command
-line, ``python -m anysr.options.docs``, the tests' conftest); the options import no model, dataset, network,
+line, ``anysr schema --markdown``, the tests' conftest); the options import no model, dataset, network,
 loss or metric module themselves (no torch).
 """
 

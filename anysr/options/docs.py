@@ -1,8 +1,7 @@
-"""Render ``docs/options.md`` from the schema: ``python -m anysr.options.docs > docs/options.md``."""
+"""Render ``docs/options.md`` from the schema (``anysr schema --markdown -o docs/options.md``)."""
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from anysr.options.fields import MISSING, Field, MapOf, Section, expectation, join
@@ -12,7 +11,7 @@ INTRO = """\
 # Options reference
 
 Generated from `anysr/options/schema.py` (the source of truth) by
-`python -m anysr.options.docs > docs/options.md`; a test fails when the two differ.
+`anysr schema --markdown -o docs/options.md`; a test fails when the two differ.
 
 anysr reads BasicSR-style YAML files. `load_options(path, overrides, is_train=...)` reads the file,
 applies command-line overrides, checks every key and returns a plain nested dict with the defaults below
@@ -109,16 +108,3 @@ def render_markdown() -> str:
     _section(lines, "", OPTIONS)
     return "\n".join(lines) + "\n"
 
-
-def main() -> None:
-    """Print the reference (redirect it to docs/options.md); the registries must be filled (``load_plugins``)."""
-    sys.stdout.write(render_markdown())
-
-
-if __name__ == "__main__":
-    # Run as a program, this file is the top of its process: like the command line, it fills the registries
-    # (some choices are what registered classes declare) before rendering. Importing the module never does.
-    from anysr.plugins import load_plugins
-
-    load_plugins()
-    main()

@@ -1,7 +1,7 @@
 """The option schema: every key anysr reads (BasicSR's vocabulary plus ours), its type, default and rules.
 
 This module is the source of truth for defaults; ``docs/options.md`` is generated from it
-(``python -m anysr.options.docs``). Families of keys live in their own modules (``video.py``, ``realesrgan.py``)
+(``anysr schema --markdown``). Families of keys live in their own modules (``video.py``, ``realesrgan.py``)
 and are added here. Every named choice is read from the registries (``common.py``): nothing here imports torch, a
 dataset, a model or a network.
 """
