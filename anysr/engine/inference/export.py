@@ -32,6 +32,7 @@ from anysr.archs.arch_util import input_channels
 from anysr.atomic import atomic_write_bytes
 from anysr.engine import checkpoint as ckpt
 from anysr.engine.checkpoint.integrity import save_stamped
+from anysr.engine.inference.network import resolve_network
 from anysr.errors import CheckpointError, OptionError
 from anysr.ops.tiling import round_up, tile_multiple
 
@@ -280,8 +281,6 @@ def export_weights(weights: str, outputs: list[str], *, param_key: str = "auto",
     (``anysr[spandrel]``); without any of them, plain exports still work (the chosen group, wrapper prefixes
     removed, not checked against a network) and ONNX needs one.
     """
-    from anysr.engine.inference.images import resolve_network  # noqa: PLC0415
-
     for out in outputs:
         if Path(out).suffix.lower() not in EXPORT_SUFFIXES:
             raise OptionError(f"--to {out}: the suffix says the format; use .pth, .safetensors or .onnx")
