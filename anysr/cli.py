@@ -7,7 +7,6 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from anysr import __version__
@@ -136,15 +135,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from anysr.engine.evaluation.report import write_report  # noqa: PLC0415
+    from anysr.engine.evaluation.run_report import find_experiment, write_report  # noqa: PLC0415
 
-    folder = Path(args.experiment)
-    if not folder.is_dir() and not any(sep in args.experiment for sep in "/\\"):
-        folder = Path("experiments") / args.experiment  # a run's name
-    if not folder.is_dir():
-        raise OptionError(f"{args.experiment}: no such experiment folder; give experiments/<name> or a run's name "
-                          "(looked in ./experiments)")
-    print(f"wrote {write_report(folder)}")
+    print(f"wrote {write_report(find_experiment(args.experiment))}")
     return 0
 
 

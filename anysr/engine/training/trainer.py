@@ -19,10 +19,11 @@ from anysr.atomic import atomic_write_bytes, atomic_write_json
 from anysr.data import build_dataset, build_eval_loader, build_train_loader
 from anysr.engine import checkpoint as ckpt
 from anysr.engine.evaluation.evaluator import EvalResult, evaluate
-from anysr.engine.evaluation.report import History, save_crops, write_report
+from anysr.engine.evaluation.run_report import write_report
 from anysr.engine.evaluation.val_metrics import ValMetrics
 from anysr.engine.evaluation.video_eval import evaluate_clips, is_clip_loader
 from anysr.engine.logger import MetricWriter, Progress, Timer, format_eta, get_logger, log_start, setup_logging
+from anysr.engine.training.history import History, save_crops
 from anysr.engine.training.runlock import LOCK_NAME, RunLock
 from anysr.errors import (
     AnysrError,
