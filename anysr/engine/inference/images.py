@@ -16,7 +16,7 @@ from torch import nn
 from anysr.accelerators import Accelerator
 from anysr.archs.arch_util import input_channels
 from anysr.data.imageio import IMAGE_EXTENSIONS, list_images, probe_image, read_image, write_image
-from anysr.engine.evaluation.evaluator import CALIBRATION_SIDE, run_network
+from anysr.engine.evaluation.forward import CALIBRATION_SIDE, run_network
 from anysr.engine.logger import get_logger, log_start, setup_logging
 from anysr.errors import DataError, OptionError
 from anysr.ops.color import LUMA_RGB

@@ -21,7 +21,6 @@ from anysr.engine import checkpoint as ckpt
 from anysr.engine.evaluation.evaluator import EvalResult, evaluate
 from anysr.engine.evaluation.run_report import write_report
 from anysr.engine.evaluation.val_metrics import ValMetrics
-from anysr.engine.evaluation.video_eval import evaluate_clips, is_clip_loader
 from anysr.engine.logger import MetricWriter, Progress, Timer, format_eta, get_logger, log_start, setup_logging
 from anysr.engine.training.history import History, save_crops
 from anysr.engine.training.runlock import LOCK_NAME, RunLock
@@ -492,12 +491,8 @@ class Trainer:
             common = dict(dataset=name, scale=int(self.opt.scale), tile=self.val_opt.tile,
                           tile_pad=int(self.val_opt.tile_pad), save_dir=save_dir, suffix=suffix,
                           progress=self.val_opt.pbar)
-            if is_clip_loader(loader):
-                res = evaluate_clips(net, loader, self.acc, metrics_opt=self.val_opt.metrics, val_opt=self.val_opt,
-                                     **common)
-            else:
-                res = evaluate(net, loader, self.acc, metrics=self.val_metrics or ValMetrics(None, self.acc),
-                               crops=int(self.val_opt.log_images), **common)
+            res = evaluate(net, loader, self.acc, metrics=self.val_metrics or ValMetrics(None, self.acc),
+                           val_opt=self.val_opt, crops=int(self.val_opt.log_images), **common)
             results.append(res)
             self.last_val[name] = res.metrics
             directions = {m: self.val_metrics.better(m) for m in res.metrics} if self.val_metrics else {}
