@@ -28,6 +28,7 @@ import torch
 from safetensors.torch import save as safetensors_save
 from torch import nn
 
+from anysr.archs import build_network
 from anysr.archs.arch_util import input_channels
 from anysr.atomic import atomic_write_bytes
 from anysr.engine import checkpoint as ckpt
@@ -35,6 +36,7 @@ from anysr.engine.checkpoint.integrity import save_stamped
 from anysr.engine.inference.network import resolve_network
 from anysr.errors import CheckpointError, OptionError
 from anysr.ops.tiling import round_up, tile_multiple
+from anysr.registry import ARCH_REGISTRY
 
 logger = logging.getLogger("anysr.engine.inference.export")
 
@@ -132,9 +134,6 @@ def save_deployable(paths: list[Path], state_dict: dict[str, Any], net_opt: dict
     """Plain exports of ``state_dict`` (weights of ``net_opt``'s network) to every path, in the deployment form
     when the architecture has one (the network is then rebuilt to fold it); what training's
     ``logger.save_format: [plain.pth, plain.safetensors]`` writes."""
-    from anysr.archs import build_network  # noqa: PLC0415
-    from anysr.registry import ARCH_REGISTRY  # noqa: PLC0415
-
     sd: dict[str, Any] = dict(state_dict)
     if callable(getattr(ARCH_REGISTRY.get(net_opt["type"]), "reparameterize", None)):
         net = build_network(net_opt)

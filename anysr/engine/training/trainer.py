@@ -21,6 +21,7 @@ from anysr.engine import checkpoint as ckpt
 from anysr.engine.evaluation.evaluator import EvalResult, evaluate
 from anysr.engine.evaluation.run_report import write_report
 from anysr.engine.evaluation.val_metrics import ValMetrics
+from anysr.engine.inference.export import save_deployable
 from anysr.engine.logger import MetricWriter, Progress, Timer, format_eta, get_logger, log_start, setup_logging
 from anysr.engine.training.history import History, save_crops
 from anysr.engine.training.runlock import LOCK_NAME, RunLock
@@ -539,8 +540,6 @@ class Trainer:
                 ckpt.save_weights_pth(self.models_dir / f"net_g_{it}.pth", weights)
             plain = [f for f in formats if f.startswith("plain.")]
             if plain:  # the EMA weights when there are, in their deployment form (as `anysr export`)
-                from anysr.engine.inference.export import save_deployable  # noqa: PLC0415
-
                 save_deployable([self.models_dir / f"net_g_{it}.{f}" for f in plain]
                                 + [self.models_dir / f"net_g_latest.{f}" for f in plain],
                                 weights.get("params_ema", weights["params"]), meta["network_g"], int(self.opt.scale))
