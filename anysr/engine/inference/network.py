@@ -195,31 +195,31 @@ def resolve_network(*, weights: str | None, arch: str | None, arch_opts: dict[st
         net_opt = plain_options(network_opt)
     elif "network_g" in meta:
         net_opt = dict(meta["network_g"])
-        if arch_kind(str(net_opt["type"])) == "image":
-            log.info("network rebuilt from the weights' metadata: %s", net_opt["type"])
     elif state is not None:
         net_opt = None
     else:
         raise OptionError("no network given: pass --arch NAME [--arch-opt k=v ...] or -opt FILE.yml "
                           "(and --weights FILE)")
+    kind = "image" if net_opt is None else arch_kind(str(net_opt["type"]))
+    fix = "check --arch and --arch-opt (or the -opt file's network_g) against the file"
     if net_opt is None:
         assert state is not None
         net = _spandrel_network(dict(state), str(weights))
-    elif arch_kind(str(net_opt["type"])) != "image":
+    elif kind != "image":  # a video network
         net_opt = without_weight_paths(net_opt)
         net = build_network(net_opt, key_path="--arch-opt" if arch else "network_g")
         if state is None:
             raise OptionError("--weights is required for a video network")
-        ckpt.load_into(net, state, strict=strict, source=str(weights),
-                       fix="check --arch and --arch-opt (or the -opt file's network_g) against the file")
+        ckpt.load_into(net, state, strict=strict, source=str(weights), fix=fix)
     else:
+        if not arch and network_opt is None:
+            log.info("network rebuilt from the weights' metadata: %s", net_opt["type"])
         net = build_network(net_opt, key_path="--arch-opt" if arch else "network_g")
         if state is not None:
-            ckpt.load_into(net, state, strict=strict, source=str(weights),
-                           fix="check --arch and --arch-opt (or the -opt file's network_g) against the file")
+            ckpt.load_into(net, state, strict=strict, source=str(weights), fix=fix)
         elif any(True for _ in net.parameters()):
             raise OptionError("--weights is required for a network with parameters")
-    if net_opt is not None and arch_kind(str(net_opt["type"])) != "image":
+    if kind != "image":
         net_scale = default_scale(net) or (meta["scale"] if "scale" in meta else None)
     else:
         net_scale = measure_scale(net) or network_scale(net, meta["scale"] if "scale" in meta else None)
