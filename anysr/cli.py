@@ -7,7 +7,6 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from anysr import __version__
@@ -79,53 +78,25 @@ def cmd_test(args: argparse.Namespace) -> int:
 
 
 def cmd_infer(args: argparse.Namespace) -> int:
-    from anysr.accelerators import launch, resolve_plan  # noqa: PLC0415
-    from anysr.engine.inference.images import (  # noqa: PLC0415
-        InferSettings,
-        check_outscale,
-        infer_worker,
-        list_inputs,
-        resolve_network,  # noqa: PLC0415
-    )
+    from anysr.accelerators import launch  # noqa: PLC0415
+    from anysr.engine.inference.command import InferRequest, plan_infer  # noqa: PLC0415
     from anysr.engine.logger import setup_logging  # noqa: PLC0415
 
     setup_logging()
-    if not args.arch and not args.opt and not args.weights:
-        raise OptionError("anysr infer needs --weights FILE (with --arch NAME or -opt FILE.yml unless the file says "
-                          "what it is), or --arch bicubic")
     network_opt = None
     if args.opt:
         network_opt = load_command_options(args.opt, args.force_yml, is_train=False)["network_g"]
-    from anysr.engine.inference import video as video_infer  # noqa: PLC0415
-
-    if video_infer.wants_video(args, network_opt):  # a video in or out, or a video network
-        return video_infer.run(args, _kv_list(args.arch_opt, "--arch-opt"), network_opt)
-    res = resolve_network(weights=args.weights, arch=args.arch, arch_opts=_kv_list(args.arch_opt, "--arch-opt"),
-                          network_opt=network_opt, scale=args.scale, param_key=args.param_key,
-                          dni=_dni(args.dni))
-    settings = InferSettings(scale=res.scale, tile=args.tile, tile_pad=args.tile_pad, suffix=args.suffix,
-                             outscale=check_outscale(args.outscale), resize=args.resize, ext=args.ext,
-                             alpha=args.alpha, progress=not args.no_progress)
-    files = list_inputs(Path(args.input))
-    plan = resolve_plan(args.accelerator, 1, precision=args.precision,
-                        channels_last=args.channels_last)
-    launch(plan, infer_worker, res.net, files, Path(args.output), settings)
-    print(f"wrote {len(files)} image(s) to {args.output}")
+    job = plan_infer(InferRequest(
+        input=args.input, output=args.output, weights=args.weights, arch=args.arch,
+        arch_opts=_kv_list(args.arch_opt, "--arch-opt"), network_opt=network_opt, scale=args.scale,
+        param_key=args.param_key, dni=(args.dni[0], args.dni[1]) if args.dni else None, tile=args.tile,
+        tile_pad=args.tile_pad,
+        suffix=args.suffix, outscale=args.outscale, resize=args.resize, ext=args.ext, alpha=args.alpha,
+        progress=not args.no_progress, chunk=args.chunk, chunk_pad=args.chunk_pad, fps=args.fps,
+        accelerator=args.accelerator, precision=args.precision, channels_last=args.channels_last))
+    launch(job.plan, job.worker, *job.args)
+    print(job.done)
     return 0
-
-
-def _dni(values: Sequence[str] | None) -> tuple[str, float] | None:
-    if not values:
-        return None
-    path, weight = values
-    try:
-        w = float(weight)
-    except ValueError:
-        raise OptionError(f"--dni {path} {weight}: the weight must be a number from 0 to 1") from None
-    if not 0.0 <= w <= 1.0:
-        raise OptionError(f"--dni {path} {weight}: the weight of --weights must be from 0 to 1 (1: --weights alone, "
-                          f"0: {path} alone)")
-    return path, w
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -165,15 +136,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from anysr.engine.evaluation.report import write_report  # noqa: PLC0415
+    from anysr.engine.evaluation.run_report import find_experiment, write_report  # noqa: PLC0415
 
-    folder = Path(args.experiment)
-    if not folder.is_dir() and not any(sep in args.experiment for sep in "/\\"):
-        folder = Path("experiments") / args.experiment  # a run's name
-    if not folder.is_dir():
-        raise OptionError(f"{args.experiment}: no such experiment folder; give experiments/<name> or a run's name "
-                          "(looked in ./experiments)")
-    print(f"wrote {write_report(folder)}")
+    print(f"wrote {write_report(find_experiment(args.experiment))}")
     return 0
 
 

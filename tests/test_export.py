@@ -14,7 +14,7 @@ from safetensors import safe_open
 from anysr.archs import build_network
 from anysr.engine import checkpoint as ck
 from anysr.engine.inference.export import export_onnx, export_weights, save_deployable
-from anysr.engine.inference.images import resolve_network
+from anysr.engine.inference.network import resolve_network
 
 SWIN = {"type": "SwinIR", "upscale": 2, "embed_dim": 12, "depths": [2], "num_heads": [2], "window_size": 8,
         "mlp_ratio": 2.0, "img_size": 16, "upsampler": "pixelshuffle"}

@@ -18,12 +18,11 @@ from anysr.engine import checkpoint as ck
 from anysr.engine.inference.images import (
     InferSettings,
     _Pixels,
-    measure_scale,
     process_image,
     resize_result,
-    resolve_network,
     upscale_image,
 )
+from anysr.engine.inference.network import measure_scale, resolve_network
 from anysr.ops.imresize import imresize
 from anysr.ops.tiling import tile_forward, tile_multiple
 

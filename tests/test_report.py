@@ -15,7 +15,8 @@ from browser import Browser, find_chromium
 from conftest import run_cli, tiny_train_options, write_options
 
 from anysr.data import build_dataset
-from anysr.engine.evaluation.report import History, write_report
+from anysr.engine.evaluation.run_report import write_report
+from anysr.engine.training.history import History
 from anysr.errors import DataError, OptionError
 from anysr.ops.imresize import imresize
 from anysr.options import load_options

@@ -19,7 +19,7 @@ from anysr.data.degradation.bicubic import bicubic_degrade
 from anysr.data.imageio import read_image
 from anysr.data.transforms import img2tensor
 from anysr.data.video_datasets import bd_degrade, degrade_frame, frame_window
-from anysr.engine.evaluation.video_eval import pad_indices, plan_chunks
+from anysr.engine.evaluation.forward import pad_indices, plan_chunks
 from anysr.errors import DataError, OptionError
 from anysr.options import validate_dataset
 
@@ -230,7 +230,7 @@ def test_clip_metrics_average_per_clip_then_over_clips(reds: dict[str, Path], tm
     from anysr.accelerators import resolve_plan
     from anysr.accelerators.launcher import create_accelerator
     from anysr.data import build_eval_loader
-    from anysr.engine.evaluation.video_eval import evaluate_clips
+    from anysr.engine.evaluation.evaluator import evaluate
     from anysr.metrics import psnr_torch
     from anysr.options.loader import validate_options
 
@@ -253,7 +253,7 @@ def test_clip_metrics_average_per_clip_then_over_clips(reds: dict[str, Path], tm
         found = []
         for rank in range(world):
             loader, _ = build_eval_loader(ds, ds.opt, world_size=world, rank=rank)
-            res = evaluate_clips(net, loader, acc, dataset="REDS", scale=SCALE, metrics_opt=metrics, val_opt=val)
+            res = evaluate(net, loader, acc, dataset="REDS", scale=SCALE, metrics_opt=metrics, val_opt=val)
             found.append(res)
         if world == 1:
             res = found[0]
@@ -265,5 +265,5 @@ def test_clip_metrics_average_per_clip_then_over_clips(reds: dict[str, Path], tm
     centre = validate_options({"name": "v", "scale": SCALE, "network_g": {"type": "Bicubic", "upscale": SCALE},
                                "val": {"center_frame_only": True}}, is_train=False, root=tmp_path).val
     loader, _ = build_eval_loader(ds, ds.opt, world_size=1, rank=0)
-    res = evaluate_clips(net, loader, acc, dataset="REDS", scale=SCALE, metrics_opt=metrics, val_opt=centre)
+    res = evaluate(net, loader, acc, dataset="REDS", scale=SCALE, metrics_opt=metrics, val_opt=centre)
     assert res.count == 2 and [r["frames"] for r in res.images] == [1, 1]

@@ -18,7 +18,7 @@ from anysr.accelerators import resolve_plan
 from anysr.accelerators.launcher import create_accelerator
 from anysr.archs import build_network
 from anysr.data.imageio import list_images, read_image, write_image
-from anysr.engine.evaluation.video_eval import chunked_outputs, clip_outputs, window_forward
+from anysr.engine.evaluation.forward import chunked_outputs, clip_outputs, window_forward
 
 FRAMES, RATE, SAMPLE_RATE = 12, Fraction(10), 16000
 

@@ -29,7 +29,7 @@ from anysr.archs.arch_util import input_channels
 from anysr.atomic import atomic_write_json
 from anysr.data.transforms import lq_patch_size
 from anysr.engine import checkpoint as ckpt
-from anysr.engine.evaluation.evaluator import run_network
+from anysr.engine.evaluation.forward import run_network
 from anysr.errors import OptionError, TrainingError
 from anysr.models import build_model
 

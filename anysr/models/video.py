@@ -12,7 +12,7 @@ They train like ``SRModel`` on (b, t, c, h, w) clips; what they add is BasicSR's
 * Learning-rate factors per part: ``train.dcn_lr_mul`` (EDVR's deformable convolutions), ``train.flow_lr_mul``
   (SPyNet), ``train.lr_flow`` (the GAN model's SPyNet learning rate with ``fix_flow``), as separate param groups.
 
-Validation of clips (per clip, averaged as BasicSR reports it) is ``anysr.engine.evaluation.video_eval``.
+Validation of clips (per clip, averaged as BasicSR reports it) is ``anysr.engine.evaluation.evaluator``.
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ class EDVRModel(VideoBaseModel):
 class VideoRecurrentModel(VideoBaseModel):
     """BasicVSR / IconVSR / BasicVSR++ training: ``train.fix_flow`` (SPyNet and IconVSR's EDVR branch frozen
     before it) and ``train.flow_lr_mul`` (SPyNet's learning-rate factor). Validation: ``val.flip_seq``,
-    ``val.center_frame_only``, ``val.chunk`` (see ``anysr.engine.evaluation.video_eval``)."""
+    ``val.center_frame_only``, ``val.chunk`` (see ``anysr.engine.evaluation.evaluator``)."""
 
     freeze_option = "fix_flow"
     lr_mul_option = "flow_lr_mul"

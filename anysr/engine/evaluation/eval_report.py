@@ -1,4 +1,4 @@
-"""``anysr eval --report``: one page comparing result folders (averages, and the image viewer of ``report``)."""
+"""``anysr eval --report``: one page comparing result folders (averages, and the image viewer of ``anysr report``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 
 from anysr.atomic import atomic_write_bytes
 from anysr.data.imageio import read_image
-from anysr.engine.evaluation.report import (
+from anysr.engine.evaluation.page import (
     Layer,
     ViewerItem,
     html_table,
@@ -22,12 +22,12 @@ from anysr.engine.evaluation.report import (
     thumbnail_uri,
     viewer_html,
 )
+from anysr.metrics.info import METRIC_INFOS
 
 __all__ = ["write_eval_report", "CROP_SIDE"]
 
 CROP_SIDE = 128
 _SHOWN = {"psnr": "PSNR", "ssim": "SSIM", "niqe": "NIQE", "lpips": "LPIPS", "dists": "DISTS", "fid": "FID"}
-_BETTER = {"psnr": "higher", "ssim": "higher", "niqe": "lower", "lpips": "lower", "dists": "lower", "fid": "lower"}
 
 
 def _rgb(path: Path) -> np.ndarray:
@@ -54,8 +54,8 @@ def write_eval_report(path: str | os.PathLike[str], results: Sequence[dict[str, 
     out.parent.mkdir(parents=True, exist_ok=True)
     rows = [[html.escape(label), *(f"{r[k]:.4f}" for k in metrics), str(r["n"]), html.escape(r["sr_dir"])]
             for label, r in zip(labels, results)]
-    head = ["folder", *(f"{_SHOWN[k]} ({'&darr;' if _BETTER[k] == 'lower' else '&uarr;'})" for k in metrics), "n",
-            "path"]
+    head = ["folder", *(f"{_SHOWN[k]} ({'&darr;' if METRIC_INFOS[k].better == 'lower' else '&uarr;'})"
+                        for k in metrics), "n", "path"]
     items = []
     by_gt = [{str(g): s for g, s in folder_pairs} for folder_pairs in pairs]
     for i, (gt_path, _) in enumerate(pairs[0]):

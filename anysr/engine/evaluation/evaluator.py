@@ -1,4 +1,15 @@
-"""Validation during training and ``anysr test``: images sharded over ranks, metrics reduced on the device."""
+"""Validation during training and ``anysr test``: one path for images and clips (a video test dataset), sharded
+over ranks, metrics (``ValMetrics``) reduced on the device once per dataset.
+
+Images: one value per image and metric, averaged over the images. Clips (as BasicSR reports them): window
+networks (EDVR, TOF, DUF) map ``num_frame`` LQ frames to the centre frame and ``VideoTestDataset`` gives one window
+per frame; recurrent networks (BasicVSR, IconVSR, BasicVSR++) map a clip to a clip and
+``VideoRecurrentTestDataset`` gives whole clips, run in temporal chunks (``val.chunk``, ``val.chunk_pad``). Every
+frame's metrics land in one slot of a per-dataset table (slots of other ranks stay exact zeros), reduced once at
+the end: averaged per clip, then over clips, from the same numbers whatever the world size. ``val.flip_seq`` runs
+a window and its reverse and averages them; ``val.center_frame_only`` scores only the centre frame (Vimeo-90K's
+protocol). Frames may also be tiled in space (``val.tile``).
+"""
 
 from __future__ import annotations
 
@@ -18,14 +29,17 @@ from anysr.data import build_dataset, build_eval_loader
 from anysr.data.imageio import write_image
 from anysr.data.transforms import tensor2img
 from anysr.engine import checkpoint as ckpt
+from anysr.engine.evaluation.forward import CALIBRATION_SIDE, clip_outputs, quantize, run_network, window_forward
 from anysr.engine.evaluation.val_metrics import ValMetrics
 from anysr.engine.logger import get_logger, log_start, setup_logging
+from anysr.errors import DataError, OptionError
 from anysr.models import build_model
 from anysr.ops.color import LUMA_RGB
 from anysr.ops.imresize import imresize
-from anysr.ops.tiling import aligned_tile, tile_forward, tile_multiple
+from anysr.ops.tiling import aligned_tile, tile_multiple
 
-CALIBRATION_SIDE = 128  # input side used to time precision / memory-format candidates for untiled inference
+__all__ = ["CROP_SIDE", "EvalResult", "ImageCrop", "clip_dataset", "evaluate", "test_worker", "to_gray_where"]
+
 CROP_SIDE = 128  # side (result pixels) of the fixed crop kept per validation image (TensorBoard, report page)
 _BICUBIC_MARGIN = 4  # LQ pixels around a crop, so its bicubic upscaling equals the whole image's there
 
@@ -67,11 +81,6 @@ class EvalResult:
     crops: list[ImageCrop] = field(default_factory=list)
 
 
-def quantize(x: torch.Tensor) -> torch.Tensor:
-    """What saving to 8-bit does to an image: clamp to [0, 1] and round to 1/255 steps."""
-    return (x.clamp(0, 1) * 255).round() / 255
-
-
 def to_gray_where(x: torch.Tensor, gray: torch.Tensor) -> torch.Tensor:
     """Replace images flagged grayscale by their full-range luma in every channel."""
     if x.shape[1] != 3:
@@ -81,67 +90,46 @@ def to_gray_where(x: torch.Tensor, gray: torch.Tensor) -> torch.Tensor:
     return torch.where(gray.view(-1, 1, 1, 1), luma, x)
 
 
-def run_network(net: nn.Module, lq: torch.Tensor, acc: Accelerator, *, scale: int, tile: int | None,
-                tile_pad: int) -> torch.Tensor:
-    """Forward in eval mode under the accelerator's autocast, tiled with fixed-size tiles when asked (rounded up
-    to the network's ``tile_multiple``, on its window grid)."""
-    with torch.no_grad(), acc.autocast():
-        if tile:
-            out = tile_forward(net, lq, scale, tile, tile_pad, static=acc.static_shapes, multiple=tile_multiple(net))
-        else:
-            out = net(lq)
-    return out.float()
+def clip_dataset(loader: Any) -> Any | None:
+    """The video test dataset behind an eval loader (None for image datasets)."""
+    ds = getattr(getattr(loader, "dataset", None), "dataset", None)
+    return ds if getattr(ds, "video_kind", "").startswith("test_") else None
 
 
 def evaluate(net: nn.Module, loader: Iterable[dict[str, Any]], acc: Accelerator, *, dataset: str, scale: int,
-             metrics_opt: Any = None, tile: int | None = None, tile_pad: int = 10,
+             metrics_opt: Any = None, val_opt: Any = None, tile: int | None = None, tile_pad: int = 10,
              save_dir: Path | None = None, suffix: str | None = None, progress: bool = False,
              phase: str = "val", metrics: ValMetrics | None = None, crops: int = 0) -> EvalResult:
-    """Run ``net`` over a (rank-sharded, padded) loader and reduce the metrics over all ranks.
+    """Run ``net`` over a (rank-sharded, padded) loader of images or clips and reduce the metrics over all ranks.
 
-    Every rank runs the same number of forward passes (padding items repeat an image and are masked out),
+    Every rank runs the same number of forward passes (padding items repeat an image or clip and are masked out),
     so no rank waits alone on a collective. Metric values stay on the device until the single reduction at the
     end (NIQE alone is measured on the host, per image). ``metrics``: built once by the caller (weights read);
-    otherwise built here from ``metrics_opt``. ``crops``: keep the fixed centre crop (LQ, bicubic, result,
-    ground truth) of the images whose dataset index is below it. ``phase`` labels the progress bar ('val'
-    bars vanish when done, 'test' bars stay).
+    otherwise built here from ``metrics_opt``. ``val_opt``: the ``val`` options of clips (flip_seq,
+    center_frame_only, chunk, chunk_pad). ``crops``: keep the fixed centre crop (LQ, bicubic, result, ground
+    truth) of the images whose dataset index is below it. ``phase`` labels the progress bar ('val' bars vanish
+    when done, 'test' bars stay). The ``images`` of a clip dataset's result hold one row per clip.
     """
+    vm = metrics if metrics is not None else ValMetrics(metrics_opt, acc)
+    clips = clip_dataset(loader)
+    run: _Images | _Clips
+    if clips is not None:
+        run = _Clips(net, acc, vm, clips, val_opt, dataset=dataset, scale=scale, tile=tile, tile_pad=tile_pad,
+                     save_dir=save_dir, suffix=suffix)
+    else:
+        run = _Images(net, acc, vm, loader, dataset=dataset, scale=scale, tile=tile, tile_pad=tile_pad,
+                      save_dir=save_dir, suffix=suffix, crops=crops)
     was_training = net.training
     net.eval()
-    vm = metrics if metrics is not None else ValMetrics(metrics_opt, acc)
     vm.start()
-    names: list[str] = []
-    indices: list[int] = []
-    valid_flags: list[torch.Tensor] = []
-    kept: list[ImageCrop] = []
-    shard = getattr(loader, "dataset", None)
-    plan = (list(shard.indices), list(shard.pads)) if hasattr(shard, "indices") and hasattr(shard, "pads") else None
     bar = None
     if progress and acc.is_main:
         from tqdm import tqdm  # noqa: PLC0415
 
         bar = tqdm(total=len(loader) if hasattr(loader, "__len__") else None,  # type: ignore[arg-type]
-                   desc=f"{phase} {dataset}", leave=phase != "val", dynamic_ncols=True, unit="img")
+                   desc=f"{phase} {dataset}", leave=phase != "val", dynamic_ncols=True, unit=run.unit)
     for batch in acc.prepare_loader(loader):
-        lq = batch["lq"]
-        out = quantize(run_network(net, lq, acc, scale=scale, tile=tile, tile_pad=tile_pad))
-        pad = torch.as_tensor(batch["pad"]).to(out.device)  # the eval loader marks every item
-        gray = torch.as_tensor(batch["gray"]).to(out.device)  # every dataset says whether an image is gray
-        out = to_gray_where(out, gray)
-        valid_flags.append((~pad.bool()).float())
-        names.extend(Path(p).stem for p in batch["lq_path"])
-        n = lq.shape[0]
-        if plan is not None:  # the host's own copy: no device read per batch
-            batch_index, batch_pad = plan[0][len(indices):len(indices) + n], plan[1][len(indices):len(indices) + n]
-        else:
-            batch_index = [int(i) for i in acc.to_host(torch.as_tensor(batch["index"])).reshape(-1).tolist()]
-            batch_pad = [bool(p) for p in acc.to_host(torch.as_tensor(batch["pad"])).reshape(-1).tolist()]
-        indices.extend(batch_index)
-        vm.update(out, batch["gt"] if "gt" in batch else None, gray, batch_pad, batch["lq_path"], dataset)
-        if crops:
-            kept.extend(_crops(acc, lq, out, batch, batch_index, batch_pad, scale, crops))
-        if save_dir is not None:
-            _save_outputs(acc, out, batch, pad, gray, save_dir, suffix)
+        run.step(batch)
         acc.mark_step()
         if bar is not None:
             bar.update(1)
@@ -149,7 +137,52 @@ def evaluate(net: nn.Module, loader: Iterable[dict[str, Any]], acc: Accelerator,
         bar.close()
     if was_training:
         net.train()
-    return _reduce(acc, dataset, vm, valid_flags, names, indices, kept)
+    return run.reduce()
+
+
+# --------------------------------------------------------------------------------------------- images
+class _Images:
+    """One image per dataset item: the per-image values of every metric, averaged over the images."""
+
+    unit = "img"
+
+    def __init__(self, net: nn.Module, acc: Accelerator, vm: ValMetrics, loader: Any, *, dataset: str, scale: int,
+                 tile: int | None, tile_pad: int, save_dir: Path | None, suffix: str | None, crops: int) -> None:
+        self.net, self.acc, self.vm, self.dataset, self.scale = net, acc, vm, dataset, scale
+        self.tile, self.tile_pad, self.save_dir, self.suffix, self.crops = tile, tile_pad, save_dir, suffix, crops
+        self.names: list[str] = []
+        self.indices: list[int] = []
+        self.valid_flags: list[torch.Tensor] = []
+        self.kept: list[ImageCrop] = []
+        shard = getattr(loader, "dataset", None)
+        self.plan = (list(shard.indices), list(shard.pads)) \
+            if hasattr(shard, "indices") and hasattr(shard, "pads") else None
+
+    def step(self, batch: dict[str, Any]) -> None:
+        acc, indices = self.acc, self.indices
+        lq = batch["lq"]
+        out = quantize(run_network(self.net, lq, acc, scale=self.scale, tile=self.tile, tile_pad=self.tile_pad))
+        pad = torch.as_tensor(batch["pad"]).to(out.device)  # the eval loader marks every item
+        gray = torch.as_tensor(batch["gray"]).to(out.device)  # every dataset says whether an image is gray
+        out = to_gray_where(out, gray)
+        self.valid_flags.append((~pad.bool()).float())
+        self.names.extend(Path(p).stem for p in batch["lq_path"])
+        n = lq.shape[0]
+        if self.plan is not None:  # the host's own copy: no device read per batch
+            plan = self.plan
+            batch_index, batch_pad = plan[0][len(indices):len(indices) + n], plan[1][len(indices):len(indices) + n]
+        else:
+            batch_index = [int(i) for i in acc.to_host(torch.as_tensor(batch["index"])).reshape(-1).tolist()]
+            batch_pad = [bool(p) for p in acc.to_host(torch.as_tensor(batch["pad"])).reshape(-1).tolist()]
+        indices.extend(batch_index)
+        self.vm.update(out, batch["gt"] if "gt" in batch else None, gray, batch_pad, batch["lq_path"], self.dataset)
+        if self.crops:
+            self.kept.extend(_crops(acc, lq, out, batch, batch_index, batch_pad, self.scale, self.crops))
+        if self.save_dir is not None:
+            _save_outputs(acc, out, batch, pad, gray, self.save_dir, self.suffix)
+
+    def reduce(self) -> EvalResult:
+        return _reduce(self.acc, self.dataset, self.vm, self.valid_flags, self.names, self.indices, self.kept)
 
 
 def _crop_box(h: int, w: int, scale: int) -> tuple[int, int, int, int]:
@@ -241,6 +274,121 @@ def _reduce(acc: Accelerator, dataset: str, vm: ValMetrics, valid_flags: list[to
     return EvalResult(dataset, metrics, count, rows, gathered)
 
 
+# --------------------------------------------------------------------------------------------- clips
+class _Clips:
+    """A video test dataset: clips (recurrent networks) or frame windows (window networks); the metrics of every
+    scored frame in its slot of one table, averaged per clip, then over clips."""
+
+    def __init__(self, net: nn.Module, acc: Accelerator, vm: ValMetrics, ds: Any, val_opt: Any, *, dataset: str,
+                 scale: int, tile: int | None, tile_pad: int, save_dir: Path | None, suffix: str | None) -> None:
+        self.net, self.acc, self.vm, self.ds, self.dataset, self.scale = net, acc, vm, ds, dataset, scale
+        self.tile, self.tile_pad, self.save_dir, self.suffix = tile, tile_pad, save_dir, suffix
+        self.names, self.lengths = list(ds.clip_names), list(ds.clip_lengths)
+        self.offsets = [sum(self.lengths[:c]) for c in range(len(self.lengths))]
+        self.flip, self.center = bool(val_opt["flip_seq"]), bool(val_opt["center_frame_only"])
+        self.chunk, self.chunk_pad = val_opt["chunk"], int(val_opt["chunk_pad"])
+        self.unit = "clip" if ds.video_kind == "test_clip" else "frame"
+        self.slots: list[int] = []
+        self.has_gt = False
+
+    def step(self, batch: dict[str, Any]) -> None:
+        acc, ds, names, save_dir = self.acc, self.ds, self.names, self.save_dir
+        pad = bool(batch["pad"][0])
+        c, frames = int(batch["clip"][0]), [int(f) for f in batch["frames"][0]]
+        lq, gt = batch["lq"], batch["gt"] if "gt" in batch else None
+        self.has_gt = gt is not None
+        if ds.video_kind == "test_clip":
+            t = lq.shape[1]
+            keep = [t // 2] if self.center else None
+            for idx, out in clip_outputs(self.net, lq, acc, scale=self.scale, chunk=self.chunk,
+                                         chunk_pad=self.chunk_pad, flip_seq=self.flip, tile=self.tile,
+                                         tile_pad=self.tile_pad):
+                sel = [k for k, f in enumerate(idx) if keep is None or f in keep]
+                if not sel:
+                    continue
+                out_f = quantize(out[0, sel])
+                got = [idx[k] for k in sel]
+                self._collect(out_f, gt[0, got] if gt is not None else None, got, c, pad)
+                if save_dir is not None and not pad:
+                    _save_frames(acc, out_f, [ds.frame_name(c, f) for f in got], save_dir / names[c], self.suffix)
+                acc.mark_step()
+        else:
+            if self.flip:
+                lq = torch.cat([lq, lq.flip(1)], dim=1)
+            out = window_forward(self.net, lq, acc, scale=self.scale, tile=self.tile, tile_pad=self.tile_pad)
+            if out.dim() == 5:  # a recurrent network on windows: its centre frame (Vimeo-90K protocol)
+                n = out.shape[1] // 2 if self.flip else out.shape[1]
+                mid = n // 2
+                out = 0.5 * (out[:, mid] + out[:, out.shape[1] - 1 - mid]) if self.flip else out[:, mid]
+            elif self.flip:
+                raise OptionError("val.flip_seq: averages a clip with its reverse, which needs a recurrent network; "
+                                  "remove it for window networks such as EDVR")
+            out_f = quantize(out)
+            g = gt if gt is None or gt.dim() == 4 else gt[:, gt.shape[1] // 2]
+            self._collect(out_f, g, frames, c, pad)
+            if save_dir is not None and not pad:
+                _save_frames(acc, out_f, [ds.frame_name(c, frames[0])], save_dir / names[c], self.suffix)
+
+    def _collect(self, out: torch.Tensor, gt: torch.Tensor | None, frames: list[int], clip: int, pad: bool) -> None:
+        """Score output frames (k, c, H, W) and note their slots (padding items record nothing)."""
+        if pad:
+            return
+        self.vm.update(out, gt, torch.zeros(len(frames), dtype=torch.bool, device=out.device), [False] * len(frames),
+                       [self.names[clip]], self.dataset)
+        self.slots.extend(self.offsets[clip] + f for f in frames)
+
+    def reduce(self) -> EvalResult:
+        """One reduction of the (frames x metrics) table and the scored-frame mask; averages per clip, then over
+        clips."""
+        acc, dataset, slots, names, offsets, lengths = \
+            self.acc, self.dataset, self.slots, self.names, self.offsets, self.lengths
+        device = acc.device
+        active = self.vm.active(self.has_gt)
+        keys = [k for k in self.vm.per_image_keys() if k in active]
+        per_image = self.vm.per_image()
+        total, m = sum(lengths), len(keys)
+        table = torch.zeros(total, m, device=device)
+        mask = torch.zeros(total, device=device)
+        if slots:
+            values = torch.stack([torch.cat(per_image[k]) for k in keys], dim=1) if keys \
+                else torch.zeros(len(slots), 0)
+            idx = torch.tensor(slots, dtype=torch.long).to(device)
+            table = table.index_put((idx,), values.to(device), accumulate=True)
+            mask = mask.index_put((idx,), torch.ones(len(slots), device=device), accumulate=True)
+        packed = acc.to_host(acc.all_reduce(torch.cat([table.flatten(), mask]), "sum")).double()
+        table_h, mask_h = packed[: total * m].view(total, m), packed[total * m:]
+        if bool((mask_h > 1).any()):
+            raise DataError(f"{dataset}: a frame was scored twice; the clip dataset's items overlap")
+        rows: list[dict[str, Any]] = []
+        per_clip = []
+        for c, name in enumerate(names):
+            sl = slice(offsets[c], offsets[c] + lengths[c])
+            n = float(mask_h[sl].sum())
+            if n == 0:
+                continue
+            means = (table_h[sl] * mask_h[sl, None]).sum(0) / n
+            per_clip.append(means)
+            rows.append({"name": name, "frames": int(n), **{k: float(means[j]) for j, k in enumerate(keys)}})
+        metrics = {}
+        if per_clip and keys:
+            overall = torch.stack(per_clip).mean(0)
+            metrics = {k: float(overall[j]) for j, k in enumerate(keys)}
+        count = int(mask_h.sum())
+        if acc.is_main and keys:
+            log = get_logger()
+            for row in rows:
+                log.info("  %s %-16s %s (%d frames)", dataset, row["name"],
+                         " ".join(f"{k}: {row[k]:.4f}" for k in keys), row["frames"])
+        return EvalResult(dataset, metrics, count, rows)
+
+
+def _save_frames(acc: Accelerator, frames: torch.Tensor, names: list[str], folder: Path, suffix: str | None) -> None:
+    host = acc.to_host(frames)
+    folder.mkdir(parents=True, exist_ok=True)
+    for img, name in zip(host, names):
+        write_image(folder / (f"{name}_{suffix}.png" if suffix else f"{name}.png"), tensor2img(img))
+
+
 # --------------------------------------------------------------------------------------------- anysr test
 def test_worker(acc: Accelerator, opt: Any) -> dict[str, Any]:
     """``anysr test``: every test dataset through the network, metrics reduced over ranks, summary.json."""
@@ -279,14 +427,8 @@ def test_worker(acc: Accelerator, opt: Any) -> dict[str, Any]:
         if save_dir is not None and acc.is_main:
             save_dir.mkdir(parents=True, exist_ok=True)
         acc.barrier()
-        from anysr.engine.evaluation.video_eval import evaluate_clips, is_clip_loader  # noqa: PLC0415  (it imports this module)
-
-        common = dict(dataset=dopt.name, scale=scale, tile=val.tile, tile_pad=int(val.tile_pad), save_dir=save_dir,
-                      suffix=val.suffix, progress=True, phase="test")
-        if is_clip_loader(loader):
-            res = evaluate_clips(net, loader, acc, metrics_opt=val.metrics, val_opt=val, **common)
-        else:
-            res = evaluate(net, loader, acc, metrics=metrics, **common)
+        res = evaluate(net, loader, acc, dataset=dopt.name, scale=scale, tile=val.tile, tile_pad=int(val.tile_pad),
+                       save_dir=save_dir, suffix=val.suffix, progress=True, phase="test", metrics=metrics, val_opt=val)
         _log_result(res)
         summary["datasets"][dopt.name] = {"n": res.count, **res.metrics, "images": res.images}
     summary["stats"] = acc.stats()

@@ -20,9 +20,11 @@ import torch
 
 from anysr.atomic import atomic_write_bytes, atomic_write_json
 from anysr.data.imageio import list_images, read_image
+from anysr.engine.evaluation.eval_report import write_eval_report
+from anysr.engine.evaluation.val_metrics import build_metric_module, read_fid_reference
 from anysr.errors import AnysrError, DataError, OptionError, did_you_mean
 from anysr.metrics.fid import calculate_fid, feature_statistics, fid_from_features
-from anysr.metrics.info import METRIC_INFOS
+from anysr.metrics.info import METRIC_INFOS, metric_info
 from anysr.metrics.niqe import calculate_niqe
 from anysr.metrics.psnr_ssim import calculate_psnr, calculate_ssim
 from anysr.ops.color import full_range_luma
@@ -116,8 +118,6 @@ _DIGITS = {"psnr": 4, "ssim": 4, "niqe": 4, "lpips": 4, "dists": 4, "fid": 4}
 
 def parse_metrics(text: str | Sequence[str]) -> list[str]:
     """``'psnr,ssim,niqe'`` (or a list of such) -> known short names in the given order (BasicSR names accepted)."""
-    from anysr.metrics.info import metric_info  # noqa: PLC0415
-
     items = [t for part in ([text] if isinstance(text, str) else text) for t in str(part).split(",")]
     out: list[str] = []
     for item in (t.strip() for t in items):
@@ -211,8 +211,6 @@ def evaluate_folders(gt_dir: PathLike, sr_dir: PathLike | Sequence[PathLike], sc
     if csv_path is not None:
         _write_csv(csv_path, results, labels, chosen)
     if report_path is not None:
-        from anysr.engine.evaluation.eval_report import write_eval_report  # noqa: PLC0415
-
         echo(f"wrote {write_eval_report(report_path, results, labels, chosen, pairs_per_folder, int(scale))}")
     _print_averages(results, labels, chosen, echo)
     return out
@@ -227,8 +225,6 @@ _WEIGHT_HINTS = {
 
 def _metric_models(chosen: list[str], weights: Mapping[str, Sequence[PathLike]], lpips_net: str,
                    fid_stats: PathLike | None, acc: Any) -> dict[str, Any]:
-    from anysr.engine.evaluation.val_metrics import build_metric_module, read_fid_reference  # noqa: PLC0415
-
     models: dict[str, Any] = {"fid_stats": None}
     device = acc.device if acc is not None else torch.device("cpu")
     flags = {"lpips": "--lpips-weights", "dists": "--dists-weights", "fid": "--fid-weights"}

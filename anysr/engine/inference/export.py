@@ -28,12 +28,15 @@ import torch
 from safetensors.torch import save as safetensors_save
 from torch import nn
 
+from anysr.archs import build_network
 from anysr.archs.arch_util import input_channels
 from anysr.atomic import atomic_write_bytes
 from anysr.engine import checkpoint as ckpt
 from anysr.engine.checkpoint.integrity import save_stamped
+from anysr.engine.inference.network import resolve_network
 from anysr.errors import CheckpointError, OptionError
 from anysr.ops.tiling import round_up, tile_multiple
+from anysr.registry import ARCH_REGISTRY
 
 logger = logging.getLogger("anysr.engine.inference.export")
 
@@ -131,9 +134,6 @@ def save_deployable(paths: list[Path], state_dict: dict[str, Any], net_opt: dict
     """Plain exports of ``state_dict`` (weights of ``net_opt``'s network) to every path, in the deployment form
     when the architecture has one (the network is then rebuilt to fold it); what training's
     ``logger.save_format: [plain.pth, plain.safetensors]`` writes."""
-    from anysr.archs import build_network  # noqa: PLC0415
-    from anysr.registry import ARCH_REGISTRY  # noqa: PLC0415
-
     sd: dict[str, Any] = dict(state_dict)
     if callable(getattr(ARCH_REGISTRY.get(net_opt["type"]), "reparameterize", None)):
         net = build_network(net_opt)
@@ -280,8 +280,6 @@ def export_weights(weights: str, outputs: list[str], *, param_key: str = "auto",
     (``anysr[spandrel]``); without any of them, plain exports still work (the chosen group, wrapper prefixes
     removed, not checked against a network) and ONNX needs one.
     """
-    from anysr.engine.inference.images import resolve_network  # noqa: PLC0415
-
     for out in outputs:
         if Path(out).suffix.lower() not in EXPORT_SUFFIXES:
             raise OptionError(f"--to {out}: the suffix says the format; use .pth, .safetensors or .onnx")

@@ -14,17 +14,14 @@ import torch
 from torch import nn
 
 from anysr.accelerators import Accelerator
-from anysr.archs import build_network
 from anysr.archs.arch_util import input_channels
 from anysr.data.imageio import IMAGE_EXTENSIONS, list_images, probe_image, read_image, write_image
-from anysr.engine import checkpoint as ckpt
-from anysr.engine.evaluation.evaluator import CALIBRATION_SIDE, run_network
+from anysr.engine.evaluation.forward import CALIBRATION_SIDE, run_network
 from anysr.engine.logger import get_logger, log_start, setup_logging
-from anysr.errors import CheckpointError, DataError, OptionError
+from anysr.errors import DataError, OptionError
 from anysr.ops.color import LUMA_RGB
 from anysr.ops.imresize import resize_taps, resize_weights
 from anysr.ops.tiling import aligned_tile, padded_index, plan_tiles, round_up, tile_multiple
-from anysr.registry import plain_options
 
 RESIZE_METHODS = ("bicubic", "area", "cubic", "lanczos")  # bicubic: MATLAB-exact (antialiased when shrinking)
 ALPHA_MODES = ("network", "bicubic")
@@ -34,32 +31,6 @@ _CV2_RESIZE = {"area": cv2.INTER_AREA, "cubic": cv2.INTER_CUBIC, "lanczos": cv2.
 _FORMATS = {".png": (True, True), ".tif": (True, True), ".webp": (False, True), ".jpg": (False, False),
             ".bmp": (False, False)}
 _NORMAL_EXT = {".jpeg": ".jpg", ".tiff": ".tif", ".ppm": ".png", ".pgm": ".png"}
-
-
-def network_scale(net: nn.Module, default: int | None = None) -> int | None:
-    """The upscaling factor a network declares (``upscale`` or ``scale`` attribute), else ``default``."""
-    for attr in ("upscale", "scale"):
-        value = getattr(net, attr, None)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return default
-
-
-def measure_scale(net: nn.Module) -> int | None:
-    """The factor ``net`` upscales by, measured with one small forward on the host (None if that fails): the
-    attributes can mislead (SwinIR's ``upscale`` with no upsampler is x1) or be absent (EDSR, RCAN)."""
-    side = round_up(16, tile_multiple(net))
-    was_training = net.training
-    try:
-        with torch.no_grad():
-            out = net.eval()(torch.rand(1, input_channels(net) or 3, side, side))
-    except (RuntimeError, ValueError, TypeError):
-        return None
-    finally:
-        net.train(was_training)
-    if not isinstance(out, torch.Tensor) or out.dim() != 4 or out.shape[-1] % side or out.shape[-2] % side:
-        return None
-    return int(out.shape[-1] // side) or None
 
 
 def list_inputs(path: Path) -> list[Path]:
@@ -394,141 +365,6 @@ def infer_worker(acc: Accelerator, net: nn.Module, files: list[Path], out_dir: P
         written.append(dst)
     acc.barrier()
     return written
-
-
-# --------------------------------------------------------------------------------------------- the network
-@dataclass
-class ResolvedNetwork:
-    """A network built for inference or export, and where it came from.
-
-    ``net_opt``: the ``network_g`` options that rebuild it (None for a network spandrel recognised);
-    ``group``: the weights group read (None: the file is one bare state dict, or no file); ``meta``: the
-    weights file's metadata."""
-
-    net: nn.Module
-    scale: int
-    net_opt: dict[str, Any] | None
-    group: str | None = None
-    meta: dict[str, Any] = field(default_factory=dict)
-
-
-class SpandrelNetwork(nn.Module):
-    """A network spandrel recognised from a foreign weights file, called through its descriptor (which pads the
-    input to what the architecture needs); ``tile_multiple`` and ``upscale`` from the descriptor."""
-
-    def __init__(self, descriptor: Any) -> None:
-        super().__init__()
-        self.model = descriptor.model
-        self._descriptor = descriptor
-        req = descriptor.size_requirements
-        self.tile_multiple: int = max(1, int(getattr(req, "multiple_of", 1) or 1))
-        self.upscale: int = int(descriptor.scale)
-        self.architecture: str = str(descriptor.architecture.name)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._descriptor(x)  # type: ignore[no-any-return]
-
-
-def _spandrel_network(state: dict[str, torch.Tensor], weights: str) -> nn.Module:
-    """The network spandrel (``anysr[spandrel]``, when installed) recognises in ``state``, else OptionError."""
-    need = ("pass --arch NAME [--arch-opt k=v ...] or -opt FILE.yml (the weights file carries no anysr "
-            "metadata to rebuild it from)")
-    try:
-        import spandrel  # noqa: PLC0415
-    except ImportError:
-        raise OptionError(f"no network given: {need}, or install anysr[spandrel] to recognise the architecture "
-                          "of foreign weights") from None
-    try:
-        desc = spandrel.ModelLoader().load_from_state_dict(state)
-    except Exception as exc:  # noqa: BLE001 - spandrel raises its own types for files it does not know
-        raise OptionError(f"no network given and spandrel does not recognise {weights} ({type(exc).__name__}: "
-                          f"{str(exc).splitlines()[0] if str(exc) else ''}); {need}") from None
-    if not isinstance(getattr(desc, "model", None), nn.Module) or not hasattr(desc, "scale"):
-        raise OptionError(f"spandrel recognises {weights} as {desc.architecture.name}, which is not an image "
-                          f"upscaler or restorer; {need}")
-    get_logger().info("network recognised by spandrel: %s x%d", desc.architecture.name, desc.scale)
-    return SpandrelNetwork(desc.eval())
-
-
-def interpolate_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], weight: float, *,
-                        source_a: str, source_b: str) -> dict[str, torch.Tensor]:
-    """Deep network interpolation: ``weight * a + (1 - weight) * b`` for every floating tensor (others from
-    ``a``). The two must have the same names and shapes (one network trained two ways)."""
-    problems, bad = ckpt.state_dict_mismatch(a, b)
-    if problems:
-        raise CheckpointError(f"--dni {source_b} does not match --weights {source_a}: " + "; ".join(problems)
-                              + ". Fix: interpolate two checkpoints of the same network\n"
-                              + ckpt.mismatch_table(a, b))
-    out = {}
-    for name, ta in a.items():
-        tb = b[name]
-        out[name] = (ta.float() * weight + tb.float() * (1.0 - weight)).to(ta.dtype) \
-            if ta.is_floating_point() else ta.clone()
-    return out
-
-
-def resolve_network(*, weights: str | None, arch: str | None, arch_opts: dict[str, Any],
-                    network_opt: dict[str, Any] | None, scale: int | None, param_key: str,
-                    strict: bool = True, dni: tuple[str, float] | None = None) -> ResolvedNetwork:
-    """The network (with its weights loaded) from ``--arch`` (+ options), an options file, the weights' own
-    metadata, or (``anysr[spandrel]``) what spandrel recognises in a foreign file; ``dni``: (second weights file,
-    weight of the first) to interpolate between two checkpoints."""
-    log = get_logger()
-    if arch == "bicubic" or (arch or "").lower() == "bicubic":
-        if not scale:
-            raise OptionError("--arch bicubic needs --scale")
-        opt = {"type": "Bicubic", "upscale": scale}
-        return ResolvedNetwork(build_network(opt), scale, opt)
-    meta: dict[str, Any] = {}
-    state = None
-    group = None
-    if weights:
-        state, meta, group = ckpt.read_weights(weights, param_key, key_option="--param-key")
-    if dni is not None:
-        if state is None:
-            raise OptionError("--dni needs --weights (the first of the two checkpoints)")
-        other, _, _ = ckpt.read_weights(dni[0], param_key, key_option="--param-key")
-        state = interpolate_weights(dict(state), dict(other), dni[1], source_a=str(weights), source_b=dni[0])
-        log.info("weights interpolated: %g x %s + %g x %s", dni[1], weights, 1 - dni[1], dni[0])
-    net_opt: dict[str, Any] | None
-    if arch:
-        net_opt = {"type": arch, **arch_opts}
-    elif network_opt is not None:
-        net_opt = plain_options(network_opt)
-    elif "network_g" in meta:
-        net_opt = dict(meta["network_g"])
-        log.info("network rebuilt from the weights' metadata: %s", net_opt["type"])
-    elif state is not None:
-        net_opt = None
-    else:
-        raise OptionError("no network given: pass --arch NAME [--arch-opt k=v ...] or -opt FILE.yml "
-                          "(and --weights FILE)")
-    if net_opt is None:
-        assert state is not None
-        net = _spandrel_network(dict(state), str(weights))
-    else:
-        net = build_network(net_opt, key_path="--arch-opt" if arch else "network_g")
-        if state is not None:
-            ckpt.load_into(net, state, strict=strict, source=str(weights),
-                           fix="check --arch and --arch-opt (or the -opt file's network_g) against the file")
-        elif any(True for _ in net.parameters()):
-            raise OptionError("--weights is required for a network with parameters")
-    net_scale = measure_scale(net) or network_scale(net, meta["scale"] if "scale" in meta else None)
-    if scale and net_scale and scale != net_scale:
-        raise OptionError(f"--scale {scale} but the network upscales x{net_scale}; drop --scale or fix it")
-    final = scale or net_scale
-    if not final:
-        raise OptionError("cannot tell the network's scale: pass --scale")
-    return ResolvedNetwork(net, int(final), net_opt, group, meta)
-
-
-def build_inference_net(*, weights: str | None, arch: str | None, arch_opts: dict[str, Any],
-                        network_opt: dict[str, Any] | None, scale: int | None, param_key: str,
-                        strict: bool = True, dni: tuple[str, float] | None = None) -> tuple[nn.Module, int]:
-    """The network and its scale (``resolve_network`` without the provenance)."""
-    res = resolve_network(weights=weights, arch=arch, arch_opts=arch_opts, network_opt=network_opt, scale=scale,
-                          param_key=param_key, strict=strict, dni=dni)
-    return res.net, res.scale
 
 
 def check_outscale(outscale: float | None) -> float | None:

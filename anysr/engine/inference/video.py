@@ -10,146 +10,31 @@ video; ``--tile`` also tiles every frame in space. A progress bar shows frames p
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
 from anysr.accelerators import Accelerator
-from anysr.archs import build_network
-from anysr.archs.basicvsr_arch import BasicVSR, IconVSR
-from anysr.archs.basicvsrpp_arch import BasicVSRPlusPlus
-from anysr.archs.duf_arch import DUF
-from anysr.archs.edvr_arch import EDVR
-from anysr.archs.tof_arch import TOFlow
 from anysr.data.imageio import write_image
 from anysr.data.video_datasets import frame_window
 from anysr.data.video_io import FrameSource, SourceInfo, VideoWriter, is_video_file
-from anysr.engine import checkpoint as ckpt
-from anysr.engine.evaluation.video_eval import chunked_outputs, window_forward
-from anysr.engine.inference.images import _Pixels, _to_input, _to_stored, network_scale, upscale_image
+from anysr.engine.evaluation.forward import chunked_outputs, window_forward
+from anysr.engine.inference.images import _Pixels, _to_input, _to_stored, upscale_image
+from anysr.engine.inference.network import arch_kind
 from anysr.engine.logger import get_logger, log_start, setup_logging
-from anysr.errors import DataError, OptionError
-from anysr.models.video import WEIGHT_PATH_ARGS
-from anysr.registry import ARCH_REGISTRY, plain_options
+from anysr.errors import DataError
 
-RECURRENT_ARCHS = (BasicVSR, IconVSR, BasicVSRPlusPlus)
-WINDOW_ARCHS = (EDVR, TOFlow, DUF)
 TOF_DUF_FRAMES = 7  # TOFlow and DUF take 7 frames
 TIMING_SIDE = 64
 _PIXELS = _Pixels(255.0, 255, np.uint8, False)
-
-
-def arch_kind(net_or_type: nn.Module | type | str) -> str:
-    """'recurrent', 'window' or 'image' for a network, its class or its registered name."""
-    cls = net_or_type if isinstance(net_or_type, type) else type(net_or_type)
-    if isinstance(net_or_type, str):
-        cls = ARCH_REGISTRY.get(net_or_type) if net_or_type in ARCH_REGISTRY else object
-    if issubclass(cls, RECURRENT_ARCHS):
-        return "recurrent"
-    if issubclass(cls, WINDOW_ARCHS):
-        return "window"
-    return "image"
 
 
 def window_frames(net: nn.Module) -> int:
     """Frames a window network takes (EDVR's num_frame; TOFlow and DUF: 7)."""
     n = getattr(net, "num_frame", None)
     return int(n) if isinstance(n, int) else TOF_DUF_FRAMES
-
-
-def default_scale(net: nn.Module) -> int | None:
-    """A video network's upscaling factor (BasicVSR's family and EDVR upscale x4; TOFlow restores at size)."""
-    if isinstance(net, TOFlow) or getattr(net, "hr_in", False) or getattr(net, "is_low_res_input", True) is False:
-        return 1
-    if isinstance(net, RECURRENT_ARCHS + (EDVR,)):
-        return 4
-    return network_scale(net)
-
-
-def without_weight_paths(net_opt: dict[str, Any]) -> dict[str, Any]:
-    """network_g options without ``spynet_path`` / ``edvr_path`` (whole-network weights include those parts)."""
-    return {k: v for k, v in net_opt.items() if k not in WEIGHT_PATH_ARGS}
-
-
-# ------------------------------------------------------------------------------------------ command line
-def network_type(args: argparse.Namespace, network_opt: Any | None) -> str | None:
-    """The architecture ``anysr infer`` will build (from --arch, the options file or the weights' metadata)."""
-    if args.arch:
-        return str(args.arch)
-    if network_opt is not None:
-        return str(network_opt["type"])
-    if args.weights and Path(args.weights).suffix == ".safetensors" and Path(args.weights).is_file():
-        meta = ckpt.read_weights_metadata(args.weights)
-        if "network_g" in meta:
-            return str(meta["network_g"]["type"])
-    return None
-
-
-def wants_video(args: argparse.Namespace, network_opt: Any | None) -> bool:
-    """Whether ``anysr infer`` goes through this module: a video file in or out, or a video network."""
-    if is_video_file(args.input) or is_video_file(args.output):
-        return True
-    kind = network_type(args, network_opt)
-    return kind is not None and (args.arch or "").lower() != "bicubic" and arch_kind(kind) != "image"
-
-
-def build_video_net(args: argparse.Namespace, arch_opts: dict[str, Any],
-                    network_opt: Any | None) -> tuple[nn.Module, int]:
-    """The network and its scale for ``anysr infer`` on videos (``build_inference_net``'s sources, with the
-    sub-network weight paths of video option files left out: the weights file holds the whole network)."""
-    from anysr.engine.inference.images import build_inference_net  # noqa: PLC0415
-
-    if args.arch and args.arch.lower() == "bicubic" or arch_kind(network_type(args, network_opt) or "") == "image":
-        opt = None if network_opt is None else without_weight_paths(plain_options(network_opt))
-        return build_inference_net(weights=args.weights, arch=args.arch, arch_opts=arch_opts, network_opt=opt,
-                                   scale=args.scale, param_key=args.param_key)
-    meta: dict[str, Any] = {}
-    state = None
-    if args.weights:
-        state, meta = ckpt.load_weights(args.weights, args.param_key, key_option="--param-key")
-    if args.arch:
-        net_opt = {"type": args.arch, **arch_opts}
-    elif network_opt is not None:
-        net_opt = plain_options(network_opt)
-    elif "network_g" in meta:
-        net_opt = dict(meta["network_g"])
-    else:
-        raise OptionError("no network given: pass --arch NAME [--arch-opt k=v ...] or -opt FILE.yml")
-    net = build_network(without_weight_paths(net_opt), key_path="--arch-opt" if args.arch else "network_g")
-    if state is None:
-        raise OptionError("--weights is required for a video network")
-    ckpt.load_into(net, state, strict=True, source=str(args.weights),
-                   fix="check --arch and --arch-opt (or the -opt file's network_g) against the file")
-    own = default_scale(net) or (meta["scale"] if "scale" in meta else None)
-    if args.scale and own and args.scale != own:
-        raise OptionError(f"--scale {args.scale} but the network upscales x{own}; drop --scale or fix it")
-    scale = args.scale or own
-    if not scale:
-        raise OptionError("cannot tell the network's scale: pass --scale")
-    return net, int(scale)
-
-
-def run(args: argparse.Namespace, arch_opts: dict[str, Any], network_opt: Any | None) -> int:
-    """``anysr infer`` for videos and folders of frames (``cli.cmd_infer`` hands over here)."""
-    from anysr.accelerators import launch, resolve_plan  # noqa: PLC0415
-
-    net, scale = build_video_net(args, arch_opts, network_opt)
-    source = FrameSource(args.input, fps=args.fps)
-    dst = Path(args.output)
-    if dst.resolve() == Path(args.input).resolve():
-        raise DataError(f"-o {dst}: the same as the input; choose another output")
-    if is_video_file(dst) and dst.exists() and not dst.is_file():
-        raise DataError(f"-o {dst}: exists and is not a file")
-    plan = resolve_plan(args.accelerator, 1, precision=args.precision, channels_last=args.channels_last)
-    launch(plan, video_infer_worker, net, source, dst, scale, args.tile, args.tile_pad, args.chunk, args.chunk_pad,
-           args.suffix)
-    what = "video" if is_video_file(dst) else "frames"
-    print(f"wrote {source.info.frames} frame(s) as {what} to {dst}")
-    return 0
 
 
 # ------------------------------------------------------------------------------------------ the worker
@@ -263,5 +148,4 @@ def video_infer_worker(acc: Accelerator, net: nn.Module, source: FrameSource, ds
     return dst
 
 
-__all__ = ["arch_kind", "build_video_net", "default_scale", "run", "video_infer_worker", "wants_video",
-           "window_frames"]
+__all__ = ["video_infer_worker", "window_frames"]

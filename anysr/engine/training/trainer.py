@@ -20,10 +20,11 @@ from anysr.data import build_dataset, build_eval_loader, build_train_loader
 from anysr.data.transforms import lq_patch_size
 from anysr.engine import checkpoint as ckpt
 from anysr.engine.evaluation.evaluator import EvalResult, evaluate
-from anysr.engine.evaluation.report import History, save_crops, write_report
+from anysr.engine.evaluation.run_report import write_report
 from anysr.engine.evaluation.val_metrics import ValMetrics
-from anysr.engine.evaluation.video_eval import evaluate_clips, is_clip_loader
+from anysr.engine.inference.export import save_deployable
 from anysr.engine.logger import MetricWriter, Progress, Timer, format_eta, get_logger, log_start, setup_logging
+from anysr.engine.training.history import History, save_crops
 from anysr.engine.training.runlock import LOCK_NAME, RunLock
 from anysr.errors import (
     AnysrError,
@@ -492,12 +493,8 @@ class Trainer:
             common = dict(dataset=name, scale=int(self.opt.scale), tile=self.val_opt.tile,
                           tile_pad=int(self.val_opt.tile_pad), save_dir=save_dir, suffix=suffix,
                           progress=self.val_opt.pbar)
-            if is_clip_loader(loader):
-                res = evaluate_clips(net, loader, self.acc, metrics_opt=self.val_opt.metrics, val_opt=self.val_opt,
-                                     **common)
-            else:
-                res = evaluate(net, loader, self.acc, metrics=self.val_metrics or ValMetrics(None, self.acc),
-                               crops=int(self.val_opt.log_images), **common)
+            res = evaluate(net, loader, self.acc, metrics=self.val_metrics or ValMetrics(None, self.acc),
+                           val_opt=self.val_opt, crops=int(self.val_opt.log_images), **common)
             results.append(res)
             self.last_val[name] = res.metrics
             directions = {m: self.val_metrics.better(m) for m in res.metrics} if self.val_metrics else {}
@@ -544,8 +541,6 @@ class Trainer:
                 ckpt.save_weights_pth(self.models_dir / f"net_g_{it}.pth", weights)
             plain = [f for f in formats if f.startswith("plain.")]
             if plain:  # the EMA weights when there are, in their deployment form (as `anysr export`)
-                from anysr.engine.inference.export import save_deployable  # noqa: PLC0415
-
                 save_deployable([self.models_dir / f"net_g_{it}.{f}" for f in plain]
                                 + [self.models_dir / f"net_g_latest.{f}" for f in plain],
                                 weights.get("params_ema", weights["params"]), meta["network_g"], int(self.opt.scale))

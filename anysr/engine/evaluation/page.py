@@ -1,20 +1,9 @@
-"""A run's history, its validation crops, and ``report.html``: one self-contained page to look at a run.
-
-* ``History``: the losses at every report and the metrics at every validation, kept by the trainer in
-  ``<experiment>/history.json`` (written atomically at validations, saves and the end; on resume the entries after
-  the resumed iteration are dropped, so a replayed stretch is not counted twice).
-* ``save_crops``: the fixed centre crops of the validation images (LQ, MATLAB bicubic, result, ground truth) as
-  PNGs in ``<experiment>/report_files/<dataset>/``, with ``index.json`` saying what they are; the result crop is the
-  latest validation's.
-* ``write_report``: ``<experiment>/report.html``: loss and metric curves (inline SVG), the best-checkpoint table,
-  and a per-image viewer (``viewer_html``): bicubic, result and ground truth side by side with synchronised zoom
-  and pan, and a slider that blends between them on a larger canvas. Images are embedded as data URIs (small
-  crops and thumbnails); full-size images are linked by relative paths. No script, style or font is fetched:
-  the page works offline from the file system (a Content-Security-Policy forbids any network access).
-
-The page reads files on disk that an older version or an interrupted run may have left incomplete (not options),
-so its lookups there are tolerant (``.get`` with a default) and a missing piece only leaves a section empty.
-"""
+"""The pieces of anysr's self-contained HTML pages (``anysr report``, ``anysr eval --report``): embedded images,
+the image viewer (``viewer_html``: bicubic, result and ground truth side by side with synchronised zoom and pan,
+and a slider that blends between them on a larger canvas), SVG charts, tables and the page shell. Images are
+embedded as data URIs (small crops and thumbnails); full-size images are linked by relative paths. No script,
+style or font is fetched: a page works offline from the file system (a Content-Security-Policy forbids any
+network access)."""
 
 from __future__ import annotations
 
@@ -26,115 +15,23 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import cv2
 import numpy as np
 
-from anysr.atomic import atomic_write_bytes, atomic_write_json
-from anysr.data.imageio import read_image, write_image
-from anysr.errors import DataError, OptionError
+from anysr.data.imageio import read_image
+from anysr.errors import DataError
 
-__all__ = ["History", "save_crops", "write_report", "viewer_html", "ViewerItem", "Layer", "png_data_uri",
-           "REPORT_NAME", "HISTORY_NAME", "CROPS_DIR"]
+__all__ = ["Layer", "ViewerItem", "format_number", "html_table", "page", "png_data_uri", "relative_link",
+           "svg_chart", "thumbnail_uri", "viewer_html"]
 
-REPORT_NAME = "report.html"
-HISTORY_NAME = "history.json"
-CROPS_DIR = "report_files"
 THUMB_SIDE = 96
-_LOWER = ("niqe", "lpips", "dists", "fid")
 
 
-# --------------------------------------------------------------------------------------------- history
-class History:
-    """Losses per report and metrics per validation, in iteration order."""
-
-    def __init__(self) -> None:
-        self.train: list[dict[str, Any]] = []
-        self.val: list[dict[str, Any]] = []
-
-    def add_train(self, it: int, epoch: int, lr: float, losses: Mapping[str, float]) -> None:
-        self.train.append({"iter": int(it), "epoch": int(epoch), "lr": float(lr),
-                           "losses": {k: float(v) for k, v in losses.items()}})
-
-    def add_val(self, it: int, dataset: str, metrics: Mapping[str, float], better: Mapping[str, str]) -> None:
-        self.val.append({"iter": int(it), "dataset": dataset, "metrics": {k: float(v) for k, v in metrics.items()},
-                         "better": dict(better)})
-
-    def truncate(self, it: int) -> None:
-        """Forget what came after iteration ``it`` (a resumed run replays it)."""
-        self.train = [e for e in self.train if e["iter"] <= it]
-        self.val = [e for e in self.val if e["iter"] <= it]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"version": 1, "train": self.train, "val": self.val}
-
-    def save(self, exp_dir: Path) -> Path:
-        return atomic_write_json(exp_dir / HISTORY_NAME, self.to_dict())
-
-    @classmethod
-    def load(cls, exp_dir: Path) -> History:
-        """The history of an experiment folder (empty when there is none yet)."""
-        h = cls()
-        path = exp_dir / HISTORY_NAME
-        if path.is_file():
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as exc:
-                raise DataError(f"{path} cannot be read ({exc}); delete it (only the report's curves use it)") \
-                    from None
-            h.train = [e for e in data.get("train", []) if isinstance(e, dict) and "iter" in e]
-            h.val = [e for e in data.get("val", []) if isinstance(e, dict) and "iter" in e]
-        return h
-
-
-# --------------------------------------------------------------------------------------------- crops
 def _bgr(rgb: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(rgb[:, :, ::-1])
 
 
-def save_crops(exp_dir: Path, dataset: str, crops: Sequence[Any], it: int, sr_dir: Path | None = None,
-               suffix: str | None = None) -> None:
-    """Write one validation's crops (``evaluator.ImageCrop``) and update ``report_files/index.json``.
-
-    ``sr_dir`` / ``suffix``: where this validation saved full results (``val.save_img``), to link them.
-    """
-    if not crops:
-        return
-    root = exp_dir / CROPS_DIR
-    folder = root / _safe(dataset)
-    index_path = root / "index.json"
-    index: dict[str, Any] = {}
-    if index_path.is_file():
-        try:
-            index = json.loads(index_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            index = {}
-    entries = []
-    for c in crops:
-        files = {}
-        for layer in ("lq", "bicubic", "sr", "gt"):
-            img = getattr(c, layer)
-            if img is None:
-                continue
-            name = f"{_safe(c.name)}_{layer}.png"
-            write_image(folder / name, _bgr(img))
-            files[layer] = f"{_safe(dataset)}/{name}"
-        full_sr = ""
-        if sr_dir is not None:
-            candidate = sr_dir / (f"{c.name}_{suffix}.png" if suffix else f"{c.name}.png")
-            full_sr = str(candidate) if candidate.is_file() else ""
-        entries.append({"name": c.name, "index": c.index, "box": list(c.box), "files": files,
-                        "lq_path": c.lq_path, "gt_path": c.gt_path, "sr_path": full_sr})
-    index[dataset] = {"iter": int(it), "images": entries}
-    atomic_write_json(index_path, index)
-
-
-def _safe(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in str(name)) or "_"
-
-
-# --------------------------------------------------------------------------------------------- HTML pieces
 def png_data_uri(img: np.ndarray) -> str:
     """An RGB (or gray) uint8 image as a ``data:image/png;base64`` URI."""
     arr = np.asarray(img)
@@ -370,7 +267,8 @@ def page(title: str, body: str) -> str:
 _COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 
 
-def _fmt(v: float) -> str:
+def format_number(v: float) -> str:
+    """A number as the pages show it (3 to 4 significant digits)."""
     if v == 0 or not math.isfinite(v):
         return str(v)
     return f"{v:.3g}" if abs(v) < 1e-2 or abs(v) >= 1e4 else f"{v:.4g}"
@@ -405,8 +303,10 @@ def svg_chart(title: str, series: Mapping[str, Sequence[tuple[float, float]]], *
     shown_y = (10 ** y0, 10 ** y1) if log_y else (y0, y1)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">',
            f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#ccc"/>',
-           f'<text x="{left - 4}" y="{top + 10}" font-size="10" text-anchor="end">{_fmt(shown_y[1])}</text>',
-           f'<text x="{left - 4}" y="{top + ph}" font-size="10" text-anchor="end">{_fmt(shown_y[0])}</text>',
+           f'<text x="{left - 4}" y="{top + 10}" font-size="10" text-anchor="end">'
+           f'{format_number(shown_y[1])}</text>',
+           f'<text x="{left - 4}" y="{top + ph}" font-size="10" text-anchor="end">'
+           f'{format_number(shown_y[0])}</text>',
            f'<text x="{left}" y="{height - 6}" font-size="10">{int(x0)}</text>',
            f'<text x="{left + pw}" y="{height - 6}" font-size="10" text-anchor="end">{int(x1)}</text>']
     for k, (name, v) in enumerate(pts.items()):
@@ -422,120 +322,8 @@ def svg_chart(title: str, series: Mapping[str, Sequence[tuple[float, float]]], *
     return f'<div class="chart"><h3>{html.escape(title)}</h3>{"".join(out)}</div>'
 
 
-# --------------------------------------------------------------------------------------------- the run's page
-def _read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _best_rows(summary: Mapping[str, Any], history: History, exp_dir: Path) -> list[list[str]]:
-    rows = []
-    validation = summary.get("validation") or {}
-    for dataset, metrics in validation.items():
-        for metric, slot in metrics.items():
-            best, best_iter = slot.get("best"), slot.get("best_iter")
-            better = next((e["better"].get(metric) for e in reversed(history.val)
-                           if e["dataset"] == dataset and metric in e.get("better", {})), None)
-            better = better or ("lower" if metric.lower() in _LOWER else "higher")
-            weights = exp_dir / "models" / f"net_g_{best_iter}.safetensors"
-            link = (f'<a href="{html.escape(relative_link(weights, exp_dir))}">{html.escape(weights.name)}</a>'
-                    if best_iter is not None and weights.is_file() else '<span class="muted">not kept</span>')
-            rows.append([html.escape(dataset), html.escape(metric), better,
-                         _fmt(best) if best is not None else "", str(best_iter if best_iter is not None else ""),
-                         link, _fmt(slot.get("value")) if slot.get("value") is not None else ""])
-    return rows
-
-
 def html_table(head: Sequence[str], rows: Iterable[Sequence[str]], left: int = 2) -> str:
     th = "".join(f'<th class="{"l" if i < left else ""}">{h}</th>' for i, h in enumerate(head))
     body = "".join("<tr>" + "".join(f'<td class="{"l" if i < left else ""}">{c}</td>' for i, c in enumerate(r))
                    + "</tr>" for r in rows)
     return f"<table><tr>{th}</tr>{body}</table>"
-
-
-def _curves(history: History) -> str:
-    charts = []
-    losses: dict[str, list[tuple[float, float]]] = {}
-    lrs: list[tuple[float, float]] = []
-    for e in history.train:
-        for k, v in e.get("losses", {}).items():
-            losses.setdefault(k, []).append((e["iter"], v))
-        lrs.append((e["iter"], e.get("lr", 0.0)))
-    if losses:
-        positive = all(y > 0 for v in losses.values() for _, y in v)
-        charts.append(svg_chart("training losses", losses, log_y=positive))
-    if lrs:
-        charts.append(svg_chart("learning rate", {"lr": lrs}))
-    per_metric: dict[str, dict[str, list[tuple[float, float]]]] = {}
-    for e in history.val:
-        for k, v in e.get("metrics", {}).items():
-            per_metric.setdefault(k, {}).setdefault(e["dataset"], []).append((e["iter"], v))
-    for metric, series in per_metric.items():
-        charts.append(svg_chart(f"validation {metric}", series))
-    charts = [c for c in charts if c]
-    if not charts:
-        return '<p class="muted">No reports yet.</p>'
-    return f'<div class="charts">{"".join(charts)}</div>'
-
-
-def _run_items(exp_dir: Path) -> list[ViewerItem]:
-    root = exp_dir / CROPS_DIR
-    index = _read_json(root / "index.json")
-    items = []
-    for dataset, block in index.items():
-        it = block.get("iter")
-        for e in block.get("images", []):
-            files = e.get("files", {})
-            layers = []
-            for key, label in (("bicubic", "bicubic"), ("sr", f"result (iter {it})"), ("gt", "ground truth")):
-                if key in files and (root / files[key]).is_file():
-                    img = read_image(root / files[key], flag="color")
-                    layers.append(Layer(label, png_data_uri(img[:, :, ::-1])))
-            if not layers:
-                continue
-            links = []
-            for label, key in (("result", "sr_path"), ("ground truth", "gt_path"), ("input", "lq_path")):
-                if e.get(key) and Path(e[key]).is_file():
-                    links.append((label, relative_link(e[key], exp_dir)))
-            top, left, h, w = e.get("box", [0, 0, 0, 0])
-            thumb = thumbnail_uri(e.get("gt_path") or e.get("lq_path") or None)
-            items.append(ViewerItem(e.get("name", "?"), dataset, layers, thumb, links,
-                                    note=f"crop {w}x{h} at ({left}, {top})"))
-    return items
-
-
-def write_report(exp_dir: str | os.PathLike[str]) -> Path:
-    """Write ``<exp_dir>/report.html`` from the folder's summary.json, history.json and report_files/."""
-    exp = Path(exp_dir)
-    if not exp.is_dir():
-        raise OptionError(f"{exp} is not an experiment folder; give experiments/<name> (or the run's name)")
-    summary = _read_json(exp / "summary.json")
-    history = History.load(exp)
-    if not summary and not history.train and not (exp / CROPS_DIR / "index.json").is_file():
-        raise DataError(f"{exp} holds no summary.json, history.json or validation crops: is it an anysr "
-                        "experiment folder that has trained at least one report interval?")
-    name = summary.get("name") or exp.name
-    acc = summary.get("accelerator") or {}
-    head = [f"<h1>{html.escape(str(name))}</h1>",
-            '<p class="muted">'
-            + " &middot; ".join(html.escape(str(x)) for x in (
-                f"iteration {summary.get('iterations_done', '?')} / {summary.get('total_iter', '?')}",
-                "finished" if summary.get("finished") else "in progress or stopped",
-                f"{acc.get('kind', '?')} x{acc.get('world_size', '?')}, {acc.get('precision', '?')}",
-                f"{summary['wall_time_s']:.0f} s" if isinstance(summary.get("wall_time_s"), int | float) else ""))
-            + "</p>"]
-    best = _best_rows(summary, history, exp)
-    body = "".join(head)
-    body += "<h2>Best checkpoints</h2>" + (
-        html_table(["dataset", "metric", "better", "best", "at iteration", "weights", "last"], best)
-        if best else '<p class="muted">No validation yet.</p>')
-    body += "<h2>Curves</h2>" + _curves(history)
-    body += "<h2>Validation images</h2>" + viewer_html(_run_items(exp))
-    out = exp / REPORT_NAME
-    atomic_write_bytes(out, page(f"{name} - anysr report", body).encode("utf-8"))
-    return out

@@ -1,0 +1,161 @@
+"""``anysr report``: ``<experiment>/report.html``, one self-contained page to look at a training run: loss and
+metric curves (inline SVG), the best-checkpoint table, and the viewer of the validation crops.
+
+The page reads files on disk that an older version or an interrupted run may have left incomplete (not options),
+so its lookups there are tolerant (``.get`` with a default) and a missing piece only leaves a section empty.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from anysr.atomic import atomic_write_bytes
+from anysr.data.imageio import read_image
+from anysr.engine.evaluation.page import (
+    Layer,
+    ViewerItem,
+    format_number,
+    html_table,
+    page,
+    png_data_uri,
+    relative_link,
+    svg_chart,
+    thumbnail_uri,
+    viewer_html,
+)
+from anysr.engine.training.history import CROPS_DIR, History
+from anysr.errors import DataError, OptionError
+from anysr.metrics.info import metric_info
+
+__all__ = ["REPORT_NAME", "find_experiment", "write_report"]
+
+REPORT_NAME = "report.html"
+
+
+def find_experiment(name: str) -> Path:
+    """``anysr report``'s argument: an experiment folder, or a run's name under ./experiments."""
+    folder = Path(name)
+    if not folder.is_dir() and not any(sep in name for sep in "/\\"):
+        folder = Path("experiments") / name  # a run's name
+    if not folder.is_dir():
+        raise OptionError(f"{name}: no such experiment folder; give experiments/<name> or a run's name "
+                          "(looked in ./experiments)")
+    return folder
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _best_rows(summary: Mapping[str, Any], history: History, exp_dir: Path) -> list[list[str]]:
+    rows = []
+    validation = summary.get("validation") or {}
+    for dataset, metrics in validation.items():
+        for metric, slot in metrics.items():
+            best, best_iter = slot.get("best"), slot.get("best_iter")
+            better = next((e["better"].get(metric) for e in reversed(history.val)
+                           if e["dataset"] == dataset and metric in e.get("better", {})), None)
+            info = metric_info(metric)
+            better = better or (info.better if info is not None else "higher")
+            weights = exp_dir / "models" / f"net_g_{best_iter}.safetensors"
+            link = (f'<a href="{html.escape(relative_link(weights, exp_dir))}">{html.escape(weights.name)}</a>'
+                    if best_iter is not None and weights.is_file() else '<span class="muted">not kept</span>')
+            rows.append([html.escape(dataset), html.escape(metric), better,
+                         format_number(best) if best is not None else "",
+                         str(best_iter if best_iter is not None else ""), link,
+                         format_number(slot.get("value")) if slot.get("value") is not None else ""])
+    return rows
+
+
+def _curves(history: History) -> str:
+    charts = []
+    losses: dict[str, list[tuple[float, float]]] = {}
+    lrs: list[tuple[float, float]] = []
+    for e in history.train:
+        for k, v in e.get("losses", {}).items():
+            losses.setdefault(k, []).append((e["iter"], v))
+        lrs.append((e["iter"], e.get("lr", 0.0)))
+    if losses:
+        positive = all(y > 0 for v in losses.values() for _, y in v)
+        charts.append(svg_chart("training losses", losses, log_y=positive))
+    if lrs:
+        charts.append(svg_chart("learning rate", {"lr": lrs}))
+    per_metric: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    for e in history.val:
+        for k, v in e.get("metrics", {}).items():
+            per_metric.setdefault(k, {}).setdefault(e["dataset"], []).append((e["iter"], v))
+    for metric, series in per_metric.items():
+        charts.append(svg_chart(f"validation {metric}", series))
+    charts = [c for c in charts if c]
+    if not charts:
+        return '<p class="muted">No reports yet.</p>'
+    return f'<div class="charts">{"".join(charts)}</div>'
+
+
+def _run_items(exp_dir: Path) -> list[ViewerItem]:
+    root = exp_dir / CROPS_DIR
+    index = _read_json(root / "index.json")
+    items = []
+    for dataset, block in index.items():
+        it = block.get("iter")
+        for e in block.get("images", []):
+            files = e.get("files", {})
+            layers = []
+            for key, label in (("bicubic", "bicubic"), ("sr", f"result (iter {it})"), ("gt", "ground truth")):
+                if key in files and (root / files[key]).is_file():
+                    img = read_image(root / files[key], flag="color")
+                    layers.append(Layer(label, png_data_uri(img[:, :, ::-1])))
+            if not layers:
+                continue
+            links = []
+            for label, key in (("result", "sr_path"), ("ground truth", "gt_path"), ("input", "lq_path")):
+                if e.get(key) and Path(e[key]).is_file():
+                    links.append((label, relative_link(e[key], exp_dir)))
+            top, left, h, w = e.get("box", [0, 0, 0, 0])
+            thumb = thumbnail_uri(e.get("gt_path") or e.get("lq_path") or None)
+            items.append(ViewerItem(e.get("name", "?"), dataset, layers, thumb, links,
+                                    note=f"crop {w}x{h} at ({left}, {top})"))
+    return items
+
+
+def write_report(exp_dir: str | os.PathLike[str]) -> Path:
+    """Write ``<exp_dir>/report.html`` from the folder's summary.json, history.json and report_files/."""
+    exp = Path(exp_dir)
+    if not exp.is_dir():
+        raise OptionError(f"{exp} is not an experiment folder; give experiments/<name> (or the run's name)")
+    summary = _read_json(exp / "summary.json")
+    history = History.load(exp)
+    if not summary and not history.train and not (exp / CROPS_DIR / "index.json").is_file():
+        raise DataError(f"{exp} holds no summary.json, history.json or validation crops: is it an anysr "
+                        "experiment folder that has trained at least one report interval?")
+    name = summary.get("name") or exp.name
+    acc = summary.get("accelerator") or {}
+    head = [f"<h1>{html.escape(str(name))}</h1>",
+            '<p class="muted">'
+            + " &middot; ".join(html.escape(str(x)) for x in (
+                f"iteration {summary.get('iterations_done', '?')} / {summary.get('total_iter', '?')}",
+                "finished" if summary.get("finished") else "in progress or stopped",
+                f"{acc.get('kind', '?')} x{acc.get('world_size', '?')}, {acc.get('precision', '?')}",
+                f"{summary['wall_time_s']:.0f} s" if isinstance(summary.get("wall_time_s"), int | float) else ""))
+            + "</p>"]
+    best = _best_rows(summary, history, exp)
+    body = "".join(head)
+    body += "<h2>Best checkpoints</h2>" + (
+        html_table(["dataset", "metric", "better", "best", "at iteration", "weights", "last"], best)
+        if best else '<p class="muted">No validation yet.</p>')
+    body += "<h2>Curves</h2>" + _curves(history)
+    body += "<h2>Validation images</h2>" + viewer_html(_run_items(exp))
+    out = exp / REPORT_NAME
+    atomic_write_bytes(out, page(f"{name} - anysr report", body).encode("utf-8"))
+    return out

@@ -1,0 +1,121 @@
+"""``anysr infer``: the command's arguments, typed, and the job they make (images or a video, the network, the
+launch plan); the command line launches the job and prints its message."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from anysr.accelerators import resolve_plan
+from anysr.accelerators.plan import LaunchPlan
+from anysr.data.video_io import FrameSource, is_video_file
+from anysr.engine.inference.images import InferSettings, check_outscale, infer_worker, list_inputs
+from anysr.engine.inference.network import arch_kind, network_type, resolve_network, without_weight_paths
+from anysr.engine.inference.video import video_infer_worker
+from anysr.errors import DataError, OptionError
+from anysr.registry import plain_options
+
+
+@dataclass(frozen=True)
+class InferRequest:
+    """What ``anysr infer`` was asked (its command-line arguments; ``network_opt``: the options file's network_g;
+    ``dni``: the two strings of ``--dni FILE WEIGHT``)."""
+
+    input: str
+    output: str
+    weights: str | None = None
+    arch: str | None = None
+    arch_opts: dict[str, Any] = field(default_factory=dict)
+    network_opt: Any | None = None
+    scale: int | None = None
+    param_key: str = "auto"
+    dni: tuple[str, str] | None = None
+    tile: int | None = None
+    tile_pad: int = 10
+    suffix: str | None = None
+    outscale: float | None = None
+    resize: str = "bicubic"
+    ext: str = "png"
+    alpha: str = "network"
+    progress: bool = True
+    chunk: int = 32
+    chunk_pad: int = 4
+    fps: float | None = None
+    accelerator: str = "auto"
+    precision: str = "auto"
+    channels_last: bool | None = None
+
+
+@dataclass(frozen=True)
+class InferJob:
+    """A worker to launch with its arguments on ``plan``, and the line to print when it is done."""
+
+    plan: LaunchPlan
+    worker: Callable[..., Any]
+    args: tuple[Any, ...]
+    done: str
+
+
+def parse_dni(values: tuple[str, str] | None) -> tuple[str, float] | None:
+    """``--dni FILE WEIGHT``: the second weights file and the weight (0 to 1) of ``--weights``."""
+    if not values:
+        return None
+    path, weight = values
+    try:
+        w = float(weight)
+    except ValueError:
+        raise OptionError(f"--dni {path} {weight}: the weight must be a number from 0 to 1") from None
+    if not 0.0 <= w <= 1.0:
+        raise OptionError(f"--dni {path} {weight}: the weight of --weights must be from 0 to 1 (1: --weights alone, "
+                          f"0: {path} alone)")
+    return path, w
+
+
+def wants_video(req: InferRequest) -> bool:
+    """Whether the request is for videos: a video file in or out, or a video network."""
+    if is_video_file(req.input) or is_video_file(req.output):
+        return True
+    kind = network_type(req.arch, req.network_opt, req.weights)
+    return kind is not None and (req.arch or "").lower() != "bicubic" and arch_kind(kind) != "image"
+
+
+def plan_infer(req: InferRequest) -> InferJob:
+    """The job of an ``anysr infer`` request: images (tiled) or a video / a folder of frames (chunked)."""
+    if not req.arch and req.network_opt is None and not req.weights:
+        raise OptionError("anysr infer needs --weights FILE (with --arch NAME or -opt FILE.yml unless the file says "
+                          "what it is), or --arch bicubic")
+    if wants_video(req):
+        return _plan_video(req)
+    res = resolve_network(weights=req.weights, arch=req.arch, arch_opts=req.arch_opts, network_opt=req.network_opt,
+                          scale=req.scale, param_key=req.param_key, dni=parse_dni(req.dni))
+    settings = InferSettings(scale=res.scale, tile=req.tile, tile_pad=req.tile_pad, suffix=req.suffix,
+                             outscale=check_outscale(req.outscale), resize=req.resize, ext=req.ext,
+                             alpha=req.alpha, progress=req.progress)
+    files = list_inputs(Path(req.input))
+    plan = resolve_plan(req.accelerator, 1, precision=req.precision, channels_last=req.channels_last)
+    return InferJob(plan, infer_worker, (res.net, files, Path(req.output), settings),
+                    f"wrote {len(files)} image(s) to {req.output}")
+
+
+def _plan_video(req: InferRequest) -> InferJob:
+    """A video or a folder of frames through an image network (frame by frame) or a video network (the
+    sub-network weight paths of video option files left out: the weights file holds the whole network)."""
+    opt = None if req.network_opt is None else without_weight_paths(plain_options(req.network_opt))
+    res = resolve_network(weights=req.weights, arch=req.arch, arch_opts=req.arch_opts, network_opt=opt,
+                          scale=req.scale, param_key=req.param_key)
+    source = FrameSource(req.input, fps=req.fps)
+    dst = Path(req.output)
+    if dst.resolve() == Path(req.input).resolve():
+        raise DataError(f"-o {dst}: the same as the input; choose another output")
+    if is_video_file(dst) and dst.exists() and not dst.is_file():
+        raise DataError(f"-o {dst}: exists and is not a file")
+    plan = resolve_plan(req.accelerator, 1, precision=req.precision, channels_last=req.channels_last)
+    what = "video" if is_video_file(dst) else "frames"
+    return InferJob(plan, video_infer_worker, (res.net, source, dst, res.scale, req.tile, req.tile_pad, req.chunk,
+                                               req.chunk_pad, req.suffix),
+                    f"wrote {source.info.frames} frame(s) as {what} to {dst}")
+
+
+__all__ = ["InferJob", "InferRequest", "parse_dni", "plan_infer", "wants_video"]

@@ -1,0 +1,231 @@
+"""The network ``anysr infer`` and ``anysr export`` run, resolved once for images and videos: from ``--arch``, an
+options file, the weights' metadata or spandrel; its kind (image, window or recurrent video network) and scale."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from anysr.archs import build_network
+from anysr.archs.arch_util import input_channels
+from anysr.archs.basicvsr_arch import BasicVSR, IconVSR
+from anysr.archs.basicvsrpp_arch import BasicVSRPlusPlus
+from anysr.archs.duf_arch import DUF
+from anysr.archs.edvr_arch import EDVR
+from anysr.archs.tof_arch import TOFlow
+from anysr.engine import checkpoint as ckpt
+from anysr.engine.logger import get_logger
+from anysr.errors import CheckpointError, OptionError
+from anysr.models.video import WEIGHT_PATH_ARGS
+from anysr.ops.tiling import round_up, tile_multiple
+from anysr.registry import ARCH_REGISTRY, plain_options
+
+RECURRENT_ARCHS = (BasicVSR, IconVSR, BasicVSRPlusPlus)
+WINDOW_ARCHS = (EDVR, TOFlow, DUF)
+
+
+def arch_kind(net_or_type: nn.Module | type | str) -> str:
+    """'recurrent', 'window' or 'image' for a network, its class or its registered name."""
+    cls = net_or_type if isinstance(net_or_type, type) else type(net_or_type)
+    if isinstance(net_or_type, str):
+        cls = ARCH_REGISTRY.get(net_or_type) if net_or_type in ARCH_REGISTRY else object
+    if issubclass(cls, RECURRENT_ARCHS):
+        return "recurrent"
+    if issubclass(cls, WINDOW_ARCHS):
+        return "window"
+    return "image"
+
+
+def network_scale(net: nn.Module, default: int | None = None) -> int | None:
+    """The upscaling factor a network declares (``upscale`` or ``scale`` attribute), else ``default``."""
+    for attr in ("upscale", "scale"):
+        value = getattr(net, attr, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return default
+
+
+def measure_scale(net: nn.Module) -> int | None:
+    """The factor ``net`` upscales by, measured with one small forward on the host (None if that fails): the
+    attributes can mislead (SwinIR's ``upscale`` with no upsampler is x1) or be absent (EDSR, RCAN)."""
+    side = round_up(16, tile_multiple(net))
+    was_training = net.training
+    try:
+        with torch.no_grad():
+            out = net.eval()(torch.rand(1, input_channels(net) or 3, side, side))
+    except (RuntimeError, ValueError, TypeError):
+        return None
+    finally:
+        net.train(was_training)
+    if not isinstance(out, torch.Tensor) or out.dim() != 4 or out.shape[-1] % side or out.shape[-2] % side:
+        return None
+    return int(out.shape[-1] // side) or None
+
+
+def default_scale(net: nn.Module) -> int | None:
+    """A video network's upscaling factor (BasicVSR's family and EDVR upscale x4; TOFlow restores at size)."""
+    if isinstance(net, TOFlow) or getattr(net, "hr_in", False) or getattr(net, "is_low_res_input", True) is False:
+        return 1
+    if isinstance(net, RECURRENT_ARCHS + (EDVR,)):
+        return 4
+    return network_scale(net)
+
+
+def without_weight_paths(net_opt: dict[str, Any]) -> dict[str, Any]:
+    """network_g options without ``spynet_path`` / ``edvr_path`` (whole-network weights include those parts)."""
+    return {k: v for k, v in net_opt.items() if k not in WEIGHT_PATH_ARGS}
+
+
+def network_type(arch: str | None, network_opt: Any | None, weights: str | None) -> str | None:
+    """The architecture ``anysr infer`` will build (from --arch, the options file or the weights' metadata)."""
+    if arch:
+        return str(arch)
+    if network_opt is not None:
+        return str(network_opt["type"])
+    if weights and Path(weights).suffix == ".safetensors" and Path(weights).is_file():
+        meta = ckpt.read_weights_metadata(weights)
+        if "network_g" in meta:
+            return str(meta["network_g"]["type"])
+    return None
+
+
+@dataclass
+class ResolvedNetwork:
+    """A network built for inference or export, and where it came from.
+
+    ``net_opt``: the ``network_g`` options that rebuild it (None for a network spandrel recognised);
+    ``group``: the weights group read (None: the file is one bare state dict, or no file); ``meta``: the
+    weights file's metadata."""
+
+    net: nn.Module
+    scale: int
+    net_opt: dict[str, Any] | None
+    group: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class SpandrelNetwork(nn.Module):
+    """A network spandrel recognised from a foreign weights file, called through its descriptor (which pads the
+    input to what the architecture needs); ``tile_multiple`` and ``upscale`` from the descriptor."""
+
+    def __init__(self, descriptor: Any) -> None:
+        super().__init__()
+        self.model = descriptor.model
+        self._descriptor = descriptor
+        req = descriptor.size_requirements
+        self.tile_multiple: int = max(1, int(getattr(req, "multiple_of", 1) or 1))
+        self.upscale: int = int(descriptor.scale)
+        self.architecture: str = str(descriptor.architecture.name)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._descriptor(x)  # type: ignore[no-any-return]
+
+
+def _spandrel_network(state: dict[str, torch.Tensor], weights: str) -> nn.Module:
+    """The network spandrel (``anysr[spandrel]``, when installed) recognises in ``state``, else OptionError."""
+    need = ("pass --arch NAME [--arch-opt k=v ...] or -opt FILE.yml (the weights file carries no anysr "
+            "metadata to rebuild it from)")
+    try:
+        import spandrel  # noqa: PLC0415
+    except ImportError:
+        raise OptionError(f"no network given: {need}, or install anysr[spandrel] to recognise the architecture "
+                          "of foreign weights") from None
+    try:
+        desc = spandrel.ModelLoader().load_from_state_dict(state)
+    except Exception as exc:  # noqa: BLE001 - spandrel raises its own types for files it does not know
+        raise OptionError(f"no network given and spandrel does not recognise {weights} ({type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0] if str(exc) else ''}); {need}") from None
+    if not isinstance(getattr(desc, "model", None), nn.Module) or not hasattr(desc, "scale"):
+        raise OptionError(f"spandrel recognises {weights} as {desc.architecture.name}, which is not an image "
+                          f"upscaler or restorer; {need}")
+    get_logger().info("network recognised by spandrel: %s x%d", desc.architecture.name, desc.scale)
+    return SpandrelNetwork(desc.eval())
+
+
+def interpolate_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], weight: float, *,
+                        source_a: str, source_b: str) -> dict[str, torch.Tensor]:
+    """Deep network interpolation: ``weight * a + (1 - weight) * b`` for every floating tensor (others from
+    ``a``). The two must have the same names and shapes (one network trained two ways)."""
+    problems, bad = ckpt.state_dict_mismatch(a, b)
+    if problems:
+        raise CheckpointError(f"--dni {source_b} does not match --weights {source_a}: " + "; ".join(problems)
+                              + ". Fix: interpolate two checkpoints of the same network\n"
+                              + ckpt.mismatch_table(a, b))
+    out = {}
+    for name, ta in a.items():
+        tb = b[name]
+        out[name] = (ta.float() * weight + tb.float() * (1.0 - weight)).to(ta.dtype) \
+            if ta.is_floating_point() else ta.clone()
+    return out
+
+
+def resolve_network(*, weights: str | None, arch: str | None, arch_opts: dict[str, Any],
+                    network_opt: dict[str, Any] | None, scale: int | None, param_key: str,
+                    strict: bool = True, dni: tuple[str, float] | None = None) -> ResolvedNetwork:
+    """The network (with its weights loaded) from ``--arch`` (+ options), an options file, the weights' own
+    metadata, or (``anysr[spandrel]``) what spandrel recognises in a foreign file; ``dni``: (second weights file,
+    weight of the first) to interpolate between two checkpoints. Image and video networks alike: a video network
+    (recurrent or window) is built without its sub-network weight paths (the weights file holds the whole
+    network), needs ``weights``, and upscales by its architecture's factor (``default_scale``)."""
+    log = get_logger()
+    if arch == "bicubic" or (arch or "").lower() == "bicubic":
+        if not scale:
+            raise OptionError("--arch bicubic needs --scale")
+        opt = {"type": "Bicubic", "upscale": scale}
+        return ResolvedNetwork(build_network(opt), scale, opt)
+    meta: dict[str, Any] = {}
+    state = None
+    group = None
+    if weights:
+        state, meta, group = ckpt.read_weights(weights, param_key, key_option="--param-key")
+    if dni is not None:
+        if state is None:
+            raise OptionError("--dni needs --weights (the first of the two checkpoints)")
+        other, _, _ = ckpt.read_weights(dni[0], param_key, key_option="--param-key")
+        state = interpolate_weights(dict(state), dict(other), dni[1], source_a=str(weights), source_b=dni[0])
+        log.info("weights interpolated: %g x %s + %g x %s", dni[1], weights, 1 - dni[1], dni[0])
+    net_opt: dict[str, Any] | None
+    if arch:
+        net_opt = {"type": arch, **arch_opts}
+    elif network_opt is not None:
+        net_opt = plain_options(network_opt)
+    elif "network_g" in meta:
+        net_opt = dict(meta["network_g"])
+    elif state is not None:
+        net_opt = None
+    else:
+        raise OptionError("no network given: pass --arch NAME [--arch-opt k=v ...] or -opt FILE.yml "
+                          "(and --weights FILE)")
+    kind = "image" if net_opt is None else arch_kind(str(net_opt["type"]))
+    fix = "check --arch and --arch-opt (or the -opt file's network_g) against the file"
+    if net_opt is None:
+        assert state is not None
+        net = _spandrel_network(dict(state), str(weights))
+    elif kind != "image":  # a video network
+        net_opt = without_weight_paths(net_opt)
+        net = build_network(net_opt, key_path="--arch-opt" if arch else "network_g")
+        if state is None:
+            raise OptionError("--weights is required for a video network")
+        ckpt.load_into(net, state, strict=strict, source=str(weights), fix=fix)
+    else:
+        if not arch and network_opt is None:
+            log.info("network rebuilt from the weights' metadata: %s", net_opt["type"])
+        net = build_network(net_opt, key_path="--arch-opt" if arch else "network_g")
+        if state is not None:
+            ckpt.load_into(net, state, strict=strict, source=str(weights), fix=fix)
+        elif any(True for _ in net.parameters()):
+            raise OptionError("--weights is required for a network with parameters")
+    if kind != "image":
+        net_scale = default_scale(net) or (meta["scale"] if "scale" in meta else None)
+    else:
+        net_scale = measure_scale(net) or network_scale(net, meta["scale"] if "scale" in meta else None)
+    if scale and net_scale and scale != net_scale:
+        raise OptionError(f"--scale {scale} but the network upscales x{net_scale}; drop --scale or fix it")
+    final = scale or net_scale
+    if not final:
+        raise OptionError("cannot tell the network's scale: pass --scale")
+    return ResolvedNetwork(net, int(final), net_opt, group, meta)

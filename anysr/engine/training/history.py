@@ -1,0 +1,109 @@
+"""A training run's records: ``History`` (the losses at every report and the metrics at every validation, kept
+in ``<experiment>/history.json``; written atomically at validations, saves and the end; on resume the entries after
+the resumed iteration are dropped, so a replayed stretch is not counted twice) and ``save_crops`` (the fixed centre
+crops of the validation images, LQ, MATLAB bicubic, result and ground truth, as PNGs in
+``<experiment>/report_files/<dataset>/``, with ``index.json`` saying what they are; the result crop is the latest
+validation's). ``anysr report`` reads both back."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from anysr.atomic import atomic_write_json
+from anysr.data.imageio import write_image
+from anysr.errors import DataError
+
+__all__ = ["CROPS_DIR", "HISTORY_NAME", "History", "save_crops"]
+
+HISTORY_NAME = "history.json"
+CROPS_DIR = "report_files"
+
+
+# --------------------------------------------------------------------------------------------- history
+class History:
+    """Losses per report and metrics per validation, in iteration order."""
+
+    def __init__(self) -> None:
+        self.train: list[dict[str, Any]] = []
+        self.val: list[dict[str, Any]] = []
+
+    def add_train(self, it: int, epoch: int, lr: float, losses: Mapping[str, float]) -> None:
+        self.train.append({"iter": int(it), "epoch": int(epoch), "lr": float(lr),
+                           "losses": {k: float(v) for k, v in losses.items()}})
+
+    def add_val(self, it: int, dataset: str, metrics: Mapping[str, float], better: Mapping[str, str]) -> None:
+        self.val.append({"iter": int(it), "dataset": dataset, "metrics": {k: float(v) for k, v in metrics.items()},
+                         "better": dict(better)})
+
+    def truncate(self, it: int) -> None:
+        """Forget what came after iteration ``it`` (a resumed run replays it)."""
+        self.train = [e for e in self.train if e["iter"] <= it]
+        self.val = [e for e in self.val if e["iter"] <= it]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": 1, "train": self.train, "val": self.val}
+
+    def save(self, exp_dir: Path) -> Path:
+        return atomic_write_json(exp_dir / HISTORY_NAME, self.to_dict())
+
+    @classmethod
+    def load(cls, exp_dir: Path) -> History:
+        """The history of an experiment folder (empty when there is none yet)."""
+        h = cls()
+        path = exp_dir / HISTORY_NAME
+        if path.is_file():
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise DataError(f"{path} cannot be read ({exc}); delete it (only the report's curves use it)") \
+                    from None
+            h.train = [e for e in data.get("train", []) if isinstance(e, dict) and "iter" in e]
+            h.val = [e for e in data.get("val", []) if isinstance(e, dict) and "iter" in e]
+        return h
+
+
+# --------------------------------------------------------------------------------------------- crops
+def save_crops(exp_dir: Path, dataset: str, crops: Sequence[Any], it: int, sr_dir: Path | None = None,
+               suffix: str | None = None) -> None:
+    """Write one validation's crops (``evaluator.ImageCrop``) and update ``report_files/index.json``.
+
+    ``sr_dir`` / ``suffix``: where this validation saved full results (``val.save_img``), to link them.
+    """
+    if not crops:
+        return
+    root = exp_dir / CROPS_DIR
+    folder = root / _safe(dataset)
+    index_path = root / "index.json"
+    index: dict[str, Any] = {}
+    if index_path.is_file():
+        try:
+            index = json.loads(index_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            index = {}
+    entries = []
+    for c in crops:
+        files = {}
+        for layer in ("lq", "bicubic", "sr", "gt"):
+            img = getattr(c, layer)
+            if img is None:
+                continue
+            name = f"{_safe(c.name)}_{layer}.png"
+            write_image(folder / name, np.ascontiguousarray(img[:, :, ::-1]))
+            files[layer] = f"{_safe(dataset)}/{name}"
+        full_sr = ""
+        if sr_dir is not None:
+            candidate = sr_dir / (f"{c.name}_{suffix}.png" if suffix else f"{c.name}.png")
+            full_sr = str(candidate) if candidate.is_file() else ""
+        entries.append({"name": c.name, "index": c.index, "box": list(c.box), "files": files,
+                        "lq_path": c.lq_path, "gt_path": c.gt_path, "sr_path": full_sr})
+    index[dataset] = {"iter": int(it), "images": entries}
+    atomic_write_json(index_path, index)
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in str(name)) or "_"
