@@ -228,7 +228,7 @@ def _gloo_worker(acc: Any, out: str) -> None:
     x, y = _batch()
     half = x.shape[0] // n
     loss = F.mse_loss(net(x[r * half:(r + 1) * half]), y[r * half:(r + 1) * half])
-    acc.backward(loss)
+    acc.precision.backward(loss)
     grads = {k: p.grad.clone() for k, p in acc.unwrap(net).named_parameters()}
     written: list[Any] = []
     acc.save(lambda: {"rank": r}, written.append)

@@ -68,10 +68,10 @@ def train(acc: Any, steps: int = 6, read_loss_at: int | None = None) -> dict[str
     for i, batch in enumerate(acc.prepare_loader(make_batches(steps))):
         assert batch["lq"].device.type == acc.device.type
         assert batch["lq_path"][0] == f"img{i}_0.png"
-        with acc.autocast():
+        with acc.precision.autocast():
             loss = F.l1_loss(net(batch["lq"]).float(), batch["gt"])
         opt.zero_grad(set_to_none=True)
-        acc.backward(loss)
+        acc.precision.backward(loss)
         acc.optimizer_step(opt, clip_grad_norm=10.0)
         loss_sum += loss.detach()
         acc.mark_step()
@@ -216,10 +216,10 @@ def test_bf16_autocast(acc: Any) -> None:
     bf = create_accelerator(_plan("bf16"))
     bf.setup()
     x = torch.rand(1, 3, 8, 8).to(bf.device)
-    with bf.autocast():
+    with bf.precision.autocast():
         y = nn.functional.conv2d(x, torch.rand(4, 3, 3, 3).to(bf.device))
     assert y.dtype == torch.bfloat16
-    with acc.autocast():
+    with acc.precision.autocast():
         assert nn.functional.conv2d(x, torch.rand(4, 3, 3, 3).to(bf.device)).dtype == torch.float32
     result = train(bf, steps=3)
     assert np.isfinite(result["loss_sum"])

@@ -16,13 +16,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from anysr.accelerators.calibrate import Variant, fastest
-from anysr.accelerators.hardware import PRECISION_CHOICES, PRECISIONS, Choice, choose_channels_last, choose_precision
+from anysr.accelerators.calibrate import fastest
 from anysr.accelerators.plan import LaunchPlan
+from anysr.accelerators.precision import Precision, Variant
 from anysr.accelerators.process import StopSignals
 from anysr.tree import tree_map
 
-__all__ = ["PRECISIONS", "PRECISION_CHOICES", "Accelerator", "LaunchPlan"]
+__all__ = ["Accelerator", "LaunchPlan"]
 
 
 class Accelerator(ABC):
@@ -35,13 +35,10 @@ class Accelerator(ABC):
         self.local_rank = local_rank
         self.rank = 0
         self.world_size = 1
-        # fp32 and NCHW until ``decide_hardware`` (called by ``setup`` once the device is bound) looks at it.
-        self.precision = plan.precision if plan.precision != "auto" else "fp32"
-        self._channels_last = False
-        self.choices: dict[str, Choice] = {}
+        # autocast, scaler, memory format: decided by ``decide_hardware`` once ``setup`` has bound the device
+        self.precision = Precision(plan.precision, plan.channels_last)
         self.stop = StopSignals()  # the worker entry installs the handlers (``launcher._worker``)
         self._host_transfers = 0
-        self._scaler: Any = None
 
     # ---------------------------------------------------------------- lifecycle
     @property
@@ -101,23 +98,14 @@ class Accelerator(ABC):
         """How many per-device batches one process loads per step (SPMD: its local device count)."""
         return 1
 
-    @property
-    def channels_last(self) -> bool:
-        """Whether 4-D weights and batches are kept in NHWC (channels_last) memory on this device."""
-        return self._channels_last
-
     # ---------------------------------------------------------------- hardware choices
     def native_bf16(self) -> tuple[bool, str]:
         """Whether this device computes bf16 natively, and why (call after the device is bound)."""
         return False, f"bf16 is not known to be native on {self.name}"
 
     def decide_hardware(self) -> None:
-        """Resolve ``precision`` and ``channels_last`` (``auto`` or forced) for this device: ``self.choices``."""
-        precision = choose_precision(self.plan.precision, self.native_bf16(), device=self.name)
-        self.precision = str(precision.value)
-        layout = choose_channels_last(self.plan.channels_last, device=self.name, precision=self.precision)
-        self._channels_last = bool(layout.value)
-        self.choices = {"precision": precision, "channels_last": layout}
+        """Decide ``precision`` and ``channels_last`` (``auto`` or forced) by this device's rules (``setup``)."""
+        self.precision.decide(self.device, self.name, self.native_bf16())
 
     def candidate_variants(self) -> list[Variant]:
         """Settings ``auto`` leaves to measurement on this device (none: the rules decided)."""
@@ -132,24 +120,12 @@ class Accelerator(ABC):
             return
         found = fastest(net, shape, variants, train=train) if self.is_main else None
         best, why = self.broadcast_object(found)
-        for name, value, options in (("precision", best.precision, {v.precision for v in variants}),
-                                     ("channels_last", best.channels_last, {v.channels_last for v in variants})):
-            if len(options) > 1:  # this setting was measured; the other one kept its rule's reason
-                self.choices[name] = Choice(name, "auto", value, why)
-        self.precision, self._channels_last = best.precision, best.channels_last
-
-    def describe_choices(self) -> str:
-        """'precision bf16 (auto: ...), channels_last on (auto: ...)' for the first log line."""
-        return ", ".join(c.describe() for c in self.choices.values())
-
-    def choice_warnings(self) -> list[str]:
-        """Warnings about requests that run badly on this hardware (log them once, on the main rank)."""
-        return [c.warning for c in self.choices.values() if c.warning]
+        self.precision.decide(self.device, self.name, self.native_bf16(), measured=(best, why, variants))
 
     def describe(self) -> str:
-        layout = ", channels_last" if self.channels_last else ""
+        layout = ", channels_last" if self.precision.channels_last else ""
         where = "" if str(self.device) == self.name else f" on {self.device}"
-        return f"{self.name} rank {self.rank}/{self.world_size}{where} ({self.precision}{layout})"
+        return f"{self.name} rank {self.rank}/{self.world_size}{where} ({self.precision.name}{layout})"
 
     # ---------------------------------------------------------------- randomness
     def manual_seed(self, seed: int) -> None:
@@ -188,8 +164,9 @@ class Accelerator(ABC):
 
     # ---------------------------------------------------------------- placement
     def to_device(self, obj: Any) -> Any:
-        """Move tensors (also inside dicts, lists and tuples) to this worker's device."""
-        return tree_map(lambda t: t.to(self.device, non_blocking=True), obj)
+        """Move tensors (also inside dicts, lists and tuples) to this worker's device, in the decided memory
+        format (with channels_last, 4-D floating tensors become NHWC)."""
+        return self.precision.to_device(obj, self.device)
 
     def to_host(self, obj: Any) -> Any:
         """Move tensors to the CPU (counted: device-to-host transfers are what stall XLA)."""
@@ -220,25 +197,7 @@ class Accelerator(ABC):
         del net
         yield
 
-    # ---------------------------------------------------------------- precision and steps
-    @property
-    def autocast_dtype(self) -> torch.dtype | None:
-        return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
-
-    def autocast(self) -> contextlib.AbstractContextManager[Any]:
-        """The autocast context for the forward pass (a no-op in fp32)."""
-        dtype = self.autocast_dtype
-        if dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=self.device.type, dtype=dtype)
-
-    def backward(self, loss: torch.Tensor) -> None:
-        """``loss.backward()``, scaled when a gradient scaler is in use."""
-        if self._scaler is not None:
-            self._scaler.scale(loss).backward()
-        else:
-            loss.backward()
-
+    # ---------------------------------------------------------------- steps
     def reduce_gradients(self, optimizer: torch.optim.Optimizer) -> None:
         """Average gradients over data-parallel ranks where the model wrapper does not."""
         del optimizer
@@ -248,17 +207,12 @@ class Accelerator(ABC):
         """Reduce, unscale, clip and step; returns the gradient norm (on the device) when clipping."""
         self.reduce_gradients(optimizer)
         norm = None
-        if self._scaler is not None:
-            self._scaler.unscale_(optimizer)
+        self.precision.unscale(optimizer)
         if clip_grad_norm is not None and clip_grad_norm > 0:
             params = list(parameters) if parameters is not None else [
                 p for g in optimizer.param_groups for p in g["params"]]
             norm = torch.nn.utils.clip_grad_norm_(params, clip_grad_norm)
-        if self._scaler is not None:
-            self._scaler.step(optimizer)
-            self._scaler.update()
-        else:
-            optimizer.step()
+        self.precision.step(optimizer)
         return norm
 
     def mark_step(self) -> None:
@@ -288,21 +242,15 @@ class Accelerator(ABC):
     def save(self, state_fn: Callable[[], Any], writer: Callable[[Any], None]) -> None:
         """A save as a collective: every rank syncs and builds the host state, rank 0 writes, all meet.
 
-        ``state_fn`` is called on every rank (it may read device tensors); ``writer`` only on rank 0.
+        ``state_fn`` is called on every rank (it may read device tensors); ``writer`` only on rank 0. With
+        channels_last the host copies are made standard (NCHW-contiguous) first, so weights and training states
+        hold the same bytes whatever the memory format of the run.
         """
         self.mark_step()
         state = self.to_host(state_fn())
         if self.is_main:
-            writer(state)
+            writer(self.precision.for_saving(state))
         self.barrier()
-
-    def state_dict(self) -> dict[str, Any]:
-        """Accelerator-owned training state (the gradient scaler)."""
-        return {"scaler": self._scaler.state_dict() if self._scaler is not None else None}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if self._scaler is not None and state.get("scaler"):
-            self._scaler.load_state_dict(state["scaler"])
 
     stats_in_log = False  # whether ``stats()`` goes into the training log at print_freq (XLA: compiles)
 

@@ -16,6 +16,7 @@ import socket
 from abc import ABC, abstractmethod
 from typing import Any
 
+from anysr.accelerators.hardware import check_precision
 from anysr.accelerators.plan import LaunchPlan
 from anysr.errors import AcceleratorError
 
@@ -146,9 +147,7 @@ class CPUKind(Kind):
 
     def check(self, request: PlanRequest) -> None:
         super().check(request)
-        if request.precision == "fp16":
-            raise AcceleratorError("train.precision: fp16 on the CPU is slow and unscaled; use auto (bf16 where the "
-                                   "CPU has AVX512-BF16/AMX and it is faster, else fp32), bf16 or fp32")
+        check_precision(request.precision, self.name)
 
     def device_count(self, request: PlanRequest) -> int:
         n = super().device_count(request)

@@ -8,7 +8,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from anysr.accelerators.base import PRECISION_CHOICES, Accelerator, LaunchPlan
+from anysr.accelerators.base import Accelerator, LaunchPlan
+from anysr.accelerators.hardware import check_precision
 from anysr.accelerators.kinds import KINDS, LAUNCHERS, PlanRequest, free_port, pick_kind
 from anysr.accelerators.process import Interrupted, StopSignals, WorkerExit, supervise, watch_parent
 from anysr.accelerators.torch_dist import env_world
@@ -31,10 +32,9 @@ def resolve_plan(accelerator: str = "auto", num_gpu: Any = "auto", *, precision:
     """Decide what runs where, once, before any worker exists. Errors name the option to change.
 
     The accelerator kind (``kinds.KINDS``) makes the plan. ``precision`` (``auto`` or forced) and
-    ``channels_last`` (None: auto) are decided per device in the worker (``Accelerator.decide_hardware``).
+    ``channels_last`` (None: auto) are decided per device in the worker (``precision.Precision.decide``).
     """
-    if precision not in PRECISION_CHOICES:
-        raise AcceleratorError(f"train.precision: '{precision}' is not one of {', '.join(PRECISION_CHOICES)}")
+    check_precision(precision)
     if launcher not in LAUNCHERS:
         raise AcceleratorError(f"--launcher: '{launcher}' is not one of {', '.join(LAUNCHERS)}")
     kind = pick_kind(accelerator)

@@ -14,7 +14,7 @@ class LaunchPlan:
     ``spawn`` (we start ``nprocs`` local workers with torch.multiprocessing), ``xla`` (torch_xla.launch),
     ``torchrun`` / ``slurm`` / ``pjrt`` (someone else started us; we join their world).
     ``precision`` is one of ``PRECISION_CHOICES`` and ``channels_last`` True, False or None (auto): what the
-    options ask for. ``auto`` is decided by each worker's accelerator from its device (``Accelerator.choices``),
+    options ask for. ``auto`` is decided by each worker's accelerator from its device (``Precision.decide``),
     because only the worker may look at the device.
     """
 

@@ -6,7 +6,7 @@ import contextlib
 import datetime
 import inspect
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -15,10 +15,9 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from anysr.accelerators.base import Accelerator, LaunchPlan
-from anysr.accelerators.calibrate import Variant
 from anysr.accelerators.hardware import cpu_bf16
+from anysr.accelerators.precision import Variant
 from anysr.errors import AcceleratorError
-from anysr.tree import tree_map
 
 # Buffers (EDSR's mean, SwinIR's masks) are constants: identical on every rank, never synced per step.
 # torch >= 2.13 names this forward_sync_buffers (and deprecates broadcast_buffers).
@@ -52,24 +51,6 @@ def slurm_world() -> tuple[int, int, int]:
             "(one task per device) or drop --launcher slurm") from None
 
 
-def to_channels_last(net: nn.Module) -> nn.Module:
-    """Store ``net``'s 4-D parameters and buffers (conv weights) in NHWC memory, in place; values are unchanged.
-
-    Unlike ``net.to(memory_format=torch.channels_last)`` this leaves 5-D tensors alone (which that call
-    would try, and fail, to convert). Parameters keep their identity, so optimisers built later see them.
-    """
-    with torch.no_grad():
-        for t in [*net.parameters(), *net.buffers()]:
-            if t.dim() == 4 and not t.is_contiguous(memory_format=torch.channels_last):
-                t.data = t.data.contiguous(memory_format=torch.channels_last)
-    return net
-
-
-def standard_layout(obj: Any) -> Any:
-    """``obj`` with every tensor (also inside dicts, lists and tuples) NCHW-contiguous (copied only if not)."""
-    return tree_map(lambda t: t if t.is_contiguous() else t.contiguous(), obj)
-
-
 class TorchDistAccelerator(Accelerator):
     """Shared code of the eager devices: a process group when world_size > 1, DDP for the model."""
 
@@ -97,7 +78,6 @@ class TorchDistAccelerator(Accelerator):
         self.rank, self.world_size, self.local_rank = self._world()
         self.select_device()
         self.decide_hardware()
-        self.after_choices()
         if self.world_size > 1 and not dist.is_initialized():
             if self.plan.launcher == "slurm":
                 os.environ.setdefault("MASTER_PORT", str(self.plan.master_port or 29500))
@@ -122,9 +102,6 @@ class TorchDistAccelerator(Accelerator):
 
     def select_device(self) -> None:
         """Bind this worker to its device."""
-
-    def after_choices(self) -> None:
-        """Set-up that depends on the chosen precision (the CUDA gradient scaler)."""
 
     def teardown(self, failed: bool = False) -> None:
         if not (self._owns_group and dist.is_initialized()):
@@ -165,32 +142,9 @@ class TorchDistAccelerator(Accelerator):
         return self.world_size > 1 and isinstance(exc, (dist.DistError, RuntimeError)) and not isinstance(
             exc, AcceleratorError) and any(word in str(exc) for word in _PEER_GONE)
 
-    # ---------------------------------------------------------------- memory format
-    def to_device(self, obj: Any) -> Any:
-        """Move tensors to the device; with channels_last, 4-D floating tensors (NCHW batches) become NHWC."""
-        if not self.channels_last:
-            return super().to_device(obj)
-
-        def move(t: torch.Tensor) -> torch.Tensor:
-            if t.dim() == 4 and t.is_floating_point():
-                return t.to(self.device, non_blocking=True, memory_format=torch.channels_last)
-            return t.to(self.device, non_blocking=True)
-
-        return tree_map(move, obj)
-
-    def save(self, state_fn: Callable[[], Any], writer: Callable[[Any], None]) -> None:
-        """As the base class; with channels_last the host copies are made standard (NCHW-contiguous) first,
-        so weights and training states hold the same bytes whatever the memory format of the run."""
-        if not self.channels_last:
-            super().save(state_fn, writer)
-            return
-        super().save(state_fn, lambda state: writer(standard_layout(state)))
-
     # ---------------------------------------------------------------- model
     def prepare_model(self, net: nn.Module) -> nn.Module:
-        net = net.to(self.device)
-        if self.channels_last:
-            to_channels_last(net)
+        net = self.precision.convert_module(net.to(self.device))
         if self.world_size > 1 and any(p.requires_grad for p in net.parameters()):
             ids = [self.device.index] if self.device.type == "cuda" else None
             net = DistributedDataParallel(net, device_ids=ids, **_NO_BUFFER_SYNC,
@@ -252,10 +206,10 @@ class CPUAccelerator(TorchDistAccelerator):
     def candidate_variants(self) -> list[Variant]:
         """CPUs differ too much for a rule (benchmarks/README.md): where auto, fp32 vs native bf16 and NCHW vs NHWC
         are timed on the network (``calibrate``). Emulated bf16 is never a candidate."""
-        precisions = [self.precision]
+        precisions = [self.precision.name]
         if self.plan.precision == "auto" and self.native_bf16()[0]:
             precisions = ["fp32", "bf16"]
-        layouts = [False, True] if self.plan.channels_last is None else [self._channels_last]
+        layouts = [False, True] if self.plan.channels_last is None else [self.precision.channels_last]
         return [Variant(p, c) for p in precisions for c in layouts]
 
     def select_device(self) -> None:
@@ -294,10 +248,6 @@ class CUDAAccelerator(TorchDistAccelerator):
         if (major, minor) >= (8, 0):
             return True, f"{name} (compute capability {major}.{minor}) has bf16 tensor cores"
         return False, f"{name} (compute capability {major}.{minor} < 8.0) has no bf16 tensor cores"
-
-    def after_choices(self) -> None:
-        if self.precision == "fp16":
-            self._scaler = torch.amp.GradScaler("cuda")
 
     def _init_kwargs(self) -> dict[str, Any]:
         return {"device_id": self.device}

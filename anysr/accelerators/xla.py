@@ -7,7 +7,6 @@ are threads of one process, so nothing here may be a module global.
 
 from __future__ import annotations
 
-import contextlib
 import pickle
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -107,7 +106,7 @@ class XLAAccelerator(Accelerator):
         where = (f"SPMD over {self._spmd_devices} devices" if self.spmd
                  else f"rank {self.rank}/{self.world_size}")
         kind = self.plan.extra.get("pjrt_device", "XLA")
-        return f"xla ({kind}) {where} on {self.device} ({self.precision})"
+        return f"xla ({kind}) {where} on {self.device} ({self.precision.name})"
 
     # ---------------------------------------------------------------- randomness
     def manual_seed(self, seed: int) -> None:
@@ -157,12 +156,7 @@ class XLAAccelerator(Accelerator):
             kwargs["input_sharding"] = xs.ShardingSpec(self._mesh, ("data", None, None, None))
         return pl.MpDeviceLoader(loader, self.device, **kwargs)
 
-    # ---------------------------------------------------------------- precision and steps
-    def autocast(self) -> contextlib.AbstractContextManager[Any]:
-        if self.precision == "bf16":
-            return torch.autocast("xla", dtype=torch.bfloat16)
-        return contextlib.nullcontext()
-
+    # ---------------------------------------------------------------- steps
     def reduce_gradients(self, optimizer: torch.optim.Optimizer) -> None:
         """Average gradients over ranks (``xm.reduce_gradients``); SPMD and one rank need nothing."""
         if self.world_size > 1 and not self.spmd:

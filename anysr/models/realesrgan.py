@@ -220,7 +220,7 @@ class RealESRGANModel(_Synthesis, SRGANModel):
         return {"lq": lq, "gt": pick("gan"), "l1_gt": pick("l1"), "percep_gt": pick("percep")}
 
     def generator_losses(self, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        with self.acc.autocast():
+        with self.acc.precision.autocast():
             output = self.forward_g(batch["lq"])
         output = output.float()
         losses: dict[str, torch.Tensor] = {}

@@ -51,7 +51,7 @@ class SRModel(BaseModel):
         self.forward_g = self.acc.compile_model(net)
 
     def compute_losses(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
-        with self.acc.autocast():
+        with self.acc.precision.autocast():
             output = self.forward_g(batch["lq"])
         output = output.float()
         return {name: loss(output, batch["gt"]) for name, loss in self.losses.items()}
@@ -68,7 +68,7 @@ class SRModel(BaseModel):
             with ctx:
                 losses = self.compute_losses(batch)
                 total = sum(losses.values())
-                self.acc.backward(total / n)  # type: ignore[arg-type]
+                self.acc.precision.backward(total / n)  # type: ignore[arg-type]
             for name, value in losses.items():
                 part = value.detach() / n
                 totals[name] = totals[name] + part if name in totals else part

@@ -85,7 +85,7 @@ def run_network(net: nn.Module, lq: torch.Tensor, acc: Accelerator, *, scale: in
                 tile_pad: int) -> torch.Tensor:
     """Forward in eval mode under the accelerator's autocast, tiled with fixed-size tiles when asked (rounded up
     to the network's ``tile_multiple``, on its window grid)."""
-    with torch.no_grad(), acc.autocast():
+    with torch.no_grad(), acc.precision.autocast():
         if tile:
             out = tile_forward(net, lq, scale, tile, tile_pad, static=acc.static_shapes, multiple=tile_multiple(net))
         else:
@@ -266,8 +266,8 @@ def test_worker(acc: Accelerator, opt: Any) -> dict[str, Any]:
     scale = int(opt.scale)
     summary: dict[str, Any] = {"name": opt.name, "weights": opt.path.pretrain_network_g,
                                "accelerator": acc.plan.accelerator, "world_size": acc.world_size,
-                               "precision": acc.precision,
-                               "choices": {k: c.as_dict() for k, c in acc.choices.items()}, "datasets": {}}
+                               "precision": acc.precision.name,
+                               "choices": {k: c.as_dict() for k, c in acc.precision.choices.items()}, "datasets": {}}
     log_start(f"test '{opt.name}'", acc)
     metrics = ValMetrics(val.metrics, acc)  # weight files read once
     for key, dopt in opt.datasets.items():

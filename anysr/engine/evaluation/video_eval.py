@@ -72,7 +72,7 @@ def window_forward(net: nn.Module, lq: torch.Tensor, acc: Accelerator, *, scale:
     Returns the network's output as float: (b, c, H, W) for a window network, (b, t, c, H, W) for a recurrent one.
     """
     b, t, c, h, w = lq.shape
-    with torch.no_grad(), acc.autocast():
+    with torch.no_grad(), acc.precision.autocast():
         if not tile:
             return net(lq).float()
         clip_out: list[bool] = []

@@ -329,7 +329,7 @@ class Trainer:
             path, state = resume
             self._check_resumable(path, state)
             self._load_model_state(path, state["model"])
-            acc.load_state_dict(state["accelerator"])
+            acc.precision.load_state_dict(state["accelerator"])
             acc.set_rng_state(state["rng"])
             start_iter = int(state["iter"])
             self.best = state["best"]
@@ -530,7 +530,7 @@ class Trainer:
             return {"iter": it, "epoch": epoch, "accumulate": self.accumulate,
                     "signature": self._run_signature(),
                     "batch_position": it * self.accumulate, "model": model.state_dict(),
-                    "accelerator": acc.state_dict(), "rng": acc.rng_state(), "best": self.best,
+                    "accelerator": acc.precision.state_dict(), "rng": acc.rng_state(), "best": self.best,
                     "weights": model.weights()}
 
         def writer(state: dict[str, Any]) -> None:
@@ -568,9 +568,9 @@ class Trainer:
             "validation": {d: {m: {"value": v, **self._best_of(d, m)} for m, v in ms.items()}
                            for d, ms in self.last_val.items()},
             "accelerator": {"kind": self.acc.plan.accelerator, "world_size": self.acc.world_size,
-                            "precision": self.acc.precision, "launcher": self.acc.plan.launcher,
-                            "channels_last": self.acc.channels_last, "spmd": self.acc.plan.spmd,
-                            "choices": {k: c.as_dict() for k, c in self.acc.choices.items()}},
+                            "precision": self.acc.precision.name, "launcher": self.acc.plan.launcher,
+                            "channels_last": self.acc.precision.channels_last, "spmd": self.acc.plan.spmd,
+                            "choices": {k: c.as_dict() for k, c in self.acc.precision.choices.items()}},
             "stats": self.acc.stats(),
         }
         if wall is not None and timer is not None:
