@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from anysr.accelerators.hardware import check_precision
-from anysr.accelerators.plan import LaunchPlan
+from anysr.accelerators.plan import LAUNCHERS, LaunchPlan
 from anysr.errors import AcceleratorError
 
 # Names people try for a device kind -> what to say (the nearest spelling would mislead: 'tpu' -> 'cpu').
@@ -71,7 +71,7 @@ class PlanRequest:
 
     count: int | None  # num_gpu: None = auto / all
     precision: str = "auto"
-    launcher: str = "auto"  # auto | none | pytorch | torchrun | slurm
+    launcher: str = "auto"  # one of plan.LAUNCHERS
     spmd: bool = False
     compile: bool = False
     dist_backend: str | None = None
@@ -117,7 +117,7 @@ class Kind(ABC):
         return request.dist_backend, ()
 
     def plan(self, request: PlanRequest, external: str | None) -> LaunchPlan:
-        """The launch plan; ``external`` names a launcher that already started us (torchrun, slurm)."""
+        """The launch plan; ``external`` names a launcher that already started us (``plan.EXTERNAL_LAUNCHERS``)."""
         self.check(request)
         backend, notes = self.backend(request)
         common: dict[str, Any] = dict(
@@ -233,7 +233,7 @@ class XLAKind(Kind):
 KINDS: dict[str, Kind] = {k.name: k for k in (CPUKind(), CUDAKind(), MPSKind(), XLAKind())}
 AUTO_ORDER = ("xla", "cuda", "mps", "cpu")
 ACCELERATORS = ("auto", *KINDS)
-LAUNCHERS = ("auto", "none", "pytorch", "torchrun", "slurm")
+__all__ = ["ACCELERATORS", "ACCELERATOR_HINTS", "AUTO_ORDER", "KINDS", "LAUNCHERS", "Kind", "PlanRequest", "pick_kind"]
 
 
 def pick_kind(name: str) -> Kind:

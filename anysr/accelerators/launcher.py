@@ -10,7 +10,8 @@ from typing import Any
 
 from anysr.accelerators.base import Accelerator, LaunchPlan
 from anysr.accelerators.hardware import check_precision
-from anysr.accelerators.kinds import KINDS, LAUNCHERS, PlanRequest, free_port, pick_kind
+from anysr.accelerators.kinds import KINDS, PlanRequest, free_port, pick_kind
+from anysr.accelerators.plan import LAUNCHERS, external_launcher
 from anysr.accelerators.process import Interrupted, StopSignals, WorkerExit, supervise, watch_parent
 from anysr.accelerators.torch_dist import env_world
 from anysr.errors import PEER_FAILED, AcceleratorError, AlreadyReported, AnysrError, describe_os_error
@@ -40,9 +41,8 @@ def resolve_plan(accelerator: str = "auto", num_gpu: Any = "auto", *, precision:
     kind = pick_kind(accelerator)
     request = PlanRequest(_parse_count(num_gpu), precision, launcher, spmd, compile, dist_backend, master_port,
                           channels_last, find_unused_parameters, static_graph)
-    torchrun = launcher in ("pytorch", "torchrun") or (launcher == "auto" and env_world() is not None)
-    external = "slurm" if launcher == "slurm" else "torchrun" if torchrun else None
-    return kind.plan(request, external)
+    torchrun_env = launcher == "auto" and env_world() is not None
+    return kind.plan(request, external_launcher(launcher, torchrun_env=torchrun_env))
 
 
 def create_accelerator(plan: LaunchPlan, local_rank: int = 0) -> Accelerator:
