@@ -160,7 +160,7 @@ def test_torchrun_environment_is_detected(monkeypatch: pytest.MonkeyPatch) -> No
     plan = resolve_plan("cuda", 8)  # torchrun decides the count: num_gpu is not checked against it
     assert (plan.launcher, plan.nprocs) == ("torchrun", 1)
     acc = create_accelerator(LaunchPlan("cpu", launcher="torchrun"))
-    assert acc._world() == (3, 4, 1)  # noqa: SLF001 - the worker's view of the torchrun world
+    assert acc.strategy._world() == (3, 4, 1)  # noqa: SLF001 - the worker's view of the torchrun world
     monkeypatch.delenv("RANK")
     assert env_world() is None
     assert resolve_plan("cpu", 1).launcher == "none"
@@ -216,12 +216,12 @@ def _batch() -> tuple[torch.Tensor, torch.Tensor]:
 def _gloo_worker(acc: Any, out: str) -> None:
     """Runs in each spawned rank: collectives, then one DDP step on this rank's half of the batch."""
     r, n = acc.rank, acc.world_size
-    summed = acc.all_reduce(torch.tensor([float(r + 1)]), "sum")
-    mean = acc.all_reduce(torch.tensor([float(r + 1)]), "mean")
-    biggest = acc.all_reduce(torch.tensor([float(r + 1)]), "max")
-    told = acc.broadcast_object({"from": r, "cfg": [1, 2]} if r == 0 else None)
-    gathered = acc.all_gather_object(f"rank{r}")
-    acc.barrier()
+    summed = acc.strategy.all_reduce(torch.tensor([float(r + 1)]), "sum")
+    mean = acc.strategy.all_reduce(torch.tensor([float(r + 1)]), "mean")
+    biggest = acc.strategy.all_reduce(torch.tensor([float(r + 1)]), "max")
+    told = acc.strategy.broadcast_object({"from": r, "cfg": [1, 2]} if r == 0 else None)
+    gathered = acc.strategy.all_gather_object(f"rank{r}")
+    acc.strategy.barrier()
 
     acc.manual_seed(11)
     net = acc.prepare_model(_Net())
@@ -229,7 +229,7 @@ def _gloo_worker(acc: Any, out: str) -> None:
     half = x.shape[0] // n
     loss = F.mse_loss(net(x[r * half:(r + 1) * half]), y[r * half:(r + 1) * half])
     acc.precision.backward(loss)
-    grads = {k: p.grad.clone() for k, p in acc.unwrap(net).named_parameters()}
+    grads = {k: p.grad.clone() for k, p in acc.strategy.unwrap(net).named_parameters()}
     written: list[Any] = []
     acc.save(lambda: {"rank": r}, written.append)
     torch.save({"rank": r, "world": n, "sum": summed, "mean": mean, "max": biggest, "told": told,

@@ -80,7 +80,7 @@ def train(acc: Any, steps: int = 6, read_loss_at: int | None = None) -> dict[str
         stats = acc.stats()
         compiles.append(stats["compiles"] if "compiles" in stats else 0)
         transfers.append(stats["host_transfers"])
-    weights = acc.to_host({k: v for k, v in acc.unwrap(net).state_dict().items()})
+    weights = acc.to_host({k: v for k, v in acc.strategy.unwrap(net).state_dict().items()})
     return {"weights": weights, "compiles": compiles, "transfers": transfers, "read": read,
             "loss_sum": float(acc.to_host(loss_sum)), "stats": acc.stats()}
 
@@ -115,7 +115,7 @@ def _save_result(out: Path, result: dict[str, Any]) -> None:
 
 def _script_train(acc: Any, out: str) -> None:
     result = train(acc)
-    result["world"] = [acc.rank, acc.world_size, acc.batch_multiplier, acc.data_parallel_size]
+    result["world"] = [acc.rank, acc.world_size, acc.batch_multiplier, acc.strategy.data_parallel_size]
     result["describe"] = acc.describe()
     _save_result(Path(out), result)
 
@@ -290,13 +290,13 @@ def test_recompile_warning(acc: Any) -> None:
 
 def test_collectives_single_rank(acc: Any) -> None:
     t = torch.tensor([1.0, 2.0], device=acc.device)
-    assert acc.all_reduce(t, "mean") is t
-    assert acc.broadcast_object({"a": 1}) == {"a": 1}
-    assert acc.all_gather_object(5) == [5]
-    acc.barrier()
+    assert acc.strategy.all_reduce(t, "mean") is t
+    assert acc.strategy.broadcast_object({"a": 1}) == {"a": 1}
+    assert acc.strategy.all_gather_object(5) == [5]
+    acc.strategy.barrier()
     assert acc.compile_model(net := TinySR()) is net
     with pytest.raises(AcceleratorError, match="op 'avg'"):
-        acc.all_reduce(t, "avg")
+        acc.strategy.all_reduce(t, "avg")
 
 
 def test_device_before_setup_and_fp16() -> None:

@@ -1,16 +1,19 @@
 """The accelerator interface: the one object that knows devices, processes, collectives and precision.
 
-Everything outside ``anysr/accelerators`` asks an ``Accelerator`` instead of touching a device runtime.
+Everything outside ``anysr/accelerators`` asks an ``Accelerator`` instead of touching a device runtime. It is
+three parts, as in Lightning Fabric: the ``Accelerator`` itself is the device (placement, randomness, steps,
+counters), ``acc.strategy`` the processes (rank, collectives, data parallel, stop signals; ``strategy.py``) and
+``acc.precision`` the numerics (autocast, loss scaler, memory format; ``precision.py``). The few methods here
+that touch all three (``setup``, ``prepare_model``, ``optimizer_step``, ``save``, ``calibrate``) compose them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -19,25 +22,23 @@ from torch import nn
 from anysr.accelerators.calibrate import fastest
 from anysr.accelerators.plan import LaunchPlan
 from anysr.accelerators.precision import Precision, Variant
-from anysr.accelerators.process import StopSignals
+from anysr.accelerators.strategy import Strategy
 from anysr.tree import tree_map
 
 __all__ = ["Accelerator", "LaunchPlan"]
 
 
 class Accelerator(ABC):
-    """A device kind plus this worker's place in the world (rank state lives here, never in globals)."""
+    """A device kind, with this worker's strategy (place in the world) and precision."""
 
     name: str = "base"
+    strategy_class: ClassVar[type[Strategy]] = Strategy
 
     def __init__(self, plan: LaunchPlan, local_rank: int = 0) -> None:
         self.plan = plan
-        self.local_rank = local_rank
-        self.rank = 0
-        self.world_size = 1
+        self.strategy = self.strategy_class(plan, local_rank)
         # autocast, scaler, memory format: decided by ``decide_hardware`` once ``setup`` has bound the device
         self.precision = Precision(plan.precision, plan.channels_last)
-        self.stop = StopSignals()  # the worker entry installs the handlers (``launcher._worker``)
         self._host_transfers = 0
 
     # ---------------------------------------------------------------- lifecycle
@@ -50,44 +51,29 @@ class Accelerator(ABC):
         """Called once in the worker before any work (process group, device selection)."""
 
     def teardown(self, failed: bool = False) -> None:
-        """Called once in the worker at the end (destroys the process group).
+        """Called once in the worker at the end (``strategy.teardown``: destroys the process group).
 
         ``failed``: this worker leaves on an error; it must not enter any collective (the others may never).
         """
+        self.strategy.teardown(failed)
 
-    # ---------------------------------------------------------------- stopping on a signal
-    def stop_signal(self, iteration: int) -> int | None:
-        """The stop signal every rank acts on after ``iteration``, or None (the same answer on every rank).
+    # ---------------------------------------------------------------- shortcuts to the strategy
+    @property
+    def rank(self) -> int:
+        """This worker's global rank (``strategy.rank``)."""
+        return self.strategy.rank
 
-        One process: the signal this worker received. Several: see the subclasses (they agree on the iteration).
-        """
-        del iteration
-        return self.stop.signum
-
-    def is_peer_failure(self, exc: BaseException) -> bool:
-        """Whether ``exc`` is a collective that failed because another rank died (that rank says why)."""
-        del exc
-        return False
+    @property
+    def world_size(self) -> int:
+        """How many workers the run has (``strategy.world_size``)."""
+        return self.strategy.world_size
 
     @property
     def is_main(self) -> bool:
-        """True on global rank 0: the rank that writes files and logs."""
-        return self.rank == 0
+        """True on global rank 0, the rank that writes files and logs (``strategy.is_main``)."""
+        return self.strategy.is_main
 
-    @property
-    def is_distributed(self) -> bool:
-        return self.world_size > 1
-
-    @property
-    def data_parallel_size(self) -> int:
-        """How many ways the global batch is split (ranks, or SPMD devices)."""
-        return self.world_size
-
-    @property
-    def data_rank(self) -> int:
-        """This worker's index among the data-parallel shards."""
-        return self.rank
-
+    # ---------------------------------------------------------------- device facts
     @property
     def static_shapes(self) -> bool:
         """True where every new tensor shape costs a compile (XLA): tiles are then padded to one shape."""
@@ -119,7 +105,7 @@ class Accelerator(ABC):
         if len(variants) < 2:
             return
         found = fastest(net, shape, variants, train=train) if self.is_main else None
-        best, why = self.broadcast_object(found)
+        best, why = self.strategy.broadcast_object(found)
         self.precision.decide(self.device, self.name, self.native_bf16(), measured=(best, why, variants))
 
     def describe(self) -> str:
@@ -178,34 +164,20 @@ class Accelerator(ABC):
         return tree_map(move, obj)
 
     def prepare_model(self, net: nn.Module) -> nn.Module:
-        """Place ``net`` on the device (and wrap it for data parallel where that is how this kind works)."""
-        return net.to(self.device)
-
-    def unwrap(self, net: nn.Module) -> nn.Module:
-        """The bare module behind whatever ``prepare_model`` wrapped it in."""
-        inner = getattr(net, "module", None)
-        return inner if isinstance(inner, nn.Module) and type(net).__name__ in {
-            "DistributedDataParallel", "DataParallel"} else getattr(net, "_orig_mod", net)
+        """Place ``net`` on the device in the decided memory format, made data parallel by the strategy
+        (``strategy.unwrap`` gives the bare module back)."""
+        return self.strategy.wrap(self.precision.convert_module(net.to(self.device)))
 
     def prepare_loader(self, loader: Iterable[Any]) -> Iterable[Any]:
         """Wrap a CPU data loader so that it yields batches on the device."""
         return _DeviceLoader(loader, self)
 
-    @contextlib.contextmanager
-    def no_sync(self, net: nn.Module) -> Iterator[None]:
-        """Skip the gradient all-reduce during accumulation micro-steps."""
-        del net
-        yield
-
     # ---------------------------------------------------------------- steps
-    def reduce_gradients(self, optimizer: torch.optim.Optimizer) -> None:
-        """Average gradients over data-parallel ranks where the model wrapper does not."""
-        del optimizer
-
     def optimizer_step(self, optimizer: torch.optim.Optimizer, clip_grad_norm: float | None = None,
                        parameters: Iterable[torch.Tensor] | None = None) -> torch.Tensor | None:
-        """Reduce, unscale, clip and step; returns the gradient norm (on the device) when clipping."""
-        self.reduce_gradients(optimizer)
+        """Reduce (strategy), unscale, clip and step (precision); returns the gradient norm (on the device) when
+        clipping."""
+        self.strategy.reduce_gradients(optimizer)
         norm = None
         self.precision.unscale(optimizer)
         if clip_grad_norm is not None and clip_grad_norm > 0:
@@ -221,23 +193,6 @@ class Accelerator(ABC):
     def synchronize(self) -> None:
         """Wait until queued device work is done (for honest timings)."""
 
-    # ---------------------------------------------------------------- collectives
-    def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
-        """Sum (or 'mean', 'max', 'min') a tensor over all ranks; returns the result."""
-        del op
-        return tensor
-
-    def broadcast_object(self, obj: Any, src: int = 0) -> Any:
-        """``obj`` from rank ``src`` on every rank (small, picklable objects only)."""
-        del src
-        return obj
-
-    def all_gather_object(self, obj: Any) -> list[Any]:
-        return [obj]
-
-    def barrier(self) -> None:
-        """Every rank waits here for all others."""
-
     # ---------------------------------------------------------------- state and saving
     def save(self, state_fn: Callable[[], Any], writer: Callable[[Any], None]) -> None:
         """A save as a collective: every rank syncs and builds the host state, rank 0 writes, all meet.
@@ -248,9 +203,7 @@ class Accelerator(ABC):
         """
         self.mark_step()
         state = self.to_host(state_fn())
-        if self.is_main:
-            writer(self.precision.for_saving(state))
-        self.barrier()
+        self.strategy.write_on_main(state, lambda host: writer(self.precision.for_saving(host)))
 
     stats_in_log = False  # whether ``stats()`` goes into the training log at print_freq (XLA: compiles)
 

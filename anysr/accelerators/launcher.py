@@ -67,7 +67,7 @@ def _report(acc: Accelerator, exc: BaseException) -> int:
     if isinstance(exc, OSError):
         print(f"anysr: error (rank {acc.rank}): {describe_os_error(exc)}", file=sys.stderr, flush=True)
         return 2
-    if acc.is_peer_failure(exc):
+    if acc.strategy.is_peer_failure(exc):
         return PEER_FAILED
     return 1
 
@@ -78,7 +78,7 @@ def _worker(local_rank: int, plan: LaunchPlan, fn: Callable[..., Any], args: tup
     if parent_pid is not None:
         watch_parent(parent_pid)
     acc = create_accelerator(plan, local_rank)
-    acc.stop = StopSignals().install()
+    acc.strategy.stop = StopSignals().install()
     failed = True
     try:
         acc.setup()
@@ -95,7 +95,7 @@ def _worker(local_rank: int, plan: LaunchPlan, fn: Callable[..., Any], args: tup
                 sys.exit(code)
         raise
     finally:
-        acc.stop.uninstall()
+        acc.strategy.stop.uninstall()
         acc.teardown(failed=failed)
 
 

@@ -17,6 +17,7 @@ from torch.nn.parallel import DistributedDataParallel
 from anysr.accelerators.base import Accelerator, LaunchPlan
 from anysr.accelerators.hardware import cpu_bf16
 from anysr.accelerators.precision import Variant
+from anysr.accelerators.strategy import Strategy
 from anysr.errors import AcceleratorError
 
 # Buffers (EDSR's mean, SwinIR's masks) are constants: identical on every rank, never synced per step.
@@ -51,13 +52,12 @@ def slurm_world() -> tuple[int, int, int]:
             "(one task per device) or drop --launcher slurm") from None
 
 
-class TorchDistAccelerator(Accelerator):
-    """Shared code of the eager devices: a process group when world_size > 1, DDP for the model."""
-
-    backend = "gloo"
+class ProcessGroupStrategy(Strategy):
+    """Ranks on a torch.distributed process group (gloo or NCCL) when world_size > 1; DDP for the model."""
 
     def __init__(self, plan: LaunchPlan, local_rank: int = 0) -> None:
         super().__init__(plan, local_rank)
+        self._device = torch.device("cpu")
         self._owns_group = False
         self._stop_store: Any = None
         self._stop_published = False
@@ -74,10 +74,13 @@ class TorchDistAccelerator(Accelerator):
             return slurm_world()
         return 0, 1, 0
 
-    def setup(self) -> None:
+    def join_world(self) -> None:
+        """Take this worker's rank, world size and local rank from the launcher that started it."""
         self.rank, self.world_size, self.local_rank = self._world()
-        self.select_device()
-        self.decide_hardware()
+
+    def setup(self, device: torch.device, backend: str, init_kwargs: dict[str, Any]) -> None:
+        """Join the process group on ``device`` (several ranks only); ``backend`` unless the plan names one."""
+        self._device = device
         if self.world_size > 1 and not dist.is_initialized():
             if self.plan.launcher == "slurm":
                 os.environ.setdefault("MASTER_PORT", str(self.plan.master_port or 29500))
@@ -86,22 +89,16 @@ class TorchDistAccelerator(Accelerator):
                         "--launcher slurm: set MASTER_ADDR to the first node's host name "
                         "(for example: export MASTER_ADDR=$(scontrol show hostnames $SLURM_NODELIST | head -n1))")
             timeout = datetime.timedelta(minutes=30)
-            kwargs = self._init_kwargs()
+            kwargs = dict(init_kwargs)
             if self.plan.launcher == "spawn":
                 # The parent hosts the rendezvous store (see launch()), so no rank's exit can take it away
                 # from the others while they tear down.
                 kwargs["store"] = dist.TCPStore(os.environ.get("MASTER_ADDR", "127.0.0.1"),
                                                 int(os.environ["MASTER_PORT"]), self.world_size, is_master=False,
                                                 timeout=timeout)
-            dist.init_process_group(self.plan.dist_backend or self.backend, rank=self.rank,
+            dist.init_process_group(self.plan.dist_backend or backend, rank=self.rank,
                                     world_size=self.world_size, timeout=timeout, **kwargs)
             self._owns_group = True
-
-    def _init_kwargs(self) -> dict[str, Any]:
-        return {}
-
-    def select_device(self) -> None:
-        """Bind this worker to its device."""
 
     def teardown(self, failed: bool = False) -> None:
         if not (self._owns_group and dist.is_initialized()):
@@ -143,10 +140,9 @@ class TorchDistAccelerator(Accelerator):
             exc, AcceleratorError) and any(word in str(exc) for word in _PEER_GONE)
 
     # ---------------------------------------------------------------- model
-    def prepare_model(self, net: nn.Module) -> nn.Module:
-        net = self.precision.convert_module(net.to(self.device))
+    def wrap(self, net: nn.Module) -> nn.Module:
         if self.world_size > 1 and any(p.requires_grad for p in net.parameters()):
-            ids = [self.device.index] if self.device.type == "cuda" else None
+            ids = [self._device.index] if self._device.type == "cuda" else None
             net = DistributedDataParallel(net, device_ids=ids, **_NO_BUFFER_SYNC,
                                           find_unused_parameters=bool(self.plan.ddp.get("find_unused_parameters")),
                                           static_graph=bool(self.plan.ddp.get("static_graph")))
@@ -190,6 +186,27 @@ class TorchDistAccelerator(Accelerator):
             dist.barrier()
 
 
+
+class TorchDistAccelerator(Accelerator):
+    """Shared code of the eager devices (CPU, CUDA, MPS) on a ``ProcessGroupStrategy``."""
+
+    backend = "gloo"
+    strategy_class = ProcessGroupStrategy
+    strategy: ProcessGroupStrategy
+
+    def setup(self) -> None:
+        self.strategy.join_world()
+        self.select_device()
+        self.decide_hardware()
+        self.strategy.setup(self.device, self.backend, self._init_kwargs())
+
+    def _init_kwargs(self) -> dict[str, Any]:
+        return {}
+
+    def select_device(self) -> None:
+        """Bind this worker to its device."""
+
+
 class CPUAccelerator(TorchDistAccelerator):
     """The CPU: one process, or several ranks on gloo (``accelerator: cpu`` with ``num_gpu: N``)."""
 
@@ -227,17 +244,17 @@ class CUDAAccelerator(TorchDistAccelerator):
 
     @property
     def device(self) -> torch.device:
-        return torch.device("cuda", self.local_rank)
+        return torch.device("cuda", self.strategy.local_rank)
 
     def select_device(self) -> None:
         if not torch.cuda.is_available():
             raise AcceleratorError("accelerator cuda: no CUDA device is visible in this worker "
                                    "(check CUDA_VISIBLE_DEVICES, or set accelerator: cpu)")
-        if self.local_rank >= torch.cuda.device_count():
+        if self.strategy.local_rank >= torch.cuda.device_count():
             raise AcceleratorError(
-                f"accelerator cuda: local rank {self.local_rank} but only {torch.cuda.device_count()} "
+                f"accelerator cuda: local rank {self.strategy.local_rank} but only {torch.cuda.device_count()} "
                 "device(s) visible; lower num_gpu or --nproc_per_node")
-        torch.cuda.set_device(self.local_rank)
+        torch.cuda.set_device(self.strategy.local_rank)
         torch.backends.cudnn.benchmark = True
         # A collective whose peer died raises (and aborts the communicator) instead of waiting forever.
         os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")

@@ -110,12 +110,12 @@ class SRGANModel(SRModel):
         """Backpropagate the discriminator losses (real, then fake: one backward per forward, as DDP wants);
         return ``l_d_real``, ``l_d_fake`` and the mean logits ``out_d_real``, ``out_d_fake``."""
         net_d = self.nets["net_d"]
-        with self.acc.no_sync(net_d):
+        with self.acc.strategy.no_sync(net_d):
             with self.acc.precision.autocast():
                 real = net_d(gt)
             l_real = self.cri_gan(real.float(), True, is_disc=True)
             self.acc.precision.backward(l_real * scale)
-        with self.acc.no_sync(net_d) if not sync else contextlib.nullcontext():
+        with self.acc.strategy.no_sync(net_d) if not sync else contextlib.nullcontext():
             with self.acc.precision.autocast():
                 fake = net_d(output)
             l_fake = self.cri_gan(fake.float(), False, is_disc=True)
@@ -164,7 +164,7 @@ class SRGANModel(SRModel):
         if step_g:
             opt_g.zero_grad(set_to_none=True)
             for k, batch in enumerate(batches):
-                with self.acc.no_sync(net_g) if k < n - 1 else contextlib.nullcontext():
+                with self.acc.strategy.no_sync(net_g) if k < n - 1 else contextlib.nullcontext():
                     output, losses = self.generator_losses(batch)
                     self.acc.precision.backward(sum(losses.values()) / n)  # type: ignore[arg-type]
                 outputs.append(output.detach())
@@ -209,12 +209,12 @@ class ESRGANModel(SRGANModel):
         net_d = self.nets["net_d"]
         with torch.no_grad(), self.acc.precision.autocast():
             fake_mean = self.bare("net_d")(output).float().mean()
-        with self.acc.no_sync(net_d):
+        with self.acc.strategy.no_sync(net_d):
             with self.acc.precision.autocast():
                 real = net_d(gt).float()
             l_real = self.cri_gan(real - fake_mean, True, is_disc=True) * 0.5
             self.acc.precision.backward(l_real * scale)
-        with self.acc.no_sync(net_d) if not sync else contextlib.nullcontext():
+        with self.acc.strategy.no_sync(net_d) if not sync else contextlib.nullcontext():
             with self.acc.precision.autocast():
                 fake = net_d(output).float()
             l_fake = self.cri_gan(fake - real.detach().mean(), False, is_disc=True) * 0.5

@@ -156,7 +156,7 @@ class _Synthesis:
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = super().state_dict()  # type: ignore[misc]
         if self.pool is not None:
-            state["pool"] = self.pool.state_dict(self.acc.all_gather_object, self.acc.to_host)
+            state["pool"] = self.pool.state_dict(self.acc.strategy.all_gather_object, self.acc.to_host)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -64,7 +64,7 @@ class SRModel(BaseModel):
         totals: dict[str, torch.Tensor] = {}
         n = len(batches)
         for k, batch in enumerate(batches):
-            ctx = self.acc.no_sync(net) if k < n - 1 else contextlib.nullcontext()
+            ctx = self.acc.strategy.no_sync(net) if k < n - 1 else contextlib.nullcontext()
             with ctx:
                 losses = self.compute_losses(batch)
                 total = sum(losses.values())

@@ -215,7 +215,7 @@ def _reduce(acc: Accelerator, dataset: str, vm: ValMetrics, valid_flags: list[to
     keys = [k for k in vm.per_image_keys() if k in per_image]
     sums = [(torch.cat(per_image[k]) * valid).sum() for k in keys]
     packed = torch.stack([*sums, valid.sum()]) if len(valid) else torch.zeros(len(keys) + 1, device=device)
-    total = acc.to_host(acc.all_reduce(packed, "sum"))
+    total = acc.to_host(acc.strategy.all_reduce(packed, "sum"))
     count = int(round(float(total[-1])))
     averages = {k: float(total[i]) / max(count, 1) for i, k in enumerate(keys)}
     averages.update(vm.dataset_values(valid, indices))  # FID: one value of the whole set
@@ -233,7 +233,7 @@ def _reduce(acc: Accelerator, dataset: str, vm: ValMetrics, valid_flags: list[to
                 rows_local.append(row)
     rows: list[dict[str, Any]] = []
     gathered: list[ImageCrop] = []
-    for part_rows, part_crops in acc.all_gather_object((rows_local, crops)):
+    for part_rows, part_crops in acc.strategy.all_gather_object((rows_local, crops)):
         rows.extend(part_rows)
         gathered.extend(part_crops)
     rows.sort(key=lambda r: r["name"])
@@ -278,7 +278,7 @@ def test_worker(acc: Accelerator, opt: Any) -> dict[str, Any]:
         save_dir = results_root / "visualization" / dopt.name if val.save_img else None
         if save_dir is not None and acc.is_main:
             save_dir.mkdir(parents=True, exist_ok=True)
-        acc.barrier()
+        acc.strategy.barrier()
         from anysr.engine.evaluation.video_eval import evaluate_clips, is_clip_loader  # noqa: PLC0415  (it imports this module)
 
         common = dict(dataset=dopt.name, scale=scale, tile=val.tile, tile_pad=int(val.tile_pad), save_dir=save_dir,

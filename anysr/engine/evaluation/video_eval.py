@@ -252,7 +252,7 @@ def _reduce(acc: Accelerator, dataset: str, metrics_opt: dict[str, Any], parts: 
         idx = torch.tensor(slots, dtype=torch.long).to(device)
         table = table.index_put((idx,), torch.cat(parts).to(device), accumulate=True)
         mask = mask.index_put((idx,), torch.ones(len(slots), device=device), accumulate=True)
-    packed = acc.to_host(acc.all_reduce(torch.cat([table.flatten(), mask]), "sum")).double()
+    packed = acc.to_host(acc.strategy.all_reduce(torch.cat([table.flatten(), mask]), "sum")).double()
     table_h, mask_h = packed[: total * m].view(total, m), packed[total * m:]
     if bool((mask_h > 1).any()):
         raise DataError(f"{dataset}: a frame was scored twice; the clip dataset's items overlap")

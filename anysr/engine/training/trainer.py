@@ -109,7 +109,7 @@ class Trainer:
                 decision["error"] = describe_os_error(exc)
         else:
             setup_logging(enabled=False)
-        decision = self.acc.broadcast_object(decision)
+        decision = self.acc.strategy.broadcast_object(decision)
         if decision["error"]:
             raise everywhere(OptionError(decision["error"]))
         chosen = decision["resume"]
@@ -265,7 +265,7 @@ class Trainer:
                 check = getattr(ds, "check", None)
                 if check is not None:
                     problems += [f"datasets.{key}: {p}" for p in check(decode=decode)]
-        problems = self.acc.broadcast_object(problems)
+        problems = self.acc.strategy.broadcast_object(problems)
         if problems:
             more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
             raise everywhere(DataError(f"{len(problems)} problem(s) found in the datasets before training (nothing "
@@ -363,7 +363,7 @@ class Trainer:
                       self.total_iter, self.batches_per_epoch,
                       self.sampler.batch_size * self.sampler.world_size * self.accumulate)
         it = start_iter
-        with acc.stop.graceful_section():  # a signal is acted on between steps: finish, save, exit
+        with acc.strategy.stop.graceful_section():  # a signal is acted on between steps: finish, save, exit
             while it < self.total_iter:
                 it += 1
                 self._iteration(it, run)
@@ -429,7 +429,7 @@ class Trainer:
 
     def _stop_if_signalled(self, it: int, run: _Run) -> None:
         """After a step: when every rank agrees a stop signal came, save a complete state and end the run."""
-        signum = self.acc.stop_signal(it)
+        signum = self.acc.strategy.stop_signal(it)
         if signum is None:
             return
         self._check_finite(run.first_bad)
@@ -441,7 +441,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ pieces
     def _check_finite(self, first_bad: torch.Tensor) -> None:
-        bad_iter = int(self.acc.to_host(self.acc.all_reduce(first_bad, "max")))
+        bad_iter = int(self.acc.to_host(self.acc.strategy.all_reduce(first_bad, "max")))
         if bad_iter >= 0:
             states = ckpt.list_training_states(self.states_dir) if self.acc.is_main else []
             keep = f"the last good checkpoint is {states[-1][1]}" if states else "no checkpoint was written yet"
@@ -455,7 +455,7 @@ class Trainer:
         keys = sorted(running)
         packed = torch.stack([running[k].float() / max(count, 1) for k in keys]) if keys else None
         if packed is not None:
-            packed = acc.all_reduce(packed, "mean")
+            packed = acc.strategy.all_reduce(packed, "mean")
         self._check_finite(first_bad)
         values = acc.to_host(packed).tolist() if packed is not None else []
         self.last_losses = dict(zip(keys, values))
@@ -486,7 +486,7 @@ class Trainer:
             save_dir = self.vis_dir / name if self.val_opt.save_img else None
             if save_dir is not None and self.acc.is_main:
                 save_dir.mkdir(parents=True, exist_ok=True)
-            self.acc.barrier()
+            self.acc.strategy.barrier()
             suffix = self.val_opt.suffix or str(it)
             common = dict(dataset=name, scale=int(self.opt.scale), tile=self.val_opt.tile,
                           tile_pad=int(self.val_opt.tile_pad), save_dir=save_dir, suffix=suffix,
