@@ -18,7 +18,8 @@ from typing import Any
 
 from anysr.accelerators.hardware import check_precision
 from anysr.accelerators.plan import LAUNCHERS, LaunchPlan
-from anysr.errors import AcceleratorError
+from anysr.accelerators.xla_plan import local_tpu_chips, xla_plan
+from anysr.errors import AcceleratorError, did_you_mean
 
 # Names people try for a device kind -> what to say (the nearest spelling would mislead: 'tpu' -> 'cpu').
 ACCELERATOR_HINTS = {"tpu": "TPUs are accelerator: xla", "gpu": "NVIDIA GPUs are accelerator: cuda (Apple: mps)",
@@ -211,8 +212,6 @@ class XLAKind(Kind):
 
     def wanted(self) -> bool:
         """``auto`` picks XLA when torch_xla is installed and PJRT_DEVICE is set or TPU chips are attached."""
-        from anysr.accelerators.xla_plan import local_tpu_chips  # noqa: PLC0415
-
         return self.available() and ("PJRT_DEVICE" in os.environ or local_tpu_chips() > 0)
 
     def missing(self) -> str:
@@ -221,8 +220,6 @@ class XLAKind(Kind):
 
     def plan(self, request: PlanRequest, external: str | None) -> LaunchPlan:
         """XLA starts its own workers (torch_xla.launch) or runs SPMD in one process; see ``xla_plan``."""
-        from anysr.accelerators.xla_plan import xla_plan  # noqa: PLC0415
-
         # XLA assigns tensor layouts itself when it compiles the graph: channels_last is only recorded (the
         # worker's choice says it is ignored).
         del external
@@ -239,8 +236,6 @@ __all__ = ["ACCELERATORS", "ACCELERATOR_HINTS", "AUTO_ORDER", "KINDS", "LAUNCHER
 def pick_kind(name: str) -> Kind:
     """Resolve ``auto`` (XLA when PJRT_DEVICE is set or TPU chips exist, then CUDA, MPS, CPU) and check."""
     if name not in ACCELERATORS:
-        from anysr.errors import did_you_mean  # noqa: PLC0415
-
         hint = f" ({ACCELERATOR_HINTS[name.lower()]})" if name.lower() in ACCELERATOR_HINTS \
             else did_you_mean(name, ACCELERATORS)
         raise AcceleratorError(f"accelerator: '{name}' is not one of {', '.join(ACCELERATORS)}{hint}")

@@ -14,6 +14,7 @@ from anysr.accelerators.kinds import KINDS, PlanRequest, free_port, pick_kind
 from anysr.accelerators.plan import LAUNCHERS, external_launcher
 from anysr.accelerators.process import Interrupted, StopSignals, WorkerExit, supervise, watch_parent
 from anysr.accelerators.torch_dist import env_world
+from anysr.accelerators.xla_plan import xla_launch
 from anysr.errors import PEER_FAILED, AcceleratorError, AlreadyReported, AnysrError, describe_os_error
 
 
@@ -154,7 +155,5 @@ def launch(plan: LaunchPlan, fn: Callable[..., Any], *args: Any) -> Any:
         _spawn(plan, fn, args)
         return None
     if plan.launcher == "xla":
-        from anysr.accelerators.xla_plan import xla_launch  # noqa: PLC0415
-
         return xla_launch(plan, _worker, fn, args)
     return _worker(0, plan, fn, args)
