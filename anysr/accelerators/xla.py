@@ -1,8 +1,8 @@
 """XLA devices (TPU; tested on XLA:CPU) through torch_xla's PJRT runtime.
 
 Imported only inside a worker (``create_accelerator``), never by the parent process. Ranks come from
-``torch_xla.runtime`` in ``setup()`` and live in this object: on TPU v2/v3 (and XLA:CPU) several ranks
-are threads of one process, so nothing here may be a module global.
+``torch_xla.runtime`` in ``setup()`` and live in the accelerator's ``XLAStrategy``: on TPU v2/v3 (and XLA:CPU)
+several ranks are threads of one process, so nothing here may be a module global.
 """
 
 from __future__ import annotations
