@@ -6,6 +6,7 @@ two spawned CPU ranks through ``launch()``.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
 import os
@@ -160,7 +161,7 @@ def test_torchrun_environment_is_detected(monkeypatch: pytest.MonkeyPatch) -> No
     plan = resolve_plan("cuda", 8)  # torchrun decides the count: num_gpu is not checked against it
     assert (plan.launcher, plan.nprocs) == ("torchrun", 1)
     acc = create_accelerator(LaunchPlan("cpu", launcher="torchrun"))
-    assert acc._world() == (3, 4, 1)  # noqa: SLF001 - the worker's view of the torchrun world
+    assert acc.strategy._world() == (3, 4, 1)  # noqa: SLF001 - the worker's view of the torchrun world
     monkeypatch.delenv("RANK")
     assert env_world() is None
     assert resolve_plan("cpu", 1).launcher == "none"
@@ -216,20 +217,20 @@ def _batch() -> tuple[torch.Tensor, torch.Tensor]:
 def _gloo_worker(acc: Any, out: str) -> None:
     """Runs in each spawned rank: collectives, then one DDP step on this rank's half of the batch."""
     r, n = acc.rank, acc.world_size
-    summed = acc.all_reduce(torch.tensor([float(r + 1)]), "sum")
-    mean = acc.all_reduce(torch.tensor([float(r + 1)]), "mean")
-    biggest = acc.all_reduce(torch.tensor([float(r + 1)]), "max")
-    told = acc.broadcast_object({"from": r, "cfg": [1, 2]} if r == 0 else None)
-    gathered = acc.all_gather_object(f"rank{r}")
-    acc.barrier()
+    summed = acc.strategy.all_reduce(torch.tensor([float(r + 1)]), "sum")
+    mean = acc.strategy.all_reduce(torch.tensor([float(r + 1)]), "mean")
+    biggest = acc.strategy.all_reduce(torch.tensor([float(r + 1)]), "max")
+    told = acc.strategy.broadcast_object({"from": r, "cfg": [1, 2]} if r == 0 else None)
+    gathered = acc.strategy.all_gather_object(f"rank{r}")
+    acc.strategy.barrier()
 
     acc.manual_seed(11)
     net = acc.prepare_model(_Net())
     x, y = _batch()
     half = x.shape[0] // n
     loss = F.mse_loss(net(x[r * half:(r + 1) * half]), y[r * half:(r + 1) * half])
-    acc.backward(loss)
-    grads = {k: p.grad.clone() for k, p in acc.unwrap(net).named_parameters()}
+    acc.precision.backward(loss)
+    grads = {k: p.grad.clone() for k, p in acc.strategy.unwrap(net).named_parameters()}
     written: list[Any] = []
     acc.save(lambda: {"rank": r}, written.append)
     torch.save({"rank": r, "world": n, "sum": summed, "mean": mean, "max": biggest, "told": told,
@@ -283,3 +284,28 @@ def test_two_slurm_tasks(tmp_path: Path) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "slurm":  # one SLURM task (see test_two_slurm_tasks)
         launch(resolve_plan("cpu", 1, launcher="slurm"), _gloo_worker, sys.argv[2])
+
+
+
+def test_accelerators_import_graph_has_no_cycle() -> None:
+    """Imports inside ``anysr/accelerators`` (in-function ones included) point one way: no module reaches itself."""
+    graph: dict[str, set[str]] = {}
+    for path in Path(K.__file__).parent.glob("*.py"):
+        deps = graph.setdefault(path.stem, set())
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            else:
+                continue
+            deps.update(n.split(".")[2] for n in names if n.startswith("anysr.accelerators."))
+    for start in graph:
+        seen: set[str] = set()
+        todo = list(graph[start])
+        while todo:
+            module = todo.pop()
+            assert module != start, f"import cycle through anysr.accelerators.{start}"
+            if module not in seen:
+                seen.add(module)
+                todo.extend(graph.get(module, ()))

@@ -54,7 +54,7 @@ def test_ddp_options_reach_ddp(tmp_path: Path, small_train_dir: Path) -> None:
     assert plan.ddp == {"find_unused_parameters": True, "static_graph": True}
     acc = create_accelerator(plan)
     acc.setup()
-    acc.world_size = 2  # as a second rank would make it; DDP itself is tested with real ranks elsewhere
+    acc.strategy.world_size = 2  # as a second rank would make it; DDP itself is tested with real ranks elsewhere
     seen: dict[str, object] = {}
 
     class FakeDDP(torch.nn.Module):

@@ -62,8 +62,8 @@ def test_cpu_accelerator_decides_in_setup_and_calibrate() -> None:
     acc = create_accelerator(resolve_plan("cpu", 1))
     acc.setup()
     native, _ = cpu_bf16()
-    assert acc.precision == ("bf16" if native else "fp32")
-    assert acc.choices["precision"].requested == "auto" and "auto:" in acc.describe_choices()
+    assert acc.precision.name == ("bf16" if native else "fp32")
+    assert acc.precision.choices["precision"].requested == "auto" and "auto:" in acc.precision.describe_choices()
     variants = acc.candidate_variants()
     assert {v.precision for v in variants} == ({"fp32", "bf16"} if native else {"fp32"})
     assert {v.channels_last for v in variants} == {False, True}
@@ -74,13 +74,13 @@ def test_cpu_accelerator_decides_in_setup_and_calibrate() -> None:
     measured = ("precision", "channels_last") if native else ("channels_last",)  # one precision left: a rule decided
     for name in measured:
         assert "measured on this CPU for this network: forward + backward of (2, 3, 16, 16)" in \
-            acc.choices[name].reason
-    chosen = (acc.precision, acc.channels_last)
+            acc.precision.choices[name].reason
+    chosen = (acc.precision.name, acc.precision.channels_last)
     again = create_accelerator(resolve_plan("cpu", 1))
     again.setup()
     again.calibrate(net, (2, 3, 16, 16), train=True)  # cached: the same answer, without timing again
-    assert (again.precision, again.channels_last) == chosen
-    assert "measured earlier on this CPU" in again.choices["channels_last"].reason
+    assert (again.precision.name, again.precision.channels_last) == chosen
+    assert "measured earlier on this CPU" in again.precision.choices["channels_last"].reason
     forced = create_accelerator(resolve_plan("cpu", 1, precision="fp32", channels_last=False))
     forced.setup()
     assert forced.candidate_variants() == [Variant("fp32", False)]  # nothing left to measure

@@ -17,7 +17,7 @@ from torch import nn
 
 from anysr.accelerators import create_accelerator, resolve_plan
 from anysr.accelerators.hardware import choose_channels_last
-from anysr.accelerators.torch_dist import standard_layout, to_channels_last
+from anysr.accelerators.precision import standard_layout, to_channels_last
 from anysr.cli import main
 from anysr.errors import OptionError
 from anysr.options import load_options
@@ -104,7 +104,7 @@ def test_plan_and_accelerator_carry_the_memory_format() -> None:
     assert batch["lq"].is_contiguous(memory_format=NHWC) and not batch["lq"].is_contiguous()
     assert batch["idx"].is_contiguous() and batch["v"].is_contiguous()
     assert "channels_last" in acc.describe()
-    assert not create_accelerator(resolve_plan("cpu", 1)).channels_last
+    assert not create_accelerator(resolve_plan("cpu", 1)).precision.channels_last
 
 
 def test_xla_plans_drop_channels_last(monkeypatch: pytest.MonkeyPatch) -> None:

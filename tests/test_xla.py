@@ -68,10 +68,10 @@ def train(acc: Any, steps: int = 6, read_loss_at: int | None = None) -> dict[str
     for i, batch in enumerate(acc.prepare_loader(make_batches(steps))):
         assert batch["lq"].device.type == acc.device.type
         assert batch["lq_path"][0] == f"img{i}_0.png"
-        with acc.autocast():
+        with acc.precision.autocast():
             loss = F.l1_loss(net(batch["lq"]).float(), batch["gt"])
         opt.zero_grad(set_to_none=True)
-        acc.backward(loss)
+        acc.precision.backward(loss)
         acc.optimizer_step(opt, clip_grad_norm=10.0)
         loss_sum += loss.detach()
         acc.mark_step()
@@ -80,7 +80,7 @@ def train(acc: Any, steps: int = 6, read_loss_at: int | None = None) -> dict[str
         stats = acc.stats()
         compiles.append(stats["compiles"] if "compiles" in stats else 0)
         transfers.append(stats["host_transfers"])
-    weights = acc.to_host({k: v for k, v in acc.unwrap(net).state_dict().items()})
+    weights = acc.to_host({k: v for k, v in acc.strategy.unwrap(net).state_dict().items()})
     return {"weights": weights, "compiles": compiles, "transfers": transfers, "read": read,
             "loss_sum": float(acc.to_host(loss_sum)), "stats": acc.stats()}
 
@@ -115,7 +115,7 @@ def _save_result(out: Path, result: dict[str, Any]) -> None:
 
 def _script_train(acc: Any, out: str) -> None:
     result = train(acc)
-    result["world"] = [acc.rank, acc.world_size, acc.batch_multiplier, acc.data_parallel_size]
+    result["world"] = [acc.rank, acc.world_size, acc.batch_multiplier, acc.strategy.data_parallel_size]
     result["describe"] = acc.describe()
     _save_result(Path(out), result)
 
@@ -216,10 +216,10 @@ def test_bf16_autocast(acc: Any) -> None:
     bf = create_accelerator(_plan("bf16"))
     bf.setup()
     x = torch.rand(1, 3, 8, 8).to(bf.device)
-    with bf.autocast():
+    with bf.precision.autocast():
         y = nn.functional.conv2d(x, torch.rand(4, 3, 3, 3).to(bf.device))
     assert y.dtype == torch.bfloat16
-    with acc.autocast():
+    with acc.precision.autocast():
         assert nn.functional.conv2d(x, torch.rand(4, 3, 3, 3).to(bf.device)).dtype == torch.float32
     result = train(bf, steps=3)
     assert np.isfinite(result["loss_sum"])
@@ -290,13 +290,13 @@ def test_recompile_warning(acc: Any) -> None:
 
 def test_collectives_single_rank(acc: Any) -> None:
     t = torch.tensor([1.0, 2.0], device=acc.device)
-    assert acc.all_reduce(t, "mean") is t
-    assert acc.broadcast_object({"a": 1}) == {"a": 1}
-    assert acc.all_gather_object(5) == [5]
-    acc.barrier()
+    assert acc.strategy.all_reduce(t, "mean") is t
+    assert acc.strategy.broadcast_object({"a": 1}) == {"a": 1}
+    assert acc.strategy.all_gather_object(5) == [5]
+    acc.strategy.barrier()
     assert acc.compile_model(net := TinySR()) is net
     with pytest.raises(AcceleratorError, match="op 'avg'"):
-        acc.all_reduce(t, "avg")
+        acc.strategy.all_reduce(t, "avg")
 
 
 def test_device_before_setup_and_fp16() -> None:

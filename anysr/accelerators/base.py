@@ -1,47 +1,45 @@
 """The accelerator interface: the one object that knows devices, processes, collectives and precision.
 
-Everything outside ``anysr/accelerators`` asks an ``Accelerator`` instead of touching a device runtime.
+Everything outside ``anysr/accelerators`` asks an ``Accelerator`` instead of touching a device runtime. It is
+three parts, as in Lightning Fabric: the ``Accelerator`` itself is the device (placement, randomness, steps,
+counters), ``acc.strategy`` the processes (rank, collectives, data parallel, stop signals; ``strategy.py``) and
+``acc.precision`` the numerics (autocast, loss scaler, memory format; ``precision.py``). The few methods here
+that touch all three (``setup``, ``prepare_model``, ``optimizer_step``, ``save``, ``calibrate``) compose them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from torch import nn
 
-from anysr.accelerators.calibrate import Variant, fastest
-from anysr.accelerators.hardware import PRECISION_CHOICES, PRECISIONS, Choice, choose_channels_last, choose_precision
+from anysr.accelerators.calibrate import fastest
 from anysr.accelerators.plan import LaunchPlan
-from anysr.accelerators.process import StopSignals
+from anysr.accelerators.precision import Precision, Variant
+from anysr.accelerators.strategy import Strategy
 from anysr.tree import tree_map
 
-__all__ = ["PRECISIONS", "PRECISION_CHOICES", "Accelerator", "LaunchPlan"]
+__all__ = ["Accelerator", "LaunchPlan"]
 
 
 class Accelerator(ABC):
-    """A device kind plus this worker's place in the world (rank state lives here, never in globals)."""
+    """A device kind, with this worker's strategy (place in the world) and precision."""
 
     name: str = "base"
+    strategy_class: ClassVar[type[Strategy]] = Strategy
 
     def __init__(self, plan: LaunchPlan, local_rank: int = 0) -> None:
         self.plan = plan
-        self.local_rank = local_rank
-        self.rank = 0
-        self.world_size = 1
-        # fp32 and NCHW until ``decide_hardware`` (called by ``setup`` once the device is bound) looks at it.
-        self.precision = plan.precision if plan.precision != "auto" else "fp32"
-        self._channels_last = False
-        self.choices: dict[str, Choice] = {}
-        self.stop = StopSignals()  # the worker entry installs the handlers (``launcher._worker``)
+        self.strategy = self.strategy_class(plan, local_rank)
+        # autocast, scaler, memory format: decided by ``decide_hardware`` once ``setup`` has bound the device
+        self.precision = Precision(plan.precision, plan.channels_last)
         self._host_transfers = 0
-        self._scaler: Any = None
 
     # ---------------------------------------------------------------- lifecycle
     @property
@@ -53,44 +51,29 @@ class Accelerator(ABC):
         """Called once in the worker before any work (process group, device selection)."""
 
     def teardown(self, failed: bool = False) -> None:
-        """Called once in the worker at the end (destroys the process group).
+        """Called once in the worker at the end (``strategy.teardown``: destroys the process group).
 
         ``failed``: this worker leaves on an error; it must not enter any collective (the others may never).
         """
+        self.strategy.teardown(failed)
 
-    # ---------------------------------------------------------------- stopping on a signal
-    def stop_signal(self, iteration: int) -> int | None:
-        """The stop signal every rank acts on after ``iteration``, or None (the same answer on every rank).
+    # ---------------------------------------------------------------- shortcuts to the strategy
+    @property
+    def rank(self) -> int:
+        """This worker's global rank (``strategy.rank``)."""
+        return self.strategy.rank
 
-        One process: the signal this worker received. Several: see the subclasses (they agree on the iteration).
-        """
-        del iteration
-        return self.stop.signum
-
-    def is_peer_failure(self, exc: BaseException) -> bool:
-        """Whether ``exc`` is a collective that failed because another rank died (that rank says why)."""
-        del exc
-        return False
+    @property
+    def world_size(self) -> int:
+        """How many workers the run has (``strategy.world_size``)."""
+        return self.strategy.world_size
 
     @property
     def is_main(self) -> bool:
-        """True on global rank 0: the rank that writes files and logs."""
-        return self.rank == 0
+        """True on global rank 0, the rank that writes files and logs (``strategy.is_main``)."""
+        return self.strategy.is_main
 
-    @property
-    def is_distributed(self) -> bool:
-        return self.world_size > 1
-
-    @property
-    def data_parallel_size(self) -> int:
-        """How many ways the global batch is split (ranks, or SPMD devices)."""
-        return self.world_size
-
-    @property
-    def data_rank(self) -> int:
-        """This worker's index among the data-parallel shards."""
-        return self.rank
-
+    # ---------------------------------------------------------------- device facts
     @property
     def static_shapes(self) -> bool:
         """True where every new tensor shape costs a compile (XLA): tiles are then padded to one shape."""
@@ -101,23 +84,14 @@ class Accelerator(ABC):
         """How many per-device batches one process loads per step (SPMD: its local device count)."""
         return 1
 
-    @property
-    def channels_last(self) -> bool:
-        """Whether 4-D weights and batches are kept in NHWC (channels_last) memory on this device."""
-        return self._channels_last
-
     # ---------------------------------------------------------------- hardware choices
     def native_bf16(self) -> tuple[bool, str]:
         """Whether this device computes bf16 natively, and why (call after the device is bound)."""
         return False, f"bf16 is not known to be native on {self.name}"
 
     def decide_hardware(self) -> None:
-        """Resolve ``precision`` and ``channels_last`` (``auto`` or forced) for this device: ``self.choices``."""
-        precision = choose_precision(self.plan.precision, self.native_bf16(), device=self.name)
-        self.precision = str(precision.value)
-        layout = choose_channels_last(self.plan.channels_last, device=self.name, precision=self.precision)
-        self._channels_last = bool(layout.value)
-        self.choices = {"precision": precision, "channels_last": layout}
+        """Decide ``precision`` and ``channels_last`` (``auto`` or forced) by this device's rules (``setup``)."""
+        self.precision.decide(self.device, self.name, self.native_bf16())
 
     def candidate_variants(self) -> list[Variant]:
         """Settings ``auto`` leaves to measurement on this device (none: the rules decided)."""
@@ -131,25 +105,13 @@ class Accelerator(ABC):
         if len(variants) < 2:
             return
         found = fastest(net, shape, variants, train=train) if self.is_main else None
-        best, why = self.broadcast_object(found)
-        for name, value, options in (("precision", best.precision, {v.precision for v in variants}),
-                                     ("channels_last", best.channels_last, {v.channels_last for v in variants})):
-            if len(options) > 1:  # this setting was measured; the other one kept its rule's reason
-                self.choices[name] = Choice(name, "auto", value, why)
-        self.precision, self._channels_last = best.precision, best.channels_last
-
-    def describe_choices(self) -> str:
-        """'precision bf16 (auto: ...), channels_last on (auto: ...)' for the first log line."""
-        return ", ".join(c.describe() for c in self.choices.values())
-
-    def choice_warnings(self) -> list[str]:
-        """Warnings about requests that run badly on this hardware (log them once, on the main rank)."""
-        return [c.warning for c in self.choices.values() if c.warning]
+        best, why = self.strategy.broadcast_object(found)
+        self.precision.decide(self.device, self.name, self.native_bf16(), measured=(best, why, variants))
 
     def describe(self) -> str:
-        layout = ", channels_last" if self.channels_last else ""
+        layout = ", channels_last" if self.precision.channels_last else ""
         where = "" if str(self.device) == self.name else f" on {self.device}"
-        return f"{self.name} rank {self.rank}/{self.world_size}{where} ({self.precision}{layout})"
+        return f"{self.name} rank {self.rank}/{self.world_size}{where} ({self.precision.name}{layout})"
 
     # ---------------------------------------------------------------- randomness
     def manual_seed(self, seed: int) -> None:
@@ -188,8 +150,9 @@ class Accelerator(ABC):
 
     # ---------------------------------------------------------------- placement
     def to_device(self, obj: Any) -> Any:
-        """Move tensors (also inside dicts, lists and tuples) to this worker's device."""
-        return tree_map(lambda t: t.to(self.device, non_blocking=True), obj)
+        """Move tensors (also inside dicts, lists and tuples) to this worker's device, in the decided memory
+        format (with channels_last, 4-D floating tensors become NHWC)."""
+        return self.precision.to_device(obj, self.device)
 
     def to_host(self, obj: Any) -> Any:
         """Move tensors to the CPU (counted: device-to-host transfers are what stall XLA)."""
@@ -201,64 +164,27 @@ class Accelerator(ABC):
         return tree_map(move, obj)
 
     def prepare_model(self, net: nn.Module) -> nn.Module:
-        """Place ``net`` on the device (and wrap it for data parallel where that is how this kind works)."""
-        return net.to(self.device)
-
-    def unwrap(self, net: nn.Module) -> nn.Module:
-        """The bare module behind whatever ``prepare_model`` wrapped it in."""
-        inner = getattr(net, "module", None)
-        return inner if isinstance(inner, nn.Module) and type(net).__name__ in {
-            "DistributedDataParallel", "DataParallel"} else getattr(net, "_orig_mod", net)
+        """Place ``net`` on the device in the decided memory format, made data parallel by the strategy
+        (``strategy.unwrap`` gives the bare module back)."""
+        return self.strategy.wrap(self.precision.convert_module(net.to(self.device)))
 
     def prepare_loader(self, loader: Iterable[Any]) -> Iterable[Any]:
         """Wrap a CPU data loader so that it yields batches on the device."""
         return _DeviceLoader(loader, self)
 
-    @contextlib.contextmanager
-    def no_sync(self, net: nn.Module) -> Iterator[None]:
-        """Skip the gradient all-reduce during accumulation micro-steps."""
-        del net
-        yield
-
-    # ---------------------------------------------------------------- precision and steps
-    @property
-    def autocast_dtype(self) -> torch.dtype | None:
-        return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
-
-    def autocast(self) -> contextlib.AbstractContextManager[Any]:
-        """The autocast context for the forward pass (a no-op in fp32)."""
-        dtype = self.autocast_dtype
-        if dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=self.device.type, dtype=dtype)
-
-    def backward(self, loss: torch.Tensor) -> None:
-        """``loss.backward()``, scaled when a gradient scaler is in use."""
-        if self._scaler is not None:
-            self._scaler.scale(loss).backward()
-        else:
-            loss.backward()
-
-    def reduce_gradients(self, optimizer: torch.optim.Optimizer) -> None:
-        """Average gradients over data-parallel ranks where the model wrapper does not."""
-        del optimizer
-
+    # ---------------------------------------------------------------- steps
     def optimizer_step(self, optimizer: torch.optim.Optimizer, clip_grad_norm: float | None = None,
                        parameters: Iterable[torch.Tensor] | None = None) -> torch.Tensor | None:
-        """Reduce, unscale, clip and step; returns the gradient norm (on the device) when clipping."""
-        self.reduce_gradients(optimizer)
+        """Reduce (strategy), unscale, clip and step (precision); returns the gradient norm (on the device) when
+        clipping."""
+        self.strategy.reduce_gradients(optimizer)
         norm = None
-        if self._scaler is not None:
-            self._scaler.unscale_(optimizer)
+        self.precision.unscale(optimizer)
         if clip_grad_norm is not None and clip_grad_norm > 0:
             params = list(parameters) if parameters is not None else [
                 p for g in optimizer.param_groups for p in g["params"]]
             norm = torch.nn.utils.clip_grad_norm_(params, clip_grad_norm)
-        if self._scaler is not None:
-            self._scaler.step(optimizer)
-            self._scaler.update()
-        else:
-            optimizer.step()
+        self.precision.step(optimizer)
         return norm
 
     def mark_step(self) -> None:
@@ -267,42 +193,17 @@ class Accelerator(ABC):
     def synchronize(self) -> None:
         """Wait until queued device work is done (for honest timings)."""
 
-    # ---------------------------------------------------------------- collectives
-    def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
-        """Sum (or 'mean', 'max', 'min') a tensor over all ranks; returns the result."""
-        del op
-        return tensor
-
-    def broadcast_object(self, obj: Any, src: int = 0) -> Any:
-        """``obj`` from rank ``src`` on every rank (small, picklable objects only)."""
-        del src
-        return obj
-
-    def all_gather_object(self, obj: Any) -> list[Any]:
-        return [obj]
-
-    def barrier(self) -> None:
-        """Every rank waits here for all others."""
-
     # ---------------------------------------------------------------- state and saving
     def save(self, state_fn: Callable[[], Any], writer: Callable[[Any], None]) -> None:
         """A save as a collective: every rank syncs and builds the host state, rank 0 writes, all meet.
 
-        ``state_fn`` is called on every rank (it may read device tensors); ``writer`` only on rank 0.
+        ``state_fn`` is called on every rank (it may read device tensors); ``writer`` only on rank 0. With
+        channels_last the host copies are made standard (NCHW-contiguous) first, so weights and training states
+        hold the same bytes whatever the memory format of the run.
         """
         self.mark_step()
         state = self.to_host(state_fn())
-        if self.is_main:
-            writer(state)
-        self.barrier()
-
-    def state_dict(self) -> dict[str, Any]:
-        """Accelerator-owned training state (the gradient scaler)."""
-        return {"scaler": self._scaler.state_dict() if self._scaler is not None else None}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if self._scaler is not None and state.get("scaler"):
-            self._scaler.load_state_dict(state["scaler"])
+        self.strategy.write_on_main(state, lambda host: writer(self.precision.for_saving(host)))
 
     stats_in_log = False  # whether ``stats()`` goes into the training log at print_freq (XLA: compiles)
 

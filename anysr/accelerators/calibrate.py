@@ -19,29 +19,19 @@ import os
 import platform
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from anysr.accelerators.hardware import cpu_flags
+from anysr.accelerators.precision import Variant, to_channels_last
 from anysr.atomic import atomic_write_json
 
 CACHE_FILE = "choices.json"
 CACHE_VERSION = 1
 SLOW_STEP_S = 1.0  # steps slower than this are timed once per variant
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One candidate setting."""
-
-    precision: str
-    channels_last: bool
-
-    def label(self) -> str:
-        return f"{self.precision}/{'NHWC' if self.channels_last else 'NCHW'}"
 
 
 def cache_dir() -> Path:
@@ -63,8 +53,6 @@ def _cpu_name() -> str:
 
 def fingerprint(net: nn.Module, shape: tuple[int, ...], train: bool, variants: list[Variant]) -> str:
     """What decides the timings: machine, software, kernel caps, threads, network structure, shape, mode."""
-    from anysr.accelerators.hardware import cpu_flags  # noqa: PLC0415
-
     flags = sorted(f for f in cpu_flags() if "bf16" in f or "amx" in f or f.startswith("avx512"))
     structure = [(k, tuple(v.shape), str(v.dtype)) for k, v in net.state_dict().items()]
     parts = [CACHE_VERSION, _cpu_name(), flags, torch.__version__, torch.backends.cpu.get_cpu_capability(),
@@ -90,8 +78,6 @@ def _write_cache(key: str, entry: dict[str, Any]) -> None:
 
 
 def _prepare(net: nn.Module, variant: Variant) -> nn.Module:
-    from anysr.accelerators.torch_dist import to_channels_last  # noqa: PLC0415
-
     trial = copy.deepcopy(net).float()
     return to_channels_last(trial) if variant.channels_last else trial
 

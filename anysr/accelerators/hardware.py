@@ -1,5 +1,10 @@
 """What the hardware runs natively, and the choices ``precision: auto`` and ``channels_last: auto`` make from it.
 
+The path of ``train.precision``: the options accept ``PRECISION_CHOICES``; the parent checks the request once
+against what the device kind refuses (``check_precision``, when the launch plan is made); the worker decides the
+value once, in ``precision.Precision.decide``, with the rules below (and, where they leave a choice on a CPU,
+with the timings of ``calibrate.py``).
+
 CPU facts come from the CPU's feature flags and from what torch and oneDNN were told to use
 (``ATEN_CPU_CAPABILITY``, ``ONEDNN_MAX_CPU_ISA``), never from a device runtime, so the parent process may ask
 too. The per-device facts (a CUDA device's compute capability, the PJRT device kind) are handed in by the
@@ -27,6 +32,8 @@ import platform
 from dataclasses import dataclass
 from typing import Any
 
+from anysr.errors import AcceleratorError
+
 # oneDNN's ISA names (``ONEDNN_MAX_CPU_ISA``) from the oldest to the newest; bf16 arithmetic is native from
 # AVX512_CORE_BF16 on. AVX2_VNNI_2 converts bf16 but has no bf16 dot product.
 _ONEDNN_ISAS = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI",
@@ -35,6 +42,13 @@ _ONEDNN_ISAS = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE
 _NATIVE_BF16_ISA = "AVX512_CORE_BF16"
 PRECISIONS = ("fp32", "bf16", "fp16")
 PRECISION_CHOICES = ("auto", *PRECISIONS)  # what options and flags accept; ``auto`` is decided in the worker
+# What a device kind refuses outright (checked in the parent, before any worker exists).
+_REFUSED = {
+    ("cpu", "fp16"): "train.precision: fp16 on the CPU is slow and unscaled; use auto (bf16 where the CPU has "
+                     "AVX512-BF16/AMX and it is faster, else fp32), bf16 or fp32",
+    ("xla", "fp16"): "train.precision: fp16 is not supported on XLA (TPUs compute in bfloat16 and have no loss "
+                     "scaler); set train.precision: bf16 or fp32",
+}
 BF16_EMULATED_COST = ("measured on an AVX2 CPU: a quick-start training step took 3956 ms in bf16 vs 161 ms in "
                       "fp32, 24x slower (benchmarks/README.md)")
 
@@ -104,6 +118,15 @@ def cpu_bf16(flags: frozenset[str] | None = None, *, aten: str | None = None,
     if isa in _ONEDNN_ISAS and _ONEDNN_ISAS.index(isa) < _ONEDNN_ISAS.index(_NATIVE_BF16_ISA):
         return False, f"the CPU has {kind} but ONEDNN_MAX_CPU_ISA={onednn_isa} keeps oneDNN below it"
     return True, f"this CPU runs bf16 natively ({kind})"
+
+
+def check_precision(requested: str, device: str | None = None) -> None:
+    """Refuse a ``precision`` request that is not one of ``PRECISION_CHOICES`` or that the device kind ``device``
+    cannot run (None: only the spelling is checked)."""
+    if requested not in PRECISION_CHOICES:
+        raise AcceleratorError(f"train.precision: '{requested}' is not one of {', '.join(PRECISION_CHOICES)}")
+    if (device, requested) in _REFUSED:
+        raise AcceleratorError(_REFUSED[(device, requested)])
 
 
 def choose_precision(requested: str, native_bf16: tuple[bool, str], *, device: str) -> Choice:

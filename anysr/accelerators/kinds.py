@@ -16,8 +16,10 @@ import socket
 from abc import ABC, abstractmethod
 from typing import Any
 
-from anysr.accelerators.plan import LaunchPlan
-from anysr.errors import AcceleratorError
+from anysr.accelerators.hardware import check_precision
+from anysr.accelerators.plan import LAUNCHERS, LaunchPlan
+from anysr.accelerators.xla_plan import local_tpu_chips, xla_plan
+from anysr.errors import AcceleratorError, did_you_mean
 
 # Names people try for a device kind -> what to say (the nearest spelling would mislead: 'tpu' -> 'cpu').
 ACCELERATOR_HINTS = {"tpu": "TPUs are accelerator: xla", "gpu": "NVIDIA GPUs are accelerator: cuda (Apple: mps)",
@@ -70,7 +72,7 @@ class PlanRequest:
 
     count: int | None  # num_gpu: None = auto / all
     precision: str = "auto"
-    launcher: str = "auto"  # auto | none | pytorch | torchrun | slurm
+    launcher: str = "auto"  # one of plan.LAUNCHERS
     spmd: bool = False
     compile: bool = False
     dist_backend: str | None = None
@@ -116,7 +118,7 @@ class Kind(ABC):
         return request.dist_backend, ()
 
     def plan(self, request: PlanRequest, external: str | None) -> LaunchPlan:
-        """The launch plan; ``external`` names a launcher that already started us (torchrun, slurm)."""
+        """The launch plan; ``external`` names a launcher that already started us (``plan.EXTERNAL_LAUNCHERS``)."""
         self.check(request)
         backend, notes = self.backend(request)
         common: dict[str, Any] = dict(
@@ -146,9 +148,7 @@ class CPUKind(Kind):
 
     def check(self, request: PlanRequest) -> None:
         super().check(request)
-        if request.precision == "fp16":
-            raise AcceleratorError("train.precision: fp16 on the CPU is slow and unscaled; use auto (bf16 where the "
-                                   "CPU has AVX512-BF16/AMX and it is faster, else fp32), bf16 or fp32")
+        check_precision(request.precision, self.name)
 
     def device_count(self, request: PlanRequest) -> int:
         n = super().device_count(request)
@@ -212,8 +212,6 @@ class XLAKind(Kind):
 
     def wanted(self) -> bool:
         """``auto`` picks XLA when torch_xla is installed and PJRT_DEVICE is set or TPU chips are attached."""
-        from anysr.accelerators.xla_plan import local_tpu_chips  # noqa: PLC0415
-
         return self.available() and ("PJRT_DEVICE" in os.environ or local_tpu_chips() > 0)
 
     def missing(self) -> str:
@@ -222,8 +220,6 @@ class XLAKind(Kind):
 
     def plan(self, request: PlanRequest, external: str | None) -> LaunchPlan:
         """XLA starts its own workers (torch_xla.launch) or runs SPMD in one process; see ``xla_plan``."""
-        from anysr.accelerators.xla_plan import xla_plan  # noqa: PLC0415
-
         # XLA assigns tensor layouts itself when it compiles the graph: channels_last is only recorded (the
         # worker's choice says it is ignored).
         del external
@@ -234,14 +230,12 @@ class XLAKind(Kind):
 KINDS: dict[str, Kind] = {k.name: k for k in (CPUKind(), CUDAKind(), MPSKind(), XLAKind())}
 AUTO_ORDER = ("xla", "cuda", "mps", "cpu")
 ACCELERATORS = ("auto", *KINDS)
-LAUNCHERS = ("auto", "none", "pytorch", "torchrun", "slurm")
+__all__ = ["ACCELERATORS", "ACCELERATOR_HINTS", "AUTO_ORDER", "KINDS", "LAUNCHERS", "Kind", "PlanRequest", "pick_kind"]
 
 
 def pick_kind(name: str) -> Kind:
     """Resolve ``auto`` (XLA when PJRT_DEVICE is set or TPU chips exist, then CUDA, MPS, CPU) and check."""
     if name not in ACCELERATORS:
-        from anysr.errors import did_you_mean  # noqa: PLC0415
-
         hint = f" ({ACCELERATOR_HINTS[name.lower()]})" if name.lower() in ACCELERATOR_HINTS \
             else did_you_mean(name, ACCELERATORS)
         raise AcceleratorError(f"accelerator: '{name}' is not one of {', '.join(ACCELERATORS)}{hint}")

@@ -8,10 +8,13 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from anysr.accelerators.base import PRECISION_CHOICES, Accelerator, LaunchPlan
-from anysr.accelerators.kinds import KINDS, LAUNCHERS, PlanRequest, free_port, pick_kind
+from anysr.accelerators.base import Accelerator, LaunchPlan
+from anysr.accelerators.hardware import check_precision
+from anysr.accelerators.kinds import KINDS, PlanRequest, free_port, pick_kind
+from anysr.accelerators.plan import LAUNCHERS, external_launcher
 from anysr.accelerators.process import Interrupted, StopSignals, WorkerExit, supervise, watch_parent
 from anysr.accelerators.torch_dist import env_world
+from anysr.accelerators.xla_plan import xla_launch
 from anysr.errors import PEER_FAILED, AcceleratorError, AlreadyReported, AnysrError, describe_os_error
 
 
@@ -31,18 +34,16 @@ def resolve_plan(accelerator: str = "auto", num_gpu: Any = "auto", *, precision:
     """Decide what runs where, once, before any worker exists. Errors name the option to change.
 
     The accelerator kind (``kinds.KINDS``) makes the plan. ``precision`` (``auto`` or forced) and
-    ``channels_last`` (None: auto) are decided per device in the worker (``Accelerator.decide_hardware``).
+    ``channels_last`` (None: auto) are decided per device in the worker (``precision.Precision.decide``).
     """
-    if precision not in PRECISION_CHOICES:
-        raise AcceleratorError(f"train.precision: '{precision}' is not one of {', '.join(PRECISION_CHOICES)}")
+    check_precision(precision)
     if launcher not in LAUNCHERS:
         raise AcceleratorError(f"--launcher: '{launcher}' is not one of {', '.join(LAUNCHERS)}")
     kind = pick_kind(accelerator)
     request = PlanRequest(_parse_count(num_gpu), precision, launcher, spmd, compile, dist_backend, master_port,
                           channels_last, find_unused_parameters, static_graph)
-    torchrun = launcher in ("pytorch", "torchrun") or (launcher == "auto" and env_world() is not None)
-    external = "slurm" if launcher == "slurm" else "torchrun" if torchrun else None
-    return kind.plan(request, external)
+    torchrun_env = launcher == "auto" and env_world() is not None
+    return kind.plan(request, external_launcher(launcher, torchrun_env=torchrun_env))
 
 
 def create_accelerator(plan: LaunchPlan, local_rank: int = 0) -> Accelerator:
@@ -67,7 +68,7 @@ def _report(acc: Accelerator, exc: BaseException) -> int:
     if isinstance(exc, OSError):
         print(f"anysr: error (rank {acc.rank}): {describe_os_error(exc)}", file=sys.stderr, flush=True)
         return 2
-    if acc.is_peer_failure(exc):
+    if acc.strategy.is_peer_failure(exc):
         return PEER_FAILED
     return 1
 
@@ -78,7 +79,7 @@ def _worker(local_rank: int, plan: LaunchPlan, fn: Callable[..., Any], args: tup
     if parent_pid is not None:
         watch_parent(parent_pid)
     acc = create_accelerator(plan, local_rank)
-    acc.stop = StopSignals().install()
+    acc.strategy.stop = StopSignals().install()
     failed = True
     try:
         acc.setup()
@@ -95,7 +96,7 @@ def _worker(local_rank: int, plan: LaunchPlan, fn: Callable[..., Any], args: tup
                 sys.exit(code)
         raise
     finally:
-        acc.stop.uninstall()
+        acc.strategy.stop.uninstall()
         acc.teardown(failed=failed)
 
 
@@ -154,7 +155,5 @@ def launch(plan: LaunchPlan, fn: Callable[..., Any], *args: Any) -> Any:
         _spawn(plan, fn, args)
         return None
     if plan.launcher == "xla":
-        from anysr.accelerators.xla_plan import xla_launch  # noqa: PLC0415
-
         return xla_launch(plan, _worker, fn, args)
     return _worker(0, plan, fn, args)

@@ -6,7 +6,7 @@ import contextlib
 import datetime
 import inspect
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -15,10 +15,10 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from anysr.accelerators.base import Accelerator, LaunchPlan
-from anysr.accelerators.calibrate import Variant
 from anysr.accelerators.hardware import cpu_bf16
+from anysr.accelerators.precision import Variant
+from anysr.accelerators.strategy import Strategy
 from anysr.errors import AcceleratorError
-from anysr.tree import tree_map
 
 # Buffers (EDSR's mean, SwinIR's masks) are constants: identical on every rank, never synced per step.
 # torch >= 2.13 names this forward_sync_buffers (and deprecates broadcast_buffers).
@@ -52,31 +52,12 @@ def slurm_world() -> tuple[int, int, int]:
             "(one task per device) or drop --launcher slurm") from None
 
 
-def to_channels_last(net: nn.Module) -> nn.Module:
-    """Store ``net``'s 4-D parameters and buffers (conv weights) in NHWC memory, in place; values are unchanged.
-
-    Unlike ``net.to(memory_format=torch.channels_last)`` this leaves 5-D tensors alone (which that call
-    would try, and fail, to convert). Parameters keep their identity, so optimisers built later see them.
-    """
-    with torch.no_grad():
-        for t in [*net.parameters(), *net.buffers()]:
-            if t.dim() == 4 and not t.is_contiguous(memory_format=torch.channels_last):
-                t.data = t.data.contiguous(memory_format=torch.channels_last)
-    return net
-
-
-def standard_layout(obj: Any) -> Any:
-    """``obj`` with every tensor (also inside dicts, lists and tuples) NCHW-contiguous (copied only if not)."""
-    return tree_map(lambda t: t if t.is_contiguous() else t.contiguous(), obj)
-
-
-class TorchDistAccelerator(Accelerator):
-    """Shared code of the eager devices: a process group when world_size > 1, DDP for the model."""
-
-    backend = "gloo"
+class ProcessGroupStrategy(Strategy):
+    """Ranks on a torch.distributed process group (gloo or NCCL) when world_size > 1; DDP for the model."""
 
     def __init__(self, plan: LaunchPlan, local_rank: int = 0) -> None:
         super().__init__(plan, local_rank)
+        self._device = torch.device("cpu")
         self._owns_group = False
         self._stop_store: Any = None
         self._stop_published = False
@@ -93,11 +74,13 @@ class TorchDistAccelerator(Accelerator):
             return slurm_world()
         return 0, 1, 0
 
-    def setup(self) -> None:
+    def join_world(self) -> None:
+        """Take this worker's rank, world size and local rank from the launcher that started it."""
         self.rank, self.world_size, self.local_rank = self._world()
-        self.select_device()
-        self.decide_hardware()
-        self.after_choices()
+
+    def setup(self, device: torch.device, backend: str, init_kwargs: dict[str, Any]) -> None:
+        """Join the process group on ``device`` (several ranks only); ``backend`` unless the plan names one."""
+        self._device = device
         if self.world_size > 1 and not dist.is_initialized():
             if self.plan.launcher == "slurm":
                 os.environ.setdefault("MASTER_PORT", str(self.plan.master_port or 29500))
@@ -106,25 +89,16 @@ class TorchDistAccelerator(Accelerator):
                         "--launcher slurm: set MASTER_ADDR to the first node's host name "
                         "(for example: export MASTER_ADDR=$(scontrol show hostnames $SLURM_NODELIST | head -n1))")
             timeout = datetime.timedelta(minutes=30)
-            kwargs = self._init_kwargs()
+            kwargs = dict(init_kwargs)
             if self.plan.launcher == "spawn":
                 # The parent hosts the rendezvous store (see launch()), so no rank's exit can take it away
                 # from the others while they tear down.
                 kwargs["store"] = dist.TCPStore(os.environ.get("MASTER_ADDR", "127.0.0.1"),
                                                 int(os.environ["MASTER_PORT"]), self.world_size, is_master=False,
                                                 timeout=timeout)
-            dist.init_process_group(self.plan.dist_backend or self.backend, rank=self.rank,
+            dist.init_process_group(self.plan.dist_backend or backend, rank=self.rank,
                                     world_size=self.world_size, timeout=timeout, **kwargs)
             self._owns_group = True
-
-    def _init_kwargs(self) -> dict[str, Any]:
-        return {}
-
-    def select_device(self) -> None:
-        """Bind this worker to its device."""
-
-    def after_choices(self) -> None:
-        """Set-up that depends on the chosen precision (the CUDA gradient scaler)."""
 
     def teardown(self, failed: bool = False) -> None:
         if not (self._owns_group and dist.is_initialized()):
@@ -165,34 +139,10 @@ class TorchDistAccelerator(Accelerator):
         return self.world_size > 1 and isinstance(exc, (dist.DistError, RuntimeError)) and not isinstance(
             exc, AcceleratorError) and any(word in str(exc) for word in _PEER_GONE)
 
-    # ---------------------------------------------------------------- memory format
-    def to_device(self, obj: Any) -> Any:
-        """Move tensors to the device; with channels_last, 4-D floating tensors (NCHW batches) become NHWC."""
-        if not self.channels_last:
-            return super().to_device(obj)
-
-        def move(t: torch.Tensor) -> torch.Tensor:
-            if t.dim() == 4 and t.is_floating_point():
-                return t.to(self.device, non_blocking=True, memory_format=torch.channels_last)
-            return t.to(self.device, non_blocking=True)
-
-        return tree_map(move, obj)
-
-    def save(self, state_fn: Callable[[], Any], writer: Callable[[Any], None]) -> None:
-        """As the base class; with channels_last the host copies are made standard (NCHW-contiguous) first,
-        so weights and training states hold the same bytes whatever the memory format of the run."""
-        if not self.channels_last:
-            super().save(state_fn, writer)
-            return
-        super().save(state_fn, lambda state: writer(standard_layout(state)))
-
     # ---------------------------------------------------------------- model
-    def prepare_model(self, net: nn.Module) -> nn.Module:
-        net = net.to(self.device)
-        if self.channels_last:
-            to_channels_last(net)
+    def wrap(self, net: nn.Module) -> nn.Module:
         if self.world_size > 1 and any(p.requires_grad for p in net.parameters()):
-            ids = [self.device.index] if self.device.type == "cuda" else None
+            ids = [self._device.index] if self._device.type == "cuda" else None
             net = DistributedDataParallel(net, device_ids=ids, **_NO_BUFFER_SYNC,
                                           find_unused_parameters=bool(self.plan.ddp.get("find_unused_parameters")),
                                           static_graph=bool(self.plan.ddp.get("static_graph")))
@@ -236,6 +186,27 @@ class TorchDistAccelerator(Accelerator):
             dist.barrier()
 
 
+
+class TorchDistAccelerator(Accelerator):
+    """Shared code of the eager devices (CPU, CUDA, MPS) on a ``ProcessGroupStrategy``."""
+
+    backend = "gloo"
+    strategy_class = ProcessGroupStrategy
+    strategy: ProcessGroupStrategy
+
+    def setup(self) -> None:
+        self.strategy.join_world()
+        self.select_device()
+        self.decide_hardware()
+        self.strategy.setup(self.device, self.backend, self._init_kwargs())
+
+    def _init_kwargs(self) -> dict[str, Any]:
+        return {}
+
+    def select_device(self) -> None:
+        """Bind this worker to its device."""
+
+
 class CPUAccelerator(TorchDistAccelerator):
     """The CPU: one process, or several ranks on gloo (``accelerator: cpu`` with ``num_gpu: N``)."""
 
@@ -252,10 +223,10 @@ class CPUAccelerator(TorchDistAccelerator):
     def candidate_variants(self) -> list[Variant]:
         """CPUs differ too much for a rule (benchmarks/README.md): where auto, fp32 vs native bf16 and NCHW vs NHWC
         are timed on the network (``calibrate``). Emulated bf16 is never a candidate."""
-        precisions = [self.precision]
+        precisions = [self.precision.name]
         if self.plan.precision == "auto" and self.native_bf16()[0]:
             precisions = ["fp32", "bf16"]
-        layouts = [False, True] if self.plan.channels_last is None else [self._channels_last]
+        layouts = [False, True] if self.plan.channels_last is None else [self.precision.channels_last]
         return [Variant(p, c) for p in precisions for c in layouts]
 
     def select_device(self) -> None:
@@ -273,17 +244,17 @@ class CUDAAccelerator(TorchDistAccelerator):
 
     @property
     def device(self) -> torch.device:
-        return torch.device("cuda", self.local_rank)
+        return torch.device("cuda", self.strategy.local_rank)
 
     def select_device(self) -> None:
         if not torch.cuda.is_available():
             raise AcceleratorError("accelerator cuda: no CUDA device is visible in this worker "
                                    "(check CUDA_VISIBLE_DEVICES, or set accelerator: cpu)")
-        if self.local_rank >= torch.cuda.device_count():
+        if self.strategy.local_rank >= torch.cuda.device_count():
             raise AcceleratorError(
-                f"accelerator cuda: local rank {self.local_rank} but only {torch.cuda.device_count()} "
+                f"accelerator cuda: local rank {self.strategy.local_rank} but only {torch.cuda.device_count()} "
                 "device(s) visible; lower num_gpu or --nproc_per_node")
-        torch.cuda.set_device(self.local_rank)
+        torch.cuda.set_device(self.strategy.local_rank)
         torch.backends.cudnn.benchmark = True
         # A collective whose peer died raises (and aborts the communicator) instead of waiting forever.
         os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
@@ -294,10 +265,6 @@ class CUDAAccelerator(TorchDistAccelerator):
         if (major, minor) >= (8, 0):
             return True, f"{name} (compute capability {major}.{minor}) has bf16 tensor cores"
         return False, f"{name} (compute capability {major}.{minor} < 8.0) has no bf16 tensor cores"
-
-    def after_choices(self) -> None:
-        if self.precision == "fp16":
-            self._scaler = torch.amp.GradScaler("cuda")
 
     def _init_kwargs(self) -> dict[str, Any]:
         return {"device_id": self.device}

@@ -1,13 +1,12 @@
 """XLA devices (TPU; tested on XLA:CPU) through torch_xla's PJRT runtime.
 
 Imported only inside a worker (``create_accelerator``), never by the parent process. Ranks come from
-``torch_xla.runtime`` in ``setup()`` and live in this object: on TPU v2/v3 (and XLA:CPU) several ranks
-are threads of one process, so nothing here may be a module global.
+``torch_xla.runtime`` in ``setup()`` and live in the accelerator's ``XLAStrategy``: on TPU v2/v3 (and XLA:CPU)
+several ranks are threads of one process, so nothing here may be a module global.
 """
 
 from __future__ import annotations
 
-import contextlib
 import pickle
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -21,6 +20,7 @@ import torch_xla.runtime as xr
 from torch import nn
 
 from anysr.accelerators.base import Accelerator, LaunchPlan
+from anysr.accelerators.strategy import Strategy
 from anysr.errors import AcceleratorError, CheckpointError
 from anysr.tree import tree_map, tree_tensors
 
@@ -39,25 +39,23 @@ def _counter(name: str) -> int:
     return int(met.counter_value(name) or 0)
 
 
-class XLAAccelerator(Accelerator):
-    """One XLA device per rank (``torch_xla.launch``), or one process sharding batches over all (SPMD)."""
-
-    name = "xla"
-    stats_in_log = True
+class XLAStrategy(Strategy):
+    """Ranks started by ``torch_xla.launch`` (one device each), or one SPMD process over every local device."""
 
     def __init__(self, plan: LaunchPlan, local_rank: int = 0) -> None:
         super().__init__(plan, local_rank)
         self._device: torch.device | None = None
-        self._spmd_devices = 1
-        self._mesh: Any = None
-        self._warm_compiles: int | None = None
-        self._warned_compiles = 0
+        self.spmd_devices = 1
+        self.mesh: Any = None
 
-    # ---------------------------------------------------------------- lifecycle
-    def setup(self) -> None:
-        if self.plan.spmd:
-            xr.use_spmd()  # before any tensor touches the device
-        self._device = torch_xla.device()
+    @property
+    def spmd(self) -> bool:
+        return self.plan.spmd
+
+    def join_world(self, device: torch.device) -> None:
+        """Ranks from ``torch_xla.runtime`` (call after ``use_spmd`` and once ``device`` is bound); under SPMD one
+        rank and a mesh over every device."""
+        self._device = device
         if self.plan.spmd:
             if xr.process_count() > 1:
                 raise AcceleratorError(
@@ -65,25 +63,14 @@ class XLAAccelerator(Accelerator):
                     "set xla.spmd: false (torch_xla.launch on every host)")
             import torch_xla.distributed.spmd as xs  # noqa: PLC0415
 
-            self._spmd_devices = xr.global_runtime_device_count()
-            self._mesh = xs.Mesh(np.arange(self._spmd_devices), (self._spmd_devices,), ("data",))
-            xs.set_global_mesh(self._mesh)
+            self.spmd_devices = xr.global_runtime_device_count()
+            self.mesh = xs.Mesh(np.arange(self.spmd_devices), (self.spmd_devices,), ("data",))
+            xs.set_global_mesh(self.mesh)
             self.rank, self.world_size, self.local_rank = 0, 1, 0
         else:
             self.world_size = xr.world_size()
             self.rank = xr.global_ordinal()
             self.local_rank = xr.local_ordinal()
-        self.decide_hardware()
-
-    def native_bf16(self) -> tuple[bool, str]:
-        kind = str(self.plan.extra.get("pjrt_device", "")).upper()
-        if kind == "TPU":
-            return True, "TPUs compute in bf16"
-        return False, f"XLA:{kind or '?'} does not run bf16 natively (not measured faster)"
-
-    @property
-    def static_shapes(self) -> bool:
-        return True
 
     @property
     def device(self) -> torch.device:
@@ -92,87 +79,19 @@ class XLAAccelerator(Accelerator):
         return self._device
 
     @property
-    def spmd(self) -> bool:
-        return self.plan.spmd
-
-    @property
     def data_parallel_size(self) -> int:
-        return self._spmd_devices if self.spmd else self.world_size
+        return self.spmd_devices if self.spmd else self.world_size
 
-    @property
-    def batch_multiplier(self) -> int:
-        return self._spmd_devices if self.spmd else 1
-
-    def describe(self) -> str:
-        where = (f"SPMD over {self._spmd_devices} devices" if self.spmd
-                 else f"rank {self.rank}/{self.world_size}")
-        kind = self.plan.extra.get("pjrt_device", "XLA")
-        return f"xla ({kind}) {where} on {self.device} ({self.precision})"
-
-    # ---------------------------------------------------------------- randomness
-    def manual_seed(self, seed: int) -> None:
-        """Seed Python, numpy, torch and the XLA generator, the same way on every rank."""
-        super().manual_seed(seed)
-        xm.set_rng_state(int(seed), self.device)
-
-    def device_rng_state(self) -> Any:
-        return int(xm.get_rng_state(self.device))
-
-    def set_device_rng_state(self, state: Any) -> None:
-        xm.set_rng_state(int(state), self.device)
-
-    # ---------------------------------------------------------------- placement
-    def to_host(self, obj: Any) -> Any:
-        """Move every XLA tensor in ``obj`` to the CPU in one batched transfer (counted)."""
-        found = [t for t in tree_tensors(obj) if t.device.type == "xla"]
-        if not found:
-            return tree_map(lambda t: t.detach().cpu(), obj)
-        self._host_transfers += 1
-        convert = getattr(xm, "_maybe_convert_to_cpu", None)
-        if convert is not None:
-            moved = list(convert([t.detach() for t in found]))
-        else:  # older/newer torch_xla without the batched helper
-            moved = [t.detach().cpu() for t in found]
-        lookup = {id(t): m for t, m in zip(found, moved)}
-        return tree_map(lambda t: lookup[id(t)] if id(t) in lookup else t.detach().cpu(), obj)
-
-    def prepare_model(self, net: nn.Module) -> nn.Module:
-        """Move ``net`` to the device; with several ranks, copy rank 0's parameters to all."""
-        net = net.to(self.device)
+    def wrap(self, net: nn.Module) -> nn.Module:
+        """With several ranks, copy rank 0's parameters to all (``net`` is on the device already)."""
         if self.world_size > 1 and not self.spmd:
             xm.broadcast_master_param(net)
         return net
-
-    def prepare_loader(self, loader: Iterable[Any]) -> Iterable[Any]:
-        """An ``MpDeviceLoader``: background host-to-device copies, a graph sync before each batch.
-
-        Under SPMD, 4-D tensors (NCHW batches) are sharded along the batch over all devices.
-        """
-        import torch_xla.distributed.parallel_loader as pl  # noqa: PLC0415
-
-        kwargs: dict[str, Any] = {}
-        if self.spmd:
-            import torch_xla.distributed.spmd as xs  # noqa: PLC0415
-
-            kwargs["input_sharding"] = xs.ShardingSpec(self._mesh, ("data", None, None, None))
-        return pl.MpDeviceLoader(loader, self.device, **kwargs)
-
-    # ---------------------------------------------------------------- precision and steps
-    def autocast(self) -> contextlib.AbstractContextManager[Any]:
-        if self.precision == "bf16":
-            return torch.autocast("xla", dtype=torch.bfloat16)
-        return contextlib.nullcontext()
 
     def reduce_gradients(self, optimizer: torch.optim.Optimizer) -> None:
         """Average gradients over ranks (``xm.reduce_gradients``); SPMD and one rank need nothing."""
         if self.world_size > 1 and not self.spmd:
             xm.reduce_gradients(optimizer)
-
-    def mark_step(self) -> None:
-        torch_xla.sync()
-
-    def synchronize(self) -> None:
-        xm.wait_device_ops()
 
     # ---------------------------------------------------------------- collectives
     def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
@@ -213,14 +132,9 @@ class XLAAccelerator(Accelerator):
         seen = [s for s in self.all_gather_object(self.stop.signum) if s is not None]
         return seen[0] if seen else None
 
-    # ---------------------------------------------------------------- state and saving
-    def save(self, state_fn: Callable[[], Any], writer: Callable[[Any], None]) -> None:
-        """Every rank syncs and copies its state to the host; global rank 0 writes; all meet afterwards.
-
-        A failed write on rank 0 is told to every rank at the meeting point, so none waits forever.
-        """
-        self.mark_step()
-        state = self.to_host(state_fn())
+    def write_on_main(self, state: Any, writer: Callable[[Any], None]) -> None:
+        """Global rank 0 writes; all meet afterwards. A failed write on rank 0 is told to every rank at the
+        meeting point, so none waits forever."""
         failure: Exception | None = None
         if self.is_main:
             try:
@@ -233,6 +147,109 @@ class XLAAccelerator(Accelerator):
         if message is not None:
             raise CheckpointError(f"saving failed on rank 0 ({message}); see rank 0's log for the path")
 
+
+class XLAAccelerator(Accelerator):
+    """One XLA device per rank (``torch_xla.launch``), or one process sharding batches over all (SPMD)."""
+
+    name = "xla"
+    stats_in_log = True
+
+    strategy_class = XLAStrategy
+    strategy: XLAStrategy
+
+    def __init__(self, plan: LaunchPlan, local_rank: int = 0) -> None:
+        super().__init__(plan, local_rank)
+        self._device: torch.device | None = None
+        self._warm_compiles: int | None = None
+        self._warned_compiles = 0
+
+    # ---------------------------------------------------------------- lifecycle
+    def setup(self) -> None:
+        if self.plan.spmd:
+            xr.use_spmd()  # before any tensor touches the device
+        self._device = torch_xla.device()
+        self.strategy.join_world(self._device)
+        self.decide_hardware()
+
+    def native_bf16(self) -> tuple[bool, str]:
+        kind = str(self.plan.extra.get("pjrt_device", "")).upper()
+        if kind == "TPU":
+            return True, "TPUs compute in bf16"
+        return False, f"XLA:{kind or '?'} does not run bf16 natively (not measured faster)"
+
+    @property
+    def static_shapes(self) -> bool:
+        return True
+
+    @property
+    def device(self) -> torch.device:
+        if self._device is None:
+            raise AcceleratorError("XLAAccelerator: call setup() inside the worker before using the device")
+        return self._device
+
+    @property
+    def spmd(self) -> bool:
+        return self.plan.spmd
+
+    @property
+    def batch_multiplier(self) -> int:
+        return self.strategy.spmd_devices if self.spmd else 1
+
+    def describe(self) -> str:
+        where = (f"SPMD over {self.strategy.spmd_devices} devices" if self.spmd
+                 else f"rank {self.rank}/{self.world_size}")
+        kind = self.plan.extra.get("pjrt_device", "XLA")
+        return f"xla ({kind}) {where} on {self.device} ({self.precision.name})"
+
+    # ---------------------------------------------------------------- randomness
+    def manual_seed(self, seed: int) -> None:
+        """Seed Python, numpy, torch and the XLA generator, the same way on every rank."""
+        super().manual_seed(seed)
+        xm.set_rng_state(int(seed), self.device)
+
+    def device_rng_state(self) -> Any:
+        return int(xm.get_rng_state(self.device))
+
+    def set_device_rng_state(self, state: Any) -> None:
+        xm.set_rng_state(int(state), self.device)
+
+    # ---------------------------------------------------------------- placement
+    def to_host(self, obj: Any) -> Any:
+        """Move every XLA tensor in ``obj`` to the CPU in one batched transfer (counted)."""
+        found = [t for t in tree_tensors(obj) if t.device.type == "xla"]
+        if not found:
+            return tree_map(lambda t: t.detach().cpu(), obj)
+        self._host_transfers += 1
+        convert = getattr(xm, "_maybe_convert_to_cpu", None)
+        if convert is not None:
+            moved = list(convert([t.detach() for t in found]))
+        else:  # older/newer torch_xla without the batched helper
+            moved = [t.detach().cpu() for t in found]
+        lookup = {id(t): m for t, m in zip(found, moved)}
+        return tree_map(lambda t: lookup[id(t)] if id(t) in lookup else t.detach().cpu(), obj)
+
+    def prepare_loader(self, loader: Iterable[Any]) -> Iterable[Any]:
+        """An ``MpDeviceLoader``: background host-to-device copies, a graph sync before each batch.
+
+        Under SPMD, 4-D tensors (NCHW batches) are sharded along the batch over all devices.
+        """
+        import torch_xla.distributed.parallel_loader as pl  # noqa: PLC0415
+
+        kwargs: dict[str, Any] = {}
+        if self.spmd:
+            import torch_xla.distributed.spmd as xs  # noqa: PLC0415
+
+            kwargs["input_sharding"] = xs.ShardingSpec(self.strategy.mesh, ("data", None, None, None))
+        return pl.MpDeviceLoader(loader, self.device, **kwargs)
+
+    # ---------------------------------------------------------------- steps
+    def mark_step(self) -> None:
+        torch_xla.sync()
+
+    def synchronize(self) -> None:
+        xm.wait_device_ops()
+
+    # ---------------------------------------------------------------- state and saving
     def stats(self) -> dict[str, Any]:
         """torch_xla's own counters for this process: graphs compiled and run, device-to-host transfers,
         operations that fell back to the CPU (``aten::*``) and the persistent compile cache."""

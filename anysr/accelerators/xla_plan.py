@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from anysr.accelerators.hardware import check_precision
 from anysr.accelerators.plan import LaunchPlan
 from anysr.errors import AcceleratorError
 
@@ -70,9 +71,7 @@ def xla_plan(count: int | None, *, precision: str, spmd: bool, compile: bool) ->
     if compile:
         raise AcceleratorError("train.compile: true is not used on XLA, which compiles the whole step graph "
                                "itself; set train.compile: false")
-    if precision == "fp16":
-        raise AcceleratorError("train.precision: fp16 is not supported on XLA (TPUs compute in bfloat16 "
-                               "and have no loss scaler); set train.precision: bf16 or fp32")
+    check_precision(precision, "xla")
     device = pjrt_device()
     hosts = tpu_hosts()
     extra: dict[str, Any] = {"pjrt_device": device, "hosts": hosts}

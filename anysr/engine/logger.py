@@ -39,8 +39,8 @@ def log_start(what: str, acc: Any) -> None:
     """The first line of a command: what runs where, with the hardware choices and why; then their warnings
     and the launch notes (on the main rank)."""
     log = get_logger()
-    log.info("anysr %s on %s; %s", what, acc.describe(), acc.describe_choices())
-    for warning in acc.choice_warnings():
+    log.info("anysr %s on %s; %s", what, acc.describe(), acc.precision.describe_choices())
+    for warning in acc.precision.warnings():
         log.warning(warning)
     for note in acc.plan.notes:
         log.info(note)

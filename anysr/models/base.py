@@ -108,7 +108,7 @@ class BaseModel(ABC):
     def add_ema(self, name: str, decay: float) -> None:
         """Track an EMA copy of ``nets[name]`` (call after ``prepare_model``)."""
         if decay > 0:
-            self.emas[name] = EMA(self.acc.unwrap(self.nets[name]), decay)
+            self.emas[name] = EMA(self.acc.strategy.unwrap(self.nets[name]), decay)
 
     def add_optimizer(self, name: str, net: nn.Module, opt: dict[str, Any], key_path: str) -> None:
         params = [p for p in net.parameters() if p.requires_grad]
@@ -128,7 +128,7 @@ class BaseModel(ABC):
 
     # ---------------------------------------------------------------- state
     def bare(self, name: str) -> nn.Module:
-        return self.acc.unwrap(self.nets[name])
+        return self.acc.strategy.unwrap(self.nets[name])
 
     def weights(self) -> dict[str, dict[str, torch.Tensor]]:
         """BasicSR-style weight groups of the generator: ``params`` and, with EMA, ``params_ema``."""

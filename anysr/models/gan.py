@@ -110,21 +110,21 @@ class SRGANModel(SRModel):
         """Backpropagate the discriminator losses (real, then fake: one backward per forward, as DDP wants);
         return ``l_d_real``, ``l_d_fake`` and the mean logits ``out_d_real``, ``out_d_fake``."""
         net_d = self.nets["net_d"]
-        with self.acc.no_sync(net_d):
-            with self.acc.autocast():
+        with self.acc.strategy.no_sync(net_d):
+            with self.acc.precision.autocast():
                 real = net_d(gt)
             l_real = self.cri_gan(real.float(), True, is_disc=True)
-            self.acc.backward(l_real * scale)
-        with self.acc.no_sync(net_d) if not sync else contextlib.nullcontext():
-            with self.acc.autocast():
+            self.acc.precision.backward(l_real * scale)
+        with self.acc.strategy.no_sync(net_d) if not sync else contextlib.nullcontext():
+            with self.acc.precision.autocast():
                 fake = net_d(output)
             l_fake = self.cri_gan(fake.float(), False, is_disc=True)
-            self.acc.backward(l_fake * scale)
+            self.acc.precision.backward(l_fake * scale)
         return {"l_d_real": l_real, "l_d_fake": l_fake, "out_d_real": real.detach().float().mean(),
                 "out_d_fake": fake.detach().float().mean()}
 
     def generator_losses(self, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        with self.acc.autocast():
+        with self.acc.precision.autocast():
             output = self.forward_g(batch["lq"])
         output = output.float()
         gt = batch["gt"]
@@ -164,16 +164,16 @@ class SRGANModel(SRModel):
         if step_g:
             opt_g.zero_grad(set_to_none=True)
             for k, batch in enumerate(batches):
-                with self.acc.no_sync(net_g) if k < n - 1 else contextlib.nullcontext():
+                with self.acc.strategy.no_sync(net_g) if k < n - 1 else contextlib.nullcontext():
                     output, losses = self.generator_losses(batch)
-                    self.acc.backward(sum(losses.values()) / n)  # type: ignore[arg-type]
+                    self.acc.precision.backward(sum(losses.values()) / n)  # type: ignore[arg-type]
                 outputs.append(output.detach())
                 add(losses)
             self.acc.optimizer_step(opt_g, self.grad_clip_norm)
         else:
             with torch.no_grad():
                 for batch in batches:
-                    with self.acc.autocast():
+                    with self.acc.precision.autocast():
                         outputs.append(self.forward_g(batch["lq"]).float())
             zero = torch.zeros((), device=self.acc.device)
             names = (["l_g_pix"] if "l_pix" in self.losses else []) + (
@@ -207,17 +207,17 @@ class ESRGANModel(SRGANModel):
     def discriminator_backward(self, output: torch.Tensor, gt: torch.Tensor, scale: float,
                                sync: bool) -> dict[str, torch.Tensor]:
         net_d = self.nets["net_d"]
-        with torch.no_grad(), self.acc.autocast():
+        with torch.no_grad(), self.acc.precision.autocast():
             fake_mean = self.bare("net_d")(output).float().mean()
-        with self.acc.no_sync(net_d):
-            with self.acc.autocast():
+        with self.acc.strategy.no_sync(net_d):
+            with self.acc.precision.autocast():
                 real = net_d(gt).float()
             l_real = self.cri_gan(real - fake_mean, True, is_disc=True) * 0.5
-            self.acc.backward(l_real * scale)
-        with self.acc.no_sync(net_d) if not sync else contextlib.nullcontext():
-            with self.acc.autocast():
+            self.acc.precision.backward(l_real * scale)
+        with self.acc.strategy.no_sync(net_d) if not sync else contextlib.nullcontext():
+            with self.acc.precision.autocast():
                 fake = net_d(output).float()
             l_fake = self.cri_gan(fake - real.detach().mean(), False, is_disc=True) * 0.5
-            self.acc.backward(l_fake * scale)
+            self.acc.precision.backward(l_fake * scale)
         return {"l_d_real": l_real, "l_d_fake": l_fake, "out_d_real": real.detach().mean(),
                 "out_d_fake": fake.detach().mean()}

@@ -156,7 +156,7 @@ class _Synthesis:
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = super().state_dict()  # type: ignore[misc]
         if self.pool is not None:
-            state["pool"] = self.pool.state_dict(self.acc.all_gather_object, self.acc.to_host)
+            state["pool"] = self.pool.state_dict(self.acc.strategy.all_gather_object, self.acc.to_host)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -220,7 +220,7 @@ class RealESRGANModel(_Synthesis, SRGANModel):
         return {"lq": lq, "gt": pick("gan"), "l1_gt": pick("l1"), "percep_gt": pick("percep")}
 
     def generator_losses(self, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        with self.acc.autocast():
+        with self.acc.precision.autocast():
             output = self.forward_g(batch["lq"])
         output = output.float()
         losses: dict[str, torch.Tensor] = {}

@@ -51,7 +51,7 @@ class SRModel(BaseModel):
         self.forward_g = self.acc.compile_model(net)
 
     def compute_losses(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
-        with self.acc.autocast():
+        with self.acc.precision.autocast():
             output = self.forward_g(batch["lq"])
         output = output.float()
         return {name: loss(output, batch["gt"]) for name, loss in self.losses.items()}
@@ -64,11 +64,11 @@ class SRModel(BaseModel):
         totals: dict[str, torch.Tensor] = {}
         n = len(batches)
         for k, batch in enumerate(batches):
-            ctx = self.acc.no_sync(net) if k < n - 1 else contextlib.nullcontext()
+            ctx = self.acc.strategy.no_sync(net) if k < n - 1 else contextlib.nullcontext()
             with ctx:
                 losses = self.compute_losses(batch)
                 total = sum(losses.values())
-                self.acc.backward(total / n)  # type: ignore[arg-type]
+                self.acc.precision.backward(total / n)  # type: ignore[arg-type]
             for name, value in losses.items():
                 part = value.detach() / n
                 totals[name] = totals[name] + part if name in totals else part

@@ -148,7 +148,7 @@ class VideoBaseModel(SRModel):
                 {"params": [p for n, p in named if self.part_of(n)], "lr": lr * mul}]
 
     def add_optimizer(self, name: str, net: nn.Module, opt: dict[str, Any], key_path: str) -> None:
-        groups = self.param_groups(self.acc.unwrap(net), opt) if name == "net_g" else None
+        groups = self.param_groups(self.acc.strategy.unwrap(net), opt) if name == "net_g" else None
         if groups is None:
             super().add_optimizer(name, net, opt, key_path)
             return

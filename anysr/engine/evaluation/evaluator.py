@@ -248,7 +248,7 @@ def _reduce(acc: Accelerator, dataset: str, vm: ValMetrics, valid_flags: list[to
     keys = [k for k in vm.per_image_keys() if k in per_image]
     sums = [(torch.cat(per_image[k]) * valid).sum() for k in keys]
     packed = torch.stack([*sums, valid.sum()]) if len(valid) else torch.zeros(len(keys) + 1, device=device)
-    total = acc.to_host(acc.all_reduce(packed, "sum"))
+    total = acc.to_host(acc.strategy.all_reduce(packed, "sum"))
     count = int(round(float(total[-1])))
     averages = {k: float(total[i]) / max(count, 1) for i, k in enumerate(keys)}
     averages.update(vm.dataset_values(valid, indices))  # FID: one value of the whole set
@@ -266,7 +266,7 @@ def _reduce(acc: Accelerator, dataset: str, vm: ValMetrics, valid_flags: list[to
                 rows_local.append(row)
     rows: list[dict[str, Any]] = []
     gathered: list[ImageCrop] = []
-    for part_rows, part_crops in acc.all_gather_object((rows_local, crops)):
+    for part_rows, part_crops in acc.strategy.all_gather_object((rows_local, crops)):
         rows.extend(part_rows)
         gathered.extend(part_crops)
     rows.sort(key=lambda r: r["name"])
@@ -355,7 +355,7 @@ class _Clips:
             idx = torch.tensor(slots, dtype=torch.long).to(device)
             table = table.index_put((idx,), values.to(device), accumulate=True)
             mask = mask.index_put((idx,), torch.ones(len(slots), device=device), accumulate=True)
-        packed = acc.to_host(acc.all_reduce(torch.cat([table.flatten(), mask]), "sum")).double()
+        packed = acc.to_host(acc.strategy.all_reduce(torch.cat([table.flatten(), mask]), "sum")).double()
         table_h, mask_h = packed[: total * m].view(total, m), packed[total * m:]
         if bool((mask_h > 1).any()):
             raise DataError(f"{dataset}: a frame was scored twice; the clip dataset's items overlap")
@@ -414,8 +414,8 @@ def test_worker(acc: Accelerator, opt: Any) -> dict[str, Any]:
     scale = int(opt.scale)
     summary: dict[str, Any] = {"name": opt.name, "weights": opt.path.pretrain_network_g,
                                "accelerator": acc.plan.accelerator, "world_size": acc.world_size,
-                               "precision": acc.precision,
-                               "choices": {k: c.as_dict() for k, c in acc.choices.items()}, "datasets": {}}
+                               "precision": acc.precision.name,
+                               "choices": {k: c.as_dict() for k, c in acc.precision.choices.items()}, "datasets": {}}
     log_start(f"test '{opt.name}'", acc)
     metrics = ValMetrics(val.metrics, acc)  # weight files read once
     for key, dopt in opt.datasets.items():
@@ -426,7 +426,7 @@ def test_worker(acc: Accelerator, opt: Any) -> dict[str, Any]:
         save_dir = results_root / "visualization" / dopt.name if val.save_img else None
         if save_dir is not None and acc.is_main:
             save_dir.mkdir(parents=True, exist_ok=True)
-        acc.barrier()
+        acc.strategy.barrier()
         res = evaluate(net, loader, acc, dataset=dopt.name, scale=scale, tile=val.tile, tile_pad=int(val.tile_pad),
                        save_dir=save_dir, suffix=val.suffix, progress=True, phase="test", metrics=metrics, val_opt=val)
         _log_result(res)

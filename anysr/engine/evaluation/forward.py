@@ -36,7 +36,7 @@ def run_network(net: nn.Module, lq: torch.Tensor, acc: Accelerator, *, scale: in
                 tile_pad: int) -> torch.Tensor:
     """Forward in eval mode under the accelerator's autocast, tiled with fixed-size tiles when asked (rounded up
     to the network's ``tile_multiple``, on its window grid)."""
-    with torch.no_grad(), acc.autocast():
+    with torch.no_grad(), acc.precision.autocast():
         if tile:
             out = tile_forward(net, lq, scale, tile, tile_pad, static=acc.static_shapes, multiple=tile_multiple(net))
         else:
@@ -82,7 +82,7 @@ def window_forward(net: nn.Module, lq: torch.Tensor, acc: Accelerator, *, scale:
     Returns the network's output as float: (b, c, H, W) for a window network, (b, t, c, H, W) for a recurrent one.
     """
     b, t, c, h, w = lq.shape
-    with torch.no_grad(), acc.autocast():
+    with torch.no_grad(), acc.precision.autocast():
         if not tile:
             return net(lq).float()
         clip_out: list[bool] = []

@@ -241,7 +241,7 @@ class ValMetrics:
             local_gt = self.acc.to_host(torch.cat(m.gt_feats)).to(torch.float64).numpy()[mask] \
                 if m.gt_feats else None
             idx = np.asarray(indices)[mask]
-            parts = self.acc.all_gather_object((idx, local, local_gt))
+            parts = self.acc.strategy.all_gather_object((idx, local, local_gt))
             order = np.concatenate([p[0] for p in parts])
             perm = np.argsort(order, kind="stable")
             feats = np.concatenate([p[1] for p in parts])[perm]

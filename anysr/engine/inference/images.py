@@ -363,7 +363,7 @@ def infer_worker(acc: Accelerator, net: nn.Module, files: list[Path], out_dir: P
         result = process_image(net, path, acc, settings, in_ch, on_tile=bars.on_tile)
         write_image(dst, result)
         written.append(dst)
-    acc.barrier()
+    acc.strategy.barrier()
     return written
 
 

@@ -144,7 +144,7 @@ def video_infer_worker(acc: Accelerator, net: nn.Module, source: FrameSource, ds
     finally:
         bar.close()
         sink.close()
-    acc.barrier()
+    acc.strategy.barrier()
     return dst
 
 

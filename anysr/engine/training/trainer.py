@@ -111,7 +111,7 @@ class Trainer:
                 decision["error"] = describe_os_error(exc)
         else:
             setup_logging(enabled=False)
-        decision = self.acc.broadcast_object(decision)
+        decision = self.acc.strategy.broadcast_object(decision)
         if decision["error"]:
             raise everywhere(OptionError(decision["error"]))
         chosen = decision["resume"]
@@ -267,7 +267,7 @@ class Trainer:
                 check = getattr(ds, "check", None)
                 if check is not None:
                     problems += [f"datasets.{key}: {p}" for p in check(decode=decode)]
-        problems = self.acc.broadcast_object(problems)
+        problems = self.acc.strategy.broadcast_object(problems)
         if problems:
             more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
             raise everywhere(DataError(f"{len(problems)} problem(s) found in the datasets before training (nothing "
@@ -331,7 +331,7 @@ class Trainer:
             path, state = resume
             self._check_resumable(path, state)
             self._load_model_state(path, state["model"])
-            acc.load_state_dict(state["accelerator"])
+            acc.precision.load_state_dict(state["accelerator"])
             acc.set_rng_state(state["rng"])
             start_iter = int(state["iter"])
             self.best = state["best"]
@@ -365,7 +365,7 @@ class Trainer:
                       self.total_iter, self.batches_per_epoch,
                       self.sampler.batch_size * self.sampler.world_size * self.accumulate)
         it = start_iter
-        with acc.stop.graceful_section():  # a signal is acted on between steps: finish, save, exit
+        with acc.strategy.stop.graceful_section():  # a signal is acted on between steps: finish, save, exit
             while it < self.total_iter:
                 it += 1
                 self._iteration(it, run)
@@ -431,7 +431,7 @@ class Trainer:
 
     def _stop_if_signalled(self, it: int, run: _Run) -> None:
         """After a step: when every rank agrees a stop signal came, save a complete state and end the run."""
-        signum = self.acc.stop_signal(it)
+        signum = self.acc.strategy.stop_signal(it)
         if signum is None:
             return
         self._check_finite(run.first_bad)
@@ -443,7 +443,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ pieces
     def _check_finite(self, first_bad: torch.Tensor) -> None:
-        bad_iter = int(self.acc.to_host(self.acc.all_reduce(first_bad, "max")))
+        bad_iter = int(self.acc.to_host(self.acc.strategy.all_reduce(first_bad, "max")))
         if bad_iter >= 0:
             states = ckpt.list_training_states(self.states_dir) if self.acc.is_main else []
             keep = f"the last good checkpoint is {states[-1][1]}" if states else "no checkpoint was written yet"
@@ -457,7 +457,7 @@ class Trainer:
         keys = sorted(running)
         packed = torch.stack([running[k].float() / max(count, 1) for k in keys]) if keys else None
         if packed is not None:
-            packed = acc.all_reduce(packed, "mean")
+            packed = acc.strategy.all_reduce(packed, "mean")
         self._check_finite(first_bad)
         values = acc.to_host(packed).tolist() if packed is not None else []
         self.last_losses = dict(zip(keys, values))
@@ -488,7 +488,7 @@ class Trainer:
             save_dir = self.vis_dir / name if self.val_opt.save_img else None
             if save_dir is not None and self.acc.is_main:
                 save_dir.mkdir(parents=True, exist_ok=True)
-            self.acc.barrier()
+            self.acc.strategy.barrier()
             suffix = self.val_opt.suffix or str(it)
             common = dict(dataset=name, scale=int(self.opt.scale), tile=self.val_opt.tile,
                           tile_pad=int(self.val_opt.tile_pad), save_dir=save_dir, suffix=suffix,
@@ -528,7 +528,7 @@ class Trainer:
             return {"iter": it, "epoch": epoch, "accumulate": self.accumulate,
                     "signature": self._run_signature(),
                     "batch_position": it * self.accumulate, "model": model.state_dict(),
-                    "accelerator": acc.state_dict(), "rng": acc.rng_state(), "best": self.best,
+                    "accelerator": acc.precision.state_dict(), "rng": acc.rng_state(), "best": self.best,
                     "weights": model.weights()}
 
         def writer(state: dict[str, Any]) -> None:
@@ -564,9 +564,9 @@ class Trainer:
             "validation": {d: {m: {"value": v, **self._best_of(d, m)} for m, v in ms.items()}
                            for d, ms in self.last_val.items()},
             "accelerator": {"kind": self.acc.plan.accelerator, "world_size": self.acc.world_size,
-                            "precision": self.acc.precision, "launcher": self.acc.plan.launcher,
-                            "channels_last": self.acc.channels_last, "spmd": self.acc.plan.spmd,
-                            "choices": {k: c.as_dict() for k, c in self.acc.choices.items()}},
+                            "precision": self.acc.precision.name, "launcher": self.acc.plan.launcher,
+                            "channels_last": self.acc.precision.channels_last, "spmd": self.acc.plan.spmd,
+                            "choices": {k: c.as_dict() for k, c in self.acc.precision.choices.items()}},
             "stats": self.acc.stats(),
         }
         if wall is not None and timer is not None:
