@@ -6,7 +6,6 @@ two spawned CPU ranks through ``launch()``.
 
 from __future__ import annotations
 
-import ast
 import importlib
 import importlib.util
 import os
@@ -284,28 +283,3 @@ def test_two_slurm_tasks(tmp_path: Path) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "slurm":  # one SLURM task (see test_two_slurm_tasks)
         launch(resolve_plan("cpu", 1, launcher="slurm"), _gloo_worker, sys.argv[2])
-
-
-
-def test_accelerators_import_graph_has_no_cycle() -> None:
-    """Imports inside ``anysr/accelerators`` (in-function ones included) point one way: no module reaches itself."""
-    graph: dict[str, set[str]] = {}
-    for path in Path(K.__file__).parent.glob("*.py"):
-        deps = graph.setdefault(path.stem, set())
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
-            else:
-                continue
-            deps.update(n.split(".")[2] for n in names if n.startswith("anysr.accelerators."))
-    for start in graph:
-        seen: set[str] = set()
-        todo = list(graph[start])
-        while todo:
-            module = todo.pop()
-            assert module != start, f"import cycle through anysr.accelerators.{start}"
-            if module not in seen:
-                seen.add(module)
-                todo.extend(graph.get(module, ()))

@@ -81,6 +81,7 @@ def test_infer_channels_last_equals_standard(tmp_path: Path, tile: str | None) -
     img = cv2.imread(str(DATASETS / "Set5" / "HR" / "bird.png"))
     cv2.imwrite(str(tmp_path / "bird_lr.png"), cv2.resize(img, (48, 40), interpolation=cv2.INTER_AREA))
     extra = ["--tile", tile, "--tile-pad", "6"] if tile else []
+    extra += ["--precision", "fp32"]  # the memory format is compared; auto may time bf16 faster on one of the two
     outs = []
     for name, flag in (("nchw", []), ("nhwc", ["--channels-last"])):
         args = ["infer", "--weights", str(PRETRAINED), *SRVGG, "-i", str(tmp_path / "bird_lr.png"),
