@@ -9,11 +9,17 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+import yaml
+
 from anysr import __version__
 from anysr.accelerators.hardware import PRECISION_CHOICES
 from anysr.accelerators.kinds import ACCELERATORS, LAUNCHERS
+from anysr.accelerators.process import Interrupted
+from anysr.atomic import atomic_write_bytes
 from anysr.errors import AlreadyReported, AnysrError, OptionError, describe_os_error
 from anysr.options import Options, load_options
+from anysr.options.docs import render_markdown
+from anysr.options.jsonschema import render
 from anysr.plugins import load_plugins
 
 
@@ -25,8 +31,6 @@ def load_command_options(path: str, overrides: Sequence[str], **kwargs: Any) -> 
 
 
 def _kv_list(items: Sequence[str], flag: str) -> dict[str, Any]:
-    import yaml  # noqa: PLC0415
-
     out: dict[str, Any] = {}
     for item in items:
         if "=" not in item:
@@ -47,7 +51,7 @@ def _plan_from_options(opt: Any, launcher: str = "auto", precision: str | None =
                        num_gpu: Any = None, spmd: bool | None = None) -> Any:
     """The launch plan of validated options; ``precision`` (a command-line flag) overrides ``train.precision``,
     ``num_gpu`` / ``spmd`` the options' (``anysr bench`` times one worker)."""
-    from anysr.accelerators import resolve_plan  # noqa: PLC0415
+    from anysr.accelerators import resolve_plan  # noqa: PLC0415 - torch loads with the command that needs it
 
     train = opt.train
     layout = None if train is None or train.channels_last == "auto" else bool(train.channels_last)
@@ -61,8 +65,8 @@ def _plan_from_options(opt: Any, launcher: str = "auto", precision: str | None =
 
 # ---------------------------------------------------------------------- commands
 def cmd_train(args: argparse.Namespace) -> int:
-    from anysr.accelerators import launch  # noqa: PLC0415
-    from anysr.engine.training.trainer import train_worker  # noqa: PLC0415
+    from anysr.accelerators import launch  # noqa: PLC0415 - torch loads with the command that needs it
+    from anysr.engine.training.trainer import train_worker  # noqa: PLC0415 - torch loads with the command that needs it
     opt = load_command_options(args.opt, args.force_yml, is_train=True)
     plan = _plan_from_options(opt, "none" if args.launcher == "none" else args.launcher)
     launch(plan, train_worker, opt, bool(args.auto_resume), bool(args.start_over))
@@ -70,17 +74,17 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_test(args: argparse.Namespace) -> int:
-    from anysr.accelerators import launch  # noqa: PLC0415
-    from anysr.engine.evaluation.evaluator import test_worker  # noqa: PLC0415
+    from anysr.accelerators import launch  # noqa: PLC0415 - torch loads with the command that needs it
+    from anysr.engine.evaluation.evaluator import test_worker  # noqa: PLC0415 - torch loads with the command that needs it
     opt = load_command_options(args.opt, args.force_yml, is_train=False)
     launch(_plan_from_options(opt, args.launcher, args.precision), test_worker, opt)
     return 0
 
 
 def cmd_infer(args: argparse.Namespace) -> int:
-    from anysr.accelerators import launch  # noqa: PLC0415
-    from anysr.engine.inference.command import InferRequest, plan_infer  # noqa: PLC0415
-    from anysr.engine.logger import setup_logging  # noqa: PLC0415
+    from anysr.accelerators import launch  # noqa: PLC0415 - torch loads with the command that needs it
+    from anysr.engine.inference.command import InferRequest, plan_infer  # noqa: PLC0415 - torch loads with the command that needs it
+    from anysr.engine.logger import setup_logging  # noqa: PLC0415 - torch loads with the command that needs it
 
     setup_logging()
     network_opt = None
@@ -100,8 +104,8 @@ def cmd_infer(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from anysr.engine.inference.export import export_weights  # noqa: PLC0415
-    from anysr.engine.logger import setup_logging  # noqa: PLC0415
+    from anysr.engine.inference.export import export_weights  # noqa: PLC0415 - torch loads with the command that needs it
+    from anysr.engine.logger import setup_logging  # noqa: PLC0415 - torch loads with the command that needs it
 
     setup_logging()
     network_opt = None
@@ -117,7 +121,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from anysr.engine.evaluation.folder_eval import evaluate_folders, parse_metrics  # noqa: PLC0415
+    from anysr.engine.evaluation.folder_eval import evaluate_folders, parse_metrics  # noqa: PLC0415 - torch loads with the command that needs it
 
     metrics = parse_metrics(args.metrics)
     kwargs = {"crop_border": args.crop_border, "y_channel": not args.rgb, "json_path": args.json,
@@ -128,24 +132,24 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if not {"lpips", "dists", "fid"} & set(metrics):
         evaluate_folders(args.gt, sr, args.scale, **kwargs)  # numpy only: no device needed
         return 0
-    from anysr.accelerators import launch, resolve_plan  # noqa: PLC0415
-    from anysr.engine.evaluation.folder_eval import eval_worker  # noqa: PLC0415
+    from anysr.accelerators import launch, resolve_plan  # noqa: PLC0415 - torch loads with the command that needs it
+    from anysr.engine.evaluation.folder_eval import eval_worker  # noqa: PLC0415 - torch loads with the command that needs it
 
     launch(resolve_plan(args.accelerator, 1, precision="fp32"), eval_worker, args.gt, sr, args.scale, kwargs)
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from anysr.engine.evaluation.run_report import find_experiment, write_report  # noqa: PLC0415
+    from anysr.engine.evaluation.run_report import find_experiment, write_report  # noqa: PLC0415 - torch loads with the command that needs it
 
     print(f"wrote {write_report(find_experiment(args.experiment))}")
     return 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from anysr.accelerators import launch  # noqa: PLC0415
-    from anysr.engine.bench import bench_worker, format_table, write_json  # noqa: PLC0415
-    from anysr.engine.logger import setup_logging  # noqa: PLC0415
+    from anysr.accelerators import launch  # noqa: PLC0415 - torch loads with the command that needs it
+    from anysr.engine.bench import bench_worker, format_table, write_json  # noqa: PLC0415 - torch loads with the command that needs it
+    from anysr.engine.logger import setup_logging  # noqa: PLC0415 - torch loads with the command that needs it
 
     setup_logging()
     # bench times a synthetic batch: the datasets and weights the file names are never read, need not exist.
@@ -162,14 +166,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from anysr.options.docs import render_markdown  # noqa: PLC0415
-    from anysr.options.jsonschema import render  # noqa: PLC0415
-
     load_plugins()  # the schema lists what the registries hold
     text = render_markdown() if args.markdown else render()
     if args.output:
-        from anysr.atomic import atomic_write_bytes  # noqa: PLC0415
-
         atomic_write_bytes(args.output, text.encode())
         print(f"wrote {args.output}")
     else:
@@ -178,7 +177,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
-    from anysr.data import prepare  # noqa: PLC0415
+    from anysr.data import prepare  # noqa: PLC0415 - torch loads with the command that needs it
 
     if args.what == "lr":
         out = prepare.prepare_lr(args.hr, args.out, args.scale)
@@ -448,8 +447,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; errors anysr raises on purpose print as one message and exit with status 2."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    from anysr.accelerators.process import Interrupted  # noqa: PLC0415
-
     try:
         return int(args.func(args) or 0)
     except AlreadyReported as exc:  # a worker said it already

@@ -11,8 +11,9 @@ PLUGIN_PACKAGES = ("anysr.archs", "anysr.models", "anysr.data", "anysr.losses", 
 
 def load_plugins() -> None:
     """Import every package in ``PLUGIN_PACKAGES`` (torch with them), so their classes are registered."""
-    import anysr.archs
-    import anysr.data
-    import anysr.losses
-    import anysr.metrics
-    import anysr.models  # noqa: F401 - the imports register the classes
+    # Imported here, not at the top: the command line imports this module, and `anysr --help` loads no torch.
+    import anysr.archs  # noqa: PLC0415
+    import anysr.data  # noqa: PLC0415
+    import anysr.losses  # noqa: PLC0415
+    import anysr.metrics  # noqa: PLC0415
+    import anysr.models  # noqa: F401, PLC0415 - the imports register the classes

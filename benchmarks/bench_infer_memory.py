@@ -32,10 +32,10 @@ def main() -> int:
     ap.add_argument("--repo", default=str(ROOT), help="the checkout whose anysr is measured")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
-    import torch  # noqa: PLC0415
+    import torch
 
-    from anysr.archs import build_network  # noqa: PLC0415
-    from anysr.engine.checkpoint import save_weights  # noqa: PLC0415
+    from anysr.archs import build_network
+    from anysr.engine.checkpoint import save_weights
 
     arch = {"type": "EDSR", "num_in_ch": 3, "num_out_ch": 3, "num_feat": 16, "num_block": 1, "upscale": 2}
     print("| input | output | tile | peak RSS (MiB) | bytes per output pixel | seconds |")

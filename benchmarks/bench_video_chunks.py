@@ -44,10 +44,10 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1, help="CPU threads of the measured process (OMP_NUM_THREADS)")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
-    import torch  # noqa: PLC0415
+    import torch
 
-    from anysr.archs import build_network  # noqa: PLC0415
-    from anysr.engine.checkpoint import save_weights  # noqa: PLC0415
+    from anysr.archs import build_network
+    from anysr.engine.checkpoint import save_weights
 
     arch = {"type": "BasicVSR", "num_feat": 16, "num_block": 2}
     print(f"| frames ({args.size}x{args.size} -> x4) | chunk / pad | peak RSS (MiB) | seconds | frames/s |")

@@ -92,8 +92,8 @@ def _meet(sync: Path, tag: str, index: int, nprocs: int) -> None:
 def _worker(model: str, path: str, method: str, sync_dir: str, index: str, nprocs: str) -> None:
     """One measured load in this (fresh) process; prints a JSON line. With several processes they start
     reading together and measure memory only once all have loaded (so PSS shows what they share)."""
-    from anysr.archs import build_network  # noqa: PLC0415
-    from anysr.engine.checkpoint import load_into, load_weights  # noqa: PLC0415
+    from anysr.archs import build_network
+    from anysr.engine.checkpoint import load_into, load_weights
 
     torch.set_num_threads(1)
     sync, i, n = Path(sync_dir), int(index), int(nprocs)
@@ -122,8 +122,8 @@ def _worker(model: str, path: str, method: str, sync_dir: str, index: str, nproc
 
 # ---------------------------------------------------------------------------------------------- parent
 def _write_files(model: str, folder: Path) -> tuple[dict[str, Path], tuple[int, int]]:
-    from anysr.archs import build_network  # noqa: PLC0415
-    from anysr.engine.checkpoint import save_weights  # noqa: PLC0415
+    from anysr.archs import build_network
+    from anysr.engine.checkpoint import save_weights
 
     torch.manual_seed(0)
     net = build_network(dict(MODELS[model]))

@@ -63,7 +63,7 @@ def test_ddp_options_reach_ddp(tmp_path: Path, small_train_dir: Path) -> None:
             self.module = module
             seen.update(kwargs)
 
-    import anysr.accelerators.torch_dist as td  # noqa: PLC0415
+    import anysr.accelerators.torch_dist as td
 
     real = td.DistributedDataParallel
     td.DistributedDataParallel = FakeDDP  # type: ignore[misc]

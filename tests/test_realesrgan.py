@@ -86,7 +86,7 @@ def t91(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("t91")
     for p in sorted((DATASETS / "T91" / "HR").glob("*.png"))[:6]:
         shutil.copy(p, out / p.name)
-    import cv2  # noqa: PLC0415
+    import cv2
 
     gray = cv2.imread(str(out / sorted(x.name for x in out.iterdir())[0]), cv2.IMREAD_GRAYSCALE)
     cv2.imwrite(str(out / "zz_gray.png"), gray)
@@ -125,8 +125,8 @@ def test_option_defaults_and_files(tmp_path: Path, t91: Path) -> None:
 def test_shipped_real_esrgan_files_pair_what_they_say(t91: Path) -> None:
     """The example trains RealESRNet from scratch; the fine-tune's published weights load strictly into its net;
     x2plus is RRDBNet at scale 2; the paired fine-tune reads pairs without synthesis."""
-    from anysr.archs import build_network  # noqa: PLC0415
-    from anysr.engine.checkpoint.weights import load_weights  # noqa: PLC0415
+    from anysr.archs import build_network
+    from anysr.engine.checkpoint.weights import load_weights
 
     root = DATASETS.parent
     files = root / "options" / "train"
@@ -155,8 +155,8 @@ def test_shipped_real_esrgan_files_pair_what_they_say(t91: Path) -> None:
 def test_input_channels_of_an_unshuffling_rrdbnet() -> None:
     """x2plus's RRDBNet reads 3-channel images (its first convolution sees 12): calibration and inference probe
     it with 3 channels."""
-    from anysr.archs import build_network  # noqa: PLC0415
-    from anysr.archs.arch_util import input_channels  # noqa: PLC0415
+    from anysr.archs import build_network
+    from anysr.archs.arch_util import input_channels
 
     for scale in (1, 2, 4):
         net = build_network({"type": "RRDBNet", "num_in_ch": 3, "num_out_ch": 3, "scale": scale, "num_feat": 4,
@@ -240,7 +240,7 @@ def test_dataset_items_depend_on_the_seed_only(tmp_path: Path, t91: Path) -> Non
 
 def test_dataset_lmdb_equals_folder(tmp_path: Path, t91: Path) -> None:
     pytest.importorskip("lmdb")
-    from anysr.data.prepare import make_lmdb  # noqa: PLC0415
+    from anysr.data.prepare import make_lmdb
 
     db = make_lmdb(t91, tmp_path / "t91.lmdb")
     disk = build_dataset(load(real_options("disk", t91), tmp_path).datasets.train, "datasets.train")
@@ -254,7 +254,7 @@ def test_dataset_lmdb_equals_folder(tmp_path: Path, t91: Path) -> None:
 
 
 def test_paired_dataset_reads_real_esrgan_meta_info(tmp_path: Path, t91: Path) -> None:
-    from anysr.data.prepare import prepare_lr  # noqa: PLC0415
+    from anysr.data.prepare import prepare_lr
 
     gt_dir, lq_dir = tmp_path / "gt", tmp_path / "lq"
     gt_dir.mkdir()

@@ -71,7 +71,7 @@ def test_training_keeps_history_crops_and_writes_the_report(run: dict[str, Any])
         np.testing.assert_array_equal(crops["lq"][::2, ::2], lq[top // 2:(top + h) // 2, left // 2:(left + w) // 2])
         assert Path(e["sr_path"]).is_file() and e["sr_path"].endswith(f"{e['name']}_4.png")
     # TensorBoard: LQ | result | ground truth side by side, one image per logged crop and validation
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: PLC0415
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(exp / "tb_logger"), size_guidance={"images": 0}).Reload()
     assert sorted(events.Tags()["images"]) == ["val/val/bird", "val/val/butterfly"]

@@ -333,7 +333,7 @@ def test_user_caused_os_errors_are_one_line(tmp_path: Path, small_train_dir: Pat
 def test_disk_full_during_a_save_keeps_the_last_state(tmp_path: Path, small_train_dir: Path,
                                                        monkeypatch: pytest.MonkeyPatch,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    from anysr.cli import main  # noqa: PLC0415
+    from anysr.cli import main
 
     path = write_options(tmp_path / "o.yml", tiny_train_options("full", small_train_dir, None, total_iter=4))
     integrity = importlib.import_module("anysr.engine.checkpoint.integrity")  # where states are written
@@ -425,7 +425,7 @@ def test_flipped_byte_and_nan_weights_are_refused(tmp_path: Path) -> None:
 
 
 def test_options_name_too_long_is_an_option_error(tmp_path: Path) -> None:
-    from anysr.options import validate_options  # noqa: PLC0415
+    from anysr.options import validate_options
 
     with pytest.raises(OptionError, match=r"name: must be a non-empty name without '/' of at most 200 bytes"):
         validate_options({"name": "n" * 201, "scale": 2, "network_g": {"type": "EDSR", "upscale": 2}},

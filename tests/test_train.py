@@ -236,7 +236,7 @@ def test_bad_validation_data_stops_before_training(tmp_path: Path, small_train_d
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     lr = tmp_path / "lr_x4"
     lr.mkdir()
-    import cv2  # noqa: PLC0415
+    import cv2
 
     for p in small_val_dir.glob("*.png"):  # LR made for x4 while the run is x2
         img = cv2.imread(str(p))

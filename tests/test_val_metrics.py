@@ -86,10 +86,10 @@ def test_metric_options_follow_the_metric(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_validation_values_are_the_metric_modules(data: dict[str, Any]) -> None:
     """``anysr test`` with a Bicubic network: each reported value is the module's on the same 8-bit images."""
-    from anysr.engine.evaluation.val_metrics import build_metric_module  # noqa: PLC0415
-    from anysr.metrics import calculate_niqe  # noqa: PLC0415
-    from anysr.metrics.fid import fid_from_features  # noqa: PLC0415
-    from anysr.metrics.info import METRIC_INFOS  # noqa: PLC0415
+    from anysr.engine.evaluation.val_metrics import build_metric_module
+    from anysr.metrics import calculate_niqe
+    from anysr.metrics.fid import fid_from_features
+    from anysr.metrics.info import METRIC_INFOS
 
     path = _test_options(data, "one", accelerator="cpu", num_gpu=1)
     run_cli("test", "-opt", str(path), "--force_yml", f"path.root={data['tmp']}", "val.save_img=true",
@@ -143,12 +143,12 @@ def test_two_gloo_ranks_equal_one_process(data: dict[str, Any]) -> None:
 def test_xla_validation_equals_eager_cpu_and_compiles_nothing_new(data: dict[str, Any]) -> None:
     pytest.importorskip("torch_xla")
     os.environ.setdefault("PJRT_DEVICE", "CPU")
-    from anysr.accelerators.base import LaunchPlan  # noqa: PLC0415
-    from anysr.accelerators.launcher import create_accelerator, resolve_plan  # noqa: PLC0415
-    from anysr.archs import build_network  # noqa: PLC0415
-    from anysr.data import build_dataset, build_eval_loader  # noqa: PLC0415
-    from anysr.engine.evaluation.evaluator import evaluate  # noqa: PLC0415
-    from anysr.engine.evaluation.val_metrics import ValMetrics  # noqa: PLC0415
+    from anysr.accelerators.base import LaunchPlan
+    from anysr.accelerators.launcher import create_accelerator, resolve_plan
+    from anysr.archs import build_network
+    from anysr.data import build_dataset, build_eval_loader
+    from anysr.engine.evaluation.evaluator import evaluate
+    from anysr.engine.evaluation.val_metrics import ValMetrics
 
     opt = load_options(_test_options(data, "xla", accelerator="cpu", num_gpu=1, fid=False), is_train=False)
     dopt = opt.datasets.test_1

@@ -332,7 +332,7 @@ TOTAL, PRINT, VAL = 30, 5, 10
 
 def _images(folder: Path, sizes: list[tuple[int, int]], seed: int) -> Path:
     """Smooth random colour images (upsampled noise plus texture), written as PNG."""
-    import cv2  # noqa: PLC0415
+    import cv2
 
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
@@ -389,7 +389,7 @@ def _cli(root: Path, *args: str, devices: int = 1, timeout: int = 300) -> subpro
 
 
 def _train(data: dict[str, Path], name: str, *extra: str, devices: int = 1, **kw: Any) -> Path:
-    import yaml  # noqa: PLC0415
+    import yaml
 
     path = data["root"] / f"{name}.yml"
     path.write_text(yaml.safe_dump(_options(name, data, **kw), sort_keys=False))
@@ -399,14 +399,14 @@ def _train(data: dict[str, Path], name: str, *extra: str, devices: int = 1, **kw
 
 
 def _final_weights(exp: Path, it: int = TOTAL) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file  # noqa: PLC0415
+    from safetensors.torch import load_file
 
     return load_file(str(exp / "models" / f"net_g_{it}.safetensors"))
 
 
 def _logged_stats(exp: Path) -> list[dict[str, Any]]:
     """The `xla stats: {...}` lines of the training log, in order (one per print)."""
-    import ast  # noqa: PLC0415
+    import ast
 
     logs = sorted((exp / "log").glob("train_*.log"))
     text = "\n".join(p.read_text() for p in logs)
@@ -451,7 +451,7 @@ def test_cli_resume_matches_straight_run(cli_data: dict[str, Path], xla_run: Pat
 
 
 def test_cli_test_and_infer(cli_data: dict[str, Path], xla_run: Path) -> None:
-    import yaml  # noqa: PLC0415
+    import yaml
 
     root = cli_data["root"]
     weights = xla_run / "models" / f"net_g_{TOTAL}.safetensors"
@@ -472,7 +472,7 @@ def test_cli_test_and_infer(cli_data: dict[str, Path], xla_run: Path) -> None:
     assert tested["accelerator"] == "xla" and tested["datasets"]["synthetic_val"]["n"] == 3
     assert 5 < tested["datasets"]["synthetic_val"]["psnr"] < 60
 
-    import cv2  # noqa: PLC0415
+    import cv2
 
     outs = {}
     for kind in ("xla", "cpu"):

@@ -92,7 +92,7 @@ def test_forty_iterations_compile_no_more_graphs_than_twenty(runs: dict[str, Pat
 
 
 def test_xla_resume_is_bit_exact_with_the_pool(runs: dict[str, Path]) -> None:
-    from safetensors.torch import load_file  # noqa: PLC0415
+    from safetensors.torch import load_file
 
     a = load_file(str(runs["long"] / "models" / "net_g_40.safetensors"))
     b = load_file(str(runs["split"] / "models" / "net_g_40.safetensors"))

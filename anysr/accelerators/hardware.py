@@ -90,7 +90,7 @@ def cpu_flags() -> frozenset[str]:
 
 
 def _aten_capability() -> str:
-    import torch  # noqa: PLC0415
+    import torch  # noqa: PLC0415 - the options read this module without torch
 
     getter = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", None)
     return str(getter()).upper() if getter is not None else "UNKNOWN"

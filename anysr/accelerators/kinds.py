@@ -32,8 +32,8 @@ ACCELERATOR_HINTS = {"tpu": "TPUs are accelerator: xla", "gpu": "NVIDIA GPUs are
 def cuda_count() -> int:
     """Visible CUDA devices, counted through NVML so the parent never creates a CUDA context."""
     try:
-        import torch  # noqa: PLC0415
-        import torch.cuda as tc  # noqa: PLC0415
+        import torch  # noqa: PLC0415 - the parent process resolves kinds without torch
+        import torch.cuda as tc  # noqa: PLC0415 - the parent process resolves kinds without torch
 
         if not torch.backends.cuda.is_built():  # a CPU-only build: no driver to ask
             return 0
@@ -46,7 +46,7 @@ def cuda_count() -> int:
 
 
 def mps_available() -> bool:
-    import torch  # noqa: PLC0415
+    import torch  # noqa: PLC0415 - the parent process resolves kinds without torch
 
     return bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
 

@@ -102,8 +102,8 @@ def _worker(local_rank: int, plan: LaunchPlan, fn: Callable[..., Any], args: tup
 
 def _spawn(plan: LaunchPlan, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
     """Start ``plan.nprocs`` local workers and wait; one failure ends them all within seconds."""
-    import torch.distributed as dist  # noqa: PLC0415
-    import torch.multiprocessing as mp  # noqa: PLC0415
+    import torch.distributed as dist  # noqa: PLC0415 - the parent imports these only to launch
+    import torch.multiprocessing as mp  # noqa: PLC0415 - the parent imports these only to launch
 
     os.environ["MASTER_ADDR"] = os.environ.get("MASTER_ADDR", "127.0.0.1")
     os.environ["MASTER_PORT"] = str(plan.master_port or free_port())

@@ -61,7 +61,7 @@ class XLAStrategy(Strategy):
                 raise AcceleratorError(
                     f"xla.spmd: true across {xr.process_count()} processes is not supported by anysr yet; "
                     "set xla.spmd: false (torch_xla.launch on every host)")
-            import torch_xla.distributed.spmd as xs  # noqa: PLC0415
+            import torch_xla.distributed.spmd as xs  # noqa: PLC0415 - torch_xla's modules load where they are used
 
             self.spmd_devices = xr.global_runtime_device_count()
             self.mesh = xs.Mesh(np.arange(self.spmd_devices), (self.spmd_devices,), ("data",))
@@ -233,11 +233,11 @@ class XLAAccelerator(Accelerator):
 
         Under SPMD, 4-D tensors (NCHW batches) are sharded along the batch over all devices.
         """
-        import torch_xla.distributed.parallel_loader as pl  # noqa: PLC0415
+        import torch_xla.distributed.parallel_loader as pl  # noqa: PLC0415 - torch_xla's modules load where they are used
 
         kwargs: dict[str, Any] = {}
         if self.spmd:
-            import torch_xla.distributed.spmd as xs  # noqa: PLC0415
+            import torch_xla.distributed.spmd as xs  # noqa: PLC0415 - torch_xla's modules load where they are used
 
             kwargs["input_sharding"] = xs.ShardingSpec(self.strategy.mesh, ("data", None, None, None))
         return pl.MpDeviceLoader(loader, self.device, **kwargs)

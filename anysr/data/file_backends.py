@@ -99,7 +99,7 @@ class DiskBackend(FileBackend):
 
 def _import_lmdb() -> Any:
     try:
-        import lmdb
+        import lmdb  # noqa: PLC0415 - optional dependency (anysr[lmdb])
     except ImportError:
         raise DataError(
             "io_backend type 'lmdb' needs the lmdb package: pip install anysr[lmdb] (or pip install lmdb)"

@@ -16,14 +16,31 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import cv2
 import numpy as np
+import torch
 from tqdm import tqdm
 
-from anysr.atomic import atomic_write_bytes
+from anysr.atomic import atomic_write_bytes, atomic_write_json
+from anysr.data.degradation.kernels import make_kernel
+from anysr.data.degradation.realesrgan import (
+    LoaderSynthesis,
+    SynthesisSettings,
+    draw_batch_choices,
+    pool_rng,
+    step_rng,
+    synthesise,
+)
 from anysr.data.imageio import ImageInfo, list_images, probe_image, read_image, write_image
-from anysr.data.transforms import mod_crop
+from anysr.data.loaders import build_dataset, collate
+from anysr.data.pair_pool import TrainingPairPool
+from anysr.data.sampler import TrainSampler
+from anysr.data.transforms import mod_crop, tensor2img
 from anysr.errors import DataError, OptionError
+from anysr.ops.degradation import USMSharp
+from anysr.ops.diffjpeg import DiffJPEG
 from anysr.ops.imresize import imresize
+from anysr.registry import MODEL_REGISTRY
 
 __all__ = ["SubimageReport", "check_images", "prepare_lr", "prepare_modcrop", "extract_subimages",
            "make_lmdb", "DegradeReport", "degrade_samples"]
@@ -209,7 +226,7 @@ def extract_subimages(input_dir: PathLike, output_dir: PathLike, crop_size: int,
 # ------------------------------------------------------------------------------------------ LMDB
 def _import_lmdb() -> ModuleType:
     try:
-        import lmdb
+        import lmdb  # noqa: PLC0415 - optional dependency (anysr[lmdb])
     except ImportError as exc:
         raise DataError("make_lmdb needs the optional 'lmdb' package; install it with "
                         "pip install anysr[lmdb]  (or pip install lmdb)") from exc
@@ -217,8 +234,6 @@ def _import_lmdb() -> ModuleType:
 
 
 def _encode_png(img: np.ndarray, level: int, path: Path) -> bytes:
-    import cv2
-
     ok, buf = cv2.imencode(".png", img, [cv2.IMWRITE_PNG_COMPRESSION, level])
     if not ok:
         raise DataError(f"image {path} cannot be encoded as PNG ({img.dtype}, shape {img.shape})")
@@ -309,8 +324,6 @@ def _kernel_image(kernel: np.ndarray, zoom: int = 8) -> np.ndarray:
 
 
 def _to_bgr8(t: Any) -> np.ndarray:
-    from anysr.data.transforms import tensor2img  # noqa: PLC0415
-
     return tensor2img(t)
 
 
@@ -347,24 +360,6 @@ def degrade_samples(opt: Any, out_dir: PathLike, n: int, *, where: str | None = 
     ``degrade.json``. On a GPU the noise fields come from the device's generator, so the noise itself differs from
     these pairs (its distribution does not).
     """
-    import torch  # noqa: PLC0415
-
-    from anysr.atomic import atomic_write_json  # noqa: PLC0415
-    from anysr.data.degradation.realesrgan import (  # noqa: PLC0415
-        LoaderSynthesis,
-        SynthesisSettings,
-        draw_batch_choices,
-        pool_rng,
-        step_rng,
-        synthesise,
-    )
-    from anysr.data.loaders import build_dataset, collate  # noqa: PLC0415
-    from anysr.data.pair_pool import TrainingPairPool  # noqa: PLC0415
-    from anysr.data.sampler import TrainSampler  # noqa: PLC0415
-    from anysr.ops.degradation import USMSharp  # noqa: PLC0415
-    from anysr.ops.diffjpeg import DiffJPEG  # noqa: PLC0415
-    from anysr.registry import MODEL_REGISTRY  # noqa: PLC0415
-
     n = _positive_int(n, "-n")
     model = MODEL_REGISTRY.get(str(opt.model_type), "model_type")
     if not getattr(model, "synthesises", False) or not opt.high_order_degradation:
@@ -462,9 +457,5 @@ def degrade_samples(opt: Any, out_dir: PathLike, n: int, *, where: str | None = 
 
 def _kernels_of(dataset: Any, sample_seed: int) -> list[Any]:
     """The three kernels of sample ``sample_seed`` (drawn again: they depend on the seed only)."""
-    import torch  # noqa: PLC0415
-
-    from anysr.data.degradation.kernels import make_kernel  # noqa: PLC0415
-
     params = dataset.kernel_params(sample_seed)
     return [torch.from_numpy(make_kernel(params[k]).astype(np.float32)) for k in ("kernel1", "kernel2", "sinc_kernel")]

@@ -32,7 +32,7 @@ def is_video_file(path: str | os.PathLike[str]) -> bool:
 def import_av() -> Any:
     """PyAV, or a DataError saying how to install it."""
     try:
-        import av
+        import av  # noqa: PLC0415 - optional dependency (anysr[video])
     except ImportError:
         raise DataError("reading and writing video files needs PyAV: pip install 'anysr[video]' (or pip install "
                         "av); a folder of frames works without it") from None

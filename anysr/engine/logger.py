@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 LOGGER_NAME = "anysr"
 
 
@@ -56,7 +58,7 @@ class MetricWriter:
         log = get_logger()
         if tb_dir is not None:
             try:
-                from torch.utils.tensorboard import SummaryWriter  # noqa: PLC0415
+                from torch.utils.tensorboard import SummaryWriter  # noqa: PLC0415 - optional dependency
 
                 self.tb = SummaryWriter(log_dir=str(tb_dir))
             except ImportError:
@@ -64,7 +66,7 @@ class MetricWriter:
                             "pip install 'anysr[tensorboard]' (continuing without it)")
         if wandb_opt and wandb_opt["project"]:
             try:
-                import wandb  # noqa: PLC0415
+                import wandb  # noqa: PLC0415 - optional dependency
 
                 self.wandb = wandb.init(project=wandb_opt["project"], entity=wandb_opt["entity"],
                                         name=run_name, config=config, id=wandb_opt["resume_id"],
@@ -98,8 +100,6 @@ class Progress:
     def __init__(self, total: int, initial: int = 0, *, enabled: bool = True, desc: str = "train") -> None:
         self.bar: Any = None
         if enabled and sys.stderr.isatty():
-            from tqdm import tqdm  # noqa: PLC0415
-
             self.bar = tqdm(total=total, initial=initial, desc=desc, dynamic_ncols=True, leave=False)
 
     def update(self, n: int = 1, **postfix: Any) -> None:

@@ -50,7 +50,7 @@ def _torchvision_deform_conv2d() -> Callable[..., torch.Tensor] | None:
         if torch.compiler.is_compiling():
             return None
         try:
-            from torchvision.ops import deform_conv2d  # type: ignore[import-not-found]
+            from torchvision.ops import deform_conv2d  # type: ignore[import-not-found]  # noqa: PLC0415 - optional dependency
         except (ImportError, RuntimeError, AttributeError, OSError):
             deform_conv2d = None
         _TORCHVISION_OP = deform_conv2d

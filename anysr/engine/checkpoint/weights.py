@@ -29,7 +29,7 @@ from anysr.engine.checkpoint.integrity import (
     tree_digest,
 )
 from anysr.engine.checkpoint.state import STATE_RE
-from anysr.errors import CheckpointError
+from anysr.errors import CheckpointError, OptionError
 
 logger = logging.getLogger("anysr.engine.checkpoint")
 
@@ -524,8 +524,6 @@ def load_model_weights(model: Any, *, fresh: bool, stand_ins: bool = False) -> l
                 need.apply(need.stand_in(), _loader(need, "random stand-in weights"))
                 done.append(f"{need.name}: random stand-in weights ({need.option} not set; timing only)")
             elif need.required:
-                from anysr.errors import OptionError  # noqa: PLC0415
-
                 raise OptionError(f"{need.option}: {need.missing or 'required'}")
             continue
         sd, _ = load_weights(need.path, need.param_key, key_option=need.key_option)

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from tqdm import tqdm
 
 from anysr.accelerators import Accelerator
 from anysr.archs.arch_util import input_channels
@@ -124,8 +125,6 @@ def evaluate(net: nn.Module, loader: Iterable[dict[str, Any]], acc: Accelerator,
     vm.start()
     bar = None
     if progress and acc.is_main:
-        from tqdm import tqdm  # noqa: PLC0415
-
         bar = tqdm(total=len(loader) if hasattr(loader, "__len__") else None,  # type: ignore[arg-type]
                    desc=f"{phase} {dataset}", leave=phase != "val", dynamic_ncols=True, unit=run.unit)
     for batch in acc.prepare_loader(loader):

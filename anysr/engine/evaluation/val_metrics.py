@@ -85,9 +85,9 @@ def read_fid_reference(path: PathLike, where: str) -> tuple[np.ndarray, np.ndarr
         except AnysrError as exc:
             raise DataError(f"{where}: {exc}") from None
     try:  # BasicSR stores numpy arrays in its .pth: allow exactly what rebuilds them, under both module names
-        from numpy._core.multiarray import _reconstruct  # noqa: PLC0415
+        from numpy._core.multiarray import _reconstruct  # noqa: PLC0415 - its module moved in numpy 2
     except ImportError:  # numpy < 2
-        from numpy.core.multiarray import _reconstruct  # noqa: PLC0415
+        from numpy.core.multiarray import _reconstruct  # noqa: PLC0415 - its module moved in numpy 2
     allowed: list[Any] = [_reconstruct, (_reconstruct, "numpy.core.multiarray._reconstruct"), np.ndarray, np.dtype,
                           type(np.dtype(np.float64)), type(np.dtype(np.float32))]
     try:

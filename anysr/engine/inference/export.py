@@ -164,7 +164,7 @@ def _onnx_bytes(model: nn.Module, dummy: torch.Tensor, *, dynamic: bool, opset: 
 
 def _onnxruntime() -> Any:
     try:
-        import onnxruntime  # noqa: PLC0415
+        import onnxruntime  # noqa: PLC0415 - optional dependency (anysr[onnx])
     except ImportError:
         raise OptionError("exporting to ONNX needs onnx and onnxruntime: pip install 'anysr[onnx]'") from None
     return onnxruntime
@@ -183,7 +183,7 @@ def _check(session: Any, reference: nn.Module, x: torch.Tensor, dtype: torch.dty
 
 def _with_metadata(data: bytes, meta: dict[str, str]) -> bytes:
     try:
-        import onnx  # noqa: PLC0415
+        import onnx  # noqa: PLC0415 - optional dependency (anysr[onnx])
     except ImportError:
         return data
     model = onnx.load_from_string(data)

@@ -12,6 +12,7 @@ import cv2
 import numpy as np
 import torch
 from torch import nn
+from tqdm import tqdm
 
 from anysr.accelerators import Accelerator
 from anysr.archs.arch_util import input_channels
@@ -287,8 +288,6 @@ class _Bars:
     _tqdm: Any = field(default=None, repr=False)
 
     def over_images(self, items: list[Any]) -> Iterator[Any]:
-        from tqdm import tqdm  # noqa: PLC0415
-
         self._tqdm = tqdm
         self.images = tqdm(items, desc="infer", unit="img", disable=not self.enabled, dynamic_ncols=True)
         yield from self.images

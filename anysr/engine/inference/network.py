@@ -130,7 +130,7 @@ def _spandrel_network(state: dict[str, torch.Tensor], weights: str) -> nn.Module
     need = ("pass --arch NAME [--arch-opt k=v ...] or -opt FILE.yml (the weights file carries no anysr "
             "metadata to rebuild it from)")
     try:
-        import spandrel  # noqa: PLC0415
+        import spandrel  # noqa: PLC0415 - optional dependency (anysr[spandrel])
     except ImportError:
         raise OptionError(f"no network given: {need}, or install anysr[spandrel] to recognise the architecture "
                           "of foreign weights") from None

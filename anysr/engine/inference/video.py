@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import nn
+from tqdm import tqdm
 
 from anysr.accelerators import Accelerator
 from anysr.data.imageio import write_image
@@ -97,8 +98,6 @@ def video_infer_worker(acc: Accelerator, net: nn.Module, source: FrameSource, ds
                        tile: int | None, tile_pad: int, chunk: int | None, chunk_pad: int,
                        suffix: str | None) -> Path:
     """Upscale every frame of ``source`` into ``dst`` (see the module docstring)."""
-    from tqdm import tqdm  # noqa: PLC0415
-
     setup_logging(enabled=acc.is_main)
     kind = arch_kind(net)
     n = source.info.frames
