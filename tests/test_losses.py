@@ -30,6 +30,7 @@ from anysr.losses import (
     MSSSIMLoss,
     MultiScaleGANLoss,
     OklabLoss,
+    PerceptualLoss,
     SobelLoss,
     SSIMLoss,
     WeightedTVLoss,
@@ -40,6 +41,7 @@ from anysr.losses import (
     relativistic_generator_loss,
 )
 from anysr.losses.color import srgb_to_oklab
+from anysr.losses.perceptual import VGG19_BN_NAMES, vgg19_stand_in
 from anysr.options import validate_options
 from anysr.registry import LOSS_REGISTRY
 
@@ -342,3 +344,60 @@ def test_pixel_opt_validates(name: str, tmp_path: Path) -> None:
     out = validate_options(opt, is_train=True, root=tmp_path)["train"]["pixel_opt"]
     assert out["type"] == name and out["loss_weight"] == 0.5
     assert math.isclose(build_loss(out, "train.pixel_opt").loss_weight, 0.5)
+
+
+# ---------------------------------------------------------------- perceptual (BasicSR, vgg19_bn)
+PERCEPTUAL_CASES = {
+    "l1": {"perceptual_weight": 2.0, "style_weight": 0.5, "criterion": "l1"},
+    "l2_range": {"perceptual_weight": 1.0, "style_weight": 1.0, "criterion": "l2", "range_norm": True},
+    "fro_nonorm": {"perceptual_weight": 0.5, "style_weight": 2.0, "criterion": "fro", "use_input_norm": False},
+}
+PERCEPTUAL_LAYERS = {"bn1_1": 0.2, "relu1_1": 0.4, "bn1_2": 0.3, "relu1_2": 1.0}  # pre- and post-activation
+
+
+def vgg19_bn_fixture() -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """(the fixture's tensors, its vgg19_bn state dict with the int8 conv weights scaled back)."""
+    t = fixture("perceptual_bn")
+    sd = {k: v for k, v in t.items() if k.startswith("features.") and not k.endswith(".q")}
+    for k, v in t.items():
+        if k.endswith(".weight.q"):
+            sd[k[:-2]] = v.float() * ((6 / (9 * v.shape[1])) ** 0.5 / 127)
+    return t, sd
+
+
+@pytest.mark.parametrize("case", sorted(PERCEPTUAL_CASES))
+def test_perceptual_vgg19_bn_matches_basicsr(case: str) -> None:
+    t, sd = vgg19_bn_fixture()
+    loss = PerceptualLoss(PERCEPTUAL_LAYERS, vgg_type="vgg19_bn", vgg_state_dict=sd, **PERCEPTUAL_CASES[case])
+    percep, style = loss(t["x"], t["y"])
+    assert percep is not None and style is not None
+    close(percep, t[f"percep_{case}"], f"perceptual ({case})", rtol=1e-5, atol=1e-5)
+    close(style, t[f"style_{case}"], f"style ({case})", rtol=1e-5, atol=1e-5)
+
+
+def test_perceptual_charbonnier_and_autocast() -> None:
+    t, sd = vgg19_bn_fixture()
+    loss = PerceptualLoss({"relu1_2": 1.0}, vgg_type="vgg19_bn", criterion="charbonnier", eps=1e-6,
+                          vgg_state_dict=sd)
+    fx, fy = loss.vgg(t["x"]), loss.vgg(t["y"])
+    want = torch.sqrt((fx["relu1_2"] - fy["relu1_2"]) ** 2 + 1e-6).mean()
+    percep, style = loss(t["x"], t["y"])
+    close(percep, want, "charbonnier perceptual")
+    assert style is None
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low, _ = loss(t["x"], t["y"])
+    assert low.dtype == torch.float32 and torch.isclose(low, want, rtol=0.05)  # bf16 features, fp32 distance
+    with pytest.raises(ValueError, match="l1, l2, charbonnier or fro"):
+        PerceptualLoss({"relu1_2": 1.0}, criterion="l3", vgg_state_dict=sd)
+    with pytest.raises(ValueError, match=r"unknown VGG19-BN layer\(s\) \['bn6_1'\]"):
+        PerceptualLoss({"bn6_1": 1.0}, vgg_type="vgg19_bn", vgg_state_dict=sd)
+    with pytest.raises(KeyError, match="VGG19-BN weights lack 'features.1.running_mean'"):
+        PerceptualLoss({"bn1_1": 1.0}, vgg_type="vgg19_bn",
+                       vgg_state_dict={k: v for k, v in sd.items() if k != "features.1.running_mean"})
+
+
+def test_vgg19_bn_stand_in_loads() -> None:
+    sd = vgg19_stand_in(vgg_type="vgg19_bn")
+    assert "features.1.running_var" in sd and "features.49.weight" in sd
+    PerceptualLoss({"relu5_4": 1.0}, vgg_type="vgg19_bn", vgg_state_dict=sd)
+    assert VGG19_BN_NAMES.index("relu5_4") == 51
