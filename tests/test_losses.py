@@ -4,7 +4,9 @@ reductions, fp32 under bf16 autocast, argument errors and option validation."""
 
 from __future__ import annotations
 
+import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +20,15 @@ from torch import nn
 from anysr.losses import (
     CharbonnierLoss,
     ChromaLoss,
+    ContextualLoss,
+    DISTSLoss,
     FFLoss,
     FFTLoss,
     GANLoss,
     GradientVarianceLoss,
     HuberLoss,
     L1Loss,
+    LPIPSLoss,
     LumaLoss,
     MSELoss,
     MSSSIML1Loss,
@@ -41,6 +46,7 @@ from anysr.losses import (
     relativistic_generator_loss,
 )
 from anysr.losses.color import srgb_to_oklab
+from anysr.losses.learned import contextual_similarity
 from anysr.losses.perceptual import VGG19_BN_NAMES, vgg19_stand_in
 from anysr.options import validate_options
 from anysr.registry import LOSS_REGISTRY
@@ -401,3 +407,94 @@ def test_vgg19_bn_stand_in_loads() -> None:
     assert "features.1.running_var" in sd and "features.49.weight" in sd
     PerceptualLoss({"relu5_4": 1.0}, vgg_type="vgg19_bn", vgg_state_dict=sd)
     assert VGG19_BN_NAMES.index("relu5_4") == 51
+
+
+# ---------------------------------------------------------------- learned (lpips package, DISTS authors' code)
+METRIC_FIX = Path(__file__).resolve().parent / "fixtures" / "metrics"
+
+
+def _seeded(name: str, key: str) -> dict[str, torch.Tensor]:
+    """The seeded weights the metric fixtures were made with (tests/fixtures/make_metric_fixtures.py)."""
+    sys.path.insert(0, str(METRIC_FIX.parent))
+    try:
+        from make_metric_fixtures import seeded_state_dict
+    finally:
+        sys.path.pop(0)
+    manifest = json.loads((METRIC_FIX / "manifest.json").read_text())
+    return seeded_state_dict(manifest[name][key])
+
+
+def _metric_pair(name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    data = load_file(str(METRIC_FIX / f"{name}.safetensors"))
+    ref = data["dist"] if "dist" in data else data["score"]
+    return data["x"].float() / 255, data["y"].float() / 255, ref
+
+
+@pytest.mark.parametrize("net", ["alex", "vgg"])
+def test_lpips_loss_matches_lpips_package(net: str) -> None:
+    x, y, ref = _metric_pair(f"lpips_{net}")
+    sds = [_seeded(f"lpips_{net}", "backbone_shapes"), _seeded(f"lpips_{net}", "head_shapes")]
+    loss = LPIPSLoss(reduction="none", net=net, weight_state_dicts=sds)
+    assert loss.role == "learned"
+    close(loss(x, y), ref, f"LPIPS({net}) loss")
+    pred = x.clone().requires_grad_(True)
+    LPIPSLoss(0.5, net=net, weight_state_dicts=sds)(pred, y).backward()
+    assert torch.isfinite(pred.grad).all() and pred.grad.abs().sum() > 0
+    assert not any(p.requires_grad for p in loss.parameters())
+
+
+def test_dists_loss_matches_dists_package() -> None:
+    x, y, ref = _metric_pair("dists")
+    sds = [_seeded("dists", "vgg_shapes"), _seeded("dists", "head_shapes")]
+    loss = DISTSLoss(reduction="none", weight_state_dicts=sds)
+    close(loss(x, y), ref, "DISTS loss")
+    close(DISTSLoss(2.0, weight_state_dicts=sds)(x, y), 2 * ref.mean(), "DISTS loss mean")
+    pred = x.clone().requires_grad_(True)
+    DISTSLoss(weight_state_dicts=sds)(pred, y).backward()
+    assert torch.isfinite(pred.grad).all() and pred.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match="needs weight_state_dicts"):
+        DISTSLoss()
+    with pytest.raises(ValueError, match="needs weight_state_dicts"):
+        LPIPSLoss(net="vgg")
+
+
+def _contextual_np(x: np.ndarray, y: np.ndarray, h: float, eps: float = 1e-5) -> np.ndarray:
+    """Contextual similarity per image in float64, written from the paper's equations."""
+    out = []
+    for a, b in zip(x, y):
+        mu = b.reshape(b.shape[0], -1).mean(1, keepdims=True)
+        fa, fb = a.reshape(a.shape[0], -1) - mu, b.reshape(b.shape[0], -1) - mu
+        fa, fb = fa / np.linalg.norm(fa, axis=0, keepdims=True), fb / np.linalg.norm(fb, axis=0, keepdims=True)
+        d = 1 - fa.T @ fb  # (Px, Py)
+        rel = d / (d.min(axis=1, keepdims=True) + eps)
+        w = np.exp((1 - rel) / h)
+        cx = w / w.sum(axis=1, keepdims=True)
+        out.append(cx.max(axis=0).mean())
+    return np.array(out)
+
+
+def test_contextual_loss_against_numpy() -> None:
+    g = torch.Generator().manual_seed(11)
+    fx, fy = torch.randn(2, 8, 5, 6, generator=g), torch.randn(2, 8, 5, 6, generator=g)
+    want = _contextual_np(fx.double().numpy(), fy.double().numpy(), 0.3)
+    close(contextual_similarity(fx, fy, 0.3), torch.tensor(want, dtype=torch.float32), "contextual similarity")
+    sd = vgg19_stand_in()
+    layers = {"relu2_1": 1.0, "conv3_1": 0.5}
+    loss = ContextualLoss(layers, vgg_state_dict=sd)
+    assert loss.role == "learned"
+    x, y = _pair()
+    x, y = x[..., :16, :16], y[..., :16, :16]
+    fa, fb = loss.vgg(x), loss.vgg(y)
+    manual = sum(-torch.log(contextual_similarity(fa[k], fb[k])) * w for k, w in layers.items())
+    close(loss(x, y), manual.mean(), "contextual loss")
+    pred = x.clone().requires_grad_(True)
+    value = loss(pred, y)
+    value.backward()
+    assert torch.isfinite(pred.grad).all() and loss(x, x) < value
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert loss(x, y).dtype == torch.float32
+        torch.testing.assert_close(loss(x, y), value.detach(), rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="needs vgg_state_dict"):
+        ContextualLoss()
+    with pytest.raises(ValueError, match="band_width"):
+        ContextualLoss(band_width=0, vgg_state_dict=sd)

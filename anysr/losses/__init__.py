@@ -18,6 +18,7 @@ from anysr.losses.gan import (
     relativistic_generator_loss,
 )
 from anysr.losses.gradient import GradientVarianceLoss, SobelLoss
+from anysr.losses.learned import ContextualLoss, DISTSLoss, LPIPSLoss
 from anysr.losses.perceptual import PerceptualLoss, VGGFeatureExtractor
 from anysr.losses.pixel import CharbonnierLoss, HuberLoss, L1Loss, MSELoss, WeightedTVLoss
 from anysr.losses.structure import MSSSIML1Loss, MSSSIMLoss, SSIMLoss
@@ -31,7 +32,8 @@ def build_loss(opt: Mapping[str, Any], key_path: str) -> nn.Module:
     return cls(**kwargs)
 
 
-__all__ = ["CharbonnierLoss", "ChromaLoss", "FFLoss", "FFTLoss", "GANLoss", "GradientVarianceLoss", "HuberLoss",
-           "L1Loss", "LumaLoss", "MSELoss", "MSSSIML1Loss", "MSSSIMLoss", "MultiScaleGANLoss", "OklabLoss",
-           "PerceptualLoss", "SSIMLoss", "SobelLoss", "VGGFeatureExtractor", "WeightedTVLoss", "build_loss",
-           "gradient_penalty_loss", "r1_penalty", "relativistic_discriminator_loss", "relativistic_generator_loss"]
+__all__ = ["CharbonnierLoss", "ChromaLoss", "ContextualLoss", "DISTSLoss", "FFLoss", "FFTLoss", "GANLoss",
+           "GradientVarianceLoss", "HuberLoss", "L1Loss", "LPIPSLoss", "LumaLoss", "MSELoss", "MSSSIML1Loss",
+           "MSSSIMLoss", "MultiScaleGANLoss", "OklabLoss", "PerceptualLoss", "SSIMLoss", "SobelLoss",
+           "VGGFeatureExtractor", "WeightedTVLoss", "build_loss", "gradient_penalty_loss", "r1_penalty",
+           "relativistic_discriminator_loss", "relativistic_generator_loss"]
