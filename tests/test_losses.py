@@ -498,3 +498,23 @@ def test_contextual_loss_against_numpy() -> None:
         ContextualLoss()
     with pytest.raises(ValueError, match="band_width"):
         ContextualLoss(band_width=0, vgg_state_dict=sd)
+
+
+def test_gan_and_perceptual_opts_validate(tmp_path: Path) -> None:
+    gt = tmp_path / "gt"
+    gt.mkdir()
+    vgg = tmp_path / "vgg19_bn.pth"
+    vgg.write_bytes(b"x")
+    opt = {
+        "name": "tiny", "scale": 2, "model_type": "ESRGANModel",
+        "datasets": {"train": {"type": "PairedImageDataset", "dataroot_gt": str(gt), "lq_from_gt": True,
+                               "gt_size": 32, "batch_size_per_gpu": 4}},
+        "network_g": {"type": "EDSR", "num_in_ch": 3, "num_out_ch": 3, "upscale": 2},
+        "network_d": {"type": "VGGStyleDiscriminator", "num_in_ch": 3, "num_feat": 4},
+        "train": {"total_iter": 10, "optim_g": {"type": "Adam", "lr": 1e-3}, "optim_d": {"type": "Adam", "lr": 1e-3},
+                  "gan_opt": {"type": "MultiScaleGANLoss", "gan_type": "hinge", "loss_weight": 0.1},
+                  "perceptual_opt": {"type": "PerceptualLoss", "vgg_type": "vgg19_bn", "criterion": "charbonnier",
+                                     "layer_weights": {"bn5_4": 1.0}, "vgg_weights_path": str(vgg)}},
+    }
+    train = validate_options(opt, is_train=True, root=tmp_path)["train"]
+    assert train["gan_opt"]["type"] == "MultiScaleGANLoss" and train["perceptual_opt"]["eps"] == 1e-12
