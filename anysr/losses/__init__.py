@@ -7,9 +7,21 @@ from typing import Any
 
 from torch import nn
 
-from anysr.losses.gan import GANLoss
+from anysr.losses.color import ChromaLoss, LumaLoss, OklabLoss
+from anysr.losses.frequency import FFLoss, FFTLoss
+from anysr.losses.gan import (
+    GANLoss,
+    MultiScaleGANLoss,
+    gradient_penalty_loss,
+    r1_penalty,
+    relativistic_discriminator_loss,
+    relativistic_generator_loss,
+)
+from anysr.losses.gradient import GradientVarianceLoss, SobelLoss
+from anysr.losses.learned import ContextualLoss, DISTSLoss, LPIPSLoss
 from anysr.losses.perceptual import PerceptualLoss, VGGFeatureExtractor
-from anysr.losses.pixel import CharbonnierLoss, L1Loss, MSELoss
+from anysr.losses.pixel import CharbonnierLoss, HuberLoss, L1Loss, MSELoss, WeightedTVLoss
+from anysr.losses.structure import MSSSIML1Loss, MSSSIMLoss, SSIMLoss
 from anysr.registry import LOSS_REGISTRY, plain_options
 
 
@@ -20,4 +32,8 @@ def build_loss(opt: Mapping[str, Any], key_path: str) -> nn.Module:
     return cls(**kwargs)
 
 
-__all__ = ["CharbonnierLoss", "GANLoss", "L1Loss", "MSELoss", "PerceptualLoss", "VGGFeatureExtractor", "build_loss"]
+__all__ = ["CharbonnierLoss", "ChromaLoss", "ContextualLoss", "DISTSLoss", "FFLoss", "FFTLoss", "GANLoss",
+           "GradientVarianceLoss", "HuberLoss", "L1Loss", "LPIPSLoss", "LumaLoss", "MSELoss", "MSSSIML1Loss",
+           "MSSSIMLoss", "MultiScaleGANLoss", "OklabLoss", "PerceptualLoss", "SSIMLoss", "SobelLoss",
+           "VGGFeatureExtractor", "WeightedTVLoss", "build_loss", "gradient_penalty_loss", "r1_penalty",
+           "relativistic_discriminator_loss", "relativistic_generator_loss"]

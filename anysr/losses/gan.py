@@ -1,9 +1,12 @@
-"""Adversarial loss with BasicSR's arguments (``gan_type``, label values, ``loss_weight``)."""
+"""Adversarial losses with BasicSR's arguments (``gan_type``, label values, ``loss_weight``), the multi-scale form,
+the relativistic average form ESRGAN trains with, and the R1 / WGAN-GP gradient penalties."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import torch
-from torch import nn
+from torch import autograd, nn
 from torch.nn import functional as F
 
 from anysr.registry import LOSS_REGISTRY
@@ -53,3 +56,64 @@ class GANLoss(nn.Module):
         else:  # hinge, generator side
             loss = -x.mean()
         return loss if is_disc else loss * self.loss_weight
+
+
+@LOSS_REGISTRY.register()
+class MultiScaleGANLoss(GANLoss):
+    """GANLoss over a list of discriminator outputs (one per scale), averaged; an entry that is itself a list
+    (multi-scale feature matching) contributes its last element. A single tensor is judged as by GANLoss."""
+
+    def forward(self, input: torch.Tensor | Sequence[torch.Tensor | Sequence[torch.Tensor]],  # type: ignore[override]  # noqa: A002
+                target_is_real: bool, is_disc: bool = False) -> torch.Tensor:
+        """The mean over scales of GANLoss of each scale's output."""
+        if isinstance(input, torch.Tensor):
+            return super().forward(input, target_is_real, is_disc)
+        if len(input) == 0:
+            raise ValueError("MultiScaleGANLoss got an empty list of discriminator outputs")
+        total = sum(super(MultiScaleGANLoss, self).forward(p if isinstance(p, torch.Tensor) else p[-1],
+                                                            target_is_real, is_disc).mean() for p in input)
+        return total / len(input)  # type: ignore[return-value]
+
+
+def relativistic_generator_loss(gan: GANLoss, real_pred: torch.Tensor, fake_pred: torch.Tensor) -> torch.Tensor:
+    """ESRGAN's relativistic average generator loss: the mean of ``gan(real - mean(fake), fake label)`` and
+    ``gan(fake - mean(real), real label)``; ``real_pred`` is detached (the discriminator is not trained here)."""
+    real_pred = real_pred.detach()
+    l_real = gan(real_pred - fake_pred.mean(), False, is_disc=False)
+    l_fake = gan(fake_pred - real_pred.mean(), True, is_disc=False)
+    return (l_real + l_fake) / 2
+
+
+def relativistic_discriminator_loss(gan: GANLoss, real_pred: torch.Tensor,
+                                    fake_pred: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """ESRGAN's relativistic average discriminator losses ``(real, fake)``, each halved as ESRGAN does; the other
+    side's mean is detached. ``fake_pred`` is D's output on the detached generator output."""
+    l_real = gan(real_pred - fake_pred.detach().mean(), True, is_disc=True) * 0.5
+    l_fake = gan(fake_pred - real_pred.detach().mean(), False, is_disc=True) * 0.5
+    return l_real, l_fake
+
+
+def r1_penalty(real_pred: torch.Tensor, real_img: torch.Tensor) -> torch.Tensor:
+    """R1 regulariser (Mescheder et al. 2018, eq. 9): the batch mean of the squared norm of d sum(D(x)) / dx at
+    real images. ``real_img`` must require grad and ``real_pred`` be computed from it; the graph is kept so the
+    penalty can be back-propagated. Scale it (gamma / 2) at the caller."""
+    grad = autograd.grad(outputs=real_pred.sum(), inputs=real_img, create_graph=True)[0]
+    return grad.pow(2).reshape(grad.shape[0], -1).sum(1).mean()
+
+
+def gradient_penalty_loss(discriminator: Callable[[torch.Tensor], torch.Tensor], real_data: torch.Tensor,
+                          fake_data: torch.Tensor, weight: torch.Tensor | None = None,
+                          alpha: torch.Tensor | None = None) -> torch.Tensor:
+    """WGAN-GP penalty as BasicSR computes it: mean over pixels of (||grad D(x_hat)||_2 over channels - 1)^2 at
+    ``x_hat = alpha * real + (1 - alpha) * fake``. ``alpha`` (N, 1, 1, 1) defaults to a uniform draw on the data's
+    device (give it to make the draw reproducible); ``weight`` multiplies the gradients and the penalty is then
+    divided by the weight's mean."""
+    if alpha is None:
+        alpha = torch.rand(real_data.shape[0], 1, 1, 1, device=real_data.device, dtype=real_data.dtype)
+    interp = (alpha * real_data + (1.0 - alpha) * fake_data).detach().requires_grad_(True)
+    d = discriminator(interp)
+    grad = autograd.grad(outputs=d, inputs=interp, grad_outputs=torch.ones_like(d), create_graph=True)[0]
+    if weight is not None:
+        grad = grad * weight
+    penalty = ((grad.norm(2, dim=1) - 1) ** 2).mean()
+    return penalty if weight is None else penalty / weight.mean()

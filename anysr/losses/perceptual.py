@@ -10,49 +10,66 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from anysr.ops.autocast import autocast_off
 from anysr.registry import LOSS_REGISTRY
 
 # torchvision vgg19 ``features`` layers in order; the position is torchvision's index N of ``features.N``.
 _VGG19_BLOCKS = (2, 2, 4, 4, 4)
-VGG19_NAMES: tuple[str, ...] = tuple(
-    name
-    for block, convs in enumerate(_VGG19_BLOCKS, start=1)
-    for name in [x for i in range(1, convs + 1) for x in (f"conv{block}_{i}", f"relu{block}_{i}")] + [f"pool{block}"]
-)
+
+
+def _vgg_names(batch_norm: bool) -> tuple[str, ...]:
+    """BasicSR's layer names for vgg19 (``conv1_1, relu1_1, ..., pool5``) or vgg19_bn (``bn1_1`` after each conv)."""
+    names: list[str] = []
+    for block, convs in enumerate(_VGG19_BLOCKS, start=1):
+        for i in range(1, convs + 1):
+            names += [f"conv{block}_{i}", *([f"bn{block}_{i}"] if batch_norm else []), f"relu{block}_{i}"]
+        names.append(f"pool{block}")
+    return tuple(names)
+
+
+VGG19_NAMES: tuple[str, ...] = _vgg_names(False)
+VGG19_BN_NAMES: tuple[str, ...] = _vgg_names(True)
+VGG_NAMES = {"vgg19": VGG19_NAMES, "vgg19_bn": VGG19_BN_NAMES}
 _VGG19_WIDTHS = (64, 128, 256, 512, 512)
 _IMAGENET_MEAN = (0.485, 0.456, 0.406)
 _IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 class VGGFeatureExtractor(nn.Module):
-    """VGG19 truncated after the deepest requested layer; returns ``{layer name: features}``.
+    """VGG19 (or VGG19-BN) truncated after the deepest requested layer; returns ``{layer name: features}``.
 
-    Layer names as BasicSR's (``conv1_1``, ``relu1_1``, ..., ``pool5``). Load weights with
+    Layer names as BasicSR's (``conv1_1``, [``bn1_1``,] ``relu1_1``, ..., ``pool5``): a ``conv``/``bn`` layer
+    gives pre-activation features, a ``relu`` layer post-activation ones. Load weights with
     ``load_torchvision_state_dict`` (torchvision's ``features.N.*`` keys; classifier keys are ignored).
-    The parameters are frozen and the module stays in eval mode.
+    The parameters are frozen and the module stays in eval mode (batch norm uses its running statistics).
     """
 
     def __init__(self, layer_name_list: list[str], vgg_type: str = "vgg19", use_input_norm: bool = True,
                  range_norm: bool = False) -> None:
         super().__init__()
-        if vgg_type != "vgg19":
-            raise ValueError(f"vgg_type '{vgg_type}' is not supported; only 'vgg19' is")
-        unknown = [n for n in layer_name_list if n not in VGG19_NAMES]
+        if vgg_type not in VGG_NAMES:
+            raise ValueError(f"vgg_type '{vgg_type}' is not supported; use one of {', '.join(VGG_NAMES)}")
+        all_names = VGG_NAMES[vgg_type]
+        unknown = [n for n in layer_name_list if n not in all_names]
         if unknown:
-            raise ValueError(f"unknown VGG19 layer(s) {unknown}; valid names: {', '.join(VGG19_NAMES)}")
+            label = "VGG19" if vgg_type == "vgg19" else "VGG19-BN"
+            raise ValueError(f"unknown {label} layer(s) {unknown}; valid names: {', '.join(all_names)}")
         if not layer_name_list:
             raise ValueError("layer_weights is empty; name at least one VGG19 layer, e.g. {conv5_4: 1.0}")
         self.layer_name_list = list(layer_name_list)
+        self.vgg_type = vgg_type
         self.use_input_norm = use_input_norm
         self.range_norm = range_norm
-        last = max(VGG19_NAMES.index(n) for n in layer_name_list)
+        last = max(all_names.index(n) for n in layer_name_list)
         layers: list[tuple[str, nn.Module]] = []
         c_in = 3
-        for name in VGG19_NAMES[: last + 1]:
+        for name in all_names[: last + 1]:
             if name.startswith("conv"):
                 c_out = _VGG19_WIDTHS[int(name[4]) - 1]
                 layers.append((name, nn.Conv2d(c_in, c_out, 3, 1, 1)))
                 c_in = c_out
+            elif name.startswith("bn"):
+                layers.append((name, nn.BatchNorm2d(c_in)))
             elif name.startswith("relu"):
                 layers.append((name, nn.ReLU(inplace=False)))
             else:
@@ -69,19 +86,27 @@ class VGGFeatureExtractor(nn.Module):
 
     @torch.no_grad()
     def load_torchvision_state_dict(self, state_dict: Mapping[str, torch.Tensor]) -> None:
-        """Copy torchvision vgg19 weights (``features.N.weight`` / ``.bias``, optional ``vgg.``-free prefixes)."""
+        """Copy torchvision vgg19 / vgg19_bn weights (``features.N.weight`` / ``.bias``, and a batch norm's
+        ``running_mean`` / ``running_var``)."""
+        label, tv_name = ("VGG19", "vgg19") if self.vgg_type == "vgg19" else ("VGG19-BN", "vgg19_bn")
         for idx, (name, module) in enumerate(self.vgg_net.named_children()):
-            if not isinstance(module, nn.Conv2d):
+            if isinstance(module, nn.Conv2d):
+                parts = ("weight", "bias")
+            elif isinstance(module, nn.BatchNorm2d):
+                parts = ("weight", "bias", "running_mean", "running_var")
+            else:
                 continue
-            for part in ("weight", "bias"):
+            for part in parts:
                 key = f"features.{idx}.{part}"
                 if key not in state_dict:
-                    raise KeyError(f"VGG19 weights lack '{key}' (layer {name}); give torchvision's vgg19 state dict")
+                    raise KeyError(f"{label} weights lack '{key}' (layer {name}); give torchvision's {tv_name} "
+                                   "state dict")
                 src = state_dict[key]
                 dst = getattr(module, part)
                 if tuple(src.shape) != tuple(dst.shape):
-                    raise ValueError(f"VGG19 weights '{key}' have shape {tuple(src.shape)}, layer {name} needs "
-                                     f"{tuple(dst.shape)}; give torchvision's vgg19 (not vgg16 / bn) state dict")
+                    raise ValueError(f"{label} weights '{key}' have shape {tuple(src.shape)}, layer {name} needs "
+                                     f"{tuple(dst.shape)}; give torchvision's {tv_name} (not vgg16 / another "
+                                     "variant) state dict")
                 dst.copy_(src)
 
     def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -94,7 +119,7 @@ class VGGFeatureExtractor(nn.Module):
         for name, layer in self.vgg_net.named_children():
             x = layer(x)
             if name in wanted:
-                out[name] = x.clone() if name.startswith("conv") else x
+                out[name] = x.clone() if not name.startswith(("relu", "pool")) else x
         return out
 
 
@@ -106,9 +131,13 @@ def _gram(x: torch.Tensor) -> torch.Tensor:
 
 @LOSS_REGISTRY.register()
 class PerceptualLoss(nn.Module):
-    """Weighted distance of VGG19 features (and optionally of their Gram matrices, the style loss).
+    """Weighted distance of VGG19 / VGG19-BN features (and optionally of their Gram matrices, the style loss).
 
+    BasicSR's arguments: ``layer_weights`` (one weight per layer; ``conv``/``bn`` layers are pre-activation,
+    ``relu`` layers post-activation), ``vgg_type`` (``vgg19``, ``vgg19_bn``), ``use_input_norm``, ``range_norm``,
+    ``perceptual_weight``, ``style_weight``, ``criterion`` (``l1``, ``l2``, ``charbonnier`` with ``eps``, ``fro``).
     ``forward(x, gt)`` returns ``(percep_loss, style_loss)``; either is ``None`` when its weight is 0.
+    Under autocast the VGG runs in its precision, the distances and Gram matrices in fp32.
     The VGG weights come in as ``vgg_state_dict`` (torchvision's vgg19); ``vgg_weights_path`` is only the
     option the engine reads them from (losses do no file I/O) and is accepted and ignored here.
     """
@@ -118,13 +147,14 @@ class PerceptualLoss(nn.Module):
     def __init__(self, layer_weights: dict[str, float], vgg_type: str = "vgg19", use_input_norm: bool = True,
                  range_norm: bool = False, perceptual_weight: float = 1.0, style_weight: float = 0.0,
                  criterion: str = "l1", vgg_weights_path: str | None = None,
-                 vgg_state_dict: Mapping[str, torch.Tensor] | None = None) -> None:
+                 vgg_state_dict: Mapping[str, torch.Tensor] | None = None, eps: float = 1e-12) -> None:
         super().__init__()
-        if criterion not in ("l1", "l2", "fro"):
-            raise ValueError(f"criterion '{criterion}' is not supported; use l1, l2 or fro")
+        if criterion not in ("l1", "l2", "charbonnier", "fro"):
+            raise ValueError(f"criterion '{criterion}' is not supported; use l1, l2, charbonnier or fro")
         if vgg_state_dict is None:
-            raise ValueError("PerceptualLoss needs vgg_state_dict (torchvision's vgg19 weights); set "
+            raise ValueError(f"PerceptualLoss needs vgg_state_dict (torchvision's {vgg_type} weights); set "
                              "train.perceptual_opt.vgg_weights_path")
+        self.eps = float(eps)
         self.layer_weights = {k: float(v) for k, v in layer_weights.items()}
         self.perceptual_weight = float(perceptual_weight)
         self.style_weight = float(style_weight)
@@ -137,11 +167,18 @@ class PerceptualLoss(nn.Module):
             return F.l1_loss(a, b)
         if self.criterion_type == "l2":
             return F.mse_loss(a, b)
+        if self.criterion_type == "charbonnier":
+            return torch.sqrt((a - b) ** 2 + self.eps).mean()
         return torch.linalg.vector_norm(a - b)
 
     def forward(self, x: torch.Tensor, gt: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        fx = self.vgg(x)
+        fx = self.vgg(x)  # the network runs in autocast's precision; distances and Gram matrices in fp32
         fg = self.vgg(gt.detach())
+        with autocast_off(x):
+            return self._losses({k: v.float() for k, v in fx.items()}, {k: v.float() for k, v in fg.items()})
+
+    def _losses(self, fx: dict[str, torch.Tensor],
+                fg: dict[str, torch.Tensor]) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         percep = style = None
         if self.perceptual_weight > 0:
             percep = sum(self._dist(fx[k], fg[k]) * w for k, w in self.layer_weights.items())
@@ -152,11 +189,12 @@ class PerceptualLoss(nn.Module):
         return percep, style  # type: ignore[return-value]
 
 
-def vgg19_stand_in(seed: int = 0) -> dict[str, torch.Tensor]:
-    """Random VGG19 weights in torchvision's layout (``features.N.*``), for timing a model without the file."""
+def vgg19_stand_in(seed: int = 0, vgg_type: str = "vgg19") -> dict[str, torch.Tensor]:
+    """Random VGG19 (``vgg_type`` vgg19_bn: VGG19-BN) weights in torchvision's layout (``features.N.*``), for timing
+    a model without the file."""
     with torch.random.fork_rng(devices=[]):  # the global generator is left as it was
         torch.manual_seed(seed)
-        net = VGGFeatureExtractor([VGG19_NAMES[-1]])
-    return {f"features.{idx}.{part}": getattr(module, part).detach().clone()
-            for idx, module in enumerate(net.vgg_net.children()) if isinstance(module, nn.Conv2d)
-            for part in ("weight", "bias")}
+        net = VGGFeatureExtractor([VGG_NAMES[vgg_type][-1]], vgg_type=vgg_type)
+    return {f"features.{idx}.{name}": t.detach().clone()
+            for idx, module in enumerate(net.vgg_net.children())
+            for name, t in module.state_dict().items() if name != "num_batches_tracked"}
