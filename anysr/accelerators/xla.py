@@ -44,7 +44,7 @@ class XLAStrategy(Strategy):
 
     def __init__(self, plan: LaunchPlan, local_rank: int = 0) -> None:
         super().__init__(plan, local_rank)
-        self._device: torch.device | None = None
+        self.device: torch.device | None = None  # the accelerator's, bound by join_world
         self.spmd_devices = 1
         self.mesh: Any = None
 
@@ -55,7 +55,7 @@ class XLAStrategy(Strategy):
     def join_world(self, device: torch.device) -> None:
         """Ranks from ``torch_xla.runtime`` (call after ``use_spmd`` and once ``device`` is bound); under SPMD one
         rank and a mesh over every device."""
-        self._device = device
+        self.device = device
         if self.plan.spmd:
             if xr.process_count() > 1:
                 raise AcceleratorError(
@@ -71,12 +71,6 @@ class XLAStrategy(Strategy):
             self.world_size = xr.world_size()
             self.rank = xr.global_ordinal()
             self.local_rank = xr.local_ordinal()
-
-    @property
-    def device(self) -> torch.device:
-        if self._device is None:
-            raise AcceleratorError("XLAAccelerator: call setup() inside the worker before using the device")
-        return self._device
 
     @property
     def data_parallel_size(self) -> int:
