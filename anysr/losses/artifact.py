@@ -15,8 +15,10 @@ def local_variance(residual: torch.Tensor, ksize: int) -> torch.Tensor:
     """Unbiased variance of each ``ksize`` x ``ksize`` window (reflect-padded, same size as ``residual``)."""
     pad = (ksize - 1) // 2
     padded = F.pad(residual, [pad, pad, pad, pad], mode="reflect")
-    windows = padded.unfold(2, ksize, 1).unfold(3, ksize, 1)  # (N, C, H, W, k, k), a view
-    return torch.var(windows, dim=(-1, -2), unbiased=True)
+    h, w = residual.shape[-2:]
+    # the k * k shifted copies as static slices (Tensor.unfold falls back to the CPU on XLA); exact values
+    windows = torch.stack([padded[..., i:i + h, j:j + w] for i in range(ksize) for j in range(ksize)], dim=-1)
+    return torch.var(windows, dim=-1, unbiased=True)
 
 
 def artifact_map(gt: torch.Tensor, output: torch.Tensor, output_ema: torch.Tensor, ksize: int = 7) -> torch.Tensor:
