@@ -18,10 +18,12 @@ from conftest import FIXTURE_TOL, ROOT, run_cli, tiny_train_options, write_optio
 from safetensors.torch import load_file, save_file
 from test_gan import fake_vgg19_state_dict, gan_options
 from test_losses import _seeded
+from test_realesrgan import real_options
 
 from anysr.cli import main
 from anysr.errors import OptionError
 from anysr.losses import LDLLoss, artifact_map
+from anysr.models.loss_set import LossSpec, loss_weight_needs
 from anysr.options import validate_options
 from anysr.registry import LOSS_REGISTRY
 
@@ -238,3 +240,31 @@ def test_lpips_from_the_list_reads_its_weight_files(tmp_path: Path, small_train_
     capsys.readouterr()
     assert main(["train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}"]) == 2
     assert "train.losses[1].weights: LPIPSLoss needs its weight files" in capsys.readouterr().err
+
+
+def test_realesrgan_list_equals_opt_keys(tmp_path: Path, small_train_dir: Path) -> None:
+    """RealESRGANModel: the list (with LDL against the USM-sharpened GT as the pixel loss) runs; with BasicSR's
+    names it trains exactly as pixel_opt + gan_opt."""
+    a = real_options("opt", small_train_dir, model="RealESRGANModel", total_iter=2)
+    b = real_options("list", small_train_dir, model="RealESRGANModel", total_iter=2)
+    train = b["train"]
+    train["losses"] = [{**train.pop("pixel_opt"), "name": "pix"}, {**train.pop("gan_opt"), "name": "gan"}]
+    c = real_options("ldl", small_train_dir, model="RealESRGANModel", total_iter=2)
+    c["train"]["losses"] = [{**c["train"].pop("pixel_opt"), "type": "l1loss"}, {"type": "ldlloss"},
+                            {**c["train"].pop("gan_opt"), "type": "ganloss"}]
+    for opt in (a, b, c):
+        assert main(["train", "-opt", str(write_options(tmp_path / f"{opt['name']}.yml", opt)), "--force_yml",
+                     f"path.root={tmp_path}"]) == 0
+    exp = tmp_path / "experiments"
+    _same(_weights(exp / "opt", 2), _weights(exp / "list", 2))
+    assert {"l_g_l1", "l_g_ldl", "l_g_gan"} <= set(_final_losses(exp / "ldl"))
+
+
+def test_vgg_weight_need_follows_vgg_type() -> None:
+    """A perceptual loss on vgg19_bn asks for VGG19-BN weights (and times with a VGG19-BN stand-in)."""
+    spec = LossSpec("percep", "train.perceptual_opt", {"type": "PerceptualLoss", "vgg_type": "vgg19_bn",
+                                                       "layer_weights": {"relu5_4": 1.0}}, "perceptual")
+    (need,) = loss_weight_needs([spec], {})
+    assert need.name == "vgg19" and need.option == "train.perceptual_opt.vgg_weights_path" and need.required
+    assert "VGG19_BN weights file is required" in need.missing
+    assert need.stand_in is not None and "features.1.running_var" in need.stand_in()
