@@ -17,6 +17,7 @@ class Registry:
     def __init__(self, name: str) -> None:
         self.name = name
         self._items: dict[str, Any] = {}
+        self._aliases: dict[str, str] = {}  # lower-cased alias -> registered name
 
     def register(self, obj: T | None = None, *, name: str | None = None) -> Any:
         """Register ``obj`` under its ``__name__`` (or ``name``); usable as ``@REG.register()``."""
@@ -26,24 +27,40 @@ class Registry:
             if key in self._items and self._items[key] is not o:
                 raise KeyError(f"{self.name} registry: '{key}' is registered twice")
             self._items[key] = o
+            for alias in getattr(o, "other_names", ()):  # other projects' names for the same thing
+                self._aliases.setdefault(alias.lower(), key)
             return o
 
         if obj is None:
             return add
         return add(obj)
 
+    def canonical(self, name: object) -> str | None:
+        """The registered name ``name`` refers to: itself, the one name equal to it ignoring case
+        (traiNNer-redux's lower-case ``l1loss``), or one of a class's ``other_names``; None when none fits."""
+        if not isinstance(name, str):
+            return None
+        if name in self._items:
+            return name
+        low = name.lower()
+        folded = [k for k in self._items if k.lower() == low]
+        if len(folded) == 1:
+            return folded[0]
+        return self._aliases.get(low) if not folded else None
+
     def get(self, name: str, key_path: str = "type") -> Any:
-        """The entry called ``name``; an OptionError naming ``key_path`` and the nearest name if absent."""
-        try:
-            return self._items[name]
-        except KeyError:
+        """The entry called ``name`` (``canonical``); an OptionError naming ``key_path`` and the nearest name if
+        absent."""
+        key = self.canonical(name)
+        if key is None:
             raise OptionError(
-                f"{key_path}: unknown {self.name} '{name}'{did_you_mean(name, self._items)}; "
+                f"{key_path}: unknown {self.name} '{name}'{did_you_mean(str(name), self._items)}; "
                 f"known: {', '.join(sorted(self._items))}"
-            ) from None
+            )
+        return self._items[key]
 
     def __contains__(self, name: object) -> bool:
-        return name in self._items
+        return self.canonical(name) is not None
 
     def __iter__(self) -> Iterator[str]:
         return iter(sorted(self._items))

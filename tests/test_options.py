@@ -880,7 +880,7 @@ def test_train_rules(root: Path) -> None:
         "train.optim_g.nesterov: needs momentum > 0; set momentum (e.g. 0.9) or nesterov: false",
         "train.scheduler.restart_weights: has 1 values but periods has 2; give one weight per period",
         "train: no loss is set; add one of train.pixel_opt (e.g. {type: L1Loss}), train.perceptual_opt, "
-        "train.gan_opt",
+        "train.gan_opt, or a train.losses list (e.g. [{type: L1Loss}])",
     ]
 
 

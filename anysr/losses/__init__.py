@@ -7,6 +7,7 @@ from typing import Any
 
 from torch import nn
 
+from anysr.losses.artifact import LDLLoss, artifact_map
 from anysr.losses.color import ChromaLoss, LumaLoss, OklabLoss
 from anysr.losses.frequency import FFLoss, FFTLoss
 from anysr.losses.gan import (
@@ -33,7 +34,7 @@ def build_loss(opt: Mapping[str, Any], key_path: str) -> nn.Module:
 
 
 __all__ = ["CharbonnierLoss", "ChromaLoss", "ContextualLoss", "DISTSLoss", "FFLoss", "FFTLoss", "GANLoss",
-           "GradientVarianceLoss", "HuberLoss", "L1Loss", "LPIPSLoss", "LumaLoss", "MSELoss", "MSSSIML1Loss",
+           "GradientVarianceLoss", "HuberLoss", "L1Loss", "LDLLoss", "LPIPSLoss", "LumaLoss", "MSELoss", "MSSSIML1Loss",
            "MSSSIMLoss", "MultiScaleGANLoss", "OklabLoss", "PerceptualLoss", "SSIMLoss", "SobelLoss",
-           "VGGFeatureExtractor", "WeightedTVLoss", "build_loss", "gradient_penalty_loss", "r1_penalty",
+           "VGGFeatureExtractor", "WeightedTVLoss", "artifact_map", "build_loss", "gradient_penalty_loss", "r1_penalty",
            "relativistic_discriminator_loss", "relativistic_generator_loss"]

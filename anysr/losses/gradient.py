@@ -30,6 +30,8 @@ class SobelLoss(_PixelLoss):
     """``criterion`` distance of the Sobel gradients of ``pred`` and ``target``: per pixel the sum over the
     horizontal and vertical responses (replicate-padded, so the output has the input's size)."""
 
+    other_names = ("SobelEdgeLoss",)  # traiNNer-redux's name (sobeledgeloss)
+
     def __init__(self, loss_weight: float = 1.0, reduction: str = "mean", criterion: str = "l1") -> None:
         super().__init__(loss_weight, reduction)
         self.criterion = check_criterion(criterion)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -12,9 +12,9 @@ from torch import nn
 from anysr.accelerators import Accelerator
 from anysr.archs import build_network
 from anysr.errors import OptionError
-from anysr.losses import build_loss
-from anysr.losses.perceptual import vgg19_stand_in
+from anysr.losses import relativistic_discriminator_loss, relativistic_generator_loss
 from anysr.models.base import WeightNeed
+from anysr.models.loss_set import build_losses
 from anysr.models.sr import SRModel
 from anysr.registry import MODEL_REGISTRY
 
@@ -35,10 +35,11 @@ class SRGANModel(SRModel):
     """
 
     uses_perceptual = True
+    loss_roles = ("pixel", "perceptual", "learned", "artifact", "gan")
+    loss_prefix = "l_g_"
 
     def __init__(self, opt: dict[str, Any], accelerator: Accelerator) -> None:
         super().__init__(opt, accelerator)
-        self.vgg_state_dict: Mapping[str, torch.Tensor] | None = None
         self.current_iter = 0
         if self.is_train:
             if not opt["network_d"]:
@@ -51,18 +52,12 @@ class SRGANModel(SRModel):
         needs = super().weight_needs()
         if not self.is_train:
             return needs
-        paths, popt = self.opt["path"], self.opt["train"]["perceptual_opt"]
+        paths = self.opt["path"]
         net_d = self.nets["net_d"]
-        needs.append(WeightNeed("net_d", "path.pretrain_network_d", paths["pretrain_network_d"],
-                                lambda sd, load: load(net_d, sd), param_key=paths["param_key_d"] or "params",
-                                key_option="path.param_key_d", strict=bool(paths["strict_load_d"])))
-        if popt:
-            needs.append(WeightNeed(
-                "vgg19", "train.perceptual_opt.vgg_weights_path", popt["vgg_weights_path"],
-                lambda sd, load: setattr(self, "vgg_state_dict", sd), param_key="params", required=True,
-                fresh_only=False, stand_in=vgg19_stand_in,
-                missing="the VGG19 weights file is required (torchvision's vgg19 state dict; no download happens)"))
-        return needs
+        loss_needs = needs[1:]  # the generator's, then the losses' (SRModel.weight_needs)
+        return needs[:1] + [WeightNeed("net_d", "path.pretrain_network_d", paths["pretrain_network_d"],
+                                       lambda sd, load: load(net_d, sd), param_key=paths["param_key_d"] or "params",
+                                       key_option="path.param_key_d", strict=bool(paths["strict_load_d"]))] + loss_needs
 
     def update_learning_rate(self, current_iter: int) -> None:
         self.current_iter = current_iter
@@ -76,22 +71,15 @@ class SRGANModel(SRModel):
         train = self.opt["train"]
         self.nets["net_d"] = self.acc.prepare_model(self.nets["net_d"])
         self.nets["net_d"].train()
-        if train["perceptual_opt"]:
-            assert self.vgg_state_dict is not None, "the engine hands the VGG19 weights over (weight_needs)"
-            popt = train["perceptual_opt"].to_dict()
-            try:
-                self.losses["l_percep"] = build_loss({**popt, "vgg_state_dict": self.vgg_state_dict},
-                                                     "train.perceptual_opt").to(self.acc.device)
-            except (KeyError, ValueError) as exc:
-                raise OptionError(f"train.perceptual_opt: {exc}") from None
-            self.vgg_state_dict = None  # the loss holds its copy
-        if not train["gan_opt"]:
-            raise OptionError(f"train.gan_opt: {type(self).__name__} needs a GAN loss; add "
-                              "{type: GANLoss, gan_type: vanilla, loss_weight: 0.005}")
-        try:
-            self.cri_gan = build_loss(train["gan_opt"], "train.gan_opt").to(self.acc.device)
-        except ValueError as exc:
-            raise OptionError(f"train.gan_opt: {exc}") from None
+        gans = [s for s in self.loss_specs if s.role == "gan"]
+        if len(gans) != 1:
+            where = "train.losses" if train["losses"] is not None else "train.gan_opt"
+            raise OptionError(f"{where}: {type(self).__name__} needs exactly one GAN loss (found {len(gans)}); "
+                              "add {type: GANLoss, gan_type: vanilla, loss_weight: 0.005}" if not gans else
+                              f"{where}: {type(self).__name__} takes one GAN loss, found {len(gans)} "
+                              f"({', '.join(s.key_path for s in gans)}); keep one")
+        self.gan_name = self.loss_prefix + gans[0].name
+        self.cri_gan = build_losses(gans, self.loss_state_dicts, self.acc.device)[gans[0].name]
         if not train["optim_d"]:
             raise OptionError("train.optim_d: the discriminator optimizer is missing; add e.g. "
                               "{type: Adam, lr: 1e-4, betas: [0.9, 0.99]}")
@@ -128,17 +116,9 @@ class SRGANModel(SRModel):
             output = self.forward_g(batch["lq"])
         output = output.float()
         gt = batch["gt"]
-        losses: dict[str, torch.Tensor] = {}
-        if "l_pix" in self.losses:
-            losses["l_g_pix"] = self.losses["l_pix"](output, gt)
-        if "l_percep" in self.losses:
-            percep, style = self.losses["l_percep"](output, gt)
-            if percep is not None:
-                losses["l_g_percep"] = percep
-            if style is not None:
-                losses["l_g_style"] = style
+        losses = self.loss_terms(output, batch["lq"], lambda role: gt)
         # The generator step does not update the discriminator: call the bare module (no DDP reduction).
-        losses["l_g_gan"] = self.generator_adv_loss(self.bare("net_d")(output), gt)
+        losses[self.gan_name] = self.generator_adv_loss(self.bare("net_d")(output), gt)
         return output, losses
 
     # ---------------------------------------------------------------- the step
@@ -176,11 +156,7 @@ class SRGANModel(SRModel):
                     with self.acc.precision.autocast():
                         outputs.append(self.forward_g(batch["lq"]).float())
             zero = torch.zeros((), device=self.acc.device)
-            names = (["l_g_pix"] if "l_pix" in self.losses else []) + (
-                ["l_g_percep"] if "l_percep" in self.losses and self.losses["l_percep"].perceptual_weight > 0
-                else []) + (["l_g_style"] if "l_percep" in self.losses
-                            and self.losses["l_percep"].style_weight > 0 else []) + ["l_g_gan"]
-            totals.update({name: zero for name in names})
+            totals.update({name: zero for name in [*self.loss_names(), self.gan_name]})
 
         _set_requires_grad(bare_d, True)
         opt_d.zero_grad(set_to_none=True)
@@ -199,10 +175,7 @@ class ESRGANModel(SRGANModel):
     logit of the other (real vs. mean fake, fake vs. mean real), both halves weighted 0.5."""
 
     def generator_adv_loss(self, fake_pred: torch.Tensor, gt: torch.Tensor) -> torch.Tensor:
-        real_pred = self.bare("net_d")(gt).detach()
-        l_real = self.cri_gan(real_pred - fake_pred.mean(), False, is_disc=False)
-        l_fake = self.cri_gan(fake_pred - real_pred.mean(), True, is_disc=False)
-        return (l_real + l_fake) / 2
+        return relativistic_generator_loss(self.cri_gan, self.bare("net_d")(gt), fake_pred)
 
     def discriminator_backward(self, output: torch.Tensor, gt: torch.Tensor, scale: float,
                                sync: bool) -> dict[str, torch.Tensor]:
@@ -212,12 +185,12 @@ class ESRGANModel(SRGANModel):
         with self.acc.strategy.no_sync(net_d):
             with self.acc.precision.autocast():
                 real = net_d(gt).float()
-            l_real = self.cri_gan(real - fake_mean, True, is_disc=True) * 0.5
+            l_real = relativistic_discriminator_loss(self.cri_gan, real, fake_mean)[0]  # fake_mean: no gradient
             self.acc.precision.backward(l_real * scale)
         with self.acc.strategy.no_sync(net_d) if not sync else contextlib.nullcontext():
             with self.acc.precision.autocast():
                 fake = net_d(output).float()
-            l_fake = self.cri_gan(fake - real.detach().mean(), False, is_disc=True) * 0.5
+            l_fake = relativistic_discriminator_loss(self.cri_gan, real.detach(), fake)[1]
             self.acc.precision.backward(l_fake * scale)
         return {"l_d_real": l_real, "l_d_fake": l_fake, "out_d_real": real.detach().mean(),
                 "out_d_fake": fake.detach().mean()}

@@ -223,15 +223,9 @@ class RealESRGANModel(_Synthesis, SRGANModel):
         with self.acc.precision.autocast():
             output = self.forward_g(batch["lq"])
         output = output.float()
-        losses: dict[str, torch.Tensor] = {}
-        if "l_pix" in self.losses:
-            losses["l_g_pix"] = self.losses["l_pix"](output, batch["l1_gt"])
-        if "l_percep" in self.losses:
-            percep, style = self.losses["l_percep"](output, batch["percep_gt"])
-            if percep is not None:
-                losses["l_g_percep"] = percep
-            if style is not None:
-                losses["l_g_style"] = style
+        # pixel-like losses (pixel, artifact) against l1_gt; perceptual and learned ones against percep_gt
+        losses = self.loss_terms(output, batch["lq"], lambda role: batch["percep_gt" if role in (
+            "perceptual", "learned") else "l1_gt"])
         # The generator step does not update the discriminator: call the bare module (no DDP reduction).
-        losses["l_g_gan"] = self.generator_adv_loss(self.bare("net_d")(output), batch["gt"])
+        losses[self.gan_name] = self.generator_adv_loss(self.bare("net_d")(output), batch["gt"])
         return output, losses

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -11,8 +11,8 @@ import torch
 from anysr.accelerators import Accelerator
 from anysr.archs import build_network
 from anysr.errors import OptionError
-from anysr.losses import build_loss
-from anysr.models.base import BaseModel
+from anysr.models.base import BaseModel, WeightNeed
+from anysr.models.loss_set import LossSpec, StateDicts, build_losses, loss_specs, loss_weight_needs
 from anysr.registry import MODEL_REGISTRY
 
 
@@ -26,8 +26,16 @@ class SRModel(BaseModel):
         if self.is_train and self.opt["train"]["perceptual_opt"] and not type(self).uses_perceptual:
             raise OptionError(f"train.perceptual_opt: model_type {type(self).__name__} trains with pixel losses "
                               "only; use model_type: SRGANModel or ESRGANModel, or remove it")
+        self.loss_specs: list[LossSpec] = loss_specs(self.opt["train"], type(self).__name__, type(self).loss_roles) \
+            if self.is_train else []
+        self.loss_state_dicts: dict[str, StateDicts] = {}  # weight files of the losses, handed over by the engine
 
     uses_perceptual = False  # whether train.perceptual_opt is used (GAN models); a pixel model refuses it
+    loss_roles: tuple[str, ...] = ("pixel", "learned", "artifact")  # loss roles it trains with (options read it)
+    loss_prefix = "l_"  # losses are logged as <prefix><name>: l_pix (BasicSR's SRModel)
+
+    def weight_needs(self) -> list[WeightNeed]:
+        return super().weight_needs() + loss_weight_needs(self.loss_specs, self.loss_state_dicts)
 
     def generator_options(self) -> Any:
         """The generator's ``{type, arguments}`` (video models take out the weight paths the engine reads)."""
@@ -43,18 +51,61 @@ class SRModel(BaseModel):
         train = self.opt["train"]
         net.train()
         self.add_ema("net_g", float(train["ema_decay"]))
-        self.losses: dict[str, torch.nn.Module] = {}
-        if train["pixel_opt"]:
-            self.losses["l_pix"] = build_loss(train["pixel_opt"], "train.pixel_opt").to(self.acc.device)
+        specs = [s for s in self.loss_specs if s.role != "gan"]
+        if any(s.role == "artifact" for s in specs) and "net_g" not in self.emas:
+            raise OptionError(f"{next(s.key_path for s in specs if s.role == 'artifact')}: LDL compares with the EMA "
+                              "generator's output; set train.ema_decay (e.g. 0.999)")
+        self.losses: dict[str, torch.nn.Module] = build_losses(specs, self.loss_state_dicts, self.acc.device)
         self.add_optimizer("net_g", net, train["optim_g"], "train.optim_g")
         self.grad_clip_norm = train["grad_clip_norm"]
         self.forward_g = self.acc.compile_model(net)
+
+    def ema_output(self, lq: torch.Tensor) -> torch.Tensor:
+        """The EMA generator's output (no gradient), what LDL compares with."""
+        with torch.no_grad(), self.acc.precision.autocast():
+            return self.emas["net_g"].module(lq).float()
+
+    def loss_terms(self, output: torch.Tensor, lq: torch.Tensor,
+                   target: Callable[[str], torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Every built loss but the adversarial one, as ``{<loss_prefix><name>: value}`` in the options' order;
+        ``target(role)`` is the GT a loss of that role compares with."""
+        out: dict[str, torch.Tensor] = {}
+        ema_out = None
+        p = self.loss_prefix
+        for spec in self.loss_specs:
+            if spec.role == "gan":
+                continue
+            loss = self.losses[spec.name]
+            if spec.role == "perceptual":
+                percep, style = loss(output, target(spec.role))
+                if percep is not None:
+                    out[p + spec.name] = percep
+                if style is not None:
+                    out[p + spec.style_name] = style
+            elif spec.role == "artifact":
+                ema_out = self.ema_output(lq) if ema_out is None else ema_out
+                out[p + spec.name] = loss(output, ema_out, target(spec.role))
+            else:
+                out[p + spec.name] = loss(output, target(spec.role))
+        return out
+
+    def loss_names(self) -> list[str]:
+        """The keys ``loss_terms`` returns (the same every step)."""
+        names = []
+        for spec in self.loss_specs:
+            if spec.role == "perceptual":
+                loss = self.losses[spec.name]
+                names += [self.loss_prefix + spec.name] if loss.perceptual_weight > 0 else []
+                names += [self.loss_prefix + spec.style_name] if loss.style_weight > 0 else []
+            elif spec.role != "gan":
+                names.append(self.loss_prefix + spec.name)
+        return names
 
     def compute_losses(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         with self.acc.precision.autocast():
             output = self.forward_g(batch["lq"])
         output = output.float()
-        return {name: loss(output, batch["gt"]) for name, loss in self.losses.items()}
+        return self.loss_terms(output, batch["lq"], lambda role: batch["gt"])
 
     def train_step(self, batches: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
         """One optimiser step over ``len(batches)`` accumulated micro-batches; losses stay on the device."""

@@ -44,6 +44,7 @@ class VideoBaseModel(SRModel):
     (b, t, c, H, W) (recurrent networks); pixel losses on the whole output."""
 
     weight_path_args = WEIGHT_PATH_ARGS  # network_g keys naming weight files (the options resolve and check them)
+    loss_roles: tuple[str, ...] = ("pixel",)  # clips: no EMA-output (LDL) or learned image losses
     freeze_option: str | None = None  # train.<key>: parts frozen before that iteration
     lr_mul_option: str | None = None  # train.<key>: learning-rate factor of those parts
 
@@ -199,6 +200,8 @@ class VideoRecurrentGANModel(VideoRecurrentModel, SRGANModel):
     """A recurrent generator against a frame discriminator (``network_d`` sees every frame of the clips): pixel,
     perceptual and GAN losses on the frames, as SRGANModel. With ``train.fix_flow``, ``train.lr_flow`` is SPyNet's
     learning rate (BasicSR's)."""
+
+    loss_roles = ("pixel", "perceptual", "gan")
 
     def param_groups(self, net: nn.Module, optim_opt: Any) -> list[dict[str, Any]] | None:
         train = self.opt["train"]

@@ -60,7 +60,7 @@ from anysr.registry import REQUIRED, argument_problems, constructor_args
 
 def _check_registered(kind: str, label: str, name: Any, path: str, ctx: Context, role: str | None = None) -> bool:
     names = known_names(kind, role)
-    if not isinstance(name, str) or name in names:
+    if not isinstance(name, str) or registry(kind).canonical(name) in names:  # any case, or a declared other name
         return True
     ctx.add(path, f"unknown {label} '{name}'{did_you_mean(name, names)}; known: {', '.join(names)}")
     return False
@@ -189,6 +189,7 @@ def _arguments(kind: str, label: str, out: dict[str, Any], path: str, ctx: Conte
     type is not registered. ``not_arguments``: keys of the section that are not constructor arguments."""
     if not good(out, "type") or not _check_registered(kind, label, out["type"], f"{path}.type", ctx, role):
         return None
+    out["type"] = registry(kind).canonical(out["type"])  # l1loss -> L1Loss: what is built and logged
     cls = registry(kind).get(out["type"])
     given = {k: v for k, v in out.items() if k != "type" and k not in not_arguments}
     for problem in argument_problems(cls, given, path, out["type"], skip=skip):
@@ -255,11 +256,91 @@ def _loss_rule(role: str, not_arguments: tuple[str, ...] = ()) -> Rule:
     return rule
 
 
+def _loss_entry_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
+    """One ``train.losses`` entry: checked against its class (any role; the model's roles are checked on top).
+    An entry with ``loss_weight: 0`` is not built: only its ``type`` must be a string (traiNNer-redux's templates
+    list losses we lack with weight 0)."""
+    if out.get("loss_weight") == 0:
+        return
+    _existing(out, "vgg_weights_path", path, ctx, kind="file")
+    if good(out, "weights"):
+        files = [out["weights"]] if isinstance(out["weights"], str) else list(out["weights"])
+        items = {f"weights[{i}]": f for i, f in enumerate(files)}
+        for slot in items:
+            _existing(items, slot, path, ctx, kind="file")
+        out["weights"] = list(items.values())
+    if not good(out, "type") or not _check_registered("loss", "loss", out["type"], f"{path}.type", ctx):
+        return
+    params, _ = constructor_args(registry("loss").get(out["type"]))
+    if "loss_weight" not in params and "perceptual_weight" in params and good(out, "loss_weight"):
+        # traiNNer-redux's perceptualloss takes loss_weight: it scales the perceptual and the style term alike
+        weight = float(out.pop("loss_weight"))
+        out["perceptual_weight"] = float(out.get("perceptual_weight", params["perceptual_weight"])) * weight
+        out["style_weight"] = float(out.get("style_weight", params["style_weight"])) * weight
+    elif "loss_weight" not in out and "loss_weight" in params:
+        out["loss_weight"] = params["loss_weight"]
+    _arguments("loss", "loss", out, path, ctx, skip=("vgg_state_dict", "weight_state_dicts"),
+               not_arguments=("name",), fill_defaults=True)
+
+
+LOSS_OPTS = ("pixel_opt", "perceptual_opt", "gan_opt")  # BasicSR's keys; train.losses is the list form
+
+
+def loss_label(entry: dict[str, Any]) -> str:
+    """The name a ``train.losses`` entry is logged under (after ``l_`` / ``l_g_``): its ``name``, else its type
+    lower-cased without 'loss' as traiNNer-redux labels it (``CharbonnierLoss`` -> ``charbonnier``)."""
+    return str(entry.get("name") or str(entry["type"]).lower().replace("loss", ""))
+
+
+def _losses_rule(out: dict[str, Any], path: str, ctx: Context) -> None:
+    losses = out.get("losses")
+    if not isinstance(losses, list):
+        return
+    both = [name for name in LOSS_OPTS if out.get(name) is not None]
+    if both:
+        ctx.add(f"{path}.losses", f"set together with {', '.join(f'{path}.{k}' for k in both)}; the list and "
+                "BasicSR's *_opt keys build the same losses: move them into train.losses or remove the list")
+    seen: dict[str, int] = {}
+    for i, entry in enumerate(losses):
+        if not isinstance(entry, dict) or entry.get("loss_weight") == 0 or not isinstance(entry.get("type"), str):
+            continue
+        label = loss_label(entry)
+        if label in seen:
+            ctx.add(f"{path}.losses[{i}]", f"logged as '{label}' like {path}.losses[{seen[label]}]; give one of "
+                    "them a distinct name (e.g. name: " + f"{label}_2)")
+        seen[label] = i
+        cls = registered("loss", entry["type"])
+        if getattr(cls, "role", None) == "artifact" and not (good(out, "ema_decay") and out["ema_decay"] > 0):
+            ctx.add(f"{path}.losses[{i}]", f"{entry['type']} compares with the EMA generator's output; set "
+                    "train.ema_decay (e.g. 0.999)")
+
+
+def check_loss_roles(top: dict[str, Any], ctx: Context) -> None:
+    """Each built ``train.losses`` entry's role is one the model trains with (``loss_roles`` of model_type)."""
+    train, model = top.get("train"), registered("model", top.get("model_type", "SRModel"))
+    if not isinstance(train, dict) or not isinstance(train.get("losses"), list) or model is None:
+        return
+    roles = getattr(model, "loss_roles", None)
+    if roles is None:
+        return
+    for i, entry in enumerate(train["losses"]):
+        if not isinstance(entry, dict) or entry.get("loss_weight") == 0:
+            continue
+        role = getattr(registered("loss", entry.get("type")), "role", None)
+        if role is not None and role not in roles:
+            fits = [n for n, m in ((n, registered("model", n)) for n in known_names("model"))
+                    if role in getattr(m, "loss_roles", ())]
+            ctx.add(f"train.losses[{i}].type", f"{entry['type']} (role {role}) is not trained by model_type "
+                    f"{model.__name__} (it takes roles {', '.join(roles)}); use a model_type that does "
+                    f"({', '.join(fits[:4]) or 'none'}) or remove the entry")
+
+
 def _train_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
-    losses = ("pixel_opt", "perceptual_opt", "gan_opt")
-    if all(out.get(name) is None for name in losses):
+    _losses_rule(out, path, ctx)
+    if all(out.get(name) is None for name in LOSS_OPTS) and not any(
+            isinstance(e, dict) and e.get("loss_weight") != 0 for e in out.get("losses") or []):
         ctx.add(path, "no loss is set; add one of train.pixel_opt (e.g. {type: L1Loss}), "
-                "train.perceptual_opt, train.gan_opt")
+                "train.perceptual_opt, train.gan_opt, or a train.losses list (e.g. [{type: L1Loss}])")
     sched = out.get("scheduler")
     if isinstance(sched, dict) and sched.get("type") == "CosineAnnealingRestartLR" and good(sched, "periods") \
             and good(out, "total_iter") and out["total_iter"] > sum(sched["periods"]):
@@ -380,6 +461,7 @@ def _top_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> 
     if ctx.is_train and out.get("train") is None and "train" in out:
         ctx.add("train", "required when training (at least total_iter, optim_g and a loss such as pixel_opt)")
     realesrgan_rule(out, ctx)
+    check_loss_roles(out, ctx)
     paths = out.get("path")
     if isinstance(paths, dict) and good(out, "name"):
         _fill_run_paths(paths, out["name"], ctx)
@@ -572,6 +654,25 @@ GAN_LOSS = Section(
     doc="GAN loss: `type` and the loss's arguments (gan_type, real_label_val, fake_label_val, loss_weight).",
 )
 
+LOSS_ENTRY = Section(
+    {
+        "type": Field(str, required=True, expect="a registered loss (any case: l1loss is L1Loss)",
+                      doc="Loss class (LOSS_REGISTRY; names match ignoring case, as traiNNer-redux's)."),
+        "loss_weight": Field(float, check=at_least(0), default_doc="the loss's default (1.0)",
+                             doc="Weight; 0: the entry is not built (and needs no weight files). PerceptualLoss: "
+                                 "scales perceptual_weight and style_weight."),
+        "name": Field(str, default_doc="the type lower-cased without 'loss' (CharbonnierLoss: charbonnier)",
+                      doc="Logged as l_<name> (SRModel) or l_g_<name> (GAN models)."),
+        "vgg_weights_path": Field((str, None), doc="PerceptualLoss / ContextualLoss: torchvision's vgg19 (vgg19_bn) "
+                                                   "state dict, an existing file."),
+        "weights": Field((str, ListOf(str, min_len=1), None),
+                         doc="LPIPSLoss / DISTSLoss: their weight files, as val.metrics' lpips / dists take them."),
+    },
+    extra=True,
+    rule=_loss_entry_rule,
+    doc="One loss of train.losses: `type` and the loss's own arguments (checked against its signature).",
+)
+
 TRAIN = Section(
     {
         "total_iter": Field(int, required=True, check=at_least(1), expect=_NUM_FREQ,
@@ -600,13 +701,17 @@ TRAIN = Section(
         "perceptual_opt": Field((PERCEPTUAL_LOSS, None), default=None,
                                 doc="Perceptual loss ({type: PerceptualLoss, layer_weights: ..., ...})."),
         "gan_opt": Field((GAN_LOSS, None), default=None, doc="GAN loss (GAN models)."),
+        "losses": Field((ListOf(LOSS_ENTRY), None), default=None,
+                        doc="The list form (traiNNer-redux's): [{type, loss_weight, ...}, ...], each logged under "
+                            "its name; builds the same losses as pixel_opt / perceptual_opt / gan_opt (not both)."),
         "net_d_iters": Field(int, default=1, check=at_least(1), doc="Discriminator update interval (GAN)."),
         "net_d_init_iters": Field(int, default=0, check=at_least(0), doc="Discriminator-only warm-up (GAN)."),
         "optim_d": Field((OPTIM, None), default=None, doc="Discriminator optimizer (GAN models)."),
         **VIDEO_TRAIN_FIELDS,
     },
     rule=_train_rule,
-    doc="Required when training. At least one loss (pixel_opt, perceptual_opt, gan_opt) must be set.",
+    doc="Required when training. At least one loss (pixel_opt, perceptual_opt, gan_opt, or the losses list) must "
+        "be set.",
 )
 
 METRIC = Section(

@@ -1,0 +1,67 @@
+"""Losses of the train.losses list on XLA:CPU: LDL's artifact map (window variance, masked by the EMA residual)
+and the pixel losses next to it compile once and stay on the device (run in the XLA venv:
+PJRT_DEVICE=CPU python -m pytest -m xla tests/test_xla_losses.py)."""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("PJRT_DEVICE", "CPU")
+torch_xla = pytest.importorskip("torch_xla")
+
+import torch  # noqa: E402
+from test_xla import TinySR, make_batches  # noqa: E402
+
+from anysr.accelerators.base import LaunchPlan  # noqa: E402
+from anysr.accelerators.launcher import create_accelerator  # noqa: E402
+from anysr.losses import CharbonnierLoss, LDLLoss, SobelLoss  # noqa: E402
+
+pytestmark = pytest.mark.xla
+
+
+def _steps(acc: Any, steps: int = 6) -> dict[str, Any]:
+    acc.manual_seed(0)
+    net = acc.prepare_model(TinySR())
+    ema = copy.deepcopy(net).requires_grad_(False)
+    opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+    losses = [CharbonnierLoss().to(acc.device), SobelLoss(loss_weight=0.1).to(acc.device),
+              LDLLoss().to(acc.device)]
+    total = torch.zeros((), device=acc.device)
+    compiles, transfers = [], []
+    for batch in acc.prepare_loader(make_batches(steps)):
+        out = net(batch["lq"])
+        with torch.no_grad():
+            out_ema = ema(batch["lq"])
+        loss = losses[0](out, batch["gt"]) + losses[1](out, batch["gt"]) + losses[2](out, out_ema, batch["gt"])
+        opt.zero_grad(set_to_none=True)
+        acc.precision.backward(loss)
+        acc.optimizer_step(opt)
+        with torch.no_grad():
+            for pe, p in zip(ema.parameters(), net.parameters()):
+                pe.lerp_(p, 0.1)
+        total += loss.detach()
+        acc.mark_step()
+        stats = acc.stats()
+        compiles.append(stats.get("compiles", 0))
+        transfers.append(stats["host_transfers"])
+    return {"compiles": compiles, "transfers": transfers, "total": float(acc.to_host(total)),
+            "weights": acc.to_host(dict(acc.strategy.unwrap(net).state_dict())), "stats": acc.stats()}
+
+
+def test_ldl_and_pixel_losses_compile_once_and_match_eager() -> None:
+    acc = create_accelerator(LaunchPlan("xla", 1, "xla", "fp32", extra={"pjrt_device": "CPU", "all_devices": False}))
+    acc.setup()
+    xla = _steps(acc)
+    assert xla["compiles"][2] == xla["compiles"][-1], f"graphs compiled after step 2: {xla['compiles']}"
+    assert xla["transfers"] == [xla["transfers"][0]] * len(xla["transfers"]), xla["transfers"]
+    assert all(not k.startswith("aten::") for k in xla["stats"]["cpu_fallbacks"]), xla["stats"]["cpu_fallbacks"]
+    cpu = create_accelerator(LaunchPlan("cpu", precision="fp32", channels_last=False))
+    cpu.setup()
+    eager = _steps(cpu)
+    assert abs(xla["total"] - eager["total"]) < 1e-3 * max(1.0, abs(eager["total"]))
+    for k in eager["weights"]:
+        assert torch.allclose(xla["weights"][k], eager["weights"][k], atol=1e-4, rtol=0), k
