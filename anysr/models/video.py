@@ -46,6 +46,7 @@ class VideoBaseModel(SRModel):
     weight_path_args = WEIGHT_PATH_ARGS  # network_g keys naming weight files (the options resolve and check them)
     freeze_option: str | None = None  # train.<key>: parts frozen before that iteration
     lr_mul_option: str | None = None  # train.<key>: learning-rate factor of those parts
+    image_batches = False  # clips: no batch augmentations (train.use_moa)
 
     def __init__(self, opt: dict[str, Any], accelerator: Accelerator) -> None:
         super().__init__(opt, accelerator)
