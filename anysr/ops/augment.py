@@ -48,7 +48,11 @@ class AugmentDraw:
     perm: Tensor
 
     def to(self, device: torch.device | str) -> AugmentDraw:
-        return AugmentDraw(*(t.to(device) for t in (self.kind, self.lam, self.box, self.partner, self.perm)))
+        """The draw on ``device``, moved as one float32 tensor (one transfer; the integers are small, so exact)."""
+        packed = torch.cat([self.kind[:, None].float(), self.lam[:, None].float(), self.box.float(),
+                            self.partner[:, None].float(), self.perm.float()], dim=1).to(device)
+        ints = packed.to(torch.int64)
+        return AugmentDraw(ints[:, 0], packed[:, 1], ints[:, 2:6], ints[:, 6], ints[:, 7:])
 
 
 def _ratio(lq: Tensor, gt: Tensor) -> int:
@@ -84,13 +88,15 @@ def resize_matrix(start: Tensor, length: Tensor, out_len: int, in_len: int) -> T
     renormalised, as ``F.interpolate(mode='bicubic', antialias=True)``); the other rows are zero."""
     start = start.to(torch.float32).reshape(-1, 1)
     length = length.to(torch.float32).reshape(-1, 1).clamp(min=1.0)
-    y = torch.arange(out_len, device=start.device, dtype=torch.float32)[None, :]
+    # Pixel centres y + 1/2 as (2y + 1) / 2: no 0.5 scalar in the graph (on XLA a float scalar is a value-cached
+    # device input; a varying one elsewhere, such as the EMA's weight, would share it when equal: a new graph).
+    yc = torch.arange(1, 2 * out_len, 2, device=start.device, dtype=torch.float32)[None, :] / 2
+    vc = torch.arange(1, 2 * in_len, 2, device=start.device, dtype=torch.float32)[None, None, :] / 2
     ratio = length / in_len  # output pixels per input pixel
-    u = (y + 0.5 - start) / ratio - 0.5  # (B, out): source coordinate of each output row
+    uc = (yc - start) / ratio  # (B, out): source coordinate (+ 1/2) of each output row
     support = ratio.clamp(max=1.0)[..., None]  # antialias: the kernel widens by 1 / ratio when shrinking
-    v = torch.arange(in_len, device=start.device, dtype=torch.float32)[None, None, :]
-    w = _cubic((v - u[..., None]) * support)
-    inside = (y >= start) & (y < start + length)
+    w = _cubic((vc - uc[..., None]) * support)
+    inside = (yc > start) & (yc < start + length)
     w = w / w.sum(-1, keepdim=True).clamp(min=1e-12)
     return torch.where(inside[..., None], w, torch.zeros_like(w))
 
