@@ -15,7 +15,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import ROOT, run_cli, tiny_train_options, write_options
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
+from test_gan import fake_vgg19_state_dict, gan_options
+from test_realesrgan import real_options
 
 from anysr.cli import main
 from anysr.data.batch_augment import BatchAugment, draw_augment
@@ -298,3 +300,32 @@ def test_two_gloo_ranks_match_one_process(tmp_path: Path, small_train_dir: Path)
     a, b = _weights(tmp_path, "one", 4), _weights(tmp_path, "two", 4)
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=k)
+
+
+@pytest.mark.slow
+def test_esrgan_with_moa_resumes_bit_exact(tmp_path: Path, small_train_dir: Path) -> None:
+    """SRGANModel's step augments too (the discriminator's real images included); N+M == N, resume, M."""
+    vgg_file = tmp_path / "vgg19.safetensors"
+    save_file(fake_vgg19_state_dict(), str(vgg_file))
+
+    def opt(name: str, total: int) -> Path:
+        o = gan_options(name, small_train_dir, vgg_file, total_iter=total)
+        o["train"].update(use_moa=True, moa_augs=list(ALL), moa_probs=[1, 1, 1, 1, 1, 1])
+        return write_options(tmp_path / f"{name}.yml", o)
+
+    assert main(["train", "-opt", str(opt("straight", 4)), "--force_yml", f"path.root={tmp_path}"]) == 0
+    split = opt("split", 2)
+    assert main(["train", "-opt", str(split), "--force_yml", f"path.root={tmp_path}"]) == 0
+    assert main(["train", "-opt", str(split), "--auto_resume", "--force_yml", f"path.root={tmp_path}",
+                 "train.total_iter=4"]) == 0
+    a, b = _weights(tmp_path, "straight", 4), _weights(tmp_path, "split", 4)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_realesrgan_with_moa_trains(tmp_path: Path, small_train_dir: Path) -> None:
+    """RealESRGANModel: the synthesised pair and its USM-sharpened targets are augmented alike."""
+    o = real_options("real", small_train_dir, model="RealESRGANModel", total_iter=2)
+    o["train"].update(use_moa=True, moa_augs=["cutblur", "mixup"], moa_probs=[1, 1])
+    path = write_options(tmp_path / "real.yml", o)
+    assert main(["train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}"]) == 0
+    assert all(torch.isfinite(v).all() for v in _weights(tmp_path, "real", 2).values())
