@@ -329,3 +329,13 @@ def test_realesrgan_with_moa_trains(tmp_path: Path, small_train_dir: Path) -> No
     path = write_options(tmp_path / "real.yml", o)
     assert main(["train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}"]) == 0
     assert all(torch.isfinite(v).all() for v in _weights(tmp_path, "real", 2).values())
+
+
+def test_video_models_refuse_it() -> None:
+    from anysr.models.video import EDVRModel, VideoRecurrentModel
+
+    for cls in (EDVRModel, VideoRecurrentModel):
+        model = object.__new__(cls)
+        model.opt = {"train": {"moa_augs": ["mixup"], "moa_probs": [1.0]}, "manual_seed": 0, "datasets": {}}
+        with pytest.raises(OptionError, match="train.use_moa: .* trains on clips"):
+            model._batch_augment()
