@@ -38,11 +38,13 @@ class BatchAugment:
     augs: tuple[str, ...]
     probs: tuple[float, ...]
     seed: int
+    one_graph: bool = False  # compute every kind that can be drawn and select (XLA); else only the drawn one
 
     @classmethod
-    def from_options(cls, train: Any, seed: int) -> BatchAugment:
-        """From the validated ``train`` section (``moa_augs``, ``moa_probs``)."""
-        return cls(tuple(train["moa_augs"]), tuple(float(p) for p in train["moa_probs"]), int(seed))
+    def from_options(cls, train: Any, seed: int, *, one_graph: bool = False) -> BatchAugment:
+        """From the validated ``train`` section (``moa_augs``, ``moa_probs``). ``one_graph``: the accelerator
+        compiles per shape and graph (XLA); the result is the same either way, bit for bit."""
+        return cls(tuple(train["moa_augs"]), tuple(float(p) for p in train["moa_probs"]), int(seed), one_graph)
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -71,10 +73,11 @@ class BatchAugment:
                             f"{tuple(lq.shape)} (video clips are not supported)")
         keys = [k for k in gt_keys if k in batch]
         draw = self.draw(iteration, micro, first_index, int(lq.shape[0]), int(lq.shape[1]),
-                         (int(lq.shape[-2]), int(lq.shape[-1]))).to(lq.device)
+                         (int(lq.shape[-2]), int(lq.shape[-1])))
+        kinds = self.kinds if self.one_graph else (AUGMENTS[int(draw.kind[0])],)  # a host tensor: no sync
         with torch.no_grad():
             try:
-                new_lq, new_gts = apply_augment(lq, [batch[k] for k in keys], draw, self.kinds)
+                new_lq, new_gts = apply_augment(lq, [batch[k] for k in keys], draw.to(lq.device), kinds)
             except ValueError as exc:
                 raise DataError(f"train.use_moa: {exc}") from None
         return {**batch, "lq": new_lq, **dict(zip(keys, new_gts, strict=True))}

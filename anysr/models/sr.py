@@ -38,7 +38,8 @@ class SRModel(BaseModel):
         if not type(self).image_batches:
             raise OptionError(f"train.use_moa: {type(self).__name__} trains on clips; the batch augmentations are "
                               "for image models: set train.use_moa: false")
-        aug = BatchAugment.from_options(self.opt["train"], int(self.opt["manual_seed"]))
+        aug = BatchAugment.from_options(self.opt["train"], int(self.opt["manual_seed"]),
+                                        one_graph=self.acc.static_shapes)
         key = next((k for k in self.opt["datasets"] if k.startswith("train")), None)
         if aug.mixes and key is not None and int(self.opt["datasets"][key]["batch_size_per_gpu"]) < 2:
             mixing = ", ".join(k for k in aug.kinds if k in MIXING)
