@@ -127,6 +127,7 @@ class SRGANModel(SRModel):
 
         Iterations without a generator step report the generator losses as 0 (the same keys every step).
         """
+        batches = self.augment_batches(batches, ("gt", "l1_gt", "percep_gt"))
         n = len(batches)
         net_g = self.nets["net_g"]
         opt_g, opt_d = self.optimizers["net_g"], self.optimizers["net_d"]

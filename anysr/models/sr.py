@@ -10,6 +10,7 @@ import torch
 
 from anysr.accelerators import Accelerator
 from anysr.archs import build_network
+from anysr.data.batch_augment import MIXING, BatchAugment
 from anysr.errors import OptionError
 from anysr.models.base import BaseModel, WeightNeed
 from anysr.models.loss_set import LossSpec, StateDicts, build_losses, loss_specs, loss_weight_needs
@@ -29,13 +30,43 @@ class SRModel(BaseModel):
         self.loss_specs: list[LossSpec] = loss_specs(self.opt["train"], type(self).__name__, type(self).loss_roles) \
             if self.is_train else []
         self.loss_state_dicts: dict[str, StateDicts] = {}  # weight files of the losses, handed over by the engine
+        self.current_iter = 0
+        self.batch_augment = self._batch_augment() if self.is_train and self.opt["train"]["use_moa"] else None
 
     uses_perceptual = False  # whether train.perceptual_opt is used (GAN models); a pixel model refuses it
+    image_batches = True  # whether batches are (B, C, H, W) images (train.use_moa); video models: clips
     loss_roles: tuple[str, ...] = ("pixel", "learned", "artifact")  # loss roles it trains with (options read it)
     loss_prefix = "l_"  # losses are logged as <prefix><name>: l_pix (BasicSR's SRModel)
 
     def weight_needs(self) -> list[WeightNeed]:
         return super().weight_needs() + loss_weight_needs(self.loss_specs, self.loss_state_dicts)
+
+    def _batch_augment(self) -> BatchAugment:
+        """``train.use_moa``: the batch augmentations, checked against the model and the batch size."""
+        if not type(self).image_batches:
+            raise OptionError(f"train.use_moa: {type(self).__name__} trains on clips; the batch augmentations are "
+                              "for image models: set train.use_moa: false")
+        aug = BatchAugment.from_options(self.opt["train"], int(self.opt["manual_seed"]),
+                                        one_graph=self.acc.static_shapes)
+        key = next((k for k in self.opt["datasets"] if k.startswith("train")), None)
+        if aug.mixes and key is not None and int(self.opt["datasets"][key]["batch_size_per_gpu"]) < 2:
+            mixing = ", ".join(k for k in aug.kinds if k in MIXING)
+            raise OptionError(f"train.moa_augs: {mixing} mix two samples of a batch, but datasets.{key}."
+                              "batch_size_per_gpu is 1; raise it to 2 or more, or give those augmentations weight 0 "
+                              "in train.moa_probs")
+        return aug
+
+    def augment_batches(self, batches: Sequence[dict[str, Any]],
+                        gt_keys: Sequence[str] = ("gt",)) -> Sequence[dict[str, Any]]:
+        """The micro-batches with the drawn batch augmentation applied (``train.use_moa``), else as they are."""
+        if self.batch_augment is None:
+            return batches
+        return [self.batch_augment(b, self.current_iter, k, self.acc.rank * int(b["lq"].shape[0]), gt_keys)
+                for k, b in enumerate(batches)]
+
+    def update_learning_rate(self, current_iter: int) -> None:
+        self.current_iter = current_iter
+        super().update_learning_rate(current_iter)
 
     def generator_options(self) -> Any:
         """The generator's ``{type, arguments}`` (video models take out the weight paths the engine reads)."""
@@ -109,6 +140,7 @@ class SRModel(BaseModel):
 
     def train_step(self, batches: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
         """One optimiser step over ``len(batches)`` accumulated micro-batches; losses stay on the device."""
+        batches = self.augment_batches(batches)
         net = self.nets["net_g"]
         opt = self.optimizers["net_g"]
         opt.zero_grad(set_to_none=True)

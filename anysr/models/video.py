@@ -47,6 +47,7 @@ class VideoBaseModel(SRModel):
     loss_roles: tuple[str, ...] = ("pixel",)  # clips: no EMA-output (LDL) or learned image losses
     freeze_option: str | None = None  # train.<key>: parts frozen before that iteration
     lr_mul_option: str | None = None  # train.<key>: learning-rate factor of those parts
+    image_batches = False  # clips: no batch augmentations (train.use_moa)
 
     def __init__(self, opt: dict[str, Any], accelerator: Accelerator) -> None:
         super().__init__(opt, accelerator)

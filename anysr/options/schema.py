@@ -14,6 +14,7 @@ from typing import Any
 from anysr.accelerators.hardware import PRECISION_CHOICES
 from anysr.accelerators.kinds import ACCELERATOR_HINTS, ACCELERATORS, LAUNCHERS
 from anysr.errors import did_you_mean
+from anysr.options.augment import AUGMENT_TRAIN_FIELDS, augment_rule
 from anysr.options.common import (
     PHASES,
     backend_types,
@@ -336,6 +337,7 @@ def check_loss_roles(top: dict[str, Any], ctx: Context) -> None:
 
 
 def _train_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
+    augment_rule(out, path, ctx)
     _losses_rule(out, path, ctx)
     if all(out.get(name) is None for name in LOSS_OPTS) and not any(
             isinstance(e, dict) and e.get("loss_weight") != 0 for e in out.get("losses") or []):
@@ -708,6 +710,7 @@ TRAIN = Section(
         "net_d_init_iters": Field(int, default=0, check=at_least(0), doc="Discriminator-only warm-up (GAN)."),
         "optim_d": Field((OPTIM, None), default=None, doc="Discriminator optimizer (GAN models)."),
         **VIDEO_TRAIN_FIELDS,
+        **AUGMENT_TRAIN_FIELDS,
     },
     rule=_train_rule,
     doc="Required when training. At least one loss (pixel_opt, perceptual_opt, gan_opt, or the losses list) must "
