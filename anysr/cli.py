@@ -1,5 +1,8 @@
 """``anysr train | test | infer | export | eval | report | prepare | bench | schema``: the command line
-(``python -m anysr.train -opt F`` too)."""
+(``python -m anysr.train -opt F`` too). It parses, validates the options and dispatches to the engine.
+
+Each command imports what it runs inside its function, so ``anysr --help``, ``anysr schema`` and a bad option
+file load no torch (ruff's PLC0415 is off for this file alone, for that reason)."""
 
 from __future__ import annotations
 
@@ -51,7 +54,7 @@ def _plan_from_options(opt: Any, launcher: str = "auto", precision: str | None =
                        num_gpu: Any = None, spmd: bool | None = None) -> Any:
     """The launch plan of validated options; ``precision`` (a command-line flag) overrides ``train.precision``,
     ``num_gpu`` / ``spmd`` the options' (``anysr bench`` times one worker)."""
-    from anysr.accelerators import resolve_plan  # noqa: PLC0415 - torch loads with the command that needs it
+    from anysr.accelerators import resolve_plan
 
     train = opt.train
     layout = None if train is None or train.channels_last == "auto" else bool(train.channels_last)
@@ -65,8 +68,8 @@ def _plan_from_options(opt: Any, launcher: str = "auto", precision: str | None =
 
 # ---------------------------------------------------------------------- commands
 def cmd_train(args: argparse.Namespace) -> int:
-    from anysr.accelerators import launch  # noqa: PLC0415 - torch loads with the command that needs it
-    from anysr.engine.training.trainer import train_worker  # noqa: PLC0415 - torch loads with the command that needs it
+    from anysr.accelerators import launch
+    from anysr.engine.training.trainer import train_worker
     opt = load_command_options(args.opt, args.force_yml, is_train=True)
     plan = _plan_from_options(opt, "none" if args.launcher == "none" else args.launcher)
     launch(plan, train_worker, opt, bool(args.auto_resume), bool(args.start_over))
@@ -74,17 +77,17 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_test(args: argparse.Namespace) -> int:
-    from anysr.accelerators import launch  # noqa: PLC0415 - torch loads with the command that needs it
-    from anysr.engine.evaluation.evaluator import test_worker  # noqa: PLC0415 - torch loads with the command that needs it
+    from anysr.accelerators import launch
+    from anysr.engine.evaluation.evaluator import test_worker
     opt = load_command_options(args.opt, args.force_yml, is_train=False)
     launch(_plan_from_options(opt, args.launcher, args.precision), test_worker, opt)
     return 0
 
 
 def cmd_infer(args: argparse.Namespace) -> int:
-    from anysr.accelerators import launch  # noqa: PLC0415 - torch loads with the command that needs it
-    from anysr.engine.inference.command import InferRequest, plan_infer  # noqa: PLC0415 - torch loads with the command that needs it
-    from anysr.engine.logger import setup_logging  # noqa: PLC0415 - torch loads with the command that needs it
+    from anysr.accelerators import launch
+    from anysr.engine.inference.command import InferRequest, plan_infer
+    from anysr.engine.logger import setup_logging
 
     setup_logging()
     network_opt = None
@@ -104,8 +107,8 @@ def cmd_infer(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from anysr.engine.inference.export import export_weights  # noqa: PLC0415 - torch loads with the command that needs it
-    from anysr.engine.logger import setup_logging  # noqa: PLC0415 - torch loads with the command that needs it
+    from anysr.engine.inference.export import export_weights
+    from anysr.engine.logger import setup_logging
 
     setup_logging()
     network_opt = None
@@ -121,7 +124,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from anysr.engine.evaluation.folder_eval import evaluate_folders, parse_metrics  # noqa: PLC0415 - torch loads with the command that needs it
+    from anysr.engine.evaluation.folder_eval import evaluate_folders, parse_metrics
 
     metrics = parse_metrics(args.metrics)
     kwargs = {"crop_border": args.crop_border, "y_channel": not args.rgb, "json_path": args.json,
@@ -132,24 +135,24 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if not {"lpips", "dists", "fid"} & set(metrics):
         evaluate_folders(args.gt, sr, args.scale, **kwargs)  # numpy only: no device needed
         return 0
-    from anysr.accelerators import launch, resolve_plan  # noqa: PLC0415 - torch loads with the command that needs it
-    from anysr.engine.evaluation.folder_eval import eval_worker  # noqa: PLC0415 - torch loads with the command that needs it
+    from anysr.accelerators import launch, resolve_plan
+    from anysr.engine.evaluation.folder_eval import eval_worker
 
     launch(resolve_plan(args.accelerator, 1, precision="fp32"), eval_worker, args.gt, sr, args.scale, kwargs)
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from anysr.engine.evaluation.run_report import find_experiment, write_report  # noqa: PLC0415 - torch loads with the command that needs it
+    from anysr.engine.evaluation.run_report import find_experiment, write_report
 
     print(f"wrote {write_report(find_experiment(args.experiment))}")
     return 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from anysr.accelerators import launch  # noqa: PLC0415 - torch loads with the command that needs it
-    from anysr.engine.bench import bench_worker, format_table, write_json  # noqa: PLC0415 - torch loads with the command that needs it
-    from anysr.engine.logger import setup_logging  # noqa: PLC0415 - torch loads with the command that needs it
+    from anysr.accelerators import launch
+    from anysr.engine.bench import bench_worker, format_table, write_json
+    from anysr.engine.logger import setup_logging
 
     setup_logging()
     # bench times a synthetic batch: the datasets and weights the file names are never read, need not exist.
@@ -177,7 +180,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
-    from anysr.data import prepare  # noqa: PLC0415 - torch loads with the command that needs it
+    from anysr.data import prepare
 
     if args.what == "lr":
         out = prepare.prepare_lr(args.hr, args.out, args.scale)
