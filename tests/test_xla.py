@@ -370,7 +370,9 @@ def _options(name: str, data: dict[str, Path], *, accelerator: str = "xla", batc
         "train": {"ema_decay": 0.9, "optim_g": {"type": "Adam", "lr": 2e-3, "betas": [0.9, 0.99]},
                   "scheduler": {"type": "MultiStepLR", "milestones": [20], "gamma": 0.5},
                   "total_iter": TOTAL,
-                  "pixel_opt": {"type": "L1Loss", "loss_weight": 1.0, "reduction": "mean"}},
+                  "pixel_opt": {"type": "L1Loss", "loss_weight": 1.0, "reduction": "mean"},
+                  # the eager reference computes as the XLA plan does (auto may time bf16 faster on this CPU)
+                  **({"precision": "fp32", "channels_last": False} if accelerator == "cpu" else {})},
         "val": {"val_freq": VAL, "save_img": False,
                 "metrics": {"psnr": {"type": "calculate_psnr", "crop_border": 2, "test_y_channel": True}}},
         "logger": {"print_freq": PRINT, "save_checkpoint_freq": VAL, "use_tb_logger": False},
