@@ -17,6 +17,24 @@ class Registry:
     def __init__(self, name: str) -> None:
         self.name = name
         self._items: dict[str, Any] = {}
+        self._sources: list[tuple[Callable[[Registry], bool], str]] = []
+        self._missing: list[str] = []
+        self._lazy: set[str] = set()  # names the sources registered: found by name, not listed by keys()
+
+    def add_source(self, load: Callable[[Registry], bool], missing: str) -> None:
+        """A lazy source of entries (an optional package): ``load(self)`` registers them and says whether it could
+        (False: the package is not installed). It runs the first time a name is looked up that is not registered,
+        so commands that name only built-in entries never import the package; ``keys()`` (the docs, the JSON
+        Schema) lists the built-in entries only. ``missing``: added to the unknown-name error when it could not."""
+        self._sources.append((load, missing))
+
+    def _load_sources(self) -> None:
+        sources, self._sources = self._sources, []
+        before = set(self._items)
+        for load, missing in sources:
+            if not load(self):
+                self._missing.append(missing)
+        self._lazy |= set(self._items) - before
 
     def register(self, obj: T | None = None, *, name: str | None = None) -> Any:
         """Register ``obj`` under its ``__name__`` (or ``name``); usable as ``@REG.register()``."""
@@ -34,22 +52,28 @@ class Registry:
 
     def get(self, name: str, key_path: str = "type") -> Any:
         """The entry called ``name``; an OptionError naming ``key_path`` and the nearest name if absent."""
-        try:
-            return self._items[name]
-        except KeyError:
-            raise OptionError(
-                f"{key_path}: unknown {self.name} '{name}'{did_you_mean(name, self._items)}; "
-                f"known: {', '.join(sorted(self._items))}"
-            ) from None
+        if name not in self:
+            raise OptionError(f"{key_path}: {self.unknown(name)}")
+        return self._items[name]
+
+    def unknown(self, name: str, names: list[str] | None = None) -> str:
+        """The message for an unknown ``name``: the nearest known one, the known ones (``names``: those shown),
+        and how to install the optional packages whose entries could not be loaded."""
+        names = self.keys() if names is None else names
+        extra = "".join(f"; {m}" for m in self._missing)
+        return f"unknown {self.name} '{name}'{did_you_mean(str(name), names)}; known: {', '.join(names)}{extra}"
 
     def __contains__(self, name: object) -> bool:
+        if name not in self._items and self._sources:
+            self._load_sources()
         return name in self._items
 
     def __iter__(self) -> Iterator[str]:
-        return iter(sorted(self._items))
+        return iter(self.keys())
 
     def keys(self) -> list[str]:
-        return sorted(self._items)
+        """The registered names, but those of the lazy sources (so the docs do not depend on what is installed)."""
+        return sorted(n for n in self._items if n not in self._lazy)
 
 
 REQUIRED = inspect.Parameter.empty
