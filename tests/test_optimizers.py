@@ -415,3 +415,24 @@ def test_kill_minus_nine_then_resume_matches(tmp_path: Path, small_train_dir: Pa
     run_cli("train", "-opt", str(path), "--auto_resume", "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
     _assert_identical(_weights(tmp_path / "experiments" / "killed", total), _weights(tmp_path / "experiments" / "ref",
                                                                                    total))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_SF, reason="schedulefree not installed (anysr[optim])")
+def test_two_gloo_ranks_match_one_process(tmp_path: Path, small_train_dir: Path, small_val_dir: Path) -> None:
+    """Schedule-free with per-group lrs under a torch schedule: 2 spawned CPU ranks == 1 process, same batch."""
+    train = {"optim_g": {"type": "SGDScheduleFree", "lr": 1e-2, "param_groups": [{"params": ["body.*"], "lr": 5e-3}]},
+             "scheduler": {"type": "OneCycleLR", "max_lr": 1e-2, "cycle_momentum": False}}
+    runs = {}
+    for name, gpus, batch in (("one", 1, 4), ("two", 2, 2)):
+        opt = tiny_train_options(name, small_train_dir, small_val_dir, total_iter=4)
+        opt["num_gpu"] = gpus
+        opt["datasets"]["train"]["batch_size_per_gpu"] = batch
+        opt["val"]["val_freq"] = 4
+        opt["train"].update(train)
+        path = write_options(tmp_path / f"{name}.yml", opt)
+        runs[name] = run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
+    assert "rank 0/2" in runs["two"].stdout
+    a, b = _weights(tmp_path / "experiments" / "one", 4), _weights(tmp_path / "experiments" / "two", 4)
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=k)

@@ -158,7 +158,8 @@ class BaseModel(ABC):
         with self.optimizer_weights():
             groups = {"params": self.bare("net_g").state_dict()}
             if any(has_weight_switch(o) for o in self.optimizers.values()):
-                groups["params"] = {k: v.clone() for k, v in groups["params"].items()}  # before the switch back
+                # copied out before the switch back (on the host: no new device graph after the warm-up)
+                groups["params"] = {k: v.clone() for k, v in self.acc.to_host(groups["params"]).items()}
         if "net_g" in self.emas:
             groups["params_ema"] = self.emas["net_g"].module.state_dict()
         return groups
