@@ -16,7 +16,7 @@ pytest.importorskip("torch_xla")
 pytestmark = [pytest.mark.xla, pytest.mark.skipif(importlib.util.find_spec("schedulefree") is None,
                                                    reason="schedulefree not installed (anysr[optim])")]
 
-from test_xla import TOTAL, VAL, _cli, _final_weights, _images, _logged_stats, _options  # noqa: E402
+from test_xla import PRINT, TOTAL, VAL, _cli, _final_weights, _images, _logged_stats, _options  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +48,10 @@ def test_schedule_free_compiles_once_and_resumes_bit_exact(data: dict[str, Path]
     assert "new graph(s) after warm-up" not in log
     stats = _logged_stats(straight)
     assert summary["stats"]["compiles"] == stats[-1]["compiles"]
+    # no host read inside the step (schedule-free's and the schedules' values stay Python floats / on the device)
+    reads = [b["host_transfers"] - a["host_transfers"] for a, b in zip(stats, stats[1:])]
+    quiet = [r for i, r in enumerate(reads) if ((i + 1) * PRINT) % VAL != 0]
+    assert quiet and all(0 < r <= 2 for r in quiet), reads
     split = _run(data, "sf_split", TRAIN, f"train.total_iter={2 * VAL}",
                  f"train.scheduler.total_steps={TOTAL}")
     _cli(data["root"], "anysr.train", "-opt", str(data["root"] / "sf_split.yml"), "--auto_resume", "--force_yml",

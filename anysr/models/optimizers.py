@@ -127,8 +127,12 @@ def build_optimizer(params: list[nn.Parameter] | list[dict[str, Any]], opt: Any,
     kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in kwargs.items()}  # betas, etas, step_sizes
     try:
         optimizer = cls(params, **kwargs)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, KeyError) as exc:
         raise OptionError(f"{key_path}: {exc}") from None
+    except (RuntimeError, AttributeError, ImportError) as exc:  # some take a model, 2-D weights, or an extra
+        raise OptionError(f"{key_path}: {cls.__name__} cannot optimise this network's parameters ({exc}); it may "
+                          "need a model instead of parameters, 2-D weights only, or another package; pick "
+                          "another type") from None
     if has_weight_switch(optimizer):
         optimizer.train()
     return optimizer  # type: ignore[no-any-return]
