@@ -46,8 +46,12 @@ SCHEDULES: dict[str, dict[str, Any]] = {
     "OneCycleLR": {"max_lr": 2e-3},
     "PolynomialLR": {"total_iters": 4, "power": 2.0},
     "StepLR": {"step_size": 2, "gamma": 0.5},
+    "SequentialLR": {"schedulers": [{"type": "LinearLR", "start_factor": 0.1, "total_iters": 2},
+                                    {"type": "CosineAnnealingLR", "T_max": 4}], "milestones": [2]},
+    "ChainedScheduler": {"schedulers": [{"type": "ConstantLR", "factor": 0.5, "total_iters": 2},
+                                        {"type": "ExponentialLR", "gamma": 0.9}]},
 }
-UNSUPPORTED_SCHEDULES = ["LambdaLR", "MultiplicativeLR", "SequentialLR", "ChainedScheduler", "ReduceLROnPlateau"]
+UNSUPPORTED_SCHEDULES = ["LambdaLR", "MultiplicativeLR", "ReduceLROnPlateau"]
 
 
 def _weights(exp: Path, it: int) -> dict[str, torch.Tensor]:
@@ -111,6 +115,32 @@ def test_torch_schedules_match_torch(name: str) -> None:
         ref.step()
         ours.step_to(it)
         assert [g["lr"] for g in ours.optimizer.param_groups] == pytest.approx([g["lr"] for g in ref_opt.param_groups])
+
+
+def test_nested_schedules_match_torch_and_round_trip(tmp_path: Path) -> None:
+    spec = {"type": "SequentialLR", **SCHEDULES["SequentialLR"]}
+    ours = build_scheduler(_sgd(0.1), spec)
+    ref_opt = _sgd(0.1)
+    lrs = torch.optim.lr_scheduler
+    ref = lrs.SequentialLR(ref_opt, [lrs.LinearLR(ref_opt, start_factor=0.1, total_iters=2),
+                                     lrs.CosineAnnealingLR(ref_opt, T_max=4)], milestones=[2])
+    for it in range(1, 8):
+        ref_opt.step()
+        ref.step()
+        ours.step_to(it)
+        assert ours.optimizer.param_groups[0]["lr"] == pytest.approx(ref_opt.param_groups[0]["lr"])
+        if it == 3:
+            torch.save(ours.state_dict(), tmp_path / "s.pt")
+    again = build_scheduler(_sgd(0.1), spec)
+    again.load_state_dict(torch.load(tmp_path / "s.pt", weights_only=True))
+    ours.step_to(3)
+    for it in range(4, 8):
+        ours.step_to(it)
+        again.step_to(it)
+        assert again.optimizer.param_groups[0]["lr"] == ours.optimizer.param_groups[0]["lr"]
+    with pytest.raises(OptionError, match=r"train.scheduler.schedulers\[1\].type: CosineWarmupLR cannot be nested"):
+        build_scheduler(_sgd(), {"type": "ChainedScheduler", "schedulers": [{"type": "LinearLR"},
+                                                                            {"type": "CosineWarmupLR"}]})
 
 
 def test_one_cycle_cycles_momentum_of_the_real_optimizer() -> None:

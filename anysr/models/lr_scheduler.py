@@ -224,6 +224,7 @@ class _Shadow(torch.optim.Optimizer):
         del closure
 
 
+_NESTING = ("SequentialLR", "ChainedScheduler")  # their ``schedulers``: a list of {type: ..., arguments}
 _FOLLOWED = ("momentum", "betas")  # hyperparameters a torch schedule may cycle besides lr (OneCycleLR, CyclicLR)
 
 
@@ -241,11 +242,30 @@ class TorchScheduler(IterScheduler):
 
     def _build(self) -> None:
         self.shadow = _Shadow(self.optimizer, self.base_lrs)
+        kwargs = dict(self.kwargs)
+        if self.torch_cls.__name__ in _NESTING and isinstance(kwargs.get("schedulers"), list):
+            kwargs["schedulers"] = [self._nested(i, spec) for i, spec in enumerate(kwargs["schedulers"])]
         try:
-            self.sched = self.torch_cls(self.shadow, **self.kwargs)
+            self.sched = self.torch_cls(optimizer=self.shadow, **kwargs) if self.torch_cls.__name__ == \
+                "ChainedScheduler" else self.torch_cls(self.shadow, **kwargs)
         except (TypeError, ValueError, KeyError) as exc:
             raise OptionError(f"{self.key_path}: {self.torch_cls.__name__}: {exc}") from None
         self.sched_iter = 0
+
+    def _nested(self, i: int, spec: Any) -> Any:
+        """One of SequentialLR's / ChainedScheduler's ``schedulers``: ``{type: <a torch schedule>, ...}``."""
+        where = f"{self.key_path}.schedulers[{i}]"
+        if not isinstance(spec, dict) or "type" not in spec:
+            raise OptionError(f"{where}: expected {{type: <a torch schedule such as LinearLR>, <its arguments>}}")
+        args = dict(spec)
+        cls = SCHEDULER_REGISTRY.get(args.pop("type"), f"{where}.type")
+        if not issubclass(cls, TorchScheduler) or getattr(cls, "unsupported", None):
+            raise OptionError(f"{where}.type: {cls.__name__} cannot be nested; use torch's schedules (LinearLR, "
+                              "CosineAnnealingLR, ConstantLR, ExponentialLR, ...)")
+        try:
+            return cls.torch_cls(self.shadow, **args)
+        except (TypeError, ValueError, KeyError) as exc:
+            raise OptionError(f"{where}: {cls.__name__}: {exc}") from None
 
     def lr_at(self, it: int) -> list[float]:
         """The lrs at ``it`` (the torch schedule is stepped there; back in time means replaying it)."""
@@ -289,8 +309,6 @@ def _torch_schedulers() -> dict[str, type]:
 _UNSUPPORTED = {
     "LambdaLR": "its lr_lambda is a Python function, which option files do not hold; use a named schedule",
     "MultiplicativeLR": "its lr_lambda is a Python function, which option files do not hold; use ExponentialLR",
-    "SequentialLR": "it takes schedule objects; use CosineWarmupLR or WarmupStableDecayLR (warm-up then decay)",
-    "ChainedScheduler": "it takes schedule objects; use one named schedule with train.warmup_iter",
     "ReduceLROnPlateau": "it needs a validation metric at every step; use a schedule of the iteration",
 }
 
