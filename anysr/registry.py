@@ -18,6 +18,24 @@ class Registry:
         self.name = name
         self._items: dict[str, Any] = {}
         self._aliases: dict[str, str] = {}  # lower-cased alias -> registered name
+        self._sources: list[tuple[Callable[[Registry], bool], str]] = []
+        self._missing: list[str] = []
+        self._lazy: set[str] = set()  # names the sources registered: found by name, not listed by keys()
+
+    def add_source(self, load: Callable[[Registry], bool], missing: str) -> None:
+        """A lazy source of entries (an optional package): ``load(self)`` registers them and says whether it could
+        (False: the package is not installed). It runs the first time a name is looked up that is not registered,
+        so commands that name only built-in entries never import the package; ``keys()`` (the docs, the JSON
+        Schema) lists the built-in entries only. ``missing``: added to the unknown-name error when it could not."""
+        self._sources.append((load, missing))
+
+    def _load_sources(self) -> None:
+        sources, self._sources = self._sources, []
+        before = set(self._items)
+        for load, missing in sources:
+            if not load(self):
+                self._missing.append(missing)
+        self._lazy |= set(self._items) - before
 
     def register(self, obj: T | None = None, *, name: str | None = None) -> Any:
         """Register ``obj`` under its ``__name__`` (or ``name``); usable as ``@REG.register()``."""
@@ -37,9 +55,17 @@ class Registry:
 
     def canonical(self, name: object) -> str | None:
         """The registered name ``name`` refers to: itself, the one name equal to it ignoring case
-        (traiNNer-redux's lower-case ``l1loss``), or one of a class's ``other_names``; None when none fits."""
+        (traiNNer-redux's lower-case ``l1loss``), or one of a class's ``other_names``; None when none fits. A name
+        not found loads the lazy sources once (``add_source``) and is looked up again."""
         if not isinstance(name, str):
             return None
+        key = self._lookup(name)
+        if key is None and self._sources:
+            self._load_sources()
+            key = self._lookup(name)
+        return key
+
+    def _lookup(self, name: str) -> str | None:
         if name in self._items:
             return name
         low = name.lower()
@@ -53,20 +79,25 @@ class Registry:
         absent."""
         key = self.canonical(name)
         if key is None:
-            raise OptionError(
-                f"{key_path}: unknown {self.name} '{name}'{did_you_mean(str(name), self._items)}; "
-                f"known: {', '.join(sorted(self._items))}"
-            )
+            raise OptionError(f"{key_path}: {self.unknown(name)}")
         return self._items[key]
+
+    def unknown(self, name: str, names: list[str] | None = None) -> str:
+        """The message for an unknown ``name``: the nearest known one, the known ones (``names``: those shown),
+        and how to install the optional packages whose entries could not be loaded."""
+        names = self.keys() if names is None else names
+        extra = "".join(f"; {m}" for m in self._missing)
+        return f"unknown {self.name} '{name}'{did_you_mean(str(name), names)}; known: {', '.join(names)}{extra}"
 
     def __contains__(self, name: object) -> bool:
         return self.canonical(name) is not None
 
     def __iter__(self) -> Iterator[str]:
-        return iter(sorted(self._items))
+        return iter(self.keys())
 
     def keys(self) -> list[str]:
-        return sorted(self._items)
+        """The registered names, but those of the lazy sources (so the docs do not depend on what is installed)."""
+        return sorted(n for n in self._items if n not in self._lazy)
 
 
 REQUIRED = inspect.Parameter.empty

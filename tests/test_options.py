@@ -866,9 +866,10 @@ def test_train_rules(root: Path) -> None:
     assert lines == [
         "train.optim_g.momentum: unknown argument of Adam; valid arguments: lr, betas, eps, weight_decay, "
         "amsgrad, foreach, maximize, capturable, differentiable, fused, decoupled_weight_decay",
-        "train.scheduler.periods: unknown argument of MultiStepLR; valid arguments: milestones, gamma",
+        "train.scheduler.periods: unknown argument of MultiStepLR; valid arguments: milestones, gamma, restarts, "
+        "restart_weights",
         "train.scheduler.milestones: required argument of MultiStepLR is missing; add it (valid arguments: "
-        "milestones, gamma)",
+        "milestones, gamma, restarts, restart_weights)",
         "train.pixel_opt.eps: unknown argument of L1Loss; valid arguments: loss_weight, reduction",
     ]
     opt = minimal_train(root)
@@ -942,14 +943,14 @@ def test_registry_checks(root: Path) -> None:
     opt["model_type"] = "SRModle"
     opt["datasets"]["train"]["type"] = "PairedImageDatset"
     opt["network_g"] = {"type": "MSRResNett"}
-    opt["train"]["optim_g"]["type"] = "Adma"
+    opt["train"]["optim_g"]["type"] = "Adamm"
     opt["train"]["pixel_opt"]["type"] = "GANLoss"  # registered, but not a pixel loss
     opt["val"] = {"val_freq": 5, "metrics": {"ssim": {"type": "calculate_ssimm"}}}
     lines = bad(opt, root)
     assert lines[0].startswith("datasets.train.type: unknown dataset type 'PairedImageDatset' (did you mean "
                                "'PairedImageDataset'?); known: ")
     assert lines[1].startswith("network_g.type: unknown arch 'MSRResNett' (did you mean 'MSRResNet'?); known: ")
-    assert lines[2].startswith("train.optim_g.type: unknown optimizer 'Adma' (did you mean 'Adam'?); known: Adam")
+    assert lines[2].startswith("train.optim_g.type: unknown optimizer 'Adamm' (did you mean 'Adam'?); known: ASGD")
     assert lines[3].startswith("train.pixel_opt.type: unknown pixel loss 'GANLoss' (did you mean 'L1Loss'?); "
                                "known: CharbonnierLoss, ChromaLoss, ")
     assert lines[4].startswith("val.metrics.ssim.type: unknown metric 'calculate_ssimm' (did you mean "

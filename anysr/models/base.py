@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,25 +12,9 @@ import torch
 from torch import nn
 
 from anysr.accelerators import Accelerator
-from anysr.errors import OptionError
 from anysr.models.ema import EMA
 from anysr.models.lr_scheduler import IterScheduler, build_scheduler
-from anysr.registry import OPTIMIZER_REGISTRY, plain_options
-
-for _optimizer in (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD):
-    OPTIMIZER_REGISTRY.register(_optimizer)  # a new one is one more line here; the options read this registry
-
-
-def build_optimizer(params: list[nn.Parameter], opt: Any, key_path: str) -> torch.optim.Optimizer:
-    """An optimizer from ``{type: Adam|AdamW|SGD, lr: ..., ...}`` (arguments already checked by the options)."""
-    kwargs = plain_options(opt)
-    cls = OPTIMIZER_REGISTRY.get(kwargs.pop("type"), f"{key_path}.type")
-    if "betas" in kwargs:
-        kwargs["betas"] = tuple(kwargs["betas"])
-    try:
-        return cls(params, **kwargs)  # type: ignore[no-any-return]
-    except (TypeError, ValueError) as exc:
-        raise OptionError(f"{key_path}: {exc}") from None
+from anysr.models.optimizers import build_optimizer, has_weight_switch, param_groups
 
 
 @dataclass(frozen=True)
@@ -111,11 +96,49 @@ class BaseModel(ABC):
             self.emas[name] = EMA(self.acc.strategy.unwrap(self.nets[name]), decay)
 
     def add_optimizer(self, name: str, net: nn.Module, opt: dict[str, Any], key_path: str) -> None:
-        params = [p for p in net.parameters() if p.requires_grad]
-        self.optimizers[name] = build_optimizer(params, opt, key_path)
+        """The optimizer of ``net`` from ``opt`` (its ``param_groups`` split the parameters) and its schedule."""
+        named = [(n, p) for n, p in self.acc.strategy.unwrap(net).named_parameters() if p.requires_grad]
+        self.optimizers[name] = build_optimizer(param_groups(named, opt, key_path), opt, key_path)
         train = self.opt["train"]
         self.schedulers[name] = build_scheduler(self.optimizers[name], train["scheduler"],
-                                                int(train["warmup_iter"]))
+                                                int(train["warmup_iter"]), lr_key=f"{key_path}.lr")
+
+    # ---------------------------------------------------------------- optimizers with a weight switch
+    @contextlib.contextmanager
+    def optimizer_weights(self, sync: bool = True) -> Iterator[None]:
+        """Within: the parameters are the weights the optimizers mean, not the ones they train (schedule-free's
+        averaged ``x`` instead of the interpolated ``y``; no change for other optimizers). After: exactly the
+        training weights again (restored from a copy, not switched back in floating point), so validating, saving
+        or an EMA update never changes the course of training. Used around validation, ``weights()`` (saving,
+        export) and the EMA update; ``state_dict()`` keeps the training weights (exact resume). ``sync``: end the
+        traced graph before and after (XLA), so the switch is its own small graph; not within a training step."""
+        switching = [o for o in self.optimizers.values() if has_weight_switch(o)]
+        if not switching:
+            yield
+            return
+        kept = [[(p, p.detach().clone()) for g in o.param_groups for p in g["params"]] for o in switching]
+        with torch.no_grad():
+            for o in switching:
+                o.eval()  # type: ignore[attr-defined]
+            if sync:
+                self.acc.mark_step()
+            try:
+                yield
+            finally:
+                for o, pairs in zip(switching, kept):
+                    o.train()  # type: ignore[attr-defined]
+                    for p, saved in pairs:
+                        p.copy_(saved)
+                if sync:
+                    self.acc.mark_step()
+
+    def update_emas(self) -> None:
+        """Update every EMA from its network (after the optimizer step), from the weights the optimizer means."""
+        if not self.emas:
+            return
+        with self.optimizer_weights(sync=False):
+            for name, ema in self.emas.items():
+                ema.update(self.bare(name))
 
     # ---------------------------------------------------------------- schedule
     def update_learning_rate(self, current_iter: int) -> None:
@@ -132,7 +155,11 @@ class BaseModel(ABC):
 
     def weights(self) -> dict[str, dict[str, torch.Tensor]]:
         """BasicSR-style weight groups of the generator: ``params`` and, with EMA, ``params_ema``."""
-        groups = {"params": self.bare("net_g").state_dict()}
+        with self.optimizer_weights():
+            groups = {"params": self.bare("net_g").state_dict()}
+            if any(has_weight_switch(o) for o in self.optimizers.values()):
+                # copied out before the switch back (on the host: no new device graph after the warm-up)
+                groups["params"] = {k: v.clone() for k, v in self.acc.to_host(groups["params"]).items()}
         if "net_g" in self.emas:
             groups["params_ema"] = self.emas["net_g"].module.state_dict()
         return groups

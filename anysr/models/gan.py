@@ -165,8 +165,7 @@ class SRGANModel(SRModel):
             d_losses = self.discriminator_backward(output, batch["gt"], 1.0 / n, sync=k == n - 1)
             add(d_losses)
         self.acc.optimizer_step(opt_d)
-        if "net_g" in self.emas:
-            self.emas["net_g"].update(self.bare("net_g"))
+        self.update_emas()
         return totals
 
 

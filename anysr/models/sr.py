@@ -156,8 +156,7 @@ class SRModel(BaseModel):
                 part = value.detach() / n
                 totals[name] = totals[name] + part if name in totals else part
         self.acc.optimizer_step(opt, self.grad_clip_norm)
-        if "net_g" in self.emas:
-            self.emas["net_g"].update(self.bare("net_g"))
+        self.update_emas()
         return totals
 
 

@@ -61,9 +61,10 @@ from anysr.registry import REQUIRED, argument_problems, constructor_args
 
 def _check_registered(kind: str, label: str, name: Any, path: str, ctx: Context, role: str | None = None) -> bool:
     names = known_names(kind, role)
-    if not isinstance(name, str) or registry(kind).canonical(name) in names:  # any case, or a declared other name
-        return True
-    ctx.add(path, f"unknown {label} '{name}'{did_you_mean(name, names)}; known: {', '.join(names)}")
+    key = registry(kind).canonical(name) if isinstance(name, str) else None  # any case, or a declared other name
+    if not isinstance(name, str) or key in names or (role is None and key is not None):
+        return True  # (a name not registered loads the registry's optional packages: pytorch-optimizer, ...)
+    ctx.add(path, registry(kind).unknown(name, names).replace(registry(kind).name, label, 1))
     return False
 
 
@@ -234,14 +235,40 @@ def _network_d_rule(out: dict[str, Any], path: str, ctx: Context, key: str | Non
     _network_rule(out, path, ctx, check_scale=False)
 
 
+def _unsupported(kind: str, out: dict[str, Any], path: str, ctx: Context) -> None:
+    reason = getattr(registered(kind, out.get("type")), "unsupported", None)
+    if reason:
+        ctx.add(f"{path}.type", f"{out['type']} is not supported: {reason}")
+
+
 def _optim_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
-    _arguments("optimizer", "optimizer", out, path, ctx, skip=("params",))
+    _arguments("optimizer", "optimizer", out, path, ctx, skip=("params",), not_arguments=("param_groups",))
+    _unsupported("optimizer", out, path, ctx)
+    cls = registered("optimizer", out.get("type"))
+    for i, group in enumerate(out.get("param_groups") or []):
+        where = f"{path}.param_groups[{i}]"
+        if not isinstance(group, dict) or not group.get("params"):
+            ctx.add(where, "each group needs params: the parameter names it takes (globs such as 'body.*'), plus "
+                    "the optimizer arguments it overrides (e.g. lr: 1e-4)")
+            continue
+        if cls is not None:
+            for problem in argument_problems(cls, {k: v for k, v in group.items() if k != "params"}, where,
+                                             out["type"], skip=("params",)):
+                if "required argument" not in problem:
+                    ctx.add("", problem)
+            for name, value in group.items():
+                if name in ("lr", "weight_decay", "eps", "momentum") and isinstance(value, str):
+                    try:
+                        group[name] = float(value)  # PyYAML reads 1e-4 as a string
+                    except ValueError:
+                        ctx.add(f"{where}.{name}", f"expected float, got {show(value)}")
     if out.get("nesterov") is True and not (good(out, "momentum") and out["momentum"] > 0):
         ctx.add(f"{path}.nesterov", "needs momentum > 0; set momentum (e.g. 0.9) or nesterov: false")
 
 
 def _scheduler_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
     _arguments("scheduler", "scheduler", out, path, ctx, skip=("optimizer", "warmup_iter"), fill_defaults=True)
+    _unsupported("scheduler", out, path, ctx)
     if out.get("type") == "CosineAnnealingRestartLR" and good(out, "periods"):
         if not good(out, "restart_weights"):
             out["restart_weights"] = [1.0] * len(out["periods"])
@@ -344,6 +371,16 @@ def _train_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -
         ctx.add(path, "no loss is set; add one of train.pixel_opt (e.g. {type: L1Loss}), "
                 "train.perceptual_opt, train.gan_opt, or a train.losses list (e.g. [{type: L1Loss}])")
     sched = out.get("scheduler")
+    if isinstance(sched, dict) and good(out, "total_iter"):
+        # A schedule's length-of-training argument is train.total_iter unless given: filled here, and the
+        # section's "required argument is missing" for it withdrawn (the section is checked before this rule).
+        cls = registered("scheduler", sched.get("type"))
+        params = constructor_args(cls, ("optimizer", "warmup_iter"))[0] if cls is not None else {}
+        for arg in ("total_iter", "total_steps", "T_max"):
+            if arg in params and sched.get(arg) is None:
+                sched[arg] = out["total_iter"]
+                missing = f"{path}.scheduler.{arg}: required argument"
+                ctx.problems[:] = [p for p in ctx.problems if not p.startswith(missing)]
     if isinstance(sched, dict) and sched.get("type") == "CosineAnnealingRestartLR" and good(sched, "periods") \
             and good(out, "total_iter") and out["total_iter"] > sum(sched["periods"]):
         end = sum(sched["periods"])
@@ -582,8 +619,16 @@ PATH = Section(
 
 OPTIM = Section(
     {
-        "type": Field(str, required=True, expect="a registered optimizer (Adam, AdamW, SGD)",
-                      doc="Optimizer (OPTIMIZER_REGISTRY)."),
+        "type": Field(str, required=True, expect="a registered optimizer (Adam, AdamW, SGD, ...)",
+                      doc="Optimizer (OPTIMIZER_REGISTRY): every torch.optim class by name (but LBFGS, SparseAdam); "
+                          "with `pip install anysr[optim]` also pytorch-optimizer's (Adan, ADOPT, Lion, Prodigy, "
+                          "SOAP, StableAdamW, ...) and schedulefree's (AdamWScheduleFree, SGDScheduleFree: "
+                          "validation, saved weights, EMA and export use their averaged weights)."),
+        "param_groups": Field(ListOf(dict, min_len=1), default_doc="one group: every parameter",
+                              doc="Per-part settings: a list of `{params: [glob, ...], lr: ..., <argument>: ...}`; "
+                                  "a parameter joins the first group one of whose globs matches its name (e.g. "
+                                  "'body.*', 'conv_last.*'), the others keep this section's arguments. "
+                                  "Schedules scale each group's lr alike."),
         "lr": Field(float, required=True, check=at_least(0), doc="Learning rate (0 freezes the network)."),
         "weight_decay": Field(float, check=at_least(0), default_doc="torch's default",
                               doc="Weight decay (all types)."),
@@ -600,8 +645,14 @@ OPTIM = Section(
 
 SCHEDULER = Section(
     {
-        "type": Field(str, required=True, expect="a registered schedule (MultiStepLR, CosineAnnealingRestartLR)",
-                      doc="Learning-rate schedule (SCHEDULER_REGISTRY)."),
+        "type": Field(str, required=True, expect="a registered schedule (MultiStepLR, CosineAnnealingRestartLR, ...)",
+                      doc="Learning-rate schedule (SCHEDULER_REGISTRY): BasicSR's MultiStepLR (= "
+                          "MultiStepRestartLR) and CosineAnnealingRestartLR, CosineWarmupLR, WarmupStableDecayLR, "
+                          "and every torch.optim.lr_scheduler class by name (OneCycleLR, CosineAnnealingLR, ...; "
+                          "stepped once per iteration; not those that need Python functions or a metric). "
+                          "Arguments named total_iter / total_steps / T_max default to train.total_iter. "
+                          "On resume, changed arguments apply only if the lr at the resumed iteration stays the "
+                          "same; otherwise the run is refused, naming the keys."),
         "milestones": Field(ListOf(int, min_len=1), default_doc="required by MultiStepLR",
                             doc="MultiStepLR: iterations where lr is multiplied by gamma."),
         "gamma": Field(float, check=greater_than(0), default_doc="0.1 (MultiStepLR)",

@@ -480,6 +480,11 @@ class Trainer:
             writer.scalars(scalars, it)
 
     def validate(self, it: int, writer: MetricWriter | None) -> list[EvalResult]:
+        """Validate on every ``datasets.val*`` with the weights the optimizers mean (schedule-free's average)."""
+        with self.model.optimizer_weights():
+            return self._validate(it, writer)
+
+    def _validate(self, it: int, writer: MetricWriter | None) -> list[EvalResult]:
         """Validate on every ``datasets.val*``; every rank takes part; track the best values."""
         assert self.val_opt is not None
         net = self.model.inference_net()
