@@ -27,6 +27,7 @@ from anysr.errors import CheckpointError, DataError, OptionError
 from anysr.metrics.backbones import (
     ALEXNET_SLICES,
     VGG16_SLICES,
+    FrozenMetricNet,
     alexnet_layers,
     build_slices,
     run_slices,
@@ -90,7 +91,7 @@ def _unit(f: Tensor) -> Tensor:
     return f / (f.square().sum(dim=1, keepdim=True).sqrt() + _EPS)
 
 
-class LPIPS(nn.Module):
+class LPIPS(FrozenMetricNet):
     """LPIPS distance between two batches of RGB images on [0, 1] -> tensor ``(N,)`` (lower is better).
 
     ``net``: ``'alex'`` (the paper's default) or ``'vgg'``; ``version``: ``'0.1'`` (the only one supported;
@@ -117,14 +118,9 @@ class LPIPS(nn.Module):
         for k, head_k in enumerate(heads):
             self.add_module(f"lin{k}", head_k)
         self.lins = nn.ModuleList(heads)
-        self.requires_grad_(False)
-        self.eval()
+        self.freeze()
         if backbone is not None or head is not None:
             self.load_weights(*(sd for sd in (backbone, head) if sd is not None))
-
-    def train(self, mode: bool = True) -> LPIPS:
-        """Always eval: the metric is fixed."""
-        return super().train(False)
 
     def load_weights(self, *state_dicts: Mapping[str, Tensor]) -> LPIPS:
         """Load the backbone and head from one or more state dicts in any layout ``lpips_state_dict``
@@ -138,21 +134,11 @@ class LPIPS(nn.Module):
         for k in range(len(self.chns)):
             if f"lin{k}.model.1.weight" in merged:
                 merged[f"lins.{k}.model.1.weight"] = merged[f"lin{k}.model.1.weight"]
-        own = self.state_dict()
-        missing = [k for k in own if k not in merged and not k.startswith("lins.")]
-        unexpected = [k for k in merged if k not in own]
-        if missing or unexpected:
-            parts = ([f"missing {', '.join(missing)}"] if missing else []) + (
-                [f"unexpected {', '.join(unexpected)}"] if unexpected else [])
-            backbone = "alexnet" if self.pnet_type == "alex" else "vgg16"
-            raise CheckpointError(f"LPIPS({self.pnet_type}) weights: {'; '.join(parts)}; give torchvision's "
-                                  f"{backbone} state dict (features.N.*) and the lpips head "
-                                  f"(weights/v{self.version}/{self.pnet_type}.pth)")
-        for k, v in merged.items():
-            if tuple(v.shape) != tuple(own[k].shape):
-                raise CheckpointError(f"LPIPS({self.pnet_type}) weights: {k} has shape {tuple(v.shape)}, expected "
-                                      f"{tuple(own[k].shape)}; are these the weights of another network?")
-        self.load_state_dict(merged, strict=True)
+        missing = [k for k in self.state_dict() if k not in merged and not k.startswith("lins.")]
+        backbone = "alexnet" if self.pnet_type == "alex" else "vgg16"
+        self.load_checked(merged, missing, f"LPIPS({self.pnet_type})",
+                          f"give torchvision's {backbone} state dict (features.N.*) and the lpips head "
+                          f"(weights/v{self.version}/{self.pnet_type}.pth)")
         return self
 
     def forward(self, x: Tensor, y: Tensor) -> Tensor:
