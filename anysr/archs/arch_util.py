@@ -415,6 +415,29 @@ def block_drop_rates(drop_path: float | Sequence[float], depth: int) -> list[flo
     return list(drop_path) if isinstance(drop_path, Sequence) else [drop_path] * depth
 
 
+class ShiftedWindowStage(nn.Module):
+    """A stage of ``depth`` window-attention blocks, plain and shifted (by half a window) in turn: attributes
+    ``dim``, ``input_resolution``, ``depth``, ``use_checkpoint`` and the ``blocks`` list (SwinIR's names)."""
+
+    def init_blocks(self, dim: int, input_resolution: tuple[int, int], depth: int, window_size: int,
+                    drop_path: float | Sequence[float], use_checkpoint: bool,
+                    make_block: Callable[[int, float], nn.Module]) -> None:
+        """``blocks[i] = make_block(shift_size, drop_path_rate)`` for each block, in order."""
+        self.dim = dim
+        self.input_resolution = input_resolution
+        self.depth = depth
+        self.use_checkpoint = use_checkpoint
+        rates = block_drop_rates(drop_path, depth)
+        self.blocks = nn.ModuleList([make_block(0 if i % 2 == 0 else window_size // 2, rates[i])
+                                     for i in range(depth)])
+
+    def run_blocks(self, x: torch.Tensor, *args: object) -> torch.Tensor:
+        """``x`` through every block (``block(x, *args)``), each checkpointed when ``use_checkpoint``."""
+        for blk in self.blocks:
+            x = run_checkpointed(blk, x, *args, enabled=self.use_checkpoint)
+        return x
+
+
 class _PatchGeometry(nn.Module):
     """Image / patch sizes shared by PatchEmbed and PatchUnEmbed (BasicSR's attributes)."""
 
@@ -555,6 +578,26 @@ class SwinSRBase(SwinWeightsMixin):
         return x[..., : h * scale, : w * scale] if (pad_h or pad_w) else x
 
 
+def check_swin_sr_args(owner: str, depths: Sequence[int], num_heads: Sequence[int], window_size: int,
+                       upscale: int, upsampler: str, resi_connection: str) -> None:
+    """Refuse what the authors' pixel-shuffle-only Swin relatives (HAT, DRCT) cannot run: another upsampler
+    (they silently skip the reconstruction), a ``resi_connection`` other than '1conv' / 'identity', an
+    unsupported scale, one head count per stage missing, a window that is not a positive integer."""
+    if upsampler != "pixelshuffle":
+        raise ArchArgumentError("upsampler", f"{owner}: upsampler must be 'pixelshuffle', got {upsampler!r} (the "
+                                "original builds no reconstruction for other values)")
+    if resi_connection not in ("1conv", "identity"):
+        raise ArchArgumentError("resi_connection", f"{owner}: unknown resi_connection {resi_connection!r}; "
+                                "use '1conv' or 'identity'")
+    check_upscale(upscale)
+    if len(num_heads) != len(depths):
+        raise ArchArgumentError("num_heads", f"{owner}: num_heads has {len(num_heads)} entries but depths has "
+                                f"{len(depths)}; give one head count per group")
+    if not isinstance(window_size, int) or window_size < 1:
+        raise ArchArgumentError("window_size", f"{owner}: window_size must be a positive integer, got "
+                                f"{window_size!r}")
+
+
 class MeanShiftSR(nn.Module):
     """EDSR's layout, shared with RCAN: mean shift and ``img_range`` scaling, ``conv_first``, a ``body``,
     ``conv_after_body`` with a long skip, ``upsample`` and ``conv_last`` (BasicSR's keys)."""
@@ -623,12 +666,14 @@ __all__ = [
     "PatchEmbed",
     "PatchUnEmbed",
     "ResidualBlockNoBN",
+    "ShiftedWindowStage",
     "SwinSRBase",
     "SwinWeightsMixin",
     "Upsample",
     "UpsampleOneStep",
     "WindowAttention",
     "block_drop_rates",
+    "check_swin_sr_args",
     "check_upscale",
     "default_init_weights",
     "drop_path",

@@ -24,7 +24,7 @@ from torch import nn
 from anysr.archs.arch_util import (
     ArchArgumentError,
     SwinSRBase,
-    check_upscale,
+    check_swin_sr_args,
     drop_path_rates,
     residual_conv,
     run_checkpointed,
@@ -142,18 +142,7 @@ class DRCT(SwinSRBase):
 def _check_drct_args(embed_dim: int, depths: Sequence[int], num_heads: Sequence[int], window_size: int, gc: int,
                      upscale: int, upsampler: str, resi_connection: str) -> None:
     """Refuse arguments the authors' DRCT cannot run (it fails later, or silently skips reconstruction)."""
-    if upsampler != "pixelshuffle":
-        raise ArchArgumentError("upsampler", f"DRCT: upsampler must be 'pixelshuffle', got {upsampler!r} (the "
-                                "original builds no reconstruction for other values)")
-    if resi_connection not in ("1conv", "identity"):
-        raise ArchArgumentError("resi_connection", f"DRCT: unknown resi_connection {resi_connection!r}; "
-                                "use '1conv' or 'identity'")
-    check_upscale(upscale)
-    if len(num_heads) != len(depths):
-        raise ArchArgumentError("num_heads", f"DRCT: num_heads has {len(num_heads)} entries but depths has "
-                                f"{len(depths)}; give one head count per group")
-    if not isinstance(window_size, int) or window_size < 1:
-        raise ArchArgumentError("window_size", f"DRCT: window_size must be a positive integer, got {window_size!r}")
+    check_swin_sr_args("DRCT", depths, num_heads, window_size, upscale, upsampler, resi_connection)
     for heads in num_heads:
         for i, block_heads in enumerate(dense_block_heads(embed_dim, gc, heads)):
             channels = embed_dim + i * gc

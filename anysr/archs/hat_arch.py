@@ -28,14 +28,13 @@ from anysr.archs.arch_util import (
     ArchArgumentError,
     DropPath,
     Mlp,
+    ShiftedWindowStage,
     SwinSRBase,
     WindowAttention,
-    block_drop_rates,
-    check_upscale,
+    check_swin_sr_args,
     drop_path_rates,
     relative_position_index,
     residual_conv,
-    run_checkpointed,
     shifted_window_mask,
     to_2tuple,
     to_feature_map,
@@ -181,7 +180,7 @@ class OCAB(nn.Module):
         return x + self.mlp(self.norm2(x))
 
 
-class AttenBlocks(nn.Module):
+class AttenBlocks(ShiftedWindowStage):
     """``depth`` hybrid attention blocks (alternately plain and shifted windows) and one OCAB."""
 
     def __init__(self, dim: int, input_resolution: tuple[int, int], depth: int, num_heads: int, window_size: int,
@@ -190,25 +189,18 @@ class AttenBlocks(nn.Module):
                  attn_drop: float = 0.0, drop_path: float | Sequence[float] = 0.0,
                  norm_layer: type[nn.Module] = nn.LayerNorm, use_checkpoint: bool = False) -> None:
         super().__init__()
-        self.dim = dim
-        self.input_resolution = input_resolution
-        self.depth = depth
-        self.use_checkpoint = use_checkpoint
-        rates = block_drop_rates(drop_path, depth)
-        self.blocks = nn.ModuleList([
-            HAB(dim, input_resolution, num_heads, window_size=window_size,
-                shift_size=0 if i % 2 == 0 else window_size // 2, compress_ratio=compress_ratio,
-                squeeze_factor=squeeze_factor, conv_scale=conv_scale, mlp_ratio=mlp_ratio, qkv_bias=qkv_bias,
-                qk_scale=qk_scale, drop=drop, attn_drop=attn_drop, drop_path=rates[i], norm_layer=norm_layer)
-            for i in range(depth)
-        ])
+        self.init_blocks(dim, input_resolution, depth, window_size, drop_path, use_checkpoint,
+                         lambda shift, rate: HAB(
+                             dim, input_resolution, num_heads, window_size=window_size, shift_size=shift,
+                             compress_ratio=compress_ratio, squeeze_factor=squeeze_factor, conv_scale=conv_scale,
+                             mlp_ratio=mlp_ratio, qkv_bias=qkv_bias, qk_scale=qk_scale, drop=drop,
+                             attn_drop=attn_drop, drop_path=rate, norm_layer=norm_layer))
         self.overlap_attn = OCAB(dim, input_resolution, window_size, overlap_ratio, num_heads, qkv_bias=qkv_bias,
                                  qk_scale=qk_scale, mlp_ratio=mlp_ratio, norm_layer=norm_layer)
 
     def forward(self, x: torch.Tensor, x_size: tuple[int, int], params: dict[str, torch.Tensor | None]
                 ) -> torch.Tensor:
-        for blk in self.blocks:
-            x = run_checkpointed(blk, x, x_size, params["rpi_sa"], params["attn_mask"], enabled=self.use_checkpoint)
+        x = self.run_blocks(x, x_size, params["rpi_sa"], params["attn_mask"])
         return self.overlap_attn(x, x_size, params["rpi_oca"])
 
 
@@ -311,21 +303,10 @@ def _check_hat_args(img_size: int | Sequence[int], patch_size: int | Sequence[in
                     squeeze_factor: int, overlap_ratio: float, upscale: int, upsampler: str,
                     resi_connection: str) -> None:
     """Refuse arguments the authors' HAT cannot run (it fails later, or silently skips reconstruction)."""
-    if upsampler != "pixelshuffle":
-        raise ArchArgumentError("upsampler", f"HAT: upsampler must be 'pixelshuffle', got {upsampler!r} (the "
-                                "original builds no reconstruction for other values)")
-    if resi_connection not in ("1conv", "identity"):
-        raise ArchArgumentError("resi_connection", f"HAT: unknown resi_connection {resi_connection!r}; "
-                                "use '1conv' or 'identity'")
-    check_upscale(upscale)
-    if len(num_heads) != len(depths):
-        raise ArchArgumentError("num_heads", f"HAT: num_heads has {len(num_heads)} entries but depths has "
-                                f"{len(depths)}; give one head count per group")
+    check_swin_sr_args("HAT", depths, num_heads, window_size, upscale, upsampler, resi_connection)
     for heads in num_heads:
         if embed_dim % heads:
             raise ArchArgumentError("num_heads", f"HAT: embed_dim {embed_dim} is not divisible by {heads} heads")
-    if not isinstance(window_size, int) or window_size < 1:
-        raise ArchArgumentError("window_size", f"HAT: window_size must be a positive integer, got {window_size!r}")
     img, patch = to_2tuple(img_size), to_2tuple(patch_size)
     if min(img[0] // patch[0], img[1] // patch[1]) < window_size:
         raise ArchArgumentError("img_size", f"HAT: img_size {img_size} (in patches) must be at least window_size "

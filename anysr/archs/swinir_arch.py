@@ -28,12 +28,11 @@ from anysr.archs.arch_util import (
     Mlp,
     PatchEmbed,
     PatchUnEmbed,
+    ShiftedWindowStage,
     SwinSRBase,
     WindowAttention,
-    block_drop_rates,
     drop_path_rates,
     residual_conv,
-    run_checkpointed,
     shifted_window_mask,
     to_2tuple,
     window_partition,
@@ -108,7 +107,7 @@ class SwinTransformerBlock(nn.Module):
                 f"window_size={self.window_size}, shift_size={self.shift_size}, mlp_ratio={self.mlp_ratio}")
 
 
-class BasicLayer(nn.Module):
+class BasicLayer(ShiftedWindowStage):
     """``depth`` Swin blocks, alternating plain and shifted windows."""
 
     def __init__(self, dim: int, input_resolution: tuple[int, int], depth: int, num_heads: int,
@@ -117,23 +116,15 @@ class BasicLayer(nn.Module):
                  drop_path: float | Sequence[float] = 0.0, norm_layer: type[nn.Module] = nn.LayerNorm,
                  downsample: type[nn.Module] | None = None, use_checkpoint: bool = False) -> None:
         super().__init__()
-        self.dim = dim
-        self.input_resolution = input_resolution
-        self.depth = depth
-        self.use_checkpoint = use_checkpoint
-        rates = block_drop_rates(drop_path, depth)
-        self.blocks = nn.ModuleList([
-            SwinTransformerBlock(dim, input_resolution, num_heads, window_size=window_size,
-                                 shift_size=0 if i % 2 == 0 else window_size // 2, mlp_ratio=mlp_ratio,
-                                 qkv_bias=qkv_bias, qk_scale=qk_scale, drop=drop, attn_drop=attn_drop,
-                                 drop_path=rates[i], norm_layer=norm_layer)
-            for i in range(depth)
-        ])
+        self.init_blocks(dim, input_resolution, depth, window_size, drop_path, use_checkpoint,
+                         lambda shift, rate: SwinTransformerBlock(
+                             dim, input_resolution, num_heads, window_size=window_size, shift_size=shift,
+                             mlp_ratio=mlp_ratio, qkv_bias=qkv_bias, qk_scale=qk_scale, drop=drop,
+                             attn_drop=attn_drop, drop_path=rate, norm_layer=norm_layer))
         self.downsample = downsample(input_resolution, dim=dim, norm_layer=norm_layer) if downsample else None
 
     def forward(self, x: torch.Tensor, x_size: tuple[int, int]) -> torch.Tensor:
-        for blk in self.blocks:
-            x = run_checkpointed(blk, x, x_size, enabled=self.use_checkpoint)
+        x = self.run_blocks(x, x_size)
         return self.downsample(x) if self.downsample is not None else x
 
 

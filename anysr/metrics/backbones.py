@@ -20,7 +20,7 @@ from anysr.errors import CheckpointError, DataError
 
 __all__ = [
     "ALEXNET_SLICES", "VGG16_SLICES", "alexnet_layers", "vgg16_layers", "build_slices", "torchvision_to_sliced",
-    "run_slices", "FIDInceptionV3", "FrozenMetricNet", "fid_inception_state_dict",
+    "run_slices", "split_torchvision_keys", "FIDInceptionV3", "FrozenMetricNet", "fid_inception_state_dict",
 ]
 
 # Slice boundaries (torchvision layer indices): slice k holds layers [b[k-1], b[k]).
@@ -106,6 +106,20 @@ def torchvision_to_sliced(state_dict: Mapping[str, Tensor], bounds: Sequence[int
 
 
 # --------------------------------------------------------------------------------------- Inception-v3
+def split_torchvision_keys(state_dict: Mapping[str, Tensor]) -> tuple[dict[str, Tensor], list[tuple[str, str, Tensor]]]:
+    """Strip ``module.`` prefixes and set torchvision's ``features.*`` / ``classifier.*`` entries apart:
+    ``(torchvision entries, [(original key, stripped key, value) of the others])``."""
+    tv: dict[str, Tensor] = {}
+    rest: list[tuple[str, str, Tensor]] = []
+    for key, value in state_dict.items():
+        k = key[len("module."):] if key.startswith("module.") else key
+        if k.startswith(("features.", "classifier.")):
+            tv[k] = value
+        else:
+            rest.append((key, k, value))
+    return tv, rest
+
+
 class FrozenMetricNet(nn.Module):
     """A fixed network of a learned metric: ``freeze()`` (called at the end of ``__init__``) turns gradients
     off and sets eval mode, which ``train()`` keeps; ``load_checked`` loads merged weights strictly, after

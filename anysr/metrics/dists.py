@@ -30,6 +30,7 @@ from anysr.metrics.backbones import (
     FrozenMetricNet,
     build_slices,
     run_slices,
+    split_torchvision_keys,
     torchvision_to_sliced,
     vgg16_layers,
 )
@@ -141,12 +142,9 @@ def dists_state_dict(state_dict: Mapping[str, Tensor]) -> dict[str, Tensor]:
     """Rename a state dict to ``DISTS``' keys: torchvision ``features.N.*`` (``classifier.*`` dropped),
     ``alpha`` / ``beta``, or a whole ``DISTS_pytorch.DISTS`` state dict; ``module.`` prefixes are stripped."""
     out: dict[str, Tensor] = {}
-    tv: dict[str, Tensor] = {}
-    for key, value in state_dict.items():
-        k = key[len("module."):] if key.startswith("module.") else key
-        if k.startswith(("features.", "classifier.")):
-            tv[k] = value
-        elif k in ("alpha", "beta", "mean", "std") or k.startswith("stage"):
+    tv, rest = split_torchvision_keys(state_dict)
+    for key, k, value in rest:
+        if k in ("alpha", "beta", "mean", "std") or k.startswith("stage"):
             out[k] = value
         else:
             raise CheckpointError(f"DISTS weights: unexpected key {key!r}; expected torchvision features.N.*, "

@@ -31,6 +31,7 @@ from anysr.metrics.backbones import (
     alexnet_layers,
     build_slices,
     run_slices,
+    split_torchvision_keys,
     torchvision_to_sliced,
     vgg16_layers,
 )
@@ -164,12 +165,9 @@ def lpips_state_dict(state_dict: Mapping[str, Tensor], net: str | None = None) -
     ``net.slice{k}.N.*`` / ``scaling_layer.*`` / ``lins.{k}.*`` keys, each optionally behind ``module.``.
     """
     out: dict[str, Tensor] = {}
-    tv: dict[str, Tensor] = {}
-    for key, value in state_dict.items():
-        k = key[len("module."):] if key.startswith("module.") else key
-        if k.startswith(("features.", "classifier.")):
-            tv[k] = value
-        elif k.startswith("lins."):
+    tv, rest = split_torchvision_keys(state_dict)
+    for key, k, value in rest:
+        if k.startswith("lins."):
             continue  # the package's second copy of the heads; lin{k} holds the same tensors
         elif k.startswith("lin") and k[3:4].isdigit():
             idx, tail = k[3:].split(".", 1)
