@@ -415,6 +415,26 @@ def block_drop_rates(drop_path: float | Sequence[float], depth: int) -> list[flo
     return list(drop_path) if isinstance(drop_path, Sequence) else [drop_path] * depth
 
 
+class WindowBlockBase(nn.Module):
+    """What a (shifted-)window transformer block records about itself (SwinIR's attribute names and
+    ``extra_repr``): ``dim``, ``input_resolution``, ``num_heads``, ``window_size``, ``shift_size``,
+    ``mlp_ratio``."""
+
+    def init_block_attrs(self, dim: int, input_resolution: tuple[int, int], num_heads: int, window_size: int,
+                         shift_size: int, mlp_ratio: float) -> None:
+        """Set the attributes (a block may then adjust ``window_size`` / ``shift_size``)."""
+        self.dim = dim
+        self.input_resolution = input_resolution
+        self.num_heads = num_heads
+        self.window_size = window_size
+        self.shift_size = shift_size
+        self.mlp_ratio = mlp_ratio
+
+    def extra_repr(self) -> str:
+        return (f"dim={self.dim}, input_resolution={self.input_resolution}, num_heads={self.num_heads}, "
+                f"window_size={self.window_size}, shift_size={self.shift_size}, mlp_ratio={self.mlp_ratio}")
+
+
 class ShiftedWindowStage(nn.Module):
     """A stage of ``depth`` window-attention blocks, plain and shifted (by half a window) in turn: attributes
     ``dim``, ``input_resolution``, ``depth``, ``use_checkpoint`` and the ``blocks`` list (SwinIR's names)."""
@@ -520,17 +540,20 @@ class SwinSRBase(SwinWeightsMixin):
         self.num_features = self.embed_dim = embed_dim
 
     def init_token_embed(self, img_size: int | Sequence[int], patch_size: int | Sequence[int], embed_dim: int,
-                         norm_layer: type[nn.Module] | None, ape: bool, drop_rate: float) -> None:
-        """``patch_embed`` (with ``norm_layer``, None for none), the optional absolute position embedding and
-        ``pos_drop``."""
+                         norm_layer: type[nn.Module], patch_norm: bool, ape: bool, drop_rate: float
+                         ) -> tuple[int, int]:
+        """``patch_embed`` (normed by ``norm_layer`` when ``patch_norm``), the optional absolute position
+        embedding and ``pos_drop``; returns the token grid of ``img_size`` (rows, columns)."""
         self.ape = ape
+        self.patch_norm = patch_norm
         self.patch_embed = PatchEmbed(img_size, patch_size, in_chans=embed_dim, embed_dim=embed_dim,
-                                      norm_layer=norm_layer)
+                                      norm_layer=norm_layer if patch_norm else None)
         self.patches_resolution = self.patch_embed.patches_resolution
         if ape:
             self.absolute_pos_embed = nn.Parameter(torch.zeros(1, self.patch_embed.num_patches, embed_dim))
             nn.init.trunc_normal_(self.absolute_pos_embed, std=0.02)
         self.pos_drop = nn.Dropout(p=drop_rate)
+        return self.patches_resolution[0], self.patches_resolution[1]
 
     def embed_tokens(self, x: torch.Tensor) -> torch.Tensor:
         """(b, c, h, w) map -> tokens, plus the absolute position embedding, then dropout."""
@@ -672,6 +695,7 @@ __all__ = [
     "Upsample",
     "UpsampleOneStep",
     "WindowAttention",
+    "WindowBlockBase",
     "block_drop_rates",
     "check_swin_sr_args",
     "check_upscale",

@@ -108,10 +108,8 @@ class DRCT(SwinSRBase):
         self.overlap_ratio = overlap_ratio
         self.use_checkpoint = use_checkpoint
         self.init_shallow(in_chans, embed_dim, len(depths), img_range, upscale, upsampler)
-        self.patch_norm = patch_norm
         self.mlp_ratio = mlp_ratio
-        self.init_token_embed(img_size, patch_size, embed_dim, norm_layer if patch_norm else None, ape, drop_rate)
-        resolution = (self.patches_resolution[0], self.patches_resolution[1])
+        resolution = self.init_token_embed(img_size, patch_size, embed_dim, norm_layer, patch_norm, ape, drop_rate)
 
         rates = drop_path_rates(drop_path_rate, sum(depths))
         self.layers = nn.ModuleList()

@@ -31,6 +31,7 @@ from anysr.archs.arch_util import (
     ShiftedWindowStage,
     SwinSRBase,
     WindowAttention,
+    WindowBlockBase,
     check_swin_sr_args,
     drop_path_rates,
     relative_position_index,
@@ -92,7 +93,7 @@ class CAB(nn.Module):
         return self.cab(x)
 
 
-class HAB(nn.Module):
+class HAB(WindowBlockBase):
     """Hybrid attention block: (shifted-)window attention + ``conv_scale`` * CAB, then an MLP; pre-normed."""
 
     def __init__(self, dim: int, input_resolution: tuple[int, int], num_heads: int, window_size: int = 7,
@@ -101,13 +102,9 @@ class HAB(nn.Module):
                  attn_drop: float = 0.0, drop_path: float = 0.0, act_layer: type[nn.Module] = nn.GELU,
                  norm_layer: type[nn.Module] = nn.LayerNorm) -> None:
         super().__init__()
-        self.dim = dim
-        self.input_resolution = input_resolution
-        self.num_heads = num_heads
-        self.window_size = window_size
         # A training patch no larger than the window gives one window: no shift (as the authors do).
-        self.shift_size = 0 if min(input_resolution) <= window_size else shift_size
-        self.mlp_ratio = mlp_ratio
+        self.init_block_attrs(dim, input_resolution, num_heads, window_size,
+                              0 if min(input_resolution) <= window_size else shift_size, mlp_ratio)
         self.conv_scale = conv_scale
         self.norm1 = norm_layer(dim)
         self.attn = WindowAttention(dim, to_2tuple(window_size), num_heads, qkv_bias=qkv_bias, qk_scale=qk_scale,
@@ -134,10 +131,6 @@ class HAB(nn.Module):
             x = torch.roll(x, shifts=(shift, shift), dims=(1, 2))
         x = shortcut + self.drop_path(x.reshape(b, h * w, c)) + conv_x * self.conv_scale
         return x + self.drop_path(self.mlp(self.norm2(x)))
-
-    def extra_repr(self) -> str:
-        return (f"dim={self.dim}, input_resolution={self.input_resolution}, num_heads={self.num_heads}, "
-                f"window_size={self.window_size}, shift_size={self.shift_size}, mlp_ratio={self.mlp_ratio}")
 
 
 class OCAB(nn.Module):
@@ -263,10 +256,8 @@ class HAT(SwinSRBase):
         self.register_buffer("relative_position_index_SA", relative_position_index(window_size))
         overlap = int(overlap_ratio * window_size) + window_size
         self.register_buffer("relative_position_index_OCA", overlap_position_index(window_size, overlap))
-        self.patch_norm = patch_norm
         self.mlp_ratio = mlp_ratio
-        self.init_token_embed(img_size, patch_size, embed_dim, norm_layer if patch_norm else None, ape, drop_rate)
-        resolution = (self.patches_resolution[0], self.patches_resolution[1])
+        resolution = self.init_token_embed(img_size, patch_size, embed_dim, norm_layer, patch_norm, ape, drop_rate)
 
         rates = drop_path_rates(drop_path_rate, sum(depths))
         self.layers = nn.ModuleList()

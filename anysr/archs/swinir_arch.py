@@ -31,6 +31,7 @@ from anysr.archs.arch_util import (
     ShiftedWindowStage,
     SwinSRBase,
     WindowAttention,
+    WindowBlockBase,
     drop_path_rates,
     residual_conv,
     shifted_window_mask,
@@ -44,7 +45,7 @@ UPSAMPLERS = ("pixelshuffle", "pixelshuffledirect", "nearest+conv", "")
 RESI_CONNECTIONS = ("1conv", "3conv")
 
 
-class SwinTransformerBlock(nn.Module):
+class SwinTransformerBlock(WindowBlockBase):
     """(Shifted-)window attention + MLP, each pre-normed with a residual connection.
 
     If ``input_resolution`` is not larger than ``window_size``, the window shrinks to it and the
@@ -57,12 +58,7 @@ class SwinTransformerBlock(nn.Module):
                  drop_path: float = 0.0, act_layer: type[nn.Module] = nn.GELU,
                  norm_layer: type[nn.Module] = nn.LayerNorm) -> None:
         super().__init__()
-        self.dim = dim
-        self.input_resolution = input_resolution
-        self.num_heads = num_heads
-        self.window_size = window_size
-        self.shift_size = shift_size
-        self.mlp_ratio = mlp_ratio
+        self.init_block_attrs(dim, input_resolution, num_heads, window_size, shift_size, mlp_ratio)
         if min(input_resolution) <= window_size:
             self.shift_size = 0
             self.window_size = min(input_resolution)
@@ -101,10 +97,6 @@ class SwinTransformerBlock(nn.Module):
             x = torch.roll(x, shifts=(self.shift_size, self.shift_size), dims=(1, 2))
         x = shortcut + self.drop_path(x.reshape(b, h * w, c))
         return x + self.drop_path(self.mlp(self.norm2(x)))
-
-    def extra_repr(self) -> str:
-        return (f"dim={self.dim}, input_resolution={self.input_resolution}, num_heads={self.num_heads}, "
-                f"window_size={self.window_size}, shift_size={self.shift_size}, mlp_ratio={self.mlp_ratio}")
 
 
 class BasicLayer(ShiftedWindowStage):
@@ -197,14 +189,10 @@ class SwinIR(SwinSRBase):
         num_feat = 64
         self.window_size = window_size
         self.init_shallow(in_chans, embed_dim, len(depths), img_range, upscale, upsampler)
-        self.patch_norm = patch_norm
         self.mlp_ratio = mlp_ratio
-        norm = norm_layer if patch_norm else None
-        self.init_token_embed(img_size, patch_size, embed_dim, norm, ape, drop_rate)
-        self.patch_unembed = PatchUnEmbed(img_size, patch_size, in_chans=embed_dim, embed_dim=embed_dim,
-                                          norm_layer=norm)
+        resolution = self.init_token_embed(img_size, patch_size, embed_dim, norm_layer, patch_norm, ape, drop_rate)
+        self.patch_unembed = PatchUnEmbed(img_size, patch_size, in_chans=embed_dim, embed_dim=embed_dim)
 
-        resolution = (self.patches_resolution[0], self.patches_resolution[1])
         rates = drop_path_rates(drop_path_rate, sum(depths))
         self.layers = nn.ModuleList()
         for i, depth in enumerate(depths):
