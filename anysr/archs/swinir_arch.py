@@ -5,7 +5,7 @@ its outputs. Two cases that BasicSR's arch cannot run are handled:
 
 * inputs whose height/width are not a multiple of the window size are reflect-padded inside
   ``forward`` and the output cropped back, exactly as BasicSR's ``SwinIRModel.test`` does around
-  the network;
+  the network (replicate beyond what reflect can reach, where BasicSR fails);
 * an ``img_size`` that is not a multiple of the window (the default 64 with window 7): BasicSR fails
   building its ``attn_mask`` buffer; here the buffer is made for ``img_size`` rounded up.
 
