@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import ClassVar
 
@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
+from torch.utils import checkpoint
 
 from anysr.errors import OptionError
 from anysr.ops.dcn import ModulatedDeformConv2dPack, warp
@@ -401,6 +402,248 @@ def pad_bottom_right(x: torch.Tensor, pad_h: int, pad_w: int) -> torch.Tensor:
     return x
 
 
+def run_checkpointed(module: Callable[..., torch.Tensor], *args: object, enabled: bool) -> torch.Tensor:
+    """``module(*args)``, recomputed in backward (non-reentrant activation checkpointing) when ``enabled`` and
+    gradients are on."""
+    if enabled and torch.is_grad_enabled():
+        return checkpoint.checkpoint(module, *args, use_reentrant=False)
+    return module(*args)
+
+
+def block_drop_rates(drop_path: float | Sequence[float], depth: int) -> list[float]:
+    """Per-block stochastic-depth rates of a stage: the given sequence, or one float repeated ``depth`` times."""
+    return list(drop_path) if isinstance(drop_path, Sequence) else [drop_path] * depth
+
+
+class WindowBlockBase(nn.Module):
+    """What a (shifted-)window transformer block records about itself (SwinIR's attribute names and
+    ``extra_repr``): ``dim``, ``input_resolution``, ``num_heads``, ``window_size``, ``shift_size``,
+    ``mlp_ratio``."""
+
+    def init_block_attrs(self, dim: int, input_resolution: tuple[int, int], num_heads: int, window_size: int,
+                         shift_size: int, mlp_ratio: float) -> None:
+        """Set the attributes (a block may then adjust ``window_size`` / ``shift_size``)."""
+        self.dim = dim
+        self.input_resolution = input_resolution
+        self.num_heads = num_heads
+        self.window_size = window_size
+        self.shift_size = shift_size
+        self.mlp_ratio = mlp_ratio
+
+    def extra_repr(self) -> str:
+        return (f"dim={self.dim}, input_resolution={self.input_resolution}, num_heads={self.num_heads}, "
+                f"window_size={self.window_size}, shift_size={self.shift_size}, mlp_ratio={self.mlp_ratio}")
+
+
+class ShiftedWindowStage(nn.Module):
+    """A stage of ``depth`` window-attention blocks, plain and shifted (by half a window) in turn: attributes
+    ``dim``, ``input_resolution``, ``depth``, ``use_checkpoint`` and the ``blocks`` list (SwinIR's names)."""
+
+    def init_blocks(self, dim: int, input_resolution: tuple[int, int], depth: int, window_size: int,
+                    drop_path: float | Sequence[float], use_checkpoint: bool,
+                    make_block: Callable[[int, float], nn.Module]) -> None:
+        """``blocks[i] = make_block(shift_size, drop_path_rate)`` for each block, in order."""
+        self.dim = dim
+        self.input_resolution = input_resolution
+        self.depth = depth
+        self.use_checkpoint = use_checkpoint
+        rates = block_drop_rates(drop_path, depth)
+        self.blocks = nn.ModuleList([make_block(0 if i % 2 == 0 else window_size // 2, rates[i])
+                                     for i in range(depth)])
+
+    def run_blocks(self, x: torch.Tensor, *args: object) -> torch.Tensor:
+        """``x`` through every block (``block(x, *args)``), each checkpointed when ``use_checkpoint``."""
+        for blk in self.blocks:
+            x = run_checkpointed(blk, x, *args, enabled=self.use_checkpoint)
+        return x
+
+
+class _PatchGeometry(nn.Module):
+    """Image / patch sizes shared by PatchEmbed and PatchUnEmbed (BasicSR's attributes)."""
+
+    def __init__(self, img_size: int | Sequence[int] = 224, patch_size: int | Sequence[int] = 4,
+                 in_chans: int = 3, embed_dim: int = 96) -> None:
+        super().__init__()
+        self.img_size = to_2tuple(img_size)
+        self.patch_size = to_2tuple(patch_size)
+        self.patches_resolution = [self.img_size[0] // self.patch_size[0],
+                                   self.img_size[1] // self.patch_size[1]]
+        self.num_patches = self.patches_resolution[0] * self.patches_resolution[1]
+        self.in_chans = in_chans
+        self.embed_dim = embed_dim
+
+
+class PatchEmbed(_PatchGeometry):
+    """(b, c, h, w) -> (b, h*w, c) tokens, with an optional norm (patch_size 1: no projection; key ``norm``)."""
+
+    def __init__(self, img_size: int | Sequence[int] = 224, patch_size: int | Sequence[int] = 4,
+                 in_chans: int = 3, embed_dim: int = 96, norm_layer: type[nn.Module] | None = None) -> None:
+        super().__init__(img_size, patch_size, in_chans, embed_dim)
+        self.norm = norm_layer(embed_dim) if norm_layer is not None else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = to_tokens(x)
+        return self.norm(x) if self.norm is not None else x
+
+
+class PatchUnEmbed(_PatchGeometry):
+    """(b, h*w, c) tokens -> (b, c, h, w) feature map."""
+
+    def __init__(self, img_size: int | Sequence[int] = 224, patch_size: int | Sequence[int] = 4,
+                 in_chans: int = 3, embed_dim: int = 96, norm_layer: type[nn.Module] | None = None) -> None:
+        del norm_layer  # accepted for BasicSR's signature; un-embedding has no norm
+        super().__init__(img_size, patch_size, in_chans, embed_dim)
+
+    def forward(self, x: torch.Tensor, x_size: tuple[int, int]) -> torch.Tensor:
+        return x.transpose(1, 2).reshape(x.shape[0], self.embed_dim, x_size[0], x_size[1])
+
+
+class UpsampleOneStep(nn.Sequential):
+    """One conv to ``scale**2 * num_out_ch`` channels and a PixelShuffle (lightweight SR)."""
+
+    def __init__(self, scale: int, num_feat: int, num_out_ch: int,
+                 input_resolution: tuple[int, int] | None = None) -> None:
+        self.num_feat = num_feat
+        self.input_resolution = input_resolution
+        super().__init__(nn.Conv2d(num_feat, scale**2 * num_out_ch, 3, 1, 1), nn.PixelShuffle(scale))
+
+
+DIV2K_RGB_MEAN = (0.4488, 0.4371, 0.4040)
+
+
+class SwinSRBase(SwinWeightsMixin):
+    """The skeleton the Swin-family SR networks share (SwinIR's layout, kept by HAT, DRCT, DAT and their
+    relatives): mean shift and ``img_range`` scaling, a shallow ``conv_first``, the deep features
+    (``forward_features``, defined by each network) with ``conv_after_body`` and a long skip, and the
+    reconstruction, on an input padded to ``tile_multiple`` and cropped back.
+
+    A network calls, in its ``__init__``, ``init_shallow`` (before its body), ``init_token_embed`` (when its
+    body runs on ``patch_embed`` tokens) and ``init_reconstruction`` (after ``conv_after_body``); attribute
+    names, and so the state-dict keys, are SwinIR's. ``pads_input = False`` runs on the input as it is (the
+    network pads inside its blocks); ``reconstruct`` may be overridden for other upsamplers.
+    """
+
+    pads_input: ClassVar[bool] = True
+    tile_multiple: int
+
+    def init_shallow(self, in_chans: int, embed_dim: int, num_layers: int, img_range: float, upscale: int,
+                     upsampler: str) -> None:
+        """The mean buffer (DIV2K's RGB mean; zero for other channel counts), scaling attributes and
+        ``conv_first``."""
+        self.img_range = img_range
+        mean = torch.tensor(DIV2K_RGB_MEAN) if in_chans == 3 else torch.zeros(1)
+        self.register_buffer("mean", mean.view(1, -1, 1, 1), persistent=False)
+        self.upscale = upscale
+        self.upsampler = upsampler
+        self.conv_first = nn.Conv2d(in_chans, embed_dim, 3, 1, 1)
+        self.num_layers = num_layers
+        self.num_features = self.embed_dim = embed_dim
+
+    def init_token_embed(self, img_size: int | Sequence[int], patch_size: int | Sequence[int], embed_dim: int,
+                         norm_layer: type[nn.Module], patch_norm: bool, ape: bool, drop_rate: float
+                         ) -> tuple[int, int]:
+        """``patch_embed`` (normed by ``norm_layer`` when ``patch_norm``), the optional absolute position
+        embedding and ``pos_drop``; returns the token grid of ``img_size`` (rows, columns)."""
+        self.ape = ape
+        self.patch_norm = patch_norm
+        self.patch_embed = PatchEmbed(img_size, patch_size, in_chans=embed_dim, embed_dim=embed_dim,
+                                      norm_layer=norm_layer if patch_norm else None)
+        self.patches_resolution = self.patch_embed.patches_resolution
+        if ape:
+            self.absolute_pos_embed = nn.Parameter(torch.zeros(1, self.patch_embed.num_patches, embed_dim))
+            nn.init.trunc_normal_(self.absolute_pos_embed, std=0.02)
+        self.pos_drop = nn.Dropout(p=drop_rate)
+        return self.patches_resolution[0], self.patches_resolution[1]
+
+    def embed_tokens(self, x: torch.Tensor) -> torch.Tensor:
+        """(b, c, h, w) map -> tokens, plus the absolute position embedding, then dropout."""
+        x = self.patch_embed(x)
+        if self.ape:
+            x = x + self.absolute_pos_embed
+        return self.pos_drop(x)
+
+    def init_reconstruction(self, embed_dim: int, num_out_ch: int, upscale: int,
+                            input_resolution: tuple[int, int] | None = None, num_feat: int = 64) -> None:
+        """The upsampler of ``self.upsampler``: 'pixelshuffle' (``conv_before_upsample``, ``upsample``,
+        ``conv_last``) or 'pixelshuffledirect' (``upsample`` alone, ``input_resolution`` its attribute)."""
+        if self.upsampler == "pixelshuffle":
+            self.conv_before_upsample = nn.Sequential(nn.Conv2d(embed_dim, num_feat, 3, 1, 1),
+                                                      nn.LeakyReLU(inplace=True))
+            self.upsample = Upsample(upscale, num_feat)
+            self.conv_last = nn.Conv2d(num_feat, num_out_ch, 3, 1, 1)
+        elif self.upsampler == "pixelshuffledirect":
+            self.upsample = UpsampleOneStep(upscale, embed_dim, num_out_ch, input_resolution)
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """The deep features of a (b, embed_dim, h, w) map, same shape."""
+        raise NotImplementedError
+
+    def deep_features(self, x: torch.Tensor) -> torch.Tensor:
+        """``conv_after_body(forward_features(x)) + x`` (the long skip)."""
+        return self.conv_after_body(self.forward_features(x)) + x
+
+    def reconstruct(self, x: torch.Tensor) -> torch.Tensor:
+        """The network on a normalised input: shallow conv, deep features, upsampler."""
+        x = self.deep_features(self.conv_first(x))
+        if self.upsampler == "pixelshuffledirect":
+            return self.upsample(x)
+        return self.conv_last(self.upsample(self.conv_before_upsample(x)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, w = x.shape[-2:]
+        pad_h = pad_w = 0
+        if self.pads_input:
+            x, pad_h, pad_w = pad_to_multiple(x, self.tile_multiple)
+        mean = self.mean.to(dtype=x.dtype)
+        x = self.reconstruct((x - mean) * self.img_range)
+        x = x / self.img_range + mean
+        scale = self.upscale if self.upsampler else 1
+        return x[..., : h * scale, : w * scale] if (pad_h or pad_w) else x
+
+
+def check_swin_sr_args(owner: str, depths: Sequence[int], num_heads: Sequence[int], window_size: int,
+                       upscale: int, upsampler: str, resi_connection: str) -> None:
+    """Refuse what the authors' pixel-shuffle-only Swin relatives (HAT, DRCT) cannot run: another upsampler
+    (they silently skip the reconstruction), a ``resi_connection`` other than '1conv' / 'identity', an
+    unsupported scale, one head count per stage missing, a window that is not a positive integer."""
+    if upsampler != "pixelshuffle":
+        raise ArchArgumentError("upsampler", f"{owner}: upsampler must be 'pixelshuffle', got {upsampler!r} (the "
+                                "original builds no reconstruction for other values)")
+    if resi_connection not in ("1conv", "identity"):
+        raise ArchArgumentError("resi_connection", f"{owner}: unknown resi_connection {resi_connection!r}; "
+                                "use '1conv' or 'identity'")
+    check_upscale(upscale)
+    if len(num_heads) != len(depths):
+        raise ArchArgumentError("num_heads", f"{owner}: num_heads has {len(num_heads)} entries but depths has "
+                                f"{len(depths)}; give one head count per group")
+    if not isinstance(window_size, int) or window_size < 1:
+        raise ArchArgumentError("window_size", f"{owner}: window_size must be a positive integer, got "
+                                f"{window_size!r}")
+
+
+class MeanShiftSR(nn.Module):
+    """EDSR's layout, shared with RCAN: mean shift and ``img_range`` scaling, ``conv_first``, a ``body``,
+    ``conv_after_body`` with a long skip, ``upsample`` and ``conv_last`` (BasicSR's keys)."""
+
+    def init_layers(self, num_in_ch: int, num_out_ch: int, num_feat: int, upscale: int, img_range: float,
+                    mean: torch.Tensor, make_body: Callable[[], nn.Module]) -> None:
+        """Build the layers in BasicSR's order (``make_body`` is called between ``conv_first`` and
+        ``conv_after_body``, so seeded initialisation matches)."""
+        self.img_range = img_range
+        self.register_buffer("mean", mean, persistent=False)
+        self.conv_first = nn.Conv2d(num_in_ch, num_feat, 3, 1, 1)
+        self.body = make_body()
+        self.conv_after_body = nn.Conv2d(num_feat, num_feat, 3, 1, 1)
+        self.upsample = Upsample(upscale, num_feat)
+        self.conv_last = nn.Conv2d(num_feat, num_out_ch, 3, 1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mean = self.mean.to(dtype=x.dtype)
+        feat = self.conv_first((x - mean) * self.img_range)
+        res = self.conv_after_body(self.body(feat)) + feat
+        return self.conv_last(self.upsample(res)) / self.img_range + mean
+
+
 class LayerNorm2d(nn.Module):
     """Layer norm over the channels of an NCHW map: per pixel, ``(x - mean) / sqrt(var + eps) * weight + bias``.
 
@@ -441,11 +684,20 @@ __all__ = [
     "DCNv2Pack",
     "DropPath",
     "LayerNorm2d",
+    "MeanShiftSR",
     "Mlp",
+    "PatchEmbed",
+    "PatchUnEmbed",
     "ResidualBlockNoBN",
+    "ShiftedWindowStage",
+    "SwinSRBase",
     "SwinWeightsMixin",
     "Upsample",
+    "UpsampleOneStep",
     "WindowAttention",
+    "WindowBlockBase",
+    "block_drop_rates",
+    "check_swin_sr_args",
     "check_upscale",
     "default_init_weights",
     "drop_path",
@@ -459,6 +711,7 @@ __all__ = [
     "refuse_weights_path",
     "relative_position_index",
     "residual_conv",
+    "run_checkpointed",
     "shifted_window_blocked",
     "shifted_window_mask",
     "swin_init_weights",

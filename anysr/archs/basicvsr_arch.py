@@ -62,8 +62,13 @@ def warp_features(feat: torch.Tensor, flow: torch.Tensor) -> torch.Tensor:
 
 
 class _X4Reconstruction(nn.Module):
-    """Shared x4 tail: (pixel-shuffle x2, LeakyReLU) twice, conv_hr, conv_last, plus the bilinear x4 frame."""
+    """What BasicVSR and IconVSR share: SPyNet flows, the backward propagation, and the x4 tail ((pixel-shuffle
+    x2, LeakyReLU) twice, conv_hr, conv_last, plus the bilinear x4 frame)."""
 
+    num_feat: int
+    spynet: SpyNet
+    backward_trunk: ConvResidualBlocks
+    backward_fusion: nn.Conv2d
     upconv1: nn.Conv2d
     upconv2: nn.Conv2d
     conv_hr: nn.Conv2d
@@ -84,6 +89,26 @@ class _X4Reconstruction(nn.Module):
         out = self.lrelu(self.pixel_shuffle(self.upconv2(out)))
         out = self.conv_last(self.lrelu(self.conv_hr(out)))
         return out + F.interpolate(frame, scale_factor=4, mode="bilinear", align_corners=False)
+
+    def get_flow(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(flows_forward, flows_backward)``, see ``clip_flows``."""
+        return clip_flows(self.spynet, x)
+
+    def _propagate_backward(self, x: torch.Tensor, flows_backward: torch.Tensor,
+                            refill: dict[int, torch.Tensor] | None = None) -> list[torch.Tensor]:
+        """Per-frame features of the backward branch, last frame first: warp the running feature to frame
+        ``i``, fuse ``refill[i]`` there (``backward_fusion``; IconVSR's keyframes), then ``backward_trunk``."""
+        b, t, _, h, w = x.shape
+        feats: list[torch.Tensor] = [x.new_zeros(0)] * t
+        feat = x.new_zeros(b, self.num_feat, h, w)
+        for i in range(t - 1, -1, -1):
+            if i < t - 1:
+                feat = warp_features(feat, flows_backward[:, i])
+            if refill is not None and i in refill:
+                feat = self.backward_fusion(torch.cat([feat, refill[i]], dim=1))
+            feat = self.backward_trunk(torch.cat([x[:, i], feat], dim=1))
+            feats[i] = feat
+        return feats
 
 
 @ARCH_REGISTRY.register()
@@ -106,24 +131,13 @@ class BasicVSR(_X4Reconstruction):
         self.fusion = nn.Conv2d(num_feat * 2, num_feat, 1, 1, 0, bias=True)
         self._build_tail(num_feat)
 
-    def get_flow(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(flows_forward, flows_backward)``, see ``clip_flows``."""
-        return clip_flows(self.spynet, x)
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, _, h, w = check_frames("BasicVSR", x)
+        t = check_frames("BasicVSR", x)[1]
         flows_forward, flows_backward = self.get_flow(x)
-
-        backward_feats: list[torch.Tensor] = [x.new_zeros(0)] * t
-        feat = x.new_zeros(b, self.num_feat, h, w)
-        for i in range(t - 1, -1, -1):
-            if i < t - 1:
-                feat = warp_features(feat, flows_backward[:, i])
-            feat = self.backward_trunk(torch.cat([x[:, i], feat], dim=1))
-            backward_feats[i] = feat
+        backward_feats = self._propagate_backward(x, flows_backward)
 
         outputs = []
-        feat = torch.zeros_like(feat)
+        feat = torch.zeros_like(backward_feats[0])
         for i in range(t):
             if i > 0:
                 feat = warp_features(feat, flows_forward[:, i - 1])
@@ -232,10 +246,6 @@ class IconVSR(_X4Reconstruction):
         x = F.pad(x.reshape(b * t, c, h, w), [0, pad_w, 0, pad_h], mode="reflect")
         return x.view(b, t, c, h + pad_h, w + pad_w)
 
-    def get_flow(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(flows_forward, flows_backward)``, see ``clip_flows``."""
-        return clip_flows(self.spynet, x)
-
     def keyframe_indices(self, t: int) -> list[int]:
         """Every ``keyframe_stride``-th frame, and the last frame."""
         idx = list(range(0, t, self.keyframe_stride))
@@ -253,25 +263,15 @@ class IconVSR(_X4Reconstruction):
         return {i: feats[:, k] for k, i in enumerate(keyframe_idx)}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, _, h_in, w_in = check_frames("IconVSR", x)
+        _, t, _, h_in, w_in = check_frames("IconVSR", x)
         x = self.pad_spatial(x)
-        h, w = x.shape[-2:]
         keyframe_idx = self.keyframe_indices(t)
         flows_forward, flows_backward = self.get_flow(x)
         keyframe_feats = self.get_keyframe_feature(x, keyframe_idx)
-
-        backward_feats: list[torch.Tensor] = [x.new_zeros(0)] * t
-        feat = x.new_zeros(b, self.num_feat, h, w)
-        for i in range(t - 1, -1, -1):
-            if i < t - 1:
-                feat = warp_features(feat, flows_backward[:, i])
-            if i in keyframe_feats:
-                feat = self.backward_fusion(torch.cat([feat, keyframe_feats[i]], dim=1))
-            feat = self.backward_trunk(torch.cat([x[:, i], feat], dim=1))
-            backward_feats[i] = feat
+        backward_feats = self._propagate_backward(x, flows_backward, keyframe_feats)
 
         outputs = []
-        feat = torch.zeros_like(feat)
+        feat = torch.zeros_like(backward_feats[0])
         for i in range(t):
             if i > 0:
                 feat = warp_features(feat, flows_forward[:, i - 1])

@@ -23,24 +23,22 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torch.utils import checkpoint
 
 from anysr.archs.arch_util import (
     ArchArgumentError,
     DropPath,
-    SwinWeightsMixin,
-    Upsample,
+    SwinSRBase,
     check_upscale,
     drop_path_rates,
     relative_position_index,
     residual_conv,
+    run_checkpointed,
     shifted_window_mask,
     to_2tuple,
     to_feature_map,
     to_tokens,
     window_attention,
 )
-from anysr.archs.swinir_arch import UpsampleOneStep
 from anysr.registry import ARCH_REGISTRY
 
 UPSAMPLERS = ("pixelshuffle", "pixelshuffledirect")
@@ -361,15 +359,12 @@ class ResidualGroup(nn.Module):
     def forward(self, x: torch.Tensor, x_size: tuple[int, int]) -> torch.Tensor:
         res = x
         for blk in self.blocks:
-            if self.use_chk and torch.is_grad_enabled():
-                x = checkpoint.checkpoint(blk, x, x_size, use_reentrant=False)
-            else:
-                x = blk(x, x_size)
+            x = run_checkpointed(blk, x, x_size, enabled=self.use_chk)
         return res + to_tokens(self.conv(to_feature_map(x, *x_size)))
 
 
 @ARCH_REGISTRY.register()
-class DAT(SwinWeightsMixin):
+class DAT(SwinSRBase):
     """Dual Aggregation Transformer (DAT / DAT-S / DAT-2 / DAT-light by arguments).
 
     Args (the authors' names and defaults): img_size (training patch size; only sizes the kept mask
@@ -387,6 +382,7 @@ class DAT(SwinWeightsMixin):
     swin_init_norms = (nn.LayerNorm, nn.BatchNorm2d, nn.GroupNorm, nn.InstanceNorm2d)
     no_weight_decay_names = frozenset()  # no absolute or tabled position bias (the bias is computed by an MLP)
     no_weight_decay_fragments = frozenset()
+    pads_input = False  # the spatial attention pads inside each block
 
     def __init__(self, img_size: int = 64, in_chans: int = 3, embed_dim: int = 180, split_size: Sequence[int] = (2, 4),
                  depth: Sequence[int] = (2, 2, 2, 2), num_heads: Sequence[int] = (2, 2, 2, 2),
@@ -398,19 +394,10 @@ class DAT(SwinWeightsMixin):
         super().__init__()
         split_size = list(to_2tuple(split_size))
         _check_dat_args(embed_dim, split_size, depth, num_heads, upscale, resi_connection, upsampler)
-        num_feat = 64
-        self.img_range = img_range
-        mean = torch.tensor([0.4488, 0.4371, 0.4040]) if in_chans == 3 else torch.zeros(1)
-        self.register_buffer("mean", mean.view(1, -1, 1, 1), persistent=False)
-        self.upscale = upscale
-        self.upsampler = upsampler
         self.split_size = split_size
         self.tile_multiple: int = math.lcm(split_size[0], split_size[1])
-
-        self.conv_first = nn.Conv2d(in_chans, embed_dim, 3, 1, 1)
-        self.num_layers = len(depth)
+        self.init_shallow(in_chans, embed_dim, len(depth), img_range, upscale, upsampler)
         self.use_chk = use_chk
-        self.num_features = self.embed_dim = embed_dim
         self.before_RG = nn.Sequential(_ToTokens(), nn.LayerNorm(embed_dim))
         rates = drop_path_rates(drop_path_rate, sum(depth))
         self.layers = nn.ModuleList()
@@ -424,13 +411,7 @@ class DAT(SwinWeightsMixin):
                                              resi_connection=resi_connection, rg_idx=i))
         self.norm = norm_layer(embed_dim)
         self.conv_after_body = residual_conv(embed_dim, resi_connection)
-        if upsampler == "pixelshuffle":
-            self.conv_before_upsample = nn.Sequential(nn.Conv2d(embed_dim, num_feat, 3, 1, 1),
-                                                      nn.LeakyReLU(inplace=True))
-            self.upsample = Upsample(upscale, num_feat)
-            self.conv_last = nn.Conv2d(num_feat, in_chans, 3, 1, 1)
-        else:
-            self.upsample = UpsampleOneStep(upscale, embed_dim, in_chans, (img_size, img_size))
+        self.init_reconstruction(embed_dim, in_chans, upscale, (img_size, img_size))
         self.init_swin_weights()
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
@@ -440,17 +421,6 @@ class DAT(SwinWeightsMixin):
         for layer in self.layers:
             x = layer(x, (h, w))
         return to_feature_map(self.norm(x), h, w)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        mean = self.mean.to(dtype=x.dtype)
-        x = (x - mean) * self.img_range
-        x = self.conv_first(x)
-        x = self.conv_after_body(self.forward_features(x)) + x
-        if self.upsampler == "pixelshuffle":
-            x = self.conv_last(self.upsample(self.conv_before_upsample(x)))
-        else:
-            x = self.upsample(x)
-        return x / self.img_range + mean
 
 
 def _check_dat_args(embed_dim: int, split_size: Sequence[int], depth: Sequence[int], num_heads: Sequence[int],

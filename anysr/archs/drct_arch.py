@@ -20,20 +20,18 @@ from collections.abc import Sequence
 
 import torch
 from torch import nn
-from torch.utils import checkpoint
 
 from anysr.archs.arch_util import (
     ArchArgumentError,
-    SwinWeightsMixin,
-    Upsample,
-    check_upscale,
+    SwinSRBase,
+    check_swin_sr_args,
     drop_path_rates,
-    pad_to_multiple,
     residual_conv,
+    run_checkpointed,
     to_feature_map,
     to_tokens,
 )
-from anysr.archs.swinir_arch import PatchEmbed, SwinTransformerBlock
+from anysr.archs.swinir_arch import SwinTransformerBlock
 from anysr.registry import ARCH_REGISTRY
 
 NUM_DENSE_BLOCKS = 5
@@ -79,7 +77,7 @@ class RDG(nn.Module):
 
 
 @ARCH_REGISTRY.register()
-class DRCT(SwinWeightsMixin):
+class DRCT(SwinSRBase):
     """Dense-residual-connected Transformer (DRCT / DRCT-L by arguments), for classical SR.
 
     Args (the authors' names; defaults theirs except ``upsampler``): img_size (training patch size: decides
@@ -105,32 +103,13 @@ class DRCT(SwinWeightsMixin):
         super().__init__()
         del compress_ratio, squeeze_factor, conv_scale  # unused by the authors' DRCT too
         _check_drct_args(embed_dim, depths, num_heads, window_size, gc, upscale, upsampler, resi_connection)
-        num_feat = 64
         self.window_size = window_size
         self.shift_size = window_size // 2
         self.overlap_ratio = overlap_ratio
-        self.img_range = img_range
-        mean = torch.tensor([0.4488, 0.4371, 0.4040]) if in_chans == 3 else torch.zeros(1)
-        self.register_buffer("mean", mean.view(1, -1, 1, 1), persistent=False)
-        self.upscale = upscale
-        self.upsampler = upsampler
         self.use_checkpoint = use_checkpoint
-
-        self.conv_first = nn.Conv2d(in_chans, embed_dim, 3, 1, 1)
-        self.num_layers = len(depths)
-        self.embed_dim = embed_dim
-        self.ape = ape
-        self.patch_norm = patch_norm
-        self.num_features = embed_dim
+        self.init_shallow(in_chans, embed_dim, len(depths), img_range, upscale, upsampler)
         self.mlp_ratio = mlp_ratio
-        self.patch_embed = PatchEmbed(img_size, patch_size, in_chans=embed_dim, embed_dim=embed_dim,
-                                      norm_layer=norm_layer if patch_norm else None)
-        self.patches_resolution = self.patch_embed.patches_resolution
-        resolution = (self.patches_resolution[0], self.patches_resolution[1])
-        if ape:
-            self.absolute_pos_embed = nn.Parameter(torch.zeros(1, self.patch_embed.num_patches, embed_dim))
-            nn.init.trunc_normal_(self.absolute_pos_embed, std=0.02)
-        self.pos_drop = nn.Dropout(p=drop_rate)
+        resolution = self.init_token_embed(img_size, patch_size, embed_dim, norm_layer, patch_norm, ape, drop_rate)
 
         rates = drop_path_rates(drop_path_rate, sum(depths))
         self.layers = nn.ModuleList()
@@ -141,10 +120,7 @@ class DRCT(SwinWeightsMixin):
                                    rates[start:start + depth], norm_layer, gc, patch_size, img_size))
         self.norm = norm_layer(self.num_features)
         self.conv_after_body = residual_conv(embed_dim, resi_connection)
-        self.conv_before_upsample = nn.Sequential(nn.Conv2d(embed_dim, num_feat, 3, 1, 1),
-                                                  nn.LeakyReLU(inplace=True))
-        self.upsample = Upsample(upscale, num_feat)
-        self.conv_last = nn.Conv2d(num_feat, in_chans, 3, 1, 1)
+        self.init_reconstruction(embed_dim, in_chans, upscale)
         # The window the blocks use shrinks to img_size when that is not larger (as in SwinIR); the input
         # is padded to the configured window (as the authors' model does) and to every block's window.
         windows = {blk.window_size for layer in self.layers for blk in layer.children()
@@ -155,44 +131,16 @@ class DRCT(SwinWeightsMixin):
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """The RDGs on a (b, embed_dim, h, w) map whose sides are multiples of ``tile_multiple``."""
         x_size = (x.shape[2], x.shape[3])
-        x = self.patch_embed(x)
-        if self.ape:
-            x = x + self.absolute_pos_embed
-        x = self.pos_drop(x)
+        x = self.embed_tokens(x)
         for layer in self.layers:
-            if self.use_checkpoint and torch.is_grad_enabled():
-                x = checkpoint.checkpoint(layer, x, x_size, use_reentrant=False)
-            else:
-                x = layer(x, x_size)
+            x = run_checkpointed(layer, x, x_size, enabled=self.use_checkpoint)
         return to_feature_map(self.norm(x), *x_size)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h, w = x.shape[-2:]
-        x, pad_h, pad_w = pad_to_multiple(x, self.tile_multiple)
-        mean = self.mean.to(dtype=x.dtype)
-        x = (x - mean) * self.img_range
-        x = self.conv_first(x)
-        x = self.conv_after_body(self.forward_features(x)) + x
-        x = self.conv_last(self.upsample(self.conv_before_upsample(x)))
-        x = x / self.img_range + mean
-        return x[..., : h * self.upscale, : w * self.upscale] if (pad_h or pad_w) else x
 
 
 def _check_drct_args(embed_dim: int, depths: Sequence[int], num_heads: Sequence[int], window_size: int, gc: int,
                      upscale: int, upsampler: str, resi_connection: str) -> None:
     """Refuse arguments the authors' DRCT cannot run (it fails later, or silently skips reconstruction)."""
-    if upsampler != "pixelshuffle":
-        raise ArchArgumentError("upsampler", f"DRCT: upsampler must be 'pixelshuffle', got {upsampler!r} (the "
-                                "original builds no reconstruction for other values)")
-    if resi_connection not in ("1conv", "identity"):
-        raise ArchArgumentError("resi_connection", f"DRCT: unknown resi_connection {resi_connection!r}; "
-                                "use '1conv' or 'identity'")
-    check_upscale(upscale)
-    if len(num_heads) != len(depths):
-        raise ArchArgumentError("num_heads", f"DRCT: num_heads has {len(num_heads)} entries but depths has "
-                                f"{len(depths)}; give one head count per group")
-    if not isinstance(window_size, int) or window_size < 1:
-        raise ArchArgumentError("window_size", f"DRCT: window_size must be a positive integer, got {window_size!r}")
+    check_swin_sr_args("DRCT", depths, num_heads, window_size, upscale, upsampler, resi_connection)
     for heads in num_heads:
         for i, block_heads in enumerate(dense_block_heads(embed_dim, gc, heads)):
             channels = embed_dim + i * gc

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from torch import nn
 
-from anysr.archs.arch_util import ArchArgumentError, ResidualBlockNoBN, Upsample, make_layer
+from anysr.archs.arch_util import ArchArgumentError, MeanShiftSR, ResidualBlockNoBN, make_layer
 from anysr.registry import ARCH_REGISTRY
 
 
@@ -24,7 +23,7 @@ def mean_buffer(rgb_mean: Sequence[float], num_in_ch: int, owner: str) -> torch.
 
 
 @ARCH_REGISTRY.register()
-class EDSR(nn.Module):
+class EDSR(MeanShiftSR):
     """EDSR: mean shift, residual blocks without BN, sub-pixel upsampling.
 
     Inputs in [0, 1] are centred with ``rgb_mean`` and scaled by ``img_range`` inside the network
@@ -36,17 +35,6 @@ class EDSR(nn.Module):
                  upscale: int = 4, res_scale: float = 1, img_range: float = 255.0,
                  rgb_mean: Sequence[float] = (0.4488, 0.4371, 0.4040)) -> None:
         super().__init__()
-        self.img_range = img_range
-        self.register_buffer("mean", mean_buffer(rgb_mean, num_in_ch, "EDSR"), persistent=False)
-        self.conv_first = nn.Conv2d(num_in_ch, num_feat, 3, 1, 1)
-        self.body = make_layer(ResidualBlockNoBN, num_block, num_feat=num_feat, res_scale=res_scale,
-                               pytorch_init=True)
-        self.conv_after_body = nn.Conv2d(num_feat, num_feat, 3, 1, 1)
-        self.upsample = Upsample(upscale, num_feat)
-        self.conv_last = nn.Conv2d(num_feat, num_out_ch, 3, 1, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        mean = self.mean.to(dtype=x.dtype)
-        feat = self.conv_first((x - mean) * self.img_range)
-        res = self.conv_after_body(self.body(feat)) + feat
-        return self.conv_last(self.upsample(res)) / self.img_range + mean
+        self.init_layers(num_in_ch, num_out_ch, num_feat, upscale, img_range, mean_buffer(rgb_mean, num_in_ch, "EDSR"),
+                         lambda: make_layer(ResidualBlockNoBN, num_block, num_feat=num_feat, res_scale=res_scale,
+                                            pytorch_init=True))

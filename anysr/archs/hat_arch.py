@@ -23,18 +23,17 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torch.utils import checkpoint
 
 from anysr.archs.arch_util import (
     ArchArgumentError,
     DropPath,
     Mlp,
-    SwinWeightsMixin,
-    Upsample,
+    ShiftedWindowStage,
+    SwinSRBase,
     WindowAttention,
-    check_upscale,
+    WindowBlockBase,
+    check_swin_sr_args,
     drop_path_rates,
-    pad_to_multiple,
     relative_position_index,
     residual_conv,
     shifted_window_mask,
@@ -94,7 +93,7 @@ class CAB(nn.Module):
         return self.cab(x)
 
 
-class HAB(nn.Module):
+class HAB(WindowBlockBase):
     """Hybrid attention block: (shifted-)window attention + ``conv_scale`` * CAB, then an MLP; pre-normed."""
 
     def __init__(self, dim: int, input_resolution: tuple[int, int], num_heads: int, window_size: int = 7,
@@ -103,13 +102,9 @@ class HAB(nn.Module):
                  attn_drop: float = 0.0, drop_path: float = 0.0, act_layer: type[nn.Module] = nn.GELU,
                  norm_layer: type[nn.Module] = nn.LayerNorm) -> None:
         super().__init__()
-        self.dim = dim
-        self.input_resolution = input_resolution
-        self.num_heads = num_heads
-        self.window_size = window_size
         # A training patch no larger than the window gives one window: no shift (as the authors do).
-        self.shift_size = 0 if min(input_resolution) <= window_size else shift_size
-        self.mlp_ratio = mlp_ratio
+        self.init_block_attrs(dim, input_resolution, num_heads, window_size,
+                              0 if min(input_resolution) <= window_size else shift_size, mlp_ratio)
         self.conv_scale = conv_scale
         self.norm1 = norm_layer(dim)
         self.attn = WindowAttention(dim, to_2tuple(window_size), num_heads, qkv_bias=qkv_bias, qk_scale=qk_scale,
@@ -136,10 +131,6 @@ class HAB(nn.Module):
             x = torch.roll(x, shifts=(shift, shift), dims=(1, 2))
         x = shortcut + self.drop_path(x.reshape(b, h * w, c)) + conv_x * self.conv_scale
         return x + self.drop_path(self.mlp(self.norm2(x)))
-
-    def extra_repr(self) -> str:
-        return (f"dim={self.dim}, input_resolution={self.input_resolution}, num_heads={self.num_heads}, "
-                f"window_size={self.window_size}, shift_size={self.shift_size}, mlp_ratio={self.mlp_ratio}")
 
 
 class OCAB(nn.Module):
@@ -182,7 +173,7 @@ class OCAB(nn.Module):
         return x + self.mlp(self.norm2(x))
 
 
-class AttenBlocks(nn.Module):
+class AttenBlocks(ShiftedWindowStage):
     """``depth`` hybrid attention blocks (alternately plain and shifted windows) and one OCAB."""
 
     def __init__(self, dim: int, input_resolution: tuple[int, int], depth: int, num_heads: int, window_size: int,
@@ -191,29 +182,18 @@ class AttenBlocks(nn.Module):
                  attn_drop: float = 0.0, drop_path: float | Sequence[float] = 0.0,
                  norm_layer: type[nn.Module] = nn.LayerNorm, use_checkpoint: bool = False) -> None:
         super().__init__()
-        self.dim = dim
-        self.input_resolution = input_resolution
-        self.depth = depth
-        self.use_checkpoint = use_checkpoint
-        rates = list(drop_path) if isinstance(drop_path, Sequence) else [drop_path] * depth
-        self.blocks = nn.ModuleList([
-            HAB(dim, input_resolution, num_heads, window_size=window_size,
-                shift_size=0 if i % 2 == 0 else window_size // 2, compress_ratio=compress_ratio,
-                squeeze_factor=squeeze_factor, conv_scale=conv_scale, mlp_ratio=mlp_ratio, qkv_bias=qkv_bias,
-                qk_scale=qk_scale, drop=drop, attn_drop=attn_drop, drop_path=rates[i], norm_layer=norm_layer)
-            for i in range(depth)
-        ])
+        self.init_blocks(dim, input_resolution, depth, window_size, drop_path, use_checkpoint,
+                         lambda shift, rate: HAB(
+                             dim, input_resolution, num_heads, window_size=window_size, shift_size=shift,
+                             compress_ratio=compress_ratio, squeeze_factor=squeeze_factor, conv_scale=conv_scale,
+                             mlp_ratio=mlp_ratio, qkv_bias=qkv_bias, qk_scale=qk_scale, drop=drop,
+                             attn_drop=attn_drop, drop_path=rate, norm_layer=norm_layer))
         self.overlap_attn = OCAB(dim, input_resolution, window_size, overlap_ratio, num_heads, qkv_bias=qkv_bias,
                                  qk_scale=qk_scale, mlp_ratio=mlp_ratio, norm_layer=norm_layer)
 
     def forward(self, x: torch.Tensor, x_size: tuple[int, int], params: dict[str, torch.Tensor | None]
                 ) -> torch.Tensor:
-        for blk in self.blocks:
-            args = (x, x_size, params["rpi_sa"], params["attn_mask"])
-            if self.use_checkpoint and torch.is_grad_enabled():
-                x = checkpoint.checkpoint(blk, *args, use_reentrant=False)
-            else:
-                x = blk(*args)
+        x = self.run_blocks(x, x_size, params["rpi_sa"], params["attn_mask"])
         return self.overlap_attn(x, x_size, params["rpi_oca"])
 
 
@@ -241,7 +221,7 @@ class RHAG(nn.Module):
 
 
 @ARCH_REGISTRY.register()
-class HAT(SwinWeightsMixin):
+class HAT(SwinSRBase):
     """Hybrid Attention Transformer (HAT-S / HAT / HAT-L by arguments), for classical SR x2/x3/x4.
 
     Args (the authors' names; defaults theirs except ``upsampler`` and ``window_size``, whose defaults cannot
@@ -268,35 +248,16 @@ class HAT(SwinWeightsMixin):
         super().__init__()
         _check_hat_args(img_size, patch_size, embed_dim, depths, num_heads, window_size, compress_ratio,
                         squeeze_factor, overlap_ratio, upscale, upsampler, resi_connection)
-        num_feat = 64
         self.window_size = window_size
         self.shift_size = window_size // 2
         self.overlap_ratio = overlap_ratio
         self.tile_multiple: int = window_size
-        self.img_range = img_range
-        mean = torch.tensor([0.4488, 0.4371, 0.4040]) if in_chans == 3 else torch.zeros(1)
-        self.register_buffer("mean", mean.view(1, -1, 1, 1), persistent=False)
-        self.upscale = upscale
-        self.upsampler = upsampler
+        self.init_shallow(in_chans, embed_dim, len(depths), img_range, upscale, upsampler)
         self.register_buffer("relative_position_index_SA", relative_position_index(window_size))
         overlap = int(overlap_ratio * window_size) + window_size
         self.register_buffer("relative_position_index_OCA", overlap_position_index(window_size, overlap))
-
-        self.conv_first = nn.Conv2d(in_chans, embed_dim, 3, 1, 1)
-        self.num_layers = len(depths)
-        self.embed_dim = embed_dim
-        self.ape = ape
-        self.patch_norm = patch_norm
-        self.num_features = embed_dim
         self.mlp_ratio = mlp_ratio
-        img, patch = to_2tuple(img_size), to_2tuple(patch_size)
-        self.patches_resolution = [img[0] // patch[0], img[1] // patch[1]]
-        resolution = (self.patches_resolution[0], self.patches_resolution[1])
-        self.patch_embed = _PatchNorm(embed_dim, norm_layer if patch_norm else None)
-        if ape:
-            self.absolute_pos_embed = nn.Parameter(torch.zeros(1, resolution[0] * resolution[1], embed_dim))
-            nn.init.trunc_normal_(self.absolute_pos_embed, std=0.02)
-        self.pos_drop = nn.Dropout(p=drop_rate)
+        resolution = self.init_token_embed(img_size, patch_size, embed_dim, norm_layer, patch_norm, ape, drop_rate)
 
         rates = drop_path_rates(drop_path_rate, sum(depths))
         self.layers = nn.ModuleList()
@@ -310,10 +271,7 @@ class HAT(SwinWeightsMixin):
                                     resi_connection=resi_connection))
         self.norm = norm_layer(self.num_features)
         self.conv_after_body = residual_conv(embed_dim, resi_connection)
-        self.conv_before_upsample = nn.Sequential(nn.Conv2d(embed_dim, num_feat, 3, 1, 1),
-                                                  nn.LeakyReLU(inplace=True))
-        self.upsample = Upsample(upscale, num_feat)
-        self.conv_last = nn.Conv2d(num_feat, in_chans, 3, 1, 1)
+        self.init_reconstruction(embed_dim, in_chans, upscale)
         self.init_swin_weights()
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
@@ -325,35 +283,10 @@ class HAT(SwinWeightsMixin):
             "rpi_sa": self.relative_position_index_SA,
             "rpi_oca": self.relative_position_index_OCA,
         }
-        x = self.patch_embed(to_tokens(x))
-        if self.ape:
-            x = x + self.absolute_pos_embed
-        x = self.pos_drop(x)
+        x = self.embed_tokens(x)
         for layer in self.layers:
             x = layer(x, x_size, params)
         return to_feature_map(self.norm(x), *x_size)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h, w = x.shape[-2:]
-        x, pad_h, pad_w = pad_to_multiple(x, self.tile_multiple)
-        mean = self.mean.to(dtype=x.dtype)
-        x = (x - mean) * self.img_range
-        x = self.conv_first(x)
-        x = self.conv_after_body(self.forward_features(x)) + x
-        x = self.conv_last(self.upsample(self.conv_before_upsample(x)))
-        x = x / self.img_range + mean
-        return x[..., : h * self.upscale, : w * self.upscale] if (pad_h or pad_w) else x
-
-
-class _PatchNorm(nn.Module):
-    """The authors' ``patch_embed`` at patch size 1: only an optional norm on the tokens (key ``norm``)."""
-
-    def __init__(self, embed_dim: int, norm_layer: type[nn.Module] | None) -> None:
-        super().__init__()
-        self.norm = norm_layer(embed_dim) if norm_layer is not None else None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.norm(x) if self.norm is not None else x
 
 
 def _check_hat_args(img_size: int | Sequence[int], patch_size: int | Sequence[int], embed_dim: int,
@@ -361,21 +294,10 @@ def _check_hat_args(img_size: int | Sequence[int], patch_size: int | Sequence[in
                     squeeze_factor: int, overlap_ratio: float, upscale: int, upsampler: str,
                     resi_connection: str) -> None:
     """Refuse arguments the authors' HAT cannot run (it fails later, or silently skips reconstruction)."""
-    if upsampler != "pixelshuffle":
-        raise ArchArgumentError("upsampler", f"HAT: upsampler must be 'pixelshuffle', got {upsampler!r} (the "
-                                "original builds no reconstruction for other values)")
-    if resi_connection not in ("1conv", "identity"):
-        raise ArchArgumentError("resi_connection", f"HAT: unknown resi_connection {resi_connection!r}; "
-                                "use '1conv' or 'identity'")
-    check_upscale(upscale)
-    if len(num_heads) != len(depths):
-        raise ArchArgumentError("num_heads", f"HAT: num_heads has {len(num_heads)} entries but depths has "
-                                f"{len(depths)}; give one head count per group")
+    check_swin_sr_args("HAT", depths, num_heads, window_size, upscale, upsampler, resi_connection)
     for heads in num_heads:
         if embed_dim % heads:
             raise ArchArgumentError("num_heads", f"HAT: embed_dim {embed_dim} is not divisible by {heads} heads")
-    if not isinstance(window_size, int) or window_size < 1:
-        raise ArchArgumentError("window_size", f"HAT: window_size must be a positive integer, got {window_size!r}")
     img, patch = to_2tuple(img_size), to_2tuple(patch_size)
     if min(img[0] // patch[0], img[1] // patch[1]) < window_size:
         raise ArchArgumentError("img_size", f"HAT: img_size {img_size} (in patches) must be at least window_size "

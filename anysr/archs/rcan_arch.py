@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from anysr.archs.arch_util import ArchArgumentError, Upsample, make_layer
+from anysr.archs.arch_util import ArchArgumentError, MeanShiftSR, make_layer
 from anysr.archs.edsr_arch import mean_buffer
 from anysr.registry import ARCH_REGISTRY
 
@@ -61,7 +61,7 @@ class ResidualGroup(nn.Module):
 
 
 @ARCH_REGISTRY.register()
-class RCAN(nn.Module):
+class RCAN(MeanShiftSR):
     """RCAN: residual groups of channel-attention blocks, mean shift, sub-pixel upsampling.
 
     ``num_feat // squeeze_factor`` is the attention bottleneck width (must be >= 1).
@@ -78,17 +78,6 @@ class RCAN(nn.Module):
                 f"RCAN needs num_feat // squeeze_factor >= 1, got num_feat={num_feat}, "
                 f"squeeze_factor={squeeze_factor}; use a squeeze_factor <= num_feat",
             )
-        self.img_range = img_range
-        self.register_buffer("mean", mean_buffer(rgb_mean, num_in_ch, "RCAN"), persistent=False)
-        self.conv_first = nn.Conv2d(num_in_ch, num_feat, 3, 1, 1)
-        self.body = make_layer(ResidualGroup, num_group, num_feat=num_feat, num_block=num_block,
-                               squeeze_factor=squeeze_factor, res_scale=res_scale)
-        self.conv_after_body = nn.Conv2d(num_feat, num_feat, 3, 1, 1)
-        self.upsample = Upsample(upscale, num_feat)
-        self.conv_last = nn.Conv2d(num_feat, num_out_ch, 3, 1, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        mean = self.mean.to(dtype=x.dtype)
-        feat = self.conv_first((x - mean) * self.img_range)
-        res = self.conv_after_body(self.body(feat)) + feat
-        return self.conv_last(self.upsample(res)) / self.img_range + mean
+        self.init_layers(num_in_ch, num_out_ch, num_feat, upscale, img_range, mean_buffer(rgb_mean, num_in_ch, "RCAN"),
+                         lambda: make_layer(ResidualGroup, num_group, num_feat=num_feat, num_block=num_block,
+                                            squeeze_factor=squeeze_factor, res_scale=res_scale))

@@ -5,7 +5,7 @@ its outputs. Two cases that BasicSR's arch cannot run are handled:
 
 * inputs whose height/width are not a multiple of the window size are reflect-padded inside
   ``forward`` and the output cropped back, exactly as BasicSR's ``SwinIRModel.test`` does around
-  the network;
+  the network (replicate beyond what reflect can reach, where BasicSR fails);
 * an ``img_size`` that is not a multiple of the window (the default 64 with window 7): BasicSR fails
   building its ``attn_mask`` buffer; here the buffer is made for ``img_size`` rounded up.
 
@@ -21,15 +21,17 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torch.utils import checkpoint
 
 from anysr.archs.arch_util import (
     ArchArgumentError,
     DropPath,
     Mlp,
-    SwinWeightsMixin,
-    Upsample,
+    PatchEmbed,
+    PatchUnEmbed,
+    ShiftedWindowStage,
+    SwinSRBase,
     WindowAttention,
+    WindowBlockBase,
     drop_path_rates,
     residual_conv,
     shifted_window_mask,
@@ -43,7 +45,7 @@ UPSAMPLERS = ("pixelshuffle", "pixelshuffledirect", "nearest+conv", "")
 RESI_CONNECTIONS = ("1conv", "3conv")
 
 
-class SwinTransformerBlock(nn.Module):
+class SwinTransformerBlock(WindowBlockBase):
     """(Shifted-)window attention + MLP, each pre-normed with a residual connection.
 
     If ``input_resolution`` is not larger than ``window_size``, the window shrinks to it and the
@@ -56,12 +58,7 @@ class SwinTransformerBlock(nn.Module):
                  drop_path: float = 0.0, act_layer: type[nn.Module] = nn.GELU,
                  norm_layer: type[nn.Module] = nn.LayerNorm) -> None:
         super().__init__()
-        self.dim = dim
-        self.input_resolution = input_resolution
-        self.num_heads = num_heads
-        self.window_size = window_size
-        self.shift_size = shift_size
-        self.mlp_ratio = mlp_ratio
+        self.init_block_attrs(dim, input_resolution, num_heads, window_size, shift_size, mlp_ratio)
         if min(input_resolution) <= window_size:
             self.shift_size = 0
             self.window_size = min(input_resolution)
@@ -101,12 +98,8 @@ class SwinTransformerBlock(nn.Module):
         x = shortcut + self.drop_path(x.reshape(b, h * w, c))
         return x + self.drop_path(self.mlp(self.norm2(x)))
 
-    def extra_repr(self) -> str:
-        return (f"dim={self.dim}, input_resolution={self.input_resolution}, num_heads={self.num_heads}, "
-                f"window_size={self.window_size}, shift_size={self.shift_size}, mlp_ratio={self.mlp_ratio}")
 
-
-class BasicLayer(nn.Module):
+class BasicLayer(ShiftedWindowStage):
     """``depth`` Swin blocks, alternating plain and shifted windows."""
 
     def __init__(self, dim: int, input_resolution: tuple[int, int], depth: int, num_heads: int,
@@ -115,67 +108,16 @@ class BasicLayer(nn.Module):
                  drop_path: float | Sequence[float] = 0.0, norm_layer: type[nn.Module] = nn.LayerNorm,
                  downsample: type[nn.Module] | None = None, use_checkpoint: bool = False) -> None:
         super().__init__()
-        self.dim = dim
-        self.input_resolution = input_resolution
-        self.depth = depth
-        self.use_checkpoint = use_checkpoint
-        rates = list(drop_path) if isinstance(drop_path, Sequence) else [drop_path] * depth
-        self.blocks = nn.ModuleList([
-            SwinTransformerBlock(dim, input_resolution, num_heads, window_size=window_size,
-                                 shift_size=0 if i % 2 == 0 else window_size // 2, mlp_ratio=mlp_ratio,
-                                 qkv_bias=qkv_bias, qk_scale=qk_scale, drop=drop, attn_drop=attn_drop,
-                                 drop_path=rates[i], norm_layer=norm_layer)
-            for i in range(depth)
-        ])
+        self.init_blocks(dim, input_resolution, depth, window_size, drop_path, use_checkpoint,
+                         lambda shift, rate: SwinTransformerBlock(
+                             dim, input_resolution, num_heads, window_size=window_size, shift_size=shift,
+                             mlp_ratio=mlp_ratio, qkv_bias=qkv_bias, qk_scale=qk_scale, drop=drop,
+                             attn_drop=attn_drop, drop_path=rate, norm_layer=norm_layer))
         self.downsample = downsample(input_resolution, dim=dim, norm_layer=norm_layer) if downsample else None
 
     def forward(self, x: torch.Tensor, x_size: tuple[int, int]) -> torch.Tensor:
-        for blk in self.blocks:
-            if self.use_checkpoint and torch.is_grad_enabled():
-                x = checkpoint.checkpoint(blk, x, x_size, use_reentrant=False)
-            else:
-                x = blk(x, x_size)
+        x = self.run_blocks(x, x_size)
         return self.downsample(x) if self.downsample is not None else x
-
-
-class _PatchGeometry(nn.Module):
-    """Image / patch sizes shared by PatchEmbed and PatchUnEmbed (BasicSR's attributes)."""
-
-    def __init__(self, img_size: int | Sequence[int] = 224, patch_size: int | Sequence[int] = 4,
-                 in_chans: int = 3, embed_dim: int = 96) -> None:
-        super().__init__()
-        self.img_size = to_2tuple(img_size)
-        self.patch_size = to_2tuple(patch_size)
-        self.patches_resolution = [self.img_size[0] // self.patch_size[0],
-                                   self.img_size[1] // self.patch_size[1]]
-        self.num_patches = self.patches_resolution[0] * self.patches_resolution[1]
-        self.in_chans = in_chans
-        self.embed_dim = embed_dim
-
-
-class PatchEmbed(_PatchGeometry):
-    """(b, c, h, w) -> (b, h*w, c) tokens, with an optional norm (patch_size 1: no projection)."""
-
-    def __init__(self, img_size: int | Sequence[int] = 224, patch_size: int | Sequence[int] = 4,
-                 in_chans: int = 3, embed_dim: int = 96, norm_layer: type[nn.Module] | None = None) -> None:
-        super().__init__(img_size, patch_size, in_chans, embed_dim)
-        self.norm = norm_layer(embed_dim) if norm_layer is not None else None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.flatten(2).transpose(1, 2)
-        return self.norm(x) if self.norm is not None else x
-
-
-class PatchUnEmbed(_PatchGeometry):
-    """(b, h*w, c) tokens -> (b, c, h, w) feature map."""
-
-    def __init__(self, img_size: int | Sequence[int] = 224, patch_size: int | Sequence[int] = 4,
-                 in_chans: int = 3, embed_dim: int = 96, norm_layer: type[nn.Module] | None = None) -> None:
-        del norm_layer  # accepted for BasicSR's signature; un-embedding has no norm
-        super().__init__(img_size, patch_size, in_chans, embed_dim)
-
-    def forward(self, x: torch.Tensor, x_size: tuple[int, int]) -> torch.Tensor:
-        return x.transpose(1, 2).reshape(x.shape[0], self.embed_dim, x_size[0], x_size[1])
 
 
 class RSTB(nn.Module):
@@ -204,18 +146,8 @@ class RSTB(nn.Module):
         return self.patch_embed(self.conv(feat)) + x
 
 
-class UpsampleOneStep(nn.Sequential):
-    """One conv to ``scale**2 * num_out_ch`` channels and a PixelShuffle (lightweight SR)."""
-
-    def __init__(self, scale: int, num_feat: int, num_out_ch: int,
-                 input_resolution: tuple[int, int] | None = None) -> None:
-        self.num_feat = num_feat
-        self.input_resolution = input_resolution
-        super().__init__(nn.Conv2d(num_feat, scale**2 * num_out_ch, 3, 1, 1), nn.PixelShuffle(scale))
-
-
 @ARCH_REGISTRY.register()
-class SwinIR(SwinWeightsMixin):
+class SwinIR(SwinSRBase):
     """SwinIR for SR (``upsampler`` 'pixelshuffle', 'pixelshuffledirect', 'nearest+conv') and for
     restoration at scale 1 (``upsampler`` '' or None).
 
@@ -253,34 +185,14 @@ class SwinIR(SwinWeightsMixin):
         if upsampler == "nearest+conv" and upscale != 4:
             raise ArchArgumentError("upscale", f"SwinIR: upsampler 'nearest+conv' supports upscale 4 only, "
                                     f"got {upscale!r}")
-        num_in_ch = num_out_ch = in_chans
+        num_out_ch = in_chans
         num_feat = 64
-        self.img_range = img_range
-        mean = torch.tensor([0.4488, 0.4371, 0.4040]) if in_chans == 3 else torch.zeros(1)
-        self.register_buffer("mean", mean.view(1, -1, 1, 1), persistent=False)
-        self.upscale = upscale
-        self.upsampler = upsampler
         self.window_size = window_size
-
-        self.conv_first = nn.Conv2d(num_in_ch, embed_dim, 3, 1, 1)
-        self.num_layers = len(depths)
-        self.embed_dim = embed_dim
-        self.ape = ape
-        self.patch_norm = patch_norm
-        self.num_features = embed_dim
+        self.init_shallow(in_chans, embed_dim, len(depths), img_range, upscale, upsampler)
         self.mlp_ratio = mlp_ratio
-        norm = norm_layer if patch_norm else None
-        self.patch_embed = PatchEmbed(img_size, patch_size, in_chans=embed_dim, embed_dim=embed_dim,
-                                      norm_layer=norm)
-        self.patches_resolution = self.patch_embed.patches_resolution
-        self.patch_unembed = PatchUnEmbed(img_size, patch_size, in_chans=embed_dim, embed_dim=embed_dim,
-                                          norm_layer=norm)
-        if ape:
-            self.absolute_pos_embed = nn.Parameter(torch.zeros(1, self.patch_embed.num_patches, embed_dim))
-            nn.init.trunc_normal_(self.absolute_pos_embed, std=0.02)
-        self.pos_drop = nn.Dropout(p=drop_rate)
+        resolution = self.init_token_embed(img_size, patch_size, embed_dim, norm_layer, patch_norm, ape, drop_rate)
+        self.patch_unembed = PatchUnEmbed(img_size, patch_size, in_chans=embed_dim, embed_dim=embed_dim)
 
-        resolution = (self.patches_resolution[0], self.patches_resolution[1])
         rates = drop_path_rates(drop_path_rate, sum(depths))
         self.layers = nn.ModuleList()
         for i, depth in enumerate(depths):
@@ -294,14 +206,7 @@ class SwinIR(SwinWeightsMixin):
         self.norm = norm_layer(self.num_features)
         self.conv_after_body = residual_conv(embed_dim, resi_connection)
 
-        if upsampler == "pixelshuffle":
-            self.conv_before_upsample = nn.Sequential(nn.Conv2d(embed_dim, num_feat, 3, 1, 1),
-                                                      nn.LeakyReLU(inplace=True))
-            self.upsample = Upsample(upscale, num_feat)
-            self.conv_last = nn.Conv2d(num_feat, num_out_ch, 3, 1, 1)
-        elif upsampler == "pixelshuffledirect":
-            self.upsample = UpsampleOneStep(upscale, embed_dim, num_out_ch, resolution)
-        elif upsampler == "nearest+conv":
+        if upsampler == "nearest+conv":
             self.conv_before_upsample = nn.Sequential(nn.Conv2d(embed_dim, num_feat, 3, 1, 1),
                                                       nn.LeakyReLU(inplace=True))
             self.conv_up1 = nn.Conv2d(num_feat, num_feat, 3, 1, 1)
@@ -309,8 +214,10 @@ class SwinIR(SwinWeightsMixin):
             self.conv_hr = nn.Conv2d(num_feat, num_feat, 3, 1, 1)
             self.conv_last = nn.Conv2d(num_feat, num_out_ch, 3, 1, 1)
             self.lrelu = nn.LeakyReLU(negative_slope=0.2, inplace=True)
-        else:
+        elif not upsampler:
             self.conv_last = nn.Conv2d(embed_dim, num_out_ch, 3, 1, 1)
+        else:
+            self.init_reconstruction(embed_dim, num_out_ch, upscale, resolution, num_feat)
         self.init_swin_weights()
 
     @property
@@ -322,43 +229,20 @@ class SwinIR(SwinWeightsMixin):
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """Transformer body on a (b, embed_dim, h, w) map whose size is a multiple of the window."""
         x_size = (x.shape[2], x.shape[3])
-        x = self.patch_embed(x)
-        if self.ape:
-            x = x + self.absolute_pos_embed
-        x = self.pos_drop(x)
+        x = self.embed_tokens(x)
         for layer in self.layers:
             x = layer(x, x_size)
         return self.patch_unembed(self.norm(x), x_size)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h, w = x.shape[-2:]
-        multiple = self.tile_multiple
-        pad_h, pad_w = (-h) % multiple, (-w) % multiple
-        if pad_h or pad_w:
-            x = F.pad(x, (0, pad_w, 0, pad_h), mode="reflect")
-        mean = self.mean.to(dtype=x.dtype)
-        x = (x - mean) * self.img_range
-
-        if self.upsampler == "pixelshuffle":
-            x = self.conv_first(x)
-            x = self.conv_after_body(self.forward_features(x)) + x
-            x = self.conv_last(self.upsample(self.conv_before_upsample(x)))
-        elif self.upsampler == "pixelshuffledirect":
-            x = self.conv_first(x)
-            x = self.upsample(self.conv_after_body(self.forward_features(x)) + x)
-        elif self.upsampler == "nearest+conv":
-            x = self.conv_first(x)
-            x = self.conv_before_upsample(self.conv_after_body(self.forward_features(x)) + x)
+    def reconstruct(self, x: torch.Tensor) -> torch.Tensor:
+        if self.upsampler == "nearest+conv":
+            x = self.conv_before_upsample(self.deep_features(self.conv_first(x)))
             x = self.lrelu(self.conv_up1(F.interpolate(x, scale_factor=2, mode="nearest")))
             x = self.lrelu(self.conv_up2(F.interpolate(x, scale_factor=2, mode="nearest")))
-            x = self.conv_last(self.lrelu(self.conv_hr(x)))
-        else:
-            first = self.conv_first(x)
-            x = x + self.conv_last(self.conv_after_body(self.forward_features(first)) + first)
-
-        x = x / self.img_range + mean
-        scale = self.upscale if self.upsampler else 1
-        return x[..., : h * scale, : w * scale] if (pad_h or pad_w) else x
+            return self.conv_last(self.lrelu(self.conv_hr(x)))
+        if not self.upsampler:
+            return x + self.conv_last(self.deep_features(self.conv_first(x)))
+        return super().reconstruct(x)
 
 
 __all__ = ["SwinIR", "RSTB", "SwinTransformerBlock"]

@@ -20,7 +20,7 @@ from anysr.errors import CheckpointError, DataError
 
 __all__ = [
     "ALEXNET_SLICES", "VGG16_SLICES", "alexnet_layers", "vgg16_layers", "build_slices", "torchvision_to_sliced",
-    "run_slices", "FIDInceptionV3", "fid_inception_state_dict",
+    "run_slices", "split_torchvision_keys", "FIDInceptionV3", "FrozenMetricNet", "fid_inception_state_dict",
 ]
 
 # Slice boundaries (torchvision layer indices): slice k holds layers [b[k-1], b[k]).
@@ -106,6 +106,53 @@ def torchvision_to_sliced(state_dict: Mapping[str, Tensor], bounds: Sequence[int
 
 
 # --------------------------------------------------------------------------------------- Inception-v3
+def split_torchvision_keys(state_dict: Mapping[str, Tensor]) -> tuple[dict[str, Tensor], list[tuple[str, str, Tensor]]]:
+    """Strip ``module.`` prefixes and set torchvision's ``features.*`` / ``classifier.*`` entries apart:
+    ``(torchvision entries, [(original key, stripped key, value) of the others])``."""
+    tv: dict[str, Tensor] = {}
+    rest: list[tuple[str, str, Tensor]] = []
+    for key, value in state_dict.items():
+        k = key[len("module."):] if key.startswith("module.") else key
+        if k.startswith(("features.", "classifier.")):
+            tv[k] = value
+        else:
+            rest.append((key, k, value))
+    return tv, rest
+
+
+class FrozenMetricNet(nn.Module):
+    """A fixed network of a learned metric: ``freeze()`` (called at the end of ``__init__``) turns gradients
+    off and sets eval mode, which ``train()`` keeps; ``load_checked`` loads merged weights strictly, after
+    naming every missing, unexpected or mis-shaped entry."""
+
+    def freeze(self) -> None:
+        """No gradients, eval mode."""
+        self.requires_grad_(False)
+        self.eval()
+
+    def train(self, mode: bool = True) -> FrozenMetricNet:
+        """Always eval: the metric is fixed."""
+        return super().train(False)
+
+    def load_checked(self, merged: dict[str, Tensor], missing: Sequence[str], owner: str, hint: str) -> None:
+        """Load ``merged`` (entries absent from it keep their current values) after checking it: ``missing``
+        (the caller decides which keys are required), keys not in the state dict and shape mismatches raise
+        ``CheckpointError`` naming ``owner`` and ending with ``hint``."""
+        own = self.state_dict()
+        unexpected = [k for k in merged if k not in own]
+        if missing or unexpected:
+            parts = ([f"missing {', '.join(missing)}"] if missing else []) + (
+                [f"unexpected {', '.join(unexpected)}"] if unexpected else [])
+            raise CheckpointError(f"{owner} weights: {'; '.join(parts)}; {hint}")
+        for k, v in merged.items():
+            if tuple(v.shape) != tuple(own[k].shape):
+                raise CheckpointError(f"{owner} weights: {k} has shape {tuple(v.shape)}, expected "
+                                      f"{tuple(own[k].shape)}; are these the weights of another network?")
+        for k, v in own.items():
+            merged.setdefault(k, v)
+        self.load_state_dict(merged, strict=True)
+
+
 class _ConvBN(nn.Module):
     """Convolution without bias, batch norm (eps 1e-3), ReLU: torchvision's ``BasicConv2d``."""
 
@@ -228,7 +275,7 @@ class _MixedE(nn.Module):
         return torch.cat([self.branch1x1(x), b3, bd, self.branch_pool(pooled)], 1)
 
 
-class FIDInceptionV3(nn.Module):
+class FIDInceptionV3(FrozenMetricNet):
     """Inception-v3 as the FID reference computes it: images -> 2048-d pool features ``(N, 2048)``.
 
     Input: RGB ``NCHW`` on [0, 1] (any size; ``resize_input`` resizes to 299 x 299 bilinearly, without
@@ -258,12 +305,7 @@ class FIDInceptionV3(nn.Module):
         self.Mixed_7a = _ReductionD(768)
         self.Mixed_7b = _MixedE(1280, max_pool=False)
         self.Mixed_7c = _MixedE(2048, max_pool=True)
-        self.requires_grad_(False)
-        self.eval()
-
-    def train(self, mode: bool = True) -> FIDInceptionV3:
-        """Always eval (batch norm uses the running statistics)."""
-        return super().train(False)
+        self.freeze()  # always eval: batch norm uses the running statistics
 
     def load_fid_weights(self, state_dict: Mapping[str, Tensor]) -> FIDInceptionV3:
         """Load the FID Inception weights in any layout ``fid_inception_state_dict`` accepts (strict)."""

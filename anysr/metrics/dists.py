@@ -25,7 +25,15 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from anysr.errors import CheckpointError, DataError
-from anysr.metrics.backbones import VGG16_SLICES, build_slices, run_slices, torchvision_to_sliced, vgg16_layers
+from anysr.metrics.backbones import (
+    VGG16_SLICES,
+    FrozenMetricNet,
+    build_slices,
+    run_slices,
+    split_torchvision_keys,
+    torchvision_to_sliced,
+    vgg16_layers,
+)
 from anysr.metrics.info import DISTS_INFO
 
 __all__ = ["DISTS", "L2pooling", "dists_state_dict", "METRIC_INFO", "BETTER"]
@@ -63,7 +71,7 @@ class L2pooling(nn.Module):
         return (out + 1e-12).sqrt()
 
 
-class DISTS(nn.Module):
+class DISTS(FrozenMetricNet):
     """DISTS between two batches of RGB images on [0, 1] -> tensor ``(N,)`` (lower is better).
 
     ``vgg``: torchvision vgg16 state dict; ``alpha_beta``: DISTS' ``weights.pt`` (``alpha``, ``beta``);
@@ -81,14 +89,9 @@ class DISTS(nn.Module):
         self.chns = list(_CHANNELS)
         self.alpha = nn.Parameter(torch.full((1, sum(_CHANNELS), 1, 1), 0.1))
         self.beta = nn.Parameter(torch.full((1, sum(_CHANNELS), 1, 1), 0.1))
-        self.requires_grad_(False)
-        self.eval()
+        self.freeze()
         if vgg is not None or alpha_beta is not None:
             self.load_weights(*(sd for sd in (vgg, alpha_beta) if sd is not None))
-
-    def train(self, mode: bool = True) -> DISTS:
-        """Always eval: the metric is fixed."""
-        return super().train(False)
 
     def load_weights(self, *state_dicts: Mapping[str, Tensor]) -> DISTS:
         """Load VGG16 + alpha/beta from state dicts in any layout ``dists_state_dict`` accepts; the fixed
@@ -96,22 +99,9 @@ class DISTS(nn.Module):
         merged: dict[str, Tensor] = {}
         for sd in state_dicts:
             merged.update(dists_state_dict(sd))
-        own = self.state_dict()
-        params = {name for name, _ in self.named_parameters()}
-        missing = [k for k in params if k not in merged]
-        unexpected = [k for k in merged if k not in own]
-        if missing or unexpected:
-            parts = ([f"missing {', '.join(sorted(missing))}"] if missing else []) + (
-                [f"unexpected {', '.join(unexpected)}"] if unexpected else [])
-            raise CheckpointError(f"DISTS weights: {'; '.join(parts)}; give torchvision's vgg16 state dict "
-                                  "(features.N.*) and DISTS' weights.pt (alpha, beta)")
-        for k, v in merged.items():
-            if tuple(v.shape) != tuple(own[k].shape):
-                raise CheckpointError(f"DISTS weights: {k} has shape {tuple(v.shape)}, expected "
-                                      f"{tuple(own[k].shape)}; are these the weights of another network?")
-        for k, v in own.items():
-            merged.setdefault(k, v)
-        self.load_state_dict(merged, strict=True)
+        missing = sorted(name for name, _ in self.named_parameters() if name not in merged)
+        self.load_checked(merged, missing, "DISTS", "give torchvision's vgg16 state dict (features.N.*) and "
+                          "DISTS' weights.pt (alpha, beta)")
         return self
 
     def _features(self, x: Tensor) -> list[Tensor]:
@@ -152,12 +142,9 @@ def dists_state_dict(state_dict: Mapping[str, Tensor]) -> dict[str, Tensor]:
     """Rename a state dict to ``DISTS``' keys: torchvision ``features.N.*`` (``classifier.*`` dropped),
     ``alpha`` / ``beta``, or a whole ``DISTS_pytorch.DISTS`` state dict; ``module.`` prefixes are stripped."""
     out: dict[str, Tensor] = {}
-    tv: dict[str, Tensor] = {}
-    for key, value in state_dict.items():
-        k = key[len("module."):] if key.startswith("module.") else key
-        if k.startswith(("features.", "classifier.")):
-            tv[k] = value
-        elif k in ("alpha", "beta", "mean", "std") or k.startswith("stage"):
+    tv, rest = split_torchvision_keys(state_dict)
+    for key, k, value in rest:
+        if k in ("alpha", "beta", "mean", "std") or k.startswith("stage"):
             out[k] = value
         else:
             raise CheckpointError(f"DISTS weights: unexpected key {key!r}; expected torchvision features.N.*, "

@@ -27,9 +27,11 @@ from anysr.errors import CheckpointError, DataError, OptionError
 from anysr.metrics.backbones import (
     ALEXNET_SLICES,
     VGG16_SLICES,
+    FrozenMetricNet,
     alexnet_layers,
     build_slices,
     run_slices,
+    split_torchvision_keys,
     torchvision_to_sliced,
     vgg16_layers,
 )
@@ -90,7 +92,7 @@ def _unit(f: Tensor) -> Tensor:
     return f / (f.square().sum(dim=1, keepdim=True).sqrt() + _EPS)
 
 
-class LPIPS(nn.Module):
+class LPIPS(FrozenMetricNet):
     """LPIPS distance between two batches of RGB images on [0, 1] -> tensor ``(N,)`` (lower is better).
 
     ``net``: ``'alex'`` (the paper's default) or ``'vgg'``; ``version``: ``'0.1'`` (the only one supported;
@@ -117,14 +119,9 @@ class LPIPS(nn.Module):
         for k, head_k in enumerate(heads):
             self.add_module(f"lin{k}", head_k)
         self.lins = nn.ModuleList(heads)
-        self.requires_grad_(False)
-        self.eval()
+        self.freeze()
         if backbone is not None or head is not None:
             self.load_weights(*(sd for sd in (backbone, head) if sd is not None))
-
-    def train(self, mode: bool = True) -> LPIPS:
-        """Always eval: the metric is fixed."""
-        return super().train(False)
 
     def load_weights(self, *state_dicts: Mapping[str, Tensor]) -> LPIPS:
         """Load the backbone and head from one or more state dicts in any layout ``lpips_state_dict``
@@ -138,21 +135,11 @@ class LPIPS(nn.Module):
         for k in range(len(self.chns)):
             if f"lin{k}.model.1.weight" in merged:
                 merged[f"lins.{k}.model.1.weight"] = merged[f"lin{k}.model.1.weight"]
-        own = self.state_dict()
-        missing = [k for k in own if k not in merged and not k.startswith("lins.")]
-        unexpected = [k for k in merged if k not in own]
-        if missing or unexpected:
-            parts = ([f"missing {', '.join(missing)}"] if missing else []) + (
-                [f"unexpected {', '.join(unexpected)}"] if unexpected else [])
-            backbone = "alexnet" if self.pnet_type == "alex" else "vgg16"
-            raise CheckpointError(f"LPIPS({self.pnet_type}) weights: {'; '.join(parts)}; give torchvision's "
-                                  f"{backbone} state dict (features.N.*) and the lpips head "
-                                  f"(weights/v{self.version}/{self.pnet_type}.pth)")
-        for k, v in merged.items():
-            if tuple(v.shape) != tuple(own[k].shape):
-                raise CheckpointError(f"LPIPS({self.pnet_type}) weights: {k} has shape {tuple(v.shape)}, expected "
-                                      f"{tuple(own[k].shape)}; are these the weights of another network?")
-        self.load_state_dict(merged, strict=True)
+        missing = [k for k in self.state_dict() if k not in merged and not k.startswith("lins.")]
+        backbone = "alexnet" if self.pnet_type == "alex" else "vgg16"
+        self.load_checked(merged, missing, f"LPIPS({self.pnet_type})",
+                          f"give torchvision's {backbone} state dict (features.N.*) and the lpips head "
+                          f"(weights/v{self.version}/{self.pnet_type}.pth)")
         return self
 
     def forward(self, x: Tensor, y: Tensor) -> Tensor:
@@ -178,12 +165,9 @@ def lpips_state_dict(state_dict: Mapping[str, Tensor], net: str | None = None) -
     ``net.slice{k}.N.*`` / ``scaling_layer.*`` / ``lins.{k}.*`` keys, each optionally behind ``module.``.
     """
     out: dict[str, Tensor] = {}
-    tv: dict[str, Tensor] = {}
-    for key, value in state_dict.items():
-        k = key[len("module."):] if key.startswith("module.") else key
-        if k.startswith(("features.", "classifier.")):
-            tv[k] = value
-        elif k.startswith("lins."):
+    tv, rest = split_torchvision_keys(state_dict)
+    for key, k, value in rest:
+        if k.startswith("lins."):
             continue  # the package's second copy of the heads; lin{k} holds the same tensors
         elif k.startswith("lin") and k[3:4].isdigit():
             idx, tail = k[3:].split(".", 1)
