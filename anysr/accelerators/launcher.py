@@ -93,11 +93,24 @@ def _worker(local_rank: int, plan: LaunchPlan, fn: Callable[..., Any], args: tup
                 traceback.print_exc()
             if code != 1 or parent_pid is not None:
                 acc.teardown(failed=True)
+                if plan.launcher == "spawn":
+                    _quiet_exit()
                 sys.exit(code)
         raise
     finally:
         acc.strategy.stop.uninstall()
         acc.teardown(failed=failed)
+
+
+def _quiet_exit() -> None:
+    """A spawned worker that stopped on an error has said its one line: what its exit prints after that goes to
+    /dev/null. The process group's destructors run while its threads still wait on a peer that is gone, and the
+    C++ runtime may abort with 'terminate called without an active exception': a second line for the user."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
 
 
 def _spawn(plan: LaunchPlan, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
