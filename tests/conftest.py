@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -122,3 +124,21 @@ def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None, check: boo
     if check and proc.returncode != 0:
         raise AssertionError(f"anysr {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def kill_then_resume(path: Path, root: Path, name: str, *, after_states: int = 3) -> int:
+    """Train ``path`` (``path.root`` = ``root``) in a subprocess, ``kill -9`` it once ``after_states`` training states
+    of experiment ``name`` are on disk, then finish the run with ``--auto_resume``; returns how many states the
+    killed run had written."""
+    states = root / "experiments" / name / "training_states"
+    proc = subprocess.Popen([sys.executable, "-m", "anysr", "train", "-opt", str(path), "--force_yml",
+                             f"path.root={root}"], cwd=root, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list(states.glob("*.state"))) < after_states:
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    written = len(list(states.glob("*.state")))
+    run_cli("train", "-opt", str(path), "--auto_resume", "--force_yml", f"path.root={root}", cwd=root)
+    return written

@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import ROOT, run_cli, tiny_train_options, write_options
+from conftest import kill_then_resume, run_cli, tiny_train_options, write_options
 from safetensors.torch import load_file, save_file
 from test_gan import fake_vgg19_state_dict, gan_options
 from test_realesrgan import real_options
@@ -285,17 +280,7 @@ def test_kill_minus_nine_then_resume_matches(tmp_path: Path, small_train_dir: Pa
     opt = _moa("killed", small_train_dir, total)
     opt["logger"]["save_checkpoint_freq"] = 1
     path = write_options(tmp_path / "k.yml", opt)
-    states = tmp_path / "experiments" / "killed" / "training_states"
-    proc = subprocess.Popen([sys.executable, "-m", "anysr", "train", "-opt", str(path), "--force_yml",
-                             f"path.root={tmp_path}"], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(ROOT)),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while time.time() < deadline and len(list(states.glob("*.state"))) < 3:
-        time.sleep(0.05)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert len(list(states.glob("*.state"))) < total  # killed mid-run
-    run_cli("train", "-opt", str(path), "--auto_resume", "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
+    assert kill_then_resume(path, tmp_path, "killed") < total  # killed mid-run
     a, b = _weights(tmp_path, "killed", total), _weights(tmp_path, "ref", total)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 

@@ -4,17 +4,12 @@ lower-case names, LDL against the authors' artifact map."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from conftest import FIXTURE_TOL, ROOT, run_cli, tiny_train_options, write_options
+from conftest import FIXTURE_TOL, kill_then_resume, run_cli, tiny_train_options, write_options
 from safetensors.torch import load_file, save_file
 from test_gan import fake_vgg19_state_dict, gan_options
 from test_losses import _seeded
@@ -181,16 +176,7 @@ def test_kill_minus_nine_with_a_list_then_resume_matches(tmp_path: Path, small_t
     opt = _list_options("killed", small_train_dir, total)
     opt["logger"]["save_checkpoint_freq"] = 1
     path = write_options(tmp_path / "k.yml", opt)
-    states = tmp_path / "experiments" / "killed" / "training_states"
-    proc = subprocess.Popen([sys.executable, "-m", "anysr", "train", "-opt", str(path), "--force_yml",
-                             f"path.root={tmp_path}"], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(ROOT)),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while time.time() < deadline and len(list(states.glob("*.state"))) < 3:
-        time.sleep(0.05)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    run_cli("train", "-opt", str(path), "--auto_resume", "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
+    kill_then_resume(path, tmp_path, "killed")
     _same(_weights(tmp_path / "experiments" / "killed", total), _weights(tmp_path / "experiments" / "ref", total))
 
 
