@@ -29,14 +29,7 @@ class EMA:
     def update(self, net: nn.Module) -> None:
         ema_params = list(self.module.parameters())
         params = [p.detach() for p in net.parameters()]
-        # The weight as a tensor, not a Python float: XLA bakes some float scalars (0.5 at update 9) into the graph
-        # as constants, so a float weight could compile a new step graph; the result is the same on every device.
-        weight = 1.0 - self.current_decay()
-        weights: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
-        for p in ema_params:
-            if (p.device, p.dtype) not in weights:
-                weights[(p.device, p.dtype)] = torch.tensor(weight, dtype=p.dtype, device=p.device)
-        torch._foreach_lerp_(ema_params, params, [weights[(p.device, p.dtype)] for p in ema_params])
+        torch._foreach_lerp_(ema_params, params, 1.0 - self.current_decay())
         for b_ema, b in zip(self.module.buffers(), net.buffers()):
             b_ema.copy_(b)
         self.updates += 1
