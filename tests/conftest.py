@@ -142,3 +142,19 @@ def kill_then_resume(path: Path, root: Path, name: str, *, after_states: int = 3
     written = len(list(states.glob("*.state")))
     run_cli("train", "-opt", str(path), "--auto_resume", "--force_yml", f"path.root={root}", cwd=root)
     return written
+
+
+def saved_weights(exp: Path, it: int) -> dict[str, Any]:
+    """The generator weights experiment ``exp`` saved at iteration ``it`` (``models/net_g_<it>.safetensors``)."""
+    from safetensors.torch import load_file
+
+    return load_file(str(exp / "models" / f"net_g_{it}.safetensors"))
+
+
+def assert_same_weights(a: dict[str, Any], b: dict[str, Any]) -> None:
+    """Bit-identical state dicts (a run compared with itself on this machine), naming the first tensor that differs."""
+    import torch
+
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), f"{k} differs"

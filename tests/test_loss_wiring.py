@@ -9,7 +9,15 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import FIXTURE_TOL, kill_then_resume, run_cli, tiny_train_options, write_options
+from conftest import (
+    FIXTURE_TOL,
+    assert_same_weights,
+    kill_then_resume,
+    run_cli,
+    saved_weights,
+    tiny_train_options,
+    write_options,
+)
 from safetensors.torch import load_file, save_file
 from test_gan import fake_vgg19_state_dict, gan_options
 from test_losses import _seeded
@@ -119,14 +127,6 @@ def _final_losses(exp: Path) -> dict[str, float]:
     return json.loads((exp / "summary.json").read_text())["final_losses"]
 
 
-def _weights(exp: Path, it: int) -> dict[str, torch.Tensor]:
-    return load_file(str(exp / "models" / f"net_g_{it}.safetensors"))
-
-
-def _same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
-    assert a.keys() == b.keys()
-    for k in a:
-        assert torch.equal(a[k], b[k]), f"{k} differs"
 
 
 LIST = [{"type": "l1loss", "loss_weight": 1.0}, {"type": "charbonnierloss", "loss_weight": 0.5},
@@ -154,7 +154,8 @@ def test_cli_run_with_a_list_logs_each_loss_and_resumes_exactly(tmp_path: Path, 
     run_cli("train", "-opt", str(b), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
     run_cli("train", "-opt", str(b), "--auto_resume", "--force_yml", f"path.root={tmp_path}", "train.total_iter=4",
             cwd=tmp_path)
-    _same(_weights(tmp_path / "experiments" / "straight", 4), _weights(tmp_path / "experiments" / "split", 4))
+    assert_same_weights(saved_weights(tmp_path / "experiments" / "straight", 4),
+                        saved_weights(tmp_path / "experiments" / "split", 4))
 
 
 def test_list_and_pixel_opt_build_the_same_loss(tmp_path: Path, small_train_dir: Path) -> None:
@@ -164,7 +165,8 @@ def test_list_and_pixel_opt_build_the_same_loss(tmp_path: Path, small_train_dir:
     b = write_options(tmp_path / "b.yml", opt)
     for path in (a, b):
         assert main(["train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}"]) == 0
-    _same(_weights(tmp_path / "experiments" / "opt", 2), _weights(tmp_path / "experiments" / "list", 2))
+    assert_same_weights(saved_weights(tmp_path / "experiments" / "opt", 2),
+                        saved_weights(tmp_path / "experiments" / "list", 2))
     assert set(_final_losses(tmp_path / "experiments" / "list")) == set(_final_losses(tmp_path / "experiments" / "opt"))
 
 
@@ -177,7 +179,8 @@ def test_kill_minus_nine_with_a_list_then_resume_matches(tmp_path: Path, small_t
     opt["logger"]["save_checkpoint_freq"] = 1
     path = write_options(tmp_path / "k.yml", opt)
     kill_then_resume(path, tmp_path, "killed")
-    _same(_weights(tmp_path / "experiments" / "killed", total), _weights(tmp_path / "experiments" / "ref", total))
+    assert_same_weights(saved_weights(tmp_path / "experiments" / "killed", total),
+                        saved_weights(tmp_path / "experiments" / "ref", total))
 
 
 def _gan_list(opt: dict[str, Any], names: bool) -> dict[str, Any]:
@@ -204,7 +207,7 @@ def test_esrgan_list_equals_opt_keys_and_logs_each_loss(tmp_path: Path, small_tr
     for path in (a, b, c):
         assert main(["train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}"]) == 0
     exp = tmp_path / "experiments"
-    _same(_weights(exp / "opt", 2), _weights(exp / "list", 2))
+    assert_same_weights(saved_weights(exp / "opt", 2), saved_weights(exp / "list", 2))
     assert set(_final_losses(exp / "list")) == set(_final_losses(exp / "opt"))
     assert {"l_g_l1", "l_g_perceptual", "l_g_gan", "l_g_ldl", "l_d_real", "l_d_fake"} <= set(_final_losses(exp / "ldl"))
 
@@ -244,7 +247,7 @@ def test_realesrgan_list_equals_opt_keys(tmp_path: Path, small_train_dir: Path) 
         assert main(["train", "-opt", str(write_options(tmp_path / f"{opt['name']}.yml", opt)), "--force_yml",
                      f"path.root={tmp_path}"]) == 0
     exp = tmp_path / "experiments"
-    _same(_weights(exp / "opt", 2), _weights(exp / "list", 2))
+    assert_same_weights(saved_weights(exp / "opt", 2), saved_weights(exp / "list", 2))
     assert {"l_g_l1", "l_g_ldl", "l_g_gan"} <= set(_final_losses(exp / "ldl"))
 
 

@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import kill_then_resume, run_cli, tiny_train_options, write_options
-from safetensors.torch import load_file
+from conftest import assert_same_weights, kill_then_resume, run_cli, saved_weights, tiny_train_options, write_options
 
 from anysr.cli import main
 from anysr.errors import OptionError
@@ -49,14 +48,6 @@ SCHEDULES: dict[str, dict[str, Any]] = {
 UNSUPPORTED_SCHEDULES = ["LambdaLR", "MultiplicativeLR", "ReduceLROnPlateau"]
 
 
-def _weights(exp: Path, it: int) -> dict[str, torch.Tensor]:
-    return load_file(str(exp / "models" / f"net_g_{it}.safetensors"))
-
-
-def _assert_identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
-    assert a.keys() == b.keys()
-    for k in a:
-        assert torch.equal(a[k], b[k]), f"{k} differs"
 
 
 def _sgd(lr: float = 1.0, groups: int = 1) -> torch.optim.Optimizer:
@@ -326,10 +317,10 @@ def test_schedule_free_weights_switch_is_exact(tmp_path: Path, small_train_dir: 
     y = {k: v.clone() for k, v in net.state_dict().items()}
     x = model.weights()["params"]
     assert any(not torch.equal(x[k], y[k]) for k in y)  # the saved weights are the averaged ones
-    _assert_identical({k: v for k, v in net.state_dict().items()}, y)  # and training goes on from exactly y
+    assert_same_weights({k: v for k, v in net.state_dict().items()}, y)  # and training goes on from exactly y
     with model.optimizer_weights():
-        _assert_identical(net.state_dict(), x)
-    _assert_identical(net.state_dict(), y)
+        assert_same_weights(net.state_dict(), x)
+    assert_same_weights(net.state_dict(), y)
     assert model.state_dict()["optimizers"]["net_g"]["param_groups"][0]["train_mode"] is True
 
 
@@ -344,7 +335,7 @@ def _train(tmp_path: Path, small_train_dir: Path, name: str, train: dict[str, An
 
 
 def _finite(exp: Path, it: int) -> None:
-    w = _weights(exp, it)
+    w = saved_weights(exp, it)
     assert all(torch.isfinite(v).all() for v in w.values())
 
 
@@ -380,7 +371,7 @@ def test_torch_and_new_schedules_resume_bit_exact(tmp_path: Path, small_train_di
     assert main(["train", "-opt", str(path), "--auto_resume", "--force_yml", f"path.root={tmp_path}",
                  "logger.save_checkpoint_freq=1",
                  "train.scheduler.total_steps=6" if sched == "OneCycleLR" else "train.scheduler.total_iter=6"]) == 0
-    _assert_identical(_weights(straight, 6), _weights(tmp_path / "experiments" / "split", 6))
+    assert_same_weights(saved_weights(straight, 6), saved_weights(tmp_path / "experiments" / "split", 6))
 
 
 def test_cli_refuses_a_resume_that_changes_the_schedule(tmp_path: Path, small_train_dir: Path,
@@ -407,7 +398,7 @@ def test_schedule_free_trains_validates_and_resumes_bit_exact(tmp_path: Path, sm
     assert main(["train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}"]) == 0
     assert main(["train", "-opt", str(path), "--auto_resume", "--force_yml", f"path.root={tmp_path}",
                  "train.total_iter=6"]) == 0
-    _assert_identical(_weights(straight, 6), _weights(tmp_path / "experiments" / "sf_split", 6))
+    assert_same_weights(saved_weights(straight, 6), saved_weights(tmp_path / "experiments" / "sf_split", 6))
 
 
 @pytest.mark.slow
@@ -429,8 +420,8 @@ def test_kill_minus_nine_then_resume_matches(tmp_path: Path, small_train_dir: Pa
     opt["logger"]["save_checkpoint_freq"] = 1
     path = write_options(tmp_path / "k.yml", opt)
     kill_then_resume(path, tmp_path, "killed")
-    _assert_identical(_weights(tmp_path / "experiments" / "killed", total), _weights(tmp_path / "experiments" / "ref",
-                                                                                   total))
+    assert_same_weights(saved_weights(tmp_path / "experiments" / "killed", total),
+                        saved_weights(tmp_path / "experiments" / "ref",total))
 
 
 @pytest.mark.slow
@@ -449,6 +440,6 @@ def test_two_gloo_ranks_match_one_process(tmp_path: Path, small_train_dir: Path,
         path = write_options(tmp_path / f"{name}.yml", opt)
         runs[name] = run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
     assert "rank 0/2" in runs["two"].stdout
-    a, b = _weights(tmp_path / "experiments" / "one", 4), _weights(tmp_path / "experiments" / "two", 4)
+    a, b = saved_weights(tmp_path / "experiments" / "one", 4), saved_weights(tmp_path / "experiments" / "two", 4)
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=k)

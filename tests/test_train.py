@@ -12,20 +12,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT, run_cli, tiny_train_options, write_options
-from safetensors.torch import load_file
+from conftest import ROOT, assert_same_weights, run_cli, saved_weights, tiny_train_options, write_options
 
 from anysr.cli import main
-
-
-def _weights(exp: Path, it: int) -> dict[str, torch.Tensor]:
-    return load_file(str(exp / "models" / f"net_g_{it}.safetensors"))
-
-
-def _assert_identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
-    assert a.keys() == b.keys()
-    for k in a:
-        assert torch.equal(a[k], b[k]), f"{k} differs"
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -40,7 +29,7 @@ def test_resume_is_bit_exact(tmp_path: Path, small_train_dir: Path, workers: int
     assert main(["train", "-opt", str(split), "--auto_resume", "--force_yml", f"path.root={tmp_path}",
                  "train.total_iter=6"]) == 0
     exp_a, exp_b = tmp_path / "experiments" / "straight", tmp_path / "experiments" / "split"
-    _assert_identical(_weights(exp_a, 6), _weights(exp_b, 6))
+    assert_same_weights(saved_weights(exp_a, 6), saved_weights(exp_b, 6))
     # The training state is plain weights_only-loadable data.
     state = torch.load(exp_b / "training_states" / "6.state", weights_only=True)
     assert state["iter"] == 6
@@ -53,7 +42,8 @@ def test_worker_count_does_not_change_the_stream(tmp_path: Path, small_train_dir
         opt = write_options(tmp_path / f"w{w}.yml", tiny_train_options(f"w{w}", small_train_dir, None,
                                                                         total_iter=2, workers=w))
         assert main(["train", "-opt", str(opt), "--force_yml", f"path.root={tmp_path}"]) == 0
-    _assert_identical(_weights(tmp_path / "experiments" / "w0", 2), _weights(tmp_path / "experiments" / "w2", 2))
+    assert_same_weights(saved_weights(tmp_path / "experiments" / "w0", 2),
+                        saved_weights(tmp_path / "experiments" / "w2", 2))
 
 
 def test_existing_experiment_is_never_overwritten(tmp_path: Path, small_train_dir: Path,
@@ -98,7 +88,8 @@ def test_corrupt_newest_state_falls_back(tmp_path: Path, small_train_dir: Path) 
     # Resumed from 2 and redid 3..4: the result equals a clean run.
     ref = write_options(tmp_path / "r.yml", tiny_train_options("ref", small_train_dir, None, total_iter=4))
     assert main(["train", "-opt", str(ref), "--force_yml", f"path.root={tmp_path}"]) == 0
-    _assert_identical(_weights(tmp_path / "experiments" / "corrupt", 4), _weights(tmp_path / "experiments" / "ref", 4))
+    assert_same_weights(saved_weights(tmp_path / "experiments" / "corrupt", 4),
+                        saved_weights(tmp_path / "experiments" / "ref", 4))
 
 
 @pytest.mark.slow
@@ -121,8 +112,8 @@ def test_kill_minus_nine_then_resume_matches(tmp_path: Path, small_train_dir: Pa
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     run_cli("train", "-opt", str(path), "--auto_resume", "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
-    _assert_identical(_weights(tmp_path / "experiments" / "killed", total),
-                      _weights(tmp_path / "experiments" / "ref", total))
+    assert_same_weights(saved_weights(tmp_path / "experiments" / "killed", total),
+                      saved_weights(tmp_path / "experiments" / "ref", total))
 
 
 def test_train_validates_and_writes_summary_via_cli(tmp_path: Path, small_train_dir: Path,
@@ -162,7 +153,7 @@ def test_gradient_accumulation_equals_larger_batch(tmp_path: Path, small_train_d
         opt["logger"]["save_checkpoint_freq"] = 3
         assert main(["train", "-opt", str(write_options(tmp_path / f"{name}.yml", opt)), "--force_yml",
                      f"path.root={tmp_path}"]) == 0
-    a, b = _weights(tmp_path / "experiments" / "big", 3), _weights(tmp_path / "experiments" / "acc", 3)
+    a, b = saved_weights(tmp_path / "experiments" / "big", 3), saved_weights(tmp_path / "experiments" / "acc", 3)
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5)
 
@@ -193,7 +184,7 @@ def test_torch_compile_on_cpu(tmp_path: Path, small_train_dir: Path) -> None:
     ref = tiny_train_options("eager", small_train_dir, None, total_iter=2)
     assert main(["train", "-opt", str(write_options(tmp_path / "e.yml", ref)), "--force_yml",
                  f"path.root={tmp_path}"]) == 0
-    a, b = _weights(tmp_path / "experiments" / "compiled", 2), _weights(tmp_path / "experiments" / "eager", 2)
+    a, b = saved_weights(tmp_path / "experiments" / "compiled", 2), saved_weights(tmp_path / "experiments" / "eager", 2)
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-3, atol=1e-4)
 
