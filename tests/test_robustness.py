@@ -297,13 +297,16 @@ def test_bad_data_is_found_before_training_all_at_once(tmp_path: Path, small_tra
     val.mkdir()
     cv2.imwrite(str(train / "tiny.png"), np.zeros((20, 40, 3), np.uint8))  # smaller than the 32 patch
     (train / "cut.png").write_bytes((DATASETS / "T91" / "HR" / "t1.png").read_bytes()[:500])  # truncated
+    hdr = cv2.imread(str(DATASETS / "T91" / "HR" / "t2.png")).astype(np.float32) / 255.0
+    assert cv2.imwrite(str(train / "float.tif"), hdr)  # a float32 TIFF: decodable, but not a training image
     shutil.copy(DATASETS / "Set5" / "HR" / "bird.png", val / "bird.png")
     _corrupt_body(DATASETS / "Set5" / "HR" / "baby.png", val / "baby.png")
     path = write_options(tmp_path / "o.yml", tiny_train_options("early", train, val, total_iter=4))
     proc = run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path, check=False)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     err = proc.stderr
-    assert "3 problem(s) found in the datasets before training (nothing was trained)" in err, err
+    assert "4 problem(s) found in the datasets before training (nothing was trained)" in err, err
+    assert "float.tif: unsupported pixel type float32" in err
     assert "tiny.png is 40x20 (WxH), smaller than the 32x32 GT patch" in err
     assert "cut.png is truncated" in err and "baby.png cannot be decoded" in err
     assert not list((tmp_path / "experiments" / "early" / "training_states").glob("*"))

@@ -26,6 +26,19 @@ def is_image_file(name: str | os.PathLike[str]) -> bool:
     return not os.path.basename(os.fspath(name)).startswith(".") and imageio.is_image_file(name)
 
 
+def _unsupported(name: str, dtype: str) -> DataError:
+    return DataError(f"{name}: unsupported pixel type {dtype}; training reads 8- or 16-bit images: convert it to "
+                     "an 8- or 16-bit PNG")
+
+
+def check_pixel_type(info: imageio.ImageInfo, name: str) -> imageio.ImageInfo:
+    """``info`` when its pixels are what training decodes (8- or 16-bit integers); else a DataError naming
+    ``name`` (a float or 32-bit TIFF, found by the start-up check instead of at the iteration that reads it)."""
+    if info.dtype not in ("uint8", "uint16"):
+        raise _unsupported(name, info.dtype)
+    return info
+
+
 def decode_uint8(buf: bytes, name: str, flag: str = "unchanged") -> np.ndarray:
     """Decode encoded image bytes (``imageio.decode_image``) into a BasicSR training image.
 
@@ -36,7 +49,7 @@ def decode_uint8(buf: bytes, name: str, flag: str = "unchanged") -> np.ndarray:
     if img.dtype == np.uint16:
         img = np.clip(np.rint(img.astype(np.float32) / 257.0), 0, 255).astype(np.uint8)
     elif img.dtype != np.uint8:
-        raise DataError(f"{name}: unsupported pixel type {img.dtype}; convert the image to 8-bit PNG.")
+        raise _unsupported(name, img.dtype.name)
     if img.ndim == 3:
         if img.shape[2] == 1:
             img = img[:, :, 0]

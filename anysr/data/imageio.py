@@ -48,12 +48,13 @@ def list_images(folder: str | os.PathLike[str]) -> list[Path]:
 
 @dataclass(frozen=True)
 class ImageInfo:
-    """What an image file's header says: size, channels and bits per channel."""
+    """What an image file's header says: size, channels, bits per channel and the decoded pixel type."""
 
     width: int
     height: int
     channels: int
     bits: int
+    dtype: str = "uint8"  # numpy's name of the decoded pixel type: uint8, uint16, float32, ...
 
 
 _PNG_CHANNELS = {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}
@@ -66,7 +67,7 @@ def _png_info(head: bytes) -> ImageInfo | None:
     width, height, bits, colour = struct.unpack(">IIBB", head[16:26])
     if colour not in _PNG_CHANNELS:
         return None
-    return ImageInfo(width, height, _PNG_CHANNELS[colour], 16 if bits == 16 else 8)
+    return ImageInfo(width, height, _PNG_CHANNELS[colour], 16 if bits == 16 else 8, "uint16" if bits == 16 else "uint8")
 
 
 def _jpeg_info(f: BinaryIO) -> ImageInfo | None:
@@ -113,7 +114,8 @@ def _probe(head: bytes, f: BinaryIO, size: int, source: str) -> ImageInfo:
     else:
         f.seek(0)
         img = decode_image(f.read(), source=source)
-        info = ImageInfo(img.shape[1], img.shape[0], 1 if img.ndim == 2 else img.shape[2], img.dtype.itemsize * 8)
+        info = ImageInfo(img.shape[1], img.shape[0], 1 if img.ndim == 2 else img.shape[2], img.dtype.itemsize * 8,
+                         img.dtype.name)
     if info is None:
         raise DataError(f"image {source} has a damaged header (not a readable PNG/JPEG); re-create or "
                         "re-download it")

@@ -24,6 +24,7 @@ from anysr.data.file_backends import (
     DiskBackend,
     FileBackend,
     build_backend,
+    check_pixel_type,
     is_image_file,
 )
 from anysr.data.imageio import IMAGE_EXTENSIONS, ImageInfo, probe_bytes, probe_image
@@ -214,11 +215,11 @@ class _ImageDataset(Dataset):
     @staticmethod
     def _info(backend: FileBackend, key: str, decode: bool) -> ImageInfo:
         if decode:
-            img = backend.read(key)
+            img = backend.read(key)  # refuses pixel types training does not read
             return ImageInfo(img.shape[1], img.shape[0], 1 if img.ndim == 2 else img.shape[2], 8)
         if isinstance(backend, DiskBackend):
-            return probe_image(backend.path_of(key))
-        return probe_bytes(backend.get(key), backend.describe(key))
+            return check_pixel_type(probe_image(backend.path_of(key)), backend.describe(key))
+        return check_pixel_type(probe_bytes(backend.get(key), backend.describe(key)), backend.describe(key))
 
     def _names_from(self, root: str, backend: FileBackend, what: str) -> list[str]:
         """Image names of one side: from meta_info_file, the LMDB's keys, or the folder listing."""

@@ -27,7 +27,14 @@ from torch.nn import functional as F
 from torch.utils.data import Dataset
 
 from anysr.data.degradation.bicubic import bicubic_degrade
-from anysr.data.file_backends import BACKEND_TYPES, DiskBackend, FileBackend, build_backend, is_image_file
+from anysr.data.file_backends import (
+    BACKEND_TYPES,
+    DiskBackend,
+    FileBackend,
+    build_backend,
+    check_pixel_type,
+    is_image_file,
+)
 from anysr.data.imageio import ImageInfo, probe_bytes, probe_image
 from anysr.data.transforms import augment, img2tensor, lq_patch_size, mod_crop, paired_random_crop
 from anysr.errors import DataError
@@ -272,9 +279,10 @@ class _VideoDataset(Dataset):
             return ImageInfo(img.shape[1], img.shape[0], img.shape[2] if img.ndim == 3 else 1, 8)
         backend = self.gt_backend if side == "gt" else self.lq_backend
         assert backend is not None
+        name = backend.describe(self._file(key))
         if isinstance(backend, DiskBackend):
-            return probe_image(backend.path_of(self._file(key)))
-        return probe_bytes(backend.get(self._file(key)), backend.describe(self._file(key)))
+            return check_pixel_type(probe_image(backend.path_of(self._file(key))), name)
+        return check_pixel_type(probe_bytes(backend.get(self._file(key)), name), name)
 
 
 class _REDSBase(_VideoDataset):
