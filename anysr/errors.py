@@ -17,6 +17,17 @@ class AnysrError(Exception):
 
     all_ranks = False
 
+    def __str__(self) -> str:
+        # Raised in a DataLoader worker, torch re-raises it in the main process as ``type(exc)(text)`` with the
+        # worker's whole traceback in the text; what the user needs is the original message at its end.
+        text = super().__str__()
+        if text.startswith("Caught ") and "Original Traceback" in text:
+            head = f"{type(self).__module__}.{type(self).__qualname__}: "
+            at = text.rfind("\n" + head)
+            if at >= 0:
+                return text[at + 1 + len(head):].strip()
+        return text
+
 
 E = TypeVar("E", bound=BaseException)
 

@@ -441,3 +441,17 @@ def test_the_told_error_is_reported_before_a_peers_death() -> None:
     # a killed rank is the cause of its peer's lost contact
     assert _cause([WorkerExit(0, PEER_FAILED), WorkerExit(1, -9)]) == WorkerExit(1, -9)
     assert _cause([WorkerExit(1, PEER_FAILED), WorkerExit(0, PEER_FAILED)]) == WorkerExit(1, PEER_FAILED)
+
+
+def test_corrupt_image_met_in_a_dataloader_worker_is_one_line(tmp_path: Path, small_train_dir: Path) -> None:
+    """Pixel data is only decoded when a batch needs it (headers are checked at start): a worker that meets a
+    corrupt image ends the run with the image's name in one line, not torch's worker traceback."""
+    train = tmp_path / "train"
+    shutil.copytree(small_train_dir, train)
+    for png in train.glob("*.png"):
+        _corrupt_body(png, png)
+    path = write_options(tmp_path / "o.yml", tiny_train_options("w", train, None, total_iter=4, workers=2))
+    proc = run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path, check=False)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert "cannot be decoded" in lines[0] and ".png" in lines[0] and "Traceback" not in proc.stderr, lines
