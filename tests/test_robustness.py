@@ -8,6 +8,7 @@ starts it, through the command line in a subprocess; signals are real signals.
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import re
 import shutil
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
@@ -27,8 +29,9 @@ from safetensors.torch import load_file
 from anysr.accelerators.launcher import _cause
 from anysr.accelerators.process import Interrupted, StopSignals, WorkerExit
 from anysr.engine import checkpoint as ckpt
+from anysr.engine.training.history import History
 from anysr.engine.training.runlock import RunLock
-from anysr.errors import PEER_FAILED, CheckpointError, OptionError, describe_os_error
+from anysr.errors import PEER_FAILED, CheckpointError, DataError, OptionError, describe_os_error
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="2")  # as run_cli: same kernels, same sums
 
@@ -455,3 +458,35 @@ def test_corrupt_image_met_in_a_dataloader_worker_is_one_line(tmp_path: Path, sm
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert "cannot be decoded" in lines[0] and ".png" in lines[0] and "Traceback" not in proc.stderr, lines
+
+
+_BAD_HISTORIES = [
+    [], None, {"train": 5}, {"train": [1]}, {"train": [{"iter": "2"}]},
+    {"train": [{"iter": 2, "epoch": 0, "lr": 1e-3, "losses": {"l_pix": "0.1"}}]},  # a string loss value
+    {"val": [{"iter": 2, "dataset": "v", "metrics": {"psnr": 30.0}, "better": {"psnr": "up"}}]},
+]
+
+
+@pytest.mark.parametrize("bad", _BAD_HISTORIES)
+def test_history_of_the_wrong_shape_is_refused(tmp_path: Path, bad: Any) -> None:
+    (tmp_path / "history.json").write_text(json.dumps(bad))
+    with pytest.raises(DataError, match=r"history.json is not an anysr history \(.+\); delete it"):
+        History.load(tmp_path)
+
+
+def test_history_of_the_wrong_shape_is_one_line(tmp_path: Path, small_train_dir: Path) -> None:
+    """history.json that is valid JSON but not what anysr writes: `report` and `--auto_resume` say so in one line
+    naming the file (before any training), instead of a traceback or a failure at the run's end."""
+    opt = tiny_train_options("h", small_train_dir, None, total_iter=2)
+    path = write_options(tmp_path / "o.yml", opt)
+    run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
+    exp = tmp_path / "experiments" / "h"
+    for bad in (_BAD_HISTORIES[0], _BAD_HISTORIES[5]):
+        (exp / "history.json").write_text(json.dumps(bad))
+        for args in (("report", str(exp)), ("train", "-opt", str(path), "--auto_resume", "--force_yml",
+                                            f"path.root={tmp_path}", "train.total_iter=4")):
+            proc = run_cli(*args, cwd=tmp_path, check=False)
+            lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+            assert proc.returncode == 2 and len(lines) == 1, (bad, args[0], proc.stderr)
+            assert "history.json is not an anysr history" in lines[0] and "delete it" in lines[0], lines
+    assert not (exp / "models" / "net_g_4.safetensors").exists()

@@ -62,9 +62,46 @@ class History:
             except (OSError, ValueError) as exc:
                 raise DataError(f"{path} cannot be read ({exc}); delete it (only the report's curves use it)") \
                     from None
-            h.train = [e for e in data.get("train", []) if isinstance(e, dict) and "iter" in e]
-            h.val = [e for e in data.get("val", []) if isinstance(e, dict) and "iter" in e]
+            problem = _shape_problem(data)
+            if problem:
+                raise DataError(f"{path} is not an anysr history ({problem}); delete it (only the report's curves "
+                                "use it)")
+            h.train = list(data.get("train", []))
+            h.val = list(data.get("val", []))
         return h
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _numbers(x: Any) -> bool:
+    return isinstance(x, dict) and all(isinstance(k, str) and _is_number(v) for k, v in x.items())
+
+
+# What each entry of history.json holds (key -> check); the report and a resumed run read them as such.
+_TRAIN_ENTRY = {"iter": lambda v: isinstance(v, int) and not isinstance(v, bool), "epoch": _is_number,
+                "lr": _is_number, "losses": _numbers}
+_VAL_ENTRY = {"iter": lambda v: isinstance(v, int) and not isinstance(v, bool), "dataset": lambda v: isinstance(v, str),
+              "metrics": _numbers,
+              "better": lambda v: isinstance(v, dict) and all(b in ("higher", "lower") for b in v.values())}
+
+
+def _shape_problem(data: Any) -> str | None:
+    """What in a parsed history.json is not what ``History`` writes (``None``: nothing)."""
+    if not isinstance(data, dict):
+        return f"the top level is {type(data).__name__}, not a mapping"
+    for part, checks in (("train", _TRAIN_ENTRY), ("val", _VAL_ENTRY)):
+        entries = data.get(part, [])
+        if not isinstance(entries, list):
+            return f"'{part}' is {type(entries).__name__}, not a list"
+        for i, e in enumerate(entries):
+            if not isinstance(e, dict):
+                return f"{part}[{i}] is {type(e).__name__}, not a mapping"
+            for key, ok in checks.items():
+                if key not in e or not ok(e[key]):
+                    return f"{part}[{i}].{key} is {'missing' if key not in e else repr(e[key])[:40]}"
+    return None
 
 
 # --------------------------------------------------------------------------------------------- crops
