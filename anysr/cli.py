@@ -238,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue from the newest good training state of this experiment")
     p.add_argument("--start-over", "--start_over", action="store_true",
                    help="train from scratch in an experiment folder that holds a previous run: its files are first "
-                        "moved to <experiment>/archived_<time>/ (nothing is deleted)")
+                        "moved to <experiment>/archived_<time>/ (nothing is deleted; files of your own there stay)")
     p.add_argument("--debug", action="store_true", help="accepted for BasicSR compatibility")
     p.set_defaults(func=cmd_train)
 

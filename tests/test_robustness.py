@@ -287,9 +287,14 @@ def test_finished_weights_are_never_overwritten(tmp_path: Path, small_train_dir:
     proc = run_cli("train", "-opt", str(path), "--force_yml", root, cwd=tmp_path, check=False)
     assert proc.returncode == 2 and "it holds no training state" in proc.stderr
     assert (exp / "models" / "net_g_latest.safetensors").read_bytes() == latest
+    (exp / "notes.txt").write_text("lr 2e-3 was too high")  # the user's own files: not the run's to move
+    shutil.copy(path, exp / "my_options.yml")
     run_cli("train", "-opt", str(path), "--start-over", "--force_yml", root, cwd=tmp_path)
     archived = list(exp.glob("archived_*"))
     assert len(archived) == 1 and (archived[0] / "models" / "net_g_latest.safetensors").read_bytes() == latest
+    assert (exp / "notes.txt").read_text() == "lr 2e-3 was too high" and (exp / "my_options.yml").is_file()
+    assert {p.name for p in archived[0].iterdir()} >= {"models", "log", "history.json", "summary.json"}
+    assert not {"notes.txt", "my_options.yml"} & {p.name for p in archived[0].iterdir()}
     assert (exp / "models" / "net_g_4.safetensors").is_file()
 
 

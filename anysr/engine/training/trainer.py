@@ -20,12 +20,12 @@ from anysr.data import build_dataset, build_eval_loader, build_train_loader
 from anysr.data.transforms import lq_patch_size
 from anysr.engine import checkpoint as ckpt
 from anysr.engine.evaluation.evaluator import EvalResult, evaluate
-from anysr.engine.evaluation.run_report import write_report
+from anysr.engine.evaluation.run_report import REPORT_NAME, write_report
 from anysr.engine.evaluation.val_metrics import ValMetrics
 from anysr.engine.inference.export import save_deployable
 from anysr.engine.logger import MetricWriter, Progress, Timer, format_eta, get_logger, log_start, setup_logging
-from anysr.engine.training.history import History, save_crops
-from anysr.engine.training.runlock import LOCK_NAME, RunLock
+from anysr.engine.training.history import CROPS_DIR, HISTORY_NAME, History, save_crops
+from anysr.engine.training.runlock import RunLock
 from anysr.errors import (
     AnysrError,
     CheckpointError,
@@ -155,9 +155,14 @@ class Trainer:
         return None
 
     def _archive_previous(self) -> None:
-        """--start-over: move everything a previous run left in the folder to ``archived_<time>/``."""
-        keep = {LOCK_NAME} | {p.name for p in self.exp_dir.glob("archived_*")}
-        old = [p for p in self.exp_dir.iterdir() if p.name not in keep and not (p.is_dir() and not any(p.iterdir()))]
+        """--start-over: move what a previous run wrote in the folder to ``archived_<time>/``; files of the user's
+        own there (notes, an options file) stay where they are."""
+        ours = {HISTORY_NAME, REPORT_NAME, CROPS_DIR, "summary.json", "tb_logger"}
+        ours |= {d.name for d in (self.models_dir, self.states_dir, self.vis_dir, self.log_dir)
+                 if d.parent == self.exp_dir}
+        old = [p for p in self.exp_dir.iterdir()
+               if (p.name in ours or (p.name.startswith("options_") and p.suffix == ".yml"))
+               and not (p.is_dir() and not any(p.iterdir()))]
         if not old:
             return
         target = self.exp_dir / f"archived_{time.strftime('%Y%m%d_%H%M%S')}"
