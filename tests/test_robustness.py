@@ -279,6 +279,10 @@ def test_finished_weights_are_never_overwritten(tmp_path: Path, small_train_dir:
     latest = (exp / "models" / "net_g_latest.safetensors").read_bytes()
     for state in (exp / "training_states").glob("*.state"):  # every state corrupt
         state.write_bytes(state.read_bytes()[:100])
+    logs = sorted((exp / "log").iterdir())
+    proc = run_cli("train", "-opt", str(path), "--force_yml", root, cwd=tmp_path, check=False)  # refused
+    assert proc.returncode == 2 and "already holds training states" in proc.stderr, proc.stderr
+    assert sorted((exp / "log").iterdir()) == logs  # a refused run leaves no (empty) log file behind
     proc = run_cli("train", "-opt", str(path), "--auto_resume", "--force_yml", root, cwd=tmp_path, check=False)
     assert proc.returncode == 2 and "holds trained weights (net_g_2.safetensors" in proc.stderr, proc.stderr
     assert "no usable training state is left" in proc.stderr and "--start-over" in proc.stderr

@@ -31,7 +31,7 @@ def setup_logging(log_file: Path | None = None, *, enabled: bool = True, level: 
     logger.addHandler(console)
     if log_file is not None and enabled:
         log_file.parent.mkdir(parents=True, exist_ok=True)
-        fh = logging.FileHandler(log_file, encoding="utf-8")
+        fh = logging.FileHandler(log_file, encoding="utf-8", delay=True)  # no empty file when nothing is said
         fh.setFormatter(fmt)
         logger.addHandler(fh)
     return logger
