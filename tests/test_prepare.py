@@ -121,6 +121,12 @@ def test_prepare_lr_is_rounded_matlab_bicubic(tmp_path: Path) -> None:
     mc = prepare_modcrop(hr, tmp_path / "mc", 3, progress=False)
     assert [read_image(p).shape for p in mc] == [(21, 18, 3), (15, 12)]
     assert np.array_equal(read_image(mc[0]), read_image(hr / "a.png")[:21, :18])
+    before = (tmp_path / "lr" / "a.png").read_bytes()
+    with pytest.raises(DataError, match=r"anysr prepare lr --out: .*lr is not empty; delete it or choose another"):
+        prepare_lr(hr, tmp_path / "lr", 2, progress=False)  # as the other prepare commands: nothing overwritten
+    with pytest.raises(DataError, match=r"mc is not empty"):
+        prepare_modcrop(hr, tmp_path / "mc", 2, progress=False)
+    assert (tmp_path / "lr" / "a.png").read_bytes() == before
 
 
 def test_prepare_lr_on_set5_matches_direct_resize(tmp_path: Path) -> None:
@@ -149,12 +155,13 @@ def test_prepare_lr_errors_name_the_culprit(tmp_path: Path) -> None:
                                         r"remove it"):
         prepare_lr(hr, tmp_path / "lr", 9, progress=False)
     broken = _truncated_png(hr / "zz_broken.png")
-    with pytest.raises(DataError, match=rf"image {E(broken)} cannot be decoded: the file is truncated"):
+    with pytest.raises(DataError, match=rf"(?s)nothing was written.*{E(broken)} is truncated"):
         prepare_lr(hr, tmp_path / "lr", 2, progress=False)
     broken.unlink()
     cv2.imwrite(str(hr / "float.tiff"), np.zeros((8, 8), dtype=np.float32))
     with pytest.raises(DataError, match=r"float\.tiff has float32 pixels; only 8- or 16-bit integer images"):
         prepare_lr(hr, tmp_path / "lr", 2, progress=False)
+    assert not (tmp_path / "lr").exists() or not any((tmp_path / "lr").iterdir())  # checked before any writing
 
 
 # ------------------------------------------------------------------------------------- sub-images

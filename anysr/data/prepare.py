@@ -82,6 +82,26 @@ def _check_integer_image(img: np.ndarray, path: Path) -> None:
                         "supported, convert it to an 8-bit PNG")
 
 
+def _checked_inputs(folder: PathLike, scale: int, progress: bool) -> list[Path]:
+    """The images of ``folder`` after a check of every header (readable, integer pixels, at least ``scale``
+    pixels): a bad file is refused before anything is written, not midway."""
+    files = _inputs(folder)
+    problems = []
+    for path, info in zip(files, check_images(files, progress=progress)):
+        if info.dtype not in ("uint8", "uint16"):
+            problems.append(f"image {path} has {info.dtype} pixels; only 8- or 16-bit integer images are "
+                            "supported, convert it to an 8-bit PNG")
+        elif info.height < scale or info.width < scale:
+            problems.append(f"image {path} is {info.width}x{info.height}, smaller than the scale {scale}; "
+                            "remove it or lower the scale")
+    if len(problems) == 1:
+        raise DataError(problems[0])
+    if problems:
+        raise DataError(f"{len(problems)} of {len(files)} images cannot be used (nothing was written):\n  "
+                        + "\n  ".join(problems))
+    return files
+
+
 def _modcropped(path: Path, scale: int) -> np.ndarray:
     img = read_image(path)
     _check_integer_image(img, path)
@@ -99,11 +119,14 @@ def _downscale(img: np.ndarray, scale: int) -> np.ndarray:
 
 
 def prepare_modcrop(hr_dir: PathLike, out_dir: PathLike, scale: int, *, progress: bool = True) -> list[Path]:
-    """Write each HR image cropped to a multiple of ``scale`` as ``<out_dir>/<stem>.png``; returns paths."""
+    """Write each HR image cropped to a multiple of ``scale`` as ``<out_dir>/<stem>.png``; returns paths. A
+    non-empty output folder is refused."""
     s = _check_scale(scale)
     out = _distinct(hr_dir, out_dir)
+    _empty_output(out, "prepare modcrop output")
+    files = _checked_inputs(hr_dir, s, progress)
     written = []
-    for path in tqdm(_inputs(hr_dir), desc=f"mod-crop x{s}", unit="img", disable=not progress):
+    for path in tqdm(files, desc=f"mod-crop x{s}", unit="img", disable=not progress):
         written.append(write_image(out / f"{path.stem}.png", _modcropped(path, s)))
     return written
 
@@ -112,12 +135,14 @@ def prepare_lr(hr_dir: PathLike, out_dir: PathLike, scale: int, *, progress: boo
     """Make bicubic LR images: mod-crop, MATLAB ``imresize(img, 1/scale)`` on the integer image, round.
 
     Each LR image is written as ``<out_dir>/<stem>.png`` with the HR image's channels (gray stays gray).
-    Returns the written paths, in the order of the sorted HR names.
+    Returns the written paths, in the order of the sorted HR names. A non-empty output folder is refused.
     """
     s = _check_scale(scale)
     out = _distinct(hr_dir, out_dir)
+    _empty_output(out, "anysr prepare lr --out")
+    files = _checked_inputs(hr_dir, s, progress)
     written = []
-    for path in tqdm(_inputs(hr_dir), desc=f"bicubic LR x{s}", unit="img", disable=not progress):
+    for path in tqdm(files, desc=f"bicubic LR x{s}", unit="img", disable=not progress):
         written.append(write_image(out / f"{path.stem}.png", _downscale(_modcropped(path, s), s)))
     return written
 
