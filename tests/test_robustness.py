@@ -499,3 +499,24 @@ def test_history_of_the_wrong_shape_is_one_line(tmp_path: Path, small_train_dir:
             assert proc.returncode == 2 and len(lines) == 1, (bad, args[0], proc.stderr)
             assert "history.json is not an anysr history" in lines[0] and "delete it" in lines[0], lines
     assert not (exp / "models" / "net_g_4.safetensors").exists()
+
+
+def test_infer_checks_every_input_before_writing(tmp_path: Path) -> None:
+    """A bad file among the inputs is refused before any result is written; hidden files (macOS's ._name) are not
+    inputs; 16-bit inputs are upscaled in fp32 when the precision is auto (bf16 would keep ~8 of their bits)."""
+    src = tmp_path / "in"
+    src.mkdir()
+    shutil.copy(DATASETS / "Set5" / "HR" / "bird.png", src / "a.png")
+    (src / "._a.png").write_bytes(b"\x00\x05\x16\x07 AppleDouble resource fork")
+    (src / "z.png").write_bytes((DATASETS / "Set5" / "HR" / "baby.png").read_bytes()[:300])  # truncated
+    out = tmp_path / "out"
+    args = ("infer", "--arch", "bicubic", "--scale", "2", "-i", str(src), "-o", str(out))
+    proc = run_cli(*args, cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and "z.png is truncated" in proc.stderr and "._a.png" not in proc.stderr, proc.stderr
+    assert not out.exists() or not any(out.iterdir())
+    (src / "z.png").unlink()
+    img16 = (cv2.imread(str(src / "a.png")).astype(np.uint16) * 257)
+    assert cv2.imwrite(str(src / "b16.png"), img16)
+    proc = run_cli(*args, cwd=tmp_path)
+    assert sorted(p.name for p in out.iterdir()) == ["a.png", "b16.png"]
+    assert "16-bit input images: precision fp32" in proc.stdout + proc.stderr

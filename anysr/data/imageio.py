@@ -39,12 +39,13 @@ def is_image_file(path: str | os.PathLike[str]) -> bool:
 
 
 def list_images(folder: str | os.PathLike[str]) -> list[Path]:
-    """The image files directly inside ``folder``, sorted by name; DataError if it is not a folder."""
+    """The image files directly inside ``folder``, sorted by name, hidden ones (``.name``: macOS's ``._photo.png``
+    resource forks, editors' temporaries) left out; DataError if it is not a folder."""
     root = Path(folder)
     if not root.is_dir():
         hint = "it is a file, not a folder" if root.exists() else "it does not exist"
         raise DataError(f"image folder {root}: {hint}; check the path")
-    return sorted(p for p in root.iterdir() if p.is_file() and is_image_file(p))
+    return sorted(p for p in root.iterdir() if p.is_file() and is_image_file(p) and not p.name.startswith("."))
 
 
 @dataclass(frozen=True)

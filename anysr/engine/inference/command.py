@@ -4,14 +4,20 @@ launch plan); the command line launches the job and prints its message."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from anysr.accelerators import resolve_plan
 from anysr.accelerators.plan import LaunchPlan
 from anysr.data.video_io import FrameSource, is_video_file
-from anysr.engine.inference.images import InferSettings, check_outscale, infer_worker, list_inputs
+from anysr.engine.inference.images import (
+    InferSettings,
+    check_outscale,
+    infer_worker,
+    list_inputs,
+    probe_inputs,
+)
 from anysr.engine.inference.network import arch_kind, network_type, resolve_network, without_weight_paths
 from anysr.engine.inference.video import video_infer_worker
 from anysr.errors import DataError, OptionError
@@ -94,7 +100,12 @@ def plan_infer(req: InferRequest) -> InferJob:
                              outscale=check_outscale(req.outscale), resize=req.resize, ext=req.ext,
                              alpha=req.alpha, progress=req.progress)
     files = list_inputs(Path(req.input))
-    plan = resolve_plan(req.accelerator, 1, precision=req.precision, channels_last=req.channels_last)
+    deep = any(info.bits > 8 for info in probe_inputs(files))
+    precision = "fp32" if deep and req.precision == "auto" else req.precision
+    plan = resolve_plan(req.accelerator, 1, precision=precision, channels_last=req.channels_last)
+    if precision != req.precision:
+        plan = replace(plan, notes=(*plan.notes, "16-bit input images: precision fp32 (bf16 keeps about 8 bits of a "
+                                                 "16-bit sample; --precision bf16 to choose it anyway)"))
     return InferJob(plan, infer_worker, (res.net, files, Path(req.output), settings),
                     f"wrote {len(files)} image(s) to {req.output}")
 

@@ -16,7 +16,8 @@ from tqdm import tqdm
 
 from anysr.accelerators import Accelerator
 from anysr.archs.arch_util import input_channels
-from anysr.data.imageio import IMAGE_EXTENSIONS, list_images, probe_image, read_image, write_image
+from anysr.data.imageio import IMAGE_EXTENSIONS, ImageInfo, list_images, probe_image, read_image, write_image
+from anysr.data.prepare import check_images
 from anysr.engine.evaluation.forward import CALIBRATION_SIDE, run_network
 from anysr.engine.logger import get_logger, log_start, setup_logging
 from anysr.errors import DataError, OptionError
@@ -35,7 +36,7 @@ _NORMAL_EXT = {".jpeg": ".jpg", ".tiff": ".tif", ".ppm": ".png", ".pgm": ".png"}
 
 
 def list_inputs(path: Path) -> list[Path]:
-    """``-i``: the images in a folder (sorted), or the single file given."""
+    """``-i``: the images in a folder (sorted, hidden files left out), or the single file given."""
     if not path.exists():
         raise DataError(f"-i {path}: no such file or folder")
     if path.is_file():
@@ -44,6 +45,15 @@ def list_inputs(path: Path) -> list[Path]:
     if not files:
         raise DataError(f"-i {path}: the folder holds no images ({', '.join(IMAGE_EXTENSIONS)})")
     return files
+
+
+def probe_inputs(files: list[Path]) -> list[ImageInfo]:
+    """Every input's header, read before any work: an unreadable file is refused before a result is written,
+    not midway through the folder."""
+    try:
+        return check_images(files, progress=False, desc="check inputs")
+    except DataError as exc:
+        raise DataError(f"-i: {exc}") from None
 
 
 @dataclass(frozen=True)
