@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import errno
+import os
 from collections.abc import Iterable
 from typing import TypeVar
 
@@ -65,6 +66,8 @@ _ERRNO_HINTS = {
 
 def describe_os_error(exc: OSError) -> str:
     """One line for an operating-system error a user or the machine can cause (disk full, read-only, ...)."""
+    if exc.errno == errno.EEXIST and exc.filename and os.path.isfile(exc.filename):  # mkdir where a file is
+        return f"{exc.filename} is a file where a folder is needed; fix the path (or move the file)"
     what = exc.strerror or type(exc).__name__
     where = f" ({exc.filename})" if exc.filename else ""
     hint = _ERRNO_HINTS.get(exc.errno or -1)

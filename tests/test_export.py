@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import run_cli, tiny_train_options, write_options
+from conftest import ROOT, run_cli, tiny_train_options, write_options
 from safetensors import safe_open
 
 from anysr.archs import build_network
@@ -177,3 +178,18 @@ def test_exported_plain_file_loads_in_spandrel(tmp_path: Path) -> None:
     with torch.no_grad():
         torch.testing.assert_close(desc.model.eval()(x), ours(x), rtol=1e-5, atol=1e-5)
     assert desc.scale == 4
+
+
+def test_onnx_without_the_onnx_package_says_what_to_install(tmp_path: Path) -> None:
+    """With or without the onnxruntime check, a machine without onnx is told to install anysr[onnx] (not that
+    the network does not run on a 64x64 input)."""
+    src, _, _ = _saved(tmp_path, EDSR)
+    hide = tmp_path / "hide"
+    (hide / "onnx").mkdir(parents=True)
+    (hide / "onnx" / "__init__.py").write_text("raise ImportError('onnx hidden by the test')\n")
+    for extra in ((), ("--no-check",)):
+        proc = run_cli("export", str(src), "--to", str(tmp_path / "m.onnx"), *extra, cwd=tmp_path, check=False,
+                       env={"PYTHONPATH": f"{hide}{os.pathsep}{ROOT}"})
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert proc.returncode == 2 and len(lines) == 1 and "pip install 'anysr[onnx]'" in lines[0], proc.stderr
+        assert not (tmp_path / "m.onnx").exists()

@@ -520,3 +520,27 @@ def test_infer_checks_every_input_before_writing(tmp_path: Path) -> None:
     proc = run_cli(*args, cwd=tmp_path)
     assert sorted(p.name for p in out.iterdir()) == ["a.png", "b16.png"]
     assert "16-bit input images: precision fp32" in proc.stdout + proc.stderr
+
+
+def test_messages_name_the_real_cause(tmp_path: Path) -> None:
+    """eval with several --sr folders names the one that lacks a file; --json under a file says so; an --outscale
+    whose result cannot fit in memory is refused before work, not reported as 'out of memory; use --tile'."""
+    hr = DATASETS / "Set5" / "HR"
+    run_cli("prepare", "lr", "--hr", str(hr), "--out", str(tmp_path / "lr"), "--scale", "2", cwd=tmp_path)
+    run_cli("infer", "--arch", "bicubic", "--scale", "2", "-i", str(tmp_path / "lr"), "-o", str(tmp_path / "sr"),
+            cwd=tmp_path)
+    shutil.copytree(tmp_path / "sr", tmp_path / "sr2")
+    (tmp_path / "sr2" / "bird.png").unlink()
+    proc = run_cli("eval", "--gt", str(hr), "--sr", str(tmp_path / "sr"), "--sr", str(tmp_path / "sr2"), "--scale",
+                   "2", cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and f"cannot pair --sr {tmp_path / 'sr2'} with --gt" in proc.stderr, proc.stderr
+    assert "bird.png" in proc.stderr and "woman" not in proc.stdout  # paired (and refused) before any scoring
+    (tmp_path / "A").write_text("a file")
+    proc = run_cli("eval", "--gt", str(hr), "--sr", str(tmp_path / "sr"), "--scale", "2", "--json",
+                   str(tmp_path / "A" / "r.json"), cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and f"{tmp_path / 'A'} is a file where a folder is needed" in proc.stderr
+    proc = run_cli("infer", "--arch", "bicubic", "--scale", "2", "-i", str(tmp_path / "lr" / "bird.png"), "-o",
+                   str(tmp_path / "big"), "--outscale", "1000", cwd=tmp_path, check=False)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and "--outscale 1000: the result of" in lines[0], proc.stderr
+    assert "give a smaller --outscale" in lines[0] and "--tile" not in lines[0]

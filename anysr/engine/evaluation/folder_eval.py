@@ -40,11 +40,11 @@ def _listing(paths: list[str]) -> str:
     return shown + (f" (and {len(paths) - _MAX_LISTED} more)" if len(paths) > _MAX_LISTED else "")
 
 
-def pair_by_stem(gt_files: list[Path], sr_files: list[Path]) -> list[tuple[Path, Path]]:
+def pair_by_stem(gt_files: list[Path], sr_files: list[Path], what: str = "the folders") -> list[tuple[Path, Path]]:
     """Pair each SR file with the GT file whose stem equals its stem or is its prefix before ``_``.
 
     ``baby_x2.png`` and ``baby_bicubic.png`` both match ``baby.png``; the longest matching GT stem wins.
-    Every file must find exactly one partner, else DataError naming the odd files.
+    Every file must find exactly one partner, else DataError naming the odd files (and ``what`` was paired).
     """
     gt_by_stem: dict[str, Path] = {}
     for g in gt_files:
@@ -72,7 +72,7 @@ def pair_by_stem(gt_files: list[Path], sr_files: list[Path]) -> list[tuple[Path,
     if doubles:
         problems.append(f"ground-truth images matched by several SR files: {_listing(doubles)}")
     if problems:
-        raise DataError("cannot pair the folders: " + "; ".join(problems) +
+        raise DataError(f"cannot pair {what}: " + "; ".join(problems) +
                         ". SR names must be '<gt stem>.<ext>' or '<gt stem>_<suffix>.<ext>'")
     return [(gt_by_stem[k], matched[k][0]) for k in sorted(matched)]
 
@@ -185,11 +185,13 @@ def evaluate_folders(gt_dir: PathLike, sr_dir: PathLike | Sequence[PathLike], sc
     gt_feats: np.ndarray | None = None
     results = []
     pairs_per_folder = []
-    for folder in folders:
+    all_pairs = []
+    for folder in folders:  # every folder paired before any is scored
         sr_files = list_images(folder)
         if not sr_files:
             raise DataError(f"image folder {folder} holds no image files; check the path")
-        pairs = pair_by_stem(gt_files, sr_files)
+        all_pairs.append(pair_by_stem(gt_files, sr_files, f"--sr {folder} with --gt {gt_dir}"))
+    for folder, pairs in zip(folders, all_pairs):
         rows, sr_feats, gf = _score_folder(pairs, chosen, models, int(scale), int(border), y_channel, device,
                                            need_gt_feats=gt_feats is None)
         if "fid" in chosen and gt_feats is None:

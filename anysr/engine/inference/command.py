@@ -14,6 +14,7 @@ from anysr.data.video_io import FrameSource, is_video_file
 from anysr.engine.inference.images import (
     InferSettings,
     check_outscale,
+    check_result_sizes,
     infer_worker,
     list_inputs,
     probe_inputs,
@@ -100,7 +101,9 @@ def plan_infer(req: InferRequest) -> InferJob:
                              outscale=check_outscale(req.outscale), resize=req.resize, ext=req.ext,
                              alpha=req.alpha, progress=req.progress)
     files = list_inputs(Path(req.input))
-    deep = any(info.bits > 8 for info in probe_inputs(files))
+    infos = probe_inputs(files)
+    check_result_sizes(files, infos, settings)
+    deep = any(info.bits > 8 for info in infos)
     precision = "fp32" if deep and req.precision == "auto" else req.precision
     plan = resolve_plan(req.accelerator, 1, precision=precision, channels_last=req.channels_last)
     if precision != req.precision:

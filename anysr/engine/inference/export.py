@@ -181,12 +181,17 @@ def _check(session: Any, reference: nn.Module, x: torch.Tensor, dtype: torch.dty
     return OnnxCheck(tuple(x.shape), float((torch.from_numpy(got).float() - want).abs().max()))
 
 
-def _with_metadata(data: bytes, meta: dict[str, str]) -> bytes:
+def _onnx() -> Any:
     try:
         import onnx  # noqa: PLC0415 - optional dependency (anysr[onnx])
     except ImportError:
-        return data
-    model = onnx.load_from_string(data)
+        raise OptionError("exporting to ONNX needs the onnx package (torch's exporter writes through it; "
+                          "onnxruntime checks the result): pip install 'anysr[onnx]'") from None
+    return onnx
+
+
+def _with_metadata(data: bytes, meta: dict[str, str]) -> bytes:
+    model = _onnx().load_from_string(data)
     for key, value in meta.items():
         entry = model.metadata_props.add()
         entry.key, entry.value = key, value
@@ -205,6 +210,7 @@ def export_onnx(net: nn.Module, path: str | Path, *, scale: int, net_opt: dict[s
     PyTorch fp32 at each shape (fp32: within 1e-3, else CheckpointError; fp16: a warning above 1e-2).
     """
     path = Path(path)
+    _onnx()  # needed with or without the check: said first, not as a failed trace
     ort = _onnxruntime() if check else None
     net = net.eval()
     multiple = tile_multiple(net)

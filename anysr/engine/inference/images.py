@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -374,6 +375,23 @@ def infer_worker(acc: Accelerator, net: nn.Module, files: list[Path], out_dir: P
         written.append(dst)
     acc.strategy.barrier()
     return written
+
+
+def check_result_sizes(files: list[Path], infos: list[ImageInfo], settings: InferSettings) -> None:
+    """Refuse, before any work, a result that cannot fit in this machine's memory (an ``--outscale`` typo such
+    as 1000): it is built whole as float32 samples, however the network's pass is tiled."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # no sysconf (Windows): nothing to compare with
+        return
+    for path, info in zip(files, infos):
+        out_h, out_w = settings.output_size(info.height, info.width)
+        need = out_h * out_w * max(info.channels, 3) * 4
+        if need > memory:
+            flag = f"--outscale {settings.outscale:g}" if settings.outscale is not None else f"scale {settings.scale}"
+            raise OptionError(f"{flag}: the result of {path} would be {out_w}x{out_h} pixels (about "
+                              f"{need / 2**30:.0f} GiB as float32), more than this machine's "
+                              f"{memory / 2**30:.0f} GiB of memory; give a smaller --outscale")
 
 
 def check_outscale(outscale: float | None) -> float | None:
