@@ -4,6 +4,7 @@ features; fixtures in tests/fixtures/metrics/), several folders side by side, CS
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import shutil
@@ -107,6 +108,11 @@ def test_fid_statistics_files_of_basicsr_and_pytorch_fid(tmp_path: Path) -> None
     torch.save({"what": torch.zeros(3)}, tmp_path / "odd.pth")
     with pytest.raises(DataError, match="mean / cov"):
         read_fid_reference(tmp_path / "odd.pth", "--fid-stats")
+    torch.save({"mean": mu, "cov": sigma, "obj": argparse.Namespace(a=1)}, tmp_path / "pickled.pth")
+    with pytest.raises(DataError, match=r"refused by torch.load\(weights_only=True\): it holds something other "
+                                        r"than tensors.*\.npz with mu / sigma") as info:
+        read_fid_reference(tmp_path / "pickled.pth", "--fid-stats")
+    assert "\n" not in str(info.value) and "weights_only` to `False`" not in str(info.value)
 
 
 @pytest.mark.slow

@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from anysr.data.transforms import tensor2img
 from anysr.engine.checkpoint import load_weights
+from anysr.engine.checkpoint.integrity import describe_load_error
 from anysr.errors import AnysrError, CheckpointError, DataError, OptionError
 from anysr.metrics import TORCH_METRICS, metric_info
 from anysr.metrics.backbones import FIDInceptionV3
@@ -94,7 +95,7 @@ def read_fid_reference(path: PathLike, where: str) -> tuple[np.ndarray, np.ndarr
         with torch.serialization.safe_globals(allowed):
             obj = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any unpickler failure means an unusable file
-        raise DataError(f"{where}: {p} cannot be read as FID statistics ({str(exc).splitlines()[0][:200]}); give "
+        raise DataError(f"{where}: {p} cannot be read as FID statistics ({describe_load_error(exc)}); give "
                         "a .npz with mu / sigma or BasicSR's .pth with mean / cov") from None
     if not isinstance(obj, Mapping) or not ({"mean", "cov"} <= set(obj) or {"mu", "sigma"} <= set(obj)):
         keys = sorted(obj) if isinstance(obj, Mapping) else type(obj).__name__
