@@ -16,6 +16,7 @@ from metric_files import write_metric_weights
 from safetensors.torch import save_file
 from test_gan import fake_vgg19_state_dict
 
+from anysr.errors import OptionError
 from anysr.options import load_options
 
 RECIPES = sorted((ROOT / "options" / "train").glob("recipe_*.yml"))
@@ -130,3 +131,13 @@ def test_realplksr_gan(tmp_path: Path, weight_files: dict[str, Any], tiny_val: P
     losses = _train(GAN, tmp_path, weight_files, tiny_val)
     assert {"l_g_msssiml1", "l_g_perceptual", "l_g_dists", "l_g_ldl", "l_g_gan", "l_d_real", "l_d_fake"} <= set(losses)
 
+
+
+def test_list_weights_are_ms_ssim_exponents_or_learned_loss_files(tmp_path: Path) -> None:
+    """``weights`` of a train.losses entry: MS-SSIM's per-scale exponents, LPIPS / DISTS' files (numbers refused)."""
+    over = [f"path.root={ROOT}", f"path.experiments_root={tmp_path}"]
+    opt = load_options(FIDELITY, over, is_train=True)
+    assert list(opt["train"]["losses"][0]["weights"]) == [0.0448, 0.2856, 0.3001]
+    with pytest.raises(OptionError) as info:
+        load_options(FIDELITY, [*over, "train.losses.0.type=DISTSLoss"], is_train=True)
+    assert "train.losses[0].weights[0]: expected a file path (str), got 0.0448" in str(info.value)
