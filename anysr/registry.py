@@ -99,6 +99,11 @@ class Registry:
         """The registered names, but those of the lazy sources (so the docs do not depend on what is installed)."""
         return sorted(n for n in self._items if n not in self._lazy)
 
+    @property
+    def extensible(self) -> bool:
+        """Whether lazy sources (optional packages) may add names that ``keys()`` does not list."""
+        return bool(self._sources or self._lazy or self._missing)
+
 
 REQUIRED = inspect.Parameter.empty
 """The default ``constructor_args`` gives to arguments without one."""

@@ -53,6 +53,9 @@ def test_schema_catches_what_editors_should_flag(validator: object) -> None:
     assert errors({"datasets.train.gt_szie": 96})
     assert errors({"accelerator": "tpu"})
     assert errors({"train.optim_g.momentum": 0.9})  # SGD's, not Adam's
+    # an optional package's optimizer (anysr[optim]) is not listed, whatever is installed: accepted with its arguments
+    assert errors({"train.optim_g": {"type": "AdamWScheduleFree", "lr": 1e-3, "warmup_steps": 10}}) == []
+    assert errors({"train.scheduler": {"type": "CosineWarmupLR"}}) == []  # total_iter: train.total_iter
     assert errors({"val.save_img": None}) == []  # ~ means the default
 
 

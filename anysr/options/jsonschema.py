@@ -30,7 +30,9 @@ _TYPED_SECTIONS = {
     ("train", "pixel_opt"): ("loss", ()), ("train", "perceptual_opt"): ("loss", ("vgg_state_dict",)),
     ("train", "gan_opt"): ("loss", ()),
 }
-_NOT_ARGUMENTS = ("vgg_weights_path",)  # section keys that are not constructor arguments
+_NOT_ARGUMENTS = ("vgg_weights_path",)
+# Required arguments the options checker fills when absent (a schedule's length defaults to train.total_iter).
+_FILLED = {"scheduler": ("total_iter", "total_steps", "T_max")}  # section keys that are not constructor arguments
 _ROLES = {("train", "pixel_opt"): "pixel", ("train", "perceptual_opt"): "perceptual", ("train", "gan_opt"): "gan"}
 _REGISTRY_KEYS = {("model_type",): "model", ("datasets", "*", "type"): "dataset",
                   ("val", "metrics", "*", "type"): "metric"}
@@ -121,7 +123,8 @@ def _constructor_variants(kind: str, skip: tuple[str, ...], role: str | None,
         params, var_kw = constructor_args(cls, skip)
         props = {arg: ({"default": _json_default(default)} if default is not REQUIRED
                        and _json_default(default) is not None else {}) for arg, default in params.items()}
-        required = [arg for arg, default in params.items() if default is REQUIRED]
+        required = [arg for arg, default in params.items()
+                    if default is REQUIRED and arg not in _FILLED.get(kind, ())]
         then: dict[str, Any] = {"properties": props}
         if required:
             then["required"] = required
@@ -147,11 +150,18 @@ def _section(section: Section, path: tuple[str, ...]) -> dict[str, Any]:
     typed = _TYPED_SECTIONS.get(path)
     if typed is not None:
         kind, skip = typed
-        out["properties"]["type"] = {**props.get("type", {}), "enum": [
-            n for n in registry(kind).keys() if _ROLES.get(path) is None
-            or getattr(registry(kind).get(n), "role", None) == _ROLES[path]]}
+        names = [n for n in registry(kind).keys() if _ROLES.get(path) is None
+                 or getattr(registry(kind).get(n), "role", None) == _ROLES[path]]
         own = [k for k in section.fields if k not in ("type", *_NOT_ARGUMENTS)]
         out["allOf"] = _constructor_variants(kind, skip, _ROLES.get(path), own)
+        if registry(kind).extensible:
+            # an optional package's classes (anysr[optim]) are found by name at run time, never listed here (the
+            # schema must not depend on what is installed): any other name is accepted with any arguments
+            out["properties"]["type"] = {**props.get("type", {}), "anyOf": [{"enum": names}, {"type": "string"}]}
+            out["allOf"].append({"if": {"properties": {"type": {"not": {"enum": names}}}, "required": ["type"]},
+                                 "then": {"additionalProperties": True}})
+        else:
+            out["properties"]["type"] = {**props.get("type", {}), "enum": names}
         out["unevaluatedProperties"] = False  # an argument the chosen class does not take
     elif not section.extra:
         out["additionalProperties"] = False

@@ -291,15 +291,18 @@ def _loss_entry_rule(out: dict[str, Any], path: str, ctx: Context, key: str | No
     if out.get("loss_weight") == 0:
         return
     _existing(out, "vgg_weights_path", path, ctx, kind="file")
-    if good(out, "weights"):
-        files = [out["weights"]] if isinstance(out["weights"], str) else list(out["weights"])
-        items = {f"weights[{i}]": f for i, f in enumerate(files)}
-        for slot in items:
-            _existing(items, slot, path, ctx, kind="file")
-        out["weights"] = list(items.values())
     if not good(out, "type") or not _check_registered("loss", "loss", out["type"], f"{path}.type", ctx):
         return
     params, _ = constructor_args(registry("loss").get(out["type"]))
+    if good(out, "weights") and "weight_state_dicts" in params:  # LPIPS / DISTS: files (MS-SSIM: its exponents)
+        files = [out["weights"]] if isinstance(out["weights"], str) else list(out["weights"])
+        items = {f"weights[{i}]": f for i, f in enumerate(files)}
+        for slot, f in items.items():
+            if isinstance(f, str):
+                _existing(items, slot, path, ctx, kind="file")
+            else:
+                ctx.add(f"{path}.{slot}", f"expected a file path (str), got {show(f)}")
+        out["weights"] = list(items.values())
     if "loss_weight" not in params and "perceptual_weight" in params and good(out, "loss_weight"):
         # traiNNer-redux's perceptualloss takes loss_weight: it scales the perceptual and the style term alike
         weight = float(out.pop("loss_weight"))
@@ -718,8 +721,9 @@ LOSS_ENTRY = Section(
                       doc="Logged as l_<name> (SRModel) or l_g_<name> (GAN models)."),
         "vgg_weights_path": Field((str, None), doc="PerceptualLoss / ContextualLoss: torchvision's vgg19 (vgg19_bn) "
                                                    "state dict, an existing file."),
-        "weights": Field((str, ListOf(str, min_len=1), None),
-                         doc="LPIPSLoss / DISTSLoss: their weight files, as val.metrics' lpips / dists take them."),
+        "weights": Field((str, ListOf((str, float), min_len=1), None),
+                         doc="LPIPSLoss / DISTSLoss: their weight files, as val.metrics' lpips / dists take them; "
+                             "MSSSIMLoss / MSSSIML1Loss: one exponent per scale."),
     },
     extra=True,
     rule=_loss_entry_rule,
