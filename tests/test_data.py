@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import pickle
 import shutil
 import sys
@@ -593,3 +594,18 @@ def test_remaining_error_messages(tmp_path: Path, pair_dirs: tuple[Path, Path]) 
     for fn, exc, pattern in cases:
         with pytest.raises(exc, match=pattern):
             fn()
+
+
+def test_worker_count_is_capped_at_the_usable_cores_and_said_once(monkeypatch: pytest.MonkeyPatch,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    from anysr.data import loaders
+
+    monkeypatch.setattr(loaders, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(loaders, "_SAID", set())
+    logger = logging.getLogger("anysr")
+    monkeypatch.setattr(logger, "propagate", True)
+    with caplog.at_level(logging.INFO, logger="anysr"):
+        assert loaders.worker_count(1) == 1 and loaders.worker_count(2) == 2
+        assert loaders.worker_count(6) == 2 and loaders.worker_count(6) == 2
+    said = [r.getMessage() for r in caplog.records if "num_worker_per_gpu" in r.getMessage()]
+    assert said == ["num_worker_per_gpu 6 lowered to 2: this process may use 2 CPU cores"]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import math
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -44,7 +46,32 @@ def _worker_init(worker_id: int) -> None:
     cv2.setNumThreads(0)
 
 
+_SAID: set[tuple[int, int]] = set()
+
+
+def usable_cpus() -> int:
+    """The CPU cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def worker_count(asked: int) -> int:
+    """``num_worker_per_gpu`` capped at the usable cores: more workers than cores only compete for them (torch
+    warns about it at every loader); said once per process."""
+    cpus = usable_cpus()
+    if asked <= cpus:
+        return asked
+    if (asked, cpus) not in _SAID:
+        _SAID.add((asked, cpus))
+        logging.getLogger("anysr").info("num_worker_per_gpu %d lowered to %d: this process may use %d CPU cores",
+                                        asked, cpus, cpus)
+    return cpus
+
+
 def _worker_kwargs(opt: Mapping[str, Any], workers: int, seed: int = 0) -> dict[str, Any]:
+    workers = worker_count(workers)
     # A private generator: DataLoader draws a worker base seed per iterator, which must not advance the
     # global torch RNG (that would make resumed runs diverge). Samples get their randomness from the sampler.
     generator = torch.Generator()
