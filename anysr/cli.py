@@ -227,7 +227,10 @@ def _add_opt_args(p: argparse.ArgumentParser, launcher: bool = True) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="anysr", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="anysr", description="Train, test, run and export super-resolution / restoration networks on CPU, "
+        "CUDA, MPS or XLA (TPU), from BasicSR-style option files. `anysr COMMAND --help` for each command; "
+        "`python -m anysr.train -opt FILE.yml` works too.")
     parser.add_argument("--version", action="version", version=f"anysr {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -296,7 +299,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="recurrent video networks: frames of context on each side of a chunk")
     p.add_argument("--fps", type=float, default=None,
                    help="frame rate of a video written from a folder of frames (default 25)")
-    p.add_argument("--accelerator", default="auto", choices=ACCELERATORS)
+    p.add_argument("--accelerator", default="auto", choices=ACCELERATORS,
+                   help="where the network runs (default auto: XLA when PJRT_DEVICE is set or TPU chips exist, then "
+                        "CUDA, MPS, the CPU)")
     p.add_argument("--precision", default="auto", choices=PRECISION_CHOICES,
                    help="autocast precision (default auto: bf16 where the device runs it natively, else fp32)")
     p.add_argument("--channels-last", "--channels_last", action=argparse.BooleanOptionalAction, default=None,
@@ -311,7 +316,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "params) under the original architecture's names, as spandrel-based tools (chaiNNer, "
                        "ComfyUI, A1111) load it, or an ONNX model (fp32 or fp16; dynamic height/width where the "
                        "network allows it, else the fixed --size) checked against onnxruntime (needs anysr[onnx]). "
-                       "ECBSR is exported re-parameterised. The format follows each --to suffix.")
+                       "ECBSR and SPAN are exported in their deployed (folded) form. The format follows each --to "
+                       "suffix.")
     p.add_argument("weights", help="weights file (.safetensors from anysr, or a .pth)")
     p.add_argument("--to", required=True, nargs="+", metavar="OUT",
                    help="output files: plain.pth, plain.safetensors, model.onnx (several at once)")
@@ -359,7 +365,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="results folder(s), matched by file stem; several are compared in one table")
     p.add_argument("--metrics", default="psnr,ssim",
                    help="comma-separated: psnr, ssim, niqe, lpips, dists, fid (BasicSR names work too)")
-    p.add_argument("--scale", type=int, required=True)
+    p.add_argument("--scale", type=int, required=True,
+                   help="the results' upscaling factor (sets the default --crop-border)")
     p.add_argument("--crop-border", "--crop_border", type=int, default=None, help="default: the scale")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--y", action="store_true", help="Y channel (default)")

@@ -17,7 +17,7 @@ SRVGG = ["--arch", "SRVGGNetCompact", "--arch-opt", "num_feat=64", "num_conv=16"
 
 
 def _average(stdout: str) -> tuple[float, float, int]:
-    last = stdout.strip().splitlines()[-1]
+    last = next(ln for ln in reversed(stdout.strip().splitlines()) if ln.startswith("average"))  # then "wrote"s
     m = re.fullmatch(r"average PSNR=([\d.]+) SSIM=([\d.]+) n=(\d+)", last)
     assert m, last
     return float(m.group(1)), float(m.group(2)), int(m.group(3))

@@ -56,7 +56,8 @@ def test_niqe_through_eval_equals_basicsr(tmp_path: Path) -> None:
     assert len(expected) == 5 and result["metrics"] == ["niqe"]
     for row in result["images"]:
         assert abs(row["niqe"] - expected[row["name"]]) <= NIQE_TOL, row
-    assert proc.stdout.strip().splitlines()[-1] == f"average NIQE={result['niqe']:.4f} n=5"
+    assert proc.stdout.strip().splitlines()[-2:] == [f"average NIQE={result['niqe']:.4f} n=5",
+                                                      f"wrote {tmp_path / 'r.json'}"]
 
 
 @pytest.mark.slow
@@ -133,7 +134,8 @@ def test_several_folders_side_by_side_with_csv_json_and_report(tmp_path: Path) -
                    "--metrics", "psnr,ssim", "--json", str(tmp_path / "r.json"), "--csv", str(tmp_path / "r.csv"),
                    "--report", str(tmp_path / "cmp.html"), cwd=tmp_path)
     lines = proc.stdout.strip().splitlines()
-    assert lines[-2].startswith("average soft: PSNR=") and lines[-1].startswith("average sharp: PSNR=inf")
+    assert lines[-5].startswith("average soft: PSNR=") and lines[-4].startswith("average sharp: PSNR=inf")
+    assert lines[-3:] == [f"wrote {tmp_path / n}" for n in ("r.json", "r.csv", "cmp.html")]  # each file said
     header = next(line for line in lines if line.startswith("image"))
     assert header.split() == ["image", "PSNR[soft]", "PSNR[sharp]", "SSIM[soft]", "SSIM[sharp]"]
     result = json.loads((tmp_path / "r.json").read_text())

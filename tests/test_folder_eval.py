@@ -126,7 +126,8 @@ def test_table_json_modcrop_and_defaults(tmp_path: Path) -> None:
     assert result["images"][0]["psnr"] == pytest.approx(psnr1, abs=1e-12)
     assert result["images"][0]["ssim"] == pytest.approx(ssim1, abs=1e-12)
     assert result["psnr"] == pytest.approx(np.mean([r["psnr"] for r in result["images"]]), abs=1e-12)
-    assert lines[-1] == f"average PSNR={result['psnr']:.4f} SSIM={result['ssim']:.4f} n=2"
+    assert lines[-2] == f"average PSNR={result['psnr']:.4f} SSIM={result['ssim']:.4f} n=2"
+    assert lines[-1] == f"wrote {tmp_path / 'out' / 'r.json'}"  # the files written are said after the table
     assert any(line.startswith("one_SRx4.png") for line in lines)
     saved = json.loads((tmp_path / "out" / "r.json").read_text())
     assert saved["n"] == 2 and saved["psnr"] == pytest.approx(result["psnr"])

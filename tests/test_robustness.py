@@ -538,7 +538,8 @@ def test_messages_name_the_real_cause(tmp_path: Path) -> None:
     (tmp_path / "A").write_text("a file")
     proc = run_cli("eval", "--gt", str(hr), "--sr", str(tmp_path / "sr"), "--scale", "2", "--json",
                    str(tmp_path / "A" / "r.json"), cwd=tmp_path, check=False)
-    assert proc.returncode == 2 and f"{tmp_path / 'A'} is a file where a folder is needed" in proc.stderr
+    assert proc.returncode == 2 and f"{tmp_path / 'A'} is a file, not a folder; fix the path" in proc.stderr
+    assert "--json" in proc.stderr and "woman" not in proc.stdout  # refused before any scoring
     proc = run_cli("infer", "--arch", "bicubic", "--scale", "2", "-i", str(tmp_path / "lr" / "bird.png"), "-o",
                    str(tmp_path / "big"), "--outscale", "1000", cwd=tmp_path, check=False)
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]

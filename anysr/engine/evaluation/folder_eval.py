@@ -185,6 +185,8 @@ def evaluate_folders(gt_dir: PathLike, sr_dir: PathLike | Sequence[PathLike], sc
     gt_feats: np.ndarray | None = None
     results = []
     pairs_per_folder = []
+    for out_path, flag in ((json_path, "--json"), (csv_path, "--csv"), (report_path, "--report")):
+        _check_output(out_path, flag)
     all_pairs = []
     for folder in folders:  # every folder paired before any is scored
         sr_files = list_images(folder)
@@ -208,14 +210,29 @@ def evaluate_folders(gt_dir: PathLike, sr_dir: PathLike | Sequence[PathLike], sc
     out: dict[str, Any] = results[0] if len(results) == 1 else {
         "gt_dir": str(gt_dir), "scale": int(scale), "crop_border": int(border), "y_channel": bool(y_channel),
         "metrics": chosen, "labels": labels, "results": results}
+    _print_averages(results, labels, chosen, echo)
     if json_path is not None:
-        atomic_write_json(json_path, out)
+        echo(f"wrote {atomic_write_json(json_path, out)}")
     if csv_path is not None:
         _write_csv(csv_path, results, labels, chosen)
+        echo(f"wrote {csv_path}")
     if report_path is not None:
         echo(f"wrote {write_eval_report(report_path, results, labels, chosen, pairs_per_folder, int(scale))}")
-    _print_averages(results, labels, chosen, echo)
     return out
+
+
+def _check_output(path: PathLike | None, flag: str) -> None:
+    """Refuse, before any scoring, an output path that cannot be written: a folder, or a file on the way."""
+    if path is None:
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise DataError(f"{flag} {p}: is a folder; give a file name")
+    for parent in p.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise DataError(f"{flag} {p}: {parent} is a file, not a folder; fix the path")
+            return
 
 
 _WEIGHT_HINTS = {

@@ -83,7 +83,8 @@ class ExportReport:
             parts.append(f", {self.tensors} tensors")
         parts.append(")")
         if self.checks:
-            runs = ", ".join(f"{'x'.join(map(str, c.shape[2:]))}: {c.max_diff:.2e}" for c in self.checks)
+            runs = (", ".join(f"{'x'.join(map(str, c.shape[2:]))}: {c.max_diff:.2e}" for c in self.checks)
+                    if self.dynamic else f"{max(c.max_diff for c in self.checks):.2e}")  # one size: said above
             parts.append(f"; onnxruntime vs PyTorch max |diff| {runs}")
         if self.note:
             parts.append(f"; {self.note}")
@@ -244,8 +245,8 @@ def export_onnx(net: nn.Module, path: str | Path, *, scale: int, net_opt: dict[s
         except Exception as exc:  # noqa: BLE001 - the exporter and onnxruntime raise many types for baked-in shapes
             reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
             shape = "x".join(map(str, checks[-1].shape[2:] if checks else other.shape[2:]))
-            note = (f"dynamic sizes failed ({shape}: {reason}); exported for {side}x{side} inputs (tile with "
-                    f"--tile {side} --tile-pad 0 in the runtime, or choose another --size)")
+            note = (f"dynamic sizes failed ({shape}: {reason}): tile with --tile {side} --tile-pad 0 in the "
+                    "runtime, or choose another --size")
             logger.info("%s", note)
             dynamic, checks = False, []
     if not dynamic:
