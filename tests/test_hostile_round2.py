@@ -231,3 +231,24 @@ def test_metadata_that_fits_still_rebuilds_the_network(tmp_path: Path) -> None:
     run_cli("infer", "--weights", str(good), "-i", str(DATASETS / "Set5" / "HR" / "bird.png"), "-o", str(out),
             cwd=tmp_path)
     assert len(list(out.iterdir())) == 1
+
+
+# ------------------------------------------------------------------------------------ calibration size
+def test_a_tile_larger_than_any_image_is_timed_at_a_bounded_side(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                 ) -> None:
+    from anysr.cli import main
+
+    net = build_network(_TINY_EDSR)
+    weights = ckpt.save_weights(tmp_path / "w.safetensors", {"params": net.state_dict()},
+                                {"network_g": _TINY_EDSR, "scale": 2})
+    base = importlib.import_module("anysr.accelerators.base")
+    shapes: list[tuple[int, ...]] = []
+    with monkeypatch.context() as m:  # record what would be timed (100000 x 100000 was 120 GB of torch.rand)
+        m.setattr(base.Accelerator, "calibrate", lambda self, net, shape, *, train: shapes.append(tuple(shape)))
+        assert main(["infer", "--weights", str(weights), "-i", str(DATASETS / "Set5" / "HR" / "bird.png"),
+                     "-o", str(tmp_path / "rec"), "--tile", "100000", "--no-progress"]) == 0
+    assert shapes and max(s[-1] for s in shapes) <= 256, shapes
+    t0 = time.perf_counter()
+    run_cli("infer", "--weights", str(weights), "-i", str(DATASETS / "Set5" / "HR" / "bird.png"), "-o",
+            str(tmp_path / "out"), "--tile", "100000", "--no-progress", cwd=tmp_path, timeout=300)
+    assert len(list((tmp_path / "out").iterdir())) == 1 and time.perf_counter() - t0 < 120
