@@ -12,8 +12,6 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-import yaml
-
 from anysr import __version__
 from anysr.accelerators.hardware import PRECISION_CHOICES
 from anysr.accelerators.kinds import ACCELERATORS, LAUNCHERS
@@ -23,6 +21,7 @@ from anysr.errors import AlreadyReported, AnysrError, OptionError, describe_os_e
 from anysr.options import Options, load_options
 from anysr.options.docs import render_markdown
 from anysr.options.jsonschema import render
+from anysr.options.loader import yaml_value
 from anysr.plugins import load_plugins
 
 
@@ -39,7 +38,7 @@ def _kv_list(items: Sequence[str], flag: str) -> dict[str, Any]:
         if "=" not in item:
             raise OptionError(f"{flag} {item!r}: expected key=value")
         key, value = item.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value)
+        out[key.strip()] = yaml_value(value, f"{flag} {item!r}")
     return out
 
 

@@ -51,8 +51,8 @@ class AlreadyReported(AnysrError):
 PEER_FAILED = 3
 
 _ERRNO_HINTS = {
-    errno.ENOSPC: "the disk is full; free space, then continue with --auto_resume (complete checkpoints are kept)",
-    errno.EDQUOT: "the disk quota is exceeded; free space, then continue with --auto_resume",
+    errno.ENOSPC: "the disk is full; free space, then {then}",
+    errno.EDQUOT: "the disk quota is exceeded; free space, then {then}",
     errno.EROFS: "the file system is read-only; choose a writable folder (path.root / -o)",
     errno.EACCES: "permission denied; choose a folder you can write to, or fix its permissions",
     errno.EPERM: "operation not permitted; choose a folder you can write to",
@@ -64,14 +64,18 @@ _ERRNO_HINTS = {
 }
 
 
-def describe_os_error(exc: OSError) -> str:
-    """One line for an operating-system error a user or the machine can cause (disk full, read-only, ...)."""
+SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+def describe_os_error(exc: OSError, *, then: str = "run the command again") -> str:
+    """One line for an operating-system error a user or the machine can cause (disk full, read-only, ...);
+    ``then``: what to do once space is freed (a full disk or quota)."""
     if exc.errno == errno.EEXIST and exc.filename and os.path.isfile(exc.filename):  # mkdir where a file is
         return f"{exc.filename} is a file where a folder is needed; fix the path (or move the file)"
     what = exc.strerror or type(exc).__name__
     where = f" ({exc.filename})" if exc.filename else ""
     hint = _ERRNO_HINTS.get(exc.errno or -1)
-    return f"{what}{where}" + (f": {hint}" if hint else "")
+    return f"{what}{where}" + (f": {hint.format(then=then)}" if hint else "")
 
 
 class OptionError(AnysrError):

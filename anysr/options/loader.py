@@ -36,6 +36,75 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+# What an options file may make anysr build: a few hundred values are usual; aliases may share a block, never
+# multiply it ("billion laughs": nine levels of ten aliases are 10**9 values from a 1 KB file).
+MAX_YAML_ALIASES = 1_000
+MAX_YAML_VALUES = 100_000
+MAX_YAML_DEPTH = 64
+
+
+def _yaml_children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
+
+
+def _check_yaml_size(root: yaml.Node, where: str) -> None:
+    """Refuse a composed document whose aliases loop, are too many or expand too far, or that nests too deep,
+    before anything is built from it (one walk over the node graph, aliases counted once each)."""
+    expanded: dict[int, int] = {}  # id(node) -> values it expands to, once walked
+    inside: set[int] = {id(root)}
+    aliases = 0
+    stack: list[tuple[yaml.Node, Any, list[int]]] = [(root, iter(_yaml_children(root)), [1])]
+    while stack:
+        node, todo, count = stack[-1]
+        child = next(todo, None)
+        if child is None:
+            stack.pop()
+            inside.discard(id(node))
+            expanded[id(node)] = count[0]
+            if stack:
+                stack[-1][2][0] += count[0]
+        elif id(child) in inside:
+            raise OptionError(f"{where}: the YAML alias to the value at line {child.start_mark.line + 1} is used "
+                              "inside itself (a loop that never ends); write the value out instead")
+        elif id(child) in expanded:
+            aliases += 1
+            count[0] += expanded[id(child)]
+            if aliases > MAX_YAML_ALIASES:
+                raise OptionError(f"{where}: more than {MAX_YAML_ALIASES} YAML aliases (*name); write the values "
+                                  "out, or share fewer of them")
+        else:
+            if len(stack) >= MAX_YAML_DEPTH:
+                raise OptionError(f"{where}: values nested more than {MAX_YAML_DEPTH} levels deep (at line "
+                                  f"{child.start_mark.line + 1}); options are a few levels deep: fix the brackets")
+            inside.add(id(child))
+            stack.append((child, iter(_yaml_children(child)), [1]))
+        if stack and stack[0][2][0] + sum(c[0] for _, _, c in stack[1:]) > MAX_YAML_VALUES:
+            raise OptionError(f"{where}: its YAML aliases (*name) expand to more than {MAX_YAML_VALUES:,} values "
+                              "(aliases of aliases multiply); an options file holds a few hundred: remove the "
+                              "nested aliases")
+
+
+def _load_yaml(text: str, where: str) -> Any:
+    """``yaml.load`` with the strict loader, its node graph bounded (``_check_yaml_size``) before construction."""
+    loader = _StrictLoader(text)
+    try:
+        try:
+            node = loader.get_single_node()
+        except RecursionError:
+            raise OptionError(f"{where}: values nested too deeply for the YAML reader; options are a few levels "
+                              "deep: fix the brackets") from None
+        if node is None:
+            return None
+        _check_yaml_size(node, where)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """The mapping in a YAML file; OptionError for a missing file, a syntax error (with its line), etc."""
     p = Path(path)
@@ -49,7 +118,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         raise OptionError(f"options file '{p}' is not UTF-8 text ({err.reason} at byte {err.start})"
                           ) from None
     try:
-        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        data = _load_yaml(text, f"options file '{p}'")
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -73,7 +142,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
-    """``'a.b.c=value'`` -> ``(['a', 'b', 'c'], value)``; the value is read with ``yaml.safe_load``."""
+    """``'a.b.c=value'`` -> ``(['a', 'b', 'c'], value)``; the value is read as YAML (``yaml_value``)."""
     if not isinstance(text, str) or "=" not in text:
         raise OptionError(f"override {text!r}: no '='; {_OVERRIDE_FORM}")
     key, _, raw = text.partition("=")
@@ -81,13 +150,17 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     parts = key.split(".")
     if not key or any(not part or part != part.strip() or " " in part for part in parts):
         raise OptionError(f"override {text!r}: bad key path '{key}' (empty or blank part); {_OVERRIDE_FORM}")
+    return parts, yaml_value(raw, f"override {text!r}")
+
+
+def yaml_value(raw: str, where: str) -> Any:
+    """One value given on the command line (``key=VALUE``), read as YAML with the options file's bounds."""
     try:
-        value = yaml.safe_load(raw)
+        return _load_yaml(raw, where)
     except yaml.YAMLError as err:
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise OptionError(f"override {text!r}: the value {raw!r} is not valid YAML ({problem}); "
+        raise OptionError(f"{where}: the value {raw!r} is not valid YAML ({problem}); "
                           "quote it, e.g. name='a: b'") from None
-    return parts, value
 
 
 def _set(opt: dict[str, Any], keys: list[str], value: Any, text: str) -> None:

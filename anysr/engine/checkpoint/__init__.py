@@ -21,6 +21,7 @@ from anysr.engine.checkpoint.state import (
     save_training_state,
 )
 from anysr.engine.checkpoint.weights import (
+    check_fits,
     load_into,
     load_model_weights,
     load_weights,
@@ -39,6 +40,7 @@ __all__ = [
     "atomic_write",
     "atomic_write_bytes",
     "atomic_write_json",
+    "check_fits",
     "clean_stale_temps",
     "find_resume_state",
     "list_training_states",

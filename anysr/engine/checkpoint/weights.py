@@ -475,6 +475,20 @@ def state_dict_mismatch(own: Mapping[str, Any], theirs: Mapping[str, Any]) -> tu
     return problems, set(bad)
 
 
+def check_fits(own: Mapping[str, Any], state_dict: Mapping[str, Any], *, source: str,
+               fix: str = "check that network_g matches the file") -> Mapping[str, Any]:
+    """``state_dict`` (a wrapper prefix removed) when its names and shapes are exactly those of ``own`` (a network's
+    state dict, possibly of a network built on the meta device), else CheckpointError: a summary line naming
+    ``source`` and ``fix``, then a table of the names that do not fit."""
+    state_dict = _align_prefixes(own, state_dict, source)
+    problems, bad = state_dict_mismatch(own, state_dict)
+    if problems:
+        fitting = sum(1 for k in own if k in state_dict and k not in bad)
+        raise CheckpointError(f"{source} does not fit the network ({fitting} of {len(own)} tensors fit): "
+                              + "; ".join(problems) + f". Fix: {fix}\n" + mismatch_table(own, state_dict))
+    return state_dict
+
+
 def load_into(net: nn.Module, state_dict: Mapping[str, Any], *, strict: bool, source: str,
               fix: str = "check that network_g matches the file, or set path.strict_load_g: false to load "
                          "what matches") -> None:
@@ -488,15 +502,11 @@ def load_into(net: nn.Module, state_dict: Mapping[str, Any], *, strict: bool, so
     another network).
     """
     own = net.state_dict()
+    if strict:
+        net.load_state_dict(dict(check_fits(own, state_dict, source=source, fix=fix)), strict=True)
+        return
     state_dict = _align_prefixes(own, state_dict, source)
     problems, bad = state_dict_mismatch(own, state_dict)
-    if strict:
-        if problems:
-            fitting = sum(1 for k in own if k in state_dict and k not in bad)
-            raise CheckpointError(f"{source} does not fit the network ({fitting} of {len(own)} tensors fit): "
-                                  + "; ".join(problems) + f". Fix: {fix}\n" + mismatch_table(own, state_dict))
-        net.load_state_dict(dict(state_dict), strict=True)
-        return
     matching = {k: v for k, v in state_dict.items() if k in own and k not in bad}
     if own and not matching:
         raise CheckpointError(f"{source}: none of its {len(state_dict)} entries match the network's "

@@ -30,7 +30,14 @@ from anysr.data import build_dataset, build_eval_loader
 from anysr.data.imageio import write_image
 from anysr.data.transforms import tensor2img
 from anysr.engine import checkpoint as ckpt
-from anysr.engine.evaluation.forward import CALIBRATION_SIDE, clip_outputs, quantize, run_network, window_forward
+from anysr.engine.evaluation.forward import (
+    CALIBRATION_SIDE,
+    calibration_side,
+    clip_outputs,
+    quantize,
+    run_network,
+    window_forward,
+)
 from anysr.engine.evaluation.val_metrics import ValMetrics
 from anysr.engine.logger import get_logger, log_start, setup_logging
 from anysr.errors import DataError, OptionError
@@ -404,7 +411,7 @@ def test_worker(acc: Accelerator, opt: Any) -> dict[str, Any]:
     bare = model.nets["net_g"]
     if val.tile:
         tile, pad = aligned_tile(int(val.tile), int(val.tile_pad), tile_multiple(bare))
-        side = tile + 2 * pad
+        side = calibration_side(tile, pad, tile_multiple(bare))
     else:
         side = CALIBRATION_SIDE
     acc.calibrate(bare.eval(), model.input_shape(1, input_channels(bare) or 3, side), train=False)

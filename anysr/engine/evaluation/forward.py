@@ -19,12 +19,20 @@ from torch import nn
 from anysr.accelerators import Accelerator
 from anysr.archs.basicvsr_arch import reflect_index
 from anysr.errors import OptionError
-from anysr.ops.tiling import tile_forward, tile_multiple
+from anysr.ops.tiling import round_up, tile_forward, tile_multiple
 
-__all__ = ["CALIBRATION_SIDE", "Chunk", "chunked_outputs", "clip_outputs", "pad_indices", "plan_chunks", "quantize",
-           "run_network", "window_forward"]
+__all__ = ["CALIBRATION_SIDE", "Chunk", "calibration_side", "chunked_outputs", "clip_outputs", "pad_indices",
+           "plan_chunks", "quantize", "run_network", "window_forward"]
 
 CALIBRATION_SIDE = 128  # input side used to time precision / memory-format candidates for untiled inference
+CALIBRATION_MAX_SIDE = 256  # larger tiles are timed at this side (untiled inference is timed at 128, whatever the size)
+
+
+def calibration_side(tile: int, tile_pad: int, multiple: int) -> int:
+    """The input side the hardware choices are timed on for tiles of ``tile`` + 2 ``tile_pad`` (already multiples
+    of the network's ``multiple``): the tile's window, at most ``CALIBRATION_MAX_SIDE`` (rounded up to
+    ``multiple``), so a tile larger than any image costs no time nor memory before the work."""
+    return min(tile + 2 * tile_pad, round_up(CALIBRATION_MAX_SIDE, multiple))
 
 
 def quantize(x: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,7 @@ from anysr.accelerators import Accelerator
 from anysr.archs.arch_util import input_channels
 from anysr.data.imageio import IMAGE_EXTENSIONS, ImageInfo, list_images, probe_image, read_image, write_image
 from anysr.data.prepare import check_images
-from anysr.engine.evaluation.forward import CALIBRATION_SIDE, run_network
+from anysr.engine.evaluation.forward import CALIBRATION_SIDE, calibration_side, run_network
 from anysr.engine.logger import get_logger, log_start, setup_logging
 from anysr.errors import DataError, OptionError
 from anysr.ops.color import LUMA_RGB
@@ -360,7 +360,7 @@ def infer_worker(acc: Accelerator, net: nn.Module, files: list[Path], out_dir: P
         if (tile, pad) != (settings.tile, settings.tile_pad):
             get_logger().info("--tile %d --tile-pad %d rounded up to %d / %d: multiples of the network's window "
                               "grid (%d)", settings.tile, settings.tile_pad, tile, pad, multiple)
-        side = tile + 2 * pad
+        side = calibration_side(tile, pad, multiple)
     else:
         side = round_up(CALIBRATION_SIDE, multiple)
     acc.calibrate(net.eval(), (1, in_ch or 3, side, side), train=False)

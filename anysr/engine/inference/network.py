@@ -19,7 +19,7 @@ from anysr.archs.edvr_arch import EDVR
 from anysr.archs.tof_arch import TOFlow
 from anysr.engine import checkpoint as ckpt
 from anysr.engine.logger import get_logger
-from anysr.errors import CheckpointError, OptionError
+from anysr.errors import AnysrError, CheckpointError, OptionError
 from anysr.models.video import WEIGHT_PATH_ARGS
 from anysr.ops.tiling import round_up, tile_multiple
 from anysr.registry import ARCH_REGISTRY, plain_options
@@ -87,10 +87,57 @@ def network_type(arch: str | None, network_opt: Any | None, weights: str | None)
     if network_opt is not None:
         return str(network_opt["type"])
     if weights and Path(weights).suffix == ".safetensors" and Path(weights).is_file():
-        meta = ckpt.read_weights_metadata(weights)
-        if "network_g" in meta:
-            return str(meta["network_g"]["type"])
+        net_opt = metadata_network(ckpt.read_weights_metadata(weights), weights)
+        if net_opt is not None:
+            return str(net_opt["type"])
     return None
+
+
+_SAY_THE_NETWORK = "pass --arch NAME [--arch-opt k=v ...] or -opt FILE.yml to say which network the file holds"
+
+
+def metadata_network(meta: dict[str, Any], weights: str | Path) -> dict[str, Any] | None:
+    """The ``network_g`` a weights file's metadata records (None when it records none), refused in one line when
+    it is not a mapping naming an architecture."""
+    if "network_g" not in meta:
+        return None
+    net_opt = meta["network_g"]
+    if not isinstance(net_opt, dict) or not isinstance(net_opt.get("type"), str):
+        raise CheckpointError(f"weights {weights}: the metadata's network_g is {_short(net_opt)}, not a mapping "
+                              f"with the architecture's 'type'; {_SAY_THE_NETWORK}")
+    return dict(net_opt)
+
+
+def _metadata_scale(meta: dict[str, Any]) -> int | None:
+    """The ``scale`` a weights file's metadata records, when it is a positive integer (else None: measured)."""
+    value = meta.get("scale")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _refuse_misfit(net_opt: dict[str, Any], state: Any, weights: str, key_path: str, fix: str, *,
+                   from_metadata: bool) -> None:
+    """Check ``state`` against ``net_opt``'s network built on the meta device (no memory) before the real build:
+    a file whose tensors do not fit is refused before its network is allocated (metadata saying
+    ``num_feat: 1000000`` over small tensors would ask for terabytes). One line when the network came from the
+    file's own metadata."""
+    try:
+        with torch.device("meta"):
+            probe = build_network(net_opt, key_path=key_path)
+    except AnysrError:
+        raise
+    except Exception:  # noqa: BLE001 - an architecture that cannot be built without data: the real build checks
+        return
+    try:
+        ckpt.check_fits(probe.state_dict(), state, source=str(weights), fix=fix)
+    except CheckpointError as exc:
+        if not from_metadata:
+            raise
+        raise CheckpointError(str(exc).splitlines()[0]) from None
 
 
 @dataclass
@@ -193,36 +240,42 @@ def resolve_network(*, weights: str | None, arch: str | None, arch_opts: dict[st
         net_opt = {"type": arch, **arch_opts}
     elif network_opt is not None:
         net_opt = plain_options(network_opt)
-    elif "network_g" in meta:
-        net_opt = dict(meta["network_g"])
+    elif metadata_network(meta, str(weights)) is not None:
+        net_opt = metadata_network(meta, str(weights))
     elif state is not None:
         net_opt = None
     else:
         raise OptionError("no network given: pass --arch NAME [--arch-opt k=v ...] or -opt FILE.yml "
                           "(and --weights FILE)")
     kind = "image" if net_opt is None else arch_kind(str(net_opt["type"]))
-    fix = "check --arch and --arch-opt (or the -opt file's network_g) against the file"
+    from_metadata = net_opt is not None and not arch and network_opt is None
+    fix = (f"the file's metadata (network_g) does not describe its tensors: {_SAY_THE_NETWORK}" if from_metadata
+           else "check --arch and --arch-opt (or the -opt file's network_g) against the file")
+    key_path = "--arch-opt" if arch else "network_g"
+    if net_opt is not None and state is not None:
+        _refuse_misfit(without_weight_paths(net_opt) if kind != "image" else net_opt, state, str(weights),
+                       key_path, fix, from_metadata=from_metadata)
     if net_opt is None:
         assert state is not None
         net = _spandrel_network(dict(state), str(weights))
     elif kind != "image":  # a video network
         net_opt = without_weight_paths(net_opt)
-        net = build_network(net_opt, key_path="--arch-opt" if arch else "network_g")
+        net = build_network(net_opt, key_path=key_path)
         if state is None:
             raise OptionError("--weights is required for a video network")
         ckpt.load_into(net, state, strict=strict, source=str(weights), fix=fix)
     else:
         if not arch and network_opt is None:
             log.info("network rebuilt from the weights' metadata: %s", net_opt["type"])
-        net = build_network(net_opt, key_path="--arch-opt" if arch else "network_g")
+        net = build_network(net_opt, key_path=key_path)
         if state is not None:
             ckpt.load_into(net, state, strict=strict, source=str(weights), fix=fix)
         elif any(True for _ in net.parameters()):
             raise OptionError("--weights is required for a network with parameters")
     if kind != "image":
-        net_scale = default_scale(net) or (meta["scale"] if "scale" in meta else None)
+        net_scale = default_scale(net) or _metadata_scale(meta)
     else:
-        net_scale = measure_scale(net) or network_scale(net, meta["scale"] if "scale" in meta else None)
+        net_scale = measure_scale(net) or network_scale(net, _metadata_scale(meta))
     if scale and net_scale and scale != net_scale:
         raise OptionError(f"--scale {scale} but the network upscales x{net_scale}; drop --scale or fix it")
     final = scale or net_scale

@@ -27,6 +27,7 @@ from anysr.engine.logger import MetricWriter, Progress, Timer, format_eta, get_l
 from anysr.engine.training.history import CROPS_DIR, HISTORY_NAME, History, save_crops
 from anysr.engine.training.runlock import RunLock
 from anysr.errors import (
+    SPACE_ERRNOS,
     AnysrError,
     CheckpointError,
     DataError,
@@ -531,7 +532,11 @@ class Trainer:
         return results
 
     def save(self, it: int, epoch: int) -> None:
-        """One collective save: weights (safetensors, optional .pth) then the full training state."""
+        """One collective save: the full training state, then the weights (safetensors, optional .pth).
+
+        The state goes first, so weights never land without a state to continue from: a crash or a full disk at
+        any point leaves a folder that ``--auto_resume`` continues (from the newest complete state, or from 0).
+        """
         model, acc = self.model, self.acc
 
         def state_fn() -> dict[str, Any]:
@@ -541,10 +546,11 @@ class Trainer:
                     "accelerator": acc.precision.state_dict(), "rng": acc.rng_state(), "best": self.best,
                     "weights": model.weights()}
 
-        def writer(state: dict[str, Any]) -> None:
+        def write(state: dict[str, Any]) -> None:
             weights = state.pop("weights")
             meta = {"network_g": self.opt.network_g.to_dict(), "scale": self.opt.scale, "iteration": it,
                     "name": self.opt.name}
+            ckpt.save_training_state(self.states_dir / f"{it}.state", state)
             ckpt.save_weights(self.models_dir / f"net_g_{it}.safetensors", weights, meta)
             formats = self.log_opt.save_format
             if self.log_opt.save_pth or "pth" in formats:
@@ -554,11 +560,22 @@ class Trainer:
                 save_deployable([self.models_dir / f"net_g_{it}.{f}" for f in plain]
                                 + [self.models_dir / f"net_g_latest.{f}" for f in plain],
                                 weights.get("params_ema", weights["params"]), meta["network_g"], int(self.opt.scale))
-            ckpt.save_training_state(self.states_dir / f"{it}.state", state)
             ckpt.save_weights(self.models_dir / "net_g_latest.safetensors", weights, meta)
             ckpt.prune_training_states(self.states_dir, self.log_opt.keep_last)
             self.history.save(self.exp_dir)
             self.log.info("saved checkpoint at iteration %d: %s", it, self.states_dir / f"{it}.state")
+
+        def writer(state: dict[str, Any]) -> None:
+            try:
+                write(state)
+            except OSError as exc:  # a full disk: say where --auto_resume goes on from
+                if exc.errno not in SPACE_ERRNOS:
+                    raise
+                states = ckpt.list_training_states(self.states_dir)
+                start = (f"from iteration {states[-1][0]}" if states
+                         else "from iteration 0: no checkpoint was complete yet")
+                raise CheckpointError(describe_os_error(exc, then=f"continue with --auto_resume ({start})")
+                                      ) from exc
 
         acc.save(state_fn, writer)
         self._last_saved = it
