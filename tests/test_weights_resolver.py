@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -41,6 +42,7 @@ class Served:
     folder: Path
     requests: list[str] = field(default_factory=list)
     cut: bool = False
+    delay_s: float = 0.0
 
 
 class _Handler(SimpleHTTPRequestHandler):
@@ -48,6 +50,7 @@ class _Handler(SimpleHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         self.served.requests.append(self.path)
+        time.sleep(self.served.delay_s)
         if not self.served.cut:
             super().do_GET()
             return
@@ -158,6 +161,36 @@ def test_an_interrupted_download_leaves_no_file(served: Served, tmp_path: Path) 
     assert _cache_files(tmp_path / "torch_home") == [] and len(served.requests) == 1
     served.cut = False  # the next run downloads it whole
     assert resolve_weights("lpips_alex", "x").read_bytes() == HEAD.read_bytes()
+
+
+def test_concurrent_processes_download_once(served: Served, tmp_path: Path) -> None:
+    """Ranks resolving at the same moment (threads here: XLA runs ranks as threads; each opens its own lock):
+    one downloads, the others wait for the lock and read its file."""
+    served.delay_s = 0.3
+    start = threading.Barrier(4)
+    paths: list[Path] = []
+
+    def rank() -> None:
+        start.wait()
+        paths.append(resolve_weights("lpips_alex", "x"))
+
+    threads = [threading.Thread(target=rank) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert len(paths) == 4 and len(set(paths)) == 1 and served.requests == ["/" + HEAD_NAME]
+    assert _cache_files(tmp_path / "torch_home") == [HEAD_NAME]
+
+
+def test_an_unwritable_cache_is_one_line(served: Served, tmp_path: Path) -> None:
+    (tmp_path / "torch_home").mkdir()
+    (tmp_path / "torch_home" / "hub").write_text("a file where torch hub's folder should be")
+    with pytest.raises(CheckpointError) as exc:
+        resolve_weights("lpips_alex", "val.metrics.lpips.weights")
+    assert _one_line(exc).startswith(f"val.metrics.lpips.weights: cannot write {HEAD_NAME} to torch hub's cache "
+                                     f"{tmp_path / 'torch_home' / 'hub' / 'checkpoints'} (")
+    assert "set TORCH_HOME to a writable folder" in str(exc.value) and served.requests == []
 
 
 def test_an_unreachable_server_is_one_line(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -109,5 +109,5 @@ def standard_weights(name: str, net: str | None = None) -> tuple[str, ...]:
     """The standard weight files of metric ``name`` (LPIPS: for backbone ``net``, alex by default), by name;
     empty for a metric that reads none."""
     if name == "lpips":
-        return _STANDARD[("lpips", net or "alex")]
+        return _STANDARD.get(("lpips", net or "alex"), ())
     return _STANDARD.get((name, None), ())

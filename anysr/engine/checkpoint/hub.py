@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+import torch
+
 from anysr.atomic import atomic_write
 from anysr.errors import CheckpointError, OptionError
 
@@ -90,8 +92,6 @@ KNOWN: dict[str, KnownFile] = {f.name: f for f in (
 
 def hub_checkpoints() -> Path:
     """torch hub's weight cache, ``torch.hub.get_dir()/checkpoints`` (``$TORCH_HOME/hub/checkpoints``)."""
-    import torch.hub  # noqa: PLC0415 - torch is loaded by every caller; kept out of the module's import cost
-
     return Path(torch.hub.get_dir()) / "checkpoints"
 
 
@@ -156,14 +156,13 @@ def resolve_weights(name: str, option: str) -> Path:
                               f"is off ({reason}); download {url} to {dest}, or set {option} to a copy")
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise CheckpointError(f"{option}: cannot create torch hub's cache {dest.parent} ({exc.strerror}); set "
-                              f"TORCH_HOME to a writable folder, or set {option} to a copy of {known.file_name}"
-                              ) from None
-    with _file_lock(dest.parent / f".{known.file_name}.lock"):
-        if dest.is_file():  # another process downloaded it while this one waited
-            return dest
-        _download(known, url, dest, option)
+        with _file_lock(dest.parent / f".{known.file_name}.lock"):
+            if not dest.is_file():  # else another process downloaded it while this one waited
+                _download(known, url, dest, option)
+    except OSError as exc:  # the cache folder (network failures are CheckpointErrors by now)
+        raise CheckpointError(f"{option}: cannot write {known.file_name} to torch hub's cache {dest.parent} "
+                              f"({exc.strerror or type(exc).__name__}); set TORCH_HOME to a writable folder with "
+                              f"space, or set {option} to a copy") from None
     return dest
 
 
