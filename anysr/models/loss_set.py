@@ -12,7 +12,7 @@ from torch import nn
 
 from anysr.errors import CheckpointError, OptionError
 from anysr.losses import build_loss
-from anysr.losses.perceptual import vgg19_stand_in
+from anysr.losses.perceptual import VGG_NAMES, vgg19_stand_in
 from anysr.metrics.info import standard_weights
 from anysr.models.base import WeightNeed
 from anysr.registry import LOSS_REGISTRY, constructor_args, plain_options
@@ -90,7 +90,7 @@ def loss_weight_needs(specs: Sequence[LossSpec], store: dict[str, StateDicts]) -
                 spec.options.get("vgg_weights_path"), keep(spec.name), required=True, fresh_only=False,
                 stand_in=lambda t=vgg_type: vgg19_stand_in(vgg_type=t),  # type: ignore[misc]
                 missing=f"the {vgg_type.upper()} weights file is required (torchvision's {vgg_type} state dict)",
-                known=vgg_type))
+                known=vgg_type if vgg_type in VGG_NAMES else None))
         elif _takes(spec, "weight_state_dicts"):
             files = spec.options.get("weights") or []
             files = [files] if isinstance(files, str) else list(files)
