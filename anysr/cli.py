@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -225,6 +226,12 @@ def _add_opt_args(p: argparse.ArgumentParser, launcher: bool = True) -> None:
         p.add_argument("--local_rank", "--local-rank", type=int, default=0, help=argparse.SUPPRESS)
 
 
+def _add_offline(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--offline", action="store_true",
+                   help="never download the standard weight files losses and metrics read (VGG, LPIPS, DISTS, FID "
+                        "Inception): use torch hub's cache or the paths given (as ANYSR_OFFLINE=1)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="anysr", description="Train, test, run and export super-resolution / restoration networks on CPU, "
@@ -242,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train from scratch in an experiment folder that holds a previous run: its files are first "
                         "moved to <experiment>/archived_<time>/ (nothing is deleted; files of your own there stay)")
     p.add_argument("--debug", action="store_true", help="accepted for BasicSR compatibility")
+    _add_offline(p)
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("test", help="score a trained network on the test datasets of an options file",
@@ -252,6 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", default="fp32", choices=PRECISION_CHOICES,
                    help="autocast precision (default fp32: scores that compare across machines and with published "
                         "tables; auto: bf16 where the device runs it natively)")
+    _add_offline(p)
     p.set_defaults(func=cmd_test)
 
     p = sub.add_parser("infer", help="upscale an image or a folder of images",
@@ -351,6 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", default=None, choices=PRECISION_CHOICES,
                    help="autocast precision (default: the options' train.precision, auto unless set)")
     p.add_argument("--json", default=None, help="also write the results as JSON")
+    _add_offline(p)
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("eval", help="score folders of results against ground truth (PSNR, SSIM, NIQE, LPIPS, ...)",
@@ -358,7 +368,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "per image and on average, as BasicSR computes them (MATLAB rgb2ycbcr Y channel, --scale "
                        "pixels shaved at each border, ground truth mod-cropped to the result's size). Several --sr "
                        "folders are compared side by side. LPIPS, DISTS and FID read their weights from the files "
-                       "given (nothing is downloaded) and run on --accelerator.")
+                       "given, else the standard files from torch hub's cache (downloaded once, checked by sha256, "
+                       "unless --offline), and run on --accelerator.")
     p.add_argument("--gt", required=True, help="ground-truth folder")
     p.add_argument("--sr", required=True, nargs="+", action="extend",
                    help="results folder(s), matched by file stem; several are compared in one table")
@@ -375,17 +386,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", default=None, metavar="HTML",
                    help="also write a comparison page (averages, image viewer with zoom and a slider)")
     p.add_argument("--lpips-weights", "--lpips_weights", nargs="+", default=None, metavar="FILE",
-                   help="LPIPS: torchvision's alexnet (vgg16) .pth and lpips' alex.pth (vgg.pth)")
+                   help="LPIPS: torchvision's alexnet (vgg16) .pth and lpips' alex.pth (vgg.pth); default: "
+                        "found by name")
     p.add_argument("--lpips-net", "--lpips_net", default="alex", choices=("alex", "vgg"), help="LPIPS backbone")
     p.add_argument("--dists-weights", "--dists_weights", nargs="+", default=None, metavar="FILE",
-                   help="DISTS: torchvision's vgg16 .pth and DISTS' weights.pt")
+                   help="DISTS: torchvision's vgg16 .pth and DISTS' weights.pt; default: found by name")
     p.add_argument("--fid-weights", "--fid_weights", nargs="+", default=None, metavar="FILE",
-                   help="FID: pytorch-fid's pt_inception-2015-12-05-6726825d.pth")
+                   help="FID: pytorch-fid's pt_inception-2015-12-05-6726825d.pth; default: found by name")
     p.add_argument("--fid-stats", "--fid_stats", default=None, metavar="FILE",
                    help="FID reference statistics (.npz mu/sigma, or BasicSR's .pth mean/cov) instead of --gt's "
                         "images")
     p.add_argument("--accelerator", default="auto", choices=ACCELERATORS,
                    help="where LPIPS, DISTS and FID run (PSNR, SSIM and NIQE run on the CPU)")
+    _add_offline(p)
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("report", help="write report.html of a training run (curves, best checkpoints, images)",
@@ -456,6 +469,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; errors anysr raises on purpose print as one message and exit with status 2."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "offline", False):
+        os.environ["ANYSR_OFFLINE"] = "1"  # read where the weights are resolved, in this process and its workers
     try:
         return int(args.func(args) or 0)
     except AlreadyReported as exc:  # a worker said it already

@@ -48,8 +48,13 @@ PSNR_TOL = 1e-4  # dB
 
 @pytest.fixture(scope="session", autouse=True)
 def _private_choice_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Measured precision / memory-format choices go to a per-session folder, not the user's ~/.cache."""
+    """Measured precision / memory-format choices go to a per-session folder, not the user's ~/.cache; no download."""
     os.environ["ANYSR_CACHE_DIR"] = str(tmp_path_factory.mktemp("anysr_cache"))
+    # Standard weight files (VGG, LPIPS, ...) are never downloaded by a test, nor read from the user's torch hub
+    # cache: an empty one per session (tests/test_weights_resolver.py sets its own and serves the files itself).
+    os.environ["ANYSR_OFFLINE"] = "1"
+    os.environ["TORCH_HOME"] = str(tmp_path_factory.mktemp("torch_home"))
+    os.environ.pop("ANYSR_WEIGHTS_MIRROR", None)
 
 
 @pytest.fixture(scope="session")

@@ -73,8 +73,6 @@ def test_metric_options_follow_the_metric(tmp_path: Path) -> None:
         "val.metrics.m.net: is not read by fid (only by lpips); remove it",
         "val.metrics.m.better: fid is lower-is-better, got 'higher'; remove better (it follows the metric) or set "
         "lower",
-        "val.metrics.m.weights: required by fid (nothing is downloaded): give pytorch-fid's "
-        "pt_inception-2015-12-05-6726825d.pth (the FID Inception-v3); one file or a list",
         "val.metrics.m.test_y_channel: fid compares RGB images; remove test_y_channel"]
     _, problems = _metric(type="dists", weights=["nope_a.pth", str(weights)])
     assert problems[0].startswith("val.metrics.m.weights[0]: 'nope_a.pth' (resolved to /nope_a.pth) does not exist")

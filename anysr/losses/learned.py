@@ -49,6 +49,8 @@ class LPIPSLoss(_MetricLoss):
     by the engine; ``weight_state_dicts``: their contents, what this module loads (``LPIPS.load_weights``).
     """
 
+    metric_name = "lpips"  # no ``weights``: the engine finds that metric's standard files by name
+
     def __init__(self, loss_weight: float = 1.0, reduction: str = "mean", net: str = "alex",
                  weights: Sequence[str] | None = None, weight_state_dicts: StateDicts | None = None) -> None:
         super().__init__(loss_weight, reduction)
@@ -63,6 +65,8 @@ class DISTSLoss(_MetricLoss):
     ``weights``: the weight files (torchvision's vgg16 and DISTS' alpha / beta, or one DISTS state dict), read by
     the engine; ``weight_state_dicts``: their contents, what this module loads (``DISTS.load_weights``).
     """
+
+    metric_name = "dists"  # no ``weights``: the engine finds that metric's standard files by name
 
     def __init__(self, loss_weight: float = 1.0, reduction: str = "mean", weights: Sequence[str] | None = None,
                  weight_state_dicts: StateDicts | None = None) -> None:

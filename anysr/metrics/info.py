@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 __all__ = ["MetricInfo", "WeightFile", "METRIC_INFOS", "PSNR_INFO", "SSIM_INFO", "NIQE_INFO", "LPIPS_INFO",
-           "DISTS_INFO", "FID_INFO", "metric_info"]
+           "DISTS_INFO", "FID_INFO", "metric_info", "standard_weights"]
 
 
 @dataclass(frozen=True)
@@ -97,3 +97,17 @@ def metric_info(name: str) -> MetricInfo | None:
         if key in info.basicsr_names:
             return info
     return None
+
+
+# The standard files each learned metric reads when none are given, by the names of the engine's table
+# (``anysr.engine.checkpoint.hub.KNOWN``), which finds or downloads them.
+_STANDARD = {("lpips", "alex"): ("alexnet", "lpips_alex"), ("lpips", "vgg"): ("vgg16", "lpips_vgg"),
+             ("dists", None): ("vgg16", "dists"), ("fid", None): ("fid_inception",)}
+
+
+def standard_weights(name: str, net: str | None = None) -> tuple[str, ...]:
+    """The standard weight files of metric ``name`` (LPIPS: for backbone ``net``, alex by default), by name;
+    empty for a metric that reads none."""
+    if name == "lpips":
+        return _STANDARD.get(("lpips", net or "alex"), ())
+    return _STANDARD.get((name, None), ())

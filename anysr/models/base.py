@@ -25,7 +25,9 @@ class WeightNeed:
     ``apply(state_dict, load_into)`` hands the weights over; ``load_into(net, sd)`` checks and copies them into a
     network with the need's ``strict`` and names the file in errors. ``fresh_only``: used when training starts
     from scratch, not on resume (the training state has them). ``stand_in``: random weights of the right layout,
-    for commands that only time the model (``anysr bench``).
+    for commands that only time the model (``anysr bench``). ``known``: the name of a standard file (torchvision's
+    ``vgg19``, ``lpips_alex``, ...) the engine finds by name (torch hub's cache, else a verified download) when
+    ``path`` is not set.
     """
 
     name: str
@@ -39,6 +41,7 @@ class WeightNeed:
     fresh_only: bool = True
     missing: str = ""
     stand_in: Callable[[], Mapping[str, torch.Tensor]] | None = None
+    known: str | None = None
 
 
 class BaseModel(ABC):

@@ -12,7 +12,8 @@ from torch import nn
 
 from anysr.errors import CheckpointError, OptionError
 from anysr.losses import build_loss
-from anysr.losses.perceptual import vgg19_stand_in
+from anysr.losses.perceptual import VGG_NAMES, vgg19_stand_in
+from anysr.metrics.info import standard_weights
 from anysr.models.base import WeightNeed
 from anysr.registry import LOSS_REGISTRY, constructor_args, plain_options
 
@@ -75,7 +76,7 @@ def _takes(spec: LossSpec, argument: str) -> bool:
 def loss_weight_needs(specs: Sequence[LossSpec], store: dict[str, StateDicts]) -> list[WeightNeed]:
     """The weight files the losses read (the engine reads them; ``store[name]`` collects their state dicts):
     a VGG for PerceptualLoss / ContextualLoss (``vgg_weights_path``), the files of LPIPSLoss / DISTSLoss
-    (``weights``, as ``val.metrics`` takes them)."""
+    (``weights``, as ``val.metrics`` takes them). Not set: the standard files, found by name (``known``)."""
     needs: list[WeightNeed] = []
 
     def keep(name: str) -> Callable[[Mapping[str, torch.Tensor], Any], None]:
@@ -88,15 +89,19 @@ def loss_weight_needs(specs: Sequence[LossSpec], store: dict[str, StateDicts]) -
                 "vgg19" if spec.name == "percep" else f"{spec.name} ({vgg_type})", f"{spec.key_path}.vgg_weights_path",
                 spec.options.get("vgg_weights_path"), keep(spec.name), required=True, fresh_only=False,
                 stand_in=lambda t=vgg_type: vgg19_stand_in(vgg_type=t),  # type: ignore[misc]
-                missing=f"the {vgg_type.upper()} weights file is required (torchvision's {vgg_type} state dict; "
-                        "no download happens)"))
+                missing=f"the {vgg_type.upper()} weights file is required (torchvision's {vgg_type} state dict)",
+                known=vgg_type if vgg_type in VGG_NAMES else None))
         elif _takes(spec, "weight_state_dicts"):
             files = spec.options.get("weights") or []
             files = [files] if isinstance(files, str) else list(files)
-            if not files:
+            metric = getattr(LOSS_REGISTRY.get(spec.options["type"]), "metric_name", None)
+            standard = standard_weights(metric, spec.options.get("net")) if metric else ()
+            if not files and not standard:
                 needs.append(WeightNeed(spec.name, f"{spec.key_path}.weights", None, keep(spec.name), required=True,
-                                        fresh_only=False, missing=f"{spec.options['type']} needs its weight files, "
-                                        "as val.metrics' lpips / dists (nothing is downloaded)"))
+                                        fresh_only=False, missing=f"{spec.options['type']} needs its weight files"))
+            for known in standard if not files else ():
+                needs.append(WeightNeed(f"{spec.name} ({known})", f"{spec.key_path}.weights", None, keep(spec.name),
+                                        required=True, fresh_only=False, known=known))
             for i, f in enumerate(files):
                 needs.append(WeightNeed(f"{spec.name} weights[{i}]", f"{spec.key_path}.weights", str(f),
                                         keep(spec.name), required=True, fresh_only=False))

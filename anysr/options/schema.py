@@ -396,12 +396,6 @@ def _train_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -
 # Keys of a metric section that only some metrics read: key -> short metric names (MetricInfo.name).
 _METRIC_ONLY = {"convert_to": ("niqe",), "net": ("lpips",), "stats": ("fid",), "weights": ("lpips", "dists", "fid")}
 _METRIC_DEFAULTS = {"niqe": {"convert_to": "y"}, "lpips": {"net": "alex"}}
-_WEIGHTS_HINT = {
-    "lpips": "torchvision's alexnet (or vgg16 with net: vgg) state dict and lpips' head weights/v0.1/alex.pth "
-             "(vgg.pth), or one saved lpips.LPIPS state dict",
-    "dists": "torchvision's vgg16 state dict and DISTS' weights.pt (alpha, beta), or one DISTS state dict",
-    "fid": "pytorch-fid's pt_inception-2015-12-05-6726825d.pth (the FID Inception-v3)",
-}
 
 
 def _metric_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
@@ -432,9 +426,6 @@ def _metric_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) 
         ctx.add(f"{path}.better", f"{out['type']} is {info.better}-is-better, got {out['better']!r}; remove "
                 f"better (it follows the metric) or set {info.better}")
     out["better"] = info.better
-    if info.name in _WEIGHTS_HINT and not good(out, "weights"):
-        ctx.add(f"{path}.weights", f"required by {out['type']} (nothing is downloaded): give "
-                f"{_WEIGHTS_HINT[info.name]}; one file or a list")
     if out.get("test_y_channel") is True and info.name in ("lpips", "dists", "fid"):
         ctx.add(f"{path}.test_y_channel", f"{out['type']} compares RGB images; remove test_y_channel")
 
@@ -695,8 +686,9 @@ PERCEPTUAL_LOSS = Section(
     {
         "type": Field(str, required=True, doc="Loss class in LOSS_REGISTRY (PerceptualLoss)."),
         "vgg_weights_path": Field((str, None), default=None,
-                                  doc="torchvision's vgg19 state dict (.pth or .safetensors), an existing file; "
-                                      "required by GAN models with a perceptual loss (no download happens)."),
+                                  doc="torchvision's vgg19 (vgg19_bn) state dict (.pth or .safetensors), an existing "
+                                      "file; null: torchvision's file found by name (torch hub's cache, else "
+                                      "downloaded once and checked by sha256; docs/losses.md)."),
     },
     extra=True,
     rule=_perceptual_rule,
@@ -720,10 +712,11 @@ LOSS_ENTRY = Section(
         "name": Field(str, default_doc="the type lower-cased without 'loss' (CharbonnierLoss: charbonnier)",
                       doc="Logged as l_<name> (SRModel) or l_g_<name> (GAN models)."),
         "vgg_weights_path": Field((str, None), doc="PerceptualLoss / ContextualLoss: torchvision's vgg19 (vgg19_bn) "
-                                                   "state dict, an existing file."),
+                                                   "state dict, an existing file; not set: found by name."),
         "weights": Field((str, ListOf((str, float), min_len=1), None),
-                         doc="LPIPSLoss / DISTSLoss: their weight files, as val.metrics' lpips / dists take them; "
-                             "MSSSIMLoss / MSSSIML1Loss: one exponent per scale."),
+                         doc="LPIPSLoss / DISTSLoss: their weight files, as val.metrics' lpips / dists take them "
+                             "(not set: the standard files, found by name); MSSSIMLoss / MSSSIML1Loss: one exponent "
+                             "per scale."),
     },
     extra=True,
     rule=_loss_entry_rule,
@@ -787,10 +780,11 @@ METRIC = Section(
         "net": Field(str, choices=("alex", "vgg"), default_doc="alex (lpips only)",
                      doc="LPIPS backbone: alex (the paper's default) or vgg."),
         "weights": Field((str, ListOf(str, min_len=1), None), default=None,
-                         doc="LPIPS, DISTS, FID: weight file(s) (.pth or .safetensors), existing files, required "
-                             "by those metrics (nothing is downloaded). LPIPS: torchvision's alexnet / vgg16 and "
-                             "the lpips head (alex.pth / vgg.pth); DISTS: torchvision's vgg16 and DISTS' "
-                             "weights.pt; FID: pt_inception-2015-12-05-6726825d.pth."),
+                         doc="LPIPS, DISTS, FID: weight file(s) (.pth or .safetensors), existing files. LPIPS: "
+                             "torchvision's alexnet / vgg16 and the lpips head (alex.pth / vgg.pth); DISTS: "
+                             "torchvision's vgg16 and DISTS' weights.pt; FID: pt_inception-2015-12-05-6726825d.pth. "
+                             "null: those standard files, found by name when the metric is built (torch hub's "
+                             "cache, else downloaded once and checked by sha256; docs/judging.md)."),
         "stats": Field((str, None), default=None,
                        doc="FID: reference statistics (pytorch-fid .npz with mu / sigma, or BasicSR's .pth with "
                            "mean / cov); null: the dataset's ground-truth images are the reference."),

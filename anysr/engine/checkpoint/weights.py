@@ -21,6 +21,7 @@ from torch import nn
 
 from anysr.atomic import atomic_write_bytes
 from anysr.engine.checkpoint.common import STATE_KEY, WEIGHTS_FORMAT, PathLike, compact, first
+from anysr.engine.checkpoint.hub import find_weights, resolve_weights
 from anysr.engine.checkpoint.integrity import (
     check_zip_stamp,
     describe_load_error,
@@ -522,24 +523,31 @@ def load_model_weights(model: Any, *, fresh: bool, stand_ins: bool = False) -> l
     """Read every weights file ``model.weight_needs()`` names and hand it over; returns one log line per file.
 
     ``fresh``: the run starts from scratch (a resumed run skips ``fresh_only`` needs: its state has them).
-    A required file that is not set is an OptionError naming its option, unless ``stand_ins`` (``anysr bench``:
-    only the speed matters), where random weights of the right layout stand in for files not set or not there.
+    A required file that is not set is found by name when it is a standard one (``need.known``: torch hub's cache,
+    else a verified download, ``hub.resolve_weights``), else an OptionError naming its option; with ``stand_ins``
+    (``anysr bench``: only the speed matters) random weights of the right layout stand in for files not set or
+    not there (a standard file already in the cache is used, none is downloaded).
     """
     done = []
     for need in model.weight_needs():
         if need.fresh_only and not fresh:
             continue
-        if not need.path or (stand_ins and not Path(need.path).is_file()):
+        path, how = need.path, ""
+        if not path and need.known:  # a standard file: torch hub's cache, else downloaded once (bench: found only)
+            found = find_weights(need.known) if stand_ins and need.stand_in is not None else None
+            if found is not None or not stand_ins or need.stand_in is None:
+                path, how = str(found or resolve_weights(need.known, need.option)), ", found by name"
+        if not path or (stand_ins and not Path(path).is_file()):
             if need.required and stand_ins and need.stand_in is not None:
                 need.apply(need.stand_in(), _loader(need, "random stand-in weights"))
                 done.append(f"{need.name}: random stand-in weights ({need.option} not set; timing only)")
             elif need.required:
                 raise OptionError(f"{need.option}: {need.missing or 'required'}")
             continue
-        sd, _ = load_weights(need.path, need.param_key, key_option=need.key_option)
-        need.apply(sd, _loader(need, str(need.path)))
+        sd, _ = load_weights(path, need.param_key, key_option=need.key_option)
+        need.apply(sd, _loader(need, path))
         del sd  # memory-mapped file tensors: the network holds its copy
-        done.append(f"loaded pretrained weights {need.path} [{need.param_key}] ({need.name})")
+        done.append(f"loaded pretrained weights {path} [{need.param_key}] ({need.name}{how})")
     return done
 
 

@@ -235,13 +235,6 @@ def _check_output(path: PathLike | None, flag: str) -> None:
             return
 
 
-_WEIGHT_HINTS = {
-    "lpips": "torchvision's alexnet (vgg16 with --lpips-net vgg) .pth and lpips' weights/v0.1/alex.pth (vgg.pth)",
-    "dists": "torchvision's vgg16 .pth and DISTS' weights.pt",
-    "fid": "pytorch-fid's pt_inception-2015-12-05-6726825d.pth",
-}
-
-
 def _metric_models(chosen: list[str], weights: Mapping[str, Sequence[PathLike]], lpips_net: str,
                    fid_stats: PathLike | None, acc: Any) -> dict[str, Any]:
     models: dict[str, Any] = {"fid_stats": None}
@@ -250,10 +243,7 @@ def _metric_models(chosen: list[str], weights: Mapping[str, Sequence[PathLike]],
     for name in ("lpips", "dists", "fid"):
         if name not in chosen:
             continue
-        files = list(weights.get(name) or [])
-        if not files:
-            raise OptionError(f"{flags[name]}: {name} needs its weight files (nothing is downloaded): "
-                              f"{_WEIGHT_HINTS[name]}")
+        files = list(weights.get(name) or [])  # none: the standard files, found by name
         models[name] = build_metric_module(METRIC_INFOS[name], files, net=lpips_net, where=flags[name]).to(device)
     if "fid" in chosen and fid_stats is not None:
         models["fid_stats"] = read_fid_reference(fid_stats, "--fid-stats")

@@ -3,8 +3,9 @@
 Each configured metric becomes one ``_Metric`` of a kind (its ``MetricInfo``):
 
 * PSNR / SSIM: the device twins of BasicSR's functions, one value per image, kept on the device;
-* LPIPS / DISTS: modules built here from the files ``val.metrics.<name>.weights`` names (read by the engine,
-  never downloaded), run on the device on the whole batch; one value per image, kept on the device;
+* LPIPS / DISTS: modules built here from the files ``val.metrics.<name>.weights`` names (read by the engine; not
+  set: the standard files, found by name, ``engine.checkpoint.hub``), run on the device on the whole batch; one
+  value per image, kept on the device;
 * NIQE: no-reference, per image on the host (the result as an 8-bit image, as BasicSR measures it);
 * FID: a distribution metric: Inception features of every result (and of every ground truth, unless a
   statistics file is the reference) stay on the device until the dataset is done, then come to the host once,
@@ -27,13 +28,14 @@ from torch import Tensor, nn
 
 from anysr.data.transforms import tensor2img
 from anysr.engine.checkpoint import load_weights
+from anysr.engine.checkpoint.hub import resolve_weights
 from anysr.engine.checkpoint.integrity import describe_load_error
 from anysr.errors import AnysrError, CheckpointError, DataError, OptionError
 from anysr.metrics import TORCH_METRICS, metric_info
 from anysr.metrics.backbones import FIDInceptionV3
 from anysr.metrics.dists import DISTS
 from anysr.metrics.fid import calculate_fid, feature_statistics, fid_from_features, load_statistics
-from anysr.metrics.info import MetricInfo
+from anysr.metrics.info import MetricInfo, standard_weights
 from anysr.metrics.lpips import LPIPS
 from anysr.metrics.niqe import calculate_niqe
 
@@ -56,10 +58,16 @@ def read_metric_weights(files: Sequence[PathLike], where: str) -> list[dict[str,
 
 def build_metric_module(info: MetricInfo, files: Sequence[PathLike], *, net: str | None = None,
                         where: str = "val.metrics") -> nn.Module:
-    """LPIPS, DISTS or FID's Inception with the weights of ``files`` (on the CPU; the caller places it)."""
+    """LPIPS, DISTS or FID's Inception with the weights of ``files`` (on the CPU; the caller places it); no files:
+    the metric's standard ones, found by name (torch hub's cache, else downloaded once and verified).
+    ``where``: the options section (``val.metrics.<key>``) or the command-line flag (``--lpips-weights``)."""
+    option = where if where.startswith("--") else f"{where}.weights"
     if not files:
-        raise OptionError(f"{where}.weights: {info.name} needs its weight files (nothing is downloaded)")
-    sds = read_metric_weights(files, f"{where}.weights")
+        standard = standard_weights(info.name, net)
+        if not standard:
+            raise OptionError(f"{where}: {info.name} takes no weight files")
+        files = [resolve_weights(name, option) for name in standard]
+    sds = read_metric_weights(files, option)
     shown = ", ".join(str(f) for f in files)
     try:
         if info.name == "lpips":
@@ -73,7 +81,7 @@ def build_metric_module(info: MetricInfo, files: Sequence[PathLike], *, net: str
             return FIDInceptionV3().load_fid_weights(merged)
     except (CheckpointError, RuntimeError) as exc:
         first = str(exc).strip().splitlines()[0][:400]
-        raise CheckpointError(f"{where}.weights ({shown}): {first}") from None
+        raise CheckpointError(f"{option} ({shown}): {first}") from None
     raise OptionError(f"{where}: {info.name} takes no weight files")
 
 
