@@ -34,5 +34,6 @@ test-xla:
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check anysr tests examples benchmarks
 
-clean:
+clean:  # also the measured precision / memory-format choices (README: the first run measures)
 	rm -rf $(VENV) experiments results tb_logger
+	rm -f "$${ANYSR_CACHE_DIR:-$${XDG_CACHE_HOME:-$$HOME/.cache}/anysr}/choices.json"

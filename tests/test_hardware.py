@@ -80,7 +80,11 @@ def test_cpu_accelerator_decides_in_setup_and_calibrate() -> None:
     again.setup()
     again.calibrate(net, (2, 3, 16, 16), train=True)  # cached: the same answer, without timing again
     assert (again.precision.name, again.precision.channels_last) == chosen
-    assert "measured earlier on this CPU" in again.precision.choices["channels_last"].reason
+    reason = again.precision.choices["channels_last"].reason
+    assert re.search(r"measured on \d{4}-\d\d-\d\d .* on this CPU for this network, kept in .*choices\.json "
+                     r"\(delete it to measure again\)", reason), reason
+    line = again.precision.describe_choices()
+    assert line.count("forward + backward") == 1, line  # one measurement decided both: its timings said once
     forced = create_accelerator(resolve_plan("cpu", 1, precision="fp32", channels_last=False))
     forced.setup()
     assert forced.candidate_variants() == [Variant("fp32", False)]  # nothing left to measure

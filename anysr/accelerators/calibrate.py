@@ -135,7 +135,10 @@ def fastest(net: nn.Module, shape: tuple[int, ...], variants: list[Variant], *,
     cached = _read_cache().get(key)
     by_label = {v.label(): v for v in variants}
     if isinstance(cached, dict) and cached.get("best") in by_label:
-        return by_label[cached["best"]], f"measured earlier on this CPU for this network: {cached['timings']}"
+        when = f" on {cached['measured']}" if isinstance(cached.get("measured"), str) else ""
+        return by_label[cached["best"]], (f"measured{when} on this CPU for this network, kept in "
+                                          f"{cache_dir() / CACHE_FILE} (delete it to measure again): "
+                                          f"{cached['timings']}")
     times = measure(net, shape, variants, train=train)
     best = min(times, key=lambda v: times[v])
     what = "forward + backward" if train else "forward"

@@ -66,10 +66,16 @@ class Choice:
     reason: str
     warning: str | None = None
 
-    def describe(self) -> str:
+    def setting(self) -> str:
+        """'precision bf16', 'channels_last on'."""
         shown = {True: "on", False: "off"}.get(self.value, self.value) if isinstance(self.value, bool) else self.value
-        how = "auto" if self.requested == "auto" else "asked for"
-        return f"{self.name} {shown} ({how}: {self.reason})"
+        return f"{self.name} {shown}"
+
+    def how(self) -> str:
+        return "auto" if self.requested == "auto" else "asked for"
+
+    def describe(self) -> str:
+        return f"{self.setting()} ({self.how()}: {self.reason})"
 
     def as_dict(self) -> dict[str, Any]:
         return {"requested": self.requested, "chosen": self.value, "why": self.reason}

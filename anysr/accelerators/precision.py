@@ -94,8 +94,12 @@ class Precision:
             self.scaler = torch.amp.GradScaler("cuda")
 
     def describe_choices(self) -> str:
-        """'precision bf16 (auto: ...), channels_last on (auto: ...)' for the first log line."""
-        return ", ".join(c.describe() for c in self.choices.values())
+        """'precision bf16 (auto: ...), channels_last on (auto: ...)' for the first log line; settings decided by
+        the same measurement share one account of it."""
+        groups: dict[tuple[str, str], list[str]] = {}
+        for c in self.choices.values():
+            groups.setdefault((c.how(), c.reason), []).append(c.setting())
+        return ", ".join(f"{', '.join(names)} ({how}: {reason})" for (how, reason), names in groups.items())
 
     def warnings(self) -> list[str]:
         """Warnings about requests that run badly on this hardware (log them once, on the main rank)."""
