@@ -517,9 +517,12 @@ def test_infer_checks_every_input_before_writing(tmp_path: Path) -> None:
     (src / "z.png").unlink()
     img16 = (cv2.imread(str(src / "a.png")).astype(np.uint16) * 257)
     assert cv2.imwrite(str(src / "b16.png"), img16)
+    assert cv2.imwrite(str(src / "photo.jpg"), cv2.imread(str(src / "a.png")))
     proc = run_cli(*args, cwd=tmp_path)
-    assert sorted(p.name for p in out.iterdir()) == ["a.png", "b16.png"]
-    assert "16-bit input images: precision fp32" in proc.stdout + proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["a.png", "b16.png", "photo.png"]
+    said = proc.stdout + proc.stderr
+    assert "16-bit input images: precision fp32" in said
+    assert "results are written as PNG (lossless; the default --ext png) from .jpg inputs too" in said
 
 
 def test_messages_name_the_real_cause(tmp_path: Path) -> None:

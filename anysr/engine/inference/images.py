@@ -276,6 +276,10 @@ def output_paths(files: list[Path], out_dir: Path, suffix: str | None, ext: str 
         if why:
             get_logger().warning("%s: writing a PNG (%s)", p, why)
         outs.append(out_dir / (f"{p.stem}_{suffix}{suffix_ext}" if suffix else f"{p.stem}{suffix_ext}"))
+    others = sorted({p.suffix.lower() for p in files} - {".png"})
+    if ext == "png" and others:
+        get_logger().info("results are written as PNG (lossless; the default --ext png) from %s inputs too; "
+                          "--ext auto keeps each input's format", "/".join(others))
     inputs = {p.resolve() for p in files}
     seen: dict[Path, Path] = {}
     for src, dst in zip(files, outs):
