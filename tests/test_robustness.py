@@ -548,3 +548,23 @@ def test_messages_name_the_real_cause(tmp_path: Path) -> None:
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert proc.returncode == 2 and len(lines) == 1 and "--outscale 1000: the result of" in lines[0], proc.stderr
     assert "give a smaller --outscale" in lines[0] and "--tile" not in lines[0]
+
+
+def test_patch_size_problems_are_said_once_with_the_size_that_fits(tmp_path: Path, small_train_dir: Path) -> None:
+    """Several images smaller than the patch: one line naming them and the largest gt_size all of them allow
+    (rather than one refusal per image and a guess); the override that removes a key is named where it helps."""
+    train = tmp_path / "train"
+    shutil.copytree(small_train_dir, train)
+    cv2.imwrite(str(train / "small1.png"), np.zeros((27, 40, 3), np.uint8))  # 26 after the crop to scale 2
+    cv2.imwrite(str(train / "small2.png"), np.zeros((30, 31, 3), np.uint8))
+    opt = tiny_train_options("fit", train, None, total_iter=2, datasets__train={
+        **tiny_train_options("x", train, None)["datasets"]["train"], "dataroot_lq": str(train)})
+    path = write_options(tmp_path / "o.yml", opt)
+    proc = run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and "datasets.train.dataroot_lq: set together with lq_from_gt: true" in proc.stderr
+    assert "--force_yml datasets.train.dataroot_lq=~ removes the key" in proc.stderr, proc.stderr
+    proc = run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", "datasets.train.dataroot_lq=~",
+                   cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and "1 problem(s) found in the datasets before training" in proc.stderr, proc.stderr
+    assert ("2 of 10 images are smaller than the 32x32 GT patch (gt_size) (small1.png, small2.png); the largest "
+            "gt_size every image allows is 26: set gt_size: 26") in proc.stderr, proc.stderr

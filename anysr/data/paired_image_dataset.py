@@ -162,6 +162,7 @@ class _ImageDataset(Dataset):
         self.opt = opt
         self.key_path = key_path or f"datasets.{opt['phase']}"
         self.name = str(opt["name"])
+        self._sides: list[int] = []  # filled by check(): each item's usable GT side
         self.phase = str(opt["phase"])
         self.color = opt["color"]
         self.norm = (list(opt["mean"]), list(opt["std"])) if opt["mean"] is not None else None
@@ -204,10 +205,21 @@ class _ImageDataset(Dataset):
             except DataError as exc:
                 return str(exc)
 
+        self._sides = []  # each item's usable GT side (_check_item), to suggest a patch size
         with ThreadPoolExecutor(max_workers=8) as pool:
             found = list(tqdm(pool.map(one, range(len(self))), total=len(self), desc=f"check {self.name}",
                               unit="img", disable=not progress or len(self) < _BAR_FROM, leave=False))
-        return [p for p in found if p]
+        small = [p for p in found if isinstance(p, _TooSmall)]
+        others = [str(p) for p in found if p and not isinstance(p, _TooSmall)]
+        if len(small) < 2:
+            return others + [str(p) for p in small]
+        scale = int(getattr(self, "scale", 1))
+        fits = (min(self._sides) // scale) * scale if self._sides else 0
+        shown = ", ".join(p.name for p in small[:5]) + (f" and {len(small) - 5} more" if len(small) > 5 else "")
+        advice = (f"the largest gt_size every image allows is {fits}: set gt_size: {fits}, or remove the small "
+                  "images" if fits >= scale else "remove the small images")
+        return [*others, f"{len(small)} of {len(found)} images are smaller than the {small[0].patch}x"
+                f"{small[0].patch} GT patch (gt_size) ({shown}); {advice}"]
 
     def _check_item(self, i: int, decode: bool) -> str | None:
         raise NotImplementedError
@@ -234,6 +246,18 @@ class _ImageDataset(Dataset):
         if not names:
             raise DataError(f"{self.key_path}: no images ({', '.join(IMAGE_EXTENSIONS)}) in '{root}'")
         return names
+
+
+class _TooSmall(str):
+    """A start-up problem that is only a patch size: several are said as one line with the size that fits."""
+
+    def __new__(cls, text: str, name: str, patch: int) -> _TooSmall:
+        obj = super().__new__(cls, text)
+        obj.name, obj.patch = name, patch
+        return obj
+
+    name: str
+    patch: int
 
 
 @DATASET_REGISTRY.register()
@@ -289,9 +313,11 @@ class PairedImageDataset(_ImageDataset):
         gt = self._info(self.gt_backend, item.gt, decode)
         if self.lq_from_gt:
             h, w = gt.height - gt.height % s, gt.width - gt.width % s
+            self._sides.append(min(h, w))
             if self.phase == "train" and (h < self.gt_size or w < self.gt_size):
-                return (f"{gt_path} is {gt.width}x{gt.height} (WxH), smaller than the {self.gt_size}x{self.gt_size} "
-                        f"GT patch (gt_size) after the crop to a multiple of scale {s}; lower gt_size or remove it")
+                return _TooSmall(f"{gt_path} is {gt.width}x{gt.height} (WxH), smaller than the {self.gt_size}x"
+                                 f"{self.gt_size} GT patch (gt_size) after the crop to a multiple of scale {s}; lower "
+                                 "gt_size or remove it", os.path.basename(gt_path), self.gt_size)
             return f"{gt_path} is smaller than the scale {s}" if min(h, w) == 0 else None
         assert self.lq_backend is not None and item.lq is not None
         lq = self._info(self.lq_backend, item.lq, decode)
@@ -299,9 +325,11 @@ class PairedImageDataset(_ImageDataset):
             return (f"{gt_path} ({gt.width}x{gt.height}) and {lq_path} ({lq.width}x{lq.height}) do not pair at "
                     f"scale {s}: the GT should be {lq.width * s}x{lq.height * s} (up to {s - 1} extra pixels)")
         p = lq_patch_size(self.gt_size, s)
+        self._sides.append(min(lq.height, lq.width) * s)
         if self.phase == "train" and (lq.height < p or lq.width < p):
-            return (f"{lq_path} is {lq.width}x{lq.height} (WxH), smaller than the {p}x{p} LQ patch (gt_size "
-                    f"{self.gt_size} / scale {s}); lower gt_size or remove it")
+            return _TooSmall(f"{lq_path} is {lq.width}x{lq.height} (WxH), smaller than the {p}x{p} LQ patch "
+                             f"(gt_size {self.gt_size} / scale {s}); lower gt_size or remove it",
+                             os.path.basename(lq_path), self.gt_size)
         return None
 
     def paths(self, i: int) -> tuple[str, str]:

@@ -164,7 +164,7 @@ def _dataset_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None)
         has_lq = out.get("dataroot_lq") is not None
         if has_lq and out.get("lq_from_gt") is True:
             ctx.add(f"{path}.dataroot_lq", "set together with lq_from_gt: true; keep one (lq_from_gt "
-                    "makes the LQ images from the GT images)")
+                    f"makes the LQ images from the GT images; --force_yml {path}.dataroot_lq=~ removes the key)")
         elif "dataroot_lq" in out and not has_lq and out.get("lq_from_gt") is False:
             ctx.add(f"{path}.dataroot_lq", f"{kind} needs dataroot_lq (a folder of LQ images) "
                     "or lq_from_gt: true (LQ made from GT by MATLAB bicubic)")
