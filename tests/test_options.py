@@ -834,7 +834,7 @@ def test_dataset_rules(root: Path) -> None:
         "datasets.train.batch_size_per_gpu: required for a train dataset (images per device per step)",
         "datasets.train.std: every value must be > 0, got [0.5, 0.0, 0.5]",
         "datasets.train_2.dataroot_lq: set together with lq_from_gt: true; keep one (lq_from_gt makes the LQ "
-        "images from the GT images)",
+        "images from the GT images; --force_yml datasets.train_2.dataroot_lq=~ removes the key)",
         "datasets.train_2.gt_size: required for a train PairedImageDataset (the GT patch size, a multiple of "
         "scale, e.g. 96 or 128)",
         "datasets.train_2.batch_size_per_gpu: required for a train dataset (images per device per step)",
