@@ -3,7 +3,8 @@
 ``Browser.open(url)`` loads a page in a fresh tab and records what a user's browser would show: console
 messages, uncaught exceptions, log entries (a Content-Security-Policy violation lands there) and every request
 the page makes. ``evaluate`` runs JavaScript in the page, ``mouse`` sends real input events and ``screenshot``
-saves a PNG. Chromium is Debian's (``apt-get install chromium``); ``find_chromium`` returns None without it.
+saves a PNG, ``viewport`` sets the window size the page sees. Chromium is Debian's (``apt-get install
+chromium``); ``find_chromium`` returns None without it.
 """
 
 from __future__ import annotations
@@ -115,6 +116,11 @@ class Browser:
         self.events.clear()
         self.call("Page.navigate", {"url": url})
         self.wait_event("Page.loadEventFired")
+
+    def viewport(self, width: int, height: int) -> None:
+        """Show the page as a ``width`` x ``height`` window would (a resize event reaches the page)."""
+        self.call("Emulation.setDeviceMetricsOverride", {"width": width, "height": height, "deviceScaleFactor": 1,
+                                                         "mobile": False})
 
     def evaluate(self, expression: str, timeout: float = 30) -> Any:
         """The value of a JavaScript expression (promises awaited); a page exception is raised here."""

@@ -149,7 +149,8 @@ def test_several_folders_side_by_side_with_csv_json_and_report(tmp_path: Path) -
     assert float(rows[0]["psnr"]) == pytest.approx(single["images"][0]["psnr"], abs=1e-6)
     page = (tmp_path / "cmp.html").read_text()
     assert page.count('"label": "soft"') == 2 and page.count('"label": "ground truth"') == 2
-    assert 'href=\\"soft/baby_x2.png\\"' in page and "<h2>Averages</h2>" in page  # relative links
+    assert 'href=\\"soft/baby_x2.png\\"' in page  # relative links
+    assert "<h2>Averages over 2 images: PSNR, SSIM</h2>" in page
 
 
 def test_metric_names_and_missing_weights_are_one_line_errors(tmp_path: Path) -> None:

@@ -5,18 +5,21 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import cv2
 import numpy as np
 import pytest
 from browser import Browser, find_chromium
-from conftest import run_cli, tiny_train_options, write_options
+from conftest import DATASETS, run_cli, tiny_train_options, write_options
 
 from anysr.data import build_dataset
+from anysr.engine.evaluation.page import svg_chart
 from anysr.engine.evaluation.run_report import write_report
-from anysr.engine.training.history import History
+from anysr.engine.training.history import History, save_crops
 from anysr.errors import DataError, OptionError
 from anysr.ops.imresize import imresize
 from anysr.options import load_options
@@ -150,6 +153,116 @@ _SIGS = ("(() => {" + _SIG + "return {all: [...document.querySelectorAll('canvas
          " zoom: document.getElementById('zoom').textContent};})()")
 
 
+# Laptop windows the pages must fit (width x height of the browser's viewport).
+LAPTOP_SIZES = ((1366, 768), (1280, 800))
+
+# Measured in the page, after the viewer has drawn: the slider canvas against what it draws and its box, each
+# chart's legend against its plot area and line points, the "N of M images" notes, horizontal overflow.
+_LAYOUT = ("(async () => {" + _WAIT + "await new Promise(r => setTimeout(r, 150));"
+           "const c = document.getElementById('compare'), r = c.getBoundingClientRect();"
+           "const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
+           "let x0 = c.width, y0 = c.height, x1 = -1, y1 = -1;"
+           "for (let y = 0; y < c.height; y++) for (let x = 0; x < c.width; x++) {const i = 4 * (y * c.width + x);"
+           " if (d[i] !== 34 || d[i + 1] !== 34 || d[i + 2] !== 34) {x0 = Math.min(x0, x); x1 = Math.max(x1, x);"
+           " y0 = Math.min(y0, y); y1 = Math.max(y1, y);}}"
+           "const box = document.getElementById('viewer').getBoundingClientRect();"
+           "const inter = (a, b) => a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;"
+           "const charts = [...document.querySelectorAll('.chart svg')].map(svg => {"
+           " const plot = svg.querySelector('rect.plot').getBoundingClientRect();"
+           " const legend = svg.querySelector('g.legend').getBoundingClientRect(); const m = svg.getScreenCTM();"
+           " const pts = [...svg.querySelectorAll('polyline')].flatMap(l => [...l.points])"
+           "  .concat([...svg.querySelectorAll('circle')].map(e => ({x: e.cx.baseVal.value, y: e.cy.baseVal.value})))"
+           "  .map(p => new DOMPoint(p.x, p.y).matrixTransform(m));"
+           " return {title: svg.parentElement.querySelector('h3').textContent, entries:"
+           "  svg.querySelectorAll('g.legend text').length, over_plot: inter(legend, plot),"
+           "  points: pts.length, points_under_legend: pts.filter(p => p.x >= legend.left && p.x <= legend.right"
+           "  && p.y >= legend.top && p.y <= legend.bottom).length};});"
+           "return {canvas: [r.width, r.height], pixels: [c.width, c.height], drawn: [x1 - x0 + 1, y1 - y0 + 1],"
+           " viewer: [box.width], inner: [innerWidth, innerHeight],"
+           " scroll: document.documentElement.scrollWidth, charts,"
+           " notes: [...document.querySelectorAll('.shown')].map(e => e.textContent),"
+           " h: [...document.querySelectorAll('h1, h2, h3')].map(e => e.textContent)};})()")
+
+
+def _check_layout(b: Browser, size: tuple[int, int], crop: tuple[int, int] = (128, 128)) -> dict[str, Any]:
+    """The page at a laptop's window size: nothing overflows sideways, the slider view's crop (``crop``: width,
+    height) fills its canvas with its aspect kept at a sensible size, and no legend lies over a chart's lines."""
+    b.viewport(*size)
+    m = b.evaluate(_LAYOUT)
+    assert m["inner"] == list(size) and m["scroll"] <= size[0], m  # no horizontal scroll bar
+    (cw, ch), (pw, ph), (dw, dh) = m["canvas"], m["pixels"], m["drawn"]
+    assert (dw, dh) == (pw, ph), m  # the crop covers the whole canvas: no dark margin
+    assert abs(cw / ch - crop[0] / crop[1]) < 0.02 and abs(cw - pw) <= 1, m  # aspect kept, not stretched by CSS
+    assert cw >= min(0.4 * m["viewer"][0], 3 * crop[0]) and ch <= size[1], m  # large, but fits the window
+    for chart in m["charts"]:
+        assert chart["entries"] >= 1 and chart["points"] >= 1, chart
+        assert not chart["over_plot"] and chart["points_under_legend"] == 0, chart
+    return m
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium; .ci/run does)")
+def test_report_page_fits_a_laptop_window(run: dict[str, Any], tmp_path: Path) -> None:
+    page = (run["exp"] / "report.html").resolve()
+    with Browser(CHROMIUM or "", tmp_path / "profile") as b:
+        b.open(page.as_uri())
+        for size in LAPTOP_SIZES:
+            m = _check_layout(b, size)
+            # 2 of the dataset's 3 images are logged, and the page says so
+            assert m["notes"] == ["2 of 3 images (val.log_images: 2)"], m["notes"]
+            assert {c["title"] for c in m["charts"]} == {"training losses (log scale)", "learning rate",
+                                                          "validation psnr", "validation niqe"}
+            b.screenshot(tmp_path / f"report_{size[0]}.png")
+        assert b.console_errors() == []
+
+
+@pytest.fixture(scope="module")
+def eval_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``anysr eval --report`` comparing two folders (a blurred and an exact copy) on three images, one of them
+    wide and low (its centre crop is 128 x 60)."""
+    tmp = tmp_path_factory.mktemp("evalpage")
+    gt, soft, sharp = (tmp / n for n in ("HR", "soft", "sharp"))
+    for folder in (gt, soft, sharp):
+        folder.mkdir()
+    for name in ("baby", "bird"):
+        cv2.imwrite(str(gt / f"{name}.png"), cv2.imread(str(DATASETS / "Set5" / "HR" / f"{name}.png")))
+    cv2.imwrite(str(gt / "wide.png"), cv2.imread(str(DATASETS / "Set5" / "HR" / "head.png"))[100:160, :200])
+    for p in sorted(gt.glob("*.png")):
+        img = cv2.imread(str(p))
+        cv2.imwrite(str(soft / p.name), cv2.GaussianBlur(img, (5, 5), 1.0))
+        cv2.imwrite(str(sharp / p.name), img)
+    run_cli("eval", "--gt", str(gt), "--sr", str(soft), str(sharp), "--scale", "2", "--metrics", "psnr,ssim",
+            "--report", str(tmp / "cmp.html"), cwd=tmp)
+    return tmp / "cmp.html"
+
+
+@pytest.mark.slow
+def test_eval_page_says_what_it_compares(eval_page: Path) -> None:
+    text = eval_page.read_text()
+    assert "<h1>anysr eval: soft, sharp against the ground truth (x2)</h1>" in text
+    assert "<h2>Averages over 3 images: PSNR, SSIM</h2>" in text
+    assert "<h2>Per image: soft, sharp and the ground truth (centre crops, x2)</h2>" in text
+    assert "<h3>ground truth evalpage0/HR</h3>" in text and "all 3 images of " in text
+    assert "<h2>Images</h2>" not in text and "<h3>images</h3>" not in text
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium; .ci/run does)")
+def test_eval_page_fits_a_laptop_window(eval_page: Path, tmp_path: Path) -> None:
+    with Browser(CHROMIUM or "", tmp_path / "profile") as b:
+        b.open(eval_page.resolve().as_uri())
+        for size in LAPTOP_SIZES:
+            m = _check_layout(b, size)
+            assert m["charts"] == [] and len(m["notes"]) == 1 and m["notes"][0].startswith("all 3 images of ")
+            assert m["h"][0] == "anysr eval: soft, sharp against the ground truth (x2)"
+            # the wide image: its 128 x 60 crop keeps its aspect in the slider view, without a dark band
+            b.evaluate("document.querySelector('.thumb[title=wide]').click()")
+            _check_layout(b, size, crop=(128, 60))
+            b.evaluate("document.querySelector('.thumb').click()")
+            b.screenshot(tmp_path / f"eval_{size[0]}.png")
+        assert b.console_errors() == []
+
+
 @pytest.mark.slow
 def test_anysr_report_command(run: dict[str, Any], tmp_path: Path) -> None:
     exp = run["exp"]
@@ -162,6 +275,24 @@ def test_anysr_report_command(run: dict[str, Any], tmp_path: Path) -> None:
         write_report(tmp_path / "nowhere")
     with pytest.raises(DataError, match="anysr experiment folder"):
         write_report(tmp_path)
+
+
+def test_page_says_how_many_images_it_shows_and_keeps_legends_off_the_plot(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    crops = [SimpleNamespace(name=f"img{k}", index=k, box=(0, 0, 16, 24), lq_path="", gt_path="",
+                             **{layer: rng.integers(0, 256, (16, 24, 3), dtype=np.uint8)
+                                for layer in ("lq", "bicubic", "sr", "gt")}) for k in range(3)]
+    save_crops(tmp_path, "Set14", crops, 10, count=14, log_images=3)
+    save_crops(tmp_path, "Set5", crops[:2], 10, count=2, log_images=3)
+    save_crops(tmp_path, "old", crops[:1], 10)  # an index.json entry from before the count was kept
+    html = write_report(tmp_path).read_text()
+    assert '<h3>Set14</h3><p class="muted shown">3 of 14 images (val.log_images: 3)</p>' in html
+    assert '<h3>Set5</h3><p class="muted shown">all 2 images</p>' in html
+    assert '<h3>old</h3><p class="muted shown">1 image, the dataset&#x27;s first</p>' in html
+    # a legend of many names wraps (3 a row) below the plot area (whose bottom is at y = 200 - 22)
+    chart = svg_chart("losses", {f"l_{'x' * 6}_{k}": [(0, 1.0), (10, 0.5)] for k in range(6)}, log_y=True)
+    ys = [float(y) for y in re.findall(r'<text x="[\d.]+" y="([\d.]+)" font-size="10" fill=', chart)]
+    assert len(ys) == 6 and min(ys) > 200 and len(set(ys)) == 2 and "losses (log scale)" in chart
 
 
 def test_history_truncates_to_the_resumed_iteration(tmp_path: Path) -> None:

@@ -57,6 +57,8 @@ def write_eval_report(path: str | os.PathLike[str], results: Sequence[dict[str, 
     head = ["folder", *(f"{_SHOWN[k]} ({'&darr;' if METRIC_INFOS[k].better == 'lower' else '&uarr;'})"
                         for k in metrics), "n", "path"]
     items = []
+    first_gt = str(results[0]["gt_dir"])
+    group = "ground truth " + "/".join(Path(first_gt).resolve().parts[-2:])
     by_gt = [{str(g): s for g, s in folder_pairs} for folder_pairs in pairs]
     for i, (gt_path, _) in enumerate(pairs[0]):
         gt = _rgb(gt_path)
@@ -75,11 +77,21 @@ def write_eval_report(path: str | os.PathLike[str], results: Sequence[dict[str, 
         assert size is not None
         layers.append(Layer("ground truth", png_data_uri(_centre(gt, *size))))
         links.append(("ground truth", relative_link(gt_path, out.parent)))
-        items.append(ViewerItem(gt_path.stem, "images", layers, thumbnail_uri(gt_path), links, values,
+        items.append(ViewerItem(gt_path.stem, group, layers, thumbnail_uri(gt_path), links, values,
                                 note=f"centre crop of at most {CROP_SIDE} pixels, x{scale}"))
-    body = (f"<h1>anysr eval</h1><p class=\"muted\">ground truth {html.escape(str(results[0]['gt_dir']))} &middot; "
-            f"x{scale}, crop_border {results[0]['crop_border']}, "
-            f"{'Y channel' if results[0]['y_channel'] else 'RGB'}</p>"
-            f"<h2>Averages</h2>{html_table(head, rows, left=1)}<h2>Images</h2>{viewer_html(items)}")
-    atomic_write_bytes(out, page("anysr eval", body).encode("utf-8"))
+    first = results[0]
+    compared = ", ".join(labels)
+    names = ", ".join(_SHOWN[k] for k in metrics)
+    how = f"{'on the Y channel' if first['y_channel'] else 'on RGB'}, crop_border {first['crop_border']}"
+    folders = " &middot; ".join(f"{html.escape(label)}: {html.escape(str(r['sr_dir']))}"
+                                for label, r in zip(labels, results))
+    n = len(pairs[0])
+    body = (f"<h1>anysr eval: {html.escape(compared)} against the ground truth (x{scale})</h1>"
+            f"<p class=\"muted\">ground truth: {html.escape(str(first['gt_dir']))} &middot; {folders} &middot; "
+            f"{html.escape(names)} {how}</p>"
+            f"<h2>Averages over {n} image{'s' if n != 1 else ''}: {html.escape(names)}</h2>"
+            f"{html_table(head, rows, left=1)}"
+            f"<h2>Per image: {html.escape(compared)} and the ground truth (centre crops, x{scale})</h2>"
+            f"{viewer_html(items, group_notes={group: f'all {n} images of {first_gt}'})}")
+    atomic_write_bytes(out, page(f"anysr eval: {', '.join(labels)} (x{scale})", body).encode("utf-8"))
     return out

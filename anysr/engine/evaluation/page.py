@@ -109,9 +109,10 @@ th{background:#f0f0f0}td.l,th.l{text-align:left}.muted{color:#777}.charts{displa
 .thumbs{display:flex;flex-wrap:wrap;gap:6px;margin:6px 0}.thumb{border:2px solid transparent;cursor:pointer;
 background:#fff;padding:2px;text-align:center;font-size:11px}.thumb.sel{border-color:#1f6feb}
 .thumb img{display:block;max-width:96px;max-height:96px}.panes{display:flex;gap:8px;flex-wrap:wrap}
-.pane{text-align:center}canvas{background:#222;image-rendering:pixelated;cursor:grab;display:block}
+.pane{text-align:center}canvas{background:#222;image-rendering:pixelated;cursor:grab;display:block;max-width:100%}
+.shown{margin:0 0 4px}
 .controls{margin:8px 0;display:flex;gap:8px;align-items:center;flex-wrap:wrap}
-.controls input[type=range]{width:320px}#slider-label{min-width:220px;display:inline-block}
+.controls input[type=range]{width:320px;max-width:100%}#slider-label{min-width:220px;display:inline-block}
 """
 
 _JS = r"""
@@ -120,15 +121,36 @@ _JS = r"""
   const data = JSON.parse(document.getElementById('viewer-data').textContent);
   const items = data.items;
   if (!items.length) return;
+  const viewer = document.getElementById('viewer');
   const paneCanvases = Array.from(document.querySelectorAll('canvas.layer'));
   const cmp = document.getElementById('compare');
   const slider = document.getElementById('slider');
   const label = document.getElementById('slider-label');
   const zoomText = document.getElementById('zoom');
   const info = document.getElementById('item-info');
+  // view.zoom is relative to each canvas's fit scale (1: the whole crop fills every canvas); cx, cy: image pixels
   const view = {zoom: 1, cx: 0, cy: 0};
+  const fit = new Map();
   let current = null, images = [];
 
+  // the scale that fits a w x h image in a box (whole pixels when it is enlarged, so pixels stay square)
+  function fitScale(w, h, bw, bh) {
+    const s = Math.min(bw / w, bh / h);
+    return s >= 1 ? Math.floor(s) : s;
+  }
+  // canvases take the crop's aspect: the panes fit a PANE box, the slider view the page's width (and height)
+  function layout() {
+    if (!images.length || !images[0].naturalWidth) return;
+    const w = images[0].naturalWidth, h = images[0].naturalHeight;
+    const ps = fitScale(w, h, data.pane, data.pane);
+    paneCanvases.forEach(function(c){
+      c.width = Math.max(1, Math.round(w * ps)); c.height = Math.max(1, Math.round(h * ps)); fit.set(c, ps);
+    });
+    const avail = Math.max(64, Math.min(viewer.clientWidth || data.big, data.big));
+    const tall = Math.max(160, Math.min(data.big, window.innerHeight - 140));
+    const cs = fitScale(w, h, avail, tall);
+    cmp.width = Math.max(1, Math.round(w * cs)); cmp.height = Math.max(1, Math.round(h * cs)); fit.set(cmp, cs);
+  }
   function load(i) {
     current = items[i];
     document.querySelectorAll('.thumb').forEach(function(t){ t.classList.toggle('sel', +t.dataset.i === i); });
@@ -150,23 +172,23 @@ _JS = r"""
   }
   function reset() {
     const im = images[0];
-    view.cx = im.naturalWidth / 2; view.cy = im.naturalHeight / 2;
-    view.zoom = Math.max(1, Math.floor(Math.min(paneCanvases[0].width / im.naturalWidth,
-                                                paneCanvases[0].height / im.naturalHeight)));
+    view.cx = im.naturalWidth / 2; view.cy = im.naturalHeight / 2; view.zoom = 1;
+    layout();
     draw();
   }
+  function scaleOf(c) { return (fit.get(c) || 1) * view.zoom; }
   function blit(ctx, im, alpha) {
-    const c = ctx.canvas;
+    const c = ctx.canvas, z = scaleOf(c);
     ctx.imageSmoothingEnabled = false;
     ctx.globalAlpha = alpha;
-    ctx.setTransform(view.zoom, 0, 0, view.zoom, c.width / 2 - view.cx * view.zoom, c.height / 2 - view.cy * view.zoom);
+    ctx.setTransform(z, 0, 0, z, c.width / 2 - view.cx * z, c.height / 2 - view.cy * z);
     ctx.drawImage(im, 0, 0);
     ctx.setTransform(1, 0, 0, 1, 0, 0);
     ctx.globalAlpha = 1;
   }
   function clear(ctx) { ctx.fillStyle = '#222'; ctx.fillRect(0, 0, ctx.canvas.width, ctx.canvas.height); }
   function draw() {
-    if (!current) return;
+    if (!current || !images.length) return;
     paneCanvases.forEach(function(c, k){
       const ctx = c.getContext('2d'); clear(ctx);
       if (k < images.length) blit(ctx, images[k], 1);
@@ -179,22 +201,27 @@ _JS = r"""
     const names = current.layers.map(function(l){ return l.label; });
     label.textContent = t > 0 && lo + 1 < names.length
       ? names[lo] + ' \u2192 ' + names[lo + 1] + ' (' + Math.round(t * 100) + '%)' : names[lo];
-    zoomText.textContent = view.zoom.toFixed(view.zoom < 1 ? 2 : 1) + '\u00d7';
+    const z = scaleOf(paneCanvases[0]);
+    zoomText.textContent = z.toFixed(z < 1 ? 2 : 1) + '\u00d7';
   }
-  function zoomAt(f) { view.zoom = Math.min(64, Math.max(0.25, view.zoom * f)); draw(); }
+  function zoomAt(f) { view.zoom = Math.min(32, Math.max(0.125, view.zoom * f)); draw(); }
   const all = paneCanvases.concat([cmp]);
+  let drag = null;
   all.forEach(function(c){
     c.addEventListener('wheel', function(e){ e.preventDefault(); zoomAt(e.deltaY < 0 ? 1.25 : 0.8); },
                        {passive: false});
-    let drag = null;
-    c.addEventListener('mousedown', function(e){ drag = {x: e.clientX, y: e.clientY}; c.style.cursor = 'grabbing'; });
-    window.addEventListener('mouseup', function(){ drag = null; c.style.cursor = 'grab'; });
-    window.addEventListener('mousemove', function(e){
-      if (!drag) return;
-      view.cx -= (e.clientX - drag.x) / view.zoom; view.cy -= (e.clientY - drag.y) / view.zoom;
-      drag = {x: e.clientX, y: e.clientY}; draw();
+    c.addEventListener('mousedown', function(e){
+      drag = {c: c, x: e.clientX, y: e.clientY}; c.style.cursor = 'grabbing';
     });
   });
+  window.addEventListener('mouseup', function(){ if (drag) drag.c.style.cursor = 'grab'; drag = null; });
+  window.addEventListener('mousemove', function(e){
+    if (!drag) return;
+    const r = drag.c.getBoundingClientRect(), z = scaleOf(drag.c) * r.width / drag.c.width;
+    view.cx -= (e.clientX - drag.x) / z; view.cy -= (e.clientY - drag.y) / z;
+    drag.x = e.clientX; drag.y = e.clientY; draw();
+  });
+  window.addEventListener('resize', function(){ layout(); draw(); });
   document.getElementById('zoom-in').addEventListener('click', function(){ zoomAt(2); });
   document.getElementById('zoom-out').addEventListener('click', function(){ zoomAt(0.5); });
   document.getElementById('zoom-reset').addEventListener('click', reset);
@@ -207,20 +234,28 @@ _JS = r"""
 """
 
 
-def viewer_html(items: Sequence[ViewerItem], canvas_side: int = 256) -> str:
-    """The per-image viewer: thumbnails per group, one pane per layer (synchronised zoom / pan: wheel or the
-    buttons, drag to pan), and a larger canvas whose slider blends from one layer to the next."""
+def viewer_html(items: Sequence[ViewerItem], canvas_side: int = 256,
+                group_notes: Mapping[str, str] | None = None) -> str:
+    """The per-image viewer: thumbnails per group (each with its ``group_notes`` line, e.g. how many of the
+    dataset's images are shown), one pane per layer (synchronised zoom / pan: wheel or the buttons, drag to pan),
+    and a larger canvas whose slider blends from one layer to the next. Every canvas takes the crop's aspect and
+    fits it: the panes a ``canvas_side`` box, the slider view the page's width (at most ``3 * canvas_side``)."""
     if not items:
         return '<p class="muted">No validation images yet (set val.log_images > 0 and validate once).</p>'
+    notes = group_notes or {}
     n_layers = max(len(i.layers) for i in items)
-    data = {"items": [{"name": it.name, "layers": [{"label": layer.label, "src": layer.src} for layer in it.layers],
+    data = {"pane": canvas_side, "big": 3 * canvas_side,
+            "items": [{"name": it.name, "layers": [{"label": layer.label, "src": layer.src} for layer in it.layers],
                        "info": _item_info(it)} for it in items]}
     parts = []
     groups: dict[str, list[int]] = {}
     for k, it in enumerate(items):
         groups.setdefault(it.group, []).append(k)
     for group, ks in groups.items():
-        parts.append(f"<h3>{html.escape(group)}</h3><div class=\"thumbs\">")
+        parts.append(f"<h3>{html.escape(group)}</h3>")
+        if notes.get(group):
+            parts.append(f'<p class="muted shown">{html.escape(notes[group])}</p>')
+        parts.append('<div class="thumbs">')
         for k in ks:
             it = items[k]
             img = f'<img alt="{html.escape(it.name)}" src="{it.thumb}">' if it.thumb else ""
@@ -274,9 +309,24 @@ def format_number(v: float) -> str:
     return f"{v:.3g}" if abs(v) < 1e-2 or abs(v) >= 1e4 else f"{v:.4g}"
 
 
+def _legend_rows(names: Sequence[str], width: int) -> list[list[tuple[int, str, int]]]:
+    """Legend entries (series index, name, x) in rows that fit ``width`` (10-pixel text, about 6 pixels a character)."""
+    rows: list[list[tuple[int, str, int]]] = [[]]
+    x = 0
+    for k, name in enumerate(names):
+        w = 22 + 6 * len(name) + 12
+        if rows[-1] and x + w > width:
+            rows.append([])
+            x = 0
+        rows[-1].append((k, name, x))
+        x += w
+    return rows
+
+
 def svg_chart(title: str, series: Mapping[str, Sequence[tuple[float, float]]], *, log_y: bool = False,
               width: int = 360, height: int = 200) -> str:
-    """A small line chart as inline SVG (x: iteration), one polyline per series, with its legend."""
+    """A small line chart as inline SVG (x: iteration), one polyline per series; the legend sits below the plot
+    area (never over the lines), in as many rows as it needs."""
     pts = {k: [(float(x), float(y)) for x, y in v if math.isfinite(float(y)) and (not log_y or float(y) > 0)]
            for k, v in series.items()}
     pts = {k: v for k, v in pts.items() if v}
@@ -292,6 +342,8 @@ def svg_chart(title: str, series: Mapping[str, Sequence[tuple[float, float]]], *
         y0, y1 = y0 - (abs(y0) * 0.05 or 1), y1 + (abs(y1) * 0.05 or 1)
     left, right, top, bottom = 52, 8, 8, 22
     pw, ph = width - left - right, height - top - bottom
+    legend = _legend_rows(list(pts), width - left - right)
+    full_height = height + 14 * len(legend) + 2
 
     def px(x: float) -> float:
         return left + (x - x0) / (x1 - x0) * pw
@@ -301,25 +353,32 @@ def svg_chart(title: str, series: Mapping[str, Sequence[tuple[float, float]]], *
         return top + (1 - (v - y0) / (y1 - y0)) * ph
 
     shown_y = (10 ** y0, 10 ** y1) if log_y else (y0, y1)
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">',
-           f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#ccc"/>',
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{full_height}" role="img">',
+           f'<rect class="plot" x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#ccc"/>',
            f'<text x="{left - 4}" y="{top + 10}" font-size="10" text-anchor="end">'
            f'{format_number(shown_y[1])}</text>',
            f'<text x="{left - 4}" y="{top + ph}" font-size="10" text-anchor="end">'
            f'{format_number(shown_y[0])}</text>',
            f'<text x="{left}" y="{height - 6}" font-size="10">{int(x0)}</text>',
            f'<text x="{left + pw}" y="{height - 6}" font-size="10" text-anchor="end">{int(x1)}</text>']
-    for k, (name, v) in enumerate(pts.items()):
+    for k, v in enumerate(pts.values()):
         colour = _COLOURS[k % len(_COLOURS)]
         if len(v) == 1:
             out.append(f'<circle cx="{px(v[0][0]):.1f}" cy="{py(v[0][1]):.1f}" r="3" fill="{colour}"/>')
         else:
             line = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in v)
             out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{line}"/>')
-        out.append(f'<text x="{left + 6}" y="{top + 12 + 12 * k}" font-size="10" fill="{colour}">'
-                   f"{html.escape(name)}{' (log)' if log_y and k == 0 else ''}</text>")
-    out.append("</svg>")
-    return f'<div class="chart"><h3>{html.escape(title)}</h3>{"".join(out)}</div>'
+    out.append('<g class="legend">')
+    for r, row in enumerate(legend):
+        y = height + 14 * r + 8
+        for k, name, x in row:
+            colour = _COLOURS[k % len(_COLOURS)]
+            out.append(f'<line x1="{left + x}" y1="{y - 3}" x2="{left + x + 16}" y2="{y - 3}" stroke="{colour}" '
+                       f'stroke-width="2"/><text x="{left + x + 20}" y="{y}" font-size="10" fill="{colour}">'
+                       f"{html.escape(name)}</text>")
+    out.append("</g></svg>")
+    shown_title = f"{title} (log scale)" if log_y else title
+    return f'<div class="chart"><h3>{html.escape(shown_title)}</h3>{"".join(out)}</div>'
 
 
 def html_table(head: Sequence[str], rows: Iterable[Sequence[str]], left: int = 2) -> str:

@@ -103,12 +103,26 @@ def _curves(history: History) -> str:
     return f'<div class="charts">{"".join(charts)}</div>'
 
 
-def _run_items(exp_dir: Path) -> list[ViewerItem]:
+def _shown_note(block: Mapping[str, Any], shown: int) -> str:
+    """How many of a dataset's images the page shows, e.g. '8 of 14 images (val.log_images: 8)'."""
+    count, log_images = block.get("count"), block.get("log_images")
+    limit = f" (val.log_images: {log_images})" if isinstance(log_images, int) else ""
+    if not isinstance(count, int):  # an index.json from before the count was kept
+        return f"{shown} image{'s' if shown != 1 else ''}, the dataset's first{limit}"
+    if shown < count:
+        return f"{shown} of {count} images{limit}"
+    return f"all {count} images"
+
+
+def _run_items(exp_dir: Path) -> tuple[list[ViewerItem], dict[str, str]]:
+    """The viewer's items (one per logged validation crop) and, per dataset, how many of its images they are."""
     root = exp_dir / CROPS_DIR
     index = _read_json(root / "index.json")
-    items = []
+    items: list[ViewerItem] = []
+    notes: dict[str, str] = {}
     for dataset, block in index.items():
         it = block.get("iter")
+        before = len(items)
         for e in block.get("images", []):
             files = e.get("files", {})
             layers = []
@@ -126,7 +140,9 @@ def _run_items(exp_dir: Path) -> list[ViewerItem]:
             thumb = thumbnail_uri(e.get("gt_path") or e.get("lq_path") or None)
             items.append(ViewerItem(e.get("name", "?"), dataset, layers, thumb, links,
                                     note=f"crop {w}x{h} at ({left}, {top})"))
-    return items
+        if len(items) > before:
+            notes[dataset] = _shown_note(block, len(items) - before)
+    return items, notes
 
 
 def write_report(exp_dir: str | os.PathLike[str]) -> Path:
@@ -155,7 +171,8 @@ def write_report(exp_dir: str | os.PathLike[str]) -> Path:
         html_table(["dataset", "metric", "better", "best", "at iteration", "weights", "last"], best)
         if best else '<p class="muted">No validation yet.</p>')
     body += "<h2>Curves</h2>" + _curves(history)
-    body += "<h2>Validation images</h2>" + viewer_html(_run_items(exp))
+    items, notes = _run_items(exp)
+    body += "<h2>Validation images</h2>" + viewer_html(items, group_notes=notes)
     out = exp / REPORT_NAME
     atomic_write_bytes(out, page(f"{name} - anysr report", body).encode("utf-8"))
     return out

@@ -3,7 +3,8 @@ in ``<experiment>/history.json``; written atomically at validations, saves and t
 the resumed iteration are dropped, so a replayed stretch is not counted twice) and ``save_crops`` (the fixed centre
 crops of the validation images, LQ, MATLAB bicubic, result and ground truth, as PNGs in
 ``<experiment>/report_files/<dataset>/``, with ``index.json`` saying what they are; the result crop is the latest
-validation's). ``anysr report`` reads both back."""
+validation's; the index also keeps how many images the dataset has and ``val.log_images``). ``anysr report``
+reads both back."""
 
 from __future__ import annotations
 
@@ -106,10 +107,12 @@ def _shape_problem(data: Any) -> str | None:
 
 # --------------------------------------------------------------------------------------------- crops
 def save_crops(exp_dir: Path, dataset: str, crops: Sequence[Any], it: int, sr_dir: Path | None = None,
-               suffix: str | None = None) -> None:
+               suffix: str | None = None, count: int | None = None, log_images: int | None = None) -> None:
     """Write one validation's crops (``evaluator.ImageCrop``) and update ``report_files/index.json``.
 
     ``sr_dir`` / ``suffix``: where this validation saved full results (``val.save_img``), to link them.
+    ``count`` / ``log_images``: the images in the dataset and ``val.log_images``, so the page can say when it
+    shows fewer images than the dataset has.
     """
     if not crops:
         return
@@ -138,7 +141,12 @@ def save_crops(exp_dir: Path, dataset: str, crops: Sequence[Any], it: int, sr_di
             full_sr = str(candidate) if candidate.is_file() else ""
         entries.append({"name": c.name, "index": c.index, "box": list(c.box), "files": files,
                         "lq_path": c.lq_path, "gt_path": c.gt_path, "sr_path": full_sr})
-    index[dataset] = {"iter": int(it), "images": entries}
+    block: dict[str, Any] = {"iter": int(it), "images": entries}
+    if count is not None:
+        block["count"] = int(count)
+    if log_images is not None:
+        block["log_images"] = int(log_images)
+    index[dataset] = block
     atomic_write_json(index_path, index)
 
 

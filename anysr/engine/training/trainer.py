@@ -511,7 +511,8 @@ class Trainer:
             directions = {m: self.val_metrics.better(m) for m in res.metrics} if self.val_metrics else {}
             self.history.add_val(it, name, res.metrics, directions)
             if self.acc.is_main:
-                save_crops(self.exp_dir, name, res.crops, it, save_dir, suffix)
+                save_crops(self.exp_dir, name, res.crops, it, save_dir, suffix, count=res.count,
+                           log_images=int(self.val_opt.log_images))
             lines = []
             for metric, value in res.metrics.items():
                 better = directions[metric]
