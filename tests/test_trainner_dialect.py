@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 import yaml
-from conftest import DATASETS, run_cli, saved_weights, tiny_train_options, write_options
+from conftest import DATASETS, assert_same_weights, run_cli, saved_weights, tiny_train_options, write_options
 from torch import nn
 
 from anysr.errors import OptionError
@@ -298,6 +298,27 @@ def test_dialect_file_trains_through_the_cli(arch: str, tmp_path: Path) -> None:
     assert ("INFO: validation " in log) == (arch != "ESRGAN")
     recorded = yaml.safe_load(next(exp.glob("options_*.yml")).read_text())
     assert "use_amp" not in recorded and recorded["mapped_keys"] and recorded["train"]["accumulate"] == 2
+
+
+def test_dialect_ema_and_clipping_resume_bit_exact(tmp_path: Path) -> None:
+    """traiNNer-redux's EMA schedule, weight switch, gradient clipping and accumulation: 6 iterations straight ==
+    4, stop, resume, 2 (weights and EMA, bit for bit)."""
+    from anysr.cli import main
+
+    def opt(name: str, total: int) -> Path:
+        return write_options(tmp_path / f"{name}.yml", dialect(
+            name=name, train__total_iter=total, train__ema_power=0.75, train__ema_update_after_step=1,
+            train__ema_switch_iter=3, train__grad_clip=True, train__grad_clip_max_norm=0.05,
+            train_set__accum_iter=2, val__val_enabled=False))
+
+    assert main(["train", "-opt", str(opt("straight", 6)), "--force_yml", f"path.root={tmp_path}"]) == 0
+    split = opt("split", 4)
+    assert main(["train", "-opt", str(split), "--force_yml", f"path.root={tmp_path}"]) == 0
+    assert main(["train", "-opt", str(split), "--auto_resume", "--force_yml", f"path.root={tmp_path}",
+                 "train.total_iter=6"]) == 0
+    a, b = saved_weights(tmp_path / "experiments" / "straight", 6), saved_weights(tmp_path / "experiments" / "split", 6)
+    assert_same_weights(a, b)
+    assert any(k.startswith("params_ema") for k in a)
 
 
 # ---------------------------------------------------------------- paraphrased traiNNer-redux templates
