@@ -321,6 +321,19 @@ def test_dialect_ema_and_clipping_resume_bit_exact(tmp_path: Path) -> None:
     assert any(k.startswith("params_ema") for k in a)
 
 
+@pytest.mark.xla
+def test_dialect_ema_switch_trains_on_xla(tmp_path: Path) -> None:
+    """The EMA's copy phase and weight switch on XLA, with accumulation and clipping (a copy_ there aliased buffers
+    the optimizer step gives away: "buffer ... is deleted")."""
+    pytest.importorskip("torch_xla")
+    path = write_options(tmp_path / "x.yml", dialect(
+        name="xla", accelerator="xla", num_gpu=1, train__total_iter=4, train__ema_power=0.75,
+        train__ema_switch_iter=2, train__grad_clip=True, train_set__accum_iter=2, val__val_enabled=False))
+    run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path,
+            env={"PJRT_DEVICE": "CPU"})
+    assert any(k.startswith("params_ema") for k in saved_weights(tmp_path / "experiments" / "xla", 4))
+
+
 # ---------------------------------------------------------------- paraphrased traiNNer-redux templates
 
 @pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("*.yml")))

@@ -44,16 +44,13 @@ class EMA:
         ema_params = list(self.module.parameters())
         params = [p.detach() for p in net.parameters()]
         decay = self.current_decay()
-        if decay == 0.0:
-            for e, p in zip(ema_params, params):
-                e.copy_(p)
-        else:
-            torch._foreach_lerp_(ema_params, params, 1.0 - decay)
+        # A copy is a lerp by 1 (``end - (end - start) * 0``: exactly ``end``): on XLA ``copy_`` would alias the
+        # trained weights' buffers, which the next optimizer step gives away.
+        torch._foreach_lerp_(ema_params, params, 1.0 - decay)
         for b_ema, b in zip(self.module.buffers(), net.buffers()):
             b_ema.copy_(b)
         if self.switch_every and self.updates and self.updates % self.switch_every == 0:
-            for p, e in zip(params, ema_params):
-                p.copy_(e)
+            torch._foreach_lerp_(params, ema_params, 1.0)
         self.updates += 1
 
     def state_dict(self) -> dict[str, Any]:
