@@ -15,23 +15,42 @@ class EMA:
     ``d = min(decay, (1 + n) / (10 + n))`` after ``n`` updates: the random initial weights are forgotten within
     the first few hundred steps instead of lingering for ``1 / (1 - decay)`` of them (with decay 0.999, BasicSR's
     plain EMA still holds 37% of the random init after 1000 iterations). For long runs the two are the same.
+
+    traiNNer-redux's schedule (ema-pytorch's) when ``power`` is given: the EMA copies the weights for the first
+    ``update_after + 2`` updates, then ``d = min(decay, 1 - (1 + n) ** -power)`` with ``n`` the updates past
+    ``update_after``. Without ``power``, ``update_after`` updates copy and anysr's warm-up counts from there.
+    ``switch_every``: every that many updates the network takes the EMA weights. Everything depends on the update
+    count alone (saved in the state): exact on resume.
     """
 
-    def __init__(self, net: nn.Module, decay: float) -> None:
+    def __init__(self, net: nn.Module, decay: float, *, power: float | None = None, update_after: int = 0,
+                 switch_every: int = 0) -> None:
         self.decay = float(decay)
+        self.power = None if power is None else float(power)
+        self.update_after = int(update_after)
+        self.switch_every = int(switch_every)
         self.updates = 0
         self.module = copy.deepcopy(net).eval().requires_grad_(False)
 
     def current_decay(self) -> float:
-        return min(self.decay, (1 + self.updates) / (10 + self.updates))
+        """The decay of the next update (0: the EMA takes the weights as they are)."""
+        n = self.updates - self.update_after
+        if self.power is None:
+            return 0.0 if n < 0 else min(self.decay, (1 + n) / (10 + n))
+        return 0.0 if n <= 1 else min(self.decay, max(0.0, 1.0 - (1.0 + n) ** -self.power))
 
     @torch.no_grad()
     def update(self, net: nn.Module) -> None:
         ema_params = list(self.module.parameters())
         params = [p.detach() for p in net.parameters()]
-        torch._foreach_lerp_(ema_params, params, 1.0 - self.current_decay())
+        decay = self.current_decay()
+        # A copy is a lerp by 1 (``end - (end - start) * 0``: exactly ``end``): on XLA ``copy_`` would alias the
+        # trained weights' buffers, which the next optimizer step gives away.
+        torch._foreach_lerp_(ema_params, params, 1.0 - decay)
         for b_ema, b in zip(self.module.buffers(), net.buffers()):
             b_ema.copy_(b)
+        if self.switch_every and self.updates and self.updates % self.switch_every == 0:
+            torch._foreach_lerp_(params, ema_params, 1.0)
         self.updates += 1
 
     def state_dict(self) -> dict[str, Any]:

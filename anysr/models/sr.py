@@ -81,7 +81,7 @@ class SRModel(BaseModel):
             return
         train = self.opt["train"]
         net.train()
-        self.add_ema("net_g", float(train["ema_decay"]))
+        self.add_ema("net_g", float(train["ema_decay"]), train)
         specs = [s for s in self.loss_specs if s.role != "gan"]
         if any(s.role == "artifact" for s in specs) and "net_g" not in self.emas:
             raise OptionError(f"{next(s.key_path for s in specs if s.role == 'artifact')}: LDL compares with the EMA "

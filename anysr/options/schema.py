@@ -48,6 +48,15 @@ from anysr.options.realesrgan import (
     realesrgan_dataset_rule,
     realesrgan_rule,
 )
+from anysr.options.trainner import (
+    TRAINNER_DATASET_FIELDS,
+    TRAINNER_LOGGER_FIELDS,
+    TRAINNER_TOP_FIELDS,
+    TRAINNER_TRAIN_FIELDS,
+    TRAINNER_VAL_FIELDS,
+    map_trainner,
+    trainner_rule,
+)
 from anysr.options.video import (
     VIDEO_DATASET_FIELDS,
     VIDEO_TRAIN_FIELDS,
@@ -144,8 +153,8 @@ def _dataset_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None)
         out["scale"] = ctx.scale
     if not good(out, "name"):
         out["name"] = name
-    if good(out, "type"):
-        _check_registered("dataset", "dataset type", out["type"], f"{path}.type", ctx)
+    if good(out, "type") and _check_registered("dataset", "dataset type", out["type"], f"{path}.type", ctx):
+        out["type"] = registry("dataset").canonical(out["type"]) or out["type"]  # pairedimagedataset: any case
     for root_key in ("dataroot_gt", "dataroot_lq"):
         _existing(out, root_key, path, ctx, kind="file or folder")
     _existing(out, "meta_info_file", path, ctx, kind="file")
@@ -368,6 +377,7 @@ def check_loss_roles(top: dict[str, Any], ctx: Context) -> None:
 
 def _train_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
     augment_rule(out, path, ctx)
+    trainner_rule(out, ctx)
     _losses_rule(out, path, ctx)
     if all(out.get(name) is None for name in LOSS_OPTS) and not any(
             isinstance(e, dict) and e.get("loss_weight") != 0 for e in out.get("losses") or []):
@@ -553,6 +563,7 @@ DATASET = Section(
         "scale": Field(int, default_doc="the top-level scale",
                        doc="Set by the loader from the top-level scale."),
         **VIDEO_DATASET_FIELDS,
+        **TRAINNER_DATASET_FIELDS,
     },
     aliases={"use_flip": "use_hflip", "meta_info": "meta_info_file"},
     rule=_dataset_rule,
@@ -759,6 +770,7 @@ TRAIN = Section(
         "optim_d": Field((OPTIM, None), default=None, doc="Discriminator optimizer (GAN models)."),
         **VIDEO_TRAIN_FIELDS,
         **AUGMENT_TRAIN_FIELDS,
+        **TRAINNER_TRAIN_FIELDS,
     },
     rule=_train_rule,
     doc="Required when training. At least one loss (pixel_opt, perceptual_opt, gan_opt, or the losses list) must "
@@ -812,6 +824,7 @@ VAL = Section(
         **VIDEO_VAL_FIELDS,
         "use_chop": Field(bool, keep=False,
                           doc="Accepted (the DAT authors' memory-saving split test) and ignored; val.tile does that."),
+        **TRAINNER_VAL_FIELDS,
     },
     rule=_val_rule,
 )
@@ -844,6 +857,7 @@ LOGGER = Section({
     "keep_last": Field((int, None), default=3, check=at_least(1),
                        doc="Training states to keep (null: all)."),
     "wandb": Field(WANDB, default={}, doc="Weights & Biases."),
+    **TRAINNER_LOGGER_FIELDS,
 })
 
 DIST_PARAMS = Section({
@@ -887,6 +901,10 @@ OPTIONS = Section(
         "logger": Field(LOGGER, default={}, doc="Logging and checkpoint frequency."),
         "dist_params": Field(DIST_PARAMS, default={}, doc="Distributed settings."),
         **REALESRGAN_FIELDS,
+        **TRAINNER_TOP_FIELDS,
+        "mapped_keys": Field(ListOf(str), default=[],
+                             doc="Set by the loader: what the file's traiNNer-redux keys became in anysr's "
+                                 "(logged in one line when training starts; see docs/trainner.md)."),
     },
     refused={
         "rank": "is set by the launcher, remove it",
@@ -910,5 +928,7 @@ def validate(opt: dict[str, Any], *, is_train: bool, root: Path,
     paths = opt.get("path")
     if isinstance(paths, dict) and isinstance(paths.get("root"), str):
         ctx.root = resolve_path(paths["root"], root)
+    notes = map_trainner(opt, ctx)
     result = validate_section(OPTIONS, opt, "", ctx)
+    result["mapped_keys"] = notes
     return result, ctx.problems

@@ -330,6 +330,8 @@ class Trainer:
             self.log.info(line)
         self._calibrate()
         log_start(f"training '{self.opt.name}'", acc)
+        if self.opt.mapped_keys:
+            self.log.info("traiNNer-redux keys mapped: %s", "; ".join(self.opt.mapped_keys))
         self.model.setup()
 
         start_iter = 0

@@ -1,0 +1,324 @@
+"""traiNNer-redux's option keys (its BasicSR-layout dialect), accepted as they are.
+
+Each key is a documented Field of the section it lives in (``schema.py`` adds them): the ones anysr implements
+(``train.ema_power``, ...) are kept; the others are validated and dropped (``keep=False``), because
+``map_trainner`` has already written what they mean into anysr's own keys before the sections are validated
+(``use_amp`` -> ``train.precision``, ``datasets.train.lq_size`` -> ``gt_size``, ``val.val_enabled: false`` -> no
+validation, ...). ``map_trainner`` returns one note per mapped key; the loader keeps them in ``mapped_keys`` and
+the trainer logs them in one line. Keys anysr cannot honour are refused, each with its reason.
+A file is read as a traiNNer-redux file when it holds one of the keys only that dialect writes (``TRAINNER_MARKERS``);
+only then do traiNNer-redux's own defaults apply where they differ from BasicSR's (flips on, EMA schedule, param key).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from anysr.options.common import phase_of
+from anysr.options.fields import Check, Context, Field, at_least, greater_than
+
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# Keys only traiNNer-redux writes: top level, then (section, key).
+TRAINNER_MARKERS = ("use_amp", "amp_bf16", "use_channels_last", "use_compile", "fast_matmul", "compile_mode")
+_SECTION_MARKERS = (("val", "val_enabled"), ("logger", "save_checkpoint_format"))
+_DATASET_MARKERS = ("lq_size", "accum_iter")
+EMA_POWER_DEFAULT = 10.0  # traiNNer-redux's (ema-pytorch's schedule with it reaches the decay within a few steps)
+GRAD_CLIP_NORM_DEFAULT = 100.0  # traiNNer-redux's grad_clip_max_norm
+
+
+def _false_only(reason: str) -> Check:
+    return Check(lambda v: v is False, f"false ({reason})")
+
+
+def _null_only(reason: str) -> Check:
+    return Check(lambda v: v is None, f"null ({reason})")
+
+
+def _eco(value: dict[str, Any]) -> str | None:
+    if value.get("enabled", False) is not False:
+        return "must not enable ECO: traiNNer-redux's teacher-guided ECO training is not available in anysr; " \
+               "remove train.eco"
+    return None
+
+
+TRAINNER_TOP_FIELDS: dict[str, Field] = {
+    "use_amp": Field(bool, keep=False,
+                     doc="traiNNer-redux: true -> train.precision auto (bf16 where the device runs it natively, "
+                         "else fp32; fp16 only when train.precision asks for it); false -> train.precision fp32."),
+    "amp_bf16": Field(bool, keep=False,
+                      doc="traiNNer-redux: with use_amp, asks for bf16: that is what train.precision auto picks "
+                          "where bf16 is native (and fp32 where it is not); alone, ignored as in traiNNer-redux."),
+    "use_channels_last": Field(bool, keep=False,
+                               doc="traiNNer-redux: true -> train.channels_last auto (anysr decides per device); "
+                                   "false -> train.channels_last false."),
+    "use_compile": Field(bool, keep=False, doc="traiNNer-redux: train.compile."),
+    "compile_mode": Field(str, keep=False, choices=COMPILE_MODES,
+                          doc="Accepted (traiNNer-redux) and ignored: anysr compiles with torch.compile's default "
+                              "mode."),
+    "fast_matmul": Field(bool, keep=False,
+                         doc="Accepted (traiNNer-redux: TF32 matmuls) and ignored: anysr decides the precision "
+                             "(train.precision)."),
+    "detect_anomaly": Field(bool, keep=False,
+                            doc="Accepted (traiNNer-redux: torch's autograd anomaly detection, a debugging aid) and "
+                                "ignored."),
+    "deterministic": Field(bool, keep=False,
+                           doc="Accepted (traiNNer-redux: torch.use_deterministic_algorithms) and ignored: anysr's "
+                               "runs are reproducible where the device's kernels are (CPU, XLA; exact resume)."),
+    "input_pixel_format": Field(str, keep=False, choices=("rgb",),
+                                doc="Accepted (traiNNer-redux) when rgb: anysr's networks take RGB."),
+    "output_pixel_format": Field(str, keep=False, choices=("rgb",),
+                                 doc="Accepted (traiNNer-redux) when rgb: anysr's networks give RGB."),
+    "auto_resume": Field((bool, None), keep=False,
+                         doc="Accepted (traiNNer-redux) and ignored; the command line's --auto_resume decides."),
+    "onnx": Field((dict, None), keep=False,
+                  doc="Accepted (traiNNer-redux's ONNX export settings) and ignored; use `anysr export`."),
+}
+
+TRAINNER_TRAIN_FIELDS: dict[str, Field] = {
+    "ema_power": Field((float, None), default=None, check=greater_than(0),
+                       doc="EMA warm-up as traiNNer-redux (ema-pytorch) does it: after n updates past "
+                           "ema_update_after_step the decay is min(ema_decay, 1 - (1 + n)^-ema_power) (0.75: about "
+                           "10k iterations to 0.999). null: anysr's warm-up, min(ema_decay, (1 + n) / (10 + n)); "
+                           "a traiNNer-redux file with EMA and without it gets traiNNer-redux's default, 10."),
+    "ema_update_after_step": Field(int, default=0, check=at_least(0),
+                                   doc="The EMA copies the weights (no averaging) for this many first updates "
+                                       "(traiNNer-redux); the ema_power warm-up starts after them."),
+    "ema_switch_iter": Field(int, default=0, check=at_least(0),
+                             doc="Every this many EMA updates, the trained network takes the EMA weights "
+                                 "(traiNNer-redux; 0: never). Not with schedule-free optimizers."),
+    "grad_clip": Field(bool, keep=False,
+                       doc="traiNNer-redux: true -> train.grad_clip_norm = grad_clip_max_norm; false: no clipping."),
+    "grad_clip_max_norm": Field(float, keep=False, check=greater_than(0),
+                                doc="traiNNer-redux: the norm grad_clip clips to (its default: 100)."),
+    "adaptive_d": Field(bool, keep=False, check=_false_only("traiNNer-redux's adaptive discriminator pausing is "
+                                                            "not available in anysr; remove it"),
+                        doc="Accepted when false (traiNNer-redux); true is refused (not available)."),
+    "adaptive_d_ema_decay": Field(float, keep=False, doc="Accepted (traiNNer-redux, for adaptive_d) and ignored."),
+    "adaptive_d_threshold": Field(float, keep=False, doc="Accepted (traiNNer-redux, for adaptive_d) and ignored."),
+    "restart_scheduler": Field(bool, keep=False,
+                               doc="Accepted (traiNNer-redux) and ignored: on resume anysr applies changed schedule "
+                                   "arguments when the learning rate at the resumed iteration stays the same, and "
+                                   "refuses the run otherwise (see scheduler)."),
+    "optim_ae": Field((dict, None), keep=False, check=_null_only("traiNNer-redux's autoencoder training is not "
+                                                                 "available in anysr; remove it"),
+                      doc="Accepted when null (traiNNer-redux); refused otherwise (not available)."),
+    "eco": Field(dict, keep=False, check=_eco,
+                 doc="Accepted when ECO is off (traiNNer-redux: {enabled: false}); enabled is refused."),
+}
+
+TRAINNER_VAL_FIELDS: dict[str, Field] = {
+    "val_enabled": Field(bool, keep=False,
+                         doc="traiNNer-redux: false -> no validation while training (the val section and the val* "
+                             "datasets are ignored, unchecked, as there)."),
+    "tile_size": Field(int, keep=False, check=at_least(0),
+                       doc="traiNNer-redux: val.tile (0: whole images)."),
+    "tile_overlap": Field(int, keep=False, check=at_least(0),
+                          doc="traiNNer-redux: val.tile_pad (with tile_size > 0)."),
+    "metrics_enabled": Field(bool, keep=False,
+                             doc="traiNNer-redux: false -> val.metrics are ignored (unchecked)."),
+}
+
+TRAINNER_LOGGER_FIELDS: dict[str, Field] = {
+    "save_checkpoint_format": Field(str, keep=False, choices=("safetensors", "pth"),
+                                    doc="traiNNer-redux: pth -> save_format also writes BasicSR .pth weights "
+                                        "(anysr's safetensors are always written); safetensors: the default."),
+}
+
+TRAINNER_DATASET_FIELDS: dict[str, Field] = {
+    "lq_size": Field(int, keep=False, check=at_least(1),
+                     doc="traiNNer-redux: the LQ patch size; gt_size = lq_size * scale (both given: they must "
+                         "agree)."),
+    "accum_iter": Field(int, keep=False, check=at_least(1),
+                        doc="traiNNer-redux (train dataset): train.accumulate."),
+    "num_prefetch_queue": Field(int, keep=False, doc="Accepted (traiNNer-redux) and ignored."),
+}
+
+
+# ---------------------------------------------------------------- the mapping (before the sections are validated)
+
+def is_trainner(opt: dict[str, Any]) -> bool:
+    """Whether ``opt`` holds a key only traiNNer-redux's files write."""
+    if any(k in opt for k in TRAINNER_MARKERS):
+        return True
+    if any(isinstance(opt.get(s), dict) and k in opt[s] for s, k in _SECTION_MARKERS):
+        return True
+    sets = opt.get("datasets")
+    return isinstance(sets, dict) and any(isinstance(d, dict) and any(k in d for k in _DATASET_MARKERS)
+                                          for d in sets.values())
+
+
+class _Mapper:
+    def __init__(self, opt: dict[str, Any], ctx: Context) -> None:
+        self.opt, self.ctx = opt, ctx
+        self.notes: list[str] = []
+        self.ignored: list[str] = []
+
+    def put(self, source: str, section: str, key: str, value: Any, shown: str | None = None) -> None:
+        """Write ``opt[section][key] = value`` for the dialect key ``source`` (a different value given there too:
+        one problem naming both)."""
+        where = self.opt.get(section)
+        if not isinstance(where, dict):
+            return  # no such section (a test-only file without train): nothing to map onto
+        if key in where and where[key] is not None and where[key] != value:
+            self.ctx.add(source, f"means {section}.{key}: {value!r}, but {section}.{key} is also set to "
+                         f"{where[key]!r}; keep one of them")
+            return
+        where[key] = value
+        text = shown if shown is not None else str(value).lower() if isinstance(value, bool) else value
+        self.notes.append(f"{source} -> {section}.{key} {text}")
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def _map_top(m: _Mapper) -> None:
+    opt = m.opt
+    amp, bf16 = opt.get("use_amp"), opt.get("amp_bf16")
+    if isinstance(amp, bool):
+        source = "use_amp" + ("+amp_bf16" if amp and bf16 is True else "")
+        m.put(source, "train", "precision", "auto" if amp else "fp32")
+    if isinstance(opt.get("use_channels_last"), bool):
+        m.put("use_channels_last", "train", "channels_last", "auto" if opt["use_channels_last"] else False)
+    if isinstance(opt.get("use_compile"), bool):
+        m.put("use_compile", "train", "compile", opt["use_compile"])
+    if opt.get("use_compile") is True and opt.get("compile_mode") not in (None, "default"):
+        m.ignored.append(f"compile_mode {opt['compile_mode']}")
+    for key in ("fast_matmul", "detect_anomaly", "deterministic"):
+        if opt.get(key) is True:
+            m.ignored.append(key)
+
+
+def _map_train(m: _Mapper, trainner: bool) -> None:
+    train = m.opt.get("train")
+    if not isinstance(train, dict):
+        return
+    if train.get("grad_clip") is True:
+        norm = _number(train.get("grad_clip_max_norm", GRAD_CLIP_NORM_DEFAULT))
+        if norm is not None and norm > 0:
+            m.put("train.grad_clip", "train", "grad_clip_norm", norm, f"{norm:g}")
+    if trainner and train.get("ema_power") is None and (_number(train.get("ema_decay")) or 0) > 0:
+        train["ema_power"] = EMA_POWER_DEFAULT
+        m.notes.append(f"EMA warm-up: traiNNer-redux's (ema_power {EMA_POWER_DEFAULT:g})")
+    if train.get("restart_scheduler") is True:
+        m.ignored.append("restart_scheduler")
+
+
+def _map_val(m: _Mapper) -> None:
+    val = m.opt.get("val")
+    if not isinstance(val, dict):
+        return
+    if val.get("val_enabled") is False and m.ctx.is_train:
+        m.opt["val"] = None
+        sets = m.opt.get("datasets")
+        dropped = [k for k in sets if phase_of(str(k)) == "val"] if isinstance(sets, dict) else []
+        for name in dropped:
+            del sets[name]
+        m.notes.append("val.val_enabled false -> no validation" +
+                       (f" ({', '.join(f'datasets.{k}' for k in dropped)} ignored)" if dropped else ""))
+        return
+    tile = val.get("tile_size")
+    if isinstance(tile, int) and not isinstance(tile, bool) and tile > 0:
+        m.put("val.tile_size", "val", "tile", tile)
+        pad = val.get("tile_overlap")
+        if isinstance(pad, int) and not isinstance(pad, bool):
+            m.put("val.tile_overlap", "val", "tile_pad", pad)
+    if val.get("metrics_enabled") is False and val.get("metrics") is not None:
+        val["metrics"] = None
+        m.notes.append("val.metrics_enabled false -> no metrics")
+
+
+def _map_logger(m: _Mapper) -> None:
+    logger = m.opt.get("logger")
+    if not isinstance(logger, dict) or logger.get("save_checkpoint_format") != "pth":
+        return
+    given = logger.get("save_format")
+    if given is None:
+        logger["save_format"] = ["safetensors", "pth"]
+        m.notes.append("logger.save_checkpoint_format pth -> logger.save_format [safetensors, pth]")
+    elif isinstance(given, list) and "pth" not in given:
+        m.ctx.add("logger.save_checkpoint_format", f"pth, but logger.save_format is {given!r}; keep one of them "
+                  "(save_format: [safetensors, pth])")
+
+
+def _map_datasets(m: _Mapper, trainner: bool) -> None:
+    sets = m.opt.get("datasets")
+    if not isinstance(sets, dict):
+        return
+    scale = m.ctx.scale
+    for name, data in sets.items():
+        if not isinstance(data, dict):
+            continue
+        path = f"datasets.{name}"
+        for root in ("dataroot_gt", "dataroot_lq"):
+            roots = data.get(root)
+            if isinstance(roots, list) and len(roots) == 1 and isinstance(roots[0], str):
+                data[root] = roots[0]
+            elif isinstance(roots, list):
+                m.ctx.add(f"{path}.{root}", f"lists {len(roots)} folders (traiNNer-redux reads several); anysr "
+                          "reads one: put the images in one folder (or link them there) and give its path")
+        lq = data.get("lq_size")
+        if isinstance(lq, int) and not isinstance(lq, bool) and lq >= 1 and scale is not None:
+            gt = data.get("gt_size")
+            if gt is not None and gt != lq * scale:
+                m.ctx.add(f"{path}.lq_size", f"{lq} x scale {scale} = {lq * scale} disagrees with {path}.gt_size "
+                          f"({gt}); keep one of them (gt_size = lq_size x scale)")
+            elif gt is None:
+                data["gt_size"] = lq * scale
+                m.notes.append(f"{path}.lq_size {lq} -> gt_size {lq * scale}")
+        if data.get("dataset_enlarge_ratio") == "auto":
+            data["dataset_enlarge_ratio"] = 1
+            m.notes.append(f"{path}.dataset_enlarge_ratio auto -> 1")
+        if phase_of(str(name)) != "train":
+            continue
+        accum = data.get("accum_iter")
+        if isinstance(accum, int) and not isinstance(accum, bool) and accum >= 1:
+            m.put(f"{path}.accum_iter", "train", "accumulate", accum)
+        if trainner:
+            flips = [k for k in ("use_hflip", "use_rot") if k not in data]
+            for k in flips:
+                data[k] = True  # traiNNer-redux's default; BasicSR's (and anysr's) is false
+            if flips:
+                m.notes.append(f"{path}.{'/'.join(flips)} unset -> true (traiNNer-redux's default)")
+
+
+def _map_path(m: _Mapper) -> None:
+    paths = m.opt.get("path")
+    if not isinstance(paths, dict):
+        return
+    for key in ("param_key_g", "param_key_d"):
+        if key in paths and paths[key] is None:
+            paths[key] = "auto"
+            m.notes.append(f"path.{key} null -> auto")
+
+
+def map_trainner(opt: dict[str, Any], ctx: Context) -> list[str]:
+    """Write what traiNNer-redux's keys of ``opt`` mean into anysr's keys, in place (before validation); problems
+    go to ``ctx``. Returns the notes (empty for a file without such keys), the ignored keys last."""
+    trainner = is_trainner(opt)
+    m = _Mapper(opt, ctx)
+    _map_top(m)
+    _map_train(m, trainner)
+    _map_val(m)
+    _map_logger(m)
+    _map_datasets(m, trainner)
+    if trainner:
+        _map_path(m)
+    if m.ignored:
+        m.notes.append(f"ignored: {', '.join(m.ignored)}")
+    return m.notes
+
+
+def trainner_rule(train: dict[str, Any], ctx: Context) -> None:
+    """``train.ema_switch_iter`` rewrites the trained weights: not with schedule-free optimizers (their weights are
+    not the ones trained)."""
+    optim = train.get("optim_g")
+    if (train.get("ema_switch_iter") or 0) > 0 and isinstance(optim, dict) \
+            and "schedulefree" in str(optim.get("type", "")).lower():
+        ctx.add("train.ema_switch_iter", f"cannot switch the weights of {optim['type']} (its trained weights are "
+                "not the ones it means); set it to 0 or use another optimizer")
