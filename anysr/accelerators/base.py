@@ -229,6 +229,10 @@ class Accelerator(ABC):
     def mark_warmup_done(self) -> None:
         """From now on every graph should be cached: XLA warns once if a new one compiles."""
 
+    def rewarm(self) -> None:
+        """A one-off event compiled graphs (the first step after a NaN recovery's restore, whose inputs alias
+        differently): move the warm-up point there, if one was set; later steps are checked again."""
+
     def check_recompiles(self) -> str | None:
         """A warning text when graphs were compiled after warm-up (checked at print_freq), else None."""
         return None

@@ -72,6 +72,7 @@ class _Run:
     data_pos: int = 0
     snapshot: dict[str, Any] | None = None
     poison: tuple[torch.Tensor, torch.Tensor] | None = None
+    rewarm: bool = False
 
 
 class Trainer:
@@ -356,6 +357,7 @@ class Trainer:
             if acc.is_main:
                 self.history = History.load(self.exp_dir)
                 self.history.truncate(start_iter)  # what comes after is replayed
+                self.history.events = [dict(e) for e in self.recovery.events]  # the state's record decides
             self.log.info("resumed from %s at iteration %d", path, start_iter)
             if start_iter > self.total_iter:
                 raise OptionError(f"train.total_iter: {self.total_iter} is below the iteration being resumed "
@@ -451,6 +453,9 @@ class Trainer:
             run.running[k] = run.running[k] + v if k in run.running else v
         run.count += 1
         acc.mark_step()
+        if run.rewarm:  # the first step after a recovery may compile once (XLA): not a steady-state recompile
+            acc.rewarm()
+            run.rewarm = False
         now = time.perf_counter()
         run.timer.add(now - run.t_end, t_data - run.t_end)
         run.window.add(now - run.t_end, t_data - run.t_end)
@@ -547,7 +552,7 @@ class Trainer:
                                      factor=float(nan.lr_factor), max_retries=int(nan.max_retries))
         self.model.set_lr_scale(self.recovery.lr_factor)
         self.history.truncate(back)
-        self.history.add_event(event)
+        self.history.events = [dict(e) for e in self.recovery.events]
         run.stream.close()  # type: ignore[attr-defined]
         run.data_pos = self.recovery.data_iter(back)
         run.stream = self._batch_stream(run.data_pos * self.accumulate)
@@ -561,6 +566,7 @@ class Trainer:
         run.window.reset()
         run.t_end = time.perf_counter()
         self._last_saved = -1
+        run.rewarm = True
         self.log.warning(describe(event))
         return back
 
