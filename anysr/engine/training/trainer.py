@@ -567,7 +567,8 @@ class Trainer:
         run.t_end = time.perf_counter()
         self._last_saved = -1
         run.rewarm = True
-        self.log.warning(describe(event))
+        if acc.is_main:  # one line for the job (the other ranks log warnings too)
+            self.log.warning(describe(event))
         return back
 
     def _report(self, it: int, epoch: int, running: dict[str, torch.Tensor], count: int, window: Timer,
