@@ -91,6 +91,28 @@ def test_history_events_are_truncated_on_resume(tmp_path: Path) -> None:
     assert back.events == [{"iter": 5, "what": "loss"}]
 
 
+def test_clipped_gradient_norm_is_watched_on_the_device() -> None:
+    from anysr.accelerators import create_accelerator
+    from anysr.accelerators.plan import LaunchPlan
+
+    acc = create_accelerator(LaunchPlan("cpu"))
+    acc.setup()
+    p = torch.nn.Parameter(torch.ones(3))
+    opt = torch.optim.SGD([p], lr=0.1)
+    p.grad = torch.tensor([1.0, float("inf"), 0.0])
+    acc.optimizer_step(opt, clip_grad_norm=1.0)
+    assert acc.take_gradients_finite() is None  # not watched unless asked (the trainer asks with recovery on)
+    acc.watch_gradients = True
+    acc.optimizer_step(opt, clip_grad_norm=None)
+    assert acc.take_gradients_finite() is None  # no clipping: no norm to look at
+    p.grad = torch.tensor([1.0, 2.0, 0.0])
+    acc.optimizer_step(opt, clip_grad_norm=1.0)
+    p.grad = torch.tensor([1.0, float("nan"), 0.0])
+    acc.optimizer_step(opt, clip_grad_norm=1.0)
+    flag = acc.take_gradients_finite()
+    assert flag is not None and not bool(flag) and acc.take_gradients_finite() is None  # taken: reset
+
+
 # ---------------------------------------------------------------------------------------------- CLI runs
 def _options(name: str, train_dir: Path, *, total_iter: int = 8, inject: list[int] | None = None,
              **nan: Any) -> dict[str, Any]:
@@ -173,6 +195,32 @@ def test_two_gloo_ranks_recover_as_one_process(tmp_path: Path, small_train_dir: 
     wa, wb = saved_weights(a, 8), saved_weights(b, 8)
     for k in wa:  # gradients averaged over ranks sum in another order: float tolerance
         torch.testing.assert_close(wa[k], wb[k], rtol=1e-4, atol=1e-5, msg=k)
+
+
+def test_nan_before_the_first_save_rolls_back_to_the_start(tmp_path: Path, small_train_dir: Path) -> None:
+    # iteration 1 is in the lr warm-up; the state training started from is the last good one
+    _train(tmp_path, _options("first", small_train_dir, total_iter=4, inject=[1]))
+    exp = tmp_path / "experiments" / "first"
+    assert [(e["iter"], e["rolled_back_to"], e["skipped_batch"]) for e in _events(exp)] == [(1, 0, 1)]
+    assert all(torch.isfinite(v).all() for v in saved_weights(exp, 4).values())
+
+
+def test_gan_recovers_both_networks(tmp_path: Path, small_train_dir: Path) -> None:
+    from safetensors.torch import save_file
+    from test_gan import fake_vgg19_state_dict, gan_options
+
+    vgg = tmp_path / "vgg19.safetensors"
+    save_file(fake_vgg19_state_dict(), str(vgg))
+    opt = gan_options("gan", small_train_dir, vgg, total_iter=6)
+    opt["train"]["grad_clip_norm"] = 1.0  # the gradient norms are watched too
+    opt["train"]["nan_recovery"] = {"inject_at": [3]}
+    _train(tmp_path, opt)
+    exp = tmp_path / "experiments" / "gan"
+    assert [(e["iter"], e["rolled_back_to"]) for e in _events(exp)] == [(3, 2)]
+    state = torch.load(exp / "training_states" / "6.state", weights_only=True)
+    assert {k: s["lr_scale"] for k, s in state["model"]["schedulers"].items()} == {"net_g": 0.5, "net_d": 0.5}
+    for net in state["model"]["nets"].values():
+        assert all(torch.isfinite(v).all() for v in net.values() if v.is_floating_point())
 
 
 def test_too_many_recoveries_stop_with_one_line(tmp_path: Path, small_train_dir: Path) -> None:

@@ -385,7 +385,9 @@ class Trainer:
         if self.nan_opt.enabled:
             acc.watch_gradients = True
             run.epoch = max(data_pos * self.accumulate - 1, 0) // self.batches_per_epoch
-            run.snapshot = self._snapshot(start_iter, run.epoch)  # the state training starts from: the first good one
+            # the state training starts from is the first good one; its schedules set to it (as a saved state's are)
+            self.model.update_learning_rate(start_iter)
+            run.snapshot = self._snapshot(start_iter, run.epoch)
         if self.nan_opt.inject_at:  # device data (not constants): the step's graph is the same with either
             run.poison = (torch.tensor(1.0).to(acc.device), torch.tensor(float("nan")).to(acc.device))
         self.log.info("training iterations %d -> %d, %d batches per epoch, global batch %d", start_iter,
