@@ -222,6 +222,16 @@ def test_gan_recovers_both_networks(tmp_path: Path, small_train_dir: Path) -> No
         assert all(torch.isfinite(v).all() for v in net.values() if v.is_floating_point())
 
 
+@pytest.mark.parametrize(("snapshot", "back"), [("save", 4), ("print", 6)])
+def test_snapshot_decides_how_far_back(tmp_path: Path, small_train_dir: Path, snapshot: str, back: int) -> None:
+    opt = _options(f"snap_{snapshot}", small_train_dir, inject=[7], snapshot=snapshot)
+    opt["logger"]["save_checkpoint_freq"] = 4  # reports at 2, 4, 6, 8; saves at 4, 8
+    _train(tmp_path, opt)
+    exp = tmp_path / "experiments" / f"snap_{snapshot}"
+    assert [(e["iter"], e["detected_at"], e["rolled_back_to"]) for e in _events(exp)] == [(7, 8, back)]
+    assert all(torch.isfinite(v).all() for v in saved_weights(exp, 8).values())
+
+
 def test_too_many_recoveries_stop_with_one_line(tmp_path: Path, small_train_dir: Path) -> None:
     opt = _options("stop", small_train_dir, total_iter=12, inject=[5, 7], max_retries=1)
     proc = _train(tmp_path, opt, check=False)
