@@ -742,9 +742,9 @@ NAN_RECOVERY = Section(
                               "(no extra cost; the rollback goes back to the last save); print: also at each "
                               "print_freq report (a shorter replay, for one host copy of the state per report)."),
         "inject_at": Field(ListOf(int), default=[],
-                           doc="Rehearsal / testing: the batches of these iterations are multiplied by NaN (the "
-                               "same on every rank), so their loss and gradients become NaN; a replay after the "
-                               "recovery does not inject again."),
+                           doc="Rehearsal / testing: the losses of these iterations are multiplied by NaN before "
+                               "the backward pass (the same on every rank), so their gradients and then the weights "
+                               "become NaN; a replay after the recovery does not inject again."),
     },
     doc="NaN / Inf recovery (docs/nan_recovery.md).",
 )

@@ -417,8 +417,8 @@ class Trainer:
         self.log.info("wrote %s (open it in a browser)", path)
 
     def _next_batches(self, it: int, run: _Run) -> list[dict[str, Any]]:
-        """Iteration ``it``'s micro-batches: past the batches that NaN recoveries skipped, poisoned when
-        ``train.nan_recovery.inject_at`` names ``it``."""
+        """Iteration ``it``'s micro-batches: past the batches that NaN recoveries skipped; its losses and gradients
+        are made NaN when ``train.nan_recovery.inject_at`` names ``it``."""
         target = self.recovery.data_iter(it)
         while run.data_pos < target - 1:  # a skipped iteration's batches: drawn (the same on every rank), not used
             for _ in range(self.accumulate):
@@ -429,10 +429,9 @@ class Trainer:
             run.epoch, batch = next(run.stream)
             batches.append(batch)
         run.data_pos = target
-        if run.poison is not None:
-            factor = run.poison[1] if self.recovery.injects(it, self.nan_opt.inject_at) else run.poison[0]
-            batches = [{k: v * factor if isinstance(v, torch.Tensor) and v.is_floating_point() else v
-                        for k, v in b.items()} for b in batches]
+        if run.poison is not None:  # every backward of the step, and the losses the trainer checks, times 1 or NaN
+            self.acc.precision.loss_factor = (run.poison[1] if self.recovery.injects(it, self.nan_opt.inject_at)
+                                              else run.poison[0])
         return batches
 
     def _iteration(self, it: int, run: _Run) -> int:
@@ -445,6 +444,8 @@ class Trainer:
         losses = self.model.train_step(batches)
         run.dev_iter = run.dev_iter + 1
         total = sum(losses.values())
+        if acc.precision.loss_factor is not None:
+            total = total * acc.precision.loss_factor
         code = (~torch.isfinite(total)).long()  # type: ignore[arg-type]
         grads_ok = acc.take_gradients_finite()
         if grads_ok is not None:
