@@ -40,6 +40,10 @@ class Accelerator(ABC):
         # autocast, scaler, memory format: decided by ``decide_hardware`` once ``setup`` has bound the device
         self.precision = Precision(plan.precision, plan.channels_last)
         self._host_transfers = 0
+        # NaN recovery: with ``watch_gradients``, whether every clipped gradient norm since ``take_gradients_finite``
+        # was finite, as a device flag (no host read); not with a loss scaler, whose overflows are expected
+        self.watch_gradients = False
+        self._grads_finite: torch.Tensor | None = None
 
     # ---------------------------------------------------------------- lifecycle
     @property
@@ -184,8 +188,17 @@ class Accelerator(ABC):
             params = list(parameters) if parameters is not None else [
                 p for g in optimizer.param_groups for p in g["params"]]
             norm = torch.nn.utils.clip_grad_norm_(params, clip_grad_norm)
+            if self.watch_gradients and self.precision.scaler is None:
+                ok = torch.isfinite(norm)
+                self._grads_finite = ok if self._grads_finite is None else self._grads_finite & ok
         self.precision.step(optimizer)
         return norm
+
+    def take_gradients_finite(self) -> torch.Tensor | None:
+        """The device flag "every gradient norm seen since the last call was finite" (None: none was seen), reset.
+        Only kept with ``watch_gradients`` and clipping (the norm is computed for the clipping anyway)."""
+        flag, self._grads_finite = self._grads_finite, None
+        return flag
 
     def mark_step(self) -> None:
         """End of a traced step (XLA runs the graph here); a no-op on eager devices."""
@@ -194,16 +207,18 @@ class Accelerator(ABC):
         """Wait until queued device work is done (for honest timings)."""
 
     # ---------------------------------------------------------------- state and saving
-    def save(self, state_fn: Callable[[], Any], writer: Callable[[Any], None]) -> None:
+    def save(self, state_fn: Callable[[], Any], writer: Callable[[Any], None]) -> Any:
         """A save as a collective: every rank syncs and builds the host state, rank 0 writes, all meet.
 
         ``state_fn`` is called on every rank (it may read device tensors); ``writer`` only on rank 0. With
         channels_last the host copies are made standard (NCHW-contiguous) first, so weights and training states
-        hold the same bytes whatever the memory format of the run.
+        hold the same bytes whatever the memory format of the run. Returns the host state (on the CPU device its
+        tensors may be the live ones; the writer may have taken entries out of it).
         """
         self.mark_step()
         state = self.to_host(state_fn())
         self.strategy.write_on_main(state, lambda host: writer(self.precision.for_saving(host)))
+        return state
 
     stats_in_log = False  # whether ``stats()`` goes into the training log at print_freq (XLA: compiles)
 
@@ -213,6 +228,10 @@ class Accelerator(ABC):
 
     def mark_warmup_done(self) -> None:
         """From now on every graph should be cached: XLA warns once if a new one compiles."""
+
+    def rewarm(self) -> None:
+        """A one-off event compiled graphs (the first step after a NaN recovery's restore, whose inputs alias
+        differently): move the warm-up point there, if one was set; later steps are checked again."""
 
     def check_recompiles(self) -> str | None:
         """A warning text when graphs were compiled after warm-up (checked at print_freq), else None."""

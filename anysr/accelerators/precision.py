@@ -65,6 +65,7 @@ class Precision:
         self.channels_last = False
         self.choices: dict[str, Choice] = {}
         self.scaler: Any = None
+        self.loss_factor: torch.Tensor | None = None  # NaN injection (rehearsing NaN recovery)
         self._device_type = "cpu"
 
     # ---------------------------------------------------------------- the decision
@@ -118,7 +119,10 @@ class Precision:
         return torch.autocast(device_type=self._device_type, dtype=dtype)
 
     def backward(self, loss: torch.Tensor) -> None:
-        """``loss.backward()``, scaled when a gradient scaler is in use."""
+        """``loss.backward()``, scaled when a gradient scaler is in use; times ``loss_factor`` when set (a device
+        scalar, 1 or NaN: ``train.nan_recovery.inject_at``)."""
+        if self.loss_factor is not None:
+            loss = loss * self.loss_factor
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
         else:

@@ -269,6 +269,10 @@ class XLAAccelerator(Accelerator):
         self._warm_compiles = _metric_count("CompileTime")
         self._warned_compiles = self._warm_compiles
 
+    def rewarm(self) -> None:
+        if self._warm_compiles is not None:
+            self.mark_warmup_done()
+
     def check_recompiles(self) -> str | None:
         """One warning text when graphs were compiled since the last check after warm-up, else None."""
         if self._warm_compiles is None:

@@ -108,6 +108,12 @@ class Progress:
             if postfix:
                 self.bar.set_postfix(postfix, refresh=False)
 
+    def reset(self, n: int) -> None:
+        """Back to ``n`` done (a NaN recovery rolled the run back)."""
+        if self.bar is not None:
+            self.bar.n = n
+            self.bar.refresh()
+
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()

@@ -152,6 +152,12 @@ class BaseModel(ABC):
         for sched in self.schedulers.values():
             sched.step_to(current_iter)
 
+    def set_lr_scale(self, scale: float) -> None:
+        """Every optimizer's learning rates are ``scale`` x their schedule's from now on (NaN recovery); the
+        schedules keep the scale in their state, so it survives a save and resume."""
+        for sched in self.schedulers.values():
+            sched.set_lr_scale(scale)
+
     def current_lr(self) -> float:
         first = next(iter(self.optimizers.values()), None)
         return float(first.param_groups[0]["lr"]) if first is not None else 0.0

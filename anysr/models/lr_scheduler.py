@@ -33,6 +33,7 @@ class IterScheduler:
         self.options: dict[str, Any] = {}  # the schedule's arguments, as the options gave them (build_scheduler)
         self.key_path = "train.scheduler"
         self.lr_key = "train.optim_g.lr"
+        self.lr_scale = 1.0  # lowered by each NaN recovery (train.nan_recovery.lr_factor); saved, so it lasts
 
     def factor(self, it: int) -> float:
         """The schedule's multiplier at iteration ``it`` (1 = no change)."""
@@ -51,21 +52,27 @@ class IterScheduler:
         """Set the lr for iteration ``it``."""
         self.last_iter = it
         for group, lr in zip(self.optimizer.param_groups, self.lr_at(it)):
-            group["lr"] = lr
+            group["lr"] = lr * self.lr_scale
 
     def state_dict(self) -> dict[str, Any]:
         return {"last_iter": self.last_iter, "base_lrs": list(self.base_lrs),
                 "lrs": [float(g["lr"]) for g in self.optimizer.param_groups],
-                "options": {**self.options, "warmup_iter": self.warmup_iter}}
+                "options": {**self.options, "warmup_iter": self.warmup_iter}, "lr_scale": self.lr_scale}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         it = int(state["last_iter"])
+        self.lr_scale = float(state.get("lr_scale", 1.0))
         if "lrs" not in state:  # a state saved before the rule: its base lrs, as then
             self.base_lrs = [float(v) for v in state["base_lrs"]]
             self.step_to(it)
             return
         self.restore(state)
         self.check_continues(state, it)
+
+    def set_lr_scale(self, scale: float) -> None:
+        """The learning rates are ``scale`` x the schedule's from now on (NaN recovery), this iteration's included."""
+        self.lr_scale = float(scale)
+        self.step_to(self.last_iter)
 
     def restore(self, state: dict[str, Any]) -> None:
         """Set the schedule to the saved iteration (stateful schedules restore or replay their state here)."""

@@ -734,6 +734,32 @@ LOSS_ENTRY = Section(
     doc="One loss of train.losses: `type` and the loss's own arguments (checked against its signature).",
 )
 
+NAN_RECOVERY = Section(
+    {
+        "enabled": Field(bool, default=True,
+                         doc="On a NaN / infinite loss (or gradient norm, with train.grad_clip_norm) found at a "
+                             "check (print_freq, save, the end): roll back to the last good state, multiply the "
+                             "learning rate(s) by lr_factor, skip the offending iteration's batch and continue. "
+                             "Off: the run stops at the check with a one-line error (and the last good checkpoint "
+                             "on disk). See docs/nan_recovery.md."),
+        "max_retries": Field(int, default=3, check=at_least(1),
+                             doc="Recoveries allowed per run (counted over resumes); one more non-finite value "
+                                 "stops the run with the one-line error."),
+        "lr_factor": Field(float, default=0.5, check=Check(lambda v: 0 < v <= 1, "in (0, 1]"),
+                           doc="Each recovery multiplies every learning rate by this (kept in the training "
+                               "state: it lasts for the rest of the run, resumes included)."),
+        "snapshot": Field(str, default="save", choices=("save", "print"),
+                          doc="The last good state kept in host memory: save: the state of each checkpoint "
+                              "(no extra cost; the rollback goes back to the last save); print: also at each "
+                              "print_freq report (a shorter replay, for one host copy of the state per report)."),
+        "inject_at": Field(ListOf(int), default=[],
+                           doc="Rehearsal / testing: the losses of these iterations are multiplied by NaN before "
+                               "the backward pass (the same on every rank), so their gradients and then the weights "
+                               "become NaN; a replay after the recovery does not inject again."),
+    },
+    doc="NaN / Inf recovery (docs/nan_recovery.md).",
+)
+
 TRAIN = Section(
     {
         "total_iter": Field(int, required=True, check=at_least(1), expect=_NUM_FREQ,
@@ -756,6 +782,7 @@ TRAIN = Section(
                                 doc="Clip the gradient norm (null: no clipping)."),
         "accumulate": Field(int, default=1, check=at_least(1),
                             doc="Gradient accumulation steps per iteration."),
+        "nan_recovery": Field(NAN_RECOVERY, default={}, doc="Recovery from a NaN / infinite loss."),
         "optim_g": Field(OPTIM, required=True, doc="Generator optimizer."),
         "scheduler": Field((SCHEDULER, None), default=None, doc="Learning-rate schedule (null: constant)."),
         "pixel_opt": Field((PIXEL_LOSS, None), default=None, doc="Pixel loss."),

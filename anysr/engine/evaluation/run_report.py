@@ -1,5 +1,5 @@
 """``anysr report``: ``<experiment>/report.html``, one self-contained page to look at a training run: loss and
-metric curves (inline SVG), the best-checkpoint table, and the viewer of the validation crops.
+metric curves (inline SVG), the best-checkpoint table, the NaN recoveries, and the viewer of the validation crops.
 
 The page reads files on disk that an older version or an interrupted run may have left incomplete (not options),
 so its lookups there are tolerant (``.get`` with a default) and a missing piece only leaves a section empty.
@@ -171,6 +171,12 @@ def write_report(exp_dir: str | os.PathLike[str]) -> Path:
         html_table(["dataset", "metric", "better", "best", "at iteration", "weights", "last"], best)
         if best else '<p class="muted">No validation yet.</p>')
     body += "<h2>Curves</h2>" + _curves(history)
+    if history.events:
+        body += "<h2>NaN recoveries</h2>" + html_table(
+            ["non-finite at iteration", "what", "rolled back to", "batch skipped", "lr factor", "recovery"],
+            [[str(e.get("iter", "")), html.escape(str(e.get("what", ""))), str(e.get("rolled_back_to", "")),
+              str(e.get("skipped_batch", "")), format_number(e["lr_factor"]) if "lr_factor" in e else "",
+              f"{e.get('retry', '?')} / {e.get('max_retries', '?')}"] for e in history.events])
     items, notes = _run_items(exp)
     body += "<h2>Validation images</h2>" + viewer_html(items, group_notes=notes)
     out = exp / REPORT_NAME

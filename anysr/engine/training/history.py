@@ -1,7 +1,7 @@
-"""A training run's records: ``History`` (the losses at every report and the metrics at every validation, kept
-in ``<experiment>/history.json``; written atomically at validations, saves and the end; on resume the entries after
-the resumed iteration are dropped, so a replayed stretch is not counted twice) and ``save_crops`` (the fixed centre
-crops of the validation images, LQ, MATLAB bicubic, result and ground truth, as PNGs in
+"""A training run's records: ``History`` (the losses at every report, the metrics at every validation and the NaN
+recoveries, kept in ``<experiment>/history.json``; written atomically at validations, saves and the end; on resume
+the entries after the resumed iteration are dropped, so a replayed stretch is not counted twice) and ``save_crops``
+(the fixed centre crops of the validation images, LQ, MATLAB bicubic, result and ground truth, as PNGs in
 ``<experiment>/report_files/<dataset>/``, with ``index.json`` saying what they are; the result crop is the latest
 validation's; the index also keeps how many images the dataset has and ``val.log_images``). ``anysr report``
 reads both back."""
@@ -32,6 +32,7 @@ class History:
     def __init__(self) -> None:
         self.train: list[dict[str, Any]] = []
         self.val: list[dict[str, Any]] = []
+        self.events: list[dict[str, Any]] = []  # NaN recoveries (nan_recovery.Recovery), keyed by the bad iteration
 
     def add_train(self, it: int, epoch: int, lr: float, losses: Mapping[str, float]) -> None:
         self.train.append({"iter": int(it), "epoch": int(epoch), "lr": float(lr),
@@ -41,13 +42,18 @@ class History:
         self.val.append({"iter": int(it), "dataset": dataset, "metrics": {k: float(v) for k, v in metrics.items()},
                          "better": dict(better)})
 
+    def add_event(self, event: Mapping[str, Any]) -> None:
+        """A training event (a NaN recovery), with its iteration under ``iter``."""
+        self.events.append(dict(event))
+
     def truncate(self, it: int) -> None:
         """Forget what came after iteration ``it`` (a resumed run replays it)."""
         self.train = [e for e in self.train if e["iter"] <= it]
         self.val = [e for e in self.val if e["iter"] <= it]
+        self.events = [e for e in self.events if e["iter"] <= it]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"version": 1, "train": self.train, "val": self.val}
+        return {"version": 1, "train": self.train, "val": self.val, "events": self.events}
 
     def save(self, exp_dir: Path) -> Path:
         return atomic_write_json(exp_dir / HISTORY_NAME, self.to_dict())
@@ -69,6 +75,7 @@ class History:
                                 "use it)")
             h.train = list(data.get("train", []))
             h.val = list(data.get("val", []))
+            h.events = list(data.get("events", []))
         return h
 
 
@@ -86,13 +93,14 @@ _TRAIN_ENTRY = {"iter": lambda v: isinstance(v, int) and not isinstance(v, bool)
 _VAL_ENTRY = {"iter": lambda v: isinstance(v, int) and not isinstance(v, bool), "dataset": lambda v: isinstance(v, str),
               "metrics": _numbers,
               "better": lambda v: isinstance(v, dict) and all(b in ("higher", "lower") for b in v.values())}
+_EVENT_ENTRY = {"iter": lambda v: isinstance(v, int) and not isinstance(v, bool)}
 
 
 def _shape_problem(data: Any) -> str | None:
     """What in a parsed history.json is not what ``History`` writes (``None``: nothing)."""
     if not isinstance(data, dict):
         return f"the top level is {type(data).__name__}, not a mapping"
-    for part, checks in (("train", _TRAIN_ENTRY), ("val", _VAL_ENTRY)):
+    for part, checks in (("train", _TRAIN_ENTRY), ("val", _VAL_ENTRY), ("events", _EVENT_ENTRY)):
         entries = data.get(part, [])
         if not isinstance(entries, list):
             return f"'{part}' is {type(entries).__name__}, not a list"

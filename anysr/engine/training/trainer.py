@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from anysr.engine.evaluation.val_metrics import ValMetrics
 from anysr.engine.inference.export import save_deployable
 from anysr.engine.logger import MetricWriter, Progress, Timer, format_eta, get_logger, log_start, setup_logging
 from anysr.engine.training.history import CROPS_DIR, HISTORY_NAME, History, save_crops
+from anysr.engine.training.nan_recovery import NONE_BAD, Recovery, decode_bad, describe
 from anysr.engine.training.runlock import RunLock
 from anysr.errors import (
     SPACE_ERRNOS,
@@ -46,7 +48,11 @@ def train_worker(acc: Accelerator, opt: dict[str, Any], auto_resume: bool, start
 
 @dataclass
 class _Run:
-    """The training loop's moving parts (device-side loss sums and NaN tracker, timers, output)."""
+    """The training loop's moving parts (device-side loss sums and NaN tracker, timers, output).
+
+    ``first_bad``: ``iteration * 4 + (1: loss, 2: gradient norm)`` of the first non-finite value since the last
+    check (``NONE_BAD`` while none), on the device; ``data_pos``: data-stream iterations drawn; ``snapshot``: the
+    last good state on the host (NaN recovery); ``poison``: device scalars 1 and NaN (``inject_at``)."""
 
     stream: Iterator[tuple[int, dict[str, Any]]]
     writer: MetricWriter | None
@@ -63,6 +69,10 @@ class _Run:
     window: Timer = field(default_factory=Timer)
     wall0: float = field(default_factory=time.perf_counter)
     t_end: float = field(default_factory=time.perf_counter)
+    data_pos: int = 0
+    snapshot: dict[str, Any] | None = None
+    poison: tuple[torch.Tensor, torch.Tensor] | None = None
+    rewarm: bool = False
 
 
 class Trainer:
@@ -92,6 +102,8 @@ class Trainer:
         self.last_val: dict[str, dict[str, float]] = {}
         self.last_losses: dict[str, float] = {}
         self.history = History()  # losses and metrics over time, for report.html (main rank writes it)
+        self.nan_opt = self.train_opt.nan_recovery
+        self.recovery = Recovery()  # NaN recoveries so far (in the training state)
         self.val_metrics: ValMetrics | None = None
         self.log = get_logger()
 
@@ -343,9 +355,11 @@ class Trainer:
             acc.set_rng_state(state["rng"])
             start_iter = int(state["iter"])
             self.best = state["best"]
+            self.recovery.load_state_dict(state.get("nan_recovery"))
             if acc.is_main:
                 self.history = History.load(self.exp_dir)
                 self.history.truncate(start_iter)  # what comes after is replayed
+                self.history.events = [dict(e) for e in self.recovery.events]  # the state's record decides
             self.log.info("resumed from %s at iteration %d", path, start_iter)
             if start_iter > self.total_iter:
                 raise OptionError(f"train.total_iter: {self.total_iter} is below the iteration being resumed "
@@ -363,12 +377,21 @@ class Trainer:
     def _loop(self, start_iter: int, writer: MetricWriter | None) -> dict[str, Any]:
         acc = self.acc
         val_freq = int(self.val_opt.val_freq or 0) if self.val_opt else 0
-        run = _Run(stream=self._batch_stream(start_iter * self.accumulate), writer=writer,
+        data_pos = self.recovery.data_iter(start_iter)
+        run = _Run(stream=self._batch_stream(data_pos * self.accumulate), writer=writer,
                    print_freq=int(self.log_opt.print_freq), save_freq=int(self.log_opt.save_checkpoint_freq),
                    val_freq=val_freq,
                    dev_iter=torch.full((), start_iter, dtype=torch.int64, device=acc.device),
-                   first_bad=torch.full((), -1, dtype=torch.int64, device=acc.device),
-                   bar=Progress(self.total_iter, start_iter, enabled=acc.is_main))
+                   first_bad=torch.full((), NONE_BAD, dtype=torch.int64, device=acc.device),
+                   bar=Progress(self.total_iter, start_iter, enabled=acc.is_main), data_pos=data_pos)
+        if self.nan_opt.enabled:
+            acc.watch_gradients = True
+            run.epoch = max(data_pos * self.accumulate - 1, 0) // self.batches_per_epoch
+            # the state training starts from is the first good one; its schedules set to it (as a saved state's are)
+            self.model.update_learning_rate(start_iter)
+            run.snapshot = self._snapshot(start_iter, run.epoch)
+        if self.nan_opt.inject_at:  # device data (not constants): the step's graph is the same with either
+            run.poison = (torch.tensor(1.0).to(acc.device), torch.tensor(float("nan")).to(acc.device))
         self.log.info("training iterations %d -> %d, %d batches per epoch, global batch %d", start_iter,
                       self.total_iter, self.batches_per_epoch,
                       self.sampler.batch_size * self.sampler.world_size * self.accumulate)
@@ -376,7 +399,7 @@ class Trainer:
         with acc.strategy.stop.graceful_section():  # a signal is acted on between steps: finish, save, exit
             while it < self.total_iter:
                 it += 1
-                self._iteration(it, run)
+                it = self._iteration(it, run)
                 self._stop_if_signalled(it, run)
         run.bar.close()
         summary = self.write_summary(it, time.perf_counter() - run.wall0, run.timer, final=True)
@@ -395,24 +418,49 @@ class Trainer:
             return
         self.log.info("wrote %s (open it in a browser)", path)
 
-    def _iteration(self, it: int, run: _Run) -> None:
-        """Training iteration ``it`` with its reporting, validation and saving."""
-        acc = self.acc
-        self.model.update_learning_rate(it)
+    def _next_batches(self, it: int, run: _Run) -> list[dict[str, Any]]:
+        """Iteration ``it``'s micro-batches: past the batches that NaN recoveries skipped; its losses and gradients
+        are made NaN when ``train.nan_recovery.inject_at`` names ``it``."""
+        target = self.recovery.data_iter(it)
+        while run.data_pos < target - 1:  # a skipped iteration's batches: drawn (the same on every rank), not used
+            for _ in range(self.accumulate):
+                next(run.stream)
+            run.data_pos += 1
         batches = []
         for _ in range(self.accumulate):
             run.epoch, batch = next(run.stream)
             batches.append(batch)
+        run.data_pos = target
+        if run.poison is not None:  # every backward of the step, and the losses the trainer checks, times 1 or NaN
+            self.acc.precision.loss_factor = (run.poison[1] if self.recovery.injects(it, self.nan_opt.inject_at)
+                                              else run.poison[0])
+        return batches
+
+    def _iteration(self, it: int, run: _Run) -> int:
+        """Training iteration ``it`` with its reporting, validation and saving; the iteration the run stands at
+        afterwards (``it``, or the one a NaN recovery rolled back to)."""
+        acc = self.acc
+        self.model.update_learning_rate(it)
+        batches = self._next_batches(it, run)
         t_data = time.perf_counter()
         losses = self.model.train_step(batches)
         run.dev_iter = run.dev_iter + 1
         total = sum(losses.values())
-        bad = ~torch.isfinite(total)  # type: ignore[arg-type]
-        run.first_bad = torch.where(bad & (run.first_bad < 0), run.dev_iter, run.first_bad)
+        if acc.precision.loss_factor is not None:
+            total = total * acc.precision.loss_factor
+        code = (~torch.isfinite(total)).long()  # type: ignore[arg-type]
+        grads_ok = acc.take_gradients_finite()
+        if grads_ok is not None:
+            code = code + 2 * (~grads_ok).long()
+        run.first_bad = torch.where((code > 0) & (run.first_bad == NONE_BAD), run.dev_iter * 4 + code,
+                                    run.first_bad)
         for k, v in losses.items():
             run.running[k] = run.running[k] + v if k in run.running else v
         run.count += 1
         acc.mark_step()
+        if run.rewarm:  # the first step after a recovery may compile once (XLA): not a steady-state recompile
+            acc.rewarm()
+            run.rewarm = False
         now = time.perf_counter()
         run.timer.add(now - run.t_end, t_data - run.t_end)
         run.window.add(now - run.t_end, t_data - run.t_end)
@@ -421,7 +469,10 @@ class Trainer:
 
         last = it == self.total_iter
         if it % run.print_freq == 0 or last:
-            self._report(it, run.epoch, run.running, run.count, run.first_bad, run.window, run.writer)
+            back = self._check_finite(it, run, snapshot=self.nan_opt.snapshot == "print")
+            if back is not None:
+                return back
+            self._report(it, run.epoch, run.running, run.count, run.window, run.writer)
             # Restart the sums as device data (not an empty dict), so the next step's graph is the usual one.
             run.running, run.count = {k: torch.zeros_like(v) for k, v in run.running.items()}, 0
             acc.mark_step()
@@ -429,20 +480,29 @@ class Trainer:
             run.t_end = time.perf_counter()
         # Validate before saving, so a state saved at this iteration knows this validation's best values.
         if run.val_freq and (it % run.val_freq == 0 or last):
+            back = self._check_finite(it, run)
+            if back is not None:
+                return back
             self.validate(it, run.writer)
             acc.mark_warmup_done()
             run.t_end = time.perf_counter()
         if it % run.save_freq == 0 or last:
-            self._check_finite(run.first_bad)
-            self.save(it, run.epoch)
+            back = self._check_finite(it, run)
+            if back is not None:
+                return back
+            host = self.save(it, run.epoch)
+            if self.nan_opt.enabled:
+                run.snapshot = self._keep(host)
             run.t_end = time.perf_counter()
+        return it
 
     def _stop_if_signalled(self, it: int, run: _Run) -> None:
         """After a step: when every rank agrees a stop signal came, save a complete state and end the run."""
         signum = self.acc.strategy.stop_signal(it)
         if signum is None:
             return
-        self._check_finite(run.first_bad)
+        back = self._check_finite(it, run)  # a recovery first: the state saved knows it
+        it = it if back is None else back
         if self._last_saved != it:
             self.save(it, run.epoch)
         self.write_summary(it, time.perf_counter() - run.wall0, run.timer, final=False)
@@ -450,23 +510,79 @@ class Trainer:
                                              f"{self.states_dir / f'{it}.state'}; continue with --auto_resume"))
 
     # ------------------------------------------------------------------ pieces
-    def _check_finite(self, first_bad: torch.Tensor) -> None:
-        bad_iter = int(self.acc.to_host(self.acc.strategy.all_reduce(first_bad, "max")))
-        if bad_iter >= 0:
+    def _check_finite(self, it: int, run: _Run, *, snapshot: bool = False) -> int | None:
+        """Whether every loss (and watched gradient norm) since the last check was finite, agreed by all ranks
+        (one host read). Finite: None (after keeping a snapshot of the state when ``snapshot``). Not: recover
+        (``train.nan_recovery``) and return the iteration rolled back to, or stop the run with a one-line error."""
+        code = int(self.acc.to_host(self.acc.strategy.all_reduce(run.first_bad, "min")))
+        if code >= NONE_BAD:
+            if snapshot and self.nan_opt.enabled:
+                run.snapshot = self._snapshot(it, run.epoch)
+            return None
+        bad_iter, what = decode_bad(code)
+        nan = self.nan_opt
+        if not nan.enabled or self.recovery.retries >= int(nan.max_retries) or run.snapshot is None:
             states = ckpt.list_training_states(self.states_dir) if self.acc.is_main else []
             keep = f"the last good checkpoint is {states[-1][1]}" if states else "no checkpoint was written yet"
+            tried = (f" after {self.recovery.retries} recoveries (train.nan_recovery.max_retries: {nan.max_retries})"
+                     if nan.enabled else "")
             raise everywhere(TrainingError(
-                f"loss became NaN or infinite at iteration {bad_iter}; training stopped and {keep} (nothing newer "
-                "was saved). Lower train.optim_g.lr, set train.grad_clip_norm, or use train.precision: fp32"))
+                f"{what} became NaN or infinite at iteration {bad_iter}; training stopped{tried} and {keep} "
+                "(nothing newer was saved). Lower train.optim_g.lr, set train.grad_clip_norm, or use "
+                "train.precision: fp32"))
+        return self._recover(bad_iter, what, it, run)
 
-    def _report(self, it: int, epoch: int, running: dict[str, torch.Tensor], count: int, first_bad: torch.Tensor,
-                window: Timer, writer: MetricWriter | None) -> None:
+    def _snapshot(self, it: int, epoch: int) -> dict[str, Any]:
+        """The training state at ``it`` as a host copy (NaN recovery's last good state)."""
+        self.acc.mark_step()
+        return self._keep(self.acc.to_host(self._state(it, epoch, weights=False)))
+
+    @staticmethod
+    def _keep(host: dict[str, Any]) -> dict[str, Any]:
+        """A private copy of a host state (on the CPU its tensors are the live ones)."""
+        return copy.deepcopy({k: v for k, v in host.items() if k != "weights"})
+
+    def _recover(self, bad_iter: int, what: str, it: int, run: _Run) -> int:
+        """Roll back to ``run.snapshot``, lower the learning rates, skip ``bad_iter``'s batch: the same on every
+        rank (they agreed on ``bad_iter``), and the same in every run (the snapshot and the record decide it)."""
+        acc, snap, nan = self.acc, run.snapshot, self.nan_opt
+        assert snap is not None
+        back = int(snap["iter"])
+        state = copy.deepcopy(snap)  # loading may keep the tensors it is given (optimizer state on the CPU)
+        self.model.load_state_dict(state["model"])
+        acc.precision.load_state_dict(state["accelerator"])
+        acc.set_rng_state(state["rng"])
+        self.best = state["best"]
+        event = self.recovery.record(bad_iter=bad_iter, what=what, detected_at=it, rolled_back_to=back,
+                                     factor=float(nan.lr_factor), max_retries=int(nan.max_retries))
+        self.model.set_lr_scale(self.recovery.lr_factor)
+        self.history.truncate(back)
+        self.history.events = [dict(e) for e in self.recovery.events]
+        run.stream.close()  # type: ignore[attr-defined]
+        run.data_pos = self.recovery.data_iter(back)
+        run.stream = self._batch_stream(run.data_pos * self.accumulate)
+        run.epoch = int(snap["epoch"])
+        run.dev_iter = torch.full((), back, dtype=torch.int64, device=acc.device)
+        run.first_bad = torch.full((), NONE_BAD, dtype=torch.int64, device=acc.device)
+        run.running, run.count = {k: torch.zeros_like(v) for k, v in run.running.items()}, 0
+        acc.take_gradients_finite()
+        acc.mark_step()
+        run.bar.reset(back)
+        run.window.reset()
+        run.t_end = time.perf_counter()
+        self._last_saved = -1
+        run.rewarm = True
+        if acc.is_main:  # one line for the job (the other ranks log warnings too)
+            self.log.warning(describe(event))
+        return back
+
+    def _report(self, it: int, epoch: int, running: dict[str, torch.Tensor], count: int, window: Timer,
+                writer: MetricWriter | None) -> None:
         acc = self.acc
         keys = sorted(running)
         packed = torch.stack([running[k].float() / max(count, 1) for k in keys]) if keys else None
         if packed is not None:
             packed = acc.strategy.all_reduce(packed, "mean")
-        self._check_finite(first_bad)
         values = acc.to_host(packed).tolist() if packed is not None else []
         self.last_losses = dict(zip(keys, values))
         lr = self.model.current_lr()
@@ -534,20 +650,25 @@ class Trainer:
             self.history.save(self.exp_dir)
         return results
 
-    def save(self, it: int, epoch: int) -> None:
-        """One collective save: the full training state, then the weights (safetensors, optional .pth).
+    def _state(self, it: int, epoch: int, *, weights: bool = True) -> dict[str, Any]:
+        """The training state at iteration ``it`` (device tensors; ``weights``: with the weight groups to save)."""
+        model, acc = self.model, self.acc
+        state = {"iter": it, "epoch": epoch, "accumulate": self.accumulate, "signature": self._run_signature(),
+                 "batch_position": self.recovery.data_iter(it) * self.accumulate, "model": model.state_dict(),
+                 "accelerator": acc.precision.state_dict(), "rng": acc.rng_state(), "best": self.best,
+                 "nan_recovery": self.recovery.state_dict()}
+        if weights:
+            state["weights"] = model.weights()
+        return state
+
+    def save(self, it: int, epoch: int) -> dict[str, Any]:
+        """One collective save: the full training state, then the weights (safetensors, optional .pth); returns
+        the state as this rank built it on the host (NaN recovery keeps a copy).
 
         The state goes first, so weights never land without a state to continue from: a crash or a full disk at
         any point leaves a folder that ``--auto_resume`` continues (from the newest complete state, or from 0).
         """
-        model, acc = self.model, self.acc
-
-        def state_fn() -> dict[str, Any]:
-            return {"iter": it, "epoch": epoch, "accumulate": self.accumulate,
-                    "signature": self._run_signature(),
-                    "batch_position": it * self.accumulate, "model": model.state_dict(),
-                    "accelerator": acc.precision.state_dict(), "rng": acc.rng_state(), "best": self.best,
-                    "weights": model.weights()}
+        acc = self.acc
 
         def write(state: dict[str, Any]) -> None:
             weights = state.pop("weights")
@@ -580,8 +701,9 @@ class Trainer:
                 raise CheckpointError(describe_os_error(exc, then=f"continue with --auto_resume ({start})")
                                       ) from exc
 
-        acc.save(state_fn, writer)
+        host = acc.save(lambda: self._state(it, epoch), writer)
         self._last_saved = it
+        return host
 
     def _best_of(self, dataset: str, metric: str) -> dict[str, Any]:
         slot = self.best[dataset][metric] if dataset in self.best and metric in self.best[dataset] else None
