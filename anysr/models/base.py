@@ -152,6 +152,16 @@ class BaseModel(ABC):
         for sched in self.schedulers.values():
             sched.step_to(current_iter)
 
+    def observe_validation(self, dataset: str, metrics: dict[str, float], better: dict[str, str]) -> list[str]:
+        """A validation's results, for schedules that follow a metric (ReduceLROnPlateau); the lines to log."""
+        said = []
+        for sched in self.schedulers.values():
+            observe = getattr(sched, "observe", None)
+            line = observe(dataset, metrics, better) if observe is not None else None
+            if line:
+                said.append(line)
+        return said
+
     def set_lr_scale(self, scale: float) -> None:
         """Every optimizer's learning rates are ``scale`` x their schedule's from now on (NaN recovery); the
         schedules keep the scale in their state, so it survives a save and resume."""

@@ -307,6 +307,99 @@ class TorchScheduler(IterScheduler):
         super().restore(state)  # replays the schedule from the start when its arguments changed
 
 
+@SCHEDULER_REGISTRY.register()
+class ReduceLROnPlateau(IterScheduler):
+    """torch's ReduceLROnPlateau on a validation metric: after ``patience`` validations without an improvement
+    (by ``threshold``, ``rel`` or ``abs``), multiply the lr by ``factor`` (not below ``min_lr``), then wait
+    ``cooldown`` validations. ``metric`` names a ``val.metrics`` entry (default: the first) and ``dataset`` a
+    validation set (default: the first); ``mode`` ``auto`` follows the metric's direction (PSNR: max, LPIPS: min).
+
+    The reductions are this schedule's state (saved, so a resumed run continues them); between validations the lr
+    is constant (warm-up aside). Checked every ``val.val_freq`` iterations, so ``patience`` counts validations.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, mode: str = "auto", factor: float = 0.1,
+                 patience: int = 10, threshold: float = 1e-4, threshold_mode: str = "rel", cooldown: int = 0,
+                 min_lr: float | Sequence[float] = 0.0, eps: float = 1e-8, metric: str | None = None,
+                 dataset: str | None = None, warmup_iter: int = -1) -> None:
+        super().__init__(optimizer, warmup_iter)
+        if mode not in ("auto", "min", "max"):
+            raise OptionError(f"train.scheduler.mode: {mode!r}; use auto, min or max")
+        if threshold_mode not in ("rel", "abs"):
+            raise OptionError(f"train.scheduler.threshold_mode: {threshold_mode!r}; use rel or abs")
+        if not 0 < factor < 1:
+            raise OptionError(f"train.scheduler.factor: {factor}; give a factor between 0 and 1, e.g. 0.5")
+        groups = len(optimizer.param_groups)
+        mins = [float(m) for m in min_lr] if isinstance(min_lr, Sequence) else [float(min_lr)] * groups
+        if len(mins) != groups:
+            raise OptionError(f"train.scheduler.min_lr: {len(mins)} values for {groups} parameter groups")
+        self.mode, self.plateau_factor, self.patience = mode, float(factor), int(patience)
+        self.threshold, self.threshold_mode, self.cooldown = float(threshold), threshold_mode, int(cooldown)
+        self.min_lrs, self.eps, self.metric, self.dataset = mins, float(eps), metric, dataset
+        self.scales = [1.0] * groups
+        self.best: float | None = None
+        self.num_bad = 0
+        self.cooldown_left = 0
+        self.seen = 0  # validations observed
+
+    def lr_at(self, it: int) -> list[float]:
+        w = self.warmup(it)
+        return [base * scale * w for base, scale in zip(self.base_lrs, self.scales)]
+
+    def _better(self, value: float, higher: bool) -> bool:
+        if self.best is None:
+            return True
+        if self.threshold_mode == "rel":
+            return value > self.best * (1 + self.threshold) if higher else value < self.best * (1 - self.threshold)
+        return value > self.best + self.threshold if higher else value < self.best - self.threshold
+
+    def observe(self, dataset: str, metrics: dict[str, float], better: dict[str, str]) -> str | None:
+        """One validation's results; returns a line to log when the lr was lowered (``None`` otherwise)."""
+        if not metrics or (self.dataset is not None and dataset != self.dataset):
+            return None
+        if self.dataset is None:
+            self.dataset = dataset  # the first validation set decides
+        name = self.metric or next(iter(metrics))
+        if name not in metrics:
+            return None
+        higher = better.get(name, "higher") == "higher" if self.mode == "auto" else self.mode == "max"
+        value = float(metrics[name])
+        self.seen += 1
+        if self._better(value, higher):
+            self.best, self.num_bad = value, 0
+        else:
+            self.num_bad += 1
+        if self.cooldown_left > 0:
+            self.cooldown_left -= 1
+            self.num_bad = 0
+        if self.num_bad <= self.patience:
+            return None
+        old = [base * scale for base, scale in zip(self.base_lrs, self.scales)]
+        for i, (lr, low) in enumerate(zip(old, self.min_lrs)):
+            new = max(lr * self.plateau_factor, low)
+            if lr - new > self.eps and self.base_lrs[i] > 0:
+                self.scales[i] = new / self.base_lrs[i]
+        self.cooldown_left, self.num_bad = self.cooldown, 0
+        self.step_to(self.last_iter)
+        return (f"ReduceLROnPlateau: {dataset} {name} has not improved on {self.best:.4g} for {self.patience + 1} "
+                f"validations; lr x{self.plateau_factor:g} -> {float(self.optimizer.param_groups[0]['lr']):.3e}")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "plateau": {
+            "scales": list(self.scales), "best": self.best, "num_bad": self.num_bad,
+            "cooldown_left": self.cooldown_left, "seen": self.seen, "dataset": self.dataset}}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        saved = state.get("plateau")
+        if isinstance(saved, dict) and len(saved.get("scales", [])) == len(self.scales):
+            self.scales = [float(v) for v in saved["scales"]]
+            self.best = None if saved.get("best") is None else float(saved["best"])
+            self.num_bad, self.cooldown_left = int(saved["num_bad"]), int(saved["cooldown_left"])
+            self.seen = int(saved["seen"])
+            self.dataset = saved.get("dataset") if self.dataset is None else self.dataset
+        super().restore(state)
+
+
 def _torch_schedulers() -> dict[str, type]:
     lrs = torch.optim.lr_scheduler
     return {n: c for n, c in vars(lrs).items() if inspect.isclass(c) and issubclass(c, lrs.LRScheduler)
@@ -316,7 +409,6 @@ def _torch_schedulers() -> dict[str, type]:
 _UNSUPPORTED = {
     "LambdaLR": "its lr_lambda is a Python function, which option files do not hold; use a named schedule",
     "MultiplicativeLR": "its lr_lambda is a Python function, which option files do not hold; use ExponentialLR",
-    "ReduceLROnPlateau": "it needs a validation metric at every step; use a schedule of the iteration",
 }
 
 
@@ -335,9 +427,6 @@ def _adapter(name: str, cls: type) -> type:
 for _name, _cls in sorted(_torch_schedulers().items()):
     if _name not in SCHEDULER_REGISTRY:  # ours keep their names: MultiStepLR (the same values, BasicSR's restarts)
         SCHEDULER_REGISTRY.register(_adapter(_name, _cls), name=_name)
-if "ReduceLROnPlateau" not in SCHEDULER_REGISTRY:  # not an LRScheduler in older torch
-    SCHEDULER_REGISTRY.register(_adapter("ReduceLROnPlateau", torch.optim.lr_scheduler.ReduceLROnPlateau),
-                                name="ReduceLROnPlateau")
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, opt: Any | None, warmup_iter: int = -1,

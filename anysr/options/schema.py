@@ -480,6 +480,21 @@ def _fill_run_paths(paths: dict[str, Any], name: str, ctx: Context) -> None:
     paths.update(ordered)
 
 
+def _plateau_rule(out: dict[str, Any], ctx: Context) -> None:
+    """ReduceLROnPlateau follows a validation metric: training with it needs validation with that metric."""
+    train = out.get("train")
+    sched = train.get("scheduler") if isinstance(train, dict) else None
+    if not ctx.is_train or not isinstance(sched, dict) or str(sched.get("type", "")).lower() != "reducelronplateau":
+        return
+    val = out.get("val")
+    metrics = val.get("metrics") if isinstance(val, dict) else None
+    if not isinstance(val, dict) or not val.get("val_freq") or not metrics:
+        ctx.add("train.scheduler.type", "ReduceLROnPlateau lowers the lr when a validation metric stops improving: "
+                "it needs val.val_freq, val.metrics and a val dataset; add them, or use a schedule of the iteration")
+    elif isinstance(sched.get("metric"), str) and sched["metric"] not in metrics:
+        ctx.add("train.scheduler.metric", f"'{sched['metric']}' is not one of val.metrics ({', '.join(metrics)})")
+
+
 def _top_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
     out["is_train"] = ctx.is_train
     if good(out, "model_type"):
@@ -503,6 +518,7 @@ def _top_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> 
             val["tile"], val["tile_pad"] = tile["tile_size"], tile["tile_pad"]
     if ctx.is_train and out.get("train") is None and "train" in out:
         ctx.add("train", "required when training (at least total_iter, optim_g and a loss such as pixel_opt)")
+    _plateau_rule(out, ctx)
     realesrgan_rule(out, ctx)
     check_loss_roles(out, ctx)
     paths = out.get("path")
@@ -654,7 +670,8 @@ SCHEDULER = Section(
                       doc="Learning-rate schedule (SCHEDULER_REGISTRY): BasicSR's MultiStepLR (= "
                           "MultiStepRestartLR) and CosineAnnealingRestartLR, CosineWarmupLR, WarmupStableDecayLR, "
                           "and every torch.optim.lr_scheduler class by name (OneCycleLR, CosineAnnealingLR, ...; "
-                          "stepped once per iteration; not those that need Python functions or a metric). "
+                          "stepped once per iteration; not those that need Python functions), and "
+                          "ReduceLROnPlateau on a validation metric (checked at each validation). "
                           "Arguments named total_iter / total_steps / T_max default to train.total_iter. "
                           "On resume, changed arguments apply only if the lr at the resumed iteration stays the "
                           "same; otherwise the run is refused, naming the keys."),

@@ -628,6 +628,8 @@ class Trainer:
             self.last_val[name] = res.metrics
             directions = {m: self.val_metrics.better(m) for m in res.metrics} if self.val_metrics else {}
             self.history.add_val(it, name, res.metrics, directions)
+            for line in self.model.observe_validation(name, dict(res.metrics), directions):
+                self.log.info(line)
             if self.acc.is_main:
                 save_crops(self.exp_dir, name, res.crops, it, save_dir, suffix, count=res.count,
                            log_images=int(self.val_opt.log_images))
