@@ -169,3 +169,17 @@ def test_metric_names_and_missing_weights_are_one_line_errors(tmp_path: Path) ->
                    str(bad), "--accelerator", "cpu", cwd=tmp_path, check=False)
     assert proc.returncode == 2 and "--dists-weights" in proc.stderr and "bad.pth" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_wrong_metric_weights_are_one_line_saying_what_is_wrong(tmp_path: Path) -> None:
+    """A weight file of another network: how it differs and which file is wanted, not torch's first line."""
+    from anysr.engine.evaluation.val_metrics import build_metric_module
+    from anysr.errors import CheckpointError
+    from anysr.metrics import metric_info
+
+    torch.save({"a": torch.zeros(3)}, tmp_path / "wrong.pth")
+    with pytest.raises(CheckpointError) as info:
+        build_metric_module(metric_info("fid"), [tmp_path / "wrong.pth"], where="--fid-weights")
+    text = str(info.value)
+    assert "\n" not in text and "not fid's weights (" in text and "missing keys (Conv2d_1a_3x3.conv.weight" in text
+    assert "1 unexpected key (a)" in text and "pytorch-fid's Inception" in text, text

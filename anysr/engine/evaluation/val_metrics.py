@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from anysr.data.transforms import tensor2img
 from anysr.engine.checkpoint import load_weights
-from anysr.engine.checkpoint.hub import resolve_weights
+from anysr.engine.checkpoint.hub import KNOWN, resolve_weights
 from anysr.engine.checkpoint.integrity import describe_load_error
 from anysr.errors import AnysrError, CheckpointError, DataError, OptionError
 from anysr.metrics import TORCH_METRICS, metric_info
@@ -79,10 +79,30 @@ def build_metric_module(info: MetricInfo, files: Sequence[PathLike], *, net: str
             for sd in sds:
                 merged.update(sd)
             return FIDInceptionV3().load_fid_weights(merged)
-    except (CheckpointError, RuntimeError) as exc:
-        first = str(exc).strip().splitlines()[0][:400]
-        raise CheckpointError(f"{option} ({shown}): {first}") from None
+    except CheckpointError as exc:
+        raise CheckpointError(f"{option} ({shown}): {exc}") from None
+    except RuntimeError as exc:  # load_state_dict's many-line report: what it amounts to, in one line
+        wanted = " and ".join(KNOWN[n].what for n in standard_weights(info.name, net) if n in KNOWN) or "its files"
+        raise CheckpointError(f"{option} ({shown}): not {info.name}'s weights ({_mismatch(str(exc))}); give "
+                              f"{wanted}, or leave the option out to use the standard files found by name") from None
     raise OptionError(f"{where}: {info.name} takes no weight files")
+
+
+def _mismatch(report: str) -> str:
+    """'12 missing keys (a, ...), 1 unexpected (b)' from torch's load_state_dict error text."""
+    parts = []
+    for label, head in (("missing", "Missing key(s) in state_dict:"), ("unexpected", "Unexpected key(s) in "
+                                                                                     "state_dict:")):
+        line = next((ln.strip() for ln in report.splitlines() if head in ln), "")
+        keys = [k.strip().strip('".') for k in line.split(head, 1)[1].split(",")] if line else []
+        keys = [k for k in keys if k]
+        if keys:
+            parts.append(f"{len(keys)} {label} key{'s' if len(keys) > 1 else ''} ({keys[0]}"
+                         f"{', ...' if len(keys) > 1 else ''})")
+    shapes = sum("size mismatch for" in ln for ln in report.splitlines())
+    if shapes:
+        parts.append(f"{shapes} tensor{'s' if shapes > 1 else ''} of another shape")
+    return ", ".join(parts) or report.strip().splitlines()[0][:200]
 
 
 def read_fid_reference(path: PathLike, where: str) -> tuple[np.ndarray, np.ndarray]:
