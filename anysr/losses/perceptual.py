@@ -224,12 +224,14 @@ class TraiNNerPerceptualLoss(nn.Module):
     relu layers (the same names with ``relu``); ``pd+l1`` / ``fd+l1`` both. Per layer (in VGG order) ``alpha``
     mixes them: ``(1 - alpha) * l1 + alpha * w_lambda * pd|fd`` (default alpha: 0 for conv, 1 for relu layers).
     The fd projections are drawn from ``torch.Generator().manual_seed(FD_SEED)`` and kept as buffers
-    ``fd_proj_<i>``. Computed in fp32 under autocast, the VGG too. ``antialiased`` (another VGG's weights) is
+    ``fd_proj_<i>``. Computed in fp32 under autocast, the VGG too (also as ``PerceptualFP16Loss``, which
+    traiNNer-redux runs in autocast's precision). ``antialiased`` (another VGG's weights) is
     refused; ``verbose_logging`` is accepted and ignored. The VGG19 weights come in as ``vgg_state_dict``
     (torchvision's vgg19); ``vgg_weights_path`` is the option the engine reads them from.
     """
 
     role = "learned"  # called as loss(output, gt) -> tensor (the options read this)
+    other_names = ("PerceptualFP16Loss",)  # traiNNer-redux's other name for it (BasicSR has none)
 
     def __init__(self, loss_weight: float = 1.0, layer_weights: Mapping[str, float] | None = None,
                  w_lambda: float = 0.01, alpha: list[float] | None = None, criterion: str = "charbonnier",
