@@ -22,6 +22,11 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 TRAINNER_MARKERS = ("use_amp", "amp_bf16", "use_channels_last", "use_compile", "fast_matmul", "compile_mode")
 _SECTION_MARKERS = (("val", "val_enabled"), ("logger", "save_checkpoint_format"))
 _DATASET_MARKERS = ("lq_size", "accum_iter")
+# traiNNer-redux's perceptual loss names (any case) -> anysr's class computing it; BasicSR's PerceptualLoss keys in
+# the entry keep BasicSR's class.
+TRAINNER_PERCEPTUAL = ("perceptualloss", "perceptualfp16loss")
+TRAINNER_PERCEPTUAL_CLASS = "TraiNNerPerceptualLoss"
+_BASICSR_PERCEPTUAL_KEYS = ("perceptual_weight", "style_weight", "vgg_type", "use_input_norm", "range_norm")
 EMA_POWER_DEFAULT = 10.0  # traiNNer-redux's (ema-pytorch's schedule with it reaches the decay within a few steps)
 GRAD_CLIP_NORM_DEFAULT = 100.0  # traiNNer-redux's grad_clip_max_norm
 
@@ -209,6 +214,24 @@ def _map_train(m: _Mapper, trainner: bool) -> None:
         m.ignored.append("restart_scheduler")
 
 
+def _map_losses(m: _Mapper) -> None:
+    """traiNNer-redux's ``perceptualloss`` / ``perceptualfp16loss`` entries -> TraiNNerPerceptualLoss (logged under
+    the entry's own name), unless the entry holds BasicSR's PerceptualLoss keys."""
+    train = m.opt.get("train")
+    listed = train.get("losses") if isinstance(train, dict) else None
+    if not isinstance(listed, list):
+        return
+    for i, entry in enumerate(listed):
+        if not isinstance(entry, dict) or not isinstance(entry.get("type"), str):
+            continue
+        given = entry["type"]
+        if given.lower() not in TRAINNER_PERCEPTUAL or any(k in entry for k in _BASICSR_PERCEPTUAL_KEYS):
+            continue
+        entry.setdefault("name", given.lower().replace("loss", ""))
+        entry["type"] = TRAINNER_PERCEPTUAL_CLASS
+        m.notes.append(f"train.losses[{i}] {given} -> {TRAINNER_PERCEPTUAL_CLASS}")
+
+
 def _map_val(m: _Mapper) -> None:
     val = m.opt.get("val")
     if not isinstance(val, dict):
@@ -309,6 +332,7 @@ def map_trainner(opt: dict[str, Any], ctx: Context) -> list[str]:
     _map_datasets(m, trainner)
     if trainner:
         _map_path(m)
+        _map_losses(m)
     if m.ignored:
         m.notes.append(f"ignored: {', '.join(m.ignored)}")
     return m.notes
