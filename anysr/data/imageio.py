@@ -24,6 +24,11 @@ from anysr.errors import DataError, OptionError
 __all__ = ["IMAGE_EXTENSIONS", "ImageInfo", "is_image_file", "list_images", "probe_bytes", "probe_image", "read_image",
            "decode_image", "write_image"]
 
+# OpenCV's codecs log what they cannot decode (libtiff's 'TIFFReadDirectory: Failed to read directory ...') on
+# stderr as they go; anysr names the file and the fix itself (DataError), so those lines would only follow and
+# contradict the one-line message.
+cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
+
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
 
 _FLAGS = {

@@ -75,6 +75,9 @@ class FrameSource:
                 if not container.streams.video:
                     raise DataError(f"-i {self.path}: the file has no video stream")
                 stream = container.streams.video[0]
+                if stream.codec_context is None:  # a damaged header names no codec FFmpeg knows
+                    raise DataError(f"-i {self.path}: the video stream names no codec FFmpeg can decode (a damaged "
+                                    "or unsupported file); re-encode or re-download it")
                 rate = stream.average_rate or stream.guessed_rate or Fraction(fps or 25)
                 count = self._count(container, stream)
                 self.info = SourceInfo(count, stream.codec_context.width, stream.codec_context.height,
@@ -111,14 +114,18 @@ class FrameSource:
                 yield i, self._read_file(i), i
             return
         av = import_av()
-        with av.open(str(self.path)) as container:
-            stream = container.streams.video[0]
-            stream.thread_type = "AUTO"
-            i = 0
-            for frame in container.decode(stream):
-                pts = frame.pts if frame.pts is not None else i
-                yield i, frame.to_ndarray(format="bgr24"), int(pts)
-                i += 1
+        i = 0
+        try:
+            with av.open(str(self.path)) as container:
+                stream = container.streams.video[0]
+                stream.thread_type = "AUTO"
+                for frame in container.decode(stream):
+                    pts = frame.pts if frame.pts is not None else i
+                    yield i, frame.to_ndarray(format="bgr24"), int(pts)
+                    i += 1
+        except av.error.FFmpegError as exc:  # damaged packets midway: FFmpeg's own message, no traceback
+            raise DataError(f"-i {self.path}: frame {i} cannot be decoded ({exc}); re-encode or re-download the "
+                            "video") from None
         if i != self.info.frames:  # the header's count was wrong: what was decoded is what there is
             self.info = replace(self.info, frames=i)
 
