@@ -323,7 +323,9 @@ def test_cli_seed_files_are_valid(seeds: Path, tmp_path: Path) -> None:
     reading code instead of failing on its own set-up."""
     plan = [(k, n) for k in KINDS for n in range(len(k.sources(seeds)))]
     cases, _ = _campaign(seeds, tmp_path, plan, workers=2, seconds=900, mutate=False)
-    bad = [c for c in cases if c.result.returncode != 0]
+    # By design: `anysr eval` scores 8-bit images only and says so for the 16-bit seeds.
+    bad = [c for c in cases if c.result.returncode != 0
+           and not (c.kind == "image/eval" and "has uint16 pixels; the metrics need 8-bit images" in c.result.stderr)]
     assert not bad, "\n".join(f"{_describe(c)} (exit {c.result.returncode})" for c in bad)
 
 
@@ -359,3 +361,114 @@ def test_api_fuzz(seeds: Path, tmp_path: Path) -> None:
     assert summary["cases"] >= min(API_CASES, 100)
     assert summary["outcomes"]["refused"] > 0 and summary["outcomes"]["ok"] > 0
     assert not summary["failures"], json.dumps(summary["failures"], indent=1)
+
+
+# --------------------------------------------------------------------------------------------- what it found
+def test_truncated_lmdb_is_refused_not_a_bus_error(tmp_path: Path) -> None:
+    """LMDB trusts its header and maps the file: a page past the end of a truncated data.mdb killed the process
+    with SIGBUS. The backend now compares the file's size with its header first."""
+    pytest.importorskip("lmdb")
+    db = tmp_path / "x.lmdb"
+    run_cli("prepare", "lmdb", "--input", str(DATASETS / "Set5" / "HR"), "--output", str(db), cwd=tmp_path)
+    data = (db / "data.mdb").read_bytes()
+    (db / "data.mdb").write_bytes(data[:len(data) // 2])
+    code = ("from anysr.data.file_backends import LmdbBackend\nfrom anysr.errors import DataError\n"
+            f"b = LmdbBackend({str(db)!r})\ntry:\n    [b.get(k) for k in b.keys()]\nexcept DataError as e:\n"
+            "    print(e)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.returncode == 0, proc.stderr
+    assert "data.mdb is truncated or damaged" in proc.stdout and "anysr prepare lmdb" in proc.stdout
+
+
+def test_meta_info_files_that_are_not_text(tmp_path: Path) -> None:
+    from anysr.data.file_backends import read_lmdb_meta_info
+    from anysr.data.paired_image_dataset import paired_names_from_meta_info
+    from anysr.errors import DataError
+
+    meta = tmp_path / "meta_info.txt"
+    meta.write_bytes(b"baby.png (512,512,3) 1\n\xae\xff.png (1,1,3) 1\n")
+    with pytest.raises(DataError, match=r"datasets\.train\.meta_info_file: .* is not UTF-8 text"):
+        paired_names_from_meta_info(str(meta), str(tmp_path), str(tmp_path), key_path="datasets.train")
+    with pytest.raises(DataError, match=r"meta_info\.txt: not UTF-8 text .*rebuild the LMDB"):
+        read_lmdb_meta_info(tmp_path)
+
+
+def test_damaged_videos_end_in_one_data_error(tmp_path: Path) -> None:
+    """Damaged headers (a stream FFmpeg finds no codec for) and damaged packets midway (FFmpeg's
+    InvalidDataError while decoding) used to escape as AttributeError / av errors."""
+    from fuzzing import mutate_bytes
+
+    from anysr.data.video_io import FrameSource
+    from anysr.errors import DataError
+
+    clip = tmp_path / "clip.mp4"
+    if not _write_video(clip):
+        pytest.skip("needs PyAV")
+    data, refused = clip.read_bytes(), 0
+    for n in range(60):
+        bad = tmp_path / f"bad{n}.mp4"
+        bad.write_bytes(mutate_bytes(data, random.Random(n))[1])
+        try:
+            list(FrameSource(bad).frames())
+        except DataError as exc:
+            refused += 1
+            assert str(exc).startswith(f"-i {bad}")
+    assert refused > 0
+
+
+def test_codec_logs_and_video_progress_stay_off_stderr(tmp_path: Path) -> None:
+    """A truncated TIFF: OpenCV's libtiff lines no longer precede the one-line error; `infer --no-progress` on a
+    video draws no bar."""
+    hr = tmp_path / "hr"
+    hr.mkdir()
+    img = cv2.imread(str(DATASETS / "Set5" / "HR" / "bird.png"))
+    assert cv2.imwrite(str(hr / "a.tif"), img)
+    (hr / "a.tif").write_bytes((hr / "a.tif").read_bytes()[:3000])
+    proc = run_cli("prepare", "lr", "--hr", str(hr), "--out", str(tmp_path / "lr"), "--scale", "2", cwd=tmp_path,
+                   check=False)
+    assert proc.returncode == 2 and "a.tif" in proc.stderr
+    assert len([x for x in proc.stderr.splitlines() if x.strip() and not x.startswith(" ")]) == 1, proc.stderr
+    assert "TIFF" not in proc.stderr.splitlines()[0]
+    clip = tmp_path / "clip.mp4"
+    if _write_video(clip):
+        proc = run_cli("infer", "--arch", "bicubic", "--scale", "2", "-i", str(clip), "-o", str(tmp_path / "x.mp4"),
+                       "--no-progress", cwd=tmp_path)
+        assert proc.stderr.strip() == "", proc.stderr
+
+
+def test_several_architecture_argument_problems_are_one_message() -> None:
+    from anysr.archs import build_network
+    from anysr.errors import OptionError
+
+    with pytest.raises(OptionError) as info:
+        build_network({"type": "EDSR", "num_feat": 8, "num_block": 1, "upscale": 2})
+    first, *rest = str(info.value).splitlines()
+    assert first == "2 problems in network_g:"
+    assert rest and all(x.startswith("  network_g.num_") for x in rest)
+
+
+def test_video_metadata_that_is_not_utf8_is_one_data_error(tmp_path: Path) -> None:
+    from anysr.data.video_io import FrameSource
+    from anysr.errors import DataError
+
+    clip = tmp_path / "clip.mp4"
+    if not _write_video(clip):
+        pytest.skip("needs PyAV")
+    data = clip.read_bytes()
+    assert b"VideoHandler" in data  # the stream's handler name, which PyAV decodes when it opens the file
+    clip.write_bytes(data.replace(b"VideoHandler", b"\xffideoHandler"))
+    with pytest.raises(DataError, match="metadata that is not UTF-8 text"):
+        FrameSource(clip)
+
+
+def test_image_header_opencv_refuses_is_a_data_error() -> None:
+    """A BMP whose header claims a width over OpenCV's limit: cv2.imdecode raises cv2.error (not None)."""
+    from anysr.data.imageio import decode_image
+    from anysr.errors import DataError
+
+    ok, buf = cv2.imencode(".bmp", np.zeros((4, 4, 3), np.uint8))
+    data = bytearray(buf.tobytes())
+    data[18:22] = (1 << 24).to_bytes(4, "little")  # biWidth
+    with pytest.raises(DataError, match=r"image x\.bmp cannot be decoded: .*re-create or re-download it"):
+        decode_image(bytes(data), source="x.bmp")

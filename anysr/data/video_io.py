@@ -83,8 +83,9 @@ class FrameSource:
                 self.info = SourceInfo(count, stream.codec_context.width, stream.codec_context.height,
                                        Fraction(rate), Fraction(stream.time_base or 1 / rate),
                                        bool(container.streams.audio), self.path)
-        except av.error.FFmpegError as exc:
-            raise DataError(f"-i {self.path}: not a readable video ({exc})") from None
+        except (av.error.FFmpegError, UnicodeDecodeError) as exc:  # damaged metadata: not UTF-8
+            why = "metadata that is not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else exc
+            raise DataError(f"-i {self.path}: not a readable video ({why}); re-encode or re-download it") from None
         if self.info.frames == 0:
             raise DataError(f"-i {self.path}: the video has no frames")
 
@@ -123,7 +124,7 @@ class FrameSource:
                     pts = frame.pts if frame.pts is not None else i
                     yield i, frame.to_ndarray(format="bgr24"), int(pts)
                     i += 1
-        except av.error.FFmpegError as exc:  # damaged packets midway: FFmpeg's own message, no traceback
+        except (av.error.FFmpegError, UnicodeDecodeError) as exc:  # damaged packets midway: FFmpeg's message
             raise DataError(f"-i {self.path}: frame {i} cannot be decoded ({exc}); re-encode or re-download the "
                             "video") from None
         if i != self.info.frames:  # the header's count was wrong: what was decoded is what there is
