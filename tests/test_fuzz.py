@@ -252,6 +252,8 @@ def run_case(kind: Kind, seeds: Path, work: Path, number: int, *, mutate: bool =
 KNOWN: list[tuple[Callable[[Case], bool], str]] = [
     (lambda c: c.kind.startswith("weights/") and c.mutation.startswith("safetensors.metadata"),
      "issue 20 item 2, other branch: safetensors metadata checked before a network is built"),
+    (lambda c: c.kind == "lmdb/train" and c.source == "data.mdb" and (c.result.returncode or 0) < 0,
+     "LMDB reads a damaged data.mdb without checks and can die of SIGBUS (left alone, benchmarks/robustness.md)"),
     (lambda c: "Corrupt JPEG data" in c.result.stderr or "Premature end of JPEG" in c.result.stderr,
      "libjpeg prints its warnings on stderr itself (left alone, see benchmarks/robustness.md)"),
 ]
@@ -361,6 +363,8 @@ def test_api_fuzz(seeds: Path, tmp_path: Path) -> None:
     assert summary["cases"] >= min(API_CASES, 100)
     assert summary["outcomes"]["refused"] > 0 and summary["outcomes"]["ok"] > 0
     assert not summary["failures"], json.dumps(summary["failures"], indent=1)
+    if summary["known"]:
+        pytest.xfail(f"{len(summary['known'])} damaged LMDB file(s) crashed the reader (left alone)")
 
 
 # --------------------------------------------------------------------------------------------- what it found
@@ -472,3 +476,20 @@ def test_image_header_opencv_refuses_is_a_data_error() -> None:
     data[18:22] = (1 << 24).to_bytes(4, "little")  # biWidth
     with pytest.raises(DataError, match=r"image x\.bmp cannot be decoded: .*re-create or re-download it"):
         decode_image(bytes(data), source="x.bmp")
+
+
+def test_pth_whose_zip_claims_an_unknown_version_still_loads(tmp_path: Path) -> None:
+    """A bit flip in a .pth's zip directory ("version needed to extract" 6.4): the CRC check's zipfile raised
+    NotImplementedError. Now that check steps aside and torch.load (which ignores the field) reads the tensors."""
+    import torch
+
+    from anysr.engine.checkpoint import load_weights
+
+    path = tmp_path / "w.pth"
+    torch.save({"params": {"conv.weight": torch.ones(2, 2)}}, path)
+    data = bytearray(path.read_bytes())
+    at = data.index(b"PK\x01\x02")  # the first central-directory record
+    data[at + 6:at + 8] = (64).to_bytes(2, "little")
+    path.write_bytes(bytes(data))
+    sd, _ = load_weights(path, "auto")
+    assert torch.equal(sd["conv.weight"], torch.ones(2, 2))

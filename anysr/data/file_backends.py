@@ -236,7 +236,6 @@ class LmdbBackend(FileBackend):
         try:
             with _process_env(self.root).begin(write=False) as txn:
                 buf = txn.get(key_or_path.encode("utf-8"))
-                buf = None if buf is None else bytes(buf)
         except lmdb.Error as exc:
             raise DataError(f"{self.describe(key_or_path)}: the LMDB is damaged ({exc}); rebuild it (anysr prepare "
                             "lmdb) or copy it again") from None
