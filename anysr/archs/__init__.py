@@ -48,7 +48,9 @@ def build_network(opt: Mapping[str, Any], key_path: str = "network_g") -> nn.Mod
     kwargs = {k: v for k, v in opt.items() if k != "type"}
     problems = argument_problems(cls, kwargs, key_path, name)
     if problems:
-        raise OptionError(problems[0] if len(problems) == 1 else "\n".join(problems))
+        # Several problems: one header line, then one indented line each (as the options checker lists them).
+        raise OptionError(problems[0] if len(problems) == 1 else
+                          f"{len(problems)} problems in {key_path}:\n" + "\n".join(f"  {p}" for p in problems))
     try:
         return cls(**kwargs)
     except ArchArgumentError as e:

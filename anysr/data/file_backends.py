@@ -129,8 +129,13 @@ def read_lmdb_meta_info(db_path: str | os.PathLike[str]) -> list[str]:
             "data.mdb and meta_info.txt (create it with anysr.data.prepare or BasicSR's "
             "scripts/data_preparation/create_lmdb.py)."
         )
+    try:
+        text = meta.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{meta}: not UTF-8 text (byte {exc.start}); rebuild the LMDB (anysr prepare lmdb) or "
+                        "re-create its meta_info.txt") from None
     keys = []
-    for line in meta.read_text().splitlines():
+    for line in text.splitlines():
         line = line.strip()
         if not line:
             continue
@@ -167,9 +172,30 @@ def _process_env(root: str) -> Any:
         if entry is not None:  # inherited from the parent through fork: release our copy of it
             with contextlib.suppress(lmdb.Error):
                 entry[1].close()
-        env = lmdb.open(root, readonly=True, lock=False, readahead=False, meminit=False, subdir=True)
+        env = _open_checked(lmdb, root)
         _ENVS[key] = (pid, env)
         return env
+
+
+def _open_checked(lmdb: Any, root: str) -> Any:
+    """Open ``root`` read-only, refusing a damaged ``data.mdb`` before a read touches it: LMDB maps the file and
+    trusts its header, so a page past the end of a truncated file kills the process with SIGBUS."""
+    fix = "rebuild the LMDB (anysr prepare lmdb) or copy it again"
+    try:
+        env = lmdb.open(root, readonly=True, lock=False, readahead=False, meminit=False, subdir=True)
+    except lmdb.Error as exc:
+        raise DataError(f"{root}: not a readable LMDB ({exc}); {fix}") from None
+    try:
+        need = (int(env.info()["last_pgno"]) + 1) * int(env.stat()["psize"])
+        size = os.path.getsize(os.path.join(root, "data.mdb"))
+    except lmdb.Error as exc:
+        env.close()
+        raise DataError(f"{root}: not a readable LMDB ({exc}); {fix}") from None
+    if size < need:
+        env.close()
+        raise DataError(f"{root}/data.mdb is truncated or damaged ({size} bytes where its header says {need}); "
+                        f"{fix}")
+    return env
 
 
 def _close_process_env(root: str) -> None:
@@ -206,8 +232,13 @@ class LmdbBackend(FileBackend):
         return f"{self.root} key '{key_or_path}'"
 
     def get(self, key_or_path: str) -> bytes:
-        with _process_env(self.root).begin(write=False) as txn:
-            buf = txn.get(key_or_path.encode("utf-8"))
+        lmdb = _import_lmdb()
+        try:
+            with _process_env(self.root).begin(write=False) as txn:
+                buf = txn.get(key_or_path.encode("utf-8"))
+        except lmdb.Error as exc:
+            raise DataError(f"{self.describe(key_or_path)}: the LMDB is damaged ({exc}); rebuild it (anysr prepare "
+                            "lmdb) or copy it again") from None
         if buf is None:
             raise DataError(
                 f"{self.describe(key_or_path)}: key not in the LMDB{did_you_mean(key_or_path, self._keys)}; "

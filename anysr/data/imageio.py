@@ -24,6 +24,11 @@ from anysr.errors import DataError, OptionError
 __all__ = ["IMAGE_EXTENSIONS", "ImageInfo", "is_image_file", "list_images", "probe_bytes", "probe_image", "read_image",
            "decode_image", "write_image"]
 
+# OpenCV's codecs log what they cannot decode (libtiff's 'TIFFReadDirectory: Failed to read directory ...') on
+# stderr as they go; anysr names the file and the fix itself (DataError), so those lines would only follow and
+# contradict the one-line message.
+cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
+
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
 
 _FLAGS = {
@@ -191,7 +196,11 @@ def decode_image(data: bytes | bytearray | memoryview | np.ndarray, *, flag: str
     damage = _png_damage(buf)
     if damage is not None:
         raise DataError(f"image {source} cannot be decoded: {damage}; re-create or re-download it")
-    img = cv2.imdecode(buf, mode)
+    try:
+        img = cv2.imdecode(buf, mode)
+    except cv2.error as exc:  # a header OpenCV refuses outright (e.g. a width over CV_IO_MAX_IMAGE_WIDTH)
+        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else "refused by OpenCV"
+        raise DataError(f"image {source} cannot be decoded: {reason}; re-create or re-download it") from None
     if img is None or img.size == 0:
         raise DataError(f"image {source} cannot be decoded: the file is truncated, corrupt or not an image "
                         f"({buf.size} bytes); re-create or re-download it")

@@ -57,8 +57,12 @@ def _meta_info_names(meta_file: str, key_path: str) -> list[str]:
     if not os.path.isfile(meta_file):
         raise DataError(f"{key_path}.meta_info_file: '{meta_file}' not found; fix the path or remove the "
                         "option to list the folder instead")
-    with open(meta_file, encoding="utf-8") as f:
-        names = [line.split()[0] for line in f if line.strip()]
+    try:
+        with open(meta_file, encoding="utf-8") as f:
+            names = [line.split()[0] for line in f if line.strip()]
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{key_path}.meta_info_file: '{meta_file}' is not UTF-8 text (byte {exc.start} of a line); "
+                        "re-create it (one image name per line)") from None
     if not names:
         raise DataError(f"{key_path}.meta_info_file: '{meta_file}' lists no images")
     return names

@@ -75,13 +75,17 @@ class FrameSource:
                 if not container.streams.video:
                     raise DataError(f"-i {self.path}: the file has no video stream")
                 stream = container.streams.video[0]
+                if stream.codec_context is None:  # a damaged header names no codec FFmpeg knows
+                    raise DataError(f"-i {self.path}: the video stream names no codec FFmpeg can decode (a damaged "
+                                    "or unsupported file); re-encode or re-download it")
                 rate = stream.average_rate or stream.guessed_rate or Fraction(fps or 25)
                 count = self._count(container, stream)
                 self.info = SourceInfo(count, stream.codec_context.width, stream.codec_context.height,
                                        Fraction(rate), Fraction(stream.time_base or 1 / rate),
                                        bool(container.streams.audio), self.path)
-        except av.error.FFmpegError as exc:
-            raise DataError(f"-i {self.path}: not a readable video ({exc})") from None
+        except (av.error.FFmpegError, UnicodeDecodeError) as exc:  # damaged metadata: not UTF-8
+            why = "metadata that is not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else exc
+            raise DataError(f"-i {self.path}: not a readable video ({why}); re-encode or re-download it") from None
         if self.info.frames == 0:
             raise DataError(f"-i {self.path}: the video has no frames")
 
@@ -111,14 +115,18 @@ class FrameSource:
                 yield i, self._read_file(i), i
             return
         av = import_av()
-        with av.open(str(self.path)) as container:
-            stream = container.streams.video[0]
-            stream.thread_type = "AUTO"
-            i = 0
-            for frame in container.decode(stream):
-                pts = frame.pts if frame.pts is not None else i
-                yield i, frame.to_ndarray(format="bgr24"), int(pts)
-                i += 1
+        i = 0
+        try:
+            with av.open(str(self.path)) as container:
+                stream = container.streams.video[0]
+                stream.thread_type = "AUTO"
+                for frame in container.decode(stream):
+                    pts = frame.pts if frame.pts is not None else i
+                    yield i, frame.to_ndarray(format="bgr24"), int(pts)
+                    i += 1
+        except (av.error.FFmpegError, UnicodeDecodeError) as exc:  # damaged packets midway: FFmpeg's message
+            raise DataError(f"-i {self.path}: frame {i} cannot be decoded ({exc}); re-encode or re-download the "
+                            "video") from None
         if i != self.info.frames:  # the header's count was wrong: what was decoded is what there is
             self.info = replace(self.info, frames=i)
 

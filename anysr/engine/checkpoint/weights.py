@@ -274,7 +274,7 @@ def _stored_zip(f: BinaryIO) -> bool:
     try:
         with zipfile.ZipFile(f) as zf:
             return all(info.compress_type == zipfile.ZIP_STORED for info in zf.infolist())
-    except (zipfile.BadZipFile, EOFError, OSError, ValueError, struct.error):
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError, struct.error, NotImplementedError):
         return False  # torch.load says what is wrong with it
 
 
@@ -298,7 +298,8 @@ def _check_zip_crcs(path: Path) -> None:
     try:
         with zipfile.ZipFile(path) as zf:
             bad = zf.testzip()
-    except (zipfile.BadZipFile, EOFError, OSError, ValueError, struct.error, zlib.error):
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError, struct.error, zlib.error,
+            NotImplementedError):  # a damaged header can claim a zip version or compression zipfile lacks
         return  # not a readable zip: torch.load says what is wrong with it
     if bad is not None:
         raise CheckpointError(f"weights {path} are corrupt: the record '{bad}' fails its zip CRC check (a damaged "

@@ -128,7 +128,7 @@ def _plan_video(req: InferRequest) -> InferJob:
     plan = resolve_plan(req.accelerator, 1, precision=req.precision, channels_last=req.channels_last)
     what = "video" if is_video_file(dst) else "frames"
     return InferJob(plan, video_infer_worker, (res.net, source, dst, res.scale, req.tile, req.tile_pad, req.chunk,
-                                               req.chunk_pad, req.suffix),
+                                               req.chunk_pad, req.suffix, req.progress),
                     f"wrote {source.info.frames} frame(s) as {what} to {dst}")
 
 

@@ -96,8 +96,9 @@ class _Sink:
 
 def video_infer_worker(acc: Accelerator, net: nn.Module, source: FrameSource, dst: Path, scale: int,
                        tile: int | None, tile_pad: int, chunk: int | None, chunk_pad: int,
-                       suffix: str | None) -> Path:
-    """Upscale every frame of ``source`` into ``dst`` (see the module docstring)."""
+                       suffix: str | None, progress: bool = True) -> Path:
+    """Upscale every frame of ``source`` into ``dst`` (see the module docstring); ``progress``: a bar over the
+    frames (``--no-progress`` turns it off)."""
     setup_logging(enabled=acc.is_main)
     kind = arch_kind(net)
     n = source.info.frames
@@ -110,7 +111,7 @@ def video_infer_worker(acc: Accelerator, net: nn.Module, source: FrameSource, ds
     net = acc.prepare_model(net).eval()
     sink = _Sink(dst, source.info, source.names(), suffix)
     buf = _FrameBuffer(source)
-    bar = tqdm(total=n, desc="infer", unit="frame", dynamic_ncols=True, disable=not acc.is_main)
+    bar = tqdm(total=n, desc="infer", unit="frame", dynamic_ncols=True, disable=not (acc.is_main and progress))
 
     def emit(i: int, img: np.ndarray) -> None:
         sink.put(i, img, buf.pts[i])
