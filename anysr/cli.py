@@ -19,7 +19,7 @@ from anysr.accelerators.kinds import ACCELERATORS, LAUNCHERS
 from anysr.accelerators.process import Interrupted
 from anysr.atomic import atomic_write_bytes
 from anysr.errors import AlreadyReported, AnysrError, OptionError, describe_os_error
-from anysr.options import Options, load_options
+from anysr.options import Options, data_overrides, load_options
 from anysr.options.docs import render_markdown
 from anysr.options.jsonschema import render
 from anysr.options.loader import yaml_value
@@ -70,7 +70,11 @@ def _plan_from_options(opt: Any, launcher: str = "auto", precision: str | None =
 def cmd_train(args: argparse.Namespace) -> int:
     from anysr.accelerators import launch
     from anysr.engine.training.trainer import train_worker
-    opt = load_command_options(args.opt, args.force_yml, is_train=True)
+    overrides = list(args.force_yml)
+    if args.data:
+        load_plugins()
+        overrides = data_overrides(args.opt, args.data) + overrides  # --force_yml still wins
+    opt = load_command_options(args.opt, overrides, is_train=True)
     plan = _plan_from_options(opt, "none" if args.launcher == "none" else args.launcher)
     launch(plan, train_worker, opt, bool(args.auto_resume), bool(args.start_over))
     return 0
@@ -245,6 +249,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_opt_args(p)
     p.add_argument("--auto_resume", "--auto-resume", action="store_true",
                    help="continue from the newest good training state of this experiment")
+    p.add_argument("--data", metavar="DIR", default=None,
+                   help="train the file's train dataset on the images in DIR (ground truth; the LQ is made from "
+                        "them: MATLAB bicubic for paired sets, the file's degradations for Real-ESRGAN's); the "
+                        "file's other settings, validation sets included, are kept")
     p.add_argument("--start-over", "--start_over", action="store_true",
                    help="train from scratch in an experiment folder that holds a previous run: its files are first "
                         "moved to <experiment>/archived_<time>/ (nothing is deleted; files of your own there stay)")

@@ -154,3 +154,30 @@ def test_infer_keeps_16_bit_precision(tmp_path: Path) -> None:
     out = cv2.imread(str(tmp_path / "o" / "deep.png"), cv2.IMREAD_UNCHANGED)
     assert out.dtype == np.uint16 and out.shape == (48, 64, 3)
     assert np.any(out % 257 != 0)  # not 8-bit values scaled up
+
+
+def test_train_a_shipped_file_on_your_own_folder(tmp_path: Path) -> None:
+    """`--data DIR`: a shipped BasicSR file (DIV2K paths) trains on a folder of HR images as it is, the LQ made from
+    them; --force_yml still wins; files whose dataset cannot take a folder are refused in one line."""
+    from anysr.options import data_overrides
+    from anysr.plugins import load_plugins
+
+    load_plugins()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    for p in sorted((DATASETS / "T91" / "HR").glob("*.png"))[:6]:
+        shutil.copy(p, mine / p.name)
+    msr = ROOT / "options" / "train" / "train_MSRResNet_x4.yml"
+    assert data_overrides(msr, mine) == [f'datasets.train.dataroot_gt="{mine}"', "datasets.train.lq_from_gt=true",
+                                         "datasets.train.dataroot_lq=~", "datasets.train.meta_info_file=~"]
+    real = data_overrides(ROOT / "options" / "train" / "train_RealESRNet_x4plus.yml", mine)
+    assert real[0] == f'datasets.train.dataroot_gt="{mine}"' and not any("lq_from_gt" in o for o in real)
+    proc = run_cli("train", "-opt", str(ROOT / "options" / "train" / "video" / "train_BasicVSR_REDS.yml"), "--data",
+                   str(mine), cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and "--data works with PairedImageDataset and Real-ESRGAN's datasets" in proc.stderr
+    proc = run_cli("train", "-opt", str(msr), "--data", str(mine), "--force_yml",
+                   f"path.experiments_root={tmp_path / 'exp'}", "train.total_iter=2", "network_g.num_block=1",
+                   "network_g.num_feat=8", "datasets.train.batch_size_per_gpu=2", "datasets.train.gt_size=64",
+                   "datasets.train.num_worker_per_gpu=0", "train.precision=fp32", "val=~", "datasets.val=~",
+                   "datasets.val_2=~", cwd=ROOT)
+    assert (tmp_path / "exp" / "models" / "net_g_2.safetensors").is_file(), proc.stdout[-2000:]

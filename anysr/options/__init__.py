@@ -3,6 +3,7 @@
 from anysr.options.fields import Field, ListOf, MapOf, Section
 from anysr.options.loader import (
     apply_overrides,
+    data_overrides,
     load_options,
     parse_override,
     read_yaml,
@@ -20,6 +21,7 @@ __all__ = [
     "MapOf",
     "Section",
     "apply_overrides",
+    "data_overrides",
     "load_options",
     "parse_override",
     "plain",

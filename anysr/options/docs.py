@@ -35,8 +35,9 @@ Rules that hold everywhere:
 - **Overrides**: `--force_yml key.path=value ...` on the command line (`parse_override`); the value is read as
   YAML (`train.total_iter=1000` int, `val.save_img=true` bool, `train.optim_g.betas=[0.9,0.99]` list,
   `val=null`), missing mappings on the way are created. A key set to `null` (or `~`) counts as not set: that is
-  how a key of the file is removed, e.g. `datasets.train.dataroot_lq=~ datasets.train.lq_from_gt=true` to train a
-  shipped file on your own HR folder. Nothing is ever passed to `eval`.
+  how a key of the file is removed, e.g. `datasets.train.dataroot_lq=~ datasets.train.lq_from_gt=true` (what
+  `anysr train --data DIR` writes for you), or a whole entry: `datasets.val_2=~`, `val.metrics.niqe=~`.
+  Nothing is ever passed to `eval`.
 - Dataset keys name their phase: `train*` -> train, `val*` -> val, `test*` -> test. Training reads exactly
   one train dataset.
 """

@@ -135,7 +135,7 @@ class Section:
 class MapOf:
     """A mapping of user-chosen names to entries of one Section (``datasets``, ``val.metrics``).
 
-    ``key_check(name)`` returns None for a good name, else the problem.
+    ``key_check(name)`` returns None for a good name, else the problem. A null entry is dropped (not set).
     """
 
     entry: Section
@@ -300,6 +300,8 @@ def _convert(member: Any, value: Any, path: str, ctx: Context, key: str | None) 
                 if problem:
                     ctx.add(sub, problem)
                     continue
+            if entry is None:  # null counts as not set: how an override removes an entry (datasets.val_2=~)
+                continue
             if not isinstance(entry, dict):
                 ctx.add(sub, f"expected a mapping, got {show(entry)}")
                 continue

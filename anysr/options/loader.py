@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 import yaml
 
 from anysr.errors import OptionError
+from anysr.options.common import dataset_role, phase_of, registered
 from anysr.options.fields import Context, show, validate_section
 from anysr.options.schema import DATASET, OPTIONS, validate
 from anysr.options.typed import Options, plain, typed
@@ -239,6 +241,33 @@ def validate_dataset(opt: Mapping[str, Any], *, name: str = "train", scale: int 
         raise OptionError(f"{len(ctx.problems)} problem(s) in datasets.{name}:\n" +
                           "\n".join(f"  {p}" for p in ctx.problems))
     return typed(DATASET, result, f"datasets.{name}")
+
+
+def data_overrides(path: str | Path, folder: str | Path) -> list[str]:
+    """``--data DIR``: the overrides that train the file's one train dataset on the images of ``folder`` (ground
+    truth; the LQ made from it as the file's dataset does: MATLAB bicubic for paired sets, the file's degradations
+    for Real-ESRGAN's), every other setting of the file kept. Validation sets are left as the file gives them."""
+    datasets = read_yaml(path).get("datasets")
+    keys = [k for k in datasets if isinstance(k, str) and phase_of(k) == "train"] if isinstance(datasets, dict) else []
+    if len(keys) != 1:
+        raise OptionError(f"--data: options file '{path}' has {len(keys)} train datasets; --data replaces the one "
+                          "train dataset's images (give them with --force_yml datasets.<name>.dataroot_gt=DIR)")
+    key, ds = keys[0], datasets[keys[0]]
+    kind = ds.get("type") if isinstance(ds, dict) else None
+    cls = registered("dataset", kind)
+    role = dataset_role(kind)
+    base = f"datasets.{key}"
+    out = [f"{base}.dataroot_gt={json.dumps(str(folder))}"]
+    if role == "paired" and cls is not None and cls.__name__ == "PairedImageDataset":
+        out += [f"{base}.lq_from_gt=true"] + [f"{base}.dataroot_lq=~"] * ("dataroot_lq" in ds)
+    elif role != "synthesis_source":
+        raise OptionError(f"--data: {base}.type {kind} does not make its LQ images from a folder of ground truth; "
+                          "--data works with PairedImageDataset and Real-ESRGAN's datasets: set the dataset's "
+                          "keys with --force_yml instead")
+    out += [f"{base}.{k}=~" for k in ("meta_info", "meta_info_file") if k in ds]
+    if isinstance(ds.get("io_backend"), dict) and ds["io_backend"].get("type", "disk") != "disk":
+        out.append(f"{base}.io_backend={{type: disk}}")
+    return out
 
 
 def load_options(path: str | Path, overrides: Sequence[str] = (), *, is_train: bool,
