@@ -12,6 +12,7 @@ from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError
 from anysr.errors import OptionError
+from anysr.presets import expand_preset, find_preset
 from anysr.registry import ARCH_REGISTRY, REQUIRED, argument_problems, constructor_args, plain_options
 
 ARCH_MODULES = [
@@ -43,6 +44,8 @@ def build_network(opt: Mapping[str, Any], key_path: str = "network_g") -> nn.Mod
     if "type" not in opt:
         raise OptionError(f"{key_path}.type: missing; name one of the architectures: "
                           f"{', '.join(ARCH_REGISTRY.keys())}")
+    if find_preset(opt["type"], ARCH_REGISTRY.keys()) is not None:
+        opt = expand_preset(opt, key_path)
     name = opt["type"]
     cls = ARCH_REGISTRY.get(name, key_path=f"{key_path}.type")
     kwargs = {k: v for k, v in opt.items() if k != "type"}

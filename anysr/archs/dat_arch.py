@@ -39,6 +39,7 @@ from anysr.archs.arch_util import (
     to_tokens,
     window_attention,
 )
+from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
 UPSAMPLERS = ("pixelshuffle", "pixelshuffledirect")
@@ -444,3 +445,21 @@ def _check_dat_args(embed_dim: int, split_size: Sequence[int], depth: Sequence[i
         if heads < 2 or heads % 2 or embed_dim % heads:
             raise ArchArgumentError("num_heads", f"DAT: each head count must be even (half per window branch) "
                                     f"and divide embed_dim {embed_dim}; got {heads}")
+
+
+# Published variants by name (traiNNer-redux's names); tests/test_presets.py checks each against the network
+# traiNNer-redux builds.
+register_presets("DAT", scale_arg="upscale", fixed={"unshuffle_mod": False}, presets={
+    "dat": {"upscale": 4, "split_size": (8, 32), "depth": (6,) * 6, "num_heads": (6,) * 6},  # 14.80 M parameters at x4
+    # 11.21 M parameters at x4
+    "dat_2": {"upscale": 4, "split_size": (8, 32), "depth": (6,) * 6, "num_heads": (6,) * 6, "expansion_factor": 2},
+    # 21.73 M parameters at x4
+    "dat_2_l": {"upscale": 4, "split_size": (8, 32), "depth": (6,) * 12, "num_heads": (6,) * 12, "expansion_factor": 2},
+    # 0.88 M parameters at x4
+    "dat_light": {
+        "upscale": 4, "split_size": (8, 32), "depth": (18,), "embed_dim": 60, "num_heads": (6,),
+        "expansion_factor": 2, "resi_connection": "3conv"
+    },
+    # 11.21 M parameters at x4
+    "dat_s": {"upscale": 4, "split_size": (8, 16), "depth": (6,) * 6, "num_heads": (6,) * 6, "expansion_factor": 2},
+})

@@ -32,6 +32,7 @@ from anysr.archs.arch_util import (
     to_tokens,
 )
 from anysr.archs.swinir_arch import SwinTransformerBlock
+from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
 NUM_DENSE_BLOCKS = 5
@@ -152,3 +153,24 @@ def _check_drct_args(embed_dim: int, depths: Sequence[int], num_heads: Sequence[
 
 
 __all__ = ["DRCT", "RDG", "dense_block_heads"]
+
+
+# Published variants by name (traiNNer-redux's names); tests/test_presets.py checks each against the network
+# traiNNer-redux builds.
+register_presets("DRCT", scale_arg="upscale", presets={
+    # 14.14 M parameters at x4
+    "drct": {
+        "upscale": 4, "window_size": 16, "depths": (6,) * 6, "embed_dim": 180, "num_heads": (6,) * 6,
+        "mlp_ratio": 2.0
+    },
+    # 27.58 M parameters at x4
+    "drct_l": {
+        "upscale": 4, "window_size": 16, "depths": (6,) * 12, "embed_dim": 180, "num_heads": (6,) * 12,
+        "mlp_ratio": 2.0
+    },
+    # 32.06 M parameters at x4
+    "drct_xl": {
+        "upscale": 4, "window_size": 16, "depths": (6,) * 14, "embed_dim": 180, "num_heads": (6,) * 14,
+        "mlp_ratio": 2.0
+    },
+})

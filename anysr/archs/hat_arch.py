@@ -45,6 +45,7 @@ from anysr.archs.arch_util import (
     window_reverse,
 )
 from anysr.archs.rcan_arch import ChannelAttention
+from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
 
@@ -315,3 +316,22 @@ def _check_hat_args(img_size: int | Sequence[int], patch_size: int | Sequence[in
 
 
 __all__ = ["HAB", "HAT", "OCAB", "RHAG", "overlap_position_index", "overlapping_windows"]
+
+
+# Published variants by name (traiNNer-redux's names); tests/test_presets.py checks each against the network
+# traiNNer-redux builds.
+register_presets("HAT", scale_arg="upscale", fixed={"num_feat": 64}, presets={
+    # 40.85 M parameters at x4
+    "hat_l": {"upscale": 4, "embed_dim": 180, "depths": (6,) * 12, "num_heads": (6,) * 12, "mlp_ratio": 2.0},
+    # 46.33 M parameters at x4
+    "hat_l_aligned": {"upscale": 4, "embed_dim": 192, "depths": (6,) * 12, "num_heads": (6,) * 12, "mlp_ratio": 2.0},
+    # 20.77 M parameters at x4
+    "hat_m": {"upscale": 4, "embed_dim": 180, "depths": (6,) * 6, "num_heads": (6,) * 6, "mlp_ratio": 2.0},
+    # 23.54 M parameters at x4
+    "hat_m_aligned": {"upscale": 4, "embed_dim": 192, "depths": (6,) * 6, "num_heads": (6,) * 6, "mlp_ratio": 2.0},
+    # 9.62 M parameters at x4
+    "hat_s": {
+        "upscale": 4, "embed_dim": 144, "depths": (6,) * 6, "num_heads": (6,) * 6, "compress_ratio": 24,
+        "squeeze_factor": 24, "mlp_ratio": 2.0
+    },
+})

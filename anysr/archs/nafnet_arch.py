@@ -21,6 +21,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError
+from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
 _SIDD = {"enc_blk_nums": [2, 2, 4, 8], "middle_blk_num": 12, "dec_blk_nums": [2, 2, 2, 2]}
@@ -151,3 +152,13 @@ class NAFNet(nn.Module):
 
 
 __all__ = ["NAFBlock", "NAFNET_CONFIGS", "NAFNet", "LayerNorm2d", "SimpleGate"]
+
+
+# Published variants by name (traiNNer-redux's names); tests/test_presets.py checks each against the network
+# traiNNer-redux builds.
+register_presets("NAFNet", scale_arg=None, fixed={"scale": 1}, presets={
+    # 29.16 M parameters at x4
+    "nafnet32": {"width": 32, "enc_blk_nums": (2, 2, 4, 8), "middle_blk_num": 12, "dec_blk_nums": (2,) * 4},
+    # 115.98 M parameters at x4
+    "nafnet64": {"width": 64, "enc_blk_nums": (2, 2, 4, 8), "middle_blk_num": 12, "dec_blk_nums": (2,) * 4},
+})

@@ -21,6 +21,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, pad_to_min_size
+from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
 MIN_SIZE = 16  # spandrel's size requirement: ESA needs >= 15 pixels per side
@@ -369,3 +370,10 @@ class OmniSR(nn.Module):
 
 
 __all__ = ["OmniSR", "OSABlock", "OSAG", "ESA"]
+
+
+# Published variants by name (traiNNer-redux's names); tests/test_presets.py checks each against the network
+# traiNNer-redux builds.
+register_presets("OmniSR", scale_arg="up_scale", presets={
+    "omnisr": {"res_num": 5},  # 0.81 M parameters at x4
+})

@@ -12,11 +12,14 @@ The network is fully convolutional: any input size works without padding (``tile
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d
+from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
 
@@ -187,3 +190,27 @@ class RealPLKSR(nn.Module):
 
 
 __all__ = ["RealPLKSR", "PLKBlock", "DySample"]
+
+
+def _trainner_upsampler(args: dict[str, Any]) -> dict[str, Any]:
+    """traiNNer-redux's ``upsampler: pixelshuffle | dysample`` -> anysr's (and spandrel's) ``dysample`` flag."""
+    up = args.pop("upsampler", None)
+    if up is None:
+        return args
+    if up not in ("pixelshuffle", "dysample"):
+        raise ValueError(f"upsampler: {up!r} is not available in RealPLKSR; use pixelshuffle or dysample (the two "
+                         "layouts whose weights spandrel loads)")
+    return {**args, "dysample": up == "dysample"}
+
+
+# Published variants by name (traiNNer-redux's names); tests/test_presets.py checks each against the network
+# traiNNer-redux builds.
+register_presets("RealPLKSR", scale_arg="upscaling_factor",
+                 fixed={"in_ch": 3, "out_ch": 3},
+                 translate=_trainner_upsampler,
+                 presets={
+    "realplksr": {"layer_norm": True},  # 7.39 M parameters at x4
+    "realplksr_large": {"dim": 96, "layer_norm": True},  # 16.59 M parameters at x4
+    # 2.37 M parameters at x4
+    "realplksr_tiny": {"n_blocks": 12, "kernel_size": 13, "use_ea": False, "layer_norm": True},
+})

@@ -7,6 +7,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, default_init_weights, make_layer, pixel_unshuffle
+from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
 
@@ -76,3 +77,16 @@ class RRDBNet(nn.Module):
         feat = self.lrelu(self.conv_up1(F.interpolate(feat, scale_factor=2, mode="nearest")))
         feat = self.lrelu(self.conv_up2(F.interpolate(feat, scale_factor=2, mode="nearest")))
         return self.conv_last(self.lrelu(self.conv_hr(feat)))
+
+
+# Published variants by name (traiNNer-redux's names); tests/test_presets.py checks each against the network
+# traiNNer-redux builds. Its ``use_pixel_unshuffle: true`` is BasicSR's layout for x1 / x2 (the input folded into
+# 4 / 16 channels, then the x4 body), the only one anysr builds.
+register_presets("RRDBNet", scale_arg="scale",
+                 renames={"in_nc": "num_in_ch", "out_nc": "num_out_ch", "num_filters": "num_feat",
+                          "num_blocks": "num_block"},
+                 fixed={"use_pixel_unshuffle": True},
+                 presets={
+    "esrgan": {"num_in_ch": 3, "num_out_ch": 3},  # 16.70 M parameters at x4
+    "esrgan_lite": {"num_in_ch": 3, "num_out_ch": 3, "num_block": 12, "num_feat": 32},  # 5.02 M parameters at x4
+})

@@ -17,6 +17,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, pad_to_min_size
+from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
 N_LEVELS = 4
@@ -111,3 +112,11 @@ class SAFMN(nn.Module):
 
 
 __all__ = ["SAFMN", "SAFM", "AttBlock"]
+
+
+# Published variants by name (traiNNer-redux's names); tests/test_presets.py checks each against the network
+# traiNNer-redux builds.
+register_presets("SAFMN", scale_arg="upscaling_factor", presets={
+    "safmn": {"dim": 36},  # 0.24 M parameters at x4
+    "safmn_l": {"dim": 128, "n_blocks": 16},  # 5.60 M parameters at x4
+})

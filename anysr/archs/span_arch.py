@@ -21,6 +21,7 @@ from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError
 from anysr.ops.autocast import autocast_off
+from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
 
@@ -186,3 +187,14 @@ class SPAN(nn.Module):
 
 
 __all__ = ["SPAN", "SPAB", "Conv3XC"]
+
+
+# Published variants by name (traiNNer-redux's names); tests/test_presets.py checks each against the network
+# traiNNer-redux builds.
+register_presets("SPAN", scale_arg="upscale", fixed={"num_blocks": 6}, presets={
+    "span": {"feature_channels": 52, "norm": False},  # 2.62 M parameters at x4
+    "span_f32": {"feature_channels": 32, "norm": False},  # 1.00 M parameters at x4
+    "span_f64": {"feature_channels": 64, "norm": False},  # 3.96 M parameters at x4
+    "span_f96": {"feature_channels": 96, "norm": False},  # 8.88 M parameters at x4
+    "span_s": {"norm": False},  # 2.24 M parameters at x4
+})

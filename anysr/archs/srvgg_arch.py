@@ -7,6 +7,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError
+from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
 ACTIVATIONS = ("relu", "prelu", "leakyrelu")
@@ -62,3 +63,12 @@ class SRVGGNetCompact(nn.Module):
             out = layer(out)
         out = self.upsampler(out)
         return out + F.interpolate(x, scale_factor=self.upscale, mode="nearest")
+
+
+# Published variants by name (traiNNer-redux's names); tests/test_presets.py checks each against the network
+# traiNNer-redux builds.
+register_presets("SRVGGNetCompact", scale_arg="upscale", fixed={"learn_residual": True}, presets={
+    "compact": {},  # 0.62 M parameters at x4
+    "superultracompact": {"num_feat": 24, "num_conv": 8},  # 0.05 M parameters at x4
+    "ultracompact": {"num_conv": 8},  # 0.33 M parameters at x4
+})

@@ -39,6 +39,7 @@ from anysr.archs.arch_util import (
     window_partition,
     window_reverse,
 )
+from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
 UPSAMPLERS = ("pixelshuffle", "pixelshuffledirect", "nearest+conv", "")
@@ -246,3 +247,21 @@ class SwinIR(SwinSRBase):
 
 
 __all__ = ["SwinIR", "RSTB", "SwinTransformerBlock"]
+
+
+# Published variants by name (traiNNer-redux's names); tests/test_presets.py checks each against the network
+# traiNNer-redux builds.
+register_presets("SwinIR", scale_arg="upscale", fixed={"start_unshuffle": 1}, presets={
+    # 28.01 M parameters at x4
+    "swinir_l": {
+        "upscale": 4, "embed_dim": 240, "depths": (6,) * 9, "num_heads": (8,) * 9, "window_size": 8,
+        "mlp_ratio": 2.0, "upsampler": "nearest+conv", "resi_connection": "3conv"
+    },
+    # 11.90 M parameters at x4
+    "swinir_m": {
+        "upscale": 4, "img_size": 48, "embed_dim": 180, "depths": (6,) * 6, "num_heads": (6,) * 6, "window_size": 8,
+        "mlp_ratio": 2.0, "upsampler": "pixelshuffle"
+    },
+    # 0.93 M parameters at x4
+    "swinir_s": {"upscale": 4, "embed_dim": 60, "window_size": 8, "mlp_ratio": 2.0, "upsampler": "pixelshuffledirect"},
+})

@@ -6,6 +6,7 @@ from typing import Any
 
 from anysr.options.fields import MISSING, Field, MapOf, Section, expectation, join
 from anysr.options.schema import OPTIONS
+from anysr.presets import ARCH_PRESETS
 
 INTRO = """\
 # Options reference
@@ -105,9 +106,24 @@ def _section(lines: list[str], title: str, section: Section, intro: str = "") ->
         _section(lines, path, sub, doc)
 
 
+def _presets(lines: list[str]) -> None:
+    lines += ["", "## Architecture presets", "",
+              "`network_g.type` may name a published variant instead of a class (traiNNer-redux's names, any letter "
+              "case). It is expanded into the class and the arguments below (the others keep the class's defaults); "
+              "the top-level `scale` goes to the scale argument unless `network_g` gives it, and any argument can "
+              "still be set, under the class's name or traiNNer-redux's (`scale`, `num_filters`, ...). A name that "
+              "is exactly a class (`SPAN`) is the class with its own defaults. The start-up log and the run's saved "
+              "options show the expansion.", "",
+              "| Preset | Class | Arguments | Scale argument |", "|---|---|---|---|"]
+    for p in sorted(ARCH_PRESETS.values(), key=lambda p: (p.arch.lower(), p.name)):
+        args = ", ".join(f"{k}: {list(v) if isinstance(v, tuple) else v!r}" for k, v in p.kwargs.items())
+        lines.append(f"| `{p.name}` | `{p.arch}` | {_cell(args) or 'the defaults'} | {p.scale_arg or '(x1 only)'} |")
+
+
 def render_markdown() -> str:
     """The whole options reference as Markdown."""
     lines = [INTRO.rstrip()]
     _section(lines, "", OPTIONS)
+    _presets(lines)
     return "\n".join(lines) + "\n"
 

@@ -17,6 +17,7 @@ from typing import Any
 from anysr.options.common import registry
 from anysr.options.fields import ANY, MISSING, Field, ListOf, MapOf, Section, choices_of, expectation
 from anysr.options.schema import OPTIONS
+from anysr.presets import ARCH_PRESETS, preset_names
 from anysr.registry import REQUIRED, constructor_args
 
 SCHEMA_ID = "https://anysr.dev/options.schema.json"
@@ -135,6 +136,25 @@ def _constructor_variants(kind: str, skip: tuple[str, ...], role: str | None,
     return variants
 
 
+def _preset_variants(section_keys: list[str]) -> list[dict[str, Any]]:
+    """One ``if type == <preset> then (its class's arguments, under either spelling)`` per named preset."""
+    variants = []
+    for preset in sorted(ARCH_PRESETS.values(), key=lambda p: p.name):
+        params, var_kw = constructor_args(registry("arch").get(preset.arch))
+        names = {*params, *preset.renames, *preset.fixed, *(("scale",) if preset.scale_arg else ())}
+        if preset.arch == "RealPLKSR":
+            names.add("upsampler")
+        props = {arg: ({"default": _json_default(preset.kwargs[arg])} if arg in preset.kwargs
+                       and _json_default(preset.kwargs[arg]) is not None else {}) for arg in sorted(names)}
+        then: dict[str, Any] = {"properties": props}
+        foreign = [k for k in section_keys if k not in names and not var_kw]
+        if foreign:
+            then["not"] = {"anyOf": [{"required": [k]} for k in foreign]}
+        variants.append({"if": {"properties": {"type": {"const": preset.name}}, "required": ["type"]},
+                         "then": then})
+    return variants
+
+
 def _section(section: Section, path: tuple[str, ...]) -> dict[str, Any]:
     props = {name: _field(fld, (*path, name)) for name, fld in section.fields.items()}
     for alias, target in section.aliases.items():
@@ -154,6 +174,9 @@ def _section(section: Section, path: tuple[str, ...]) -> dict[str, Any]:
                  or getattr(registry(kind).get(n), "role", None) == _ROLES[path]]
         own = [k for k in section.fields if k not in ("type", *_NOT_ARGUMENTS)]
         out["allOf"] = _constructor_variants(kind, skip, _ROLES.get(path), own)
+        if path == ("network_g",):
+            out["allOf"] += _preset_variants(own)
+            names = names + preset_names()
         if registry(kind).extensible:
             # an optional package's classes (anysr[optim]) are found by name at run time, never listed here (the
             # schema must not depend on what is installed): any other name is accepted with any arguments

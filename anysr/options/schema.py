@@ -13,7 +13,7 @@ from typing import Any
 
 from anysr.accelerators.hardware import PRECISION_CHOICES
 from anysr.accelerators.kinds import ACCELERATOR_HINTS, ACCELERATORS, LAUNCHERS
-from anysr.errors import did_you_mean
+from anysr.errors import OptionError, did_you_mean
 from anysr.options.augment import AUGMENT_TRAIN_FIELDS, augment_rule
 from anysr.options.common import (
     PHASES,
@@ -64,6 +64,7 @@ from anysr.options.video import (
     network_weight_paths,
     video_dataset_rule,
 )
+from anysr.presets import expand_preset, find_preset
 from anysr.registry import REQUIRED, argument_problems, constructor_args
 
 # ---------------------------------------------------------------- helpers for rules
@@ -233,6 +234,27 @@ def _network_rule(out: dict[str, Any], path: str, ctx: Context, *, check_scale: 
         elif name in params and params[name] is not REQUIRED and params[name] != ctx.scale:
             ctx.add(f"{path}.{name}", f"not set, so {arch} uses its default {params[name]!r}, which differs "
                     f"from scale ({ctx.scale}); set {path}.{name}: {ctx.scale}")
+
+
+def expand_network_presets(opt: dict[str, Any], ctx: Context) -> list[str]:
+    """Each ``network_*`` section naming a preset (``type: hat_s``) rewritten, in place, as its class and arguments
+    (the top-level scale to the preset's scale argument unless given); one note per preset expanded."""
+    notes = []
+    classes = registry("arch").keys()
+    for key, section in opt.items():
+        if not (str(key).startswith("network_") and isinstance(section, dict)):
+            continue
+        preset = find_preset(section.get("type"), classes)
+        if preset is None:
+            continue
+        try:
+            opt[key] = expand_preset(section, key, ctx.scale if key == "network_g" else None)
+        except OptionError as e:
+            ctx.add("", str(e))
+            continue
+        args = ", ".join(f"{k}={v!r}" for k, v in opt[key].items() if k != "type")
+        notes.append(f"{key}.type {section['type']} -> {preset.arch}({args})")
+    return notes
 
 
 def _network_g_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
@@ -972,7 +994,7 @@ def validate(opt: dict[str, Any], *, is_train: bool, root: Path,
     paths = opt.get("path")
     if isinstance(paths, dict) and isinstance(paths.get("root"), str):
         ctx.root = resolve_path(paths["root"], root)
-    notes = map_trainner(opt, ctx)
+    notes = expand_network_presets(opt, ctx) + map_trainner(opt, ctx)
     result = validate_section(OPTIONS, opt, "", ctx)
     result["mapped_keys"] = notes
     return result, ctx.problems
