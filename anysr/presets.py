@@ -19,7 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from anysr.errors import OptionError, did_you_mean
+from anysr.errors import OptionError
+from anysr.registry import ARCH_REGISTRY
 
 Translate = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -97,6 +98,5 @@ def preset_names() -> list[str]:
     return sorted(p.name for p in ARCH_PRESETS.values())
 
 
-def unknown_preset_hint(name: str) -> str:
-    """`` (did you mean 'hat_s'?)`` for a misspelt preset name, else empty."""
-    return did_you_mean(name, preset_names())
+ARCH_REGISTRY.also_accepts = (preset_names,
+                              "or a named preset (hat_s, span_s, ...: docs/options.md, Architecture presets)")

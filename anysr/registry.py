@@ -21,6 +21,8 @@ class Registry:
         self._sources: list[tuple[Callable[[Registry], bool], str]] = []
         self._missing: list[str] = []
         self._lazy: set[str] = set()  # names the sources registered: found by name, not listed by keys()
+        # other names a file may give instead (the architectures' named presets): suggested for a misspelt name
+        self.also_accepts: tuple[Callable[[], list[str]], str] | None = None
 
     def add_source(self, load: Callable[[Registry], bool], missing: str) -> None:
         """A lazy source of entries (an optional package): ``load(self)`` registers them and says whether it could
@@ -87,7 +89,11 @@ class Registry:
         and how to install the optional packages whose entries could not be loaded."""
         names = self.keys() if names is None else names
         extra = "".join(f"; {m}" for m in self._missing)
-        return f"unknown {self.name} '{name}'{did_you_mean(str(name), names)}; known: {', '.join(names)}{extra}"
+        candidates = names
+        if self.also_accepts is not None:
+            candidates = names + self.also_accepts[0]()
+            extra += f"; {self.also_accepts[1]}"
+        return f"unknown {self.name} '{name}'{did_you_mean(str(name), candidates)}; known: {', '.join(names)}{extra}"
 
     def __contains__(self, name: object) -> bool:
         return self.canonical(name) is not None

@@ -86,6 +86,11 @@ def test_bad_overrides_are_one_line(opt: dict, pattern: str) -> None:
     assert "\n" not in str(err.value)
 
 
+def test_misspelt_preset_suggests_the_nearest() -> None:
+    with pytest.raises(OptionError, match=r"unknown arch 'hat_ss' \(did you mean 'hat_s'\?\).*named preset"):
+        _meta_net({"type": "hat_ss"})
+
+
 def _file(tmp_path: Path, network_g: dict, scale: int = 2) -> dict:
     return {"name": "p", "model_type": "SRModel", "scale": scale, "num_gpu": 0, "network_g": network_g,
             "path": {"root": str(tmp_path)}}
