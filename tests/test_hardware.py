@@ -73,8 +73,10 @@ def test_cpu_accelerator_decides_in_setup_and_calibrate() -> None:
     assert all(torch.equal(before[k], v) for k, v in net.state_dict().items())  # a copy was timed
     measured = ("precision", "channels_last") if native else ("channels_last",)  # one precision left: a rule decided
     for name in measured:
-        assert "measured on this CPU for this network: forward + backward of (2, 3, 16, 16)" in \
-            acc.precision.choices[name].reason
+        assert re.search(r"measured on this CPU for this network in \d+\.\d s \(budget 10 s, "
+                         r"ANYSR_CALIBRATION_BUDGET\): forward \+ backward of \(2, 3, 16, 16\): .*; kept in "
+                         r".*choices\.json for the next run \(delete it, or `make clean`, to measure again\)",
+                         acc.precision.choices[name].reason), acc.precision.choices[name].reason
     chosen = (acc.precision.name, acc.precision.channels_last)
     again = create_accelerator(resolve_plan("cpu", 1))
     again.setup()
@@ -82,7 +84,7 @@ def test_cpu_accelerator_decides_in_setup_and_calibrate() -> None:
     assert (again.precision.name, again.precision.channels_last) == chosen
     reason = again.precision.choices["channels_last"].reason
     assert re.search(r"measured on \d{4}-\d\d-\d\d .* on this CPU for this network, kept in .*choices\.json "
-                     r"\(delete it to measure again\)", reason), reason
+                     r"\(delete it, or `make clean`, to measure again\)", reason), reason
     line = again.precision.describe_choices()
     assert line.count("forward + backward") == 1, line  # one measurement decided both: its timings said once
     forced = create_accelerator(resolve_plan("cpu", 1, precision="fp32", channels_last=False))
@@ -94,6 +96,38 @@ def test_measure_times_every_variant() -> None:
     net = torch.nn.Conv2d(3, 4, 3)
     times = measure(net, (1, 3, 12, 12), [Variant("fp32", False), Variant("fp32", True)], train=False, repeats=1)
     assert set(times) == {Variant("fp32", False), Variant("fp32", True)} and all(t > 0 for t in times.values())
+
+
+def test_measure_stays_within_its_budget_and_drops_a_far_slower_variant(monkeypatch: pytest.MonkeyPatch) -> None:
+    import anysr.accelerators.calibrate as cal
+
+    seconds = {Variant("fp32", False): 0.01, Variant("fp32", True): 0.012, Variant("bf16", False): 0.25,
+               Variant("bf16", True): 0.011}
+    calls: list[Variant] = []
+    clock = [0.0]
+
+    def fake_step(net: torch.nn.Module, x: torch.Tensor, v: Variant, train: bool) -> float:
+        calls.append(v)
+        clock[0] += seconds[v]
+        return seconds[v]
+
+    monkeypatch.setattr(cal, "_time_once", fake_step)
+    monkeypatch.setattr(cal.time, "perf_counter", lambda: clock[0])
+    net = torch.nn.Conv2d(3, 4, 3)
+    times = measure(net, (1, 3, 8, 8), list(seconds), train=True, repeats=3, budget=10.0)
+    # bf16/NCHW (emulated: 25x the fastest first step) is warmed up once, never timed
+    assert set(times) == set(seconds) - {Variant("bf16", False)}
+    assert calls.count(Variant("bf16", False)) == 1 and calls.count(Variant("fp32", False)) == 4
+    calls.clear()
+    clock[0] = 0.0
+    # a budget smaller than one step: the first variant alone is warmed up and timed once
+    times = measure(net, (1, 3, 8, 8), list(seconds), train=True, repeats=3, budget=0.001)
+    assert list(times) == [Variant("fp32", False)] and calls == [Variant("fp32", False)] * 2
+    monkeypatch.setenv("ANYSR_CALIBRATION_BUDGET", "2.5")
+    assert cal.budget_s() == 2.5
+    for bad in ("0", "-1", "soon"):
+        monkeypatch.setenv("ANYSR_CALIBRATION_BUDGET", bad)
+        assert cal.budget_s() == cal.BUDGET_S
 
 
 def test_auto_is_the_options_default(tmp_path: Path, small_train_dir: Path) -> None:

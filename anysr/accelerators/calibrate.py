@@ -7,6 +7,10 @@ settings are timed on a copy of the real network with the real input shape (forw
 interleaved, best of a few runs) and the fastest wins. The result is cached under ``~/.cache/anysr`` (or
 ``$ANYSR_CACHE_DIR``), keyed by the CPU, torch, the kernel caps, the thread count, the network and the shape, so
 the next run starts at once.
+
+The first run's cost is bounded: measuring stops after ``BUDGET_S`` seconds (``$ANYSR_CALIBRATION_BUDGET``), a
+variant whose first step is several times slower than the fastest so far (bf16 emulated on a CPU without native
+bf16: ~24x) is not timed further, and the variants the budget left untried are named in the account line.
 """
 
 from __future__ import annotations
@@ -32,6 +36,18 @@ from anysr.atomic import atomic_write_json
 CACHE_FILE = "choices.json"
 CACHE_VERSION = 1
 SLOW_STEP_S = 1.0  # steps slower than this are timed once per variant
+BUDGET_S = 10.0  # seconds the first run of a network may spend measuring (ANYSR_CALIBRATION_BUDGET)
+LOSER_FACTOR = 3.0  # a variant whose warm-up step is this many times the fastest one's is not timed further
+
+
+def budget_s() -> float:
+    """The calibration budget in seconds: ``$ANYSR_CALIBRATION_BUDGET`` when set to a positive number, else 10."""
+    raw = os.environ.get("ANYSR_CALIBRATION_BUDGET", "")
+    try:
+        value = float(raw)
+    except ValueError:
+        return BUDGET_S
+    return value if value > 0 else BUDGET_S
 
 
 def cache_dir() -> Path:
@@ -104,25 +120,38 @@ def _time_once(net: nn.Module, x: torch.Tensor, variant: Variant, train: bool) -
 
 
 def measure(net: nn.Module, shape: tuple[int, ...], variants: list[Variant], *, train: bool, repeats: int = 2,
-            warmup: int = 1, seed: int = 0, slow_s: float = SLOW_STEP_S) -> dict[Variant, float]:
-    """Seconds per forward (+ backward when ``train``) of each variant on the CPU: the best of ``repeats``
+            warmup: int = 1, seed: int = 0, slow_s: float = SLOW_STEP_S,
+            budget: float | None = None) -> dict[Variant, float]:
+    """Seconds per forward (+ backward when ``train``) of the variants on the CPU: the best of ``repeats``
     interleaved runs after ``warmup`` untimed ones. ``net`` itself is not changed (copies are timed).
 
-    A step slower than ``slow_s`` is timed once per variant (a big network's differences dwarf the noise, and
-    calibration should stay a few steps of the run)."""
+    A step slower than ``slow_s`` is timed once per variant (a big network's differences dwarf the noise).
+    ``budget`` (seconds, default ``budget_s()``) bounds the whole measurement: variants are warmed up in order
+    while half of it is left, each warmed-up one is timed at least once, further repeats only within it; a variant
+    whose warm-up took ``LOSER_FACTOR`` x the fastest warm-up is dropped. Variants not timed are absent from the
+    result (the first one always is timed)."""
+    budget = budget_s() if budget is None else budget
+    start = time.perf_counter()
     gen = torch.Generator().manual_seed(seed)
     x = torch.rand(shape, generator=gen)
-    trials = {v: _prepare(net, v) for v in variants}
-    inputs = {v: x.contiguous(memory_format=torch.channels_last) if v.channels_last and x.dim() == 4 else x
-              for v in variants}
+    warm: dict[Variant, float] = {}
+    trials: dict[Variant, nn.Module] = {}
+    inputs: dict[Variant, torch.Tensor] = {}
     for v in variants:
-        trials[v].train(train)
-        for _ in range(warmup):
-            if _time_once(trials[v], inputs[v], v, train) > slow_s:
-                repeats = min(repeats, 1)
-    best = {v: float("inf") for v in variants}
-    for _ in range(repeats):
-        for v in variants:
+        if warm and time.perf_counter() - start > budget / 2:
+            break
+        trials[v] = _prepare(net, v).train(train)
+        inputs[v] = x.contiguous(memory_format=torch.channels_last) if v.channels_last and x.dim() == 4 else x
+        warm[v] = min(_time_once(trials[v], inputs[v], v, train) for _ in range(max(warmup, 1)))
+        if warm[v] > slow_s:
+            repeats = min(repeats, 1)
+    fastest_warm = min(warm.values())
+    timed = [v for v in warm if warm[v] <= LOSER_FACTOR * fastest_warm]
+    best = {v: float("inf") for v in timed}
+    for r in range(max(repeats, 1)):
+        for v in timed:
+            if r > 0 and time.perf_counter() - start > budget:
+                return best
             trials[v].zero_grad(set_to_none=True)
             best[v] = min(best[v], _time_once(trials[v], inputs[v], v, train))
     return best
@@ -137,12 +166,21 @@ def fastest(net: nn.Module, shape: tuple[int, ...], variants: list[Variant], *,
     if isinstance(cached, dict) and cached.get("best") in by_label:
         when = f" on {cached['measured']}" if isinstance(cached.get("measured"), str) else ""
         return by_label[cached["best"]], (f"measured{when} on this CPU for this network, kept in "
-                                          f"{cache_dir() / CACHE_FILE} (delete it to measure again): "
+                                          f"{cache_dir() / CACHE_FILE} (delete it, or `make clean`, to measure again): "
                                           f"{cached['timings']}")
-    times = measure(net, shape, variants, train=train)
+    budget = budget_s()
+    t0 = time.perf_counter()
+    times = measure(net, shape, variants, train=train, budget=budget)
+    took = time.perf_counter() - t0
     best = min(times, key=lambda v: times[v])
     what = "forward + backward" if train else "forward"
     timings = ", ".join(f"{v.label()} {1e3 * t:.1f} ms" for v, t in sorted(times.items(), key=lambda i: i[1]))
+    left = [v.label() for v in variants if v not in times]
+    if left:
+        timings += (f" ({', '.join(left)} not timed: first step over {LOSER_FACTOR:g}x the fastest's, or past the "
+                    "budget)")
     timings = f"{what} of {tuple(shape)}: {timings}"
     _write_cache(key, {"best": best.label(), "timings": timings, "measured": time.strftime("%Y-%m-%d %H:%M:%S")})
-    return best, f"measured on this CPU for this network: {timings}"
+    return best, (f"measured on this CPU for this network in {took:.1f} s (budget {budget:g} s, "
+                  f"ANYSR_CALIBRATION_BUDGET): {timings}; kept in {cache_dir() / CACHE_FILE} for the next run "
+                  f"(delete it, or `make clean`, to measure again)")
