@@ -161,12 +161,37 @@ def cmd_bench(args: argparse.Namespace) -> int:
     setup_logging()
     # bench times a synthetic batch: the datasets and weights the file names are never read, need not exist.
     opt = load_command_options(args.opt, args.force_yml, is_train=True, check_paths=False)
+    if args.beside:
+        return _bench_beside(args)
     # One worker on the accelerator the options name: per-device numbers, no process group.
     plan = _plan_from_options(opt, "none", args.precision, num_gpu=1, spmd=False)
     result = launch(plan, bench_worker, opt, args.iters, args.warmup, args.infer_size, args.infer_iters or args.iters)
     result["options"] = str(args.opt)
     result["overrides"] = list(args.force_yml)
     print(format_table(result))
+    if args.json:
+        print(f"wrote {write_json(args.json, result)}")
+    return 0
+
+
+def _bench_beside(args: argparse.Namespace) -> int:
+    """``anysr bench --beside N``: the same bench alone, then N + 1 copies at once."""
+    import tempfile
+    from pathlib import Path
+
+    from anysr.engine.bench import beside, format_beside, write_json
+
+    if args.beside < 0:
+        raise OptionError(f"--beside: {args.beside} copies; give a number >= 1 (the other jobs to run beside)")
+
+    argv = ["-opt", str(args.opt), "--iters", str(args.iters), "--warmup", str(args.warmup), "--infer-size", "0"]
+    if args.precision:
+        argv += ["--precision", args.precision]
+    if args.force_yml:
+        argv += ["--force_yml", *args.force_yml]
+    with tempfile.TemporaryDirectory(prefix="anysr-beside-") as folder:
+        result = beside(argv, args.beside, Path(folder))
+    print(format_beside(result))
     if args.json:
         print(f"wrote {write_json(args.json, result)}")
     return 0
@@ -368,6 +393,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", default=None, choices=PRECISION_CHOICES,
                    help="autocast precision (default: the options' train.precision, auto unless set)")
     p.add_argument("--json", default=None, help="also write the results as JSON")
+    p.add_argument("--beside", type=int, default=0, metavar="N",
+                   help="also run N more copies of the same bench at once (as other users' jobs would) and show "
+                   "each one's step time against one alone: how this machine shares its cores (training only)")
     _add_offline(p)
     p.set_defaults(func=cmd_bench)
 

@@ -42,6 +42,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # listed as skipped in every run of the main suite.
 collect_ignore_glob = [] if importlib.util.find_spec("torch_xla") else ["test_xla*.py"]
 DATASETS = ROOT / "datasets"
+# A CPU run's thread count is each process's fair share of the cores here, not also reduced by what else the
+# machine runs at that moment (cpu_share.py): runs compared bit for bit must use the same count. The tests of that
+# choice (tests/test_cpu_share.py) set ANYSR_THREADS=auto themselves.
+os.environ.setdefault("ANYSR_THREADS", "fair")
 FIXTURE_TOL = {"rtol": 1e-5, "atol": 1e-5}  # fp32 results vs fixtures made with other kernels (see above)
 PSNR_TOL = 1e-4  # dB
 

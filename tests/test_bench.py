@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,21 @@ def test_bench_cli_writes_sane_json(tmp_path: Path, small_train_dir: Path) -> No
     assert r["choices"]["precision"]["requested"] == "bf16" and "warnings" in r
     for key in ("ms_per_image", "ms_per_image_best", "gflop_per_image", "gflops_per_s", "output_megapixels_per_s"):
         assert math.isfinite(inf[key]) and inf[key] > 0, key
+
+
+def test_bench_beside_runs_copies_at_once(tmp_path: Path, small_train_dir: Path) -> None:
+    opt = write_options(tmp_path / "tiny.yml", tiny_train_options("tiny", small_train_dir, None))
+    out = tmp_path / "beside.json"
+    proc = run_cli("bench", "-opt", str(opt), "--iters", "2", "--warmup", "1", "--beside", "1", "--json", str(out),
+                   "--force_yml", "train.precision=fp32", "train.channels_last=false", cwd=tmp_path)
+    r = json.loads(out.read_text())
+    assert r["copies"] == 2 and len(r["together"]) == 2 and r["alone"]["ms_per_iter"] > 0
+    for copy in r["together"]:
+        assert copy["slowdown"] == pytest.approx(copy["ms_per_iter"] / r["alone"]["ms_per_iter"])
+        assert copy["threads"] >= 1
+    assert "2 identical jobs at once" in proc.stdout and len(re.findall(r"\d\.\d\dx alone", proc.stdout)) == 2
+    bad = run_cli("bench", "-opt", str(opt), "--beside", "-1", cwd=tmp_path, check=False)
+    assert bad.returncode == 2 and "--beside: -1 copies" in bad.stderr
 
 
 def test_bench_reads_no_data_and_takes_precision(tmp_path: Path, root: Path) -> None:

@@ -237,6 +237,20 @@ class Accelerator(ABC):
         """A warning text when graphs were compiled after warm-up (checked at print_freq), else None."""
         return None
 
+    def threads_note(self) -> tuple[str, bool] | None:
+        """How many host threads this worker computes with and why (and whether the CPU is shared), where the
+        device is the CPU; else None."""
+        return None
+
+    def resume_threads(self, saved: object) -> str | None:
+        """Go back to the thread count a resumed run's state recorded (a CPU run's last bits depend on it); the
+        note to log when it changed, else None."""
+        return None
+
+    def check_sharing(self) -> str | None:
+        """A warning text, once, when other programs start sharing this worker's cores (checked at print_freq)."""
+        return None
+
     def compile_model(self, net: nn.Module) -> nn.Module:
         """``torch.compile`` where this kind supports it and the options ask for it."""
         if self.plan.compile:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from anysr.accelerators.base import Accelerator, LaunchPlan
+from anysr.accelerators.cpu_share import JOB_PID_ENV
 from anysr.accelerators.hardware import check_precision
 from anysr.accelerators.kinds import KINDS, PlanRequest, free_port, pick_kind
 from anysr.accelerators.plan import LAUNCHERS, external_launcher
@@ -121,6 +122,7 @@ def _spawn(plan: LaunchPlan, fn: Callable[..., Any], args: tuple[Any, ...]) -> N
     os.environ["MASTER_ADDR"] = os.environ.get("MASTER_ADDR", "127.0.0.1")
     os.environ["MASTER_PORT"] = str(plan.master_port or free_port())
     os.environ["LOCAL_WORLD_SIZE"] = str(plan.nprocs)
+    os.environ[JOB_PID_ENV] = str(os.getpid())  # the ranks are this job's, not other programs sharing the CPU
     # The parent hosts the rendezvous store (a TCP key-value server, no device runtime) and keeps it until
     # every worker has exited, so a rank that finishes first cannot pull it from under the others.
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), plan.nprocs + 1,

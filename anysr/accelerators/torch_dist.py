@@ -15,6 +15,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from anysr.accelerators.base import Accelerator, LaunchPlan
+from anysr.accelerators.cpu_share import THREADS_ENV, ShareWatch, available_cores, choose_threads, resume_threads
+from anysr.accelerators.cpu_share import apply as apply_threads
 from anysr.accelerators.hardware import cpu_bf16
 from anysr.accelerators.precision import Variant
 from anysr.accelerators.strategy import Strategy
@@ -230,10 +232,38 @@ class CPUAccelerator(TorchDistAccelerator):
         return [Variant(p, c) for p in precisions for c in layouts]
 
     def select_device(self) -> None:
-        if self.world_size > 1:
-            # Ranks share the cores: give each its fair part instead of oversubscribing.
-            per_rank = max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size)))
-            torch.set_num_threads(per_rank)
+        # Ranks share the cores (each its fair part), and so do other programs (cpu_share.py).
+        ranks = int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size))
+        self._threads = choose_threads(ranks)
+        apply_threads(self._threads)
+        self._share_watch = ShareWatch() if self.is_main else None
+
+    def threads_note(self) -> tuple[str, bool] | None:
+        choice = getattr(self, "_threads", None)
+        if choice is None:
+            return f"{torch.get_num_threads()} threads (OMP_NUM_THREADS)", False
+        return f"{choice.threads} thread{'s' if choice.threads > 1 else ''}: {choice.why}", choice.shared
+
+    def resume_threads(self, saved: object) -> str | None:
+        choice = resume_threads(saved)
+        if choice is None:
+            return None
+        apply_threads(choice)
+        self._threads = choice
+        return f"{choice.threads} thread{'s' if choice.threads > 1 else ''}: {choice.why}"
+
+    def check_sharing(self) -> str | None:
+        watch = getattr(self, "_share_watch", None)
+        if watch is None or watch.told:
+            return None
+        busy = watch.sample()
+        threads = torch.get_num_threads()
+        if busy is None or busy < 0.5 or available_cores() - busy >= threads:
+            return None
+        watch.told = True
+        return (f"the CPU is shared now: other programs keep {busy:.1f} of {available_cores()} cores busy while this "
+                f"run computes with {threads} threads; it keeps them (the count changes a run's last bits). To "
+                f"change it: stop, then --auto_resume with {THREADS_ENV}=N")
 
 
 class CUDAAccelerator(TorchDistAccelerator):

@@ -13,6 +13,7 @@ so for transformer archs the GFLOP/s figure is a lower bound.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import statistics
 import time
@@ -228,3 +229,47 @@ def format_table(result: dict[str, Any]) -> str:
 def write_json(path: str | Path, result: dict[str, Any]) -> Path:
     """Write ``result`` as indented JSON (the folder is created)."""
     return atomic_write_json(path, result)
+
+
+def beside(argv: list[str], copies: int, folder: Path) -> dict[str, Any]:
+    """``anysr bench ARGV`` alone, then ``copies`` + 1 identical copies at once (each its own process, as two
+    users' jobs would be): the step time of each, against alone. ``argv``: the bench command's arguments without
+    ``--beside`` / ``--json``."""
+    import subprocess  # noqa: PLC0415 - only this mode starts processes
+    import sys  # noqa: PLC0415
+
+    def start(tag: str) -> tuple[subprocess.Popen[str], Path]:
+        out = folder / f"{tag}.json"
+        cmd = [sys.executable, "-m", "anysr", "bench", *argv, "--json", str(out)]
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True), out
+
+    def finish(runs: list[tuple[subprocess.Popen[str], Path]]) -> list[dict[str, Any]]:
+        results = []
+        for proc, out in runs:
+            text, _ = proc.communicate()
+            if proc.returncode != 0 or not out.is_file():
+                last = [ln for ln in text.splitlines() if ln.strip()][-1:] or ["(no output)"]
+                raise TrainingError(f"a bench copy failed (exit {proc.returncode}): {last[0]}")
+            results.append(json.loads(out.read_text(encoding="utf-8")))
+        return results
+
+    alone = finish([start("alone")])[0]
+    together = finish([start(f"copy{i}") for i in range(copies + 1)])
+    base = alone["train"]["ms_per_iter"]
+    return {"alone": {"ms_per_iter": base, "threads": alone["threads"]},
+            "together": [{"ms_per_iter": r["train"]["ms_per_iter"], "threads": r["threads"],
+                          "slowdown": r["train"]["ms_per_iter"] / base} for r in together],
+            "copies": copies + 1, "cores": os.cpu_count(), "name": alone["name"], "network": alone["network"]}
+
+
+def format_beside(result: dict[str, Any]) -> str:
+    """The ``--beside`` comparison as a few lines."""
+    lines = [f"anysr bench --beside: {result['name']} ({result['network']}), {result['copies']} identical jobs at "
+             f"once on {result['cores']} cores vs one alone",
+             f"alone:    {result['alone']['ms_per_iter']:8.1f} ms/iter ({result['alone']['threads']} threads)"]
+    for i, r in enumerate(result["together"]):
+        lines.append(f"copy {i + 1}:   {r['ms_per_iter']:8.1f} ms/iter ({r['threads']} threads), "
+                     f"{r['slowdown']:.2f}x alone")
+    lines.append(f"fair share: {result['copies']:.0f}x alone when the jobs split the cores exactly; anysr picks "
+                 "each job's threads from the cores the others leave free (ANYSR_THREADS=auto; =N to fix them)")
+    return "\n".join(lines)

@@ -42,6 +42,9 @@ def log_start(what: str, acc: Any) -> None:
     and the launch notes (on the main rank)."""
     log = get_logger()
     log.info("anysr %s on %s; %s", what, acc.describe(), acc.precision.describe_choices())
+    threads = acc.threads_note()
+    if threads is not None:
+        (log.warning if threads[1] else log.info)("host threads: %s", threads[0])
     for warning in acc.precision.warnings():
         log.warning(warning)
     for note in acc.plan.notes:

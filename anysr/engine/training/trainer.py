@@ -335,6 +335,10 @@ class Trainer:
         resume = self._prepare_dirs()
         if acc.is_main:
             self._record_options()
+        if resume is not None:
+            note = acc.resume_threads(resume[1].get("threads"))  # before calibrating: timings depend on it
+            if note is not None:
+                self.log.info("host threads: %s", note)
 
         acc.manual_seed(int(self.opt.manual_seed))
         self.model = build_model(self.opt, acc)
@@ -598,6 +602,9 @@ class Trainer:
         warn = acc.check_recompiles()
         if warn:
             self.log.warning(warn)
+        shared = acc.check_sharing() if acc.is_main else None
+        if shared:
+            self.log.warning(shared)
         if writer is not None:
             scalars = {f"losses/{k}": v for k, v in self.last_losses.items()}
             scalars.update({"lr": lr, "time/iter": iter_time, "time/data": data_time})
@@ -658,7 +665,7 @@ class Trainer:
         state = {"iter": it, "epoch": epoch, "accumulate": self.accumulate, "signature": self._run_signature(),
                  "batch_position": self.recovery.data_iter(it) * self.accumulate, "model": model.state_dict(),
                  "accelerator": acc.precision.state_dict(), "rng": acc.rng_state(), "best": self.best,
-                 "nan_recovery": self.recovery.state_dict()}
+                 "nan_recovery": self.recovery.state_dict(), "threads": torch.get_num_threads()}
         if weights:
             state["weights"] = model.weights()
         return state
