@@ -13,6 +13,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from anysr.data.sampler import TrainSampler
+from anysr.data.union import FolderUnion, root_lists, split_folders
 from anysr.errors import DataError, OptionError
 from anysr.registry import DATASET_REGISTRY
 
@@ -23,6 +24,9 @@ def build_dataset(opt: Mapping[str, Any], key_path: str) -> Dataset:
     ``key_path`` (e.g. 'datasets.train') is used in error messages.
     """
     cls = DATASET_REGISTRY.get(str(opt["type"]), f"{key_path}.type")
+    if root_lists(opt) is not None:  # several folders (traiNNer-redux's lists): one dataset each, as one
+        parts = split_folders(opt, key_path)
+        return FolderUnion([cls(part, key_path=key_path) for part in parts], key_path)
     return cls(opt, key_path=key_path)
 
 

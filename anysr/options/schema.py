@@ -85,8 +85,15 @@ def resolve_path(value: str, root: Path) -> Path:
 
 
 def _existing(out: dict[str, Any], key: str, path: str, ctx: Context, *, kind: str) -> None:
-    """Resolve ``out[key]`` in place and check it exists (``kind``: 'file' or 'file or folder')."""
+    """Resolve ``out[key]`` in place and check it exists (``kind``: 'file' or 'file or folder'); a list of paths
+    (several dataset folders) item by item."""
     if not good(out, key):
+        return
+    if isinstance(out[key], list):
+        items = {str(i): p for i, p in enumerate(out[key])}
+        for i in items:
+            _existing(items, i, f"{path}.{key}", ctx, kind=kind)
+        out[key] = list(items.values())
         return
     given = out[key]
     full = resolve_path(given, ctx.root)
@@ -162,9 +169,13 @@ def _dataset_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None)
     backend = out.get("io_backend")
     io_kind = backend.get("type") if isinstance(backend, dict) else "disk"
     for root_key in ("dataroot_gt", "dataroot_lq"):
-        if ctx.check_paths and good(out, root_key) and Path(out[root_key]).is_file():
-            what = "the .lmdb folder (io_backend.type is lmdb)" if io_kind == "lmdb" else "the folder of images"
-            ctx.add(f"{path}.{root_key}", f"'{out[root_key]}' is a file; point it to {what}")
+        roots = out.get(root_key) if isinstance(out.get(root_key), list) else [out.get(root_key)]
+        for i, root in enumerate(roots):
+            where = f"{path}.{root_key}" + (f".{i}" if isinstance(out.get(root_key), list) else "")
+            if ctx.check_paths and isinstance(root, str) and Path(root).is_file():
+                what = "the .lmdb folder (io_backend.type is lmdb)" if io_kind == "lmdb" else "the folder of images"
+                ctx.add(where, f"'{root}' is a file; point it to {what}")
+    _several_folders_rule(out, path, ctx)
     if good(out, "mean") != good(out, "std"):
         ctx.add(f"{path}.{'std' if good(out, 'mean') else 'mean'}", "set mean and std together (or neither)")
     kind = out.get("type")
@@ -556,15 +567,33 @@ IO_BACKEND = Section({
     "type": Field(str, default="disk", choices=backend_types, doc="Where images are read from."),
 })
 
+def _several_folders_rule(out: dict[str, Any], path: str, ctx: Context) -> None:
+    """``dataroot_gt`` / ``dataroot_lq`` as lists (traiNNer-redux's several folders): read as one dataset, folder
+    by folder (``anysr.data.union``); they must pair up, and a meta_info file lists the names of one folder."""
+    gt, lq = out.get("dataroot_gt"), out.get("dataroot_lq")
+    if not isinstance(gt, list) and not isinstance(lq, list):
+        return
+    n_gt = len(gt) if isinstance(gt, list) else 1
+    n_lq = len(lq) if isinstance(lq, list) else (0 if lq is None else 1)
+    if n_lq and n_lq != n_gt:
+        ctx.add(f"{path}.dataroot_lq", f"lists {n_lq} folder(s) for the {n_gt} of dataroot_gt; give one LQ folder "
+                "per GT folder, in the same order")
+    if good(out, "meta_info_file") and max(n_gt, n_lq) > 1:
+        ctx.add(f"{path}.meta_info_file", "lists the images of one folder; with several dataroot folders remove it "
+                "(each folder is listed) or use one folder")
+
+
 DATASET = Section(
     {
         "name": Field(str, default_doc="the dataset's key", doc="Display name (logs, result folders)."),
         "type": Field(str, required=True, doc="Dataset class in DATASET_REGISTRY, e.g. PairedImageDataset."),
-        "dataroot_gt": Field((str, None), default=None,
-                             doc="Ground-truth images: a folder (or .lmdb folder); must exist."),
-        "dataroot_lq": Field((str, None), default=None,
-                             doc="Low-quality input images; must exist. PairedImageDataset needs exactly one "
-                                 "of dataroot_lq and lq_from_gt."),
+        "dataroot_gt": Field((str, ListOf(str, min_len=1), None), default=None,
+                             doc="Ground-truth images: a folder (or .lmdb folder); must exist. A list of folders "
+                                 "(traiNNer-redux's) is read as one dataset, folder after folder."),
+        "dataroot_lq": Field((str, ListOf(str, min_len=1), None), default=None,
+                             doc="Low-quality input images; must exist (a list: one per dataroot_gt folder, in "
+                                 "the same order). PairedImageDataset needs exactly one of dataroot_lq and "
+                                 "lq_from_gt."),
         "meta_info_file": Field((str, None), default=None, doc="Text file listing the images; must exist."),
         "filename_tmpl": Field(str, default="{}", check=_filename_tmpl, expect="str containing '{}'",
                                doc="LQ file stem from the GT stem, e.g. '{}x4'."),

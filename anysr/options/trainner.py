@@ -282,9 +282,6 @@ def _map_datasets(m: _Mapper, trainner: bool) -> None:
             roots = data.get(root)
             if isinstance(roots, list) and len(roots) == 1 and isinstance(roots[0], str):
                 data[root] = roots[0]
-            elif isinstance(roots, list):
-                m.ctx.add(f"{path}.{root}", f"lists {len(roots)} folders (traiNNer-redux reads several); anysr "
-                          "reads one: put the images in one folder (or link them there) and give its path")
         lq = data.get("lq_size")
         if isinstance(lq, int) and not isinstance(lq, bool) and lq >= 1 and scale is not None:
             gt = data.get("gt_size")

@@ -63,6 +63,11 @@ class Options(Mapping[str, Any]):
         """Whether ``name`` has a value (given in the file or filled from a default)."""
         return name in object.__getattribute__(self, "_values")
 
+    def with_values(self, **changes: Any) -> Options:
+        """A copy with some values replaced (the data layer's one dataset per folder of a list)."""
+        values, known, where = (object.__getattribute__(self, k) for k in ("_values", "_known", "_where"))
+        return Options({**values, **changes}, known, where)
+
     def to_dict(self) -> dict[str, Any]:
         """Nested dicts and lists again (YAML, JSON, code outside anysr)."""
         return plain(self)  # type: ignore[no-any-return]

@@ -96,6 +96,10 @@ def video_dataset_rule(out: dict[str, Any], path: str, ctx: Context, phase: str,
                 "aligns frames itself)")
     if "dataroot_gt" in out and out["dataroot_gt"] is None:
         ctx.add(f"{path}.dataroot_gt", f"required by {name} (the folder of ground-truth clips)")
+    for key in ("dataroot_gt", "dataroot_lq"):
+        if isinstance(out.get(key), list):
+            ctx.add(f"{path}.{key}", f"{name} reads one folder of clips; give one path (several folders: link "
+                    "their clips into one)")
     lq_from_gt = out.get("lq_from_gt") is True
     if "dataroot_lq" in out and out["dataroot_lq"] is None and not lq_from_gt:
         ctx.add(f"{path}.dataroot_lq", f"{name} needs dataroot_lq (the folder of LQ clips) or lq_from_gt: true "
