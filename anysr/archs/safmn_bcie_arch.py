@@ -47,6 +47,7 @@ class SAFMNBCIE(nn.Module):
     """
 
     scale: int = 1
+    in_channels: int = 3  # what it reads (its first conv sees the pixel-unshuffled channels)
 
     def __init__(self, dim: int, n_blocks: int = 6, num_layers: int = 6, ffn_scale: float = 2.0,
                  upscaling_factor: int = 2) -> None:
