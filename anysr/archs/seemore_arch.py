@@ -31,6 +31,26 @@ RGB_MEAN = (0.4488, 0.4371, 0.4040)
 LR_SPACES = {"linear": lambda i: i + 2, "exp": lambda i: 2 ** (i + 1), "double": lambda i: 2 * i + 2}
 
 
+def _bilinear_matrix(n_in: int, n_out: int, like: torch.Tensor) -> torch.Tensor:
+    """(n_out, n_in) weights of 1-d linear interpolation, ``align_corners=False`` (PyTorch's convention)."""
+    dst = torch.arange(n_out, device=like.device, dtype=torch.float32)
+    src = ((dst + 0.5) * (n_in / n_out) - 0.5).clamp(min=0)
+    lo = src.floor().clamp(max=n_in - 1)
+    hi = (lo + 1).clamp(max=n_in - 1)
+    frac = src - lo
+    cols = torch.arange(n_in, device=like.device, dtype=torch.float32)[None, :]
+    weights = (cols == lo[:, None]) * (1 - frac)[:, None] + (cols == hi[:, None]) * frac[:, None]
+    return weights.to(like.dtype)
+
+
+def resize_bilinear(x: torch.Tensor, h: int, w: int) -> torch.Tensor:
+    """``F.interpolate(x, (h, w), mode="bilinear", align_corners=False)`` as two small matrix products (the same
+    numbers; XLA has no lowering of upsample_bilinear2d's backward and would run it on the CPU)."""
+    rows = _bilinear_matrix(x.shape[-2], h, x)
+    cols = _bilinear_matrix(x.shape[-1], w, x)
+    return rows @ x @ cols.t()
+
+
 class StripedConv2d(nn.Module):
     """A ``1 x k`` conv followed by a ``k x 1`` conv (depth-wise when ``depthwise``), in ``self.conv``."""
 
@@ -139,8 +159,7 @@ class MoEBlock(nn.Module):
         pooled = k
         for _ in range(self.recursive):
             pooled = self.agg_conv(pooled)
-        up = F.interpolate(self.conv(pooled), size=k.shape[-2:], mode="bilinear", align_corners=False)
-        return k + up
+        return k + resize_bilinear(self.conv(pooled), k.shape[-2], k.shape[-1])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.conv_1(x)
