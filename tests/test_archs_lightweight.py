@@ -328,12 +328,15 @@ def test_mosr_two_gloo_ranks_match_one_process(tmp_path: Path, small_train_dir: 
 
 # ----------------------------------------------------------------------------- XLA:CPU
 
+# DySample heads (MoSR "dys", MoESR "dysample") are left out: F.grid_sample and its backward run on the CPU
+# under XLA (aten::grid_sampler_2d fallback; RealPLKSR's DySample is the same module).
 XLA_NETS = {
     "MoSR": ({**TRAIN_NETS["MoSR"], "upsampler": "gps"}, (1, 3, 8, 8)),
     "SeemoRe": ({**TRAIN_NETS["SeemoRe"], "topk": 1}, (2, 3, 16, 16)),
     "DITN": (TRAIN_NETS["DITN"], (1, 3, 16, 8)),
     "SAFMNBCIE": (TRAIN_NETS["SAFMNBCIE"], (1, 3, 16, 16)),
     "MoESR": ({**TRAIN_NETS["MoESR"], "upsampler": "pixelshuffle", "upsample_dim": 8}, (1, 3, 8, 8)),
+    "MoESR-nearest": ({**TRAIN_NETS["MoESR"], "upsampler": "nearest+conv", "scale": 3}, (1, 3, 6, 8)),
     "DCTLSA": (TRAIN_NETS["DCTLSA"], (1, 3, 16, 16)),
 }
 

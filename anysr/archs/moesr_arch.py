@@ -30,6 +30,20 @@ def _power_of_two_or_3(scale: int) -> bool:
     return scale == 3 or scale & (scale - 1) == 0
 
 
+class NearestUpsample(nn.Module):
+    """Integer-factor nearest upsampling as a broadcast (``nn.Upsample(scale_factor=s)``'s numbers; XLA has no
+    lowering of upsample_nearest2d's backward and would run it on the CPU)."""
+
+    def __init__(self, scale: int) -> None:
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, c, h, w = x.shape
+        s = self.scale
+        return x[:, :, :, None, :, None].expand(b, c, h, s, w, s).reshape(b, c, h * s, w * s)
+
+
 class UniUpsample(nn.Sequential):
     """The upsampling head, with a ``MetaUpsample`` uint8 buffer that records (version 1, head index, scale,
     in_dim, out_dim, mid_dim, group) as released checkpoints carry it."""
@@ -50,7 +64,7 @@ class UniUpsample(nn.Sequential):
         elif upsample == "nearest+conv":
             steps = [3] if scale == 3 else [2] * int(math.log2(scale))
             for s in steps:
-                layers += [nn.Conv2d(in_dim, in_dim, 3, 1, 1), nn.Upsample(scale_factor=s),
+                layers += [nn.Conv2d(in_dim, in_dim, 3, 1, 1), NearestUpsample(s),
                            nn.LeakyReLU(0.2, inplace=True)]
             layers += [nn.Conv2d(in_dim, in_dim, 3, 1, 1), nn.LeakyReLU(0.2, inplace=True),
                        nn.Conv2d(in_dim, out_dim, 3, 1, 1)]
