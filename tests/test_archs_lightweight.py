@@ -297,7 +297,9 @@ def test_cli_training_run_saves_finite_weights(arch: str, tmp_path: Path, small_
     run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
     saved = sorted((tmp_path / "experiments" / f"t_{arch}" / "models").glob("net_g_*.safetensors"))
     assert saved, "no weights saved"
-    weights = load_file(str(saved[-1]))
+    stored = load_file(str(saved[-1]))
+    weights = {k.removeprefix("params."): v for k, v in stored.items() if k.startswith("params.")}
+    assert {k.removeprefix("params_ema.") for k in stored if k.startswith("params_ema.")} == set(weights)
     fresh = build_network(dict(TRAIN_NETS[arch])).state_dict()
     assert set(weights) == set(fresh)
     assert all(torch.isfinite(v).all() for v in weights.values() if v.is_floating_point())
