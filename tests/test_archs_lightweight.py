@@ -231,8 +231,10 @@ def test_bad_argument_values(opt: dict, pattern: str) -> None:
 
 # ----------------------------------------------------------------------------- ONNX
 
-ONNX_DYNAMIC = ["mosr_x3_dys", "mosr_x2_gps_half", "seemore_x4_exp_top2", "ditn_x2_bias_p4", "moesr_x4_dys",
-                pytest.param("dctlsa_x2", marks=pytest.mark.slow)]  # DCTLSA: ~15 s to trace
+# Two cheap ones always; the others (2-15 s to trace and check each) with the slow tests.
+ONNX_DYNAMIC = ["mosr_x2_gps_half", "ditn_x2_bias_p4"] + [
+    pytest.param(name, marks=pytest.mark.slow) for name in ("mosr_x3_dys", "seemore_x4_exp_top2", "moesr_x4_dys",
+                                                             "dctlsa_x2")]
 
 
 @pytest.mark.parametrize("name", ONNX_DYNAMIC)
