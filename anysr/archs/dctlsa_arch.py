@@ -1,5 +1,5 @@
 """DCTLSA: "Densely Connected Transformer with Linear Self-Attention for Lightweight Image Super-Resolution"
-(Zeng, Wang, Li, Zhang, Li; IEEE Transactions on Instrumentation and Measurement, 2023).
+(Zeng et al., IEEE Transactions on Instrumentation and Measurement, 2023).
 
 Module names and constructor arguments follow spandrel 0.4.2's ``DCTLSA``, so released checkpoints load with
 ``strict=True`` and give the same output. Six linear-self-attention blocks (LSAB; two Swin-style layers of

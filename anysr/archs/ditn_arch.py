@@ -1,5 +1,5 @@
-"""DITN: "Unfolding Once is Enough: A Deployment-Friendly Transformer Unit for Super-Resolution" (Liu, Ma,
-Zhou, Chen, Li, Hua; ACM MM 2023), the real-world variant (``DITN_Real``) that spandrel 0.4.2 loads as DITN.
+"""DITN: "Unfolding Once is Enough: A Deployment-Friendly Transformer Unit for Super-Resolution" (Liu et
+al., ACM Multimedia 2023), the real-world variant (``DITN_Real``) that spandrel 0.4.2 loads as DITN.
 
 Module names and constructor arguments follow spandrel 0.4.2, so released checkpoints load with
 ``strict=True`` and give the same output. A 3x3 stem feeds ``UFONE_blocks`` units; each unfolds the map

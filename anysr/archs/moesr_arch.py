@@ -1,5 +1,6 @@
-"""MoESR: MambaOut Excitation Super-Resolution (rewaifu / the traiNNer-redux community, 2024; gated CNN
-blocks after MambaOut, Yu & Wang, 2024, with Inception depth-wise convs after InceptionNeXt, Yu et al., 2024).
+"""MoESR: MambaOut Excitation Super-Resolution (umzi2 / rewaifu, 2024; no paper, code in resselt and
+traiNNer-redux): gated CNN blocks after MambaOut (Yu & Wang) with Inception depth-wise convs after InceptionNeXt
+(Yu et al., CVPR 2024).
 
 Module names, the ``upscale.MetaUpsample`` buffer and constructor arguments follow spandrel 0.4.2's ``MoESR``,
 so released checkpoints load with ``strict=True`` and give the same output. A 3x3 stem feeds ``n_blocks``

@@ -1,5 +1,5 @@
-"""MoSR: MambaOut Super-Resolution (Phhofm / the traiNNer-redux community, 2024; gated CNN blocks of MambaOut,
-Yu & Wang, "MambaOut: Do We Really Need Mamba for Vision?", 2024).
+"""MoSR: MambaOut Super-Resolution (umzi2, 2024; no paper, code in traiNNer-redux / neosr): the gated CNN blocks
+of MambaOut (Yu & Wang, "MambaOut: Do We Really Need Mamba for Vision?", CVPR 2025) for efficient SR.
 
 Module names and constructor arguments follow spandrel 0.4.2's ``MoSR``, so released checkpoints load with
 ``strict=True`` and give the same output. A 3x3 stem feeds ``n_block`` gated CNN blocks (channel layer norm,

@@ -1,5 +1,5 @@
-"""SAFMN-BCIE: SAFMN for the NTIRE 2024 Bracketing / compressed image enhancement track (Sun, Pan, Dong, Tang,
-"SAFMN++", CVPR Workshops 2024): a scale-1 restoration network.
+"""SAFMN-BCIE: SAFMN for blind compressed image enhancement (Sun et al., "SAFMN++", NTIRE 2024 / CVPR Workshops
+2024): a scale-1 restoration network.
 
 Module names and constructor arguments follow spandrel 0.4.2's ``SAFMNBCIE`` (class ``SAFMN_BCIE``), so
 released checkpoints load with ``strict=True`` and give the same output. The image is pixel-unshuffled by

@@ -1,5 +1,5 @@
-"""SeemoRe: "See More Details: Efficient Image Super-Resolution by Experts Mining" (Zamfir, Wu, Mehta, Tian,
-Zhang, Timofte; ICML 2024).
+"""SeemoRe: "See More Details: Efficient Image Super-Resolution by Experts Mining" (Zamfir et
+al., ICML 2024).
 
 Module names and constructor arguments follow spandrel 0.4.2's ``SeemoRe``, so released checkpoints (Tiny,
 Big, Large) load with ``strict=True`` and give the same output. Each residual group has a local block (a
