@@ -56,11 +56,16 @@ class SAFM(nn.Module):
                 parts.append(self.mfr[0](chunk))
                 continue
             f = 2**i
-            if h % f == 0 and w % f == 0:  # the same bins as adaptive pooling, as a plain (XLA-friendly) pool
-                pooled = F.max_pool2d(chunk, f)
+            if h % f == 0 and w % f == 0:
+                # The same bins as adaptive pooling as a plain pool, and nearest upsampling by f as a broadcast
+                # (same numbers; XLA has no lowering of upsample_nearest2d's backward and falls back to the CPU).
+                small = self.mfr[i](F.max_pool2d(chunk, f))
+                b, c = small.shape[:2]
+                up = small[:, :, :, None, :, None].expand(b, c, h // f, f, w // f, f).reshape(b, c, h, w)
             else:
                 pooled = F.adaptive_max_pool2d(chunk, (h // f, w // f))
-            parts.append(F.interpolate(self.mfr[i](pooled), size=(h, w), mode="nearest"))
+                up = F.interpolate(self.mfr[i](pooled), size=(h, w), mode="nearest")
+            parts.append(up)
         return self.act(self.aggr(torch.cat(parts, dim=1))) * x
 
 
