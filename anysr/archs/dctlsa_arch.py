@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError, Mlp, pad_bottom_right, pad_to_min_size
+from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
 WINDOW = 16
@@ -196,3 +197,10 @@ class DCTLSA(nn.Module):
 
 
 __all__ = ["DCTLSA"]
+
+
+# Published variants by name (traiNNer-redux's names); tests/test_presets.py checks each against the network
+# traiNNer-redux builds.
+register_presets("DCTLSA", scale_arg="upscale", presets={
+    "dctlsa": {},  # 0.89 M parameters at x4
+})

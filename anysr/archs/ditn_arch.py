@@ -20,6 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, pad_to_multiple
+from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
 PAD_MULTIPLE = 8  # the original pads to lcm(8, 8), independent of patch_size
@@ -183,3 +184,10 @@ class DITN(nn.Module):
 
 
 __all__ = ["DITN"]
+
+
+# Published variants by name (traiNNer-redux's names); tests/test_presets.py checks each against the network
+# traiNNer-redux builds.
+register_presets("DITN", scale_arg="upscale", presets={
+    "ditn_real": {},  # 0.44 M parameters at x4
+})

@@ -18,6 +18,7 @@ from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError, DropPath, LayerNorm2d, drop_path_rates
 from anysr.archs.plksr_arch import DySample
+from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
 UPSAMPLERS = ("ps", "gps", "dys")
@@ -134,3 +135,11 @@ class MoSR(nn.Module):
 
 
 __all__ = ["MoSR", "GatedCNNBlock", "GPS"]
+
+
+# Published variants by name (traiNNer-redux's names); tests/test_presets.py checks each against the network
+# traiNNer-redux builds.
+register_presets("MoSR", scale_arg="upscale", presets={
+    "mosr": {},  # 4.29 M parameters at x4
+    "mosr_t": {"n_block": 5, "dim": 48},  # 0.61 M parameters at x4
+})

@@ -25,6 +25,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, pad_to_min_size
+from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
 RGB_MEAN = (0.4488, 0.4371, 0.4040)
@@ -289,3 +290,10 @@ class SeemoRe(nn.Module):
 
 
 __all__ = ["SeemoRe", "MoELayer"]
+
+
+# Published variants by name (traiNNer-redux's names); tests/test_presets.py checks each against the network
+# traiNNer-redux builds.
+register_presets("SeemoRe", scale_arg="scale", presets={
+    "seemore_t": {"num_experts": 3, "embedding_dim": 36, "lr_space": "exp"},  # 0.23 M parameters at x4
+})
