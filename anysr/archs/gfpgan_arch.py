@@ -250,8 +250,9 @@ class GFPGANv1Clean(nn.Module):
         self.condition_scale = nn.ModuleList(sft_head(ch[str(2**i)], ch[str(2**i)] * sft_factor) for i in levels)
         self.condition_shift = nn.ModuleList(sft_head(ch[str(2**i)], ch[str(2**i)] * sft_factor) for i in levels)
 
-    def encode(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
-        """The U-Net: (style code, SFT conditions [scale, shift per level], RGB image per level)."""
+    def encode(self, x: torch.Tensor, with_rgb: bool = True) -> tuple[torch.Tensor, list[torch.Tensor],
+                                                                    list[torch.Tensor]]:
+        """The U-Net: (style code, SFT conditions [scale, shift per level], RGB image per level if ``with_rgb``)."""
         feat = F.leaky_relu(self.conv_body_first(x), 0.2)
         skips = []
         for down in self.conv_body_down:
@@ -265,7 +266,8 @@ class GFPGANv1Clean(nn.Module):
         for i, up in enumerate(self.conv_body_up):
             feat = up(feat + skips[-1 - i])
             conditions += [self.condition_scale[i](feat), self.condition_shift[i](feat)]
-            rgbs.append(self.toRGB[i](feat))
+            if with_rgb:
+                rgbs.append(self.toRGB[i](feat))
         return style, conditions, rgbs
 
     def forward(self, x: torch.Tensor, return_latents: bool = False, return_rgb: bool = False,
@@ -278,7 +280,7 @@ class GFPGANv1Clean(nn.Module):
             raise ValueError(f"GFPGANv1Clean(out_size={self.out_size}) restores {self.out_size}x{self.out_size} "
                              f"faces, got {h}x{w}: resize or crop the face first")
         x = pad_to_min_size(x, self.out_size)
-        style, conditions, rgbs = self.encode(x)
+        style, conditions, rgbs = self.encode(x, with_rgb=return_rgb)
         noise = self.randomize_noise if randomize_noise is None else randomize_noise
         image, _ = self.stylegan_decoder([style], conditions, input_is_latent=self.input_is_latent,
                                          randomize_noise=noise)

@@ -18,6 +18,7 @@ replication inside ``forward`` and the output cropped.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import torch
@@ -48,10 +49,16 @@ class VectorQuantizer(nn.Module):
         nn.init.uniform_(self.embedding.weight, -1.0 / n_e, 1.0 / n_e)
 
     def distances(self, z_flat: torch.Tensor) -> torch.Tensor:
-        """Squared distance of every vector (n, e_dim) to every codebook entry: (n, n_e)."""
-        codebook = self.embedding.weight.to(z_flat.dtype)
-        return (z_flat.square().sum(1, keepdim=True) + codebook.square().sum(1)
-                - 2 * torch.matmul(z_flat, codebook.t()))
+        """Squared distance of every vector (n, e_dim) to every codebook entry: (n, n_e), in float32 at least
+        (also under autocast: a low-precision matmul would pick other codes)."""
+        dtype = torch.promote_types(z_flat.dtype, torch.float32)
+        device_type = z_flat.device.type
+        outside = (torch.autocast(device_type, enabled=False) if torch.amp.is_autocast_available(device_type)
+                   else contextlib.nullcontext())
+        with outside:
+            z32, codebook = z_flat.to(dtype), self.embedding.weight.to(dtype)
+            return (z32.square().sum(1, keepdim=True) + codebook.square().sum(1)
+                    - 2 * torch.matmul(z32, codebook.t()))
 
     def nearest(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(straight-through quantised map (b, c, h, w), codebook indices (b*h*w,), distances (b*h*w, n_e))."""
