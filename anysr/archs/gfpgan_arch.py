@@ -7,7 +7,8 @@ released GFPGAN v1.3 / v1.4 checkpoints load with ``strict=True`` and give the s
 A U-Net encodes the degraded face down to 4x4; a linear layer turns the bottleneck into StyleGAN2 latents (one
 per layer with ``different_w``), and at every decoder level two small conv heads predict spatial feature
 transform (scale, shift) maps. A StyleGAN2 generator (the "clean" variant: plain Linear modulation, bilinear
-resampling; ``StyleGAN2GeneratorClean``) synthesises the face from the latents, its features modulated by the
+resampling, computed from slices so that XLA lowers its gradient too;
+``StyleGAN2GeneratorClean``) synthesises the face from the latents, its features modulated by the
 SFT maps (on half of the channels with ``sft_half``).
 
 Images are in [-1, 1] (the authors normalise with mean 0.5, std 0.5). Size requirement: exactly
@@ -26,6 +27,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, default_init_weights, pad_to_min_size, refuse_weights_path
+from anysr.archs.discriminator_arch import upsample2x
 from anysr.archs.stylegan2_arch import (
     ConstantInput,
     NormStyleCode,
@@ -60,7 +62,7 @@ class ModulatedConv2d(nn.Module):
 
     def forward(self, x: torch.Tensor, style: torch.Tensor) -> torch.Tensor:
         if self.sample_mode == "upsample":
-            x = F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False)
+            x = upsample2x(x)
         elif self.sample_mode == "downsample":
             x = F.avg_pool2d(x, 2)  # bilinear x0.5 (align_corners=False) of an even size
         return modulated_conv(x, self.weight[0], self.modulation(style), self.demodulate, self.eps, None,
@@ -102,7 +104,7 @@ class ToRGB(nn.Module):
         if skip is None:
             return out
         if self.upsample:
-            skip = F.interpolate(skip, scale_factor=2, mode="bilinear", align_corners=False)
+            skip = upsample2x(skip)
         return out + skip
 
 
@@ -185,7 +187,7 @@ class ResBlock(nn.Module):
     def resize(self, x: torch.Tensor) -> torch.Tensor:
         if self.mode == "down":
             return F.avg_pool2d(x, 2)  # = bilinear x0.5 without align_corners on even sizes
-        return F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False)
+        return upsample2x(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = F.leaky_relu(self.conv1(x), 0.2)
