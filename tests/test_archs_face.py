@@ -377,12 +377,15 @@ def _face_options(name: str, train_dir: Path, net: dict[str, Any], total_iter: i
     opt["scale"] = 1
     opt["network_g"] = dict(net)
     opt["train"]["ema_decay"] = 0
+    opt["train"]["warmup_iter"] = -1
     opt["logger"]["save_checkpoint_freq"] = total_iter
     return opt
 
 
-def _saved_finite(tmp_path: Path, name: str, it: int) -> dict[str, torch.Tensor]:
-    weights = load_file(str(tmp_path / "experiments" / name / "models" / f"net_g_{it}.safetensors"))
+def _saved_finite(tmp_path: Path, name: str, it: int, net: str = "net_g") -> dict[str, torch.Tensor]:
+    """The saved ``params`` group of ``net`` at iteration ``it`` (prefix removed), all finite."""
+    saved = load_file(str(tmp_path / "experiments" / name / "models" / f"{net}_{it}.safetensors"))
+    weights = {k.removeprefix("params."): v for k, v in saved.items() if k.startswith("params.")}
     assert weights and all(torch.isfinite(v).all() for v in weights.values())
     return weights
 
@@ -409,27 +412,36 @@ def test_cli_gan_run_with_the_stylegan2_discriminator(tmp_path: Path, small_trai
     path = write_options(tmp_path / "sg2d.yml", opt)
     run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
     _saved_finite(tmp_path, "sg2d", 2)
-    d = load_file(str(tmp_path / "experiments" / "sg2d" / "models" / "net_d_2.safetensors"))
-    assert "final_linear.1.weight" in d and all(torch.isfinite(v).all() for v in d.values())
+    state = torch.load(tmp_path / "experiments" / "sg2d" / "training_states" / "2.state", weights_only=True)
+    net_d = state["model"]["nets"]["net_d"]
+    fresh = build_network({"type": "StyleGAN2Discriminator", "out_size": 32, "narrow": 1 / 64}).state_dict()
+    assert set(net_d) == set(fresh) and all(torch.isfinite(v).all() for v in net_d.values())
+    assert state["model"]["optimizers"]["net_d"]["state"][0]["step"] == 2
 
 
 @pytest.mark.slow
 def test_restoreformer_two_gloo_ranks_match_one_process(tmp_path: Path, small_train_dir: Path) -> None:
-    """The encoder's self-attention never uses its norm2: DDP needs find_unused_parameters (as for GFPGAN)."""
+    """The encoder's self-attentions never use their norm2: DDP needs find_unused_parameters (as for GFPGAN)."""
     paths = {}
     for name, num_gpu, batch in (("one", 1, 4), ("two", 2, 2)):
         opt = _face_options(name, small_train_dir, RF_TINY, total_iter=2)
         opt["num_gpu"], opt["find_unused_parameters"] = num_gpu, True
         opt["datasets"]["train"]["batch_size_per_gpu"] = batch
+        opt["logger"]["save_checkpoint_freq"] = 1
+        opt["train"]["optim_g"] = {"type": "SGD", "lr": 0.5}
         paths[name] = write_options(tmp_path / f"{name}.yml", opt)
     run_cli("train", "-opt", str(paths["one"]), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
     proc = run_cli("train", "-opt", str(paths["two"]), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
     assert "rank 0/2" in proc.stdout
     one, two = _saved_finite(tmp_path, "one", 2), _saved_finite(tmp_path, "two", 2)
-    start = build_network(dict(RF_TINY)).state_dict()
-    assert any(not torch.equal(one[k], start[k]) for k in one if k.startswith("decoder."))  # it trained
-    for k in one:
-        torch.testing.assert_close(one[k], two[k], rtol=1e-4, atol=1e-5, msg=k)
+    first = _saved_finite(tmp_path, "one", 1)
+    assert any(not torch.equal(one[k], first[k]) for k in one if k.startswith("decoder."))  # it trains
+    # Plain SGD: some parameters have no gradient but rounding noise by construction (key biases: softmax ignores a
+    # per-query shift; conv biases before a GroupNorm of one channel per group); Adam would turn that noise into
+    # +-lr steps whose signs differ between the runs.
+    compared = list(one)
+    off = [k for k in compared if not torch.allclose(one[k], two[k], rtol=1e-4, atol=1e-5)]
+    assert not off, [(k, (one[k] - two[k]).abs().max().item()) for k in off]
 
 
 # ----------------------------------------------------------------------------- XLA:CPU
