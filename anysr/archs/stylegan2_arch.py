@@ -12,7 +12,7 @@ networks run on any device, compile once under XLA and export to ONNX.
 * ``StyleGAN2Discriminator``: image (b, 3, out_size, out_size) -> one score per image, via residual blocks that
   halve the size (FIR blur + strided conv), a minibatch-stddev channel and two equalised linear layers.
 
-Size requirement: ``out_size`` is a power of two >= 4 (the authors use 512 / 1024 faces); the discriminator
+Size requirement: ``out_size`` is a power of two from 8 to 1024 (the authors use 512 / 1024 faces); the discriminator
 takes exactly ``out_size`` x ``out_size`` images and a batch that is a multiple of ``stddev_group`` (or smaller).
 """
 
