@@ -446,19 +446,22 @@ def test_xla_train_step_compiles_once_without_cpu_fallback(arch: str) -> None:
     net = build_network(dict(opt)).train().to(dev)
     x = torch.rand(shape).to(dev)
     metrics.clear_all()
+    # Batch norm updates its running statistics in place: the second step's graph aliases those buffers
+    # (input = output), which the first cannot, so it compiles once more; from then on nothing recompiles.
+    warmup = 2 if any(isinstance(m, torch.nn.BatchNorm2d) for m in net.modules()) else 1
     compiles, losses = [], []
-    for _ in range(2):
+    for _ in range(warmup + 1):
         net.zero_grad(set_to_none=True)
         loss = net(x).square().mean()
         loss.backward()
         torch_xla.sync()
         compiles.append(metrics.metric_data("CompileTime")[0])
         losses.append(loss.detach())
-    assert compiles[0] >= 1 and compiles[1] == compiles[0], f"{arch} recompiled: {compiles}"
+    assert compiles[warmup - 1] == warmup and compiles[-1] == compiles[warmup - 1], f"{arch} recompiled: {compiles}"
+    assert torch.equal(losses[0].cpu(), losses[-1].cpu())
     grads = [p.grad for p in net.parameters() if p.requires_grad]
     assert all(g is not None for g in grads)
     assert torch.isfinite(torch.stack([g.abs().sum() for g in grads]).cpu()).all()
-    assert torch.equal(losses[0].cpu(), losses[1].cpu())
     fallbacks = [c for c in metrics.counter_names() if c.startswith("aten::")]
     assert not fallbacks, f"{arch}: ops fell back to the CPU: {fallbacks}"
     executed = getattr(metrics, "executed_fallback_ops", None)
