@@ -77,10 +77,11 @@ def chain(*parts: nn.Module | Iterable[nn.Module]) -> nn.Module:
 
 
 def check_act_mode(act_mode: str) -> None:
+    """Raise ArchArgumentError unless ``act_mode`` is norm / activation letters with at least one activation."""
     if not isinstance(act_mode, str) or not act_mode or set(act_mode) - ACTIVATION_LETTERS or not (
             set(act_mode) & set("RrLl")):
-        raise ArchArgumentError("act_mode", f"expected norm / activation letters from 'B', 'I', 'R', 'L' ending "
-                                f"in an activation (e.g. 'R', 'BR', 'L'), got {act_mode!r}")
+        raise ArchArgumentError("act_mode", f"expected norm / activation letters from 'B', 'I', 'R', 'L' with "
+                                f"at least one activation (e.g. 'R', 'BR', 'L'), got {act_mode!r}")
 
 
 class ResBlock(nn.Module):
