@@ -331,13 +331,17 @@ ONNX_NETS = {
 
 @pytest.mark.parametrize("name", list(ONNX_NETS.values()), ids=list(ONNX_NETS))
 def test_onnx_export_runs_at_unseen_sizes(name: str, tmp_path: Path) -> None:
+    """``anysr export weights --to m.onnx``'s path (the network rebuilt from the file's metadata), then
+    onnxruntime at a size the export never traced or checked."""
     ort = pytest.importorskip("onnxruntime")
-    from anysr.engine.inference.export import export_onnx
+    from anysr.engine.inference.export import export_weights
 
     net, io = _case(name)
     case = CASES[name]
     scale = io["output0"].shape[-1] // io["input0"].shape[-1]
-    rep = export_onnx(net, tmp_path / "m.onnx", scale=scale, net_opt={"type": case["type"], **case["kwargs"]})
+    src = ck.save_weights(tmp_path / "w.safetensors", {"params": _params(name)},
+                          {"network_g": {"type": case["type"], **case["kwargs"]}, "scale": scale})
+    (rep,) = export_weights(str(src), [str(tmp_path / "m.onnx")])
     assert rep.dynamic, rep.note
     assert max(c.max_diff for c in rep.checks) < 1e-4
     session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
