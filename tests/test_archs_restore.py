@@ -151,8 +151,8 @@ def test_tile_multiples_and_input_channels() -> None:
         assert net.tile_multiple == multiples[arch], arch
         assert "tile_multiple" not in "".join(net.state_dict())
     # the noise-map channel is appended by the network: callers (inference, export, calibration) feed images
-    assert input_channels(build_network({"type": "DRUNet", "in_nc": 4, "out_nc": 3, **CASES["drunet_color"]["kwargs"]
-                                         | {"nb": 1}})) == 3
+    assert input_channels(build_network({"type": "DRUNet", **CASES["drunet_color"]["kwargs"]})) == 3
+    assert input_channels(build_network({"type": "FBCNN", **CASES["fbcnn_gray_avgpool_upconv"]["kwargs"]})) == 1
     assert input_channels(build_network({"type": "DnCNN", **CASES["fdncnn_color"]["kwargs"]})) == 3
     assert input_channels(build_network({"type": "DnCNN", **CASES["dncnn_gray_br"]["kwargs"]})) == 1
     assert input_channels(build_network({"type": "UpCunet2x_fast"})) == 3
