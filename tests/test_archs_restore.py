@@ -363,6 +363,29 @@ def test_onnx_realcugan_fast_falls_back_to_a_fixed_size(tmp_path: Path) -> None:
     assert rep.checks[0].max_diff < 1e-4
 
 
+# ----------------------------------------------------------------------------- inference through the CLI
+
+@pytest.mark.slow
+def test_cli_infer_feeds_drunet_rgb_images(tmp_path: Path) -> None:
+    """``anysr infer`` sizes its inputs by the network's image channels (3: DRUNet appends the noise map)."""
+    cv2 = pytest.importorskip("cv2")
+    net, _ = _case("drunet_color")
+    case = CASES["drunet_color"]
+    src = ck.save_weights(tmp_path / "w.safetensors", {"params": _params("drunet_color")},
+                          {"network_g": {"type": case["type"], **case["kwargs"]}, "scale": 1})
+    rgb = torch.rand(1, 3, 21, 30, generator=torch.Generator().manual_seed(0))
+    img = (rgb[0].permute(1, 2, 0).numpy()[..., ::-1] * 255).round().astype(np.uint8)
+    cv2.imwrite(str(tmp_path / "in.png"), img)
+    run_cli("infer", "--weights", str(src), "-i", str(tmp_path / "in.png"), "-o", str(tmp_path / "out"),
+            "--precision", "fp32", cwd=tmp_path)
+    out = cv2.imread(str(tmp_path / "out" / "in.png"))
+    assert out.shape == (21, 30, 3)
+    x = torch.from_numpy(img[..., ::-1].copy()).permute(2, 0, 1)[None].float() / 255
+    with torch.no_grad():
+        want = (net(x).clamp(0, 1) * 255).round()[0].permute(1, 2, 0).numpy()[..., ::-1]
+    assert np.abs(out.astype(int) - want.astype(int)).max() <= 1
+
+
 # ----------------------------------------------------------------------------- training through the CLI
 
 TRAIN_NETS = {
