@@ -37,6 +37,7 @@ class ArchPreset:
     renames: Mapping[str, str] = field(default_factory=dict)
     fixed: Mapping[str, Any] = field(default_factory=dict)
     translate: Translate | None = None
+    accepts: tuple[str, ...] = ()  # other arguments ``translate`` reads (the JSON Schema lists them)
     source: str = ""
 
     def arguments(self, given: Mapping[str, Any], key_path: str) -> dict[str, Any]:
@@ -64,16 +65,18 @@ ARCH_PRESETS: dict[str, ArchPreset] = {}
 
 def register_presets(arch: str, presets: Mapping[str, Mapping[str, Any]], *, scale_arg: str | None,
                      renames: Mapping[str, str] | None = None, fixed: Mapping[str, Any] | None = None,
-                     translate: Translate | None = None, source: str = "traiNNer-redux") -> None:
+                     translate: Translate | None = None, accepts: tuple[str, ...] = (),
+                     source: str = "traiNNer-redux") -> None:
     """Register named variants of ``arch``. ``scale_arg``: the argument the top-level ``scale`` goes to;
     ``renames``: other spellings of the class's arguments (traiNNer-redux's ``scale`` is always accepted);
     ``fixed``: arguments other implementations have that anysr's class builds one way only (any other value is
-    refused); ``translate``: a last rewrite of the arguments (raises ValueError with a message)."""
+    refused); ``translate``: a last rewrite of the arguments (raises ValueError with a message; it may also pick
+    another ``type``, as Real-CUGAN's one name picks the class by scale), reading ``accepts`` too."""
     for name, kwargs in presets.items():
         if name.lower() in ARCH_PRESETS:
             raise KeyError(f"arch preset '{name}' is registered twice")
         ARCH_PRESETS[name.lower()] = ArchPreset(name, arch, dict(kwargs), scale_arg, dict(renames or {}),
-                                                dict(fixed or {}), translate, source)
+                                                dict(fixed or {}), translate, tuple(accepts), source)
 
 
 def find_preset(name: object, class_names: Mapping[str, Any] | list[str]) -> ArchPreset | None:
@@ -90,7 +93,8 @@ def expand_preset(opt: Mapping[str, Any], key_path: str, scale: int | None = Non
     given = {k: v for k, v in opt.items() if k != "type"}
     if scale is not None and preset.scale_arg and "scale" not in given and preset.scale_arg not in given:
         given["scale"] = scale
-    return {"type": preset.arch, **preset.arguments(given, key_path)}
+    args = preset.arguments(given, key_path)
+    return {"type": args.pop("type", preset.arch), **args}
 
 
 def preset_names() -> list[str]:

@@ -72,6 +72,11 @@ def test_overrides_under_either_spelling() -> None:
     plksr = expand_preset({"type": "realplksr", "upsampler": "dysample"}, "network_g")
     assert plksr["dysample"] is True and "upsampler" not in plksr
     assert expand_preset({"type": "compact", "learn_residual": True}, "network_g") == {"type": "SRVGGNetCompact"}
+    # one name, the class by scale (traiNNer-redux's realcugan)
+    assert expand_preset({"type": "realcugan"}, "network_g", scale=2) == {"type": "UpCunet2x"}
+    assert expand_preset({"type": "realcugan", "fast": True, "pro": False}, "network_g", scale=2) == \
+        {"type": "UpCunet2x_fast", "pro": False}
+    assert expand_preset({"type": "realcugan", "pro": True}, "network_g", scale=3) == {"type": "UpCunet3x", "pro": True}
 
 
 @pytest.mark.parametrize(("opt", "pattern"), [
@@ -79,6 +84,7 @@ def test_overrides_under_either_spelling() -> None:
     ({"type": "esrgan", "use_pixel_unshuffle": False}, r"network_g\.use_pixel_unshuffle: .*set it to True"),
     ({"type": "realplksr", "upsampler": "conv"}, r"network_g: upsampler: 'conv' is not available in RealPLKSR"),
     ({"type": "hat_s", "embed_dimm": 96}, r"network_g\.embed_dimm: .*embed_dim"),
+    ({"type": "realcugan", "scale": 4, "fast": True}, r"network_g: fast: true is only available at scale 2"),
 ])
 def test_bad_overrides_are_one_line(opt: dict, pattern: str) -> None:
     with pytest.raises(OptionError, match=pattern) as err:

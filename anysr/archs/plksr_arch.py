@@ -207,7 +207,7 @@ def _trainner_upsampler(args: dict[str, Any]) -> dict[str, Any]:
 # traiNNer-redux builds.
 register_presets("RealPLKSR", scale_arg="upscaling_factor",
                  fixed={"in_ch": 3, "out_ch": 3},
-                 translate=_trainner_upsampler,
+                 translate=_trainner_upsampler, accepts=("upsampler",),
                  presets={
     "realplksr": {"layer_norm": True},  # 7.39 M parameters at x4
     "realplksr_large": {"dim": 96, "layer_norm": True},  # 16.59 M parameters at x4

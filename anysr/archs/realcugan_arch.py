@@ -19,11 +19,14 @@ bottom / right (reflect, then edge, as spandrel's size requirement does) and the
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import pad_bottom_right
+from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
 
@@ -263,6 +266,23 @@ class UpCunet2x_fast(_UpCunetPixelShuffle):  # noqa: N801 - spandrel's class nam
 
     def _run(self, x: torch.Tensor, alpha: float) -> torch.Tensor:
         return super()._run(self.inv(x), alpha)
+
+
+def _trainner_realcugan(args: dict[str, Any]) -> dict[str, Any]:
+    """traiNNer-redux's one ``realcugan`` name picks the class by ``scale`` (and ``fast``, only at x2)."""
+    scale, fast = args.pop("scale", 4), bool(args.pop("fast", False))
+    if fast and scale != 2:
+        raise ValueError(f"fast: true is only available at scale 2 (UpCunet2x_fast), not {scale}")
+    kinds = {2: "UpCunet2x_fast" if fast else "UpCunet2x", 3: "UpCunet3x", 4: "UpCunet4x"}
+    if scale not in kinds:
+        raise ValueError(f"realcugan: scale {scale} is not available; Real-CUGAN has x2, x3 and x4 networks")
+    return {"type": kinds[scale], **args}
+
+
+# traiNNer-redux's name (tests/test_presets.py checks it against the network its builder makes at x4).
+register_presets("UpCunet4x", scale_arg="scale", translate=_trainner_realcugan, accepts=("fast",), presets={
+    "realcugan": {},  # 1.41 M parameters at x4
+})
 
 
 __all__ = ["SEBlock", "UNet1", "UNet2", "UNetConv", "UpCunet2x", "UpCunet2x_fast", "UpCunet3x", "UpCunet4x"]

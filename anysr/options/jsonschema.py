@@ -141,9 +141,7 @@ def _preset_variants(section_keys: list[str]) -> list[dict[str, Any]]:
     variants = []
     for preset in sorted(ARCH_PRESETS.values(), key=lambda p: p.name):
         params, var_kw = constructor_args(registry("arch").get(preset.arch))
-        names = {*params, *preset.renames, *preset.fixed, *(("scale",) if preset.scale_arg else ())}
-        if preset.arch == "RealPLKSR":
-            names.add("upsampler")
+        names = {*params, *preset.renames, *preset.fixed, *preset.accepts, *(("scale",) if preset.scale_arg else ())}
         props = {arg: ({"default": _json_default(preset.kwargs[arg])} if arg in preset.kwargs
                        and _json_default(preset.kwargs[arg]) is not None else {}) for arg in sorted(names)}
         then: dict[str, Any] = {"properties": props}
