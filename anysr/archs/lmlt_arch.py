@@ -79,6 +79,16 @@ def _pool(x: torch.Tensor, factor: int) -> torch.Tensor:
     return F.adaptive_max_pool2d(x, (h // factor, w // factor))
 
 
+def _nearest_up(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """Nearest upsampling to ``size``: an integer factor as a broadcast (whose gradient is a plain sum, where
+    XLA has no lowering of ``upsample_nearest2d``'s backward), other sizes through ``F.interpolate``."""
+    b, c, h, w = x.shape
+    fh, fw = size[0] // h, size[1] // w
+    if (h * fh, w * fw) != tuple(size):
+        return F.interpolate(x, size=size, mode="nearest")
+    return x.reshape(b, c, h, 1, w, 1).expand(b, c, h, fh, w, fw).reshape(b, c, h * fh, w * fw)
+
+
 class LHSB(nn.Module):
     """Low-to-high multi-level attention: ``n_levels`` channel parts, part ``i`` at 1/2**i of the size, coarse
     levels feeding finer ones; ``gelu(aggr(levels)) * x``."""
@@ -100,8 +110,8 @@ class LHSB(nn.Module):
         for i in reversed(range(self.n_levels)):
             inp = levels[i] if carry is None else levels[i] + carry
             s = self.mfr[i](inp)
-            carry = F.interpolate(s, size=(s.shape[2] * 2, s.shape[3] * 2), mode="nearest")
-            outs.append(F.interpolate(s, size=(h, w), mode="nearest") if i else s)
+            carry = _nearest_up(s, (s.shape[2] * 2, s.shape[3] * 2))
+            outs.append(_nearest_up(s, (h, w)) if i else s)
         return self.act(self.aggr(torch.cat(outs, dim=1))) * x
 
 

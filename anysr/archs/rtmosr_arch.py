@@ -23,6 +23,7 @@ from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, pad_to_multiple
 from anysr.archs.span_arch import Conv3XC
+from anysr.ops.autocast import autocast_off
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
@@ -95,12 +96,13 @@ class RepConv(nn.Module):
 
     @torch.no_grad()
     def fuse(self) -> None:
-        """Write the folded branches into ``conv_3x3_rep``."""
-        w1, b1 = self.conv1.rep_params()
-        w3, b3 = self.conv3.fused_weight()
-        a = self.alpha
-        self.conv_3x3_rep.weight.copy_(a[0] * w1 + a[1] * self.conv2.weight + a[2] * w3)
-        self.conv_3x3_rep.bias.copy_(a[0] * b1 + a[1] * self.conv2.bias + a[2] * b3)
+        """Write the folded branches into ``conv_3x3_rep`` (computed in the weights' dtype, autocast or not)."""
+        with autocast_off(self.alpha):
+            w1, b1 = self.conv1.rep_params()
+            w3, b3 = self.conv3.fused_weight()
+            a = self.alpha
+            self.conv_3x3_rep.weight.copy_(a[0] * w1 + a[1] * self.conv2.weight + a[2] * w3)
+            self.conv_3x3_rep.bias.copy_(a[0] * b1 + a[1] * self.conv2.bias + a[2] * b3)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.training:
@@ -131,8 +133,8 @@ class OmniShift(nn.Module):
         """Write the folded branches into ``conv5x5_reparam``."""
         a1, a2, a3, a4 = (getattr(self, f"alpha{i}").view(-1, 1, 1, 1) for i in range(1, 5))
         weight = a4 * self.conv5x5.weight + F.pad(a3 * self.conv3x3.weight, (1, 1, 1, 1))
-        centre = a1 + a2 * self.conv1x1.weight  # identity and 1x1 both act on the kernel's centre
-        weight[:, :, 2:3, 2:3] += centre
+        # identity and the 1x1 both act on the kernel's centre tap
+        weight = weight + F.pad(a1 + a2 * self.conv1x1.weight, (2, 2, 2, 2))
         bias = a2.flatten() * self.conv1x1.bias + a3.flatten() * self.conv3x3.bias + a4.flatten() * self.conv5x5.bias
         self.conv5x5_reparam.weight.copy_(weight)
         self.conv5x5_reparam.bias.copy_(bias)
@@ -207,6 +209,7 @@ class RTMoSR(nn.Module):
                 raise ArchArgumentError("unshuffle_mod", "RTMoSR's unshuffle_mod does not support scale 3")
             unshuffle = 4 // scale
         self.scale = scale
+        self.in_channels = 3  # what export / inference feed (the first conv may see pixel-unshuffled channels)
         head_scale = 4 if unshuffle else scale
         self.pad = 2 * (unshuffle or 1)
         self.tile_multiple = self.pad
