@@ -114,6 +114,6 @@ __all__ = ["DIS"]
 # Published variants by name (traiNNer-redux's names); tests/test_presets.py checks each against the network
 # traiNNer-redux builds.
 register_presets("DIS", scale_arg="scale", presets={
-    "dis_balanced": {"num_blocks": 12},
-    "dis_fast": {"num_blocks": 8},
+    "dis_balanced": {"num_blocks": 12},  # 0.31 M parameters at x4
+    "dis_fast": {"num_blocks": 8},  # 0.23 M
 })
