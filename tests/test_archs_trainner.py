@@ -1,0 +1,387 @@
+"""traiNNer-redux's architectures SpanPlus, RTMoSR, ArtCNN, DIS, LMLT and MAN.
+
+Fixtures come from traiNNer-redux's own source (``tests/fixtures/make_trainner_arch_fixtures.py``): the state dicts
+load strictly and give its outputs (eval mode, sizes that need the networks' internal padding, and the training-mode
+branches of the re-parameterised SpanPlus / RTMoSR). Also: channels_last, bf16 autocast, the meta device, training
+gradients, the deployment fold, ONNX through anysr's exporter, real CLI training runs, 2 gloo ranks == 1 process,
+and per architecture an XLA:CPU train step that compiles once with no aten op left to the CPU (``-m xla``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import FIXTURE_TOL, run_cli, tiny_train_options, write_options
+from safetensors.torch import load_file
+from torch.nn import functional as F
+
+from anysr.archs import build_network
+from anysr.archs.plksr_arch import DySample
+from anysr.archs.rtmosr_arch import OmniShift, RepConv
+from anysr.archs.span_arch import Conv3XC
+from anysr.archs.spanplus_arch import GatherDySample
+from anysr.errors import OptionError
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "trainner_archs"
+MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
+ONE_PER_ARCH = ["spanplus_x4_dys", "rtmosr_x2", "artcnn_x4", "dis_x4", "lmlt_x2", "man_x2"]
+ARCHS = ["SpanPlus", "RTMoSR", "ArtCNN", "DIS", "LMLT", "MAN"]
+
+# Tiny x2 networks of each arch (training runs, ONNX, XLA)
+TINY = {
+    "SpanPlus": {"type": "SpanPlus", "feature_channels": 8, "blocks": [1], "upscale": 2},
+    "RTMoSR": {"type": "RTMoSR", "dim": 4, "n_blocks": 1, "scale": 2, "unshuffle_mod": True},
+    "ArtCNN": {"type": "ArtCNN", "filters": 8, "n_block": 1, "scale": 2},
+    "DIS": {"type": "DIS", "num_features": 8, "num_blocks": 1, "scale": 2},
+    "LMLT": {"type": "LMLT", "dim": 8, "n_blocks": 1, "scale": 2},
+    "MAN": {"type": "MAN", "n_feats": 6, "n_resblocks": 1, "scale": 2},
+}
+
+
+def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    """The fixture network (eval mode, weights loaded strictly) and its inputs / outputs."""
+    case = MANIFEST[name]
+    net = build_network({"type": case["type"], **case["kwargs"]}).eval()
+    net.load_state_dict(load_file(str(FIXTURES / f"{name}_params.safetensors")), strict=True)
+    return net, load_file(str(FIXTURES / f"{name}_io.safetensors"))
+
+
+# ----------------------------------------------------------------------------- traiNNer-redux parity
+
+def test_fixtures_cover_every_arch() -> None:
+    assert {c["type"] for c in MANIFEST.values()} == set(ARCHS)
+    assert sum(p.stat().st_size for p in FIXTURES.iterdir()) < 2_000_000
+
+
+@pytest.mark.parametrize("name", sorted(MANIFEST))
+def test_reference_weights_load_strictly_and_match(name: str) -> None:
+    case = MANIFEST[name]
+    params = load_file(str(FIXTURES / f"{name}_params.safetensors"))
+    net = build_network({"type": case["type"], **case["kwargs"]})
+    assert set(net.state_dict()) == set(params), "state-dict keys differ from traiNNer-redux's"
+    assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in params.items()}
+    net.load_state_dict(params, strict=True)
+    io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    for inp, out, mode in case["compare"]:
+        net.train(mode == "train")
+        with torch.no_grad():
+            got = net(io[inp])
+        assert got.shape == io[out].shape
+        torch.testing.assert_close(got, io[out], **FIXTURE_TOL, msg=f"{name} {out} ({mode}) differs")
+
+
+@pytest.mark.parametrize(("name", "inp", "why"), [
+    ("rtmosr_x2", "input1", "7x5: reflect-padded to 8x6 inside forward, cropped"),
+    ("rtmosr_x3_nose", "input1", "5x3: reflect-padded to 6x4, cropped"),
+    ("rtmosr_x1_unshuffle_nodccm", "input1", "10x7: padded to 16x8 (unshuffle 4 then the x2 mixing), cropped"),
+    ("lmlt_x2", "input0", "36x40: reflect-padded to 64x64 (8x8 windows at 1/8 size), cropped"),
+    ("lmlt_x1", "input0", "48x70: padded to 64x128, cropped"),
+])
+def test_padded_inputs_match_reference(name: str, inp: str, why: str) -> None:
+    net, io = _case(name)
+    x = io[inp]
+    assert x.shape[-2] % net.tile_multiple or x.shape[-1] % net.tile_multiple, why
+    with torch.no_grad():
+        got = net(x)
+    want = io[inp.replace("input", "output")]
+    assert got.shape[-2:] == want.shape[-2:]
+    torch.testing.assert_close(got, want, **FIXTURE_TOL, msg=why)
+
+
+def test_tile_multiples() -> None:
+    assert build_network(TINY["SpanPlus"]).tile_multiple == 1
+    assert build_network({"type": "RTMoSR", "dim": 4, "n_blocks": 1}).tile_multiple == 2
+    assert build_network(TINY["RTMoSR"]).tile_multiple == 4
+    assert build_network({**TINY["RTMoSR"], "scale": 1}).tile_multiple == 8
+    assert build_network({**TINY["RTMoSR"], "scale": 4}).tile_multiple == 2  # no unshuffle at x4
+    assert build_network(TINY["LMLT"]).tile_multiple == 64
+    assert all(build_network(TINY[a]).tile_multiple == 1 for a in ("ArtCNN", "DIS", "MAN"))
+
+
+@pytest.mark.parametrize("name", ONE_PER_ARCH)
+def test_channels_last_input_gives_the_same_output(name: str) -> None:
+    net, io = _case(name)
+    x = io["input0"].contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        got = net(x)
+        got_cl = net.to(memory_format=torch.channels_last)(x)
+    torch.testing.assert_close(got, io["output0"], **FIXTURE_TOL)
+    torch.testing.assert_close(got_cl, io["output0"], **FIXTURE_TOL)
+
+
+@pytest.mark.parametrize("name", ONE_PER_ARCH + ["spanplus_x2_ps", "rtmosr_x1_unshuffle_nodccm", "dis_x3_depthwise",
+                                                 "man_x3_2groups"])
+def test_bf16_autocast_stays_close(name: str) -> None:
+    net, io = _case(name)
+    x, ref = io["input0"], io["output0"]
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed = net(x).float()
+    assert mixed.shape == ref.shape and torch.isfinite(mixed).all()
+    # bf16 keeps 8 bits of mantissa; relative to the output's range
+    err = (mixed - ref).abs().max().item() / ref.abs().max().item()
+    assert err < 0.05, f"{name}: bf16 autocast off by {err:.3g} of the output range"
+    assert all(p.dtype == torch.float32 for p in net.parameters())  # folds write fp32 weights under autocast
+
+
+@pytest.mark.parametrize("name", ONE_PER_ARCH + ["rtmosr_x1_unshuffle_nodccm"])
+def test_forward_creates_no_tensor_off_the_input_device(name: str) -> None:
+    net, io = _case(name)
+    net = net.to("meta")
+    key = "input1" if "input1" in io else "input0"
+    out = net(torch.empty(io[key].shape, device="meta"))
+    assert out.device.type == "meta" and out.shape == io[key.replace("input", "output")].shape
+
+
+@pytest.mark.parametrize("name", ONE_PER_ARCH)
+def test_training_step_gives_finite_gradients(name: str) -> None:
+    net, io = _case(name)
+    net.train()
+    net(io["input0"]).square().mean().backward()
+    trained = [(n, p) for n, p in net.named_parameters() if p.requires_grad]
+    missing = [n for n, p in trained if p.grad is None or not torch.isfinite(p.grad).all()]
+    assert trained and not missing, missing
+
+
+# ----------------------------------------------------------------------------- re-parameterised SpanPlus / RTMoSR
+
+@pytest.mark.parametrize("name", ["spanplus_x4_dys", "rtmosr_x2", "rtmosr_x1_unshuffle_nodccm"])
+def test_eval_refolds_from_the_branches_and_reparameterize_freezes_it(name: str) -> None:
+    net, io = _case(name)
+    stale = {k: v.clone() for k, v in net.state_dict().items()}
+    with torch.no_grad():
+        evaluated = net(io["input0"])
+    folded = net.state_dict()
+    changed = {k for k in folded if not torch.equal(folded[k], stale[k])}
+    # only the derived convs were rewritten (the stored ones in the fixture are stale, as in checkpoints)
+    assert changed and all(any(t in k for t in ("eval_conv", "conv_3x3_rep", "conv5x5_reparam")) for k in changed)
+    net.reparameterize()
+    with torch.no_grad():
+        for module in net.modules():  # a change of the folded branches no longer reaches the network
+            if isinstance(module, (Conv3XC, RepConv, OmniShift)):
+                for p in module.parameters():
+                    if p.requires_grad:
+                        p.add_(0.5)
+        frozen = net(io["input0"])
+        assert not torch.equal(net.train()(io["input0"]), frozen)
+    torch.testing.assert_close(frozen, evaluated, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("arch", ["SpanPlus", "RTMoSR"])
+def test_derived_convs_are_never_trained(arch: str) -> None:
+    net = build_network(TINY[arch]).train()
+    frozen = {n for n, p in net.named_parameters() if not p.requires_grad}
+    derived = {n for n in net.state_dict() if any(t in n for t in ("eval_conv", "conv_3x3_rep", "conv5x5_reparam"))}
+    assert frozen and frozen == derived
+    net(torch.rand(1, 3, 8, 8)).mean().backward()
+    assert all(p.grad is not None for n, p in net.named_parameters() if n not in frozen)
+
+
+@pytest.mark.parametrize(("scale", "groups"), [(2, 4), (3, 4), (4, 4), (1, 4)])
+def test_gather_dysample_equals_grid_sample_dysample(scale: int, groups: int) -> None:
+    torch.manual_seed(scale)
+    ref = DySample(8, 3, scale, groups=groups).eval()
+    with torch.no_grad():
+        ref.scope.weight.normal_(0, 0.5)  # offsets reach outside the image too (border clamping)
+        ref.offset.weight.normal_(0, 2.0)
+    mine = GatherDySample(8, 3, scale, groups=groups).eval()
+    mine.load_state_dict(ref.state_dict(), strict=True)
+    x = torch.randn(2, 8, 5, 7)
+    with torch.no_grad():
+        torch.testing.assert_close(mine(x), ref(x), rtol=1e-5, atol=1e-5)
+
+
+def test_rtmosr_training_and_eval_forms_agree() -> None:
+    net, io = _case("rtmosr_x3_nose")
+    with torch.no_grad():
+        torch.testing.assert_close(net.train()(io["input1"]), net.eval()(io["input1"]), rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- other behaviour
+
+def test_lmlt_any_small_size_runs() -> None:
+    """Below the 33 pixels that reflect padding to 64 allows, the pad continues with edge replication."""
+    net = build_network(TINY["LMLT"]).eval()
+    with torch.no_grad():
+        assert net(torch.rand(1, 3, 5, 9)).shape == (1, 3, 10, 18)
+
+
+def test_dis_adds_the_bilinear_upscale() -> None:
+    net = build_network({"type": "DIS", "num_features": 4, "num_blocks": 1, "scale": 3}).eval()
+    with torch.no_grad():
+        net.tail.weight.zero_()
+        net.tail.bias.zero_()
+        x = torch.rand(1, 3, 5, 6)
+        torch.testing.assert_close(net(x), F.interpolate(x, scale_factor=3, mode="bilinear", align_corners=False))
+
+
+def test_man_mean_shift_is_frozen_and_stored() -> None:
+    net = build_network(TINY["MAN"])
+    assert {"sub_mean.weight", "sub_mean.bias", "add_mean.weight", "add_mean.bias"} <= set(net.state_dict())
+    assert not any(p.requires_grad for n, p in net.named_parameters() if "_mean." in n)
+    assert torch.allclose(net.sub_mean.bias, -torch.tensor([0.4488, 0.4371, 0.4040]))
+
+
+def test_artcnn_activation_by_name() -> None:
+    net = build_network({"type": "ArtCNN", "filters": 4, "n_block": 1, "scale": 2, "act": "gelu"})
+    assert isinstance(net.res_block[0].conv[0][1], torch.nn.GELU)
+
+
+@pytest.mark.parametrize(("opt", "pattern"), [
+    ({"type": "SpanPlus", "upsampler": "lp"}, r"network_g\.upsampler: SpanPlus has no upsampler 'lp'"),
+    ({"type": "SpanPlus", "upsampler": "conv"}, r"network_g\.upsampler: .*upscale 1 only"),
+    ({"type": "SpanPlus", "feature_channels": 6}, r"network_g\.feature_channels: .*multiple of 4"),
+    ({"type": "SpanPlus", "blocks": []}, r"network_g\.blocks: SpanPlus needs a non-empty list"),
+    ({"type": "SpanPlus", "upscale": 0}, r"network_g\.upscale: SpanPlus needs an integer upscale >= 1"),
+    ({"type": "RTMoSR", "scale": 3, "unshuffle_mod": True}, r"network_g\.unshuffle_mod: .*scale 3"),
+    ({"type": "RTMoSR", "ffn_expansion": 0.5}, r"network_g\.ffn_expansion: RTMoSR needs ffn_expansion >= 1"),
+    ({"type": "ArtCNN", "act": "swish2"}, r"network_g\.act: ArtCNN has no activation 'swish2'"),
+    ({"type": "ArtCNN", "scale": 1.5}, r"network_g\.scale: ArtCNN needs an integer scale"),
+    ({"type": "DIS", "scale": 8}, r"network_g\.scale: DIS supports scale 1, 2, 3 or 4, got 8"),
+    ({"type": "LMLT", "dim": 30}, r"network_g\.dim: LMLT needs dim to be a multiple of 4"),
+    ({"type": "LMLT"}, r"network_g\.dim: required argument of LMLT is missing"),
+    ({"type": "MAN", "n_feats": 64}, r"network_g\.n_feats: MAN needs n_feats to be a multiple of 3"),
+    ({"type": "MAN", "n_colors": 1}, r"network_g\.n_colors: MAN's mean shift is RGB"),
+])
+def test_bad_argument_values(opt: dict, pattern: str) -> None:
+    with pytest.raises(OptionError, match=pattern):
+        build_network(opt)
+
+
+def test_published_sizes() -> None:
+    """Parameter counts of published configurations (x4; traiNNer-redux's builders, counted with these classes)."""
+    def count(opt: dict) -> int:
+        with torch.device("meta"):
+            return sum(p.numel() for p in build_network(opt).parameters())
+
+    assert count({"type": "lmlt_tiny", "scale": 4}) == 251_040
+    assert count({"type": "man_light", "scale": 4}) == 842_892
+    assert count({"type": "dis_balanced"}) == 306_659
+    assert count({"type": "artcnn_r8f64"}) == 952_688
+    assert count({"type": "spanplus_s"}) == 687_707
+    assert count({"type": "rtmosr_l"}) == 2_981_424  # builder default scale 2, stored folded convs included
+
+
+# ----------------------------------------------------------------------------- ONNX
+
+@pytest.mark.parametrize("arch", [pytest.param(a, marks=pytest.mark.slow) if a in ("LMLT", "MAN") else a
+                                  for a in ARCHS])
+def test_onnx_export_runs_at_sizes_it_never_saw(arch: str, tmp_path: Path) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    from anysr.engine import checkpoint as ck
+    from anysr.engine.inference.export import export_weights
+
+    opt = TINY[arch]
+    torch.manual_seed(0)
+    net = build_network(opt).eval()
+    src = tmp_path / "w.safetensors"
+    ck.save_weights(src, {"params": net.state_dict()}, {"network_g": opt, "scale": 2})
+    (rep,) = export_weights(str(src), [str(tmp_path / "m.onnx")])
+    assert rep.dynamic, rep.note
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    # not a size the exporter traced or checked, not a multiple of any tile; LMLT: at least 33 pixels, so that the
+    # pad to 64 is a reflection (the graph keeps the traced size's choice between reflect and edge padding)
+    x = torch.rand(1, 3, 45, 70)
+    got = torch.from_numpy(session.run(None, {"input": x.numpy()})[0])
+    with torch.no_grad():
+        want = net(x)
+    assert got.shape == want.shape == (1, 3, 90, 140)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------- real training runs (CLI)
+
+def _train(tmp_path: Path, name: str, net_opt: dict, train_dir: Path, val_dir: Path | None = None,
+           **extra: object) -> Path:
+    opt = tiny_train_options(name, train_dir, val_dir, total_iter=4, **extra)
+    opt["network_g"] = dict(net_opt)
+    opt["logger"]["save_checkpoint_freq"] = 4
+    if val_dir is not None:
+        opt["val"]["val_freq"] = 4
+    path = write_options(tmp_path / f"{name}.yml", opt)
+    run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
+    return tmp_path / "experiments" / name
+
+
+CONSTANT_INIT = {"SpanPlus": "upsampler.scope.weight", "RTMoSR": "body.0.norm.scale", "DIS": "head_act.weight",
+                 "LMLT": "feats.0.norm1.weight", "MAN": "body.0.body.0.LKA.scale"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ARCHS)
+def test_cli_training_run_saves_finite_weights(arch: str, tmp_path: Path, small_train_dir: Path) -> None:
+    exp = _train(tmp_path, arch.lower(), TINY[arch], small_train_dir)
+    stored = load_file(str(exp / "models" / "net_g_4.safetensors"))
+    saved = {k.removeprefix("params."): v for k, v in stored.items() if k.startswith("params.")}
+    fresh = build_network(TINY[arch]).state_dict()
+    assert set(saved) == set(fresh)
+    assert all(torch.isfinite(v).all() for v in saved.values() if v.is_floating_point())
+    if arch in CONSTANT_INIT:  # a parameter every fresh network has at the same value has moved
+        key = CONSTANT_INIT[arch]
+        assert not torch.equal(saved[key], fresh[key]), f"{key} was not trained"
+
+
+@pytest.mark.slow
+def test_two_gloo_ranks_match_one_process(tmp_path: Path, small_train_dir: Path, small_val_dir: Path) -> None:
+    """RTMoSR (re-parameterised branches, frozen derived convs): 2 ranks x batch 2 == 1 process x batch 4."""
+    runs = {}
+    for name, num_gpu, batch in (("one", 1, 4), ("two", 2, 2)):
+        opt = tiny_train_options(name, small_train_dir, small_val_dir, total_iter=4)
+        opt["network_g"] = dict(TINY["RTMoSR"])
+        opt["num_gpu"] = num_gpu
+        opt["datasets"]["train"]["batch_size_per_gpu"] = batch
+        opt["val"]["val_freq"] = 4
+        path = write_options(tmp_path / f"{name}.yml", opt)
+        runs[name] = run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
+    assert "rank 0/2" in runs["two"].stdout
+    wa = load_file(str(tmp_path / "experiments" / "one" / "models" / "net_g_4.safetensors"))
+    wb = load_file(str(tmp_path / "experiments" / "two" / "models" / "net_g_4.safetensors"))
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], rtol=1e-4, atol=1e-5, msg=k)
+    va = json.loads((tmp_path / "experiments" / "one" / "summary.json").read_text())["validation"]
+    vb = json.loads((tmp_path / "experiments" / "two" / "summary.json").read_text())["validation"]
+    assert math.isfinite(va["val"]["psnr"]["value"])
+    assert va["val"]["psnr"]["value"] == pytest.approx(vb["val"]["psnr"]["value"], abs=2e-3)
+
+
+# ----------------------------------------------------------------------------- XLA:CPU
+
+XLA_SHAPES = {"LMLT": (1, 3, 16, 16)}
+
+
+@pytest.mark.xla
+@pytest.mark.parametrize("arch", ARCHS)
+def test_xla_train_step_compiles_once_without_cpu_fallback(arch: str) -> None:
+    os.environ.setdefault("PJRT_DEVICE", "CPU")
+    torch_xla = pytest.importorskip("torch_xla")
+    from torch_xla.debug import metrics
+
+    metrics.clear_all()
+    torch.manual_seed(0)
+    dev = torch_xla.device()
+    net = build_network(dict(TINY[arch])).train().to(dev)
+    x = torch.rand(XLA_SHAPES.get(arch, (1, 3, 8, 8))).to(dev)
+    compiles, losses = [], []
+    for _ in range(2):
+        net.zero_grad(set_to_none=True)
+        loss = net(x).square().mean()
+        loss.backward()
+        torch_xla.sync()
+        compiles.append(metrics.metric_data("CompileTime")[0])
+        losses.append(loss.detach())
+    assert compiles[0] >= 1 and compiles[1] == compiles[0], f"{arch} recompiled: {compiles}"
+    grads = [p.grad for p in net.parameters() if p.requires_grad]
+    assert all(g is not None for g in grads)
+    assert torch.isfinite(torch.stack([g.abs().sum() for g in grads]).cpu()).all()
+    assert torch.equal(losses[0].cpu(), losses[1].cpu())
+    with torch.no_grad():  # the eval form (folds for SpanPlus / RTMoSR) lowers too
+        out = net.eval()(x)
+        torch_xla.sync()
+    assert out.shape[-1] == 2 * x.shape[-1]
+    fallbacks = [c for c in metrics.counter_names() if c.startswith("aten::")]
+    assert not fallbacks and not metrics.executed_fallback_ops(), f"{arch}: ops run on the CPU: {fallbacks}"
