@@ -29,6 +29,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, pad_to_multiple
+from anysr.archs.resize_util import resize_bilinear
 from anysr.registry import ARCH_REGISTRY
 
 PATCH = 8
@@ -191,10 +192,11 @@ class HalfSize(nn.Module):
 
 
 class DoubleSize(nn.Module):
-    """Bilinear doubling, ``align_corners=False``."""
+    """Bilinear doubling, ``align_corners=False`` (gathers on XLA: ``resize_bilinear``)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.interpolate(x, scale_factor=2.0, mode="bilinear", align_corners=False)
+        h, w = x.shape[-2:]
+        return resize_bilinear(x, (2 * h, 2 * w), align_corners=False)
 
 
 class Downsample(nn.Module):

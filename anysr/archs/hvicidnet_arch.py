@@ -26,6 +26,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, pad_to_multiple
+from anysr.archs.resize_util import resize_bilinear
 from anysr.registry import ARCH_REGISTRY
 
 SIZE_MULTIPLE = 8
@@ -155,7 +156,7 @@ class I_LCA(HV_LCA):  # noqa: N801
 
 class BilinearResize(nn.Module):
     """Bilinear resize by ``factor`` with ``align_corners=True`` (``nn.UpsamplingBilinear2d``), output size
-    ``floor(side * factor)``."""
+    ``floor(side * factor)``; gathers on XLA (``resize_bilinear``)."""
 
     def __init__(self, factor: float) -> None:
         super().__init__()
@@ -164,7 +165,7 @@ class BilinearResize(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h, w = x.shape[-2:]
         size = (int(h * self.factor), int(w * self.factor))
-        return F.interpolate(x, size=size, mode="bilinear", align_corners=True)
+        return resize_bilinear(x, size, align_corners=True)
 
 
 class NormDownsample(nn.Module):
