@@ -66,16 +66,13 @@ def dft_bases(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def to_patches(x: torch.Tensor) -> torch.Tensor:
-    """(b, c, h, w) -> (b, c, h / 8, w / 8, 64) float32."""
-    b, c, h, w = x.shape
-    return x.float().reshape(b, c, h // PATCH, PATCH, w // PATCH, PATCH).transpose(3, 4).reshape(
-        b, c, h // PATCH, w // PATCH, PATCH * PATCH)
+    """(b, c, h, w) -> (b, c, h / 8, w / 8, 64) float32 (sizes left symbolic, for a dynamic ONNX graph)."""
+    return x.float().unflatten(3, (-1, PATCH)).unflatten(2, (-1, PATCH)).transpose(3, 4).flatten(-2)
 
 
 def from_patches(p: torch.Tensor) -> torch.Tensor:
     """Inverse of ``to_patches``."""
-    b, c, hp, wp, _ = p.shape
-    return p.reshape(b, c, hp, wp, PATCH, PATCH).transpose(3, 4).reshape(b, c, hp * PATCH, wp * PATCH)
+    return p.unflatten(-1, (PATCH, PATCH)).transpose(3, 4).flatten(4, 5).flatten(2, 3)
 
 
 class LayerNorm(nn.Module):

@@ -156,16 +156,18 @@ class I_LCA(HV_LCA):  # noqa: N801
 
 class BilinearResize(nn.Module):
     """Bilinear resize by ``factor`` with ``align_corners=True`` (``nn.UpsamplingBilinear2d``), output size
-    ``floor(side * factor)``; gathers on XLA (``resize_bilinear``)."""
+    ``floor(side * factor)`` (with aligned corners the factor only sets the size). Gathers on XLA
+    (``resize_bilinear``); elsewhere ``F.interpolate`` with the factor, which keeps ONNX sizes dynamic."""
 
     def __init__(self, factor: float) -> None:
         super().__init__()
         self.factor = factor
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h, w = x.shape[-2:]
-        size = (int(h * self.factor), int(w * self.factor))
-        return resize_bilinear(x, size, align_corners=True)
+        if x.device.type == "xla":
+            h, w = x.shape[-2:]
+            return resize_bilinear(x, (int(h * self.factor), int(w * self.factor)), align_corners=True)
+        return F.interpolate(x, scale_factor=self.factor, mode="bilinear", align_corners=True)
 
 
 class NormDownsample(nn.Module):
@@ -251,7 +253,8 @@ class HVICIDNet(nn.Module):
         for i, (c, n) in enumerate(((ch2, h2), (ch3, h3), (ch4, h4), (ch4, h4), (ch3, h3), (ch2, h2)), 1):
             setattr(self, f"HV_LCA{i}", HV_LCA(c, n))
             setattr(self, f"I_LCA{i}", I_LCA(c, n))
-        self.I_LCA5.requires_grad_(False)  # its output is discarded by the authors' decoder
+        self.I_LCA5.requires_grad_(False)
+        self.in_channels = 3  # its output is discarded by the authors' decoder
         self.trans = RGB_HVI()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

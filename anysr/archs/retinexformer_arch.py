@@ -222,6 +222,7 @@ class RetinexFormer(nn.Module):
         if isinstance(stage, bool) or not isinstance(stage, int) or stage < 1:
             raise ArchArgumentError("stage", f"RetinexFormer needs an integer stage >= 1, got {stage!r}")
         self.stage = stage
+        self.in_channels = in_channels  # what the network reads (its first conv reads 4: RGB and the mean)
         self.body = nn.Sequential(*(RetinexFormerSingleStage(in_channels, out_channels, n_feat, LEVELS,
                                                              list(num_blocks)) for _ in range(stage)))
 
