@@ -301,9 +301,11 @@ def _train_opt(arch: str, name: str, train_dir: Path, **extra: object) -> dict:
 def test_cli_training_run(arch: str, tmp_path: Path, small_train_dir: Path) -> None:
     path = write_options(tmp_path / "o.yml", _train_opt(arch, f"t_{arch}", small_train_dir))
     run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
-    weights = saved_weights(tmp_path / "experiments" / f"t_{arch}", 2)
+    saved = saved_weights(tmp_path / "experiments" / f"t_{arch}", 2)  # "params." and "params_ema." entries
+    assert all(torch.isfinite(v.float()).all() for v in saved.values())
+    weights = {k.removeprefix("params."): v for k, v in saved.items() if k.startswith("params.")}
     fresh = build_network(dict(TINY[arch])).state_dict()
-    assert set(weights) == set(fresh) and all(torch.isfinite(v.float()).all() for v in weights.values())
+    assert set(weights) == set(fresh)
     net = build_network(dict(TINY[arch]))
     net.load_state_dict(weights, strict=True)
     assert any(not torch.equal(weights[k], fresh[k]) for k, p in net.named_parameters() if p.requires_grad)
