@@ -119,9 +119,9 @@ def test_bf16_autocast_stays_close(name: str) -> None:
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         mixed = net(x).float()
     assert mixed.shape == ref.shape and torch.isfinite(mixed).all()
-    # bf16 keeps 8 bits of mantissa; relative to the output's range (measured: at most 0.03 on these cases)
+    # bf16 keeps 8 bits of mantissa; relative to the output's range (measured: at most 0.023, HVICIDNet with norms)
     err = (mixed - ref).abs().max().item() / ref.abs().max().item()
-    assert err < 0.08, f"{name}: bf16 autocast off by {err:.3g} of the output range"
+    assert err < 0.05, f"{name}: bf16 autocast off by {err:.3g} of the output range"
     assert all(p.dtype == torch.float32 for p in net.parameters())
 
 

@@ -8,11 +8,14 @@ A three-level U-Net (DehazeFormer layout, selective-kernel fusion of the skips) 
 multi-scale parallel large-kernel module (dilated depth-wise 7x7 / 5x5 / 3x3 convs with reflect padding, mixed by
 an MLP) and an enhanced parallel attention module (simple channel attention, channel attention and pixel
 attention, mixed by an MLP), each with batch norm and a residual. The head predicts ``K`` and ``B`` of the
-atmospheric model and the output is ``K * x - B + x``. Images in [-1, 1] as the authors train (spandrel's call
-API maps [0, 1] with ``out * 0.5 + 0.5``); scale 1. Size requirement: the quarter-resolution level needs more than
-9 pixels per side for its reflect-padded dilated convs, so inputs are grown to at least 40 pixels (reflect, then
-edge; spandrel's minimum) and padded to a multiple of 4 (reflect, as the authors' ``check_image_size``) inside
-``forward``; the output is cropped. ``tile_multiple`` is 4.
+atmospheric model and the output is ``K * x - B + x``. Scale 1. This is the raw network: the authors train and
+test on images scaled to [-1, 1] (output likewise; spandrel's call API feeds [0, 1] images unchanged and maps the
+output by ``out * 0.5 + 0.5``), so scale inputs / outputs as the weights in use expect.
+
+Size requirement: the quarter-resolution level needs more than 9 pixels per side for its reflect-padded dilated
+convs, so inputs are grown to at least 40 pixels (reflect, then edge; spandrel's minimum) and padded to a multiple
+of 4 (reflect, as the authors' ``check_image_size``) inside ``forward``; the output is cropped. ``tile_multiple``
+is 4.
 """
 
 from __future__ import annotations
