@@ -6,8 +6,8 @@ halve the width with a spectral-normalised conv, each added to the encoder map o
 spectral-normalised 3x3 convs (no bias, Mish) and a plain 3x3 conv to one logit per pixel.
 
 Module names, constructor arguments (``num_in_ch``, ``num_feat``) and the spectral-norm parametrisation
-(``torch.nn.utils.parametrizations.spectral_norm``: ``parametrizations.weight.original`` / ``._u`` / ``._v``)
-are traiNNer-redux's, so its ``net_d`` checkpoints load with ``strict=True``.
+(``torch.nn.utils.parametrizations.spectral_norm``'s keys: ``parametrizations.weight.original`` / ``._u`` /
+``._v``) are traiNNer-redux's, so its ``net_d`` checkpoints load with ``strict=True``.
 
 Size requirement: the skip additions need sides divisible by 8. Such inputs run exactly as traiNNer-redux runs
 them; other sizes (which traiNNer-redux rejects) are padded at the bottom/right to the next multiple of 8
@@ -18,13 +18,34 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn.utils.parametrizations import spectral_norm
+from torch.nn.utils import parametrizations, parametrize
 
 from anysr.archs.arch_util import ArchArgumentError, pad_to_multiple
 from anysr.archs.plksr_arch import DySample
 from anysr.registry import ARCH_REGISTRY
 
 _LEVELS = 3  # encoder stages; the input side must be a multiple of 2**_LEVELS
+
+
+class _SpectralNorm(parametrizations._SpectralNorm):
+    """torch's parametrised spectral norm (the same power iteration, buffers ``_u`` / ``_v`` and keys) with
+    sigma = sum(u * W v): ``torch.vdot``, which torch's uses, has no ONNX export nor XLA lowering."""
+
+    def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        if weight.ndim == 1:
+            return super().forward(weight)
+        mat = self._reshape_weight_to_matrix(weight)
+        if self.training:
+            self._power_method(mat, self.n_power_iterations)
+        u = self._u.clone(memory_format=torch.contiguous_format)
+        v = self._v.clone(memory_format=torch.contiguous_format)
+        return weight / (u * torch.mv(mat, v)).sum()
+
+
+def spectral_norm(conv: nn.Conv2d) -> nn.Conv2d:
+    """``conv`` with its weight spectrally normalised (one power iteration per training forward)."""
+    parametrize.register_parametrization(conv, "weight", _SpectralNorm(conv.weight))
+    return conv
 
 
 class Down(nn.Sequential):
