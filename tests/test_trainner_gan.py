@@ -217,9 +217,9 @@ def _gan_file(**changes: Any) -> dict[str, Any]:
     losses = [{"type": "mssimloss", "loss_weight": 0.5}, {"type": "hsluvloss", "criterion": "charbonnier",
                                                           "loss_weight": 1.0},
               {"type": "ganloss", "gan_type": "vanilla", "loss_weight": 0.1}, {"type": "distsloss", "loss_weight": 0}]
-    opt = dialect(name="gan", network_d={"type": "dunet", "num_feat": 4}, train__losses=losses,
-                  train__optim_d={"type": "AdamW", "lr": 5e-4, "weight_decay": 0, "betas": [0.9, 0.99]},
-                  val__val_enabled=False, **changes)
+    opt = dialect(**{"name": "gan", "network_d": {"type": "dunet", "num_feat": 4}, "train__losses": losses,
+                     "train__optim_d": {"type": "AdamW", "lr": 5e-4, "weight_decay": 0, "betas": [0.9, 0.99]},
+                     "val__val_enabled": False, **changes})
     return opt
 
 
@@ -293,6 +293,25 @@ def test_trainner_gan_file_trains_through_the_cli(tmp_path: Path) -> None:
     assert recorded["model_type"] == "SRGANModel" and recorded["network_d"]["type"] == "DUnet"
 
 
+@pytest.mark.slow
+def test_trainner_gan_two_gloo_ranks_match_one_process(tmp_path: Path) -> None:
+    """DUnet's spectral-norm vectors and the traiNNer losses under data parallel: 2 ranks x 1 == 1 x 2 images."""
+    runs = {}
+    for name, ranks, batch in (("one", 1, 2), ("two", 2, 1)):
+        opt = _gan_file(name=name, num_gpu=ranks, train__total_iter=3, train_set__batch_size_per_gpu=batch)
+        opt["train"]["ema_decay"] = 0
+        path = write_options(tmp_path / f"{name}.yml", opt)
+        runs[name] = run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
+    assert "rank 0/2" in runs["two"].stdout
+    states = {n: torch.load(tmp_path / "experiments" / n / "training_states" / "3.state", weights_only=True)["model"]
+              for n in runs}
+    for net in ("net_g", "net_d"):
+        a, b = states["one"]["nets"][net], states["two"]["nets"][net]
+        assert a.keys() == b.keys()
+        for k in a:
+            torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=f"{net}.{k}")
+
+
 # ----------------------------------------------------------------------------- XLA:CPU
 
 
@@ -332,8 +351,9 @@ def test_xla_dunet_train_step_compiles_once() -> None:
 
 
 @pytest.mark.xla
-@pytest.mark.parametrize("name", ["mssimloss", "hsluvloss", "psnrloss"])
-def test_xla_losses_compile_once_without_fallback(name: str) -> None:
+@pytest.mark.parametrize(("name", "extra"), [("mssimloss", {}), ("hsluvloss", {}), ("psnrloss", {"to_y": True}),
+                                           ("hsluvloss", {"blur_strength": 1, "criterion": "charbonnier"})])
+def test_xla_losses_compile_once_without_fallback(name: str, extra: dict) -> None:
     os.environ.setdefault("PJRT_DEVICE", "CPU")
     torch_xla = pytest.importorskip("torch_xla")
     from torch_xla.debug import metrics
@@ -341,8 +361,8 @@ def test_xla_losses_compile_once_without_fallback(name: str) -> None:
     metrics.clear_all()
     dev = torch_xla.device()
     x, y = _images(2)
-    cpu_value = build_loss({"type": name, "loss_weight": 1.0}, "x")(x, y)
-    loss = build_loss({"type": name, "loss_weight": 1.0}, "x").to(dev)
+    cpu_value = build_loss({"type": name, "loss_weight": 1.0, **extra}, "x")(x, y)
+    loss = build_loss({"type": name, "loss_weight": 1.0, **extra}, "x").to(dev)
     compiles = []
     for _ in range(2):
         pred = x.to(dev).requires_grad_(True)

@@ -189,12 +189,18 @@ def rgb_to_hsluv(rgb: torch.Tensor) -> torch.Tensor:
     return torch.stack([hue, sat.clamp(0, 100), lum.clamp(0, 100)], dim=1)
 
 
-def _gaussian_blur(x: torch.Tensor, sigma: int) -> torch.Tensor:
-    """torchvision's ``GaussianBlur(4 * sigma + 1, sigma)``: a separable Gaussian on reflect padding."""
+def _gaussian_taps(sigma: int) -> torch.Tensor:
+    """torchvision's ``GaussianBlur(4 * sigma + 1, sigma)`` kernel, 1-D (normalised)."""
     size = 4 * sigma + 1
     half = (size - 1) / 2
     taps = [math.exp(-0.5 * ((i - half) / sigma) ** 2) for i in range(size)]
-    k = torch.tensor([t / sum(taps) for t in taps], device=x.device, dtype=x.dtype)
+    return torch.tensor([t / sum(taps) for t in taps])
+
+
+def _gaussian_blur(x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Separable blur of every channel of ``x`` by the 1-D kernel ``k`` on reflect padding (torchvision's)."""
+    size = k.shape[0]
+    k = k.to(x.dtype)
     c = x.shape[1]
     x = F.pad(x, (size // 2,) * 4, mode="reflect")
     x = F.conv2d(x, k.view(1, 1, 1, size).expand(c, 1, 1, size), groups=c)
@@ -225,6 +231,8 @@ class HSLuvLoss(_PixelLoss):
         self.hue_weight, self.saturation_weight = float(hue_weight), float(saturation_weight)
         self.lightness_weight = float(lightness_weight)
         self.downscale_factor, self.blur_strength = int(downscale_factor), int(blur_strength)
+        if self.blur_strength:
+            self.register_buffer("blur_taps", _gaussian_taps(self.blur_strength), persistent=False)
 
     def _hsl(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if self.downscale_factor > 1:
@@ -236,7 +244,7 @@ class HSLuvLoss(_PixelLoss):
         """The weighted ``hue``, ``saturation`` and ``lightness`` terms (before ``loss_weight``)."""
         x, y = pred.float(), target.float()
         if self.blur_strength:
-            x, y = _gaussian_blur(x, self.blur_strength), _gaussian_blur(y, self.blur_strength)
+            x, y = _gaussian_blur(x, self.blur_taps), _gaussian_blur(y, self.blur_taps)
         hx, sx, lx = self._hsl(x)
         hy, sy, ly = self._hsl(y)
         eps = 0.1
