@@ -19,6 +19,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d
+from anysr.ops.dcn import sample_bilinear
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
@@ -130,9 +131,15 @@ class DySample(nn.Module):
         grid = torch.stack([gx, gy], 1).reshape(b, 2 * g * s * s, h, w)
         grid = F.pixel_shuffle(grid, s).reshape(b, 2, g, s * h, s * w)
         grid = grid.permute(0, 2, 3, 4, 1).reshape(b * g, s * h, s * w, 2)
-        feats = x.reshape(b * g, c // g, h, w).to(work)
-        out = F.grid_sample(feats, grid, mode="bilinear", padding_mode="border", align_corners=False)
-        out = out.reshape(b, c, s * h, s * w).to(x.dtype)
+        if x.device.type == "xla":  # grid_sample has no XLA lowering: the same bilinear samples from gathers
+            px = ((grid[..., 0] + 1) * (w / 2) - 0.5).reshape(b, g, -1).transpose(1, 2)
+            py = ((grid[..., 1] + 1) * (h / 2) - 0.5).reshape(b, g, -1).transpose(1, 2)
+            out = sample_bilinear(x.to(work), px, py, padding_mode="border")  # (b, s*h*s*w, g, c // g)
+            out = out.permute(0, 2, 3, 1).reshape(b, c, s * h, s * w).to(x.dtype)
+        else:
+            feats = x.reshape(b * g, c // g, h, w).to(work)
+            out = F.grid_sample(feats, grid, mode="bilinear", padding_mode="border", align_corners=False)
+            out = out.reshape(b, c, s * h, s * w).to(x.dtype)
         return self.end_conv(out) if self.end_convolution else out
 
 

@@ -23,6 +23,7 @@ from anysr.losses.learned import ContextualLoss, DISTSLoss, LPIPSLoss
 from anysr.losses.perceptual import PerceptualLoss, VGGFeatureExtractor
 from anysr.losses.pixel import CharbonnierLoss, HuberLoss, L1Loss, MSELoss, WeightedTVLoss
 from anysr.losses.structure import MSSSIML1Loss, MSSSIMLoss, SSIMLoss
+from anysr.losses.trainner import HSLuvLoss, MSSIMLoss, PSNRLoss
 from anysr.registry import LOSS_REGISTRY, plain_options
 
 
@@ -34,7 +35,7 @@ def build_loss(opt: Mapping[str, Any], key_path: str) -> nn.Module:
 
 
 __all__ = ["CharbonnierLoss", "ChromaLoss", "ContextualLoss", "DISTSLoss", "FFLoss", "FFTLoss", "GANLoss",
-           "GradientVarianceLoss", "HuberLoss", "L1Loss", "LDLLoss", "LPIPSLoss", "LumaLoss", "MSELoss", "MSSSIML1Loss",
-           "MSSSIMLoss", "MultiScaleGANLoss", "OklabLoss", "PerceptualLoss", "SSIMLoss", "SobelLoss",
-           "VGGFeatureExtractor", "WeightedTVLoss", "artifact_map", "build_loss", "gradient_penalty_loss", "r1_penalty",
-           "relativistic_discriminator_loss", "relativistic_generator_loss"]
+           "GradientVarianceLoss", "HSLuvLoss", "HuberLoss", "L1Loss", "LDLLoss", "LPIPSLoss", "LumaLoss", "MSELoss",
+           "MSSIMLoss", "MSSSIML1Loss", "MSSSIMLoss", "MultiScaleGANLoss", "OklabLoss", "PSNRLoss", "PerceptualLoss",
+           "SSIMLoss", "SobelLoss", "VGGFeatureExtractor", "WeightedTVLoss", "artifact_map", "build_loss",
+           "gradient_penalty_loss", "r1_penalty", "relativistic_discriminator_loss", "relativistic_generator_loss"]

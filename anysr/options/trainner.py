@@ -232,6 +232,38 @@ def _map_losses(m: _Mapper) -> None:
         m.notes.append(f"train.losses[{i}] {given} -> {TRAINNER_PERCEPTUAL_CLASS}")
 
 
+def _active_gan(train: Any) -> str | None:
+    """Where ``train`` turns traiNNer-redux's GAN on (its rule: ``train.gan_opt``, else the first ``ganloss`` entry
+    of ``train.losses``, with a non-zero ``loss_weight``), or None."""
+    if not isinstance(train, dict):
+        return None
+    gan_opt = train.get("gan_opt")
+    if isinstance(gan_opt, dict):
+        return "train.gan_opt" if (_number(gan_opt.get("loss_weight", 0)) or 0) != 0 else None
+    listed = train.get("losses")
+    for i, entry in enumerate(listed if isinstance(listed, list) else []):
+        if isinstance(entry, dict) and str(entry.get("type", "")).lower() == "ganloss":
+            return f"train.losses[{i}]" if (_number(entry.get("loss_weight", 0)) or 0) != 0 else None
+    return None
+
+
+def _map_model(m: _Mapper) -> None:
+    """traiNNer-redux has no ``model_type``: it trains against ``network_d`` whenever a GAN loss is on (plain, not
+    relativistic: BasicSR's SRGANModel; with ``high_order_degradation``, RealESRGANModel). A file without
+    ``model_type`` gets that model; a ``network_d`` without a GAN loss is unused there, and dropped here."""
+    opt = m.opt
+    if "model_type" in opt or not isinstance(opt.get("network_d"), dict) or not m.ctx.is_train:
+        return
+    where = _active_gan(opt.get("train"))
+    if where is None:
+        opt["network_d"] = None
+        m.notes.append("network_d without a GAN loss -> unused (as traiNNer-redux)")
+        return
+    model = "RealESRGANModel" if opt.get("high_order_degradation") is True else "SRGANModel"
+    opt["model_type"] = model
+    m.notes.append(f"network_d + {where} ganloss -> model_type {model}")
+
+
 def _map_val(m: _Mapper) -> None:
     val = m.opt.get("val")
     if not isinstance(val, dict):
@@ -330,6 +362,7 @@ def map_trainner(opt: dict[str, Any], ctx: Context) -> list[str]:
     if trainner:
         _map_path(m)
         _map_losses(m)
+        _map_model(m)
     if m.ignored:
         m.notes.append(f"ignored: {', '.join(m.ignored)}")
     return m.notes
