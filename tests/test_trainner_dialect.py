@@ -157,6 +157,16 @@ def test_dataroot_lists_and_lower_case_dataset_type() -> None:
         [str(T91), str(SET5)]  # several folders: one dataset (tests/test_folder_lists.py)
 
 
+def test_the_top_level_scale_goes_to_a_class_as_trainner_redux_passes_it() -> None:
+    opt = dialect(network_g={"type": "SPAN", "feature_channels": 8})  # the class: its default upscale is 4
+    out = valid(opt)
+    assert out.network_g.upscale == 2 and any("network_g.upscale unset -> 2" in n for n in out.mapped_keys)
+    given = valid(dialect(network_g={"type": "SPAN", "feature_channels": 8, "upscale": 2}))
+    assert not any("network_g.upscale" in n for n in given.mapped_keys)
+    assert "network_g.upscale: 4 differs from the top-level scale (2)" in \
+        problem(dialect(network_g={"type": "SPAN", "feature_channels": 8, "upscale": 4}))
+
+
 def test_trainner_defaults_apply_to_trainner_files_only() -> None:
     opt = dialect()
     del opt["datasets"]["train"]["use_hflip"], opt["datasets"]["train"]["use_rot"]

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from anysr.options.common import phase_of
+from anysr.options.common import phase_of, registered
 from anysr.options.fields import Check, Context, Field, at_least, greater_than
+from anysr.registry import constructor_args
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 # Keys only traiNNer-redux writes: top level, then (section, key).
@@ -349,6 +350,25 @@ def _map_path(m: _Mapper) -> None:
             m.notes.append(f"path.{key} null -> auto")
 
 
+SCALE_ARGUMENTS = ("scale", "upscale", "upscaling_factor", "up_scale", "upscale_factor")
+
+
+def _map_network_scale(m: _Mapper) -> None:
+    """traiNNer-redux builds every generator with the top-level ``scale``: a class whose scale argument the file
+    does not set gets it too (presets got it when they were expanded)."""
+    net, scale = m.opt.get("network_g"), m.ctx.scale
+    if not isinstance(net, dict) or scale is None:
+        return
+    cls = registered("arch", net.get("type"))
+    if cls is None:
+        return
+    params = constructor_args(cls)[0]
+    name = next((a for a in SCALE_ARGUMENTS if a in params), None)
+    if name is not None and name not in net and params[name] != scale:
+        net[name] = scale
+        m.notes.append(f"network_g.{name} unset -> {scale} (the top-level scale, as traiNNer-redux passes it)")
+
+
 def map_trainner(opt: dict[str, Any], ctx: Context) -> list[str]:
     """Write what traiNNer-redux's keys of ``opt`` mean into anysr's keys, in place (before validation); problems
     go to ``ctx``. Returns the notes (empty for a file without such keys), the ignored keys last."""
@@ -363,6 +383,7 @@ def map_trainner(opt: dict[str, Any], ctx: Context) -> list[str]:
         _map_path(m)
         _map_losses(m)
         _map_model(m)
+        _map_network_scale(m)
     if m.ignored:
         m.notes.append(f"ignored: {', '.join(m.ignored)}")
     return m.notes
