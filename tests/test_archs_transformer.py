@@ -1,4 +1,4 @@
-"""Transformer SR architectures Swin2SR and RGT (RGT / RGT-S).
+"""Transformer SR architectures Swin2SR, RGT (RGT / RGT-S) and CRAFT.
 
 Fixtures come from spandrel 0.4.2 (``tests/fixtures/make_transformer_fixtures.py``): the state dicts load strictly
 and give spandrel's outputs, also for inputs that must be padded. Also: the published layouts' sizes, channels_last,
@@ -20,6 +20,7 @@ from safetensors.torch import load_file
 from torch.nn import functional as F
 
 from anysr.archs import build_network
+from anysr.archs.craft_arch import mirror_extend
 from anysr.archs.rgt_arch import reduction_steps
 from anysr.archs.swin2sr_arch import log_spaced_coords, nearest_x2
 from anysr.errors import OptionError
@@ -27,13 +28,15 @@ from anysr.errors import OptionError
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "transformer"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
-ONE_PER_ARCH = ["swin2sr_x2_pixelshuffle", "rgt_x2_rect"]
+ONE_PER_ARCH = ["swin2sr_x2_pixelshuffle", "rgt_x2_rect", "craft_x4"]
 # Tiny trainable configurations (x2) for the CLI and XLA runs.
 TINY = {
     "Swin2SR": {"type": "Swin2SR", "img_size": 8, "window_size": 4, "embed_dim": 12, "depths": [2], "num_heads": [2],
                 "mlp_ratio": 2.0, "upscale": 2, "upsampler": "pixelshuffledirect"},
     "RGT": {"type": "RGT", "img_size": 16, "embed_dim": 32, "depth": [2], "num_heads": [2], "mlp_ratio": 2.0,
             "upscale": 2, "split_size": [2, 4]},
+    "CRAFT": {"type": "CRAFT", "embed_dim": 32, "depths": [1], "num_heads": [2], "window_size": 8,
+              "split_size_0": 2, "split_size_1": 8, "upscale": 2},
 }
 
 
@@ -82,7 +85,7 @@ def test_fixtures_cover_padding_and_the_variants() -> None:
         <= kinds
     for name, case in MANIFEST.items():
         net, io = _case(name)
-        multiple = net.tile_multiple if case["type"] == "Swin2SR" else max(case["kwargs"]["split_size"])
+        multiple = max(case["kwargs"]["split_size"]) if case["type"] == "RGT" else net.tile_multiple
         shapes = [io[i].shape[-2:] for i, _, _ in case["compare"]]
         assert any(h % multiple or w % multiple for h, w in shapes), f"{name}: no input needs padding"
     rgt_small = load_file(str(FIXTURES / "rgt_x2_rect_io.safetensors"))["input2"]
@@ -101,6 +104,8 @@ def test_fixtures_cover_padding_and_the_variants() -> None:
      13_217_831),
     ("RGT", dict(upscale=2, embed_dim=180, depth=[6] * 6, num_heads=[6] * 6, mlp_ratio=2.0, split_size=[8, 32]),
      10_051_055),
+    ("CRAFT", dict(upscale=4), 753_344),  # the defaults are the published CRAFT
+    ("CRAFT", dict(upscale=2), 737_756),
 ])
 def test_published_layouts(type_name: str, kwargs: dict, params: int) -> None:
     with torch.device("meta"):
@@ -112,6 +117,7 @@ def test_tile_multiples() -> None:
     assert build_network(TINY["Swin2SR"]).tile_multiple == 4
     assert build_network({**TINY["Swin2SR"], "img_size": 3}).tile_multiple == 3  # window shrinks to img_size
     assert build_network(TINY["RGT"]).tile_multiple == 1  # pads inside its window attention
+    assert build_network(TINY["CRAFT"]).tile_multiple == 8
 
 
 @pytest.mark.parametrize("name", ONE_PER_ARCH)
@@ -136,7 +142,7 @@ def test_bf16_autocast_stays_close(name: str) -> None:
     assert err < 0.05, f"{name}: bf16 autocast off by {err:.3g} of the output range"
 
 
-@pytest.mark.parametrize("name", ONE_PER_ARCH + ["swin2sr_x2_aux", "rgt_x1_3conv"])
+@pytest.mark.parametrize("name", ONE_PER_ARCH + ["swin2sr_x1_aux", "rgt_x1_3conv", "craft_x2_identity"])
 def test_forward_creates_no_tensor_off_the_input_device(name: str) -> None:
     net, io = _case(name)
     net = net.to("meta")
@@ -145,7 +151,7 @@ def test_forward_creates_no_tensor_off_the_input_device(name: str) -> None:
         assert got.device.type == "meta" and got.shape == io[out].shape
 
 
-@pytest.mark.parametrize("name", ONE_PER_ARCH + ["swin2sr_x2_aux", "swin2sr_x4_nearest_conv"])
+@pytest.mark.parametrize("name", ONE_PER_ARCH + ["swin2sr_x1_aux", "swin2sr_x4_nearest_conv"])
 def test_training_step_gives_finite_gradients(name: str) -> None:
     net, io = _case(name)
     net.train()
@@ -157,13 +163,15 @@ def test_training_step_gives_finite_gradients(name: str) -> None:
         [n for n, p in trained if p.grad is None]
     # the characteristic branches take part (RGT: RG-SA's reduction and positional conv, L-SA's value conv, the
     # layer scale; Swin2SR: the position-bias MLP and the temperature)
-    keys = ("reduction1", "cpe", "get_v", "gamma", "cpb_mlp.0.weight", "logit_scale", "q_bias")
+    # (not CRAFT's pos_proj: its 1-wide position MLP layer-norms a single value, a constant, as in the original)
+    keys = ("reduction1", "cpe", "get_v", "gamma", "cpb_mlp.0.weight", "logit_scale", "q_bias", "temperature",
+            "hfer_blocks")
     checked = [(n, p) for n, p in trained if any(k in n for k in keys)]
     assert checked and all(p.grad.abs().sum() > 0 for _, p in checked), \
         [n for n, p in checked if not p.grad.abs().sum() > 0]
 
 
-@pytest.mark.parametrize("arch", ["Swin2SR", "RGT"])
+@pytest.mark.parametrize("arch", ["Swin2SR", "RGT"])  # CRAFT has no checkpointing option
 def test_checkpointing_matches_plain_forward(arch: str) -> None:
     flag = "use_chk" if arch == "RGT" else "use_checkpoint"
     torch.manual_seed(0)
@@ -245,6 +253,26 @@ def test_rgt_items_of_a_batch_are_independent() -> None:
     torch.testing.assert_close(one, io["output1"][1:], **FIXTURE_TOL)
 
 
+# ----------------------------------------------------------------------------- CRAFT details
+
+def test_craft_mirror_extend() -> None:
+    x = torch.arange(12.0).view(1, 1, 3, 4)
+    out = mirror_extend(x, 2, 3)
+    assert out.shape == (1, 1, 5, 7)
+    assert out[0, 0, :, 0].tolist() == [0, 4, 8, 8, 4]  # edge row repeated, then the one before
+    assert out[0, 0, 0].tolist() == [0, 1, 2, 3, 3, 2, 1]
+
+
+def test_craft_always_adds_a_mirrored_window() -> None:
+    """The authors pad a multiple of the window by a whole window more: the output of a 16x16 input depends on
+    the mirrored window (it differs from the same input's top-left of a larger image)."""
+    net, io = _case("craft_x4")
+    x = io["input0"]  # 16x16, window 8
+    with torch.no_grad():
+        big = net(torch.cat([x, torch.rand(1, 3, 16, 16)], dim=-1))[..., :64]
+    assert not torch.allclose(big, io["output0"], atol=1e-3)
+
+
 # ----------------------------------------------------------------------------- build errors
 
 @pytest.mark.parametrize(("opt", "pattern"), [
@@ -263,6 +291,12 @@ def test_rgt_items_of_a_batch_are_independent() -> None:
     ({**TINY["RGT"], "num_heads": [3]}, r"network_g\.num_heads: RGT: 3 heads must divide dim 32 and c_ratio"),
     ({**TINY["RGT"], "depth": [2, 2]}, r"network_g\.num_heads: RGT: num_heads has 1 entries but depth has 2"),
     ({**TINY["RGT"], "resi_connection": "identity"}, r"network_g\.resi_connection: RGT: unknown"),
+    ({**TINY["CRAFT"], "resi_connection": "3conv"}, r"network_g\.resi_connection: CRAFT: unknown"),
+    ({**TINY["CRAFT"], "window_size": 12}, r"network_g\.window_size: CRAFT: window_size 12 must be a multiple"),
+    ({**TINY["CRAFT"], "num_heads": [3]}, r"network_g\.num_heads: CRAFT: 3 heads must divide embed_dim 32"),
+    ({**TINY["CRAFT"], "embed_dim": 16}, r"network_g\.embed_dim: CRAFT: embed_dim must be at least 32"),
+    ({**TINY["CRAFT"], "upscale": 0}, r"network_g\.upscale: CRAFT: upscale must be a positive integer"),
+    ({**TINY["CRAFT"], "depths": [1, 1]}, r"network_g\.num_heads: CRAFT: num_heads has 1 entries"),
 ])
 def test_bad_arguments_name_the_option(opt: dict, pattern: str) -> None:
     with pytest.raises(OptionError, match=pattern):
@@ -305,7 +339,7 @@ def test_rgt_onnx_export(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- training through the CLI
 
 @pytest.mark.slow
-@pytest.mark.parametrize("arch", ["Swin2SR", "RGT"])
+@pytest.mark.parametrize("arch", ["Swin2SR", "RGT", "CRAFT"])
 def test_cli_training_run(arch: str, tmp_path: Path, small_train_dir: Path) -> None:
     opt = tiny_train_options(f"tiny_{arch.lower()}", small_train_dir, None, total_iter=4)
     opt["network_g"] = dict(TINY[arch])
@@ -353,6 +387,7 @@ XLA_NETS = {
     "Swin2SR": ({**TINY["Swin2SR"], "upsampler": "pixelshuffle"}, (2, 3, 7, 10)),
     "Swin2SR-nearest": ({**TINY["Swin2SR"], "upsampler": "nearest+conv", "upscale": 4}, (1, 3, 8, 8)),
     "RGT": (TINY["RGT"], (2, 3, 17, 18)),
+    "CRAFT": (TINY["CRAFT"], (2, 3, 9, 13)),
 }
 
 
@@ -366,7 +401,7 @@ def test_xla_train_step_compiles_once(arch: str) -> None:
     opt, shape = XLA_NETS[arch]
     torch.manual_seed(0)
     dev = torch_xla.device()
-    net = build_network({**opt, "drop_path_rate": 0.0}).train().to(dev)
+    net = build_network({**opt, **({"drop_path_rate": 0.0} if arch != "CRAFT" else {})}).train().to(dev)
     before = {n for n in metrics.counter_names() if n.startswith("aten::")}
     x = torch.rand(shape).to(dev)
     compiles, losses = [], []
