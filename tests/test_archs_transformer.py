@@ -305,15 +305,17 @@ def test_bad_arguments_name_the_option(opt: dict, pattern: str) -> None:
 
 # ----------------------------------------------------------------------------- ONNX
 
-def test_swin2sr_onnx_runs_at_unseen_sizes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["swin2sr_x2_pixelshuffle", "craft_x2_identity"])
+def test_onnx_runs_at_unseen_sizes(name: str, tmp_path: Path) -> None:
     ort = pytest.importorskip("onnxruntime")
     from anysr.engine.inference.export import export_onnx
 
-    net, io = _case("swin2sr_x2_pixelshuffle")
-    rep = export_onnx(net, tmp_path / "swin2sr.onnx", scale=2, net_opt={"type": "Swin2SR",
-                                                                          **MANIFEST["swin2sr_x2_pixelshuffle"]["kwargs"]})
+    net, io = _case(name)
+    scale = MANIFEST[name]["kwargs"]["upscale"]
+    rep = export_onnx(net, tmp_path / "m.onnx", scale=scale, net_opt={"type": MANIFEST[name]["type"],
+                                                                      **MANIFEST[name]["kwargs"]})
     assert rep.dynamic is True, rep.note
-    session = ort.InferenceSession(str(tmp_path / "swin2sr.onnx"), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
     for x in (torch.rand(1, 3, 13, 22), io["input1"]):  # sizes the export never saw, not window multiples
         got = torch.from_numpy(session.run(None, {"input": x.numpy()})[0])
         with torch.no_grad():
