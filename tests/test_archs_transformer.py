@@ -305,7 +305,8 @@ def test_bad_arguments_name_the_option(opt: dict, pattern: str) -> None:
 
 # ----------------------------------------------------------------------------- ONNX
 
-@pytest.mark.parametrize("name", ["swin2sr_x2_pixelshuffle", "craft_x2_identity"])
+@pytest.mark.parametrize("name", ["swin2sr_x2_pixelshuffle",
+                                  pytest.param("craft_x2_identity", marks=pytest.mark.slow)])
 def test_onnx_runs_at_unseen_sizes(name: str, tmp_path: Path) -> None:
     ort = pytest.importorskip("onnxruntime")
     from anysr.engine.inference.export import export_onnx
@@ -322,6 +323,7 @@ def test_onnx_runs_at_unseen_sizes(name: str, tmp_path: Path) -> None:
             torch.testing.assert_close(got, net(x), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_rgt_onnx_export(tmp_path: Path) -> None:
     """RG-SA's number of 4x reductions is computed from the input size in Python and traced as a constant (2, the
     value for every side from 16 to 1023 pixels at inference): the dynamic graph holds within that range."""
