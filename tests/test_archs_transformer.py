@@ -1,4 +1,4 @@
-"""Transformer SR architectures Swin2SR, RGT (RGT / RGT-S) and CRAFT.
+"""Transformer SR architectures Swin2SR, RGT (RGT / RGT-S), CRAFT and ATD (ATD / ATD-light).
 
 Fixtures come from spandrel 0.4.2 (``tests/fixtures/make_transformer_fixtures.py``): the state dicts load strictly
 and give spandrel's outputs, also for inputs that must be padded. Also: the published layouts' sizes, channels_last,
@@ -20,6 +20,7 @@ from safetensors.torch import load_file
 from torch.nn import functional as F
 
 from anysr.archs import build_network
+from anysr.archs.atd_arch import mirror_pad
 from anysr.archs.craft_arch import mirror_extend
 from anysr.archs.rgt_arch import reduction_steps
 from anysr.archs.swin2sr_arch import log_spaced_coords, nearest_x2
@@ -28,7 +29,8 @@ from anysr.errors import OptionError
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "transformer"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
-ONE_PER_ARCH = ["swin2sr_x2_pixelshuffle", "rgt_x2_rect", "craft_x4"]
+ONE_PER_ARCH = ["swin2sr_x2_pixelshuffle", "rgt_x2_rect", "craft_x4", "atd_x3_direct"]
+LAYOUTS = json.loads((FIXTURES / "manifest.json").read_text())["layouts"]
 # Tiny trainable configurations (x2) for the CLI and XLA runs.
 TINY = {
     "Swin2SR": {"type": "Swin2SR", "img_size": 8, "window_size": 4, "embed_dim": 12, "depths": [2], "num_heads": [2],
@@ -37,6 +39,9 @@ TINY = {
             "upscale": 2, "split_size": [2, 4]},
     "CRAFT": {"type": "CRAFT", "embed_dim": 32, "depths": [1], "num_heads": [2], "window_size": 8,
               "split_size_0": 2, "split_size_1": 8, "upscale": 2},
+    "ATD": {"type": "ATD", "img_size": 8, "embed_dim": 16, "depths": [2], "num_heads": [2], "window_size": 4,
+            "category_size": 24, "num_tokens": 8, "reducted_dim": 4, "convffn_kernel_size": 3, "mlp_ratio": 2.0,
+            "upscale": 2, "upsampler": "pixelshuffledirect"},
 }
 
 
@@ -79,6 +84,14 @@ def test_reference_weights_load_strictly_and_match(name: str) -> None:
         torch.testing.assert_close(got, io[out], **FIXTURE_TOL, msg=f"{name} {out} differs from spandrel")
 
 
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_reference_layouts(name: str) -> None:
+    """Configurations stored as key -> shape only (their 64-feature upsamplers would make large fixtures)."""
+    case = LAYOUTS[name]
+    net = build_network({"type": case["type"], **case["kwargs"]})
+    assert {k: list(v.shape) for k, v in net.state_dict().items()} == case["shapes"]
+
+
 def test_fixtures_cover_padding_and_the_variants() -> None:
     kinds = {(c["type"], c["kwargs"].get("upsampler")) for c in MANIFEST.values()}
     assert {("Swin2SR", u) for u in ("pixelshuffle", "pixelshuffledirect", "nearest+conv", "pixelshuffle_aux", "")} \
@@ -106,6 +119,12 @@ def test_fixtures_cover_padding_and_the_variants() -> None:
      10_051_055),
     ("CRAFT", dict(upscale=4), 753_344),  # the defaults are the published CRAFT
     ("CRAFT", dict(upscale=2), 737_756),
+    ("ATD", dict(upscale=2, embed_dim=210, depths=[6] * 6, num_heads=[6] * 6, window_size=16, category_size=256,
+                 num_tokens=128, reducted_dim=20, convffn_kernel_size=5, mlp_ratio=2.0, upsampler="pixelshuffle"),
+     20_113_217),
+    ("ATD", dict(upscale=4, embed_dim=48, depths=[6] * 4, num_heads=[4] * 4, window_size=16, category_size=128,
+                 num_tokens=64, reducted_dim=8, convffn_kernel_size=7, mlp_ratio=1.0, upsampler="pixelshuffledirect"),
+     768_792),  # ATD-light
 ])
 def test_published_layouts(type_name: str, kwargs: dict, params: int) -> None:
     with torch.device("meta"):
@@ -118,6 +137,7 @@ def test_tile_multiples() -> None:
     assert build_network({**TINY["Swin2SR"], "img_size": 3}).tile_multiple == 3  # window shrinks to img_size
     assert build_network(TINY["RGT"]).tile_multiple == 1  # pads inside its window attention
     assert build_network(TINY["CRAFT"]).tile_multiple == 8
+    assert build_network(TINY["ATD"]).tile_multiple == 4
 
 
 @pytest.mark.parametrize("name", ONE_PER_ARCH)
@@ -142,7 +162,8 @@ def test_bf16_autocast_stays_close(name: str) -> None:
     assert err < 0.05, f"{name}: bf16 autocast off by {err:.3g} of the output range"
 
 
-@pytest.mark.parametrize("name", ONE_PER_ARCH + ["swin2sr_x1_aux", "rgt_x1_3conv", "craft_x2_identity"])
+@pytest.mark.parametrize("name", ONE_PER_ARCH + ["swin2sr_x1_aux", "rgt_x1_3conv", "craft_x2_identity",
+                                                 "atd_x1_nonorm"])
 def test_forward_creates_no_tensor_off_the_input_device(name: str) -> None:
     net, io = _case(name)
     net = net.to("meta")
@@ -165,7 +186,7 @@ def test_training_step_gives_finite_gradients(name: str) -> None:
     # layer scale; Swin2SR: the position-bias MLP and the temperature)
     # (not CRAFT's pos_proj: its 1-wide position MLP layer-norms a single value, a constant, as in the original)
     keys = ("reduction1", "cpe", "get_v", "gamma", "cpb_mlp.0.weight", "logit_scale", "q_bias", "temperature",
-            "hfer_blocks")
+            "hfer_blocks", "attn_atd.wq.weight", "attn_aca.logit_scale", "residual_group.td", "norm3.weight")
     checked = [(n, p) for n, p in trained if any(k in n for k in keys)]
     assert checked and all(p.grad.abs().sum() > 0 for _, p in checked), \
         [n for n, p in checked if not p.grad.abs().sum() > 0]
@@ -273,6 +294,40 @@ def test_craft_always_adds_a_mirrored_window() -> None:
     assert not torch.allclose(big, io["output0"], atol=1e-3)
 
 
+# ----------------------------------------------------------------------------- ATD details
+
+def test_atd_mirror_pad() -> None:
+    x = torch.arange(3.0).view(1, 1, 1, 3)
+    assert mirror_pad(x, 0, 2)[0, 0, 0].tolist() == [0, 1, 2, 2, 1]
+    assert mirror_pad(x, 0, 7)[0, 0, 0].tolist() == [0, 1, 2, 2, 1, 0, 0, 1, 2, 2]  # longer than the side
+    assert mirror_pad(x, 2, 0).shape == (1, 1, 3, 3)
+
+
+def test_atd_no_norm_buffer_decides_normalisation() -> None:
+    normed = build_network(TINY["ATD"])
+    plain = build_network({**TINY["ATD"], "norm": False})
+    assert normed.is_norm and "no_norm" not in normed.state_dict()
+    assert not plain.is_norm and torch.equal(plain.state_dict()["no_norm"], torch.zeros(1))
+
+
+def test_atd_groups_follow_the_dictionary_categories() -> None:
+    """AC-MSA attends within groups of pixels of the same (sorted) category: with one category per group, each
+    pixel's output depends only on its own group."""
+    torch.manual_seed(0)
+    aca = build_network(TINY["ATD"]).layers[0].residual_group.layers[0].attn_aca.eval()
+    aca.category_size = 4
+    n, c = 8, 16
+    qkv = torch.randn(1, n, 3 * c)
+    cats = torch.tensor([1, 0, 1, 0, 1, 0, 1, 0])  # pixels 1,3,5,7 -> group 0; 0,2,4,6 -> group 1
+    sim = F.one_hot(cats, 8).float().unsqueeze(0)
+    out = aca(qkv, sim)
+    changed = qkv.clone()
+    changed[0, 0] += 1.0  # a pixel of group 1
+    out2 = aca(changed, sim)
+    same = (out2 - out).abs().amax(-1)[0] < 1e-6
+    assert same.tolist() == [False, True, False, True, False, True, False, True]
+
+
 # ----------------------------------------------------------------------------- build errors
 
 @pytest.mark.parametrize(("opt", "pattern"), [
@@ -297,6 +352,11 @@ def test_craft_always_adds_a_mirrored_window() -> None:
     ({**TINY["CRAFT"], "embed_dim": 16}, r"network_g\.embed_dim: CRAFT: embed_dim must be at least 32"),
     ({**TINY["CRAFT"], "upscale": 0}, r"network_g\.upscale: CRAFT: upscale must be a positive integer"),
     ({**TINY["CRAFT"], "depths": [1, 1]}, r"network_g\.num_heads: CRAFT: num_heads has 1 entries"),
+    ({**TINY["ATD"], "upsampler": "pixelshuffle_aux"}, r"network_g\.upsampler: ATD: unknown upsampler"),
+    ({**TINY["ATD"], "upsampler": "nearest+conv"}, r"network_g\.upscale: ATD: upsampler 'nearest\+conv'"),
+    ({**TINY["ATD"], "num_heads": [3]}, r"network_g\.num_heads: ATD: embed_dim 16 is not divisible"),
+    ({**TINY["ATD"], "patch_size": 4}, r"network_g\.patch_size: ATD: only patch_size 1"),
+    ({**TINY["ATD"], "resi_connection": "identity"}, r"network_g\.resi_connection: ATD: unknown"),
 ])
 def test_bad_arguments_name_the_option(opt: dict, pattern: str) -> None:
     with pytest.raises(OptionError, match=pattern):
@@ -343,7 +403,7 @@ def test_rgt_onnx_export(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- training through the CLI
 
 @pytest.mark.slow
-@pytest.mark.parametrize("arch", ["Swin2SR", "RGT", "CRAFT"])
+@pytest.mark.parametrize("arch", ["Swin2SR", "RGT", "CRAFT", "ATD"])
 def test_cli_training_run(arch: str, tmp_path: Path, small_train_dir: Path) -> None:
     opt = tiny_train_options(f"tiny_{arch.lower()}", small_train_dir, None, total_iter=4)
     opt["network_g"] = dict(TINY[arch])
@@ -392,6 +452,7 @@ XLA_NETS = {
     "Swin2SR-nearest": ({**TINY["Swin2SR"], "upsampler": "nearest+conv", "upscale": 4}, (1, 3, 8, 8)),
     "RGT": (TINY["RGT"], (2, 3, 17, 18)),
     "CRAFT": (TINY["CRAFT"], (2, 3, 9, 13)),
+    "ATD": (TINY["ATD"], (2, 3, 7, 10)),
 }
 
 
@@ -405,7 +466,7 @@ def test_xla_train_step_compiles_once(arch: str) -> None:
     opt, shape = XLA_NETS[arch]
     torch.manual_seed(0)
     dev = torch_xla.device()
-    net = build_network({**opt, **({"drop_path_rate": 0.0} if arch != "CRAFT" else {})}).train().to(dev)
+    net = build_network({**opt, **({"drop_path_rate": 0.0} if arch in ("Swin2SR", "RGT") else {})}).train().to(dev)
     before = {n for n in metrics.counter_names() if n.startswith("aten::")}
     x = torch.rand(shape).to(dev)
     compiles, losses = [], []
