@@ -400,6 +400,18 @@ def test_rgt_onnx_export(tmp_path: Path) -> None:
             torch.testing.assert_close(got, net(x), rtol=1e-4, atol=1e-4)
 
 
+def test_atd_onnx_export_is_refused_clearly(tmp_path: Path) -> None:
+    """AC-MSA sorts pixels by category (``torch.sort``), which torch's ONNX exporter cannot express: the export
+    stops with an OptionError naming the operator, and writes no file."""
+    pytest.importorskip("onnxruntime")
+    from anysr.engine.inference.export import export_onnx
+
+    net, _ = _case("atd_x3_direct")
+    with pytest.raises(OptionError, match="ONNX export of operator Sort"):
+        export_onnx(net, tmp_path / "atd.onnx", scale=3)
+    assert not (tmp_path / "atd.onnx").exists()
+
+
 # ----------------------------------------------------------------------------- training through the CLI
 
 @pytest.mark.slow
