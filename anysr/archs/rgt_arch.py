@@ -11,8 +11,9 @@ Constructor arguments, module names and buffers follow spandrel 0.4.2's ``RGT`` 
 checkpoints load with ``strict=True``.
 
 Size requirement: any size. L-SA zero-pads its queries / keys / values to a multiple of the larger window side and
-crops (as the authors do); RG-SA needs at least 16 pixels per side in eval mode (4 in training): smaller inputs are
-padded at the bottom / right (reflect, then replicate) and the output cropped, as spandrel's call API does.
+crops (as the authors do; ``tile_multiple`` is the side multiple for which that padding is empty); RG-SA needs at
+least 16 pixels per side in eval mode (4 in training): smaller inputs are padded at the bottom / right (reflect,
+then replicate) and the output cropped, as spandrel's call API does.
 """
 
 from __future__ import annotations
@@ -236,8 +237,7 @@ class RGT(SwinSRBase):
     ('1conv' / '3conv'), split_size (window rows, columns), c_ratio (RG-SA's key width relative to dim).
     """
 
-    pads_input = False
-    tile_multiple = 1
+    pads_input = False  # L-SA pads inside each block
 
     def __init__(self, *, img_size: int = 64, in_chans: int = 3, embed_dim: int = 180,
                  depth: Sequence[int] = (2, 2, 2, 2), num_heads: Sequence[int] = (2, 2, 2, 2), mlp_ratio: float = 4.0,
@@ -250,6 +250,7 @@ class RGT(SwinSRBase):
         _check_args(embed_dim, depth, num_heads, upscale, resi_connection, split_size)
         num_feat = 64
         self.init_shallow(in_chans, embed_dim, len(depth), img_range, upscale, "pixelshuffle")
+        self.tile_multiple: int = max(split_size)  # sides for which L-SA's padding is empty
         self.use_chk = use_chk
         self.before_RG = nn.Sequential(_ToTokens(), nn.LayerNorm(embed_dim))
         rates = drop_path_rates(drop_path_rate, sum(depth))
