@@ -93,6 +93,12 @@ WINDOWED = {
              "mlp_ratio": 2.0},
     "OmniSR": {"num_feat": 8, "window_size": 6, "up_scale": 2},
     "SCUNet": {"config": [0, 1, 0, 0, 0, 0, 1], "dim": 64},
+    "Swin2SR": {"img_size": 8, "embed_dim": 12, "depths": [2], "num_heads": [2], "window_size": 4, "mlp_ratio": 2.0},
+    "RGT": {"img_size": 16, "embed_dim": 32, "depth": [2], "num_heads": [2], "split_size": [2, 4]},
+    "CRAFT": {"embed_dim": 32, "depths": [1], "num_heads": [2], "window_size": 8, "split_size_0": 2,
+              "split_size_1": 8},
+    "ATD": {"img_size": 8, "embed_dim": 16, "depths": [2], "num_heads": [2], "window_size": 4, "category_size": 24,
+            "num_tokens": 8, "reducted_dim": 4},
 }
 
 
