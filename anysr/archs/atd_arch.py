@@ -46,6 +46,7 @@ from anysr.archs.arch_util import (
     window_reverse,
 )
 from anysr.archs.swin2sr_arch import LOGIT_SCALE_MAX, nearest_x2
+from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
 UPSAMPLERS = ("pixelshuffle", "pixelshuffledirect", "nearest+conv", "")
@@ -407,3 +408,19 @@ def _check_args(upsampler: str, upscale: int, resi_connection: str, depths: Sequ
 
 
 __all__ = ["ATD", "AC_MSA", "ATD_CA", "ATDTransformerLayer"]
+
+
+# Published variants by name (traiNNer-redux's names); tests/test_presets.py checks each against the network
+# traiNNer-redux builds.
+register_presets("ATD", scale_arg="upscale", presets={
+    # 20.26 M parameters at x4
+    "atd": {
+        "upscale": 4, "img_size": 96, "embed_dim": 210, "depths": (6,) * 6, "num_heads": (6,) * 6, "window_size": 16,
+        "num_tokens": 128, "reducted_dim": 20, "upsampler": "pixelshuffle"
+    },
+    # 0.81 M parameters at x4
+    "atd_light": {
+        "upscale": 4, "embed_dim": 48, "window_size": 16, "category_size": 128, "reducted_dim": 8,
+        "convffn_kernel_size": 7, "mlp_ratio": 1, "upsampler": "pixelshuffledirect"
+    },
+})

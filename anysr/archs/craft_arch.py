@@ -37,6 +37,7 @@ from anysr.archs.arch_util import (
     window_attention,
 )
 from anysr.archs.dat_arch import DynamicPosBias
+from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
 FFN_EXPANSION = 2.66  # the hybrid fusion blocks' feed-forward width (fixed by the authors)
@@ -346,3 +347,10 @@ def _check_args(window_size: int, embed_dim: int, depths: Sequence[int], num_hea
 
 
 __all__ = ["CRAFT", "CRFB", "HFB", "HFERB", "SRWAB"]
+
+
+# Published variants by name (traiNNer-redux's names); tests/test_presets.py checks each against the network
+# traiNNer-redux builds.
+register_presets("CRAFT", scale_arg="upscale", presets={
+    "craft": {},  # 0.75 M parameters at x4
+})

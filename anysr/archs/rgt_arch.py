@@ -39,6 +39,7 @@ from anysr.archs.arch_util import (
     to_tokens,
 )
 from anysr.archs.dat_arch import SGFN, Spatial_Attention, _is_shifted, _ToTokens
+from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
 EVAL_MIN_SIZE = 16  # RG-SA shrinks the map at least 16x at inference
@@ -300,3 +301,13 @@ def _check_args(embed_dim: int, depth: Sequence[int], num_heads: Sequence[int], 
 
 
 __all__ = ["RGT", "L_SA", "RG_SA"]
+
+
+# Published variants by name (traiNNer-redux's names); tests/test_presets.py checks each against the network
+# traiNNer-redux builds.
+register_presets("RGT", scale_arg="upscale", presets={
+    # 13.37 M parameters at x4
+    "rgt": {"upscale": 4, "split_size": (8, 32), "depth": (6,) * 8, "num_heads": (6,) * 8, "mlp_ratio": 2.0},
+    # 10.20 M parameters at x4
+    "rgt_s": {"upscale": 4, "split_size": (8, 32), "depth": (6,) * 6, "num_heads": (6,) * 6, "mlp_ratio": 2.0},
+})

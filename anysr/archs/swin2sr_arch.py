@@ -47,6 +47,7 @@ from anysr.archs.arch_util import (
     window_partition,
     window_reverse,
 )
+from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
 UPSAMPLERS = ("pixelshuffle", "pixelshuffledirect", "nearest+conv", "pixelshuffle_aux", "")
@@ -388,3 +389,21 @@ def _check_args(upsampler: str, resi_connection: str, depths: Sequence[int], num
 
 
 __all__ = ["Swin2SR", "SwinV2Block", "WindowAttentionV2"]
+
+
+# Published variants by name (traiNNer-redux's names); tests/test_presets.py checks each against the network
+# traiNNer-redux builds.
+register_presets("Swin2SR", scale_arg="upscale", presets={
+    # 28.79 M parameters at x4
+    "swin2sr_l": {
+        "upscale": 4, "embed_dim": 240, "depths": (6,) * 9, "num_heads": (8,) * 9, "window_size": 8,
+        "mlp_ratio": 2.0, "upsampler": "nearest+conv", "resi_connection": "3conv"
+    },
+    # 12.24 M parameters at x4
+    "swin2sr_m": {
+        "upscale": 4, "embed_dim": 180, "depths": (6,) * 6, "num_heads": (6,) * 6, "window_size": 8,
+        "mlp_ratio": 2.0, "upsampler": "pixelshuffle"
+    },
+    # 1.02 M parameters at x4
+    "swin2sr_s": {"upscale": 4, "embed_dim": 60, "window_size": 8, "mlp_ratio": 2.0, "upsampler": "pixelshuffledirect"},
+})
