@@ -33,7 +33,7 @@ from anysr.data.degradation.realesrgan import (
 )
 from anysr.data.imageio import ImageInfo, list_images, probe_image, read_image, write_image
 from anysr.data.loaders import build_dataset, collate
-from anysr.data.pair_pool import TrainingPairPool
+from anysr.data.pair_pool import TrainingPairPool, wide_keys
 from anysr.data.sampler import TrainSampler
 from anysr.data.transforms import mod_crop, tensor2img
 from anysr.errors import DataError, OptionError
@@ -458,7 +458,7 @@ def degrade_samples(opt: Any, out_dir: PathLike, n: int, *, where: str | None = 
         pair = {"lq": lq, "gt": gt, "id": ids}
         if pool is not None:
             pair = pool.swap(pair, pool_rng(seed, it, micro), offset=0, global_batch=len(items),
-                             to_device=lambda t: t)
+                             to_device=lambda t: t, wide=wide_keys({"bits": [r.get("bits", 8) for r in raw]}))
         for j in range(len(items)):
             if count >= n:
                 break
