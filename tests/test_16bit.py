@@ -261,6 +261,13 @@ def test_psnr_ssim_on_16_bit_levels_match_the_float_0_255_scale(t91_u8: list[np.
     both = psnr_torch(torch.cat([noisy, sr]), torch.cat([u8, gt]), peak=torch.tensor([255.0, 65535.0]))
     assert float(both[0]) == pytest.approx(float(base[0]), abs=1e-4)
     assert float(both[1]) == pytest.approx(float(psnr_torch(sr, gt, peak=65535.0)[0]), abs=1e-4)
+    # the same picture widened to 16 bits (x 257) scores the same on both conventions (docs/data.md)
+    wide_n, wide_g = (noisy * 255).round() * 257 / 65535, (u8 * 255).round() * 257 / 65535
+    for y in (False, True):
+        assert float(psnr_torch(wide_n, wide_g, test_y_channel=y, peak=65535.0)[0]) == pytest.approx(
+            float(psnr_torch(noisy, u8, test_y_channel=y)[0]), abs=1e-3)
+        assert float(ssim_torch(wide_n, wide_g, test_y_channel=y, peak=65535.0)[0]) == pytest.approx(
+            float(ssim_torch(noisy, u8, test_y_channel=y)[0]), abs=1e-5)
     with pytest.raises(DataError, match="peak: 255 .* or 65535 .*, got 1000"):
         psnr_torch(sr, gt, peak=1000.0)
 
