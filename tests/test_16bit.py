@@ -16,7 +16,7 @@ import pytest
 import torch
 import yaml
 from conftest import DATASETS, run_cli, tiny_train_options, write_options
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from anysr.data import build_dataset
 from anysr.data.degradation.bicubic import bicubic_degrade, bicubic_degrade_window
@@ -340,3 +340,52 @@ def test_training_and_validation_see_the_low_byte(tmp_path: Path, deep_dir: Path
     for p in pngs:
         img = cv2.imread(str(p), cv2.IMREAD_UNCHANGED)
         assert img.dtype == np.uint16 and len(np.unique(img & 0xFF)) > 16, p
+
+
+@pytest.mark.xla
+def test_xla_validation_of_16_bit_images_equals_cpu_and_compiles_once(tmp_path: Path, deep_dir: Path) -> None:
+    pytest.importorskip("torch_xla")
+    import os  # noqa: PLC0415 - only this test needs the XLA environment
+
+    os.environ.setdefault("PJRT_DEVICE", "CPU")
+    from anysr.accelerators.base import LaunchPlan  # noqa: PLC0415
+    from anysr.accelerators.launcher import create_accelerator, resolve_plan  # noqa: PLC0415
+    from anysr.data import build_eval_loader  # noqa: PLC0415
+    from anysr.engine.evaluation.evaluator import evaluate  # noqa: PLC0415
+    from anysr.engine.evaluation.val_metrics import ValMetrics  # noqa: PLC0415
+
+    opt = tiny_train_options("x", deep_dir, deep_dir)
+    opt["val"]["metrics"] = {"psnr": {"type": "calculate_psnr", "crop_border": 2, "test_y_channel": True},
+                             "ssim": {"type": "calculate_ssim", "crop_border": 2}}
+    o = load_options(write_options(tmp_path / "x.yml", opt), [f"path.root={tmp_path}"], is_train=True)
+    loader, _ = build_eval_loader(build_dataset(o.datasets.val, "datasets.val"), o.datasets.val, world_size=1, rank=0)
+    start = tmp_path / "start.safetensors"
+    _identity_compact(start)
+    sd = load_file(str(start))
+    results = {}
+    for kind in ("cpu", "xla"):
+        plan = (LaunchPlan("xla", 1, "xla", "fp32", extra={"pjrt_device": "CPU", "all_devices": False})
+                if kind == "xla" else resolve_plan("cpu", 1, precision="fp32"))
+        acc = create_accelerator(plan)
+        acc.setup()
+        net = ARCH_REGISTRY.get("SRVGGNetCompact")(num_feat=8, num_conv=2, upscale=2)
+        net.load_state_dict(sd)
+        net = net.to(acc.device)
+        metrics = ValMetrics(o.val.metrics, acc)
+        first = acc.stats()
+        results[kind] = evaluate(net, loader, acc, dataset="deep", scale=2, metrics=metrics,
+                                 save_dir=tmp_path / kind)
+        if kind == "xla":
+            before = acc.stats()
+            evaluate(net, loader, acc, dataset="deep", scale=2, metrics=metrics)
+            after = acc.stats()
+            assert after["compiles"] == before["compiles"], (before, after)
+            assert after["cpu_fallbacks"] == first["cpu_fallbacks"], (first, after)
+    for key in ("psnr", "ssim"):
+        assert results["xla"].metrics[key] == pytest.approx(results["cpu"].metrics[key], rel=1e-5), key
+    assert 40 < results["cpu"].metrics["psnr"] < 100
+    saved = sorted((tmp_path / "xla").glob("*.png"))
+    assert len(saved) == 4
+    for p in saved:
+        a, b = (cv2.imread(str(d / p.name), cv2.IMREAD_UNCHANGED) for d in (tmp_path / "xla", tmp_path / "cpu"))
+        assert a.dtype == b.dtype == np.uint16 and np.abs(a.astype(int) - b.astype(int)).max() <= 1, p.name
