@@ -22,7 +22,7 @@ from anysr.data import build_dataset
 from anysr.data.degradation.bicubic import bicubic_degrade, bicubic_degrade_window
 from anysr.data.file_backends import DiskBackend, LmdbBackend, decode_training_image, decode_uint8
 from anysr.data.pair_pool import TrainingPairPool, dequantise, quantise, wide_keys
-from anysr.data.prepare import make_lmdb
+from anysr.data.prepare import degrade_samples, make_lmdb
 from anysr.data.transforms import augment, bgr_to_y, img2tensor, mod_crop, paired_random_crop, tensor2img
 from anysr.engine.evaluation.forward import quantize
 from anysr.errors import DataError
@@ -171,10 +171,10 @@ def test_paired_dataset_items_keep_16_bits(tmp_path: Path, deep_dir: Path, cut_d
         assert flat["bits"] == 8 and float(flat["gt"].std()) == 0.0
 
 
-def test_realesrgan_dataset_keeps_a_16_bit_gt(tmp_path: Path, deep_dir: Path) -> None:
+def _real_options(tmp_path: Path, root: Path) -> Any:
     opt = {"name": "r", "model_type": "RealESRNetModel", "scale": 4, "accelerator": "cpu", "num_gpu": 1,
            "gt_size": 32, "queue_size": 4,
-           "datasets": {"train": {"name": "d", "type": "RealESRGANDataset", "dataroot_gt": str(deep_dir),
+           "datasets": {"train": {"name": "d", "type": "RealESRGANDataset", "dataroot_gt": str(root),
                                   "io_backend": {"type": "disk"}, "crop_pad_size": 96, "use_hflip": True,
                                   "use_rot": True, "batch_size_per_gpu": 2}},
            "network_g": {"type": "SRVGGNetCompact", "num_feat": 8, "num_conv": 2, "upscale": 4},
@@ -182,12 +182,23 @@ def test_realesrgan_dataset_keeps_a_16_bit_gt(tmp_path: Path, deep_dir: Path) ->
                      "pixel_opt": {"type": "L1Loss", "loss_weight": 1.0}}}
     path = tmp_path / "r.yml"
     path.write_text(yaml.safe_dump(opt))
-    o = load_options(path, [f"path.root={tmp_path}"], is_train=True)
+    return load_options(path, [f"path.root={tmp_path}"], is_train=True)
+
+
+def test_realesrgan_dataset_and_degrade_preview_keep_a_16_bit_gt(tmp_path: Path, deep_dir: Path) -> None:
+    o = _real_options(tmp_path, deep_dir)
     ds = build_dataset(o.datasets.train, "datasets.train")
     item = ds[(0, 3)]
     assert item["bits"] == 16
     levels = item["gt"] * 65535
     assert torch.equal(levels, levels.round()) and levels.std() > 10
+    report = degrade_samples(o, tmp_path / "pairs", 6, progress=False)  # through the pool (queue_size 4)
+    meta = json.loads((report.out / "degrade.json").read_text())
+    assert all(p["bits"] == 16 for p in meta["pairs"])
+    for j in range(6):
+        gt = cv2.imread(str(report.out / f"{j:04d}_gt.png"), cv2.IMREAD_UNCHANGED)
+        lq = cv2.imread(str(report.out / f"{j:04d}_lq.png"), cv2.IMREAD_UNCHANGED)
+        assert gt.dtype == np.uint16 and len(np.unique(gt & 0xFF)) > 50 and lq.dtype == np.uint8
 
 
 def test_pair_pool_keeps_a_16_bit_gt_exactly() -> None:

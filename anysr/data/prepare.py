@@ -450,7 +450,8 @@ def degrade_samples(opt: Any, out_dir: PathLike, n: int, *, where: str | None = 
         base = len(records)
         for j, ((_, s), r, rec) in enumerate(zip(items, raw, recs)):
             params = dataset.kernel_params(s)  # type: ignore[attr-defined]
-            records.append({"source": r["gt_path"], "sample_seed": s, "iteration": it, "micro_batch": micro,
+            records.append({"source": r["gt_path"], "bits": int(r.get("bits", 8)), "sample_seed": s, "iteration": it,
+                            "micro_batch": micro,
                             "batch_position": j, "kernels": {k: {f: v for f, v in vars(p).items()
                                                                  if not (isinstance(v, float) and math.isnan(v))}
                                                              for k, p in params.items()}, **rec})
@@ -465,7 +466,8 @@ def degrade_samples(opt: Any, out_dir: PathLike, n: int, *, where: str | None = 
             rid = int(pair["id"][j])
             stem = f"{count:04d}"
             written.append(write_image(out / f"{stem}_lq.png", _to_bgr8(pair["lq"][j])))
-            written.append(write_image(out / f"{stem}_gt.png", _to_bgr8(pair["gt"][j])))
+            gt_bits = int(records[rid]["bits"])  # a 16-bit source image gives a 16-bit GT preview
+            written.append(write_image(out / f"{stem}_gt.png", tensor2img(pair["gt"][j], bits=gt_bits)))
             for name, kern in zip(("kernel1", "kernel2", "sinc"), kernels[rid - base] if rid >= base else
                                   _kernels_of(dataset, records[rid]["sample_seed"])):
                 written.append(write_image(out / f"{stem}_{name}.png", _kernel_image(kern.numpy())))
