@@ -317,14 +317,18 @@ def test_training_and_validation_see_the_low_byte(tmp_path: Path, deep_dir: Path
         opt["logger"]["save_checkpoint_freq"] = 4
         opt["val"] = {"val_freq": 4, "save_img": True,
                       "metrics": {"psnr": {"type": "calculate_psnr", "crop_border": 2}}}
-        run_cli("train", "-opt", str(write_options(tmp_path / f"{name}.yml", opt)), "--force_yml",
-                f"path.root={tmp_path}", cwd=tmp_path)
+        opt["train"]["precision"] = "auto"  # 16-bit data: fp32 (bf16 would keep ~8 bits); the 8-bit cut: as before
+        proc = run_cli("train", "-opt", str(write_options(tmp_path / f"{name}.yml", opt)), "--force_yml",
+                       f"path.root={tmp_path}", cwd=tmp_path)
+        said = "16-bit images in the datasets: precision fp32" in proc.stdout + proc.stderr
+        assert said == (name == "deep"), name
         runs[name] = tmp_path / "experiments" / name
     deep, cut = _losses(runs["deep"]), _losses(runs["cut"])
     assert len(deep) == len(cut) == 4
     assert cut == [0.0] * 4  # cut to 8 bits (what anysr trained on before) the images are flat: nothing to learn
     assert all(5e-5 < v < 1e-2 for v in deep), deep  # the low byte's texture is what the loss sees
     summary = json.loads((runs["deep"] / "summary.json").read_text())
+    assert summary["accelerator"]["precision"] == "fp32"
     assert 40 < summary["validation"]["val"]["psnr"]["value"] < 100
     saved = sorted((runs["deep"] / "visualization").rglob("*.png"))
     assert len(saved) == 4

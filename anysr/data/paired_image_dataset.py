@@ -166,6 +166,7 @@ class _ImageDataset(Dataset):
     """
 
     backend_types = BACKEND_TYPES  # the io_backend.type values it reads (the options check them)
+    keeps_16bit = True  # 16-bit files stay 16-bit (``holds_16bit_images``: precision auto means fp32 for them)
 
     def __init__(self, opt: Mapping[str, Any], key_path: str | None) -> None:
         self.opt = opt
