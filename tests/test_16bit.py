@@ -21,6 +21,7 @@ from safetensors.torch import load_file, save_file
 from anysr.data import build_dataset
 from anysr.data.degradation.bicubic import bicubic_degrade, bicubic_degrade_window
 from anysr.data.file_backends import DiskBackend, LmdbBackend, decode_training_image, decode_uint8
+from anysr.data.loaders import holds_16bit_images
 from anysr.data.pair_pool import TrainingPairPool, dequantise, quantise, wide_keys
 from anysr.data.prepare import degrade_samples, make_lmdb
 from anysr.data.transforms import augment, bgr_to_y, img2tensor, mod_crop, paired_random_crop, tensor2img
@@ -247,6 +248,21 @@ def test_lmdb_round_trip_keeps_16_bits(tmp_path: Path, t91_u8: list[np.ndarray])
     assert np.array_equal(backend.read("b"), deep[:, :, 1])
     assert backend.read("c").dtype == np.uint8 and np.array_equal(backend.read("c"), t91_u8[1][:20, :20])
     backend.close()
+
+
+def test_holds_16bit_images_reads_a_header_sample(tmp_path: Path, deep_dir: Path, cut_dir: Path) -> None:
+    """What makes precision auto mean fp32 for training and `anysr test`."""
+    def section(**kw: Any) -> dict[str, Any]:
+        return {"type": "PairedImageDataset", "io_backend": {"type": "disk"}, **kw}
+
+    assert holds_16bit_images(section(dataroot_gt=str(deep_dir)))
+    assert not holds_16bit_images(section(dataroot_gt=str(cut_dir), dataroot_lq=str(cut_dir)))
+    assert holds_16bit_images(section(dataroot_gt=str(cut_dir), dataroot_lq=str(deep_dir)))
+    assert holds_16bit_images(section(dataroot_gt=[str(cut_dir), str(deep_dir)]))  # a list of folders
+    assert not holds_16bit_images(section(dataroot_gt=str(tmp_path / "missing")))  # the dataset's checks say it
+    assert not holds_16bit_images({"type": "REDSDataset", "dataroot_gt": str(deep_dir)})  # video frames read 8-bit
+    lmdb = make_lmdb(deep_dir, tmp_path / "d.lmdb", progress=False)
+    assert holds_16bit_images(section(dataroot_gt=str(lmdb), io_backend={"type": "lmdb"}))
 
 
 # ------------------------------------------------------------------------------------------------ metrics

@@ -36,8 +36,11 @@ def holds_16bit_images(opt: Mapping[str, Any], sample: int = 32) -> bool:
     if not getattr(cls, "keeps_16bit", False):
         return False
     io_type = str((opt.get("io_backend") or {}).get("type", "disk"))
+    roots = []
     for key in ("dataroot_gt", "dataroot_lq"):
-        root = opt.get(key)
+        value = opt.get(key)
+        roots += list(value) if isinstance(value, list | tuple) else [value]  # one folder, or a list of folders
+    for root in roots:
         if not root:
             continue
         try:
@@ -49,7 +52,7 @@ def holds_16bit_images(opt: Mapping[str, Any], sample: int = 32) -> bool:
                         else probe_bytes(backend.get(name), name))
                 if info.dtype == "uint16":
                     return True
-        except (DataError, OSError):
+        except (DataError, OSError, TypeError):
             continue
     return False
 
