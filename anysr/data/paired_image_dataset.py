@@ -238,8 +238,8 @@ class _ImageDataset(Dataset):
     def _info(backend: FileBackend, key: str, decode: bool) -> ImageInfo:
         if decode:
             img = backend.read(key)  # refuses pixel types training does not read
-            bits = 16 if img.dtype == np.uint16 else 8
-            return ImageInfo(img.shape[1], img.shape[0], 1 if img.ndim == 2 else img.shape[2], bits, img.dtype.name)
+            return ImageInfo(img.shape[1], img.shape[0], 1 if img.ndim == 2 else img.shape[2], image_bits(img),
+                             img.dtype.name)
         if isinstance(backend, DiskBackend):
             return check_pixel_type(probe_image(backend.path_of(key)), backend.describe(key))
         return check_pixel_type(probe_bytes(backend.get(key), backend.describe(key)), backend.describe(key))

@@ -450,11 +450,10 @@ def degrade_samples(opt: Any, out_dir: PathLike, n: int, *, where: str | None = 
         base = len(records)
         for j, ((_, s), r, rec) in enumerate(zip(items, raw, recs)):
             params = dataset.kernel_params(s)  # type: ignore[attr-defined]
-            records.append({"source": r["gt_path"], "bits": int(r.get("bits", 8)), "sample_seed": s, "iteration": it,
-                            "micro_batch": micro,
-                            "batch_position": j, "kernels": {k: {f: v for f, v in vars(p).items()
-                                                                 if not (isinstance(v, float) and math.isnan(v))}
-                                                             for k, p in params.items()}, **rec})
+            kept = {k: {f: v for f, v in vars(p).items() if not (isinstance(v, float) and math.isnan(v))}
+                    for k, p in params.items()}
+            records.append({"source": r["gt_path"], "bits": int(r.get("bits", 8)), "sample_seed": s,
+                            "iteration": it, "micro_batch": micro, "batch_position": j, "kernels": kept, **rec})
         ids = torch.arange(base, base + len(items), dtype=torch.float64)
         pair = {"lq": lq, "gt": gt, "id": ids}
         if pool is not None:
