@@ -66,6 +66,23 @@ def _plan_from_options(opt: Any, launcher: str = "auto", precision: str | None =
                         find_unused_parameters=opt.find_unused_parameters, static_graph=opt.use_static_graph)
 
 
+def _deep_data_plan(opt: Any, launcher: str, precision: str | None = None) -> Any:
+    """``_plan_from_options``, with precision ``auto`` meaning fp32 when a dataset reads 16-bit images (as ``anysr
+    infer`` does for 16-bit inputs): bf16 keeps about 8 significant bits, and the low byte would be lost."""
+    from dataclasses import replace
+
+    from anysr.data.loaders import holds_16bit_images
+
+    asked = precision or (opt.train.precision if opt.train is not None else "auto")
+    deep = asked == "auto" and any(holds_16bit_images(d) for d in opt.datasets.values())
+    plan = _plan_from_options(opt, launcher, "fp32" if deep else precision)
+    if deep:
+        plan = replace(plan, notes=(*plan.notes, "16-bit images in the datasets: precision fp32 (bf16 keeps about 8 "
+                                                 "bits of a 16-bit sample; train.precision: bf16 to choose it "
+                                                 "anyway)"))
+    return plan
+
+
 # ---------------------------------------------------------------------- commands
 def cmd_train(args: argparse.Namespace) -> int:
     from anysr.accelerators import launch
@@ -75,7 +92,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         load_plugins()
         overrides = data_overrides(args.opt, args.data) + overrides  # --force_yml still wins
     opt = load_command_options(args.opt, overrides, is_train=True)
-    plan = _plan_from_options(opt, "none" if args.launcher == "none" else args.launcher)
+    plan = _deep_data_plan(opt, "none" if args.launcher == "none" else args.launcher)
     launch(plan, train_worker, opt, bool(args.auto_resume), bool(args.start_over))
     return 0
 
@@ -84,7 +101,7 @@ def cmd_test(args: argparse.Namespace) -> int:
     from anysr.accelerators import launch
     from anysr.engine.evaluation.evaluator import test_worker
     opt = load_command_options(args.opt, args.force_yml, is_train=False)
-    launch(_plan_from_options(opt, args.launcher, args.precision), test_worker, opt)
+    launch(_deep_data_plan(opt, args.launcher, args.precision), test_worker, opt)
     return 0
 
 

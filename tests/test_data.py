@@ -363,7 +363,7 @@ def test_gray_and_y_channel(tmp_path: Path) -> None:
     assert torch.allclose(norm[0]["gt"], (c["gt"] - 0.5) / 0.25)
     single = Single({"dataroot_lq": str(gt_dir)})
     assert len(single) == 2 and single[1]["gray"] is True and single[1]["lq"].shape == (3, 200, 200)
-    assert set(single[0]) == {"lq", "lq_path", "gray"}
+    assert set(single[0]) == {"lq", "lq_path", "gray", "bits"}
 
 
 def test_lq_from_gt_matches_a_prepared_bicubic_folder(tmp_path: Path) -> None:
@@ -570,7 +570,7 @@ def test_remaining_error_messages(tmp_path: Path, pair_dirs: tuple[Path, Path]) 
         (lambda: tensor2img(torch.zeros(2, 3, 4, 4)), DataError, r"expected one image, got a batch of 2"),
         (lambda: tensor2img(torch.zeros(2, 4, 4)), DataError, r"expected CHW with 1 or 3 channels"),
         (lambda: bicubic_degrade(img, 0), OptionError, r"scale must be a positive integer, got 0"),
-        (lambda: bicubic_degrade(img.astype(np.float32), 2), DataError, r"expected a uint8 image, got float"),
+        (lambda: bicubic_degrade(img.astype(np.float32), 2), DataError, r"expected a uint8 or uint16 image, got float"),
         (lambda: Paired(paired_opt(gt, lq, mean=[0.5, 0.5], std=[1, 1, 1])), OptionError,
          r"datasets\.train\.mean: expected a list of 3 float, got 2 items"),
         (lambda: Paired(paired_opt(gt, lq, mean=[0.5] * 3, std=[1, 0, 1])), OptionError,

@@ -219,7 +219,7 @@ def test_dataset_items_depend_on_the_seed_only(tmp_path: Path, t91: Path) -> Non
     ds = build_dataset(opt.datasets.train, "datasets.train")
     assert len(ds) == 7
     a, b, c = ds[(2, 99)], ds[(2, 99)], ds[(2, 100)]
-    assert set(a) == {"gt", *KERNELS, "gt_path", "seed"} and a["seed"] == 99
+    assert set(a) == {"gt", *KERNELS, "gt_path", "seed", "bits"} and a["seed"] == 99
     assert a["gt"].shape == (3, 128, 128) and a["gt"].dtype == torch.float32
     for k in ("gt", *KERNELS):
         assert torch.equal(a[k], b[k]), k
@@ -344,7 +344,7 @@ def test_loader_synthesis_is_a_batch_of_one(tmp_path: Path, t91: Path) -> None:
     plain = ds[(1, 42)]
     ds.attach_synthesis(synth)
     item = ds[(1, 42)]
-    assert set(item) == {"lq", "gt", "gt_path", "seed"}
+    assert set(item) == {"lq", "gt", "gt_path", "seed", "bits"}
     assert item["lq"].shape == (3, 8, 8) and item["gt"].shape == (3, 32, 32)
     direct = synth(plain["gt"], [plain[k] for k in KERNELS], 42)
     assert torch.equal(direct["lq"], item["lq"]) and torch.equal(direct["gt"], item["gt"])

@@ -1,7 +1,8 @@
 """Where image bytes come from: a folder on disk or a BasicSR-style LMDB, behind one interface.
 
-Both backends answer ``get(key_or_path) -> bytes`` and ``keys() -> list[str]``; ``decode_uint8`` turns the
-bytes into a BasicSR numpy image (HWC BGR uint8, or HW uint8 for single-channel files).
+Both backends answer ``get(key_or_path) -> bytes`` and ``keys() -> list[str]``; ``decode_training_image`` turns
+the bytes into a BasicSR numpy image (HWC BGR, or HW for single-channel files) at the file's own depth: uint8 for
+8-bit files, uint16 for 16-bit ones. ``decode_uint8`` is the same scaled to 8 bits (video frames).
 """
 
 from __future__ import annotations
@@ -39,16 +40,15 @@ def check_pixel_type(info: imageio.ImageInfo, name: str) -> imageio.ImageInfo:
     return info
 
 
-def decode_uint8(buf: bytes, name: str, flag: str = "unchanged") -> np.ndarray:
-    """Decode encoded image bytes (``imageio.decode_image``) into a BasicSR training image.
+def decode_training_image(buf: bytes, name: str, flag: str = "unchanged") -> np.ndarray:
+    """Decode encoded image bytes (``imageio.decode_image``) into a BasicSR training image at its own depth.
 
-    Returns uint8 HWC BGR, or uint8 HW for a single-channel file (``flag='unchanged'``): an alpha channel
-    is dropped and 16-bit images are scaled to 8 bits. A corrupt image is a DataError naming ``name``.
+    Returns HWC BGR, or HW for a single-channel file (``flag='unchanged'``), as uint8 for 8-bit files and uint16
+    for 16-bit ones (the low byte kept: ``img2tensor`` maps both to [0, 1]); an alpha channel is dropped. Float or
+    32-bit pixels, and a corrupt image, are a DataError naming ``name``.
     """
     img = imageio.decode_image(buf, flag=flag, source=name)
-    if img.dtype == np.uint16:
-        img = np.clip(np.rint(img.astype(np.float32) / 257.0), 0, 255).astype(np.uint8)
-    elif img.dtype != np.uint8:
+    if img.dtype not in (np.uint8, np.uint16):
         raise _unsupported(name, img.dtype.name)
     if img.ndim == 3:
         if img.shape[2] == 1:
@@ -56,6 +56,18 @@ def decode_uint8(buf: bytes, name: str, flag: str = "unchanged") -> np.ndarray:
         elif img.shape[2] == 4:
             img = np.ascontiguousarray(img[:, :, :3])
     return img
+
+
+def to_uint8(img: np.ndarray) -> np.ndarray:
+    """A uint16 image scaled to 8 bits (``round(x / 257)``); a uint8 image as it is."""
+    if img.dtype == np.uint16:
+        return np.clip(np.rint(img.astype(np.float32) / 257.0), 0, 255).astype(np.uint8)
+    return img
+
+
+def decode_uint8(buf: bytes, name: str, flag: str = "unchanged") -> np.ndarray:
+    """``decode_training_image`` scaled to 8 bits: uint8 HWC BGR, or uint8 HW for a single-channel file."""
+    return to_uint8(decode_training_image(buf, name, flag))
 
 
 class FileBackend(ABC):
@@ -76,7 +88,11 @@ class FileBackend(ABC):
         return key_or_path
 
     def read(self, key_or_path: str, flag: str = "unchanged") -> np.ndarray:
-        """``get`` then ``decode_uint8``."""
+        """``get`` then ``decode_training_image``: uint8 or uint16, the file's own depth."""
+        return decode_training_image(self.get(key_or_path), self.describe(key_or_path), flag)
+
+    def read_uint8(self, key_or_path: str, flag: str = "unchanged") -> np.ndarray:
+        """``get`` then ``decode_uint8`` (16-bit files scaled to 8 bits)."""
         return decode_uint8(self.get(key_or_path), self.describe(key_or_path), flag)
 
 

@@ -12,6 +12,8 @@ import cv2
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from anysr.data.file_backends import DiskBackend, build_backend
+from anysr.data.imageio import probe_bytes, probe_image
 from anysr.data.sampler import TrainSampler
 from anysr.data.union import FolderUnion, root_lists, split_folders
 from anysr.errors import DataError, OptionError
@@ -28,6 +30,35 @@ def build_dataset(opt: Mapping[str, Any], key_path: str) -> Dataset:
         parts = split_folders(opt, key_path)
         return FolderUnion([cls(part, key_path=key_path) for part in parts], key_path)
     return cls(opt, key_path=key_path)
+
+
+def holds_16bit_images(opt: Mapping[str, Any], sample: int = 32) -> bool:
+    """Whether a dataset section reads 16-bit images, judged from its headers: up to ``sample`` images spread over
+    each of its folders / LMDBs (``dataroot_gt``, ``dataroot_lq``). Only datasets that keep 16 bits (image datasets,
+    ``keeps_16bit``) count; a folder that cannot be read says no here (the dataset's own checks report it)."""
+    cls = DATASET_REGISTRY.get(str(opt["type"])) if str(opt["type"]) in DATASET_REGISTRY else None
+    if not getattr(cls, "keeps_16bit", False):
+        return False
+    io_type = str((opt.get("io_backend") or {}).get("type", "disk"))
+    roots = []
+    for key in ("dataroot_gt", "dataroot_lq"):
+        value = opt.get(key)
+        roots += list(value) if isinstance(value, list | tuple) else [value]  # one folder, or a list of folders
+    for root in roots:
+        if not root:
+            continue
+        try:
+            backend = build_backend(io_type, os.fspath(root))
+            names = backend.keys()
+            step = max(1, len(names) // sample)
+            for name in names[::step][:sample]:
+                info = (probe_image(backend.path_of(name)) if isinstance(backend, DiskBackend)
+                        else probe_bytes(backend.get(name), name))
+                if info.dtype == "uint16":
+                    return True
+        except (DataError, OSError, TypeError):
+            continue
+    return False
 
 
 def collate(batch: list[dict[str, Any]]) -> dict[str, Any]:

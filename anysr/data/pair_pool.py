@@ -6,7 +6,7 @@ The pool's contents are training state; its picks come from
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import numpy as np
@@ -15,7 +15,7 @@ from torch import Tensor
 
 from anysr.errors import CheckpointError, OptionError
 
-__all__ = ["TrainingPairPool", "quantise", "dequantise"]
+__all__ = ["TrainingPairPool", "quantise", "dequantise", "wide_keys"]
 
 
 def quantise(x: Tensor) -> Tensor:
@@ -26,6 +26,12 @@ def quantise(x: Tensor) -> Tensor:
 def dequantise(x: Tensor) -> Tensor:
     """uint8 levels as float32 ``k / 255`` (the values image decoding and ``clamp_round`` produce)."""
     return x.to(torch.float32) / 255.0
+
+
+def wide_keys(batch: Mapping[str, Any]) -> tuple[str, ...]:
+    """The pool keys a batch holds off the 8-bit levels: ``('gt',)`` when any of its GT images is 16-bit (the
+    datasets' host-side ``bits``; no device read), else none. The synthesised LQ is always on 8-bit levels."""
+    return ("gt",) if any(int(b) == 16 for b in batch.get("bits", ())) else ()
 
 
 class TrainingPairPool:
@@ -40,7 +46,8 @@ class TrainingPairPool:
     :func:`anysr.data.degradation.realesrgan.pool_rng`.
 
     Entries are stored as uint8 where they are 8-bit images (``exact_8bit``: the LQ always, the GT unless it was
-    sharpened), which is exact and 4x smaller than float32.
+    sharpened), which is exact and 4x smaller than float32. A key a batch names ``wide`` (a 16-bit GT, whose
+    levels uint8 cannot hold) is stored as float32 from then on: its uint8 entries are converted exactly.
     """
 
     def __init__(self, queue_size: int, exact_8bit: Mapping[str, bool]) -> None:
@@ -50,6 +57,13 @@ class TrainingPairPool:
         self.filled = 0
         self.data: dict[str, Tensor] = {}
         self._pending: dict[str, Any] | None = None
+
+    def _widen(self, k: str) -> None:
+        """Store ``k`` as float32 from now on (its uint8 entries converted exactly)."""
+        if self.exact_8bit.get(k):
+            self.exact_8bit[k] = False
+            if k in self.data:
+                self.data[k] = dequantise(self.data[k])
 
     def _create(self, batch: Mapping[str, Tensor]) -> None:
         b = next(iter(batch.values())).shape[0]
@@ -75,10 +89,13 @@ class TrainingPairPool:
         return self.rows > 0 and self.filled == self.rows
 
     def swap(self, batch: Mapping[str, Tensor], rng: np.random.Generator, *, offset: int, global_batch: int,
-             to_device: Callable[[Tensor], Tensor]) -> dict[str, Tensor]:
+             to_device: Callable[[Tensor], Tensor], wide: Collection[str] = ()) -> dict[str, Tensor]:
         """Put ``batch`` (same keys every call; columns ``offset .. offset + B`` of the global batch) into the pool
         and return what trains now. ``rng`` draws the rows of all ``global_batch`` columns (the same on every
-        rank); ``to_device`` uploads the index tensors (data, not constants: one graph on XLA for every step)."""
+        rank); ``to_device`` uploads the index tensors (data, not constants: one graph on XLA for every step).
+        ``wide``: keys whose values in this batch are not on 8-bit levels (16-bit images): stored as float32."""
+        for k in wide:
+            self._widen(k)
         if not self.data:
             self._create(batch)
         b = next(iter(batch.values())).shape[0]
@@ -107,7 +124,12 @@ class TrainingPairPool:
         else:
             local, filled, rows = to_host(self.data), self.filled, self.rows
         parts = gather(local)
-        data = {k: torch.cat([p[k] for p in parts], dim=1) for k in local} if local else {}
+        data = {}
+        for k in local:  # a rank that saw a 16-bit batch stores the key as float32: the others' uint8 converts exactly
+            vals = [p[k] for p in parts]
+            if len({v.dtype for v in vals}) > 1:
+                vals = [dequantise(v) if v.dtype == torch.uint8 else v for v in vals]
+            data[k] = torch.cat(vals, dim=1)
         return {"filled": filled, "rows": rows, "data": data}
 
     def load_state_dict(self, state: Mapping[str, Any], *, offset: int, batch: int, where: str = "the state") -> None:
@@ -129,6 +151,10 @@ class TrainingPairPool:
 
     def _restore(self, pending: Mapping[str, Any]) -> None:
         for k, v in pending["data"].items():
+            if k in self.data and v.dtype != self.data[k].dtype and torch.uint8 in (v.dtype, self.data[k].dtype):
+                self._widen(k)  # one side held 16-bit images: float32 holds both exactly
+                if v.dtype == torch.uint8:
+                    v = dequantise(v)
             if k not in self.data or tuple(v.shape) != tuple(self.data[k].shape) or v.dtype != self.data[k].dtype:
                 raise CheckpointError(f"the saved pair pool's '{k}' entries ({tuple(v.shape)}, {v.dtype}) do not fit "
                                       f"this run's ({tuple(self.data[k].shape) if k in self.data else 'none'}); "

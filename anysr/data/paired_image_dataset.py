@@ -47,6 +47,11 @@ _MAX_LISTED = 10
 _BAR_FROM = 500  # start-up checks of sets this large show a progress bar
 
 
+def image_bits(img: np.ndarray) -> int:
+    """The depth of a decoded image: 16 for uint16 pixels, else 8."""
+    return 16 if img.dtype == np.uint16 else 8
+
+
 def _listing(names: Sequence[str]) -> str:
     shown = ", ".join(names[:_MAX_LISTED])
     more = len(names) - _MAX_LISTED
@@ -161,6 +166,7 @@ class _ImageDataset(Dataset):
     """
 
     backend_types = BACKEND_TYPES  # the io_backend.type values it reads (the options check them)
+    keeps_16bit = True  # 16-bit files stay 16-bit (``holds_16bit_images``: precision auto means fp32 for them)
 
     def __init__(self, opt: Mapping[str, Any], key_path: str | None) -> None:
         self.opt = opt
@@ -232,7 +238,8 @@ class _ImageDataset(Dataset):
     def _info(backend: FileBackend, key: str, decode: bool) -> ImageInfo:
         if decode:
             img = backend.read(key)  # refuses pixel types training does not read
-            return ImageInfo(img.shape[1], img.shape[0], 1 if img.ndim == 2 else img.shape[2], 8)
+            return ImageInfo(img.shape[1], img.shape[0], 1 if img.ndim == 2 else img.shape[2], image_bits(img),
+                             img.dtype.name)
         if isinstance(backend, DiskBackend):
             return check_pixel_type(probe_image(backend.path_of(key)), backend.describe(key))
         return check_pixel_type(probe_bytes(backend.get(key), backend.describe(key)), backend.describe(key))
@@ -271,8 +278,10 @@ class PairedImageDataset(_ImageDataset):
     Options: dataroot_gt, dataroot_lq (or ``lq_from_gt: true`` to make the LQ by MATLAB bicubic from the
     mod-cropped GT), meta_info_file, filename_tmpl ('{}'), io_backend {type: disk|lmdb}, scale, phase,
     gt_size (train), use_hflip (alias use_flip; default off), use_rot (default off), color ('y'), mean, std.
-    Items: {'lq', 'gt': float CHW tensors, 'lq_path', 'gt_path': str, 'gray': bool}; tensors have 3
-    channels (a gray GT file is replicated) or 1 with ``color: y``.
+    Items: {'lq', 'gt': float CHW tensors, 'lq_path', 'gt_path': str, 'gray': bool, 'bits': int}; tensors have
+    3 channels (a gray GT file is replicated) or 1 with ``color: y``. Images keep their depth: a 16-bit file
+    gives ``x / 65535`` (``lq_from_gt`` makes a 16-bit LQ from it), and ``bits`` is the GT file's (8 or 16),
+    which validation uses to save and score results at that depth.
     """
 
     role = "paired"  # the options apply PairedImageDataset's rules (subclasses: RealESRGANPairedDataset)
@@ -373,7 +382,7 @@ class PairedImageDataset(_ImageDataset):
         if rng is not None:
             img_gt, img_lq = augment([img_gt, img_lq], self.use_hflip, self.use_rot, rng)
         return {"lq": self._to_tensor(img_lq), "gt": self._to_tensor(img_gt),
-                "lq_path": lq_path, "gt_path": gt_path, "gray": gray}
+                "lq_path": lq_path, "gt_path": gt_path, "gray": gray, "bits": image_bits(img_gt)}
 
     def _degraded_patch(self, gt: np.ndarray, rng: np.random.Generator,
                         gt_path: str) -> tuple[np.ndarray, np.ndarray]:
@@ -395,7 +404,7 @@ class PairedImageDataset(_ImageDataset):
 class SingleImageDataset(_ImageDataset):
     """LQ images only, for inference (options: dataroot_lq, meta_info_file, io_backend, color, mean, std).
 
-    Items: {'lq': float CHW tensor, 'lq_path': str, 'gray': bool}.
+    Items: {'lq': float CHW tensor, 'lq_path': str, 'gray': bool, 'bits': int (the file's depth, 8 or 16)}.
     """
 
     def __init__(self, opt: Mapping[str, Any], key_path: str | None = None) -> None:
@@ -415,4 +424,5 @@ class SingleImageDataset(_ImageDataset):
         name = self.items[i].lq
         assert name is not None
         img = self.lq_backend.read(name)
-        return {"lq": self._to_tensor(img), "lq_path": self._path(self.lq_root, name), "gray": img.ndim == 2}
+        return {"lq": self._to_tensor(img), "lq_path": self._path(self.lq_root, name), "gray": img.ndim == 2,
+                "bits": image_bits(img)}

@@ -33,7 +33,7 @@ from anysr.data.degradation.realesrgan import (
 )
 from anysr.data.imageio import ImageInfo, list_images, probe_image, read_image, write_image
 from anysr.data.loaders import build_dataset, collate
-from anysr.data.pair_pool import TrainingPairPool
+from anysr.data.pair_pool import TrainingPairPool, wide_keys
 from anysr.data.sampler import TrainSampler
 from anysr.data.transforms import mod_crop, tensor2img
 from anysr.errors import DataError, OptionError
@@ -450,22 +450,23 @@ def degrade_samples(opt: Any, out_dir: PathLike, n: int, *, where: str | None = 
         base = len(records)
         for j, ((_, s), r, rec) in enumerate(zip(items, raw, recs)):
             params = dataset.kernel_params(s)  # type: ignore[attr-defined]
-            records.append({"source": r["gt_path"], "sample_seed": s, "iteration": it, "micro_batch": micro,
-                            "batch_position": j, "kernels": {k: {f: v for f, v in vars(p).items()
-                                                                 if not (isinstance(v, float) and math.isnan(v))}
-                                                             for k, p in params.items()}, **rec})
+            kept = {k: {f: v for f, v in vars(p).items() if not (isinstance(v, float) and math.isnan(v))}
+                    for k, p in params.items()}
+            records.append({"source": r["gt_path"], "bits": int(r.get("bits", 8)), "sample_seed": s,
+                            "iteration": it, "micro_batch": micro, "batch_position": j, "kernels": kept, **rec})
         ids = torch.arange(base, base + len(items), dtype=torch.float64)
         pair = {"lq": lq, "gt": gt, "id": ids}
         if pool is not None:
             pair = pool.swap(pair, pool_rng(seed, it, micro), offset=0, global_batch=len(items),
-                             to_device=lambda t: t)
+                             to_device=lambda t: t, wide=wide_keys({"bits": [r.get("bits", 8) for r in raw]}))
         for j in range(len(items)):
             if count >= n:
                 break
             rid = int(pair["id"][j])
             stem = f"{count:04d}"
             written.append(write_image(out / f"{stem}_lq.png", _to_bgr8(pair["lq"][j])))
-            written.append(write_image(out / f"{stem}_gt.png", _to_bgr8(pair["gt"][j])))
+            gt_bits = int(records[rid]["bits"])  # a 16-bit source image gives a 16-bit GT preview
+            written.append(write_image(out / f"{stem}_gt.png", tensor2img(pair["gt"][j], bits=gt_bits)))
             for name, kern in zip(("kernel1", "kernel2", "sinc"), kernels[rid - base] if rid >= base else
                                   _kernels_of(dataset, records[rid]["sample_seed"])):
                 written.append(write_image(out / f"{stem}_{name}.png", _kernel_image(kern.numpy())))

@@ -5,9 +5,11 @@
 when smaller and crops a random ``crop_pad_size`` square when larger, and draws the first- and second-order blur
 kernels and the final sinc kernel (:func:`anysr.data.degradation.realesrgan.sample_degradation_kernels`). Every
 random draw comes from the sample's seed (the sampler's counter-based one; ``ds[i]`` means seed ``i``). Items:
-``{'gt', 'kernel1', 'kernel2', 'sinc_kernel', 'gt_path', 'seed'}``; the model synthesises the LQ from them. When
-the model hands it a :class:`~anysr.data.degradation.realesrgan.LoaderSynthesis` (``degrade_in: loader``), the
-dataset synthesises in the loader workers instead and its items are ``{'lq', 'gt', 'gt_path', 'seed'}``.
+``{'gt', 'kernel1', 'kernel2', 'sinc_kernel', 'gt_path', 'seed', 'bits'}``; the model synthesises the LQ from
+them. When the model hands it a :class:`~anysr.data.degradation.realesrgan.LoaderSynthesis` (``degrade_in:
+loader``), the dataset synthesises in the loader workers instead and its items are ``{'lq', 'gt', 'gt_path',
+'seed', 'bits'}``. A 16-bit GT stays 16-bit (``x / 65535``; ``bits`` 16); the synthesised LQ ends on 8-bit
+levels as Real-ESRGAN's does (it models an 8-bit JPEG input).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import torch
 from anysr.data.degradation.kernels import KERNEL_TYPES, KernelParams, make_kernel
 from anysr.data.degradation.realesrgan import BlurSettings, LoaderSynthesis, draw_degradation_kernel_params
 from anysr.data.file_backends import build_backend
-from anysr.data.paired_image_dataset import PairedImageDataset, _check_files_exist, _ImageDataset, _Pair
+from anysr.data.paired_image_dataset import PairedImageDataset, _check_files_exist, _ImageDataset, _Pair, image_bits
 from anysr.data.transforms import augment, img2tensor
 from anysr.errors import DataError
 from anysr.registry import DATASET_REGISTRY
@@ -109,11 +111,12 @@ class RealESRGANDataset(_ImageDataset):
         kernels = [torch.from_numpy(make_kernel(params[k]).astype(np.float32))
                    for k in ("kernel1", "kernel2", "sinc_kernel")]
         gt = img2tensor(img, gray_to_rgb=True)
+        bits = image_bits(img)
         if self.synthesis is not None:
             out = self.synthesis(gt, kernels, seed)
-            return {"lq": out["lq"], "gt": out["gt"], "gt_path": self.path(i), "seed": seed}
+            return {"lq": out["lq"], "gt": out["gt"], "gt_path": self.path(i), "seed": seed, "bits": bits}
         return {"gt": gt, "kernel1": kernels[0], "kernel2": kernels[1], "sinc_kernel": kernels[2],
-                "gt_path": self.path(i), "seed": seed}
+                "gt_path": self.path(i), "seed": seed, "bits": bits}
 
 
 @DATASET_REGISTRY.register()

@@ -125,7 +125,8 @@ def augment(imgs: ImgOrList, hflip: bool, rot: bool, rng: np.random.Generator) -
 
 
 def img2tensor(img: np.ndarray, *, bgr2rgb: bool = True, gray_to_rgb: bool = False) -> torch.Tensor:
-    """A numpy image (HWC BGR or HW gray; uint8, or float in [0,1]) as a float32 CHW tensor in [0,1].
+    """A numpy image (HWC BGR or HW gray; uint8, uint16, or float in [0,1]) as a float32 CHW tensor in [0,1]:
+    ``x / 255`` for uint8, ``x / 65535`` for uint16 (every 16-bit level kept), floats as they are.
 
     Colour channels are reordered BGR -> RGB; a 2-D gray image becomes 1 channel, or 3 identical channels
     with ``gray_to_rgb``.
@@ -144,16 +145,21 @@ def img2tensor(img: np.ndarray, *, bgr2rgb: bool = True, gray_to_rgb: bool = Fal
         raise DataError(f"img2tensor: expected an HW or HWC (3 channels) image, got shape {img.shape}")
     if chw.dtype == np.uint8:
         arr = chw.astype(np.float32) / 255.0
+    elif chw.dtype == np.uint16:
+        arr = chw.astype(np.float32) / 65535.0
     else:
         arr = chw.astype(np.float32)
     return torch.from_numpy(np.ascontiguousarray(arr))
 
 
-def tensor2img(t: torch.Tensor, *, rgb2bgr: bool = True) -> np.ndarray:
-    """A CHW (or 1xCHW) tensor in [0,1] as a uint8 numpy image: HWC BGR, or HW for one channel.
+def tensor2img(t: torch.Tensor, *, rgb2bgr: bool = True, bits: int = 8) -> np.ndarray:
+    """A CHW (or 1xCHW) tensor in [0,1] as a numpy image: HWC BGR, or HW for one channel; uint8 (``bits=8``)
+    or uint16 (``bits=16``).
 
-    Values are clamped to [0,1], scaled by 255 and rounded (half to even).
+    Values are clamped to [0,1], scaled by 255 (65535) and rounded (half to even).
     """
+    if bits not in (8, 16):
+        raise DataError(f"tensor2img: bits must be 8 or 16, got {bits!r}")
     t = t.detach()
     if t.ndim == 4:
         if t.shape[0] != 1:
@@ -163,7 +169,10 @@ def tensor2img(t: torch.Tensor, *, rgb2bgr: bool = True) -> np.ndarray:
         t = t[None]
     if t.ndim != 3 or t.shape[0] not in (1, 3):
         raise DataError(f"tensor2img: expected CHW with 1 or 3 channels, got shape {tuple(t.shape)}")
-    arr = (t.float().cpu().clamp_(0, 1) * 255.0).round_().to(torch.uint8).numpy()
+    if bits == 16:
+        arr = (t.float().cpu().clamp_(0, 1) * 65535.0).round_().to(torch.int32).numpy().astype(np.uint16)
+    else:
+        arr = (t.float().cpu().clamp_(0, 1) * 255.0).round_().to(torch.uint8).numpy()
     if arr.shape[0] == 1:
         return np.ascontiguousarray(arr[0])
     if rgb2bgr:
@@ -172,11 +181,17 @@ def tensor2img(t: torch.Tensor, *, rgb2bgr: bool = True) -> np.ndarray:
 
 
 def bgr_to_y(img: np.ndarray) -> np.ndarray:
-    """The BT.601 luma (16-235 range, as MATLAB rgb2ycbcr) of a BGR image, as float32 HW in [0,1].
+    """The BT.601 luma (16-235 range, as MATLAB rgb2ycbcr) of a BGR image (uint8, uint16 or float in [0,1]), as
+    float32 HW in [0,1].
 
     A 2-D (gray) image is its own Y channel (full range) and is only scaled to float in [0,1].
     """
-    x = img.astype(np.float32) / 255.0 if img.dtype == np.uint8 else img.astype(np.float32)
+    if img.dtype == np.uint8:
+        x = img.astype(np.float32) / 255.0
+    elif img.dtype == np.uint16:
+        x = img.astype(np.float32) / 65535.0
+    else:
+        x = img.astype(np.float32)
     if x.ndim == 2:
         return x
     return bgr2ycbcr(x, y_only=True).astype(np.float32)

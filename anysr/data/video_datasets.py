@@ -172,7 +172,7 @@ class _VideoDataset(Dataset):
         else:
             backend = self.gt_backend if side == "gt" else self.lq_backend
             assert backend is not None
-            img = backend.read(self._file(key))
+            img = backend.read_uint8(self._file(key))
             if img.ndim == 2:
                 img = np.repeat(img[:, :, None], 3, axis=2)
         if self.cache is not None:

@@ -99,7 +99,7 @@ class FrameSource:
         return n
 
     def _read_file(self, i: int) -> np.ndarray:
-        img = DiskBackend().read(str(self.files[i]))
+        img = DiskBackend().read_uint8(str(self.files[i]))
         return np.repeat(img[:, :, None], 3, axis=2) if img.ndim == 2 else img
 
     def names(self) -> list[str]:

@@ -8,6 +8,11 @@ with ``cv2.filter2D`` over the valid region and averaged over channels.
 torch: ``psnr_torch`` / ``ssim_torch`` take NCHW RGB tensors on [0, 1] that were quantised to the uint8
 grid by the caller and return one value per image as a tensor on the same device, without a host sync.
 They agree with the numpy versions to about 1e-6 (PSNR in dB, SSIM).
+
+16-bit images (``peak=65535``, per image or per batch): the values are snapped to the 16-bit grid instead, never
+to 8 bits, and scored as the same images on the [0, 255] scale as floats (``x * 255``, not rounded): PSNR's peak
+is 255 on that scale (equivalently 65535 on the 16-bit levels), SSIM's constants are ``(0.01 * 255)^2`` and
+``(0.03 * 255)^2`` on it, and the Y channel is MATLAB's formula on it. An 8-bit image scores exactly as before.
 """
 
 from __future__ import annotations
@@ -105,7 +110,25 @@ def calculate_ssim(img: np.ndarray, img2: np.ndarray, crop_border: int, input_or
 
 
 # ----------------------------------------------------------------------------------------------- torch
-def _check_pair(sr: Tensor, gt: Tensor, crop_border: int, fn: str) -> tuple[Tensor, Tensor]:
+Peak = float | Tensor
+
+
+def _peak(peak: Peak | None, n: int, like: Tensor) -> Peak:
+    """255.0 (8-bit), 65535.0 (16-bit), or one value per image as an (N, 1, 1, 1) tensor on ``like``'s device."""
+    if peak is None:
+        return 255.0
+    if isinstance(peak, int | float):
+        if float(peak) not in (255.0, 65535.0):
+            raise DataError(f"peak: 255 (8-bit images) or 65535 (16-bit ones), got {peak}")
+        return float(peak)
+    t = torch.as_tensor(peak, device=like.device, dtype=like.dtype).reshape(-1)
+    if t.numel() not in (1, n):
+        raise DataError(f"peak: one value, or one per image ({n}), got {t.numel()}")
+    return t.expand(n).reshape(n, 1, 1, 1)
+
+
+def _check_pair(sr: Tensor, gt: Tensor, crop_border: int, fn: str,
+                peak: Peak | None = None) -> tuple[Tensor, Tensor, Peak]:
     if sr.dim() == 3:
         sr, gt = sr.unsqueeze(0), gt.unsqueeze(0)
     if sr.dim() != 4 or sr.shape != gt.shape:
@@ -124,8 +147,9 @@ def _check_pair(sr: Tensor, gt: Tensor, crop_border: int, fn: str) -> tuple[Tens
         sr = sr[..., cb:-cb, cb:-cb]
         gt = gt[..., cb:-cb, cb:-cb]
     dtype = torch.float64 if sr.dtype == torch.float64 else torch.float32  # never half precision
-    # Snap to the uint8 grid (a no-op for quantised input) so the maths runs on exact integers.
-    return (sr.to(dtype) * 255.0).round().contiguous(), (gt.to(dtype) * 255.0).round().contiguous()
+    # Snap to the uint8 (uint16) grid (a no-op for quantised input) so the maths runs on exact integers.
+    p = _peak(peak, sr.shape[0], sr.to(dtype))
+    return (sr.to(dtype) * p).round().contiguous(), (gt.to(dtype) * p).round().contiguous(), p
 
 
 def _luma(x255: Tensor) -> Tensor:
@@ -140,8 +164,9 @@ def _flags(gray: Tensor | None, like: Tensor) -> Tensor | None:
     return torch.as_tensor(gray, device=like.device).to(torch.bool).reshape(-1, 1, 1, 1)
 
 
-def _y_planes(a: Tensor, b: Tensor, gray: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
-    """Y planes (N1HW, 0-255) of both images and their difference, computed from exact integer diffs.
+def _y_planes(a: Tensor, b: Tensor, gray: Tensor | None, peak: Peak = 255.0) -> tuple[Tensor, Tensor, Tensor]:
+    """Y planes (N1HW, 0-255, or 0-``peak``) of both images and their difference, computed from exact integer
+    diffs.
 
     Images flagged ``gray`` (and 1-channel tensors) use channel 0 as is.
     """
@@ -150,7 +175,8 @@ def _y_planes(a: Tensor, b: Tensor, gray: Tensor | None) -> tuple[Tensor, Tensor
         return a, b, a - b
     if channels != 3:
         raise DataError(f"test_y_channel needs RGB tensors with 3 channels (or 1 for gray), got {channels}")
-    ya, yb, yd = _luma(a) + 16.0, _luma(b) + 16.0, _luma(a - b)
+    offset = 16.0 if isinstance(peak, float) and peak == 255.0 else 16.0 * peak / 255.0
+    ya, yb, yd = _luma(a) + offset, _luma(b) + offset, _luma(a - b)
     flags = _flags(gray, a)
     if flags is None:
         return ya, yb, yd
@@ -168,19 +194,21 @@ def _per_image(per_channel: Tensor, gray: Tensor | None) -> Tensor:
 
 
 def psnr_torch(sr: Tensor, gt: Tensor, crop_border: int = 0, test_y_channel: bool = False,
-               gray: Tensor | None = None, **kw: Any) -> Tensor:
+               gray: Tensor | None = None, peak: Peak | None = None, **kw: Any) -> Tensor:
     """PSNR (dB) per image of NCHW RGB tensors on [0, 1]; a tensor of shape [N] on their device.
 
-    ``gray[i]`` true: image i is grayscale and its channel 0 is used as is (it is its own Y).
+    ``gray[i]`` true: image i is grayscale and its channel 0 is used as is (it is its own Y). ``peak``: 255 (the
+    default: 8-bit images), 65535 (16-bit images, snapped to 16 bits only), or a value per image.
     """
-    a, b = _check_pair(sr, gt, crop_border, "psnr_torch")
+    a, b, p = _check_pair(sr, gt, crop_border, "psnr_torch", peak)
     if test_y_channel:
-        dy = _y_planes(a, b, gray)[2]
+        dy = _y_planes(a, b, gray, p)[2]
         mse = (dy * dy).mean(dim=(-3, -2, -1))
     else:
         diff = a - b
         mse = _per_image((diff * diff).mean(dim=(-2, -1)), gray)
-    return 10.0 * torch.log10((255.0 * 255.0) / mse)
+    top = (p * p).reshape(-1) if isinstance(p, Tensor) else p * p  # 255 * 255 on 8-bit levels, as BasicSR
+    return 10.0 * torch.log10(top / mse)
 
 
 def _blur_valid(x: Tensor) -> Tensor:
@@ -200,14 +228,17 @@ def _blur_valid(x: Tensor) -> Tensor:
     return out
 
 
-def _ssim_planes(a: Tensor, b: Tensor, d: Tensor | None = None) -> Tensor:
+def _ssim_planes(a: Tensor, b: Tensor, d: Tensor | None = None, peak: Peak = 255.0) -> Tensor:
     """Mean SSIM of each plane of two N,C,H,W tensors on 0-255; shape N, C.
 
     ``d`` is ``a - b`` when the caller can compute it more exactly than by subtraction.
     The index is rewritten so float32 keeps about 1e-7 of accuracy: with ``d = a - b``,
     ``(2 m1 m2 + C1) / (m1^2 + m2^2 + C1) = 1 - m_d^2 / (m1^2 + m2^2 + C1)`` and
     ``s11 + s22 = 2 s12 + var(d)``, so the cancellation-prone variances appear only in ratios close to 1.
+    ``peak``: the grid of ``a`` and ``b`` (255, or 65535 for 16-bit levels: the constants scale with it).
     """
+    c1 = _C1 if isinstance(peak, float) and peak == 255.0 else _C1 * (peak / 255.0) ** 2
+    c2 = _C2 if isinstance(peak, float) and peak == 255.0 else _C2 * (peak / 255.0) ** 2
     n, c, h, w = a.shape
     if h < _WIN or w < _WIN:
         raise DataError(f"ssim_torch: a {h}x{w} image (after crop_border) is smaller than the "
@@ -221,18 +252,19 @@ def _ssim_planes(a: Tensor, b: Tensor, d: Tensor | None = None) -> Tensor:
     var_d = e_dd - mu_d * mu_d
     s12 = e_ab - mu1 * mu2
     m1, m2 = mu1 + shift, mu2 + shift
-    lum = 1.0 - mu_d * mu_d / (m1 * m1 + m2 * m2 + _C1)
-    t = 2.0 * s12 + _C2
+    lum = 1.0 - mu_d * mu_d / (m1 * m1 + m2 * m2 + c1)
+    t = 2.0 * s12 + c2
     return (lum * t / (t + var_d)).mean(dim=(-2, -1))
 
 
 def ssim_torch(sr: Tensor, gt: Tensor, crop_border: int = 0, test_y_channel: bool = False,
-               gray: Tensor | None = None, **kw: Any) -> Tensor:
+               gray: Tensor | None = None, peak: Peak | None = None, **kw: Any) -> Tensor:
     """SSIM per image of NCHW RGB tensors on [0, 1]; a tensor of shape [N] on their device.
 
-    ``gray[i]`` true: image i is grayscale and its channel 0 is used as is (it is its own Y).
+    ``gray[i]`` true: image i is grayscale and its channel 0 is used as is (it is its own Y). ``peak``: 255 (the
+    default: 8-bit images), 65535 (16-bit images, snapped to 16 bits only), or a value per image.
     """
-    a, b = _check_pair(sr, gt, crop_border, "ssim_torch")
+    a, b, p = _check_pair(sr, gt, crop_border, "ssim_torch", peak)
     if test_y_channel:
-        return _ssim_planes(*_y_planes(a, b, gray))[:, 0]
-    return _per_image(_ssim_planes(a, b), gray)
+        return _ssim_planes(*_y_planes(a, b, gray, p), peak=p)[:, 0]
+    return _per_image(_ssim_planes(a, b, peak=p), gray)

@@ -35,7 +35,7 @@ from anysr.data.degradation.realesrgan import (
     step_rng,
     synthesise,
 )
-from anysr.data.pair_pool import TrainingPairPool
+from anysr.data.pair_pool import TrainingPairPool, wide_keys
 from anysr.errors import DataError, OptionError
 from anysr.models.gan import SRGANModel
 from anysr.models.sr import SRModel
@@ -138,7 +138,7 @@ class _Synthesis:
                 out = self.pool.swap({"lq": lq, "gt": gt}, pool_rng(int(self.opt["manual_seed"]), self.current_iter,
                                                                        micro),
                                      offset=self.acc.rank * b, global_batch=self.acc.world_size * b,
-                                     to_device=self.acc.to_device)
+                                     to_device=self.acc.to_device, wide=wide_keys(batch))
                 lq, gt = out["lq"], out["gt"]
         return lq.contiguous(), gt
 

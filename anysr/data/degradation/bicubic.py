@@ -16,19 +16,20 @@ _MARGIN_CACHE: dict[int, int] = {}
 
 
 def bicubic_degrade(gt: np.ndarray, scale: int) -> np.ndarray:
-    """MATLAB ``imresize(gt, 1/scale)`` (bicubic, antialiased) rounded and clipped to uint8.
+    """MATLAB ``imresize(gt, 1/scale)`` (bicubic, antialiased) rounded and clipped to the GT's own type.
 
-    ``gt`` is a uint8 HW or HWC image whose height and width should be multiples of ``scale`` (mod-crop it
-    first; otherwise MATLAB's ``ceil`` output size no longer pairs with the GT).
+    ``gt`` is a uint8 or uint16 HW or HWC image (the result has its type: a 16-bit GT gives a 16-bit LQ) whose
+    height and width should be multiples of ``scale`` (mod-crop it first; otherwise MATLAB's ``ceil`` output size
+    no longer pairs with the GT).
     """
     if not isinstance(scale, int) or scale < 1:
         raise OptionError(f"bicubic_degrade: scale must be a positive integer, got {scale!r}")
-    if gt.dtype != np.uint8:
-        raise DataError(f"bicubic_degrade: expected a uint8 image, got {gt.dtype}")
+    if gt.dtype not in (np.uint8, np.uint16):
+        raise DataError(f"bicubic_degrade: expected a uint8 or uint16 image, got {gt.dtype}")
     if scale == 1:
         return gt.copy()
     out = imresize(gt, 1.0 / scale)
-    return np.clip(np.rint(out), 0, 255).astype(np.uint8)
+    return np.clip(np.rint(out), 0, np.iinfo(gt.dtype).max).astype(gt.dtype)
 
 
 def _context_margin(scale: int) -> int:

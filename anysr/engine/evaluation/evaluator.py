@@ -167,7 +167,9 @@ class _Images:
     def step(self, batch: dict[str, Any]) -> None:
         acc, indices = self.acc, self.indices
         lq = batch["lq"]
-        out = quantize(run_network(self.net, lq, acc, scale=self.scale, tile=self.tile, tile_pad=self.tile_pad))
+        bits = [int(b) for b in batch["bits"]] if "bits" in batch else [8] * lq.shape[0]  # host list: 8 or 16
+        out = quantize(run_network(self.net, lq, acc, scale=self.scale, tile=self.tile, tile_pad=self.tile_pad),
+                       bits)
         pad = torch.as_tensor(batch["pad"]).to(out.device)  # the eval loader marks every item
         gray = torch.as_tensor(batch["gray"]).to(out.device)  # every dataset says whether an image is gray
         out = to_gray_where(out, gray)
@@ -181,11 +183,12 @@ class _Images:
             batch_index = [int(i) for i in acc.to_host(torch.as_tensor(batch["index"])).reshape(-1).tolist()]
             batch_pad = [bool(p) for p in acc.to_host(torch.as_tensor(batch["pad"])).reshape(-1).tolist()]
         indices.extend(batch_index)
-        self.vm.update(out, batch["gt"] if "gt" in batch else None, gray, batch_pad, batch["lq_path"], self.dataset)
+        self.vm.update(out, batch["gt"] if "gt" in batch else None, gray, batch_pad, batch["lq_path"], self.dataset,
+                       bits=bits)
         if self.crops:
             self.kept.extend(_crops(acc, lq, out, batch, batch_index, batch_pad, self.scale, self.crops))
         if self.save_dir is not None:
-            _save_outputs(acc, out, batch, pad, gray, self.save_dir, self.suffix)
+            _save_outputs(acc, out, batch, pad, gray, self.save_dir, self.suffix, bits)
 
     def reduce(self) -> EvalResult:
         return _reduce(self.acc, self.dataset, self.vm, self.valid_flags, self.names, self.indices, self.kept)
@@ -234,12 +237,13 @@ def _crops(acc: Accelerator, lq: torch.Tensor, out: torch.Tensor, batch: dict[st
 
 
 def _save_outputs(acc: Accelerator, out: torch.Tensor, batch: dict[str, Any], pad: torch.Tensor,
-                  gray: torch.Tensor, save_dir: Path, suffix: str | None) -> None:
+                  gray: torch.Tensor, save_dir: Path, suffix: str | None, bits: list[int]) -> None:
+    """Each result as a PNG at its image's depth (``bits``: a 16-bit ground truth gives a 16-bit PNG)."""
     host = acc.to_host(out)
     for i, path in enumerate(batch["lq_path"]):
         if bool(pad[i]):
             continue
-        img = tensor2img(host[i])
+        img = tensor2img(host[i], bits=bits[i])
         if bool(gray[i]) and img.ndim == 3:
             img = img[:, :, 0]
         stem = Path(path).stem

@@ -10,7 +10,7 @@ and averages them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -35,9 +35,14 @@ def calibration_side(tile: int, tile_pad: int, multiple: int) -> int:
     return min(tile + 2 * tile_pad, round_up(CALIBRATION_MAX_SIDE, multiple))
 
 
-def quantize(x: torch.Tensor) -> torch.Tensor:
-    """What saving to 8-bit does to an image: clamp to [0, 1] and round to 1/255 steps."""
-    return (x.clamp(0, 1) * 255).round() / 255
+def quantize(x: torch.Tensor, bits: Sequence[int] | None = None) -> torch.Tensor:
+    """What saving does to an image: clamp to [0, 1] and round to 1/255 steps, or to 1/65535 steps for the images
+    of the batch whose ``bits`` (a host list, one per image) is 16."""
+    if bits is None or all(int(b) != 16 for b in bits):
+        return (x.clamp(0, 1) * 255).round() / 255
+    levels = torch.tensor([65535.0 if int(b) == 16 else 255.0 for b in bits], dtype=x.dtype)
+    levels = levels.to(x.device).view(-1, *([1] * (x.dim() - 1)))
+    return (x.clamp(0, 1) * levels).round() / levels
 
 
 def run_network(net: nn.Module, lq: torch.Tensor, acc: Accelerator, *, scale: int, tile: int | None,

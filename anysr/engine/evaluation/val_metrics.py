@@ -205,8 +205,14 @@ class ValMetrics:
         return [m.key for m in self.metrics if self._usable(m, has_gt)]
 
     def update(self, out: Tensor, gt: Tensor | None, gray: Tensor, pad: Sequence[bool], paths: Sequence[str],
-               dataset: str) -> None:
-        """One batch: ``out`` (quantised result on [0, 1]), ``gt`` (or None), per-image gray / pad flags."""
+               dataset: str, bits: Sequence[int] | None = None) -> None:
+        """One batch: ``out`` (quantised result on [0, 1]), ``gt`` (or None), per-image gray / pad flags, and the
+        images' depths (``bits``, host ints: 8 or 16; None: all 8). PSNR / SSIM of a 16-bit image are computed on
+        its 16-bit levels, as floats on the [0, 255] scale (never rounded to 8 bits); see ``metrics.psnr_ssim``."""
+        peak: float | list[float] = 255.0
+        if bits is not None and any(int(b) == 16 for b in bits):
+            peak = [65535.0 if int(b) == 16 else 255.0 for b in bits]
+            peak = 65535.0 if all(p == 65535.0 for p in peak) else peak
         if gt is not None:
             out_c = out[:, :, : gt.shape[2], : gt.shape[3]]
             gt = gt[:, :, : out_c.shape[2], : out_c.shape[3]]
@@ -216,18 +222,19 @@ class ValMetrics:
             if not self._usable(m, gt is not None):
                 continue
             try:
-                self._one(m, out, out_c, gt, gray, pad)
+                self._one(m, out, out_c, gt, gray, pad, peak)
             except AnysrError as exc:
                 raise OptionError(f"{self.where}.{m.key} on {paths[0]} ({dataset}): {exc}") from None
 
     def _one(self, m: _Metric, out: Tensor, out_c: Tensor, gt: Tensor | None, gray: Tensor,
-             pad: Sequence[bool]) -> None:
+             pad: Sequence[bool], peak: float | list[float] = 255.0) -> None:
         name = m.info.name
         if name in ("psnr", "ssim"):
             assert gt is not None
             fn = TORCH_METRICS[m.opt["type"]]
+            per_image = None if isinstance(peak, float) else torch.tensor(peak).to(out_c.device)
             value = fn(out_c, gt, crop_border=m.border, test_y_channel=bool(m.opt["test_y_channel"]),
-                       gray=gray.bool())
+                       gray=gray.bool(), peak=peak if per_image is None else per_image)
             m.values.append(value.float().reshape(-1))
         elif name in ("lpips", "dists"):
             assert gt is not None and m.module is not None
