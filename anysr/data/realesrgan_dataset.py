@@ -68,6 +68,8 @@ class RealESRGANDataset(_ImageDataset):
         self.first = BlurSettings.from_basicsr(opt, 1)
         self.second = BlurSettings.from_basicsr(opt, 2)
         self.final_sinc_prob = float(opt["final_sinc_prob"])
+        final_sizes = opt.get("final_kernel_range")
+        self.final_kernel_range = None if final_sizes is None else tuple(int(v) for v in final_sizes)
         self.crop_pad_size = int(opt["crop_pad_size"])
         self.use_hflip = bool(opt["use_hflip"])
         self.use_rot = bool(opt["use_rot"])
@@ -94,7 +96,8 @@ class RealESRGANDataset(_ImageDataset):
         """The kernels sample ``seed`` draws, as parameters (what ``anysr prepare degrade`` reports)."""
         return draw_degradation_kernel_params(np.random.default_rng([int(seed), _TAG_KERNELS]), first=self.first,
                                               second=self.second, final_sinc_prob=self.final_sinc_prob,
-                                              max_kernel_size=MAX_KERNEL_SIZE)
+                                              max_kernel_size=MAX_KERNEL_SIZE,
+                                              final_kernel_range=self.final_kernel_range)
 
     def __getitem__(self, index: Any) -> dict[str, Any]:
         i, seed = self._split_index(index)
