@@ -350,3 +350,9 @@ def test_otf_template_trains_through_the_cli(tmp_path: Path, small_train_dir: Pa
     debug = sorted(p.name for p in (exp / "debug" / "otf").iterdir())
     assert debug == ["000001_0_otf_gt.png", "000001_0_otf_lq.png", "000002_0_otf_gt.png", "000002_0_otf_lq.png",
                      "000003_0_otf_gt.png", "000003_0_otf_lq.png"]
+
+
+def test_the_options_know_the_same_filters() -> None:
+    from anysr.options.realesrgan import TRAINNER_RESIZE_MODES as listed
+
+    assert listed == TRAINNER_RESIZE_MODES

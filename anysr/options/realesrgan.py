@@ -11,9 +11,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from anysr.data.degradation.realesrgan import check_kernel_range, check_resize_modes
-from anysr.errors import OptionError
-from anysr.ops.degradation import TRAINNER_RESIZE_MODES
 from anysr.options.common import check_gt_size, dataset_role, good, known_names, phase_of, registered
 from anysr.options.fields import Check, Context, Field, ListOf, at_least, between, join
 
@@ -35,6 +32,8 @@ X4PLUS_MODEL: dict[str, Any] = {
     "gaussian_noise_prob2": 0.5, "noise_range2": [1.0, 25.0], "poisson_scale_range2": [0.05, 2.5],
     "gray_noise_prob2": 0.4, "jpeg_range2": [30.0, 95.0], "queue_size": 180,
 }
+# traiNNer-redux's resize filters (anysr.ops.degradation.TRAINNER_RESIZE_MODES; the options import no torch).
+TRAINNER_RESIZE_MODES = ("bilinear", "bicubic", "nearest-exact", "lanczos", "area")
 _KERNEL_PAD = 21  # RealESRGANDataset's kernel size (MAX_KERNEL_SIZE)
 _BLUR_REACH = 10  # BasicSR pads every kernel to 21x21: filtering reflects 10 pixels, so images must be larger
 _PROB = between(0, 1)
@@ -270,12 +269,10 @@ def realesrgan_dataset_rule(out: dict[str, Any], path: str, ctx: Context, phase:
         _check_range(out, f"betap_range{suffix}", path, ctx, low=0, low_open=True)
     for key in ("kernel_range", "kernel_range2", "final_kernel_range"):
         if good(out, key):
-            try:
-                lo, hi = check_kernel_range(out[key], "", key)
-            except OptionError:
+            lo, hi = out[key]
+            if lo % 2 == 0 or hi % 2 == 0 or not 3 <= lo <= hi:
                 ctx.add(f"{path}.{key}", f"must be [min, max] odd kernel sizes with 3 <= min <= max, got {out[key]}")
-                continue
-            if hi > _KERNEL_PAD:
+            elif hi > _KERNEL_PAD:
                 ctx.add(f"{path}.{key}", f"goes up to {hi}; every kernel is padded to {_KERNEL_PAD}x{_KERNEL_PAD}, so "
                         f"max <= {_KERNEL_PAD}")
     if good(out, "crop_pad_size") and ctx.scale is not None and out["crop_pad_size"] % ctx.scale:
@@ -298,6 +295,21 @@ def _crop_too_small(out: dict[str, Any], crop: int, scale: int) -> str | None:
     return None
 
 
+def _check_modes(out: dict[str, Any], modes: str, weights: str, ctx: Context) -> None:
+    listed, probs = out.get(modes), out.get(weights)
+    if listed is None:
+        if probs is not None:
+            ctx.add(weights, f"weighs the filters of {modes}, which is not given; add {modes}")
+        return
+    bad = [m for m in listed if m not in TRAINNER_RESIZE_MODES]
+    if bad:
+        ctx.add(modes, f"unknown resize filter(s) {bad}; choose from {list(TRAINNER_RESIZE_MODES)}")
+    elif probs is not None and len(probs) != len(listed):
+        ctx.add(weights, f"has {len(probs)} weights for the {len(listed)} filters of {modes}; give one per filter")
+    elif probs is not None and (any(p < 0 for p in probs) or sum(probs) <= 0):
+        ctx.add(weights, f"must be non-negative weights with a positive sum, got {probs}")
+
+
 def realesrgan_rule(out: dict[str, Any], ctx: Context) -> None:
     """Real-ESRGAN's keys: defaults and ranges, and which datasets go with which models."""
     datasets = out.get("datasets")
@@ -318,11 +330,7 @@ def realesrgan_rule(out: dict[str, Any], ctx: Context) -> None:
         _check_range(out, f"poisson_scale_range{suffix}", "", ctx, low=0)
         _check_range(out, f"jpeg_range{suffix}", "", ctx, low=0, low_open=True, high=100, high_open=True)
     for suffix in ("", "2", "3"):
-        modes, weights = f"resize_mode_list{suffix}", f"resize_mode_prob{suffix}"
-        try:
-            check_resize_modes(out.get(modes), out.get(weights), "", modes)
-        except OptionError as e:
-            ctx.add(modes if out.get(modes) is not None else weights, str(e).removeprefix(": "))
+        _check_modes(out, f"resize_mode_list{suffix}", f"resize_mode_prob{suffix}", ctx)
     radii = out.get("lq_usm_radius_range")
     if isinstance(radii, list) and len(radii) == 2 and not 1 <= radii[0] <= radii[1]:
         ctx.add("lq_usm_radius_range", f"must be [min, max] with 1 <= min <= max, got {radii}")
