@@ -356,3 +356,36 @@ def test_the_options_know_the_same_filters() -> None:
     from anysr.options.realesrgan import TRAINNER_RESIZE_MODES as listed
 
     assert listed == TRAINNER_RESIZE_MODES
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+def test_otf_template_on_xla_compiles_once_and_runs_no_op_on_the_cpu(tmp_path: Path, small_train_dir: Path) -> None:
+    """On XLA the OTF stages run in the loader workers (degrade_in auto): 12 iterations compile no more graphs than
+    6, and nothing falls back to the CPU."""
+    pytest.importorskip("torch_xla")
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    stats = {}
+    for total in (6, 12):
+        opt = _template(small_train_dir, name=f"x{total}", accelerator="xla", lq_usm=True, thicklines_prob=0.5,
+                        blur_prob=0.5, jpeg_prob=0.5, queue_size=4)
+        opt["train"]["total_iter"] = total
+        opt["logger"].update(print_freq=3, save_checkpoint_freq=6)
+        path = write_options(tmp_path / f"x{total}.yml", opt)
+        env = {**os.environ, "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "1",
+               "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+        env.pop("XLA_USE_SPMD", None)
+        proc = subprocess.run([sys.executable, "-m", "anysr", "train", "-opt", str(path), "--force_yml",
+                               f"path.root={tmp_path}"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=900, check=False)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        summary = json.loads((tmp_path / "experiments" / f"x{total}" / "summary.json").read_text())
+        assert summary["finished"] and summary["iterations_done"] == total
+        stats[total] = summary["stats"]
+    assert stats[12]["compiles"] == stats[6]["compiles"], stats
+    assert stats[12]["cpu_fallbacks"] == {} and stats[6]["cpu_fallbacks"] == {}
