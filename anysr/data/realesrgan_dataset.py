@@ -54,7 +54,8 @@ class RealESRGANDataset(_ImageDataset):
     Options (BasicSR's): dataroot_gt (a folder or an .lmdb), meta_info (alias of meta_info_file: lines starting
     with an image path relative to dataroot_gt; without it the folder is listed), io_backend, use_hflip, use_rot,
     kernel_list / kernel_prob / blur_sigma / betag_range / betap_range / sinc_prob and their ``*2`` twins,
-    final_sinc_prob; anysr's crop_pad_size (400 as BasicSR hard-codes it).
+    final_sinc_prob; traiNNer-redux's kernel_range / kernel_range2 / final_kernel_range (odd [min, max] kernel
+    sizes, default 7 to 21); anysr's crop_pad_size (400 as BasicSR hard-codes it).
     """
 
     role = "synthesis_source"  # GT and kernels, no LQ: the options pair it with the models that synthesise

@@ -41,6 +41,8 @@ BasicSR option keys and where they go. Dataset keys (``datasets.train``):
 ``final_sinc_prob``                           ``final_sinc_prob`` of ``sample_degradation_kernels``
 ``blur_kernel_size`` / ``blur_kernel_size2``  read but unused by BasicSR 1.4.2, which hard-codes sizes 7..21
                                               padded to 21: pass ``max_kernel_size=21`` to reproduce it
+``kernel_range`` / ``kernel_range2``          ``BlurSettings.kernel_range`` (traiNNer-redux: odd [min, max])
+``final_kernel_range``                        ``final_kernel_range`` of ``sample_degradation_kernels``
 ============================================  =================================================================
 
 Model keys (top level of the options):
@@ -55,6 +57,11 @@ Model keys (top level of the options):
 ``gray_noise_prob`` / ``gray_noise_prob2``             ``DegradeStage.gray_noise_prob``
 ``jpeg_range`` / ``jpeg_range2``                       ``DegradeStage.jpeg_range``
 ``second_blur_prob``                                   ``SynthesisSettings.second_blur_prob``
+traiNNer-redux's: ``resize_mode_list`` / ``_prob``     ``DegradeStage.resize_mode_list`` / ``resize_mode_prob``
+(and ``*2``), ``jpeg_prob`` / ``jpeg_prob2``           and ``DegradeStage.jpeg_prob``
+``resize_mode_list3`` / ``resize_mode_prob3``          ``SynthesisSettings.resize_mode_list3`` / ``_prob3``
+``blur_prob``, ``thicklines_prob``, ``lq_usm``,        ``SynthesisSettings`` fields of the same names
+``lq_usm_radius_range``
 =====================================================  =========================================================
 """
 
