@@ -358,6 +358,29 @@ def test_the_options_know_the_same_filters() -> None:
     assert listed == TRAINNER_RESIZE_MODES
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["step", "loader"])
+def test_otf_resume_is_bit_exact(tmp_path: Path, small_train_dir: Path, where: str) -> None:
+    """With every OTF stage drawing, 6 straight iterations == 4, stop, resume, 2 (pool and coins included)."""
+    from anysr.cli import main
+
+    def opt(name: str, total: int) -> dict[str, Any]:
+        o = _template(small_train_dir, name=name, degrade_in=where, lq_usm=True, thicklines_prob=0.5, blur_prob=0.5,
+                      jpeg_prob=0.5, jpeg_prob2=0.5, queue_size=4)
+        o["train"]["total_iter"] = total
+        o["logger"]["save_checkpoint_freq"] = 2
+        return o
+
+    straight = write_options(tmp_path / "a.yml", opt("a", 6))
+    assert main(["train", "-opt", str(straight), "--force_yml", f"path.root={tmp_path}"]) == 0
+    split = write_options(tmp_path / "b.yml", opt("b", 4))
+    assert main(["train", "-opt", str(split), "--force_yml", f"path.root={tmp_path}"]) == 0
+    assert main(["train", "-opt", str(split), "--auto_resume", "--force_yml", f"path.root={tmp_path}",
+                 "train.total_iter=6"]) == 0
+    a, b = (load_file(str(tmp_path / "experiments" / n / "models" / "net_g_6.safetensors")) for n in "ab")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 @pytest.mark.xla
 @pytest.mark.slow
 def test_otf_template_on_xla_compiles_once_and_runs_no_op_on_the_cpu(tmp_path: Path, small_train_dir: Path) -> None:
