@@ -365,9 +365,14 @@ def _sample_record(j: int, choices: Any, draws: Any, settings: Any) -> dict[str,
             "noise": "gaussian" if gaussian else "poisson",
             ("sigma" if gaussian else "poisson_scale"): lo + u * (hi - lo),
             "gray_noise": bool(getattr(draws, f"gray{n}")[j]),
-            "jpeg_quality": getattr(draws, f"quality{n}")[j],
+            "jpeg_quality": getattr(draws, f"quality{n}")[j] if getattr(choices, f"jpeg{n}") else None,
         }
     out["second_blur"] = choices.second_blur
+    if (settings.blur_prob, settings.thicklines_prob, settings.lq_usm, settings.first.jpeg_prob,
+            settings.second.jpeg_prob) != (1.0, 0.0, None, 1.0, 1.0):  # traiNNer-redux's coins in use
+        out["first_blur"] = choices.blur1
+        out["thick_lines"] = choices.thick
+        out["lq_usm_radius"] = choices.usm_radius or None
     out["final"] = {"order": "resize+sinc, jpeg" if choices.sinc_first else "jpeg, resize+sinc",
                     "resize_mode": choices.final_mode}
     return out

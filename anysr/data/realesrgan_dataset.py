@@ -56,7 +56,8 @@ class RealESRGANDataset(_ImageDataset):
     Options (BasicSR's): dataroot_gt (a folder or an .lmdb), meta_info (alias of meta_info_file: lines starting
     with an image path relative to dataroot_gt; without it the folder is listed), io_backend, use_hflip, use_rot,
     kernel_list / kernel_prob / blur_sigma / betag_range / betap_range / sinc_prob and their ``*2`` twins,
-    final_sinc_prob; anysr's crop_pad_size (400 as BasicSR hard-codes it).
+    final_sinc_prob; traiNNer-redux's kernel_range / kernel_range2 / final_kernel_range (odd [min, max] kernel
+    sizes, default 7 to 21); anysr's crop_pad_size (400 as BasicSR hard-codes it).
     """
 
     role = "synthesis_source"  # GT and kernels, no LQ: the options pair it with the models that synthesise
@@ -70,6 +71,8 @@ class RealESRGANDataset(_ImageDataset):
         self.first = BlurSettings.from_basicsr(opt, 1)
         self.second = BlurSettings.from_basicsr(opt, 2)
         self.final_sinc_prob = float(opt["final_sinc_prob"])
+        final_sizes = opt.get("final_kernel_range")
+        self.final_kernel_range = None if final_sizes is None else tuple(int(v) for v in final_sizes)
         self.crop_pad_size = int(opt["crop_pad_size"])
         self.use_hflip = bool(opt["use_hflip"])
         self.use_rot = bool(opt["use_rot"])
@@ -96,7 +99,8 @@ class RealESRGANDataset(_ImageDataset):
         """The kernels sample ``seed`` draws, as parameters (what ``anysr prepare degrade`` reports)."""
         return draw_degradation_kernel_params(np.random.default_rng([int(seed), _TAG_KERNELS]), first=self.first,
                                               second=self.second, final_sinc_prob=self.final_sinc_prob,
-                                              max_kernel_size=MAX_KERNEL_SIZE)
+                                              max_kernel_size=MAX_KERNEL_SIZE,
+                                              final_kernel_range=self.final_kernel_range)
 
     def __getitem__(self, index: Any) -> dict[str, Any]:
         i, seed = self._split_index(index)

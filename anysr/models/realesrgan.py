@@ -21,6 +21,7 @@ fine-tuning, e.g. ``RealESRGANPairedDataset``). Validation never synthesises: it
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -35,7 +36,9 @@ from anysr.data.degradation.realesrgan import (
     step_rng,
     synthesise,
 )
+from anysr.data.imageio import write_image
 from anysr.data.pair_pool import TrainingPairPool, wide_keys
+from anysr.data.transforms import tensor2img
 from anysr.errors import DataError, OptionError
 from anysr.models.gan import SRGANModel
 from anysr.models.sr import SRModel
@@ -62,6 +65,7 @@ class _Synthesis:
         opt = self.opt
         self.high_order = bool(self.is_train and opt["high_order_degradation"])
         self.current_iter = 0
+        self._debug_saved = 0
         self.usm = USMSharp()
         self.settings: SynthesisSettings | None = None
         self.pool: TrainingPairPool | None = None
@@ -140,7 +144,23 @@ class _Synthesis:
                                      offset=self.acc.rank * b, global_batch=self.acc.world_size * b,
                                      to_device=self.acc.to_device, wide=wide_keys(batch))
                 lq, gt = out["lq"], out["gt"]
+            self._debug_save(lq, gt, micro)
         return lq.contiguous(), gt
+
+    def _debug_save(self, lq: torch.Tensor, gt: torch.Tensor, micro: int) -> None:
+        """``high_order_degradations_debug``: the first rank writes the batch's LQ and GT as two PNG rows
+        (``<iteration>_<micro>_otf_lq.png`` / ``_otf_gt.png`` in experiments/<name>/debug/otf), up to
+        ``high_order_degradations_debug_limit`` batches per run (0: all). Copies the batch to the host."""
+        if not self.opt.get("high_order_degradations_debug") or not self.acc.is_main:
+            return
+        limit = int(self.opt.get("high_order_degradations_debug_limit") or 0)
+        if limit and self._debug_saved >= limit:
+            return
+        folder = Path(self.opt["path"]["experiments_root"]) / "debug" / "otf"
+        for name, x in (("lq", lq), ("gt", gt)):
+            row = torch.cat(list(x.detach().float().cpu()), dim=-1)
+            write_image(folder / f"{self.current_iter:06d}_{micro}_otf_{name}.png", tensor2img(row))
+        self._debug_saved += 1
 
     def _fed(self, batches: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         return [self.targets(*self.training_pair(batch, k)) for k, batch in enumerate(batches)]

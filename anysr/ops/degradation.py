@@ -21,6 +21,7 @@ uses, so that a sample's noise depends on its seed only).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -34,9 +35,13 @@ from anysr.ops.autocast import autocast_off
 __all__ = [
     "RESIZE_MODES", "filter2d", "gaussian_kernel1d", "USMSharp", "gaussian_noise", "poisson_noise",
     "gaussian_noise_per_sample", "poisson_noise_per_sample", "add_noise", "resize", "clamp_round",
+    "TRAINNER_RESIZE_MODES", "resize_filtered", "lanczos_resize", "thick_lines",
 ]
 
 RESIZE_MODES = ("area", "bilinear", "bicubic")
+# The filters traiNNer-redux's resize_mode_list* choose from (antialiased bilinear / bicubic, see resize_filtered).
+TRAINNER_RESIZE_MODES = ("bilinear", "bicubic", "nearest-exact", "lanczos", "area")
+_LANCZOS_LOBES = 3
 _GRAY = (0.2989, 0.587, 0.114)  # the luma weights BasicSR's Poisson gray noise gets from torchvision
 
 
@@ -285,6 +290,61 @@ def resize(x: Tensor, mode: str, *, scale_factor: float | None = None,
         raise DataError(f"resize: output size {tuple(size)} is empty (the input is {tuple(x.shape[-2:])})")
     with autocast_off(x):
         return F.interpolate(x, size=size, scale_factor=scale_factor, mode=mode)
+
+
+def lanczos_resize(x: Tensor, size: tuple[int, int], lobes: int = _LANCZOS_LOBES) -> Tensor:
+    """Lanczos-``lobes`` resampling to ``size``, clamped to [0, 1].
+
+    Every axis that shrinks (ratio ``r = out / in < 1``) is first low-passed with the Lanczos window stretched to
+    the output grid: taps at integer offsets ``t`` with ``|t r| < lobes``, weights ``sinc(t r) sinc(t r / lobes)``
+    normalised to sum 1, reflected borders; bicubic interpolation then samples the filtered image at ``size``.
+    Growing axes are interpolated directly. The taps are built on ``x``'s device.
+    """
+    b, c, h, w = x.shape
+    out = x.reshape(b * c, 1, h, w)
+    with autocast_off(x):
+        for axis, (n_in, n_out) in enumerate(((h, size[0]), (w, size[1]))):
+            if n_out >= n_in:
+                continue
+            ratio = n_out / n_in
+            reach = math.ceil(lobes / ratio) - 1
+            t = torch.arange(-reach, reach + 1, device=x.device, dtype=x.dtype) * ratio
+            taps = torch.sinc(t) * torch.sinc(t / lobes)
+            taps = taps / taps.sum()
+            if axis == 0:
+                out = F.conv2d(F.pad(out, (0, 0, reach, reach), mode="reflect"), taps.reshape(1, 1, -1, 1))
+            else:
+                out = F.conv2d(F.pad(out, (reach, reach, 0, 0), mode="reflect"), taps.reshape(1, 1, 1, -1))
+        out = F.interpolate(out, size=size, mode="bicubic", align_corners=False)
+    return out.reshape(b, c, *size).clamp(0, 1)
+
+
+def resize_filtered(x: Tensor, mode: str, *, scale_factor: float | None = None,
+                    size: tuple[int, int] | None = None) -> Tensor:
+    """traiNNer-redux's resize: ``mode`` in :data:`TRAINNER_RESIZE_MODES`; bilinear and bicubic antialiased (they
+    low-pass when shrinking), ``lanczos`` by :func:`lanczos_resize`, ``area`` and ``nearest-exact`` as
+    ``F.interpolate`` does them; the result clamped to [0, 1]. ``scale_factor`` gives ``round(h * s)`` pixels."""
+    if mode not in TRAINNER_RESIZE_MODES:
+        raise OptionError(f"resize_filtered: mode must be one of {', '.join(TRAINNER_RESIZE_MODES)}, got {mode!r}")
+    if (scale_factor is None) == (size is None):
+        raise OptionError("resize_filtered: give exactly one of scale_factor and size")
+    if size is None:
+        assert scale_factor is not None
+        size = (round(x.shape[-2] * scale_factor), round(x.shape[-1] * scale_factor))
+    size = (int(size[0]), int(size[1]))
+    if min(size) < 1:
+        raise DataError(f"resize: output size {tuple(size)} is empty (the input is {tuple(x.shape[-2:])})")
+    if mode == "lanczos":
+        return lanczos_resize(x, size)
+    with autocast_off(x):
+        return F.interpolate(x, size=size, mode=mode, antialias=mode in ("bilinear", "bicubic")).clamp(0, 1)
+
+
+def thick_lines(x: Tensor) -> Tensor:
+    """traiNNer-redux's ThickLines filter: ``3/4 x + 1/4 min3x3(x)``, the 3x3 minimum (erosion) taken per channel
+    with the border ignored. Dark strokes (line art) grow by about a pixel and bright areas stay."""
+    low = -F.max_pool2d(-x, 3, stride=1, padding=1)
+    return x * 0.75 + low * 0.25
 
 
 def clamp_round(x: Tensor) -> Tensor:

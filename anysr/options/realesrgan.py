@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from anysr.options.common import check_gt_size, dataset_role, good, known_names, phase_of, registered
-from anysr.options.fields import Context, Field, ListOf, at_least, between, join
+from anysr.options.fields import Check, Context, Field, ListOf, at_least, between, join
 
 # Real-ESRGAN x4plus's settings (the Real-ESRGAN project's options/train_realesrgan_x4plus.yml): the defaults of the
 # keys below, filled in for the models that synthesise their LQ and for RealESRGANDataset (BasicSR requires them).
@@ -32,6 +32,9 @@ X4PLUS_MODEL: dict[str, Any] = {
     "gaussian_noise_prob2": 0.5, "noise_range2": [1.0, 25.0], "poisson_scale_range2": [0.05, 2.5],
     "gray_noise_prob2": 0.4, "jpeg_range2": [30.0, 95.0], "queue_size": 180,
 }
+# traiNNer-redux's resize filters (anysr.ops.degradation.TRAINNER_RESIZE_MODES; the options import no torch).
+TRAINNER_RESIZE_MODES = ("bilinear", "bicubic", "nearest-exact", "lanczos", "area")
+_KERNEL_PAD = 21  # RealESRGANDataset's kernel size (MAX_KERNEL_SIZE)
 _BLUR_REACH = 10  # BasicSR pads every kernel to 21x21: filtering reflects 10 pixels, so images must be larger
 _PROB = between(0, 1)
 
@@ -45,8 +48,27 @@ def _pair(doc: str, key: str) -> Field:
     return Field((ListOf(float, length=2), None), default=None, default_doc=_x4(key), doc=doc)
 
 
+def _modes_fields(suffix: str, which: str) -> dict[str, Field]:
+    return {
+        f"resize_mode_list{suffix}": Field(
+            (ListOf(str, min_len=1), None), default=None,
+            default_doc="area, bilinear, bicubic, uniform (BasicSR)",
+            expect=f"list of {' | '.join(TRAINNER_RESIZE_MODES)} | null",
+            doc=f"{which} resize: the filters to choose from (traiNNer-redux's key and filters: bilinear and bicubic "
+                "antialiased, lanczos (3 lobes), nearest-exact, area; results clamped to [0, 1]). Not given: "
+                "BasicSR's area / bilinear / bicubic without antialiasing."),
+        f"resize_mode_prob{suffix}": Field(
+            (ListOf(float, min_len=1), None), default=None, default_doc="equal weights",
+            doc=f"{which} resize: the weight of each filter of resize_mode_list{suffix} (traiNNer-redux)."),
+    }
+
+
 def _stage_fields(suffix: str, which: str) -> dict[str, Field]:
     return {
+        **_modes_fields(suffix, which),
+        f"jpeg_prob{suffix}": Field(float, default=1.0, check=_PROB,
+                                    doc=f"{which} degradation: chance of its JPEG step, per batch (traiNNer-redux; "
+                                        "BasicSR: always)."),
         f"resize_prob{suffix}": Field((ListOf(float, length=3), None), default=None,
                                       default_doc=_x4(f"resize_prob{suffix}"),
                                       doc=f"{which} degradation: weights of resizing up, down, or keeping the size."),
@@ -85,6 +107,30 @@ REALESRGAN_FIELDS: dict[str, Field] = {
     "second_blur_prob": Field((float, None), default=None, check=_PROB, default_doc=_x4("second_blur_prob"),
                               doc="Second degradation: chance of the second blur (the kernels of kernel_list2)."),
     **_stage_fields("2", "Second"),
+    **_modes_fields("3", "Final (back to the LQ size)"),
+    "blur_prob": Field(float, default=1.0, check=_PROB,
+                       doc="First degradation: chance of the first blur (kernel_list), per batch (traiNNer-redux; "
+                           "BasicSR: always)."),
+    "thicklines_prob": Field(float, default=0.0, check=_PROB,
+                             doc="Chance, per batch, of traiNNer-redux's ThickLines filter before the first blur: "
+                                 "3/4 image + 1/4 its 3x3 minimum, which thickens dark lines (line art)."),
+    "lq_usm": Field((bool, None), default=None,
+                    doc="traiNNer-redux: true: the degradation starts from the GT unsharp-masked with a radius drawn "
+                        "per batch from lq_usm_radius_range; false: from the plain GT. null: as BasicSR (Real-ESRGAN: "
+                        "from the USM-sharpened GT; RealESRNet: with gt_usm)."),
+    "lq_usm_radius_range": Field(ListOf(int, length=2), default=[1, 25],
+                                 doc="lq_usm: the USM radius range [min, max] (both included; even radii are made "
+                                     "odd)."),
+    "high_order_degradations_debug": Field(bool, default=False,
+                                           doc="Save the synthesised LQ and GT batches (after the pool) as PNG grids "
+                                               "in experiments/<name>/debug/otf (first rank; traiNNer-redux)."),
+    "high_order_degradations_debug_limit": Field(int, default=100, check=at_least(0),
+                                                 doc="high_order_degradations_debug: how many batches to save (0: "
+                                                     "every one)."),
+    "dataroot_lq_prob": Field(float, default=0.0, check=Check(lambda v: v == 0, "0 (mixing the dataset's real LQ "
+                                                                "images with synthesised ones is not available)"),
+                              doc="traiNNer-redux: chance of a real LQ image instead of a synthesised one; only 0 "
+                                  "is accepted."),
     "gt_size": Field((int, None), default=None, check=at_least(1), default_doc="datasets.train.gt_size",
                      doc="Real-ESRGAN models: the GT crop taken after the synthesis (a multiple of scale, at most "
                          "crop_pad_size); equal to datasets.train.gt_size when both are set."),
@@ -117,6 +163,9 @@ def _kernel_fields(suffix: str, which: str) -> dict[str, Field]:
                                       f"betap_range{suffix}"),
         f"sinc_prob{suffix}": Field((float, None), default=None, check=_PROB, default_doc=_x4(f"sinc_prob{suffix}"),
                                     doc=f"RealESRGANDataset, {which} blur: chance of a sinc kernel instead."),
+        f"kernel_range{suffix}": Field((ListOf(int, length=2), None), default=None, default_doc="[7, 21] (BasicSR)",
+                                       doc=f"RealESRGANDataset, {which} blur: the odd kernel sizes [min, max] drawn "
+                                           "from (traiNNer-redux; every kernel is padded to 21x21, so max <= 21)."),
         f"blur_kernel_size{suffix}": Field(int, keep=False,
                                            doc="Accepted (BasicSR reads it and ignores it: kernel sizes are drawn "
                                                "from 7 to 21 and padded to 21)."),
@@ -128,6 +177,9 @@ REALESRGAN_DATASET_FIELDS: dict[str, Field] = {
     **_kernel_fields("2", "second"),
     "final_sinc_prob": Field((float, None), default=None, check=_PROB, default_doc=_x4("final_sinc_prob"),
                              doc="RealESRGANDataset: chance of the final sinc filter (else none)."),
+    "final_kernel_range": Field((ListOf(int, length=2), None), default=None, default_doc="[7, 21] (BasicSR)",
+                                doc="RealESRGANDataset: the odd sizes [min, max] of the final sinc filter "
+                                    "(traiNNer-redux; max <= 21)."),
     "crop_pad_size": Field((int, None), default=None, check=at_least(1), default_doc="400 (RealESRGANDataset)",
                            doc="RealESRGANDataset: images are reflect-padded to at least this size, then a random "
                                "square of this size is cropped and degraded (BasicSR hard-codes 400); a multiple "
@@ -215,6 +267,14 @@ def realesrgan_dataset_rule(out: dict[str, Any], path: str, ctx: Context, phase:
         _check_range(out, f"blur_sigma{suffix}", path, ctx, low=0, low_open=True)
         _check_range(out, f"betag_range{suffix}", path, ctx, low=0, low_open=True)
         _check_range(out, f"betap_range{suffix}", path, ctx, low=0, low_open=True)
+    for key in ("kernel_range", "kernel_range2", "final_kernel_range"):
+        if good(out, key):
+            lo, hi = out[key]
+            if lo % 2 == 0 or hi % 2 == 0 or not 3 <= lo <= hi:
+                ctx.add(f"{path}.{key}", f"must be [min, max] odd kernel sizes with 3 <= min <= max, got {out[key]}")
+            elif hi > _KERNEL_PAD:
+                ctx.add(f"{path}.{key}", f"goes up to {hi}; every kernel is padded to {_KERNEL_PAD}x{_KERNEL_PAD}, so "
+                        f"max <= {_KERNEL_PAD}")
     if good(out, "crop_pad_size") and ctx.scale is not None and out["crop_pad_size"] % ctx.scale:
         ctx.add(f"{path}.crop_pad_size", f"{out['crop_pad_size']} is not a multiple of scale ({ctx.scale}); "
                 f"use e.g. {max(1, out['crop_pad_size'] // ctx.scale) * ctx.scale}")
@@ -233,6 +293,21 @@ def _crop_too_small(out: dict[str, Any], crop: int, scale: int) -> str | None:
     if crop // scale <= _BLUR_REACH:
         return f"its LQ ({crop // scale} pixels) is too small for the 21x21 sinc filter ({_BLUR_REACH} reflected)"
     return None
+
+
+def _check_modes(out: dict[str, Any], modes: str, weights: str, ctx: Context) -> None:
+    listed, probs = out.get(modes), out.get(weights)
+    if listed is None:
+        if probs is not None:
+            ctx.add(weights, f"weighs the filters of {modes}, which is not given; add {modes}")
+        return
+    bad = [m for m in listed if m not in TRAINNER_RESIZE_MODES]
+    if bad:
+        ctx.add(modes, f"unknown resize filter(s) {bad}; choose from {list(TRAINNER_RESIZE_MODES)}")
+    elif probs is not None and len(probs) != len(listed):
+        ctx.add(weights, f"has {len(probs)} weights for the {len(listed)} filters of {modes}; give one per filter")
+    elif probs is not None and (any(p < 0 for p in probs) or sum(probs) <= 0):
+        ctx.add(weights, f"must be non-negative weights with a positive sum, got {probs}")
 
 
 def realesrgan_rule(out: dict[str, Any], ctx: Context) -> None:
@@ -254,6 +329,11 @@ def realesrgan_rule(out: dict[str, Any], ctx: Context) -> None:
         _check_range(out, f"noise_range{suffix}", "", ctx, low=0)
         _check_range(out, f"poisson_scale_range{suffix}", "", ctx, low=0)
         _check_range(out, f"jpeg_range{suffix}", "", ctx, low=0, low_open=True, high=100, high_open=True)
+    for suffix in ("", "2", "3"):
+        _check_modes(out, f"resize_mode_list{suffix}", f"resize_mode_prob{suffix}", ctx)
+    radii = out.get("lq_usm_radius_range")
+    if isinstance(radii, list) and len(radii) == 2 and not 1 <= radii[0] <= radii[1]:
+        ctx.add("lq_usm_radius_range", f"must be [min, max] with 1 <= min <= max, got {radii}")
     if not ctx.is_train:
         return
     for k, d in train:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from anysr.options.common import phase_of, registered
-from anysr.options.fields import Check, Context, Field, at_least, greater_than
+from anysr.options.fields import Check, Context, Field, at_least, between, greater_than
 from anysr.registry import constructor_args
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -30,6 +30,25 @@ TRAINNER_PERCEPTUAL_CLASS = "TraiNNerPerceptualLoss"
 _BASICSR_PERCEPTUAL_KEYS = ("perceptual_weight", "style_weight", "vgg_type", "use_input_norm", "range_norm")
 EMA_POWER_DEFAULT = 10.0  # traiNNer-redux's (ema-pytorch's schedule with it reaches the decay within a few steps)
 GRAD_CLIP_NORM_DEFAULT = 100.0  # traiNNer-redux's grad_clip_max_norm
+# traiNNer-redux's defaults of its on-the-fly degradation keys (ReduxOptions, DatasetOptions), filled into a
+# traiNNer-redux file with high_order_degradation: true where a key is not given (anysr's are Real-ESRGAN x4plus's).
+OTF_DEFAULTS: dict[str, Any] = {
+    "lq_usm": False, "lq_usm_radius_range": [1, 25], "blur_prob": 0.0, "thicklines_prob": 0.0,
+    "resize_prob": [0.2, 0.7, 0.1], "resize_range": [0.4, 1.5], "gaussian_noise_prob": 0.0, "noise_range": [0.0, 0.0],
+    "poisson_scale_range": [0.0, 0.0], "gray_noise_prob": 0.0, "jpeg_prob": 1.0, "jpeg_range": [75.0, 95.0],
+    "second_blur_prob": 0.0, "resize_prob2": [0.3, 0.4, 0.3], "resize_range2": [0.6, 1.2],
+    "gaussian_noise_prob2": 0.0, "noise_range2": [0.0, 0.0], "poisson_scale_range2": [0.0, 0.0],
+    "gray_noise_prob2": 0.0, "jpeg_prob2": 1.0, "jpeg_range2": [75.0, 95.0], "queue_size": 120,
+    # traiNNer-redux trains towards the plain GT (it has no *_gt_usm keys)
+    "gt_usm": False, "l1_gt_usm": False, "percep_gt_usm": False, "gan_gt_usm": False,
+    **{f"resize_mode_list{s}": ["bilinear", "bicubic", "nearest-exact", "lanczos"] for s in ("", "2", "3")},
+}
+OTF_DATASET_DEFAULTS: dict[str, Any] = {
+    "kernel_range": [5, 17], "sinc_prob": 0.0, "blur_sigma": [0.2, 2.0], "betag_range": [0.5, 4.0],
+    "betap_range": [1.0, 2.0], "kernel_range2": [5, 17], "sinc_prob2": 0.0, "blur_sigma2": [0.2, 1.0],
+    "betag_range2": [0.5, 4.0], "betap_range2": [1.0, 2.0], "final_sinc_prob": 0.0, "final_kernel_range": [5, 17],
+}
+OTF_CROP_MARGIN = 32  # traiNNer-redux's RealESRGANDataset degrades a gt_size + 32 square
 
 
 def _false_only(reason: str) -> Check:
@@ -78,6 +97,8 @@ TRAINNER_TOP_FIELDS: dict[str, Field] = {
                          doc="Accepted (traiNNer-redux) and ignored; the command line's --auto_resume decides."),
     "onnx": Field((dict, None), keep=False,
                   doc="Accepted (traiNNer-redux's ONNX export settings) and ignored; use `anysr export`."),
+    "blur_prob2": Field(float, keep=False, check=between(0, 1),
+                        doc="traiNNer-redux: second_blur_prob (the chance of the second blur)."),
 }
 
 TRAINNER_TRAIN_FIELDS: dict[str, Field] = {
@@ -369,6 +390,51 @@ def _map_network_scale(m: _Mapper) -> None:
         m.notes.append(f"network_g.{name} unset -> {scale} (the top-level scale, as traiNNer-redux passes it)")
 
 
+def _map_otf(m: _Mapper, trainner: bool) -> None:
+    """traiNNer-redux's on-the-fly degradation: ``blur_prob2`` -> ``second_blur_prob``; in a traiNNer-redux file with
+    ``high_order_degradation: true``: the model (RealESRGANModel with a discriminator, else RealESRNetModel, as
+    traiNNer-redux picks its RealESRGANModel), its defaults for missing keys, its crop (gt_size + 32), and a
+    queue_size rounded down to a multiple of the batch."""
+    opt = m.opt
+    if "blur_prob2" in opt and _number(opt["blur_prob2"]) is not None:
+        given = opt.get("second_blur_prob")
+        if given is not None and given != opt["blur_prob2"]:
+            m.ctx.add("blur_prob2", f"means second_blur_prob: {opt['blur_prob2']}, but second_blur_prob is also set "
+                      f"to {given!r}; keep one of them")
+        else:
+            opt["second_blur_prob"] = opt["blur_prob2"]
+            m.notes.append(f"blur_prob2 -> second_blur_prob {opt['blur_prob2']}")
+    if not trainner or opt.get("high_order_degradation") is not True:
+        return
+    if opt.get("model_type") is None:
+        gan = isinstance(opt.get("network_d"), dict)
+        opt["model_type"] = "RealESRGANModel" if gan else "RealESRNetModel"
+        m.notes.append(f"high_order_degradation -> model_type {opt['model_type']}")
+    filled = [k for k in OTF_DEFAULTS if opt.get(k) is None]
+    for k in filled:
+        opt[k] = list(OTF_DEFAULTS[k]) if isinstance(OTF_DEFAULTS[k], list) else OTF_DEFAULTS[k]
+    if filled:
+        m.notes.append("traiNNer-redux's OTF defaults for " + ", ".join(filled))
+    sets = opt.get("datasets")
+    train = [(k, d) for k, d in sets.items() if phase_of(str(k)) == "train" and isinstance(d, dict)] \
+        if isinstance(sets, dict) else []
+    for name, data in train:
+        if str(data.get("type", "")).lower() != "realesrgandataset":
+            continue
+        for k, v in OTF_DATASET_DEFAULTS.items():
+            if data.get(k) is None:
+                data[k] = list(v) if isinstance(v, list) else v
+        gt = data.get("gt_size")
+        if data.get("crop_pad_size") is None and isinstance(gt, int) and not isinstance(gt, bool):
+            data["crop_pad_size"] = gt + OTF_CROP_MARGIN
+            m.notes.append(f"datasets.{name}.crop_pad_size unset -> {gt + OTF_CROP_MARGIN} (gt_size + "
+                           f"{OTF_CROP_MARGIN}, traiNNer-redux's crop)")
+        batch, queue = data.get("batch_size_per_gpu"), opt.get("queue_size")
+        if isinstance(batch, int) and isinstance(queue, int) and batch > 0 and queue % batch and queue >= batch:
+            opt["queue_size"] = queue // batch * batch
+            m.notes.append(f"queue_size {queue} -> {opt['queue_size']} (a multiple of batch_size_per_gpu {batch})")
+
+
 def map_trainner(opt: dict[str, Any], ctx: Context) -> list[str]:
     """Write what traiNNer-redux's keys of ``opt`` mean into anysr's keys, in place (before validation); problems
     go to ``ctx``. Returns the notes (empty for a file without such keys), the ignored keys last."""
@@ -379,6 +445,7 @@ def map_trainner(opt: dict[str, Any], ctx: Context) -> list[str]:
     _map_val(m)
     _map_logger(m)
     _map_datasets(m, trainner)
+    _map_otf(m, trainner)
     if trainner:
         _map_path(m)
         _map_losses(m)
