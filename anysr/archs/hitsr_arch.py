@@ -16,7 +16,8 @@ traiNNer-redux), so released checkpoints load with ``strict=True`` and give the 
 
 Size: any input. Each block reflect-pads its map at the bottom / right to its window size (SNG: twice it)
 and crops back, as the authors' code does; where one reflection is not enough, it reflects again (the
-authors' code stops with an error there for SIR). Every block pads for itself, so tiles of any size run the
+authors' code stops with an error there for SIR, and for SNG / SRF where two reflections are not enough; a
+one-pixel side is replicated). Every block pads for itself, so tiles of any size run the
 same network (``tile_multiple`` 1).
 """
 
@@ -47,18 +48,19 @@ Pair = tuple[int, int]
 
 def _reflect_grow(x: torch.Tensor, dim: int, pad: int, first_full: bool) -> torch.Tensor:
     """Add ``pad`` reflected rows (``dim`` -2) or columns (-1) at the end, in steps of at most side - 1.
-    ``first_full``: SNG / SRF's first step reflects side - 1 whenever one step cannot reach ``pad``."""
-    side = x.shape[dim]
-    if first_full and pad >= side:
-        step = side - 1
-    else:
-        step = min(pad, side - 1)
-    while pad > 0:
-        spec = (0, step, 0, 0) if dim == -1 else (0, 0, 0, step)
-        x = F.pad(x, spec, mode="reflect")
-        pad -= step
-        step = min(pad, x.shape[dim] - 1)
-    return x
+    ``first_full``: SNG / SRF's first step reflects side - 1 whenever one step cannot reach ``pad``. The
+    first F.pad is always applied (a pad of 0 included), so a traced graph pads at every size. A side of one
+    pixel is replicated (nothing to reflect)."""
+    while True:
+        side = x.shape[dim]
+        if side == 1:
+            return F.pad(x, (0, pad, 0, 0) if dim == -1 else (0, 0, 0, pad), mode="replicate")
+        step = side - 1 if first_full and pad >= side else min(pad, side - 1)
+        x = F.pad(x, (0, step, 0, 0) if dim == -1 else (0, 0, 0, step), mode="reflect")
+        pad = pad - step
+        first_full = False
+        if not pad > 0:
+            return x
 
 
 def _pad_map(x: torch.Tensor, multiple: Pair, first_full: bool) -> torch.Tensor:
