@@ -160,7 +160,7 @@ def test_published_sizes() -> None:
 
 # ----------------------------------------------------------------------------- ONNX
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", ["HiT_SIR", *(pytest.param(a, marks=pytest.mark.slow) for a in ARCHS[1:])])
 def test_onnx_export_runs_at_sizes_it_never_saw(arch: str, tmp_path: Path) -> None:
     ort = pytest.importorskip("onnxruntime")
     from anysr.engine import checkpoint as ck
