@@ -544,4 +544,4 @@ class HiT_SRF(_HiT):  # noqa: N801
 # traiNNer-redux's builders (hit_sir, hit_sng, hit_srf) build the classes' defaults (their expansion_factor=2
 # is swallowed by the classes; anysr accepts it when it equals mlp_ratio)
 for _cls in ("HiT_SIR", "HiT_SNG", "HiT_SRF"):
-    register_presets(_cls, scale_arg="upscale", presets={_cls.lower(): {}})
+    register_presets(_cls, scale_arg="upscale", presets={_cls.lower(): {}})  # x4: 791,540 / 1,032,060 / 866,420
