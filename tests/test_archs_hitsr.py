@@ -1,0 +1,250 @@
+"""HiT-SR's HiT_SIR, HiT_SNG and HiT_SRF (Zhang et al., ECCV 2024).
+
+Fixtures come from traiNNer-redux's source (``tests/fixtures/make_hitsr_fixtures.py``): the state dicts load
+strictly and give its outputs in eval mode, sizes the blocks must pad included (SNG's twice-the-window padding with
+two reflections too). Also: channels_last, bf16 autocast, the meta device, training gradients, ONNX through anysr's
+exporter, real CLI training runs, 2 gloo ranks == 1 process, and per architecture an XLA:CPU train step that
+compiles once with no aten op left to the CPU (``-m xla``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import FIXTURE_TOL, run_cli, tiny_train_options, write_options
+from safetensors.torch import load_file
+
+from anysr.archs import build_network
+from anysr.errors import OptionError
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "hitsr"
+MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
+ONE_PER_ARCH = ["hit_sir_x4", "hit_sng_x4", "hit_srf_x4"]
+ARCHS = ["HiT_SIR", "HiT_SNG", "HiT_SRF"]
+
+# Tiny x2 networks of each arch (training runs, ONNX, XLA): windows 2 and 4
+TINY = {a: {"type": a, "embed_dim": 16, "depths": [2], "num_heads": [2], "upscale": 2, "base_win_size": [2, 2],
+            "hier_win_ratios": [1, 2]} for a in ARCHS}
+
+
+def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    case = MANIFEST[name]
+    net = build_network({"type": case["type"], **case["kwargs"]}).eval()
+    net.load_state_dict(load_file(str(FIXTURES / f"{name}_params.safetensors")), strict=True)
+    return net, load_file(str(FIXTURES / f"{name}_io.safetensors"))
+
+
+# ----------------------------------------------------------------------------- traiNNer-redux parity
+
+def test_fixtures_cover_every_arch() -> None:
+    assert {c["type"] for c in MANIFEST.values()} == set(ARCHS)
+    assert sum(p.stat().st_size for p in FIXTURES.iterdir()) < 1_500_000
+
+
+@pytest.mark.parametrize("name", sorted(MANIFEST))
+def test_reference_weights_load_strictly_and_match(name: str) -> None:
+    case = MANIFEST[name]
+    params = load_file(str(FIXTURES / f"{name}_params.safetensors"))
+    net = build_network({"type": case["type"], **case["kwargs"]})
+    assert set(net.state_dict()) == set(params), "state-dict keys differ from traiNNer-redux's"
+    assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in params.items()}
+    net.load_state_dict(params, strict=True)
+    net.eval()
+    io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    for inp, out, _ in case["compare"]:
+        with torch.no_grad():
+            got = net(io[inp])
+        assert got.shape == io[out].shape
+        torch.testing.assert_close(got, io[out], **FIXTURE_TOL, msg=f"{name} {out} differs")
+
+
+def test_fixtures_include_sizes_that_need_padding() -> None:
+    """Each arch has an input that is not a multiple of its largest window (8 px; SNG pads to 16)."""
+    padded = {MANIFEST[n]["type"] for n in MANIFEST
+              if any(s % 8 for s in load_file(str(FIXTURES / f"{n}_io.safetensors"))["input1"].shape[-2:])}
+    assert padded == set(ARCHS)
+
+
+@pytest.mark.parametrize("name", ONE_PER_ARCH)
+def test_channels_last_input_gives_the_same_output(name: str) -> None:
+    net, io = _case(name)
+    x = io["input0"].contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        got = net(x)
+        got_cl = net.to(memory_format=torch.channels_last)(x)
+    torch.testing.assert_close(got, io["output0"], **FIXTURE_TOL)
+    torch.testing.assert_close(got_cl, io["output0"], **FIXTURE_TOL)
+
+
+@pytest.mark.parametrize("name", sorted(MANIFEST))
+def test_bf16_autocast_stays_close(name: str) -> None:
+    net, io = _case(name)
+    x, ref = io["input0"], io["output0"]
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed = net(x).float()
+    assert mixed.shape == ref.shape and torch.isfinite(mixed).all()
+    err = (mixed - ref).abs().max().item() / ref.abs().max().item()
+    assert err < 0.05, f"{name}: bf16 autocast off by {err:.3g} of the output range"
+
+
+@pytest.mark.parametrize("name", ONE_PER_ARCH)
+def test_forward_creates_no_tensor_off_the_input_device(name: str) -> None:
+    net, io = _case(name)
+    net = net.to("meta")
+    out = net(torch.empty(io["input1"].shape, device="meta"))
+    assert out.device.type == "meta" and out.shape == io["output1"].shape
+
+
+@pytest.mark.parametrize("name", ONE_PER_ARCH)
+def test_training_step_gives_finite_gradients(name: str) -> None:
+    net, io = _case(name)
+    net.train()
+    net(io["input0"]).square().mean().backward()
+    trained = [(n, p) for n, p in net.named_parameters() if p.requires_grad]
+    missing = [n for n, p in trained if p.grad is None or not torch.isfinite(p.grad).all()]
+    assert trained and not missing, missing
+
+
+# ----------------------------------------------------------------------------- other behaviour
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_small_inputs_reflect_again(arch: str) -> None:
+    """3x2 is grown to 8 (SNG: 16) per side for the largest windows by repeated reflection; 1 pixel by
+    replication."""
+    net = build_network({**TINY[arch], "hier_win_ratios": [1, 4]}).eval()
+    with torch.no_grad():
+        out = net(torch.rand(1, 3, 3, 2))
+        one = net(torch.rand(1, 3, 1, 5))
+    assert out.shape == (1, 3, 6, 4) and torch.isfinite(out).all()
+    assert one.shape == (1, 3, 2, 10) and torch.isfinite(one).all()
+
+
+def test_sng_adds_the_ngram_context_and_the_others_do_not() -> None:
+    keys = {a: set(build_network(TINY[a]).state_dict()) for a in ARCHS}
+    assert any("ngram_context.ngram_attn.relative_position_index" in k for k in keys["HiT_SNG"])
+    assert any("mlp.dwconv.depthwise_conv.0.weight" in k for k in keys["HiT_SRF"])
+    assert keys["HiT_SIR"] < keys["HiT_SNG"] and keys["HiT_SIR"] < keys["HiT_SRF"]
+
+
+@pytest.mark.parametrize(("opt", "pattern"), [
+    ({"type": "HiT_SIR", "embed_dim": 30}, r"network_g\.embed_dim: .*multiple of 2 \* num_heads"),
+    ({"type": "HiT_SNG", "num_heads": [6]}, r"network_g\.num_heads: needs one entry per group"),
+    ({"type": "HiT_SRF", "depths": [7], "num_heads": [6]}, r"network_g\.depths: a group has at most"),
+    ({"type": "HiT_SIR", "hier_win_ratios": [1, 1.5], "depths": [2], "num_heads": [6]},
+     r"network_g\.hier_win_ratios: window \(12, 12\)"),
+    ({"type": "HiT_SIR", "upsampler": "nearest+conv", "upscale": 2}, r"network_g\.upsampler: .*upscale 4 only"),
+    ({"type": "HiT_SIR", "upsampler": "bicubic"}, r"network_g\.upsampler: must be"),
+    ({"type": "HiT_SIR", "resi_connection": "2conv"}, r"network_g\.resi_connection: must be"),
+    ({"type": "HiT_SIR", "expansion_factor": 4}, r"network_g\.expansion_factor: .*ignores it"),
+])
+def test_bad_argument_values(opt: dict, pattern: str) -> None:
+    with pytest.raises(OptionError, match=pattern):
+        build_network(opt)
+
+
+def test_published_sizes() -> None:
+    """Parameter counts of the published x4 networks (traiNNer-redux's builders, counted with these classes)."""
+    def count(opt: dict) -> int:
+        with torch.device("meta"):
+            return sum(p.numel() for p in build_network(opt).parameters())
+
+    assert count({"type": "hit_sir", "scale": 4}) == 791_540
+    assert count({"type": "hit_sng", "scale": 4}) == 1_032_060
+    assert count({"type": "hit_srf", "scale": 4}) == 866_420
+
+
+# ----------------------------------------------------------------------------- ONNX
+
+@pytest.mark.parametrize("arch", ["HiT_SIR", *(pytest.param(a, marks=pytest.mark.slow) for a in ARCHS[1:])])
+def test_onnx_export_runs_at_sizes_it_never_saw(arch: str, tmp_path: Path) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    from anysr.engine import checkpoint as ck
+    from anysr.engine.inference.export import export_weights
+
+    opt = TINY[arch]
+    torch.manual_seed(0)
+    net = build_network(opt).eval()
+    src = tmp_path / "w.safetensors"
+    ck.save_weights(src, {"params": net.state_dict()}, {"network_g": opt, "scale": 2})
+    (rep,) = export_weights(str(src), [str(tmp_path / "m.onnx")])
+    assert rep.dynamic, rep.note
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    x = torch.rand(1, 3, 21, 34)  # not a multiple of 4 (SNG: 8): every block pads
+    got = torch.from_numpy(session.run(None, {"input": x.numpy()})[0])
+    with torch.no_grad():
+        want = net(x)
+    assert got.shape == want.shape == (1, 3, 42, 68)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------- real training runs (CLI)
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ARCHS)
+def test_cli_training_run_saves_finite_weights(arch: str, tmp_path: Path, small_train_dir: Path) -> None:
+    opt = tiny_train_options(arch.lower(), small_train_dir, None, total_iter=4)
+    opt["network_g"] = dict(TINY[arch])
+    opt["logger"]["save_checkpoint_freq"] = 4
+    path = write_options(tmp_path / f"{arch}.yml", opt)
+    run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
+    stored = load_file(str(tmp_path / "experiments" / arch.lower() / "models" / "net_g_4.safetensors"))
+    saved = {k.removeprefix("params."): v for k, v in stored.items() if k.startswith("params.")}
+    fresh = build_network(TINY[arch]).state_dict()
+    assert set(saved) == set(fresh)
+    assert all(torch.isfinite(v).all() for v in saved.values() if v.is_floating_point())
+    key = "layers.0.residual_group.blocks.0.norm1.weight"  # every fresh network has ones here
+    assert not torch.equal(saved[key], fresh[key]), f"{key} was not trained"
+
+
+@pytest.mark.slow
+def test_two_gloo_ranks_match_one_process(tmp_path: Path, small_train_dir: Path) -> None:
+    """HiT_SNG: 2 ranks x batch 2 == 1 process x batch 4."""
+    for name, num_gpu, batch in (("one", 1, 4), ("two", 2, 2)):
+        opt = tiny_train_options(name, small_train_dir, None, total_iter=4)
+        opt["network_g"] = dict(TINY["HiT_SNG"])
+        opt["num_gpu"] = num_gpu
+        opt["datasets"]["train"]["batch_size_per_gpu"] = batch
+        path = write_options(tmp_path / f"{name}.yml", opt)
+        run = run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
+        if num_gpu == 2:
+            assert "rank 0/2" in run.stdout
+    wa = load_file(str(tmp_path / "experiments" / "one" / "models" / "net_g_4.safetensors"))
+    wb = load_file(str(tmp_path / "experiments" / "two" / "models" / "net_g_4.safetensors"))
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], rtol=1e-4, atol=1e-5, msg=k)
+
+
+# ----------------------------------------------------------------------------- XLA:CPU
+
+@pytest.mark.xla
+@pytest.mark.parametrize("arch", ARCHS)
+def test_xla_train_step_compiles_once_without_cpu_fallback(arch: str) -> None:
+    os.environ.setdefault("PJRT_DEVICE", "CPU")
+    torch_xla = pytest.importorskip("torch_xla")
+    from torch_xla.debug import metrics
+
+    metrics.clear_all()
+    torch.manual_seed(0)
+    dev = torch_xla.device()
+    net = build_network(dict(TINY[arch])).train().to(dev)
+    x = torch.rand(1, 3, 7, 10).to(dev)  # the blocks pad
+    compiles, losses = [], []
+    for _ in range(2):
+        net.zero_grad(set_to_none=True)
+        loss = net(x).square().mean()
+        loss.backward()
+        torch_xla.sync()
+        compiles.append(metrics.metric_data("CompileTime")[0])
+        losses.append(loss.detach())
+    assert compiles[0] >= 1 and compiles[1] == compiles[0], f"{arch} recompiled: {compiles}"
+    grads = [p.grad for p in net.parameters() if p.requires_grad]
+    assert all(g is not None for g in grads)
+    assert torch.isfinite(torch.stack([g.abs().sum() for g in grads]).cpu()).all()
+    assert torch.equal(losses[0].cpu(), losses[1].cpu())
+    fallbacks = [c for c in metrics.counter_names() if c.startswith("aten::")]
+    assert not fallbacks and not metrics.executed_fallback_ops(), f"{arch}: ops run on the CPU: {fallbacks}"
