@@ -216,3 +216,21 @@ def test_missing_package_is_one_line_naming_the_extra(tmp_path: Path) -> None:
     proc = run_cli("infer", "--weights", str(weights), "-i", str(img), "-o", str(tmp_path / "out"), "--backend",
                    "auto", "--no-progress", cwd=tmp_path, env={"PYTHONPATH": f"{hide}{os.pathsep}{ROOT}"})
     assert "--backend auto: torch (neither onnxruntime nor openvino is installed" in proc.stdout + proc.stderr
+
+
+def test_plan_refuses_what_the_runtimes_cannot_do(tmp_path: Path) -> None:
+    from anysr.engine.inference.command import InferRequest, plan_infer  # noqa: PLC0415
+
+    weights = _weights(tmp_path, SRVGG_X4)
+    img = tmp_path / "a.png"
+    cv2.imwrite(str(img), cv2.imread(str(DATASETS / "Set5" / "HR" / "bird.png"))[:16, :16])
+    base = {"input": str(img), "output": str(tmp_path / "out"), "weights": str(weights), "progress": False}
+    with pytest.raises(OptionError, match="videos run with --backend torch"):
+        plan_infer(InferRequest(**{**base, "output": str(tmp_path / "out.mp4")}, backend="onnxruntime"))
+    with pytest.raises(OptionError, match="choose one of"):
+        plan_infer(InferRequest(**base, backend="tensorrt"))
+    with pytest.raises(OptionError, match="runs in fp32"):
+        plan_infer(InferRequest(**base, backend="onnxruntime", precision="bf16"))
+    job = plan_infer(InferRequest(**base, backend="onnxruntime"))
+    assert isinstance(job.args[0], RuntimeNetwork) and job.plan.precision == "fp32" and not job.plan.channels_last
+    assert any("the forward runs in onnxruntime" in n for n in job.plan.notes), job.plan.notes

@@ -156,6 +156,8 @@ def _plan_video(req: InferRequest) -> InferJob:
     if is_video_file(dst) and dst.exists() and not dst.is_file():
         raise DataError(f"-o {dst}: exists and is not a file")
     plan = resolve_plan(req.accelerator, 1, precision=req.precision, channels_last=req.channels_last)
+    if req.backend == "auto":
+        plan = replace(plan, notes=(*plan.notes, "--backend auto: torch (videos run in torch)"))
     what = "video" if is_video_file(dst) else "frames"
     return InferJob(plan, video_infer_worker, (res.net, source, dst, res.scale, req.tile, req.tile_pad, req.chunk,
                                                req.chunk_pad, req.suffix, req.progress),
