@@ -121,7 +121,8 @@ def cmd_infer(args: argparse.Namespace) -> int:
         tile_pad=args.tile_pad,
         suffix=args.suffix, outscale=args.outscale, resize=args.resize, ext=args.ext, alpha=args.alpha,
         progress=not args.no_progress, chunk=args.chunk, chunk_pad=args.chunk_pad, fps=args.fps,
-        accelerator=args.accelerator, precision=args.precision, channels_last=args.channels_last))
+        accelerator=args.accelerator, precision=args.precision, channels_last=args.channels_last,
+        backend=args.backend))
     launch(job.plan, job.worker, *job.args)
     print(job.done)
     return 0
@@ -365,6 +366,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--channels-last", "--channels_last", action=argparse.BooleanOptionalAction, default=None,
                    help="NHWC memory format for weights and images (default: auto, on where measured faster: "
                         "CPUs, CUDA in bf16/fp16; ignored on XLA)")
+    p.add_argument("--backend", default="torch", choices=("torch", "onnxruntime", "openvino", "auto"),
+                   help="what runs the network's forward: torch (default), onnxruntime or openvino (CPU, fp32: the "
+                        "ONNX export, cached by weights; anysr[onnx] / anysr[openvino]), or auto (the fastest, "
+                        "measured once per network and size and cached)")
     p.add_argument("--no-progress", "--no_progress", action="store_true",
                    help="no progress bars (over images, and over the tiles of each image)")
     p.set_defaults(func=cmd_infer)

@@ -11,11 +11,13 @@ from typing import Any
 from anysr.accelerators import resolve_plan
 from anysr.accelerators.plan import LaunchPlan
 from anysr.data.video_io import FrameSource, is_video_file
+from anysr.engine.inference.backends import BACKENDS, choose_backend
 from anysr.engine.inference.images import (
     InferSettings,
     check_outscale,
     check_result_sizes,
     infer_worker,
+    inference_shape,
     list_inputs,
     probe_inputs,
 )
@@ -53,6 +55,7 @@ class InferRequest:
     accelerator: str = "auto"
     precision: str = "auto"
     channels_last: bool | None = None
+    backend: str = "torch"
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,11 @@ def plan_infer(req: InferRequest) -> InferJob:
     if not req.arch and req.network_opt is None and not req.weights:
         raise OptionError("anysr infer needs --weights FILE (with --arch NAME or -opt FILE.yml unless the file says "
                           "what it is), or --arch bicubic")
+    if req.backend not in BACKENDS:
+        raise OptionError(f"--backend {req.backend}: choose one of {', '.join(BACKENDS)}")
     if wants_video(req):
+        if req.backend not in ("torch", "auto"):
+            raise OptionError(f"--backend {req.backend}: images only; videos run with --backend torch")
         return _plan_video(req)
     res = resolve_network(weights=req.weights, arch=req.arch, arch_opts=req.arch_opts, network_opt=req.network_opt,
                           scale=req.scale, param_key=req.param_key, dni=parse_dni(req.dni))
@@ -109,8 +116,31 @@ def plan_infer(req: InferRequest) -> InferJob:
     if precision != req.precision:
         plan = replace(plan, notes=(*plan.notes, "16-bit input images: precision fp32 (bf16 keeps about 8 bits of a "
                                                  "16-bit sample; --precision bf16 to choose it anyway)"))
-    return InferJob(plan, infer_worker, (res.net, files, Path(req.output), settings),
+    net, plan = _backend(req, res.net, res.net_opt, settings, plan)
+    return InferJob(plan, infer_worker, (net, files, Path(req.output), settings),
                     f"wrote {len(files)} image(s) to {req.output}")
+
+
+def _backend(req: InferRequest, net: Any, net_opt: dict[str, Any] | None, settings: InferSettings,
+             plan: LaunchPlan) -> tuple[Any, LaunchPlan]:
+    """The module that runs the forward (``--backend``) and the plan around it: onnxruntime / OpenVINO run on the
+    CPU in fp32 (one process); ``auto`` keeps torch off the CPU."""
+    if req.backend == "torch":
+        return net, plan
+    if plan.accelerator != "cpu":
+        if req.backend != "auto":
+            raise OptionError(f"--backend {req.backend} runs on the CPU; drop --accelerator {req.accelerator}, or "
+                              "use --backend torch")
+        return net, replace(plan, notes=(*plan.notes, f"--backend auto: torch (the network runs on "
+                                                      f"{plan.accelerator})"))
+    chosen, name, notes = choose_backend(req.backend, net, net_opt, settings.scale,
+                                         inference_shape(net, settings.tile, settings.tile_pad))
+    if name != "torch":
+        if req.precision not in ("auto", "fp32") or req.channels_last:
+            raise OptionError(f"--backend {name} runs in fp32, NCHW: drop --precision {req.precision} / "
+                              "--channels-last, or use --backend torch")
+        plan = resolve_plan("cpu", 1, precision="fp32", channels_last=False)
+    return chosen, replace(plan, notes=(*plan.notes, *notes))
 
 
 def _plan_video(req: InferRequest) -> InferJob:
@@ -126,6 +156,8 @@ def _plan_video(req: InferRequest) -> InferJob:
     if is_video_file(dst) and dst.exists() and not dst.is_file():
         raise DataError(f"-o {dst}: exists and is not a file")
     plan = resolve_plan(req.accelerator, 1, precision=req.precision, channels_last=req.channels_last)
+    if req.backend == "auto":
+        plan = replace(plan, notes=(*plan.notes, "--backend auto: torch (videos run in torch)"))
     what = "video" if is_video_file(dst) else "frames"
     return InferJob(plan, video_infer_worker, (res.net, source, dst, res.scale, req.tile, req.tile_pad, req.chunk,
                                                req.chunk_pad, req.suffix, req.progress),

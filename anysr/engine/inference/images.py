@@ -348,6 +348,18 @@ def process_image(net: nn.Module, path: Path, acc: Accelerator, settings: InferS
     return resize_result(result, out_h, out_w, settings.resize, px.out_max)
 
 
+def inference_shape(net: nn.Module, tile: int | None, tile_pad: int) -> tuple[int, int, int, int]:
+    """The input shape at which the CPU choices (precision, memory format, ``--backend auto``) are timed: a tile
+    with its padding (capped), or ``CALIBRATION_SIDE`` when untiled, on the network's window grid."""
+    multiple = tile_multiple(net)
+    if tile:
+        tile, tile_pad = aligned_tile(tile, tile_pad, multiple)
+        side = calibration_side(tile, tile_pad, multiple)
+    else:
+        side = round_up(CALIBRATION_SIDE, multiple)
+    return 1, input_channels(net, default=None) or 3, side, side
+
+
 def infer_worker(acc: Accelerator, net: nn.Module, files: list[Path], out_dir: Path,
                  settings: InferSettings) -> list[Path]:
     """Upscale ``files`` one by one on ``acc`` and write them into ``out_dir``.
@@ -364,10 +376,7 @@ def infer_worker(acc: Accelerator, net: nn.Module, files: list[Path], out_dir: P
         if (tile, pad) != (settings.tile, settings.tile_pad):
             get_logger().info("--tile %d --tile-pad %d rounded up to %d / %d: multiples of the network's window "
                               "grid (%d)", settings.tile, settings.tile_pad, tile, pad, multiple)
-        side = calibration_side(tile, pad, multiple)
-    else:
-        side = round_up(CALIBRATION_SIDE, multiple)
-    acc.calibrate(net.eval(), (1, in_ch or 3, side, side), train=False)
+    acc.calibrate(net.eval(), inference_shape(net, settings.tile, settings.tile_pad), train=False)
     log_start("infer", acc)
     net = acc.prepare_model(net).eval()
     out_dir.mkdir(parents=True, exist_ok=True)
