@@ -1,0 +1,256 @@
+"""PLKSR (spandrel 0.4.2), SRFormer and ELAN (traiNNer-redux).
+
+Fixtures: ``tests/fixtures/make_plksrformer_fixtures.py``. State dicts load strictly and give the reference
+outputs (padded sizes too); channels_last, bf16 autocast, the meta device, a training step, ONNX, real CLI
+training runs (slow), 2 gloo ranks == 1 process (slow), and an XLA:CPU compile-once / no-fallback check per
+architecture (``-m xla`` in the XLA venv).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from conftest import FIXTURE_TOL, run_cli, saved_weights, tiny_train_options, write_options
+from safetensors.torch import load_file
+
+from anysr.archs import build_network
+from anysr.errors import OptionError
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "plksrformer"
+MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
+ONE_PER_ARCH = [n for n in ("plksr_x4_sparse_max_idt", "srformer_x2", "elan_x4") if n in MANIFEST]
+# Tiny configurations for training runs and XLA (type -> (network_g at x2, an input shape)).
+TINY: dict[str, tuple[dict[str, Any], tuple[int, ...]]] = {
+    "PLKSR": ({"type": "PLKSR", "dim": 8, "n_blocks": 1, "kernel_size": 5, "upscaling_factor": 2,
+               "ccm_type": "DCCM"}, (1, 3, 8, 8)),
+}
+
+
+def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    case = MANIFEST[name]
+    net = build_network({"type": case["type"], **case["kwargs"]}).eval()
+    net.load_state_dict(load_file(str(FIXTURES / f"{name}_params.safetensors")), strict=True)
+    return net, load_file(str(FIXTURES / f"{name}_io.safetensors"))
+
+
+# ----------------------------------------------------------------------------- reference parity
+
+@pytest.mark.parametrize("name", sorted(MANIFEST))
+def test_reference_weights_load_strictly_and_match(name: str) -> None:
+    case = MANIFEST[name]
+    params = load_file(str(FIXTURES / f"{name}_params.safetensors"))
+    net = build_network({"type": case["type"], **case["kwargs"]})
+    assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in params.items()}
+    net.load_state_dict(params, strict=True)
+    net.eval()
+    io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    for inp, out, _ in case["compare"]:
+        x = io[inp]
+        with torch.no_grad():
+            got = net(x)
+        assert torch.equal(x, io[inp]), "forward changed its input"
+        assert got.shape == io[out].shape
+        torch.testing.assert_close(got, io[out], **FIXTURE_TOL, msg=f"{name} {out} differs from the reference")
+
+
+def test_fixtures_cover_the_variants() -> None:
+    kinds = {(c["type"], c["kwargs"].get("lk_type", "PLK"), c["kwargs"].get("ccm_type", "CCM"))
+             for c in MANIFEST.values() if c["type"] == "PLKSR"}
+    assert {k[1] for k in kinds} == {"PLK", "SparsePLK", "RectSparsePLK"}
+    assert {k[2] for k in kinds} == {"CCM", "ICCM", "DCCM"}
+
+
+@pytest.mark.parametrize("name", ONE_PER_ARCH)
+def test_channels_last_input_gives_the_same_output(name: str) -> None:
+    net, io = _case(name)
+    x = io["input0"].contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        got = net(x)
+        got_cl = net.to(memory_format=torch.channels_last)(x)
+    torch.testing.assert_close(got, io["output0"], **FIXTURE_TOL)
+    torch.testing.assert_close(got_cl, io["output0"], **FIXTURE_TOL)
+
+
+@pytest.mark.parametrize("name", ONE_PER_ARCH)
+def test_bf16_autocast_stays_close(name: str) -> None:
+    net, io = _case(name)
+    x, ref = io["input0"], io["output0"]
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed = net(x).float()
+    assert mixed.shape == ref.shape and torch.isfinite(mixed).all()
+    err = (mixed - ref).abs().max().item() / ref.abs().max().item()
+    assert err < 0.05, f"{name}: bf16 autocast off by {err:.3g} of the output range"
+
+
+@pytest.mark.parametrize("name", ONE_PER_ARCH)
+def test_forward_creates_no_tensor_off_the_input_device(name: str) -> None:
+    net, io = _case(name)
+    key = "input1" if "input1" in io else "input0"
+    net = net.to("meta")
+    out = net(torch.empty(io[key].shape, device="meta"))
+    assert out.device.type == "meta" and out.shape == io[key.replace("input", "output")].shape
+
+
+@pytest.mark.parametrize("name", ONE_PER_ARCH)
+def test_training_step_gives_finite_gradients(name: str) -> None:
+    net, io = _case(name)
+    net.train()
+    x = io["input0"].clone()
+    net(x).square().mean().backward()
+    trained = [(n, p) for n, p in net.named_parameters() if p.requires_grad]
+    missing = [n for n, p in trained if p.grad is None or not torch.isfinite(p.grad).all()]
+    assert not missing, missing
+    assert torch.equal(x, io["input0"])
+
+
+# ----------------------------------------------------------------------------- PLKSR
+
+def test_plksr_train_and_eval_agree() -> None:
+    """The reference's eval branch writes into its input; anysr's one path must equal both modes."""
+    net, io = _case("plksr_x3_iccm_idt")
+    with torch.no_grad():
+        trained = net.train()(io["input0"])
+    torch.testing.assert_close(trained, io["output0"], **FIXTURE_TOL)
+
+
+def test_plksr_keys_per_large_kernel_type() -> None:
+    base = {"type": "PLKSR", "dim": 8, "n_blocks": 1, "kernel_size": 9}
+    dense = build_network(base).state_dict()
+    sparse = build_network({**base, "lk_type": "SparsePLK", "use_max_kernel": True}).state_dict()
+    rect = build_network({**base, "lk_type": "RectSparsePLK"}).state_dict()
+    assert "feats.1.lk.conv.weight" in dense and "feats.1.channe_mixer.0.weight" in dense
+    # 4 dilated 5x5 kernels (default) cover up to 17 pixels: the dense extra kernel grows to 17
+    assert sparse["feats.1.lk.convs.4.weight"].shape == (2, 2, 17, 17) and "feats.1.lk.convs.5.weight" not in sparse
+    assert rect["feats.1.lk.mn_conv.weight"].shape == (2, 2, 9, 3)
+    assert rect["feats.1.lk.nm_conv.weight"].shape == (2, 2, 3, 9)
+
+
+def test_plksr_is_fully_convolutional() -> None:
+    net = build_network({"type": "PLKSR", "dim": 8, "n_blocks": 1, "kernel_size": 5}).eval()
+    assert net.tile_multiple == 1
+    with torch.no_grad():
+        assert net(torch.rand(1, 3, 3, 5)).shape == (1, 3, 12, 20)
+
+
+# ----------------------------------------------------------------------------- presets and build errors
+
+@pytest.mark.parametrize(("preset", "params"), [("plksr", 7386096), ("plksr_tiny", 2370544)])
+def test_published_configurations(preset: str, params: int) -> None:
+    net = build_network({"type": preset})
+    assert sum(p.numel() for p in net.parameters()) == params
+
+
+@pytest.mark.parametrize(("opt", "pattern"), [
+    ({"type": "PLKSR", "kernel_size": 16}, r"network_g\.kernel_size: PLKSR needs an odd kernel_size"),
+    ({"type": "PLKSR", "ccm_type": "XCCM"}, r"network_g\.ccm_type: PLKSR: ccm_type must be"),
+    ({"type": "PLKSR", "lk_type": "Big"}, r"network_g\.lk_type: PLKSR: lk_type must be"),
+    ({"type": "PLKSR", "lk_type": "RectSparsePLK", "kernel_size": 13}, r"network_g\.kernel_size: .*13 // 3 = 4"),
+    ({"type": "PLKSR", "lk_type": "SparsePLK", "sparse_kernels": [5, 4], "sparse_dilations": [1, 2]},
+     r"network_g\.sparse_kernels: PLKSR: sparse_kernels must be odd"),
+    ({"type": "PLKSR", "lk_type": "SparsePLK", "sparse_kernels": [], "sparse_dilations": []},
+     r"network_g\.sparse_kernels: PLKSR: SparsePLK needs"),
+    ({"type": "PLKSR", "dim": 8, "split_ratio": 0.1}, r"network_g\.split_ratio: .*between 1 and dim"),
+    ({"type": "PLKSR", "upscaling_factor": 0}, r"network_g\.upscaling_factor: PLKSR needs an integer"),
+])
+def test_bad_argument_values(opt: dict, pattern: str) -> None:
+    with pytest.raises(OptionError, match=pattern):
+        build_network(opt)
+
+
+# ----------------------------------------------------------------------------- ONNX
+
+@pytest.mark.parametrize("arch", sorted(TINY))
+def test_onnx_export_runs_at_unseen_sizes(arch: str, tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime")
+    import onnxruntime as ort
+
+    from anysr.engine.inference.export import export_onnx
+
+    opt = dict(TINY[arch][0])
+    torch.manual_seed(0)
+    net = build_network(dict(opt)).eval()
+    rep = export_onnx(net, tmp_path / "m.onnx", scale=2, net_opt=opt)
+    assert rep.dynamic is True and max(c.max_diff for c in rep.checks) < 1e-4
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    x = torch.rand(1, 3, 19, 26)
+    got = torch.from_numpy(session.run(None, {"input": x.numpy()})[0])
+    with torch.no_grad():
+        torch.testing.assert_close(got, net(x), rtol=1e-4, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------- CLI training
+
+def _train_opt(arch: str, name: str, train_dir: Path) -> dict[str, Any]:
+    opt = tiny_train_options(name, train_dir, None, total_iter=2)
+    opt["network_g"] = dict(TINY[arch][0])
+    opt["datasets"]["train"]["batch_size_per_gpu"] = 2
+    return opt
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", sorted(TINY))
+def test_cli_training_run(arch: str, tmp_path: Path, small_train_dir: Path) -> None:
+    path = write_options(tmp_path / "o.yml", _train_opt(arch, f"t_{arch}", small_train_dir))
+    run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
+    saved = saved_weights(tmp_path / "experiments" / f"t_{arch}", 2)
+    weights = {k.removeprefix("params."): v for k, v in saved.items() if k.startswith("params.")}
+    assert all(torch.isfinite(v.float()).all() for v in weights.values())
+    net = build_network(dict(TINY[arch][0]))
+    fresh = net.state_dict()
+    net.load_state_dict(weights, strict=True)
+    assert any(not torch.equal(weights[k], fresh[k]) for k, p in net.named_parameters() if p.requires_grad)
+
+
+@pytest.mark.slow
+def test_two_gloo_ranks_match_one_process_plksr(tmp_path: Path, small_train_dir: Path) -> None:
+    for name, ranks, batch in (("one", 1, 4), ("two", 2, 2)):
+        opt = _train_opt("PLKSR", name, small_train_dir)
+        opt["num_gpu"] = ranks
+        opt["datasets"]["train"]["batch_size_per_gpu"] = batch
+        path = write_options(tmp_path / f"{name}.yml", opt)
+        proc = run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
+        if ranks == 2:
+            assert "rank 0/2" in proc.stdout
+    one = saved_weights(tmp_path / "experiments" / "one", 2)
+    two = saved_weights(tmp_path / "experiments" / "two", 2)
+    assert set(one) == set(two)
+    for k in one:
+        torch.testing.assert_close(one[k], two[k], rtol=1e-4, atol=1e-5, msg=k)
+
+
+# ----------------------------------------------------------------------------- XLA:CPU
+
+@pytest.mark.xla
+@pytest.mark.parametrize("arch", sorted(TINY))
+def test_xla_train_step_compiles_once_without_cpu_fallback(arch: str) -> None:
+    os.environ.setdefault("PJRT_DEVICE", "CPU")
+    torch_xla = pytest.importorskip("torch_xla")
+    from torch_xla.debug import metrics
+
+    opt, shape = TINY[arch]
+    torch.manual_seed(0)
+    dev = torch_xla.device()
+    net = build_network(dict(opt)).train().to(dev)
+    x = torch.rand(shape).to(dev)
+    metrics.clear_counters()
+    compiles, losses = [], []
+    for _ in range(2):
+        net.zero_grad(set_to_none=True)
+        loss = net(x).square().mean()
+        loss.backward()
+        torch_xla.sync()
+        compiles.append(metrics.metric_data("CompileTime")[0])
+        losses.append(loss.detach())
+    assert compiles[0] >= 1 and compiles[1] == compiles[0], f"{arch} recompiled: {compiles}"
+    grads = [p.grad for p in net.parameters() if p.requires_grad]
+    assert all(g is not None for g in grads)
+    assert torch.isfinite(torch.stack([g.abs().sum() for g in grads]).cpu()).all()
+    assert torch.equal(losses[0].cpu(), losses[1].cpu())
+    fallbacks = [n for n in metrics.counter_names() if n.startswith("aten::")]
+    assert not fallbacks, f"{arch}: ops ran on the CPU: {fallbacks}"
