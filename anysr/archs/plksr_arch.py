@@ -7,7 +7,8 @@ the channel-repeated input. Module names and constructor arguments follow spandr
 its ``channe_mixer`` spelling), so released checkpoints load with ``strict=True``.
 
 ``RealPLKSR`` is the real-world variant. Module names, buffers and constructor arguments follow spandrel
-0.4.2's ``RealPLKSR`` (neosr / traiNNer), so released checkpoints of all its variants load with ``strict=True`` and give the same output:
+0.4.2's ``RealPLKSR`` (neosr / traiNNer), so released checkpoints of all its variants load with ``strict=True``
+and give the same output:
 
 * ``layer_norm=False``: each block ends with a GroupNorm (``norm_groups`` groups);
   ``layer_norm=True``: each block starts with a channel layer norm instead;
