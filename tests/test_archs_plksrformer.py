@@ -29,6 +29,8 @@ ONE_PER_ARCH = [n for n in ("plksr_x4_sparse_max_idt", "srformer_x2", "elan_x4")
 TINY: dict[str, tuple[dict[str, Any], tuple[int, ...]]] = {
     "PLKSR": ({"type": "PLKSR", "dim": 8, "n_blocks": 1, "kernel_size": 5, "upscaling_factor": 2,
                "ccm_type": "DCCM"}, (1, 3, 8, 8)),
+    "SRFormer": ({"type": "SRFormer", "img_size": 16, "embed_dim": 8, "depths": [2], "num_heads": [2],
+                  "window_size": 4, "upscale": 2, "upsampler": "pixelshuffledirect"}, (1, 3, 8, 8)),
     "ELAN": ({"type": "ELAN", "scale": 2, "m_elan": 2, "c_elan": 6, "n_share": 1, "r_expand": 1,
               "window_sizes": [2, 4, 4]}, (1, 3, 8, 8)),
 }
@@ -186,10 +188,46 @@ def test_elan_sdpa_path_equals_explicit_attention() -> None:
     torch.testing.assert_close(explicit, ref, rtol=1e-5, atol=1e-5)
 
 
+# ----------------------------------------------------------------------------- SRFormer
+
+@pytest.mark.parametrize(("name", "inp", "why"), [
+    ("srformer_x2", "input1", "7x10: reflect-padded to 8x12 (window 4) inside forward, cropped"),
+    ("srformer_x2", "input2", "16x8: not img_size: the shifted-window mask is computed for the input"),
+    ("srformer_x1_gray", "input1", "11x9: reflect-padded to 12x12 (window 6, odd half-window shift), cropped"),
+])
+def test_srformer_other_sizes_match_reference(name: str, inp: str, why: str) -> None:
+    net, io = _case(name)
+    with torch.no_grad():
+        got = net(io[inp])
+    torch.testing.assert_close(got, io[inp.replace("input", "output")], **FIXTURE_TOL, msg=why)
+
+
+@pytest.mark.parametrize("name", [n for n in MANIFEST if n.startswith("srformer")])
+def test_srformer_buffers_equal_the_reference(name: str) -> None:
+    """The index and mask buffers are built, not learned: a fresh network has the reference's values."""
+    case = MANIFEST[name]
+    fresh = build_network({"type": "SRFormer", **case["kwargs"]}).state_dict()
+    ref = load_file(str(FIXTURES / f"{name}_params.safetensors"))
+    buffers = [k for k in ref if k.endswith(("aligned_relative_position_index", "attn_mask"))]
+    assert any(k.endswith("attn_mask") for k in buffers)
+    for k in buffers:
+        assert torch.equal(fresh[k], ref[k].to(fresh[k].dtype)), k
+
+
+def test_srformer_small_img_size_shrinks_the_window() -> None:
+    # img_size 6 rounds up to the window (4) -> 8; a window not smaller than the map shrinks to it, unshifted
+    net = build_network({"type": "SRFormer", "img_size": 3, "embed_dim": 8, "depths": [2], "num_heads": [2],
+                         "window_size": 4})
+    blocks = net.layers[0].residual_group.blocks
+    assert [b.window_size for b in blocks] == [4, 4] and [b.shift_size for b in blocks] == [0, 0]
+    assert "layers.0.residual_group.blocks.1.attn_mask" not in net.state_dict()
+
+
 # ----------------------------------------------------------------------------- presets and build errors
 
 @pytest.mark.parametrize(("preset", "params"), [("plksr", 7386096), ("plksr_tiny", 2370544),
-                                              ("elan", 8487408), ("elan_light", 640368)])
+                                              ("elan", 8487408), ("elan_light", 640368),
+                                              ("srformer", 10543503), ("srformer_light", 6894948)])
 def test_published_configurations(preset: str, params: int) -> None:
     net = build_network({"type": preset})
     assert sum(p.numel() for p in net.parameters()) == params
@@ -206,6 +244,10 @@ def test_published_configurations(preset: str, params: int) -> None:
      r"network_g\.sparse_kernels: PLKSR: SparsePLK needs"),
     ({"type": "PLKSR", "dim": 8, "split_ratio": 0.1}, r"network_g\.split_ratio: .*between 1 and dim"),
     ({"type": "PLKSR", "upscaling_factor": 0}, r"network_g\.upscaling_factor: PLKSR needs an integer"),
+    ({"type": "SRFormer", "window_size": 7}, r"network_g\.window_size: SRFormer's permuted windows need an even"),
+    ({"type": "SRFormer", "embed_dim": 90, "window_size": 8}, r"network_g\.embed_dim: SRFormer needs embed_dim"),
+    ({"type": "SRFormer", "upsampler": "bicubic"}, r"network_g\.upsampler: SRFormer: unknown upsampler"),
+    ({"type": "SRFormer", "resi_connection": "2conv"}, r"network_g\.resi_connection: SRFormer: unknown"),
     ({"type": "ELAN", "c_elan": 64}, r"network_g\.c_elan: ELAN splits c_elan into three groups"),
     ({"type": "ELAN", "window_sizes": [4, 8]}, r"network_g\.window_sizes: ELAN needs three positive"),
     ({"type": "ELAN", "norm": True, "colors": 1}, r"network_g\.norm: ELAN's mean shift is for RGB"),
