@@ -267,7 +267,7 @@ class SRFormer(SwinIR):
 
 __all__ = ["SRFormer", "PSA", "PSABlock", "PSA_Group", "permuted_window_mask"]
 
-_SRF = {"upscale": 4, "embed_dim": 180, "mlp_ratio": 2.0, "resi_connection": "1conv", "drop_path_rate": 0.1}
+_SRF = {"upscale": 4, "embed_dim": 180, "mlp_ratio": 2.0}
 register_presets("SRFormer", scale_arg="upscale", presets={
     "srformer": {**_SRF, "img_size": 48, "depths": (6,) * 6, "num_heads": (6,) * 6, "window_size": 24,
                  "upsampler": "pixelshuffle"},
