@@ -1,7 +1,14 @@
-"""RealPLKSR: the real-world variant of PLKSR, Partial Large Kernel CNNs for efficient SR (Lee et al., 2024).
+"""PLKSR and RealPLKSR: Partial Large Kernel CNNs for Efficient Super-Resolution (Lee et al., arXiv 2024).
 
-Module names, buffers and constructor arguments follow spandrel 0.4.2's ``RealPLKSR`` (neosr / traiNNer),
-so released checkpoints of all its variants load with ``strict=True`` and give the same output:
+``PLKSR`` is the paper's network: blocks of a channel mixer (``ccm_type`` CCM / ICCM / DCCM, GELU), a large
+kernel conv on a share of the channels (``lk_type``: one dense kernel, a sum of dilated sparse kernels, or
+SLaK-style rectangular kernels), element-wise attention and a 1x1 refinement, with a PixelShuffle head that adds
+the channel-repeated input. Module names and constructor arguments follow spandrel 0.4.2's ``PLKSR`` (including
+its ``channe_mixer`` spelling), so released checkpoints load with ``strict=True``.
+
+``RealPLKSR`` is the real-world variant. Module names, buffers and constructor arguments follow spandrel
+0.4.2's ``RealPLKSR`` (neosr / traiNNer), so released checkpoints of all its variants load with ``strict=True``
+and give the same output:
 
 * ``layer_norm=False``: each block ends with a GroupNorm (``norm_groups`` groups);
   ``layer_norm=True``: each block starts with a channel layer norm instead;
@@ -12,6 +19,7 @@ The network is fully convolutional: any input size works without padding (``tile
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -196,7 +204,173 @@ class RealPLKSR(nn.Module):
         return self.to_img(self.feats(x) + x.repeat_interleave(self.upscale**2, dim=1))
 
 
-__all__ = ["RealPLKSR", "PLKBlock", "DySample"]
+class _GeluMixer(nn.Sequential):
+    """PLKSR's channel mixers: conv (k1) -> GELU -> conv (k2), twice the width in between."""
+
+    def __init__(self, dim: int, k1: int, k2: int) -> None:
+        super().__init__(nn.Conv2d(dim, dim * 2, k1, 1, k1 // 2), nn.GELU(), nn.Conv2d(dim * 2, dim, k2, 1, k2 // 2))
+        nn.init.trunc_normal_(self[-1].weight, std=0.02)
+
+
+_MIXER_KERNELS = {"CCM": (3, 1), "ICCM": (1, 3), "DCCM": (3, 3)}
+
+
+class _PartialConv(nn.Module):
+    """Base of PLKSR's large-kernel layers: ``_mix`` on the first ``idx`` channels, the rest passed through."""
+
+    idx: int
+
+    def _mix(self, head: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # (The original overwrites x in place at eval; concatenating computes the same values, autograd-safe.)
+        head, rest = x[:, : self.idx], x[:, self.idx:]
+        return torch.cat([self._mix(head), rest], dim=1)
+
+
+class PLKDenseConv(_PartialConv):
+    """One ``kernel_size`` conv on the partial channels, plus them when ``with_idt`` (key: ``conv``)."""
+
+    def __init__(self, dim: int, kernel_size: int, with_idt: bool) -> None:
+        super().__init__()
+        self.idx = dim
+        self.with_idt = with_idt
+        self.conv = nn.Conv2d(dim, dim, kernel_size, 1, kernel_size // 2)
+        nn.init.trunc_normal_(self.conv.weight, std=0.02)
+
+    def _mix(self, head: torch.Tensor) -> torch.Tensor:
+        out = self.conv(head)
+        return out + head if self.with_idt else out
+
+
+class PLKSparseConv(_PartialConv):
+    """Sum of dilated ``sparse_kernels`` convs (RepLKNet / UniRepLKNet style) on the partial channels, plus a dense
+    conv of the largest covered size when ``use_max_kernel``, plus the channels when ``with_idt`` (keys:
+    ``convs.<i>``)."""
+
+    def __init__(self, dim: int, kernel_size: int, sparse_kernels: Sequence[int], sparse_dilations: Sequence[int],
+                 use_max_kernel: bool, with_idt: bool) -> None:
+        super().__init__()
+        self.idx = dim
+        self.with_idt = with_idt
+        pairs = list(zip(sparse_kernels, sparse_dilations))
+        self.max_kernel_size = max([kernel_size] + [(k - 1) * d + 1 for k, d in pairs])
+        convs = [nn.Conv2d(dim, dim, k, 1, (k // 2) * d, dilation=d) for k, d in pairs]
+        if use_max_kernel:
+            convs.append(nn.Conv2d(dim, dim, self.max_kernel_size, 1, self.max_kernel_size // 2))
+        self.convs = nn.ModuleList(convs)
+        for conv in self.convs:
+            nn.init.trunc_normal_(conv.weight, std=0.02)
+
+    def _mix(self, head: torch.Tensor) -> torch.Tensor:
+        total = sum(conv(head) for conv in self.convs[1:]) + self.convs[0](head)
+        return total + head if self.with_idt else total
+
+
+class PLKRectConv(_PartialConv):
+    """SLaK-style rectangular kernels m x n + n x m + n x n (m = ``kernel_size``, n = m // 3) on the partial
+    channels (keys: ``mn_conv``, ``nm_conv``, ``nn_conv``)."""
+
+    def __init__(self, dim: int, kernel_size: int) -> None:
+        super().__init__()
+        self.idx = dim
+        m, n = kernel_size, kernel_size // 3
+        self.mn_conv = nn.Conv2d(dim, dim, (m, n), 1, (m // 2, n // 2))
+        self.nm_conv = nn.Conv2d(dim, dim, (n, m), 1, (n // 2, m // 2))
+        self.nn_conv = nn.Conv2d(dim, dim, (n, n), 1, (n // 2, n // 2))
+        for conv in (self.mn_conv, self.nm_conv, self.nn_conv):
+            nn.init.trunc_normal_(conv.weight, std=0.02)
+
+    def _mix(self, head: torch.Tensor) -> torch.Tensor:
+        return self.mn_conv(head) + self.nm_conv(head) + self.nn_conv(head)
+
+
+class PLKSRBlock(nn.Module):
+    """PLKSR block: channel mixer -> partial large-kernel layer -> [EA] -> 1x1 refine, plus the input."""
+
+    def __init__(self, dim: int, ccm_type: str, kernel_size: int, split_ratio: float, lk_type: str,
+                 use_max_kernel: bool, sparse_kernels: Sequence[int], sparse_dilations: Sequence[int],
+                 with_idt: bool, use_ea: bool) -> None:
+        super().__init__()
+        self.channe_mixer = _GeluMixer(dim, *_MIXER_KERNELS[ccm_type])  # (sic: the checkpoints' key)
+        part = int(dim * split_ratio)
+        self.lk: nn.Module
+        if lk_type == "PLK":
+            self.lk = PLKDenseConv(part, kernel_size, with_idt)
+        elif lk_type == "SparsePLK":
+            self.lk = PLKSparseConv(part, kernel_size, sparse_kernels, sparse_dilations, use_max_kernel, with_idt)
+        else:
+            self.lk = PLKRectConv(part, kernel_size)
+        self.attn = EA(dim) if use_ea else nn.Identity()
+        self.refine = nn.Conv2d(dim, dim, 1, 1, 0)
+        nn.init.trunc_normal_(self.refine.weight, std=0.02)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.refine(self.attn(self.lk(self.channe_mixer(x)))) + x
+
+
+@ARCH_REGISTRY.register()
+class PLKSR(nn.Module):
+    """PLKSR: 3x3 stem, ``n_blocks`` PLKSR blocks, 3x3 conv to ``3 * upscaling_factor**2`` channels plus the
+    channel-repeated input, PixelShuffle. RGB in and out. Fully convolutional (``tile_multiple = 1``).
+
+    Args:
+        dim: body width. n_blocks: blocks. upscaling_factor: integer scale >= 1.
+        ccm_type: channel mixer, "CCM" (3x3, 1x1), "ICCM" (1x1, 3x3) or "DCCM" (3x3, 3x3).
+        kernel_size: odd large-kernel size. split_ratio: share of channels the large kernel sees.
+        lk_type: "PLK" (dense), "SparsePLK" (dilated sparse kernels) or "RectSparsePLK" (rectangular).
+        use_max_kernel, sparse_kernels, sparse_dilations: SparsePLK's kernels (odd sizes) and dilations.
+        with_idt: add the partial channels to the large-kernel result (PLK and SparsePLK).
+        use_ea: element-wise attention in each block.
+    """
+
+    tile_multiple: int = 1
+
+    def __init__(self, *, dim: int = 64, n_blocks: int = 28, upscaling_factor: int = 4, ccm_type: str = "CCM",
+                 kernel_size: int = 17, split_ratio: float = 0.25, lk_type: str = "PLK",
+                 use_max_kernel: bool = False, sparse_kernels: Sequence[int] = (5, 5, 5, 5),
+                 sparse_dilations: Sequence[int] = (1, 2, 3, 4), with_idt: bool = False,
+                 use_ea: bool = True) -> None:
+        super().__init__()
+        s = upscaling_factor
+        if isinstance(s, bool) or not isinstance(s, int) or s < 1:
+            raise ArchArgumentError("upscaling_factor", f"PLKSR needs an integer upscaling_factor >= 1, got {s!r}")
+        if ccm_type not in _MIXER_KERNELS:
+            raise ArchArgumentError("ccm_type", f"PLKSR: ccm_type must be CCM, ICCM or DCCM, got {ccm_type!r}")
+        if lk_type not in ("PLK", "SparsePLK", "RectSparsePLK"):
+            raise ArchArgumentError("lk_type", f"PLKSR: lk_type must be PLK, SparsePLK or RectSparsePLK, "
+                                    f"got {lk_type!r}")
+        if not isinstance(kernel_size, int) or kernel_size < 1 or kernel_size % 2 == 0:
+            raise ArchArgumentError("kernel_size", f"PLKSR needs an odd kernel_size, got {kernel_size!r}")
+        if lk_type == "RectSparsePLK" and (kernel_size // 3) % 2 == 0:
+            raise ArchArgumentError("kernel_size", f"PLKSR: RectSparsePLK needs kernel_size // 3 to be odd (the "
+                                    f"short side), got {kernel_size} // 3 = {kernel_size // 3}")
+        if lk_type == "SparsePLK":
+            if len(sparse_kernels) != len(sparse_dilations) or any(k % 2 == 0 or k < 1 for k in sparse_kernels):
+                raise ArchArgumentError("sparse_kernels", "PLKSR: sparse_kernels must be odd sizes, one per entry "
+                                        f"of sparse_dilations; got {list(sparse_kernels)} / {list(sparse_dilations)}")
+            if not sparse_kernels and not use_max_kernel:
+                raise ArchArgumentError("sparse_kernels", "PLKSR: SparsePLK needs sparse_kernels or use_max_kernel")
+            if any(d < 1 for d in sparse_dilations):
+                raise ArchArgumentError("sparse_dilations", f"PLKSR: dilations must be >= 1, got "
+                                        f"{list(sparse_dilations)}")
+        if not 1 <= int(dim * split_ratio) <= dim:
+            raise ArchArgumentError("split_ratio", f"PLKSR: int(dim * split_ratio) = {int(dim * split_ratio)} "
+                                    f"channels for the large kernel; it must be between 1 and dim ({dim})")
+        self.upscale = s
+        blocks = [PLKSRBlock(dim, ccm_type, kernel_size, split_ratio, lk_type, use_max_kernel, sparse_kernels,
+                             sparse_dilations, with_idt, use_ea) for _ in range(n_blocks)]
+        self.feats = nn.Sequential(nn.Conv2d(3, dim, 3, 1, 1), *blocks, nn.Conv2d(dim, 3 * s**2, 3, 1, 1))
+        nn.init.trunc_normal_(self.feats[0].weight, std=0.02)
+        nn.init.trunc_normal_(self.feats[-1].weight, std=0.02)
+        self.to_img = nn.PixelShuffle(s)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.to_img(self.feats(x) + x.repeat_interleave(self.upscale**2, dim=1))
+
+
+__all__ = ["PLKSR", "RealPLKSR", "PLKBlock", "PLKSRBlock", "DySample"]
 
 
 def _trainner_upsampler(args: dict[str, Any]) -> dict[str, Any]:
@@ -220,4 +394,9 @@ register_presets("RealPLKSR", scale_arg="upscaling_factor",
     "realplksr_large": {"dim": 96, "layer_norm": True},  # 16.59 M parameters at x4
     # 2.37 M parameters at x4
     "realplksr_tiny": {"n_blocks": 12, "kernel_size": 13, "use_ea": False, "layer_norm": True},
+})
+
+register_presets("PLKSR", scale_arg="upscaling_factor", presets={
+    "plksr": {"ccm_type": "DCCM"},  # 7.39 M parameters at x4
+    "plksr_tiny": {"n_blocks": 12, "kernel_size": 13, "use_ea": False, "ccm_type": "DCCM"},  # 2.37 M at x4
 })

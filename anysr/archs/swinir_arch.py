@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -159,6 +160,8 @@ class SwinIR(SwinSRBase):
     upscale, img_range, upsampler, resi_connection ('1conv' or '3conv').
     """
 
+    stage_class: ClassVar[type[nn.Module]] = RSTB  # the residual group (SRFormer swaps in its own)
+
     def __init__(self, img_size: int | Sequence[int] = 64, patch_size: int | Sequence[int] = 1,
                  in_chans: int = 3, embed_dim: int = 96, depths: Sequence[int] = (6, 6, 6, 6),
                  num_heads: Sequence[int] = (6, 6, 6, 6), window_size: int = 7, mlp_ratio: float = 4.0,
@@ -198,7 +201,7 @@ class SwinIR(SwinSRBase):
         self.layers = nn.ModuleList()
         for i, depth in enumerate(depths):
             start = sum(depths[:i])
-            self.layers.append(RSTB(embed_dim, resolution, depth, num_heads[i], window_size,
+            self.layers.append(self.stage_class(embed_dim, resolution, depth, num_heads[i], window_size,
                                     mlp_ratio=mlp_ratio, qkv_bias=qkv_bias, qk_scale=qk_scale, drop=drop_rate,
                                     attn_drop=attn_drop_rate, drop_path=rates[start:start + depth],
                                     norm_layer=norm_layer, downsample=None, use_checkpoint=use_checkpoint,
