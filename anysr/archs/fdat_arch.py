@@ -217,6 +217,9 @@ class SimplifiedDATBlock(nn.Module):
             FastChannelAttention(dim, nh, qkv_b)
         self.conv = nn.Sequential(nn.Conv2d(dim, dim, 3, 1, 1, groups=dim, bias=False), nn.GELU())
         self.inter = SimplifiedAIM(dim, aim_re)
+        # Each block uses one of the two gates; the other's weights stay in checkpoints but are never trained
+        # (so no parameter goes unused under DDP).
+        (self.inter.sg if self.spatial else self.inter.cg).requires_grad_(False)
         self.dp = DropPath(dp) if dp > 0.0 else nn.Identity()
         self.ffn = SimplifiedFFN(dim, ffn_exp)
 
@@ -288,6 +291,7 @@ class FDAT(nn.Module):
         if not pattern or any(p not in BLOCK_TYPES for p in pattern):
             raise ArchArgumentError("group_block_pattern", f"FDAT's blocks are 'spatial' or 'channel', not {pattern}")
         self.img_range, self.upscale = img_range, scale
+        self.num_in_ch = num_in_ch  # what the network reads (the stem may pixel-unshuffle it first)
         self.pad = 1
         if unshuffle_mod and scale < 3:
             factor = 4 // scale
