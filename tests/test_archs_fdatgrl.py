@@ -1,4 +1,4 @@
-"""FDAT (Fast Dual Aggregation Transformer) with every ``UniUpsampleV3`` head anysr builds.
+"""FDAT (Fast Dual Aggregation Transformer) with every ``UniUpsampleV3`` head (LDA-AQU included).
 
 Fixtures come from spandrel 0.4.2 (``tests/fixtures/make_fdatgrl_fixtures.py``): the state dicts load strictly
 and give spandrel's outputs, also at sizes off the window / unshuffle multiple. Also: the ``MetaUpsample``
@@ -18,6 +18,7 @@ import torch
 from conftest import FIXTURE_TOL, run_cli, tiny_train_options, write_options
 from safetensors.torch import load_file
 
+from anysr.accelerators.precision import to_channels_last
 from anysr.archs import build_network
 from anysr.archs.arch_util import input_channels
 from anysr.errors import OptionError
@@ -26,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "fdatgrl"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
 ONE_PER_HEAD = ["fdat_x4_transpose", "fdat_x2_unshuffle_pixelshuffle", "fdat_x3_pa_up", "fdat_x2_dysample",
-                "fdat_x1_unshuffle_nearest"]
+                "fdat_x1_unshuffle_nearest", "fdat_x2_lda"]
 TINY = {"FDAT": {"type": "FDAT", "embed_dim": 8, "num_groups": 1, "depth_per_group": 1, "num_heads": 2,
                  "window_size": 4, "aim_reduction_ratio": 4, "mid_dim": 8, "scale": 2}}
 
@@ -103,7 +104,7 @@ def test_channels_last_input_gives_the_same_output(name: str) -> None:
     x = io["input0"].contiguous(memory_format=torch.channels_last)
     with torch.no_grad():
         got = net(x)
-        got_cl = net.to(memory_format=torch.channels_last)(x)
+        got_cl = to_channels_last(net)(x)  # anysr's conversion (LDA's 5-d bias table stays as it is)
     torch.testing.assert_close(got, io["output0"], **FIXTURE_TOL)
     torch.testing.assert_close(got_cl, io["output0"], **FIXTURE_TOL)
 
@@ -159,7 +160,8 @@ def test_drop_path_rises_over_all_blocks() -> None:
 # ----------------------------------------------------------------------------- build errors
 
 @pytest.mark.parametrize(("opt", "pattern"), [
-    ({"upsampler_type": "lda"}, r"network_g\.upsampler_type: FDAT's 'lda' upsampler is not supported"),
+    ({"upsampler_type": "lda", "mid_dim": 12}, r"network_g\.mid_dim: FDAT's 'lda' upsampler needs mid_dim \(12\) "
+                                               r"to be a multiple of 8"),
     ({"upsampler_type": "bicubic"}, r"network_g\.upsampler_type: FDAT has no upsampler 'bicubic'"),
     ({"upsampler_type": "transpose+conv", "scale": 8}, r"network_g\.scale: .*'transpose\+conv' upsampler supports"),
     ({"upsampler_type": "pa_up", "scale": 6}, r"network_g\.scale: .*'pa_up' upsampler supports scales 2\^n and 3"),
@@ -175,7 +177,8 @@ def test_bad_argument_values(opt: dict, pattern: str) -> None:
 
 # ----------------------------------------------------------------------------- ONNX
 
-@pytest.mark.parametrize("name", ["fdat_x4_transpose", "fdat_x2_unshuffle_pixelshuffle"])
+@pytest.mark.parametrize("name", [pytest.param("fdat_x4_transpose", marks=pytest.mark.slow),
+                                  "fdat_x2_unshuffle_pixelshuffle", "fdat_x2_lda"])
 def test_onnx_runs_at_unseen_sizes(name: str, tmp_path: Path) -> None:
     ort = pytest.importorskip("onnxruntime")
     from anysr.engine.inference.export import export_onnx
@@ -193,6 +196,7 @@ def test_onnx_runs_at_unseen_sizes(name: str, tmp_path: Path) -> None:
 
 # ----------------------------------------------------------------------------- training through the CLI
 
+@pytest.mark.slow
 def test_cli_training_run_saves_finite_weights(tmp_path: Path, small_train_dir: Path) -> None:
     opt = tiny_train_options("tiny_fdat", small_train_dir, None, total_iter=4)
     opt["network_g"] = dict(TINY["FDAT"])
@@ -237,6 +241,7 @@ XLA_NETS = {
     "FDAT-transpose": (TINY["FDAT"], (2, 3, 7, 10)),
     "FDAT-unshuffle-dysample": ({**TINY["FDAT"], "unshuffle_mod": True, "upsampler_type": "dysample"}, (1, 3, 9, 8)),
     "FDAT-pa_up": ({**TINY["FDAT"], "upsampler_type": "pa_up", "scale": 4}, (1, 3, 8, 6)),
+    "FDAT-lda": ({**TINY["FDAT"], "upsampler_type": "lda", "mid_dim": 16, "scale": 3}, (1, 3, 6, 5)),
 }
 
 

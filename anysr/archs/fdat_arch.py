@@ -26,9 +26,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from anysr.archs.arch_util import ArchArgumentError, DropPath, drop_path_rates, pad_bottom_right
+from anysr.archs.arch_util import ArchArgumentError, DropPath, LayerNorm2d, drop_path_rates, pad_bottom_right
 from anysr.archs.moesr_arch import NearestUpsample
 from anysr.archs.plksr_arch import DySample
+from anysr.ops.dcn import sample_bilinear
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
@@ -58,6 +59,110 @@ class PA(nn.Module):
         return x * self.conv(x)
 
 
+def _linear_taps(src: torch.Tensor, dst: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For ``align_corners`` linear resampling along one axis: the two source indices and the weight of the
+    second for every destination index (``src`` / ``dst``: float aranges of the two lengths, at least 2 long)."""
+    pos = dst * (src[-1] / dst[-1])
+    first = pos.floor()
+    return first.long(), torch.minimum(first + 1, src[-1]).long(), pos - first
+
+
+def upsample_bilinear_corners(x: torch.Tensor, in_rows: torch.Tensor, out_rows: torch.Tensor,
+                              in_cols: torch.Tensor, out_cols: torch.Tensor) -> torch.Tensor:
+    """``F.interpolate(x, size, mode="bilinear", align_corners=True)`` from two gathers per axis (the same
+    weights; XLA has no lowering of upsample_bilinear2d's backward, and the ONNX graph keeps the sizes symbolic).
+    The aranges give the input / output lengths."""
+    r0, r1, fr = _linear_taps(in_rows, out_rows)
+    c0, c1, fc = _linear_taps(in_cols, out_cols)
+    fr, fc = fr.to(x.dtype).view(-1, 1), fc.to(x.dtype)
+    y = x.index_select(2, r0) * (1 - fr) + x.index_select(2, r1) * fr
+    return y.index_select(3, c0) * (1 - fc) + y.index_select(3, c1) * fc
+
+
+class LDA_AQU(nn.Module):  # noqa: N801 - the original's module name
+    """Learnable deformable-attention upsampler (after Du et al., "LDA-AQU", 2024): every output pixel attends
+    over ``k_u**2`` keys / values sampled around it at offsets predicted from the bilinearly upsampled queries.
+
+    One head, ``n_groups`` offset groups, channels reduced by ``reduction_factor`` for queries and keys; the values
+    are the (un-normed) input. Sampling positions are in output pixels and normalised by the output side minus one
+    (``align_corners`` sampling of the input), as the original computes them; positions are float32 even under
+    bf16 autocast. The output has the input's channels at ``scale_factor`` times the size.
+    """
+
+    def __init__(self, in_channels: int = 48, reduction_factor: int = 4, nh: int = 1, scale_factor: int = 2,
+                 k_e: int = 3, k_u: int = 3, n_groups: int = 2, range_factor: float = 11, rpb: bool = True) -> None:
+        super().__init__()
+        if in_channels % (reduction_factor * n_groups * nh):
+            raise ArchArgumentError("mid_dim", f"FDAT's 'lda' upsampler needs mid_dim ({in_channels}) to be a "
+                                    f"multiple of {reduction_factor * n_groups * nh}")
+        self.k_u, self.num_head, self.scale_factor = k_u, nh, scale_factor
+        self.n_groups, self.offset_range_factor, self.rpb = n_groups, range_factor, rpb
+        self.hidden_dim = in_channels // reduction_factor
+        self.scale = (self.hidden_dim // nh) ** -0.5
+        self.proj_q = nn.Conv2d(in_channels, self.hidden_dim, 1, bias=False)
+        self.proj_k = nn.Conv2d(in_channels, self.hidden_dim, 1, bias=False)
+        gc = self.hidden_dim // n_groups
+        self.conv_offset = nn.Sequential(nn.Conv2d(gc, gc, 3, 1, 1, groups=gc, bias=False), LayerNorm2d(gc),
+                                         nn.SiLU(), nn.Conv2d(gc, 2 * k_u**2, k_e, 1, k_e // 2))
+        self.layer_norm = LayerNorm2d(in_channels)
+        # (row, column) offset of each of the k_u x k_u kernel taps, row-major: channels (2 * tap + {0: row, 1: col})
+        r = torch.arange(k_u, dtype=torch.float32) - (k_u - 1) // 2
+        base = torch.stack([r.view(-1, 1).expand(k_u, k_u), r.view(1, -1).expand(k_u, k_u)], dim=-1)
+        self.register_buffer("base_offset", base.reshape(1, -1, 1, 1), persistent=False)
+        if rpb:
+            self.relative_position_bias_table = nn.Parameter(torch.zeros(1, nh, 1, k_u**2, self.hidden_dim // nh))
+            nn.init.trunc_normal_(self.relative_position_bias_table, std=0.02)
+
+    def _sample(self, feats: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, row_last: torch.Tensor,
+                col_last: torch.Tensor) -> torch.Tensor:
+        """Bilinear samples (zeros outside) of ``feats`` (b, c, h, w) at output-pixel positions ``rows`` / ``cols``
+        (b * g, taps, oh, ow), as (b, oh * ow, taps, c) with the groups' channels side by side. ``row_last`` /
+        ``col_last``: oh - 1 and ow - 1 as tensors (so an ONNX graph keeps them symbolic)."""
+        b, c, h, w = feats.shape
+        g, bg = self.n_groups, rows.shape[0]
+        taps, oh, ow = rows.shape[1:]
+        if feats.device.type == "xla":  # grid_sample has no XLA lowering: the same samples from gathers
+            pts = taps * oh * ow
+            py = rows * ((h - 1) / (oh - 1))  # input pixel coordinates (align_corners)
+            px = cols * ((w - 1) / (ow - 1))
+            out = sample_bilinear(feats.to(py.dtype), px.reshape(b, g, pts).transpose(1, 2),
+                                  py.reshape(b, g, pts).transpose(1, 2))  # (b, pts, g, c // g)
+            out = out.reshape(b, taps, oh * ow, c).transpose(1, 2)
+        else:
+            grid = torch.stack([2 * cols / col_last - 1, 2 * rows / row_last - 1], dim=-1)
+            out = F.grid_sample(feats.reshape(bg, c // g, h, w).to(grid.dtype), grid.reshape(bg, taps * oh, ow, 2),
+                                mode="bilinear", padding_mode="zeros", align_corners=True)
+            out = out.reshape(b, g, c // g, taps, oh * ow).permute(0, 4, 3, 1, 2).reshape(b, oh * ow, taps, c)
+        return out.to(feats.dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, c, h, w = x.shape
+        oh, ow = h * self.scale_factor, w * self.scale_factor  # an integer scale: sizes stay symbolic in ONNX
+        g, nh, taps = self.n_groups, self.num_head, self.k_u**2
+        work = torch.promote_types(x.dtype, torch.float32)
+        out_rows = torch.arange(oh, device=x.device, dtype=work)
+        out_cols = torch.arange(ow, device=x.device, dtype=work)
+        in_rows = torch.arange(h, device=x.device, dtype=work)
+        in_cols = torch.arange(w, device=x.device, dtype=work)
+        normed = self.layer_norm(x)
+        q = upsample_bilinear_corners(self.proj_q(normed), in_rows, out_rows, in_cols, out_cols)
+        k = self.proj_k(normed)
+        pred = self.conv_offset(q.reshape(b * g, -1, oh, ow)).to(work)
+        offset = (pred.tanh() * self.offset_range_factor + self.base_offset).reshape(b * g, taps, 2, oh, ow)
+        rows = offset[:, :, 0] + out_rows.view(1, 1, oh, 1)
+        cols = offset[:, :, 1] + out_cols.view(1, 1, 1, ow)
+        keys = self._sample(k, rows, cols, out_rows[-1], out_cols[-1])
+        values = self._sample(x, rows, cols, out_rows[-1], out_cols[-1])
+        keys = keys.reshape(b, oh * ow, taps, nh, -1).permute(0, 3, 1, 2, 4)
+        values = values.reshape(b, oh * ow, taps, nh, -1).permute(0, 3, 1, 2, 4)
+        if self.rpb:
+            keys = keys + self.relative_position_bias_table
+        queries = q.reshape(b, nh, -1, oh * ow).transpose(2, 3).unsqueeze(3)  # (b, nh, L, 1, d)
+        attn = ((queries * self.scale) @ keys.transpose(-1, -2)).softmax(dim=-1)  # (b, nh, L, 1, taps)
+        out = (attn @ values).squeeze(3)  # (b, nh, L, c // nh)
+        return out.permute(0, 1, 3, 2).reshape(b, c, oh, ow)
+
+
 class UniUpsampleV3(nn.Sequential):
     """The upsampling head (version 3 of the family), with a ``MetaUpsample`` uint8 buffer recording (3, head
     index, scale, in_dim, out_dim, mid_dim, group); for "pa_up" at a power-of-two scale the recorded in_dim is
@@ -67,7 +172,7 @@ class UniUpsampleV3(nn.Sequential):
                  mid_dim: int = 48, group: int = 4) -> None:
         if upsample not in SAMPLE_MODS3:
             raise ArchArgumentError("upsampler_type", f"FDAT has no upsampler {upsample!r}; choose one of "
-                                    f"{', '.join(m for m in SAMPLE_MODS3 if m != 'lda')}")
+                                    f"{', '.join(SAMPLE_MODS3)}")
         layers: list[nn.Module] = []
         if scale == 1 or upsample == "conv":
             layers.append(nn.Conv2d(in_dim, out_dim, 3, 1, 1))
@@ -107,9 +212,10 @@ class UniUpsampleV3(nn.Sequential):
                 if s == 2:
                     in_dim = mid_dim
             layers.append(nn.Conv2d(mid_dim, out_dim, 3, 1, 1))
-        else:  # "lda": a deformable-attention upsampler (LDA-AQU) anysr does not build
-            raise ArchArgumentError("upsampler_type", "FDAT's 'lda' upsampler is not supported by anysr; choose "
-                                    "another upsampler_type")
+        else:  # lda
+            if mid_dim != in_dim:
+                layers += [nn.Conv2d(in_dim, mid_dim, 3, 1, 1), nn.LeakyReLU(inplace=True)]
+            layers += [LDA_AQU(mid_dim, scale_factor=scale), nn.Conv2d(mid_dim, out_dim, 3, 1, 1)]
         super().__init__(*layers)
         meta = [3, SAMPLE_MODS3.index(upsample), scale, in_dim, out_dim, mid_dim, group]
         self.register_buffer("MetaUpsample", torch.tensor([v % 256 for v in meta], dtype=torch.uint8))
