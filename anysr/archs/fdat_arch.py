@@ -6,10 +6,11 @@ Module names and constructor arguments follow spandrel 0.4.2's ``FDAT``, so rele
 scales 1 and 2) feeds ``num_groups`` residual groups; each holds ``depth_per_group`` repeats of
 ``group_block_pattern`` (spatial / channel) blocks. A block mixes a layer-normed input two ways, attention
 (windowed self-attention with a learned bias per head, or transposed "channel" attention over L2-normalised
-tokens) and a depth-wise 3x3 conv, fuses them with a gate (channel gate on the conv for spatial blocks, spatial
-gate on the attention for channel blocks), then runs a depth-wise-mixed feed-forward. A conv, the long shortcut
-and one of the ``UniUpsampleV3`` heads follow ("transpose+conv" by default; the ``upsampler.MetaUpsample``
-buffer records the head as released checkpoints carry it).
+tokens) and a depth-wise 3x3 conv, and adds them with one gate (spatial blocks: a channel gate from the conv
+branch scales the attention; channel blocks: a spatial gate from the attention scales the conv branch), then runs
+a depth-wise-mixed feed-forward. A conv, the long shortcut and one of the eight ``UniUpsampleV3`` heads follow
+("transpose+conv" by default; "lda" is a deformable-attention upsampler; the ``upsampler.MetaUpsample`` buffer
+records the head as released checkpoints carry it).
 
 Size requirement: none. Each spatial block zero-pads its normed tokens to the window multiple and crops (as the
 original, without a mask); with ``unshuffle_mod`` the input is reflect-padded to the unshuffle factor and the
