@@ -1,0 +1,284 @@
+"""FDAT (Fast Dual Aggregation Transformer) with every ``UniUpsampleV3`` head (LDA-AQU included).
+
+Fixtures come from spandrel 0.4.2 (``tests/fixtures/make_fdatgrl_fixtures.py``): the state dicts load strictly
+and give spandrel's outputs, also at sizes off the window / unshuffle multiple. Also: the ``MetaUpsample``
+buffer, channels_last, bf16 autocast, the meta device, a training step, ONNX at unseen sizes, real training runs
+through the CLI (one with two gloo ranks), build errors, and XLA:CPU compile-once without CPU fallbacks
+(``-m xla`` in the XLA venv).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import FIXTURE_TOL, run_cli, tiny_train_options, write_options
+from safetensors.torch import load_file
+
+from anysr.accelerators.precision import to_channels_last
+from anysr.archs import build_network
+from anysr.archs.arch_util import input_channels
+from anysr.errors import OptionError
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "fdatgrl"
+MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
+ONE_PER_HEAD = ["fdat_x4_transpose", "fdat_x2_unshuffle_pixelshuffle", "fdat_x3_pa_up", "fdat_x2_dysample",
+                "fdat_x1_unshuffle_nearest", "fdat_x2_lda"]
+TINY = {"FDAT": {"type": "FDAT", "embed_dim": 8, "num_groups": 1, "depth_per_group": 1, "num_heads": 2,
+                 "window_size": 4, "aim_reduction_ratio": 4, "mid_dim": 8, "scale": 2}}
+
+
+def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    """The fixture network (eval mode, weights loaded strictly) and its inputs / outputs."""
+    case = MANIFEST[name]
+    net = build_network({"type": case["type"], **case["kwargs"]}).eval()
+    net.load_state_dict(load_file(str(FIXTURES / f"{name}_params.safetensors")), strict=True)
+    return net, load_file(str(FIXTURES / f"{name}_io.safetensors"))
+
+
+# ----------------------------------------------------------------------------- spandrel parity
+
+@pytest.mark.parametrize("name", sorted(MANIFEST))
+def test_reference_weights_load_strictly_and_match(name: str) -> None:
+    case = MANIFEST[name]
+    params = load_file(str(FIXTURES / f"{name}_params.safetensors"))
+    net = build_network({"type": case["type"], **case["kwargs"]})
+    own = net.state_dict()
+    assert set(own) == set(params), "state-dict keys differ from spandrel's"
+    assert {k: v.shape for k, v in own.items()} == {k: v.shape for k, v in params.items()}
+    # the head's record is the one spandrel writes for the same arguments
+    assert torch.equal(own["upsampler.MetaUpsample"], params["upsampler.MetaUpsample"])
+    net.load_state_dict(params, strict=True)
+    net.eval()
+    io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    off_multiple = 0
+    for inp, out, _ in case["compare"]:
+        x = io[inp]
+        off_multiple += bool(x.shape[-2] % net.tile_multiple or x.shape[-1] % net.tile_multiple)
+        with torch.no_grad():
+            got = net(x)
+        assert got.shape == io[out].shape
+        torch.testing.assert_close(got, io[out], **FIXTURE_TOL, msg=f"{name} {out} differs from spandrel")
+    assert off_multiple, f"{name}: no input needs padding"
+
+
+def test_tile_multiples() -> None:
+    assert build_network(dict(TINY["FDAT"])).tile_multiple == 4
+    assert build_network({**TINY["FDAT"], "unshuffle_mod": True}).tile_multiple == 8
+    assert build_network({**TINY["FDAT"], "unshuffle_mod": True, "scale": 1}).tile_multiple == 16
+    assert build_network({**TINY["FDAT"], "unshuffle_mod": True, "scale": 3}).tile_multiple == 4  # no unshuffle
+    # the exporter / inference read the input channels before the stem's pixel-unshuffle
+    assert input_channels(build_network({**TINY["FDAT"], "unshuffle_mod": True, "num_in_ch": 1})) == 1
+
+
+def test_checkpoint_meta_record_is_replaced_by_the_networks_own() -> None:
+    """As in the original: a checkpoint's ``MetaUpsample`` (e.g. written by another version) does not overwrite
+    the record of the head this network was built with, and strict loading still requires the key."""
+    net, io = _case("fdat_x3_pa_up")
+    params = load_file(str(FIXTURES / "fdat_x3_pa_up_params.safetensors"))
+    own = net.upsampler.MetaUpsample.clone()
+    net.load_state_dict({**params, "upsampler.MetaUpsample": torch.zeros(7, dtype=torch.uint8)}, strict=True)
+    assert torch.equal(net.upsampler.MetaUpsample, own) and own.tolist() == [3, 7, 3, 8, 3, 6, 4]
+    with pytest.raises(RuntimeError, match="Missing key"):
+        net.load_state_dict({k: v for k, v in params.items() if k != "upsampler.MetaUpsample"}, strict=True)
+    # pa_up at a power-of-two scale records mid_dim as in_dim, as the original does
+    x4 = build_network({"type": "FDAT", **MANIFEST["fdat_x4_pa_up"]["kwargs"]})
+    assert x4.upsampler.MetaUpsample.tolist() == [3, 7, 4, 6, 3, 6, 4]
+
+
+def test_published_layout_sizes() -> None:
+    """Parameter counts of traiNNer-redux's presets at x4 (counted with spandrel's FDAT: the same)."""
+    with torch.device("meta"):
+        counts = {name: sum(p.numel() for p in build_network({"type": name}).parameters())
+                  for name in ("fdat_tiny", "fdat_light", "fdat_medium", "fdat_large")}
+    assert counts == {"fdat_tiny": 1_009_347, "fdat_light": 1_909_467, "fdat_medium": 4_030_623,
+                      "fdat_large": 11_121_579}
+
+
+@pytest.mark.parametrize("name", ONE_PER_HEAD)
+def test_channels_last_input_gives_the_same_output(name: str) -> None:
+    net, io = _case(name)
+    x = io["input0"].contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        got = net(x)
+        got_cl = to_channels_last(net)(x)  # anysr's conversion (LDA's 5-d bias table stays as it is)
+    torch.testing.assert_close(got, io["output0"], **FIXTURE_TOL)
+    torch.testing.assert_close(got_cl, io["output0"], **FIXTURE_TOL)
+
+
+@pytest.mark.parametrize("name", ONE_PER_HEAD)
+def test_bf16_autocast_stays_close(name: str) -> None:
+    net, io = _case(name)
+    x, ref = io["input1"], io["output1"]
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed = net(x).float()
+    assert mixed.shape == ref.shape and torch.isfinite(mixed).all()
+    err = (mixed - ref).abs().max().item() / ref.abs().max().item()
+    assert err < 0.05, f"{name}: bf16 autocast off by {err:.3g} of the output range"
+
+
+@pytest.mark.parametrize("name", ONE_PER_HEAD)
+def test_forward_creates_no_tensor_off_the_input_device(name: str) -> None:
+    net, io = _case(name)
+    net = net.to("meta")
+    out = net(torch.empty(io["input1"].shape, device="meta"))
+    assert out.device.type == "meta" and out.shape == io["output1"].shape
+
+
+@pytest.mark.parametrize("name", ONE_PER_HEAD)
+def test_training_step_gives_finite_gradients(name: str) -> None:
+    net, io = _case(name)
+    net.train()
+    net(io["input1"]).square().mean().backward()
+    trained = [(n, p) for n, p in net.named_parameters() if p.requires_grad]
+    missing = [n for n, p in trained if p.grad is None or not torch.isfinite(p.grad).all()]
+    assert not missing, missing
+
+
+def test_unused_gate_of_each_block_is_never_trained() -> None:
+    """A spatial block gates with ``cg`` only and a channel block with ``sg`` only; the other gate's weights are
+    kept (checkpoints carry them) but frozen, so DDP sees no unused trainable parameter."""
+    net = build_network({**TINY["FDAT"], "group_block_pattern": ["spatial", "channel", "channel"]}).train()
+    frozen = {n for n, p in net.named_parameters() if not p.requires_grad}
+    assert frozen == {"groups.0.blocks.0.inter.sg.0.weight", "groups.0.blocks.1.inter.cg.1.weight",
+                      "groups.0.blocks.1.inter.cg.3.weight", "groups.0.blocks.2.inter.cg.1.weight",
+                      "groups.0.blocks.2.inter.cg.3.weight"}
+    net(torch.rand(1, 3, 5, 6)).mean().backward()
+    assert all(p.grad is None for n, p in net.named_parameters() if n in frozen)
+    assert all(p.grad is not None for n, p in net.named_parameters() if n not in frozen)
+
+
+def test_drop_path_rises_over_all_blocks() -> None:
+    net = build_network({**TINY["FDAT"], "num_groups": 2, "depth_per_group": 2, "drop_path_rate": 0.3})
+    rates = [getattr(b.dp, "drop_prob", 0.0) for g in net.groups for b in g.blocks]
+    assert rates == pytest.approx([0.3 * i / 7 for i in range(8)])
+
+
+# ----------------------------------------------------------------------------- build errors
+
+@pytest.mark.parametrize(("opt", "pattern"), [
+    ({"upsampler_type": "lda", "mid_dim": 12}, r"network_g\.mid_dim: FDAT's 'lda' upsampler needs mid_dim \(12\) "
+                                               r"to be a multiple of 8"),
+    ({"upsampler_type": "bicubic"}, r"network_g\.upsampler_type: FDAT has no upsampler 'bicubic'"),
+    ({"upsampler_type": "transpose+conv", "scale": 8}, r"network_g\.scale: .*'transpose\+conv' upsampler supports"),
+    ({"upsampler_type": "pa_up", "scale": 6}, r"network_g\.scale: .*'pa_up' upsampler supports scales 2\^n and 3"),
+    ({"scale": 0}, r"network_g\.scale: FDAT needs an integer scale >= 1"),
+    ({"num_heads": 3}, r"network_g\.num_heads: FDAT needs embed_dim \(8\) to be a multiple of num_heads \(3\)"),
+    ({"group_block_pattern": ["spatial", "window"]}, r"network_g\.group_block_pattern: FDAT's blocks are"),
+    ({"aim_reduction_ratio": 16}, r"network_g\.aim_reduction_ratio: FDAT needs 1 <= aim_reduction_ratio"),
+])
+def test_bad_argument_values(opt: dict, pattern: str) -> None:
+    with pytest.raises(OptionError, match=pattern):
+        build_network({**TINY["FDAT"], **opt})
+
+
+# ----------------------------------------------------------------------------- ONNX
+
+@pytest.mark.parametrize("name", [pytest.param("fdat_x4_transpose", marks=pytest.mark.slow),
+                                  "fdat_x2_unshuffle_pixelshuffle",
+                                  pytest.param("fdat_x2_lda", marks=pytest.mark.slow)])
+def test_onnx_runs_at_unseen_sizes(name: str, tmp_path: Path) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    from anysr.engine.inference.export import export_onnx
+
+    net, io = _case(name)
+    kwargs = MANIFEST[name]["kwargs"]
+    rep = export_onnx(net, tmp_path / "m.onnx", scale=kwargs["scale"], net_opt={"type": "FDAT", **kwargs})
+    assert rep.dynamic is True, rep.note
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    for x in (torch.rand(1, 3, 13, 22), io["input1"]):  # sizes the export never saw, off the window multiple
+        got = torch.from_numpy(session.run(None, {"input": x.numpy()})[0])
+        with torch.no_grad():
+            torch.testing.assert_close(got, net(x), rtol=1e-4, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------- training through the CLI
+
+@pytest.mark.slow
+def test_cli_training_run_saves_finite_weights(tmp_path: Path, small_train_dir: Path) -> None:
+    opt = tiny_train_options("tiny_fdat", small_train_dir, None, total_iter=4)
+    opt["network_g"] = dict(TINY["FDAT"])
+    opt["datasets"]["train"]["batch_size_per_gpu"] = 2
+    run_cli("train", "-opt", str(write_options(tmp_path / "t.yml", opt)), "--force_yml", f"path.root={tmp_path}",
+            cwd=tmp_path)
+    saved = load_file(str(tmp_path / "experiments" / opt["name"] / "models" / "net_g_4.safetensors"))
+    weights = {k.removeprefix("params."): v for k, v in saved.items() if k.startswith("params.")}
+    net = build_network(dict(TINY["FDAT"]))
+    assert set(weights) == set(net.state_dict())
+    assert all(torch.isfinite(v).all() for v in weights.values() if v.is_floating_point())
+    start = net.state_dict()
+    assert [k for k in weights if k.endswith("weight") and not torch.equal(weights[k], start[k])], \
+        "training changed no weight"
+
+
+@pytest.mark.slow
+def test_two_gloo_ranks_match_one_process(tmp_path: Path, small_train_dir: Path, small_val_dir: Path) -> None:
+    paths = {}
+    for name, num_gpu, batch in (("one", 1, 4), ("two", 2, 2)):
+        opt = tiny_train_options(name, small_train_dir, small_val_dir, total_iter=4)
+        opt["network_g"] = dict(TINY["FDAT"], drop_path_rate=0.0)
+        opt["num_gpu"] = num_gpu
+        opt["datasets"]["train"]["batch_size_per_gpu"] = batch
+        opt["val"]["val_freq"] = 4
+        paths[name] = write_options(tmp_path / f"{name}.yml", opt)
+    run_cli("train", "-opt", str(paths["one"]), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
+    proc = run_cli("train", "-opt", str(paths["two"]), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
+    assert "rank 0/2" in proc.stdout
+    wa = load_file(str(tmp_path / "experiments" / "one" / "models" / "net_g_4.safetensors"))
+    wb = load_file(str(tmp_path / "experiments" / "two" / "models" / "net_g_4.safetensors"))
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], rtol=1e-4, atol=1e-5, msg=k)
+    va = json.loads((tmp_path / "experiments" / "one" / "summary.json").read_text())["validation"]
+    vb = json.loads((tmp_path / "experiments" / "two" / "summary.json").read_text())["validation"]
+    assert va["val"]["psnr"]["value"] == pytest.approx(vb["val"]["psnr"]["value"], abs=2e-3)
+
+
+# ----------------------------------------------------------------------------- XLA:CPU
+
+XLA_NETS = {
+    "FDAT-transpose": (TINY["FDAT"], (2, 3, 7, 10)),
+    "FDAT-unshuffle-dysample": ({**TINY["FDAT"], "unshuffle_mod": True, "upsampler_type": "dysample"}, (1, 3, 9, 8)),
+    "FDAT-pa_up": ({**TINY["FDAT"], "upsampler_type": "pa_up", "scale": 4}, (1, 3, 8, 6)),
+    "FDAT-lda": ({**TINY["FDAT"], "upsampler_type": "lda", "mid_dim": 16, "scale": 3}, (1, 3, 6, 5)),
+}
+
+
+@pytest.mark.xla
+@pytest.mark.parametrize("arch", sorted(XLA_NETS))
+def test_xla_train_step_compiles_once(arch: str) -> None:
+    os.environ.setdefault("PJRT_DEVICE", "CPU")
+    torch_xla = pytest.importorskip("torch_xla")
+    from torch_xla.debug import metrics
+
+    opt, shape = XLA_NETS[arch]
+    torch.manual_seed(0)
+    dev = torch_xla.device()
+    net = build_network({**opt, "drop_path_rate": 0.0}).train().to(dev)
+    before = {n for n in metrics.counter_names() if n.startswith("aten::")}
+    x = torch.rand(shape).to(dev)
+    compiles, losses = [], []
+    for _ in range(2):
+        net.zero_grad(set_to_none=True)
+        loss = net(x).square().mean()
+        loss.backward()
+        torch_xla.sync()
+        compiles.append(metrics.metric_data("CompileTime")[0])
+        losses.append(loss.detach())
+    assert compiles[0] >= 1 and compiles[1] == compiles[0], f"{arch} recompiled: {compiles}"
+    grads = [p.grad for p in net.parameters() if p.requires_grad]
+    assert all(g is not None for g in grads)
+    assert torch.isfinite(torch.stack([g.abs().sum() for g in grads]).cpu()).all()
+    assert torch.equal(losses[0].cpu(), losses[1].cpu())
+    fallbacks = {n for n in metrics.counter_names() if n.startswith("aten::")} - before
+    assert not fallbacks, f"{arch}: ops fell back to the CPU: {fallbacks}"
+    net.eval()
+    with torch.no_grad():
+        out = net(torch.rand(1, 3, 16, 20).to(dev))
+        torch_xla.sync()
+    assert out.shape[-2:] == (16 * net.upscale, 20 * net.upscale)
+    fallbacks = {n for n in metrics.counter_names() if n.startswith("aten::")} - before
+    assert not fallbacks, f"{arch}: ops fell back to the CPU in eval: {fallbacks}"
