@@ -241,9 +241,9 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     elif args.what == "degrade":
         opt = load_command_options(args.opt, args.force_yml, is_train=True)
         report = prepare.degrade_samples(opt, args.out, args.n, where=args.degrade_in, frames=args.frames)
-        how = ("read from the dataset" if report.where == "dataset" else
-               f"synthesised in the {report.where}; with their kernels")
-        print(f"wrote {report.pairs} LQ/GT pair(s) as the training step sees them ({how}) and degrade.json to "
+        how = ("(read from the dataset)" if report.where == "dataset" else
+               f"(synthesised in the {report.where}), their kernels")
+        print(f"wrote {report.pairs} LQ/GT pair(s) as the training step sees them {how} and degrade.json to "
               f"{report.out}")
     else:
         out = prepare.make_lmdb(args.input, args.output, compress_level=args.compress_level)
