@@ -241,9 +241,11 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         print(f"wrote {len(report.written)} sub-image(s) from {report.images} image(s) to {args.output}{skipped}")
     elif args.what == "degrade":
         opt = load_command_options(args.opt, args.force_yml, is_train=True)
-        report = prepare.degrade_samples(opt, args.out, args.n, where=args.degrade_in)
-        print(f"wrote {report.pairs} LQ/GT pair(s) as the training step sees them (synthesised in the "
-              f"{report.where}), their kernels and degrade.json to {report.out}")
+        report = prepare.degrade_samples(opt, args.out, args.n, where=args.degrade_in, frames=args.frames)
+        how = ("(read from the dataset)" if report.where == "dataset" else
+               f"(synthesised in the {report.where}), their kernels")
+        print(f"wrote {report.pairs} LQ/GT pair(s) as the training step sees them {how} and degrade.json to "
+              f"{report.out}")
     else:
         out = prepare.make_lmdb(args.input, args.output, compress_level=args.compress_level)
         count = len((out / "meta_info.txt").read_text().splitlines())
@@ -508,17 +510,21 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--output", required=True, help="new output folder ending in .lmdb")
     q.add_argument("--compress-level", "--compress_level", type=int, default=1,
                    help="PNG compression of the stored images, 0 (none) to 9")
-    q = psub.add_parser("degrade", help="write the LQ/GT pairs a Real-ESRGAN options file trains on",
+    q = psub.add_parser("degrade", help="write the LQ/GT pairs an options file trains on",
                         formatter_class=fmt,
-                        description="Synthesise the first N training pairs of a RealESRNetModel / RealESRGANModel "
-                        "options file exactly as the training step sees them (the same sampler, seeds, degradations, "
-                        "crop and pair pool; on the CPU) and write them as NNNN_lq.png / NNNN_gt.png, with the "
-                        "three blur kernels of each pair as images and every draw in degrade.json.")
+                        description="Write the first N training pairs of a training options file exactly as the "
+                        "training step sees them (the same sampler, seeds, crops and flips, batch augmentations) as "
+                        "NNNN_lq.png / NNNN_gt.png and degrade.json (index, seed, iteration and source of each pair). "
+                        "RealESRNetModel / RealESRGANModel with high_order_degradation: true synthesise them (the same "
+                        "degradations, crop and pair pool; on the CPU), with the three blur kernels of each pair as "
+                        "images and every draw in degrade.json; video datasets write a few frames of each clip "
+                        "(NNNN_lq_fTT.png).")
     _add_opt_args(q, launcher=False)
     q.add_argument("--out", required=True, help="output folder (new or empty)")
     q.add_argument("-n", type=int, default=16, help="pairs to write")
     q.add_argument("--degrade-in", "--degrade_in", default=None, choices=("auto", "step", "loader"),
-                   help="where the synthesis runs (default: the options' degrade_in)")
+                   help="where the synthesis runs (default: the options' degrade_in; Real-ESRGAN synthesis only)")
+    q.add_argument("--frames", type=int, default=3, help="frames written of each video clip (around its centre)")
     p.set_defaults(func=cmd_prepare)
     return parser
 

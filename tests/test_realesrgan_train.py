@@ -146,6 +146,9 @@ def test_prepare_degrade_shows_what_the_step_trains_on(tmp_path: Path, small_tra
                                                         "name": "p", "type": "PairedImageDataset",
                                                         "dataroot_gt": str(small_train_dir), "lq_from_gt": True,
                                                         "gt_size": 32, "batch_size_per_gpu": 2}}))
+    read = run_cli("prepare", "degrade", "-opt", str(paired), "--force_yml", f"path.root={tmp_path}", "--out",
+                   str(tmp_path / "p"), "-n", "2", cwd=tmp_path)  # pairs read from the dataset (test_training_pairs)
+    assert "(read from the dataset)" in read.stdout and (tmp_path / "p" / "0001_lq.png").is_file()
     bad = run_cli("prepare", "degrade", "-opt", str(paired), "--force_yml", f"path.root={tmp_path}", "--out",
-                  str(tmp_path / "p"), cwd=tmp_path, check=False)
+                  str(tmp_path / "q"), "--degrade-in", "step", cwd=tmp_path, check=False)
     assert bad.returncode == 2 and "does not synthesise its training pairs" in bad.stderr

@@ -22,6 +22,7 @@ import torch
 from tqdm import tqdm
 
 from anysr.atomic import atomic_write_bytes, atomic_write_json
+from anysr.data.batch_augment import BatchAugment
 from anysr.data.degradation.kernels import make_kernel
 from anysr.data.degradation.realesrgan import (
     LoaderSynthesis,
@@ -43,7 +44,7 @@ from anysr.ops.imresize import imresize
 from anysr.registry import MODEL_REGISTRY
 
 __all__ = ["SubimageReport", "check_images", "prepare_lr", "prepare_modcrop", "extract_subimages",
-           "make_lmdb", "DegradeReport", "degrade_samples"]
+           "make_lmdb", "DegradeReport", "degrade_samples", "loader_samples"]
 
 PathLike = str | os.PathLike[str]
 _MIN_MAP_SIZE = 64 << 20  # the LMDB map starts at least this large and grows when it fills up
@@ -378,9 +379,12 @@ def _sample_record(j: int, choices: Any, draws: Any, settings: Any) -> dict[str,
     return out
 
 
-def degrade_samples(opt: Any, out_dir: PathLike, n: int, *, where: str | None = None,
+def degrade_samples(opt: Any, out_dir: PathLike, n: int, *, where: str | None = None, frames: int = 3,
                     progress: bool = True) -> DegradeReport:
-    """The first ``n`` training pairs of a Real-ESRGAN options file, as one training process would train on them.
+    """The first ``n`` training pairs of an options file, as one training process would train on them.
+
+    A model that reads its pairs from the dataset (paired folders, ``lq_from_gt``, video clips, Real-ESRGAN's
+    paired dataset) goes to :func:`loader_samples`. For a Real-ESRGAN options file (high-order degradation):
 
     The training stream's first batches (the sampler of ``manual_seed``, one process with the file's
     ``batch_size_per_gpu``) are synthesised as in ``degrade_in`` (``where`` overrides it; ``auto`` is ``loader``
@@ -393,8 +397,10 @@ def degrade_samples(opt: Any, out_dir: PathLike, n: int, *, where: str | None = 
     n = _positive_int(n, "-n")
     model = MODEL_REGISTRY.get(str(opt.model_type), "model_type")
     if not getattr(model, "synthesises", False) or not opt.high_order_degradation:
-        raise OptionError(f"model_type: {opt.model_type} does not synthesise its training pairs (anysr prepare degrade "
-                          "shows RealESRNetModel / RealESRGANModel with high_order_degradation: true)")
+        if where not in (None, "auto"):
+            raise OptionError(f"--degrade-in {where}: model_type {opt.model_type} does not synthesise its training "
+                              "pairs (only RealESRNetModel / RealESRGANModel with high_order_degradation: true do)")
+        return loader_samples(opt, out_dir, n, frames=frames, progress=progress)
     key = next(k for k in opt.datasets if k.startswith("train"))
     dopt = opt.datasets[key]
     where = where or str(opt.degrade_in)
@@ -490,3 +496,93 @@ def _kernels_of(dataset: Any, sample_seed: int) -> list[Any]:
     """The three kernels of sample ``sample_seed`` (drawn again: they depend on the seed only)."""
     params = dataset.kernel_params(sample_seed)
     return [torch.from_numpy(make_kernel(params[k]).astype(np.float32)) for k in ("kernel1", "kernel2", "sinc_kernel")]
+
+
+def _clip_frames(t: torch.Tensor, frames: int) -> list[tuple[int | None, torch.Tensor]]:
+    """A sample's images: ``[(None, CHW)]`` for an image, the ``frames`` frames around the centre of a clip (TCHW)."""
+    if t.dim() == 3:
+        return [(None, t)]
+    total = int(t.shape[0])
+    k = min(frames, total)
+    first = max(0, min(total - k, total // 2 - k // 2))
+    return [(f, t[f]) for f in range(first, first + k)]
+
+
+def loader_samples(opt: Any, out_dir: PathLike, n: int, *, frames: int = 3, progress: bool = True) -> DegradeReport:
+    """The first ``n`` training pairs of an options file whose model reads its LQ/GT pairs from the dataset.
+
+    The pairs come from the training stream's first batches (the sampler of ``manual_seed``, one process with the
+    file's ``batch_size_per_gpu``, ``train.accumulate`` micro-batches an iteration), after the batch augmentations
+    of ``train.use_moa`` as the training step draws them. Writes ``NNNN_lq.png`` / ``NNNN_gt.png`` (a clip: the
+    ``frames`` frames around its centre as ``NNNN_lq_fTT.png``, and ``NNNN_gt_fTT.png`` when the GT is a clip too)
+    and ``degrade.json`` (each pair's dataset index, sample seed, iteration, micro-batch, files and sizes).
+    """
+    n = _positive_int(n, "-n")
+    frames = _positive_int(frames, "--frames")
+    model = MODEL_REGISTRY.get(str(opt.model_type), "model_type")
+    key = next((k for k in opt.datasets if k.startswith("train")), None)
+    if key is None:
+        raise OptionError("datasets: no train dataset (datasets.train) to take the training pairs from")
+    dopt = opt.datasets[key]
+    out = Path(out_dir)
+    _empty_output(out, "anysr prepare degrade")
+    dataset = build_dataset(dopt, f"datasets.{key}")
+    batch = int(dopt.batch_size_per_gpu)
+    accumulate = int(opt.train.accumulate) if opt.train is not None else 1
+    seed = int(opt.manual_seed)
+    augment = None
+    if opt.train is not None and opt.train.use_moa and getattr(model, "image_batches", True):
+        augment = BatchAugment.from_options(opt.train, seed, one_graph=False)
+    sampler = TrainSampler(len(dataset), batch_size=batch, seed=seed,  # type: ignore[arg-type]
+                           enlarge_ratio=int(dopt.dataset_enlarge_ratio), shuffle=bool(dopt.use_shuffle),
+                           name=f"datasets.{key}")
+    shown: list[dict[str, Any]] = []
+    written: list[Path] = []
+    stream = iter(sampler)
+    position, count, epoch = 0, 0, 0
+    bar = tqdm(total=n, desc="prepare degrade", unit="pair", disable=not progress, leave=False)
+    while count < n:
+        items = []
+        for _ in range(batch):
+            try:
+                items.append(next(stream))
+            except StopIteration:
+                epoch += 1
+                sampler.set_epoch(epoch)
+                stream = iter(sampler)
+                items.append(next(stream))
+        it, micro = position // accumulate + 1, position % accumulate
+        raw = [dataset[(i, s)] for i, s in items]
+        b = collate(raw)
+        if "lq" not in b or "gt" not in b:
+            raise DataError(f"datasets.{key}: {dopt.type} items hold {', '.join(map(str, b))}, not an LQ/GT pair")
+        if augment is not None:
+            b = augment(b, it, micro, 0)
+        for j, (idx, s) in enumerate(items):
+            if count >= n:
+                break
+            stem = f"{count:04d}"
+            bits = int(raw[j].get("bits", 8))
+            files: dict[str, list[str]] = {"lq": [], "gt": []}
+            for role in ("lq", "gt"):
+                for f, img in _clip_frames(b[role][j], frames):
+                    name = f"{stem}_{role}.png" if f is None else f"{stem}_{role}_f{f:02d}.png"
+                    written.append(write_image(out / name, tensor2img(img, bits=bits if role == "gt" else 8)))
+                    files[role].append(name)
+            record: dict[str, Any] = {
+                "pair": stem, "index": int(idx), "sample_seed": int(s), "iteration": it, "micro_batch": micro,
+                "batch_position": j, "lq_shape": list(b["lq"][j].shape), "gt_shape": list(b["gt"][j].shape),
+                "files": files, "bits": bits}
+            for src in ("lq_path", "gt_path", "key", "clip"):
+                if src in raw[j]:
+                    record[src] = str(raw[j][src])
+            shown.append(record)
+            count += 1
+            bar.update(1)
+        position += 1
+    bar.close()
+    meta = {"options": str(opt.name), "model_type": str(opt.model_type), "dataset": str(dopt.type),
+            "degrade_in": "dataset", "scale": int(opt.scale), "use_moa": augment is not None,
+            "batch_size_per_gpu": batch, "accumulate": accumulate, "manual_seed": seed, "pairs": shown}
+    written.append(atomic_write_json(out / "degrade.json", meta))
+    return DegradeReport(out, count, "dataset", written)

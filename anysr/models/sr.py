@@ -32,6 +32,7 @@ class SRModel(BaseModel):
         self.loss_state_dicts: dict[str, StateDicts] = {}  # weight files of the losses, handed over by the engine
         self.current_iter = 0
         self.batch_augment = self._batch_augment() if self.is_train and self.opt["train"]["use_moa"] else None
+        self.trained_pair: tuple[torch.Tensor, torch.Tensor] | None = None  # the last micro-batch trained on
 
     uses_perceptual = False  # whether train.perceptual_opt is used (GAN models); a pixel model refuses it
     image_batches = True  # whether batches are (B, C, H, W) images (train.use_moa); video models: clips
@@ -58,11 +59,16 @@ class SRModel(BaseModel):
 
     def augment_batches(self, batches: Sequence[dict[str, Any]],
                         gt_keys: Sequence[str] = ("gt",)) -> Sequence[dict[str, Any]]:
-        """The micro-batches with the drawn batch augmentation applied (``train.use_moa``), else as they are."""
-        if self.batch_augment is None:
-            return batches
-        return [self.batch_augment(b, self.current_iter, k, self.acc.rank * int(b["lq"].shape[0]), gt_keys)
-                for k, b in enumerate(batches)]
+        """The micro-batches with the drawn batch augmentation applied (``train.use_moa``), else as they are.
+
+        The last one's ``lq`` / ``gt`` stay in ``trained_pair`` (references, no copy) for the trainer to show a few
+        of the pairs the model trains on at each validation."""
+        if self.batch_augment is not None:
+            batches = [self.batch_augment(b, self.current_iter, k, self.acc.rank * int(b["lq"].shape[0]), gt_keys)
+                       for k, b in enumerate(batches)]
+        if batches and "lq" in batches[-1] and "gt" in batches[-1]:
+            self.trained_pair = (batches[-1]["lq"], batches[-1]["gt"])
+        return batches
 
     def update_learning_rate(self, current_iter: int) -> None:
         self.current_iter = current_iter

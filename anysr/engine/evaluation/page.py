@@ -111,6 +111,9 @@ background:#fff;padding:2px;text-align:center;font-size:11px}.thumb.sel{border-c
 .thumb img{display:block;max-width:96px;max-height:96px}.panes{display:flex;gap:8px;flex-wrap:wrap}
 .pane{text-align:center}canvas{background:#222;image-rendering:pixelated;cursor:grab;display:block;max-width:100%}
 .shown{margin:0 0 4px}
+.pairs{display:flex;flex-wrap:wrap;gap:10px;margin:6px 0}.pair{margin:0;background:#fff;border:1px solid #ddd;
+padding:4px;font-size:11px;text-align:center}.pair img{image-rendering:pixelated;margin:0 1px;max-width:45vw;
+height:auto}details.pairs-at summary{cursor:pointer;margin:4px 0}
 .controls{margin:8px 0;display:flex;gap:8px;align-items:center;flex-wrap:wrap}
 .controls input[type=range]{width:320px;max-width:100%}#slider-label{min-width:220px;display:inline-block}
 """

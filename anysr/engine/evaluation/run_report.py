@@ -1,5 +1,6 @@
 """``anysr report``: ``<experiment>/report.html``, one self-contained page to look at a training run: loss and
-metric curves (inline SVG), the best-checkpoint table, the NaN recoveries, and the viewer of the validation crops.
+metric curves (inline SVG), the best-checkpoint table, the NaN recoveries, the viewer of the validation crops and
+the training pairs saved at each validation.
 
 The page reads files on disk that an older version or an interrupted run may have left incomplete (not options),
 so its lookups there are tolerant (``.get`` with a default) and a missing piece only leaves a section empty.
@@ -29,6 +30,7 @@ from anysr.engine.evaluation.page import (
     viewer_html,
 )
 from anysr.engine.training.history import CROPS_DIR, History
+from anysr.engine.training.pair_samples import PAIRS_DIR, read_pair_index
 from anysr.errors import DataError, OptionError
 from anysr.metrics.info import metric_info
 
@@ -145,6 +147,51 @@ def _run_items(exp_dir: Path) -> tuple[list[ViewerItem], dict[str, str]]:
     return items, notes
 
 
+def _pair_figures(exp_dir: Path, entry: Mapping[str, Any]) -> str:
+    """One validation's training pairs: GT and the LQ upscaled to it (nearest neighbour, drawn pixelated)."""
+    root = exp_dir / PAIRS_DIR
+    scale = entry.get("scale", 1) if isinstance(entry.get("scale"), int) else 1
+    figs = []
+    for pair in entry.get("pairs", []):
+        files = pair.get("files", {}) if isinstance(pair, dict) else {}
+        imgs = {}
+        for role in ("gt", "lq"):
+            path = root / str(files.get(role, ""))
+            try:
+                imgs[role] = read_image(path, flag="color")[:, :, ::-1] if role in files and path.is_file() else None
+            except (DataError, OSError):
+                imgs[role] = None
+        gt, lq = imgs["gt"], imgs["lq"]
+        if gt is None or lq is None:
+            continue
+        h, w = gt.shape[:2]
+        cells = [f'<img class="pair-gt" src="{png_data_uri(gt)}" width="{w}" height="{h}" alt="GT">',
+                 f'<img class="pair-lq" src="{png_data_uri(lq)}" width="{w}" height="{h}" alt="LQ">']
+        figs.append(f'<figure class="pair">{"".join(cells)}<figcaption>sample {pair.get("batch_position", "?")}: '
+                    f'GT | LQ x{scale} ({lq.shape[1]}x{lq.shape[0]} upscaled)</figcaption></figure>')
+    return f'<div class="pairs">{"".join(figs)}</div>' if figs else ""
+
+
+def _training_pairs(exp_dir: Path) -> str:
+    """The pairs the model trained on, saved at each validation: the latest open, the earlier ones folded."""
+    entries = sorted(read_pair_index(exp_dir), key=lambda e: int(e.get("iter", 0)), reverse=True)
+    blocks = []
+    for e in entries:
+        figs = _pair_figures(exp_dir, e)
+        if not figs:
+            continue
+        batch = e.get("batch", "?")
+        title = (f"iteration {e.get('iter', '?')}: {len(e.get('pairs', []))} of the batch's {batch} pairs, "
+                 "centre crops")
+        blocks.append(f'<details class="pairs-at" data-iter="{html.escape(str(e.get("iter", "")))}"'
+                      f'{" open" if not blocks else ""}><summary>{html.escape(title)}</summary>{figs}</details>')
+    if not blocks:
+        return '<p class="muted">No training pairs yet (they are saved at each validation).</p>'
+    return ('<p class="muted">What the losses compared at the last step before each validation (after synthesis, '
+            'pair pool and batch augmentations); the LQ is drawn upscaled to the GT (nearest neighbour).</p>'
+            + "".join(blocks))
+
+
 def write_report(exp_dir: str | os.PathLike[str]) -> Path:
     """Write ``<exp_dir>/report.html`` from the folder's summary.json, history.json and report_files/."""
     exp = Path(exp_dir)
@@ -179,6 +226,7 @@ def write_report(exp_dir: str | os.PathLike[str]) -> Path:
               f"{e.get('retry', '?')} / {e.get('max_retries', '?')}"] for e in history.events])
     items, notes = _run_items(exp)
     body += "<h2>Validation images</h2>" + viewer_html(items, group_notes=notes)
+    body += "<h2>Training pairs</h2>" + _training_pairs(exp)
     out = exp / REPORT_NAME
     atomic_write_bytes(out, page(f"{name} - anysr report", body).encode("utf-8"))
     return out

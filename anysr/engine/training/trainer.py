@@ -27,6 +27,7 @@ from anysr.engine.inference.export import save_deployable
 from anysr.engine.logger import MetricWriter, Progress, Timer, format_eta, get_logger, log_start, setup_logging
 from anysr.engine.training.history import CROPS_DIR, HISTORY_NAME, History, save_crops
 from anysr.engine.training.nan_recovery import NONE_BAD, Recovery, decode_bad, describe
+from anysr.engine.training.pair_samples import save_training_pairs
 from anysr.engine.training.runlock import RunLock
 from anysr.errors import (
     SPACE_ERRNOS,
@@ -656,8 +657,19 @@ class Trainer:
                 writer.images({f"val/{name}/{c.name}": c.side_by_side() for c in res.crops}, it)
         self.write_summary(it, None, None, final=False)
         if self.acc.is_main:
+            self._save_training_pairs(it)
             self.history.save(self.exp_dir)
         return results
+
+    def _save_training_pairs(self, it: int) -> None:
+        """A few crops of the last micro-batch trained on (main rank; already on the device: no data loading)."""
+        pair = getattr(self.model, "trained_pair", None)
+        if pair is None:
+            return
+        try:
+            save_training_pairs(self.exp_dir, it, *pair)
+        except (AnysrError, OSError, RuntimeError, ValueError) as exc:
+            self.log.warning("training pairs of iteration %d not saved (%s)", it, exc)
 
     def _state(self, it: int, epoch: int, *, weights: bool = True) -> dict[str, Any]:
         """The training state at iteration ``it`` (device tensors; ``weights``: with the weight groups to save)."""
