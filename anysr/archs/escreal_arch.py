@@ -101,13 +101,17 @@ class ConvolutionalAttention(nn.Module):
         nn.init.zeros_(self.dwc_proj[-1].bias)
 
     def forward(self, x: torch.Tensor, lk_filter: torch.Tensor) -> torch.Tensor:
-        b, c, h, w = x.shape
+        h, w = x.shape[-2:]
         part, rest = x[:, :self.pdim], x[:, self.pdim:]
-        kernels = self.dwc_proj(part).reshape(b * self.pdim, 1, DYN_K, DYN_K)
-        # one grouped conv over the whole batch: every (image, channel) pair has its own kernel
-        dynamic = F.conv2d(part.reshape(1, b * self.pdim, h, w), kernels, padding=DYN_K // 2, groups=b * self.pdim)
+        # (b, pdim, 9, 1, 1): every (image, channel) pair has its own 3x3 kernel. Applied as nine shifted
+        # multiply-adds (the same cross-correlation as a grouped conv over the batch; ONNX cannot export a conv
+        # whose weight shape depends on the batch, and this needs no reshape of the batch into channels).
+        kernels = self.dwc_proj(part).unflatten(1, (self.pdim, DYN_K * DYN_K))
+        padded = F.pad(part, (DYN_K // 2,) * 4)
+        dynamic = sum(padded[:, :, i:i + h, j:j + w] * kernels[:, :, i * DYN_K + j]
+                      for i in range(DYN_K) for j in range(DYN_K))
         static = F.conv2d(part, lk_filter, padding=lk_filter.shape[-1] // 2)
-        return torch.cat((static + dynamic.reshape(b, self.pdim, h, w), rest), dim=1)
+        return torch.cat((static + dynamic, rest), dim=1)
 
 
 class ConvAttnWrapper(nn.Module):
