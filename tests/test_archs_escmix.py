@@ -1,10 +1,10 @@
-"""traiNNer-redux's ESCRealM (ESC-Real with a choice of heads), and its MoESR2 as anysr's MoESR.
+"""traiNNer-redux's ESCRealM (ESC-Real with a choice of heads) and LKFMixer, and its MoESR2 as anysr's MoESR.
 
 Fixtures come from traiNNer-redux's own source (``tests/fixtures/make_escmix_fixtures.py``): the state dicts load
 strictly and give its outputs (eval mode, sizes that need the window / unshuffle padding, batches of two in the
 training-mode path). Also: channels_last, bf16 autocast, the meta device, training gradients, ONNX through anysr's
-exporter, a real CLI training run, 2 gloo ranks == 1 process, and an XLA:CPU train step that compiles once with no
-aten op left to the CPU (``-m xla``).
+exporter, real CLI training runs, 2 gloo ranks == 1 process, and an XLA:CPU train step that compiles once with no
+aten op left to the CPU per architecture (``-m xla``).
 """
 
 from __future__ import annotations
@@ -26,11 +26,14 @@ from anysr.errors import OptionError
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "escmix"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
-ESC_CASES = sorted(n for n in MANIFEST if n.startswith("escrealm"))
+ESC_CASES = sorted(n for n in MANIFEST if n.startswith(("escrealm", "lkfmixer")))
 ONE = "escrealm_x4"
+ONE_PER_ARCH = [ONE, "lkfmixer_x4"]
 
 TINY = {"ESCRealM": {"type": "ESCRealM", "dim": 8, "pdim": 4, "kernel_size": 5, "n_blocks": 1, "conv_blocks": 1,
-                     "window_size": 4, "num_heads": 2, "scale": 2, "mid_dim": 8}}
+                     "window_size": 4, "num_heads": 2, "scale": 2, "mid_dim": 8},
+        "LKFMixer": {"type": "LKFMixer", "in_channels": 3, "channels": 8, "out_channels": 3, "upscale": 2,
+                     "num_block": 1, "large_kernel": 7, "split_factor": 0.25}}
 
 
 def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
@@ -52,7 +55,7 @@ def test_reference_weights_load_strictly_and_match(name: str) -> None:
     assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in params.items()}
     # the head record is rebuilt from the arguments; it must be what traiNNer-redux stores
     meta = [k for k in params if k.endswith("MetaUpsample")]
-    assert len(meta) == 1 and torch.equal(net.state_dict()[meta[0]], params[meta[0]])
+    assert len(meta) == (case["type"] != "LKFMixer") and all(torch.equal(net.state_dict()[k], params[k]) for k in meta)
     net.load_state_dict(params, strict=True)
     io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
     for inp, out, mode in case["compare"]:
@@ -75,6 +78,8 @@ def test_moesr2_is_moesr() -> None:
     ("escrealm_x2_unshuffle_ps", "input1", "9x7: padded to the unshuffle factor 2, then to the window"),
     ("escrealm_x1_unshuffle_psd", "input1", "17x18: padded to the unshuffle factor 4, then to the window 2"),
     ("escrealm_x3_nearest", "input1", "6x7: window padding at x3"),
+    ("lkfmixer_x4", "input1", "13x10: reflect-padded to a multiple of 8, cropped"),
+    ("lkfmixer_x3", "input1", "11x7: reflect-padded to a multiple of 8, cropped"),
 ])
 def test_padded_inputs_match_reference(name: str, inp: str, why: str) -> None:
     net, io = _case(name)
@@ -97,9 +102,10 @@ def test_tile_multiples() -> None:
     assert build_network(TINY["ESCRealM"]).tile_multiple == 4
     assert build_network({**TINY["ESCRealM"], "unshuffle_mod": True}).tile_multiple == 8  # unshuffle 2 x window 4
     assert build_network({**TINY["ESCRealM"], "unshuffle_mod": True, "scale": 4}).tile_multiple == 4  # no unshuffle
+    assert build_network(TINY["LKFMixer"]).tile_multiple == 8
 
 
-@pytest.mark.parametrize("name", [ONE, "escrealm_x2_unshuffle_ps"])
+@pytest.mark.parametrize("name", [*ONE_PER_ARCH, "escrealm_x2_unshuffle_ps"])
 def test_channels_last_input_gives_the_same_output(name: str) -> None:
     net, io = _case(name)
     x = io["input0"].contiguous(memory_format=torch.channels_last)
@@ -121,7 +127,7 @@ def test_bf16_autocast_stays_close(name: str) -> None:
     assert err < 0.05, f"{name}: bf16 autocast off by {err:.3g} of the output range"
 
 
-@pytest.mark.parametrize("name", [ONE, "escrealm_x1_unshuffle_psd"])
+@pytest.mark.parametrize("name", [*ONE_PER_ARCH, "escrealm_x1_unshuffle_psd"])
 def test_forward_creates_no_tensor_off_the_input_device(name: str) -> None:
     net, io = _case(name)
     net = net.to("meta")
@@ -129,7 +135,7 @@ def test_forward_creates_no_tensor_off_the_input_device(name: str) -> None:
     assert out.device.type == "meta" and out.shape == io["output1"].shape
 
 
-@pytest.mark.parametrize("name", [ONE, "escrealm_x2_unshuffle_ps"])
+@pytest.mark.parametrize("name", [*ONE_PER_ARCH, "escrealm_x2_unshuffle_ps", "lkfmixer_x2"])
 def test_training_step_gives_finite_gradients(name: str) -> None:
     net, io = _case(name)
     net.train()
@@ -139,9 +145,10 @@ def test_training_step_gives_finite_gradients(name: str) -> None:
         [n for n, p in trained if p.grad is None or not p.grad.abs().sum() > 0]
 
 
-def test_batch_entries_are_independent() -> None:
-    """The per-image predicted kernels run as one grouped conv over the batch: image i must only see its own."""
-    net, io = _case("escrealm_x4")
+@pytest.mark.parametrize("name", ONE_PER_ARCH)
+def test_batch_entries_are_independent(name: str) -> None:
+    """ESCRealM predicts kernels per image, LKFMixer pools per image: image i must only see its own."""
+    net, io = _case(name)
     x = io["input2"]  # two images
     with torch.no_grad():
         both = net(x)
@@ -187,6 +194,17 @@ def test_bad_argument_values(opt: dict, pattern: str) -> None:
         build_network({**TINY["ESCRealM"], **opt})
 
 
+@pytest.mark.parametrize(("opt", "pattern"), [
+    ({"large_kernel": 8}, r"network_g\.large_kernel: LKFMixer needs an odd large_kernel"),
+    ({"split_factor": 0.1}, r"network_g\.split_factor: LKFMixer: split_factor 0\.1 leaves no channel"),
+    ({"channels": 9}, r"network_g\.channels: LKFMixer needs an even number of channels"),
+    ({"upscale": 1.5}, r"network_g\.upscale: LKFMixer needs an integer upscale"),
+])
+def test_lkfmixer_bad_argument_values(opt: dict, pattern: str) -> None:
+    with pytest.raises(OptionError, match=pattern):
+        build_network({**TINY["LKFMixer"], **opt})
+
+
 def test_published_sizes() -> None:
     """Parameter counts of published configurations (x4; traiNNer-redux's defaults / builders, counted here)."""
     def count(opt: dict) -> int:
@@ -195,16 +213,20 @@ def test_published_sizes() -> None:
 
     assert count({"type": "ESCRealM"}) == 2_221_551
     assert count({"type": "escrealm_xl"}) == 13_029_763
+    assert count({"type": "lkfmixer_t"}) == 207_008
+    assert count({"type": "lkfmixer_b"}) == 372_816
+    assert count({"type": "lkfmixer_l"}) == 927_152
 
 
 # ----------------------------------------------------------------------------- ONNX
 
-def test_onnx_export_runs_at_sizes_it_never_saw(tmp_path: Path) -> None:
+@pytest.mark.parametrize("arch", sorted(TINY))
+def test_onnx_export_runs_at_sizes_it_never_saw(arch: str, tmp_path: Path) -> None:
     ort = pytest.importorskip("onnxruntime")
     from anysr.engine import checkpoint as ck
     from anysr.engine.inference.export import export_weights
 
-    opt = TINY["ESCRealM"]
+    opt = TINY[arch]
     torch.manual_seed(0)
     net = build_network(opt).eval()
     src = tmp_path / "w.safetensors"
@@ -222,9 +244,9 @@ def test_onnx_export_runs_at_sizes_it_never_saw(tmp_path: Path) -> None:
 
 # ----------------------------------------------------------------------------- real training runs (CLI)
 
-def _train_opt(name: str, train_dir: Path, val_dir: Path | None = None) -> dict:
+def _train_opt(name: str, train_dir: Path, val_dir: Path | None = None, arch: str = "ESCRealM") -> dict:
     opt = tiny_train_options(name, train_dir, val_dir, total_iter=4)
-    opt["network_g"] = dict(TINY["ESCRealM"])
+    opt["network_g"] = dict(TINY[arch])
     opt["logger"]["save_checkpoint_freq"] = 4
     if val_dir is not None:
         opt["val"]["val_freq"] = 4
@@ -232,16 +254,19 @@ def _train_opt(name: str, train_dir: Path, val_dir: Path | None = None) -> dict:
 
 
 @pytest.mark.slow
-def test_cli_training_run_saves_finite_weights(tmp_path: Path, small_train_dir: Path) -> None:
-    path = write_options(tmp_path / "esc.yml", _train_opt("esc", small_train_dir))
+@pytest.mark.parametrize("arch", sorted(TINY))
+def test_cli_training_run_saves_finite_weights(arch: str, tmp_path: Path, small_train_dir: Path) -> None:
+    path = write_options(tmp_path / "run.yml", _train_opt("run", small_train_dir, arch=arch))
     run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
-    stored = load_file(str(tmp_path / "experiments" / "esc" / "models" / "net_g_4.safetensors"))
+    stored = load_file(str(tmp_path / "experiments" / "run" / "models" / "net_g_4.safetensors"))
     saved = {k.removeprefix("params."): v for k, v in stored.items() if k.startswith("params.")}
-    fresh = build_network(TINY["ESCRealM"]).state_dict()
+    fresh = build_network(TINY[arch]).state_dict()
     assert set(saved) == set(fresh)
     assert all(torch.isfinite(v).all() for v in saved.values() if v.is_floating_point())
-    key = "blocks.0.pconvs.0.plk.dwc_proj.3.weight"  # zero-initialised kernel predictor has moved
-    assert not torch.equal(saved[key], fresh[key]) and torch.equal(fresh[key], torch.zeros_like(fresh[key]))
+    if arch == "ESCRealM":  # the zero-initialised kernel predictor has moved
+        key = "blocks.0.pconvs.0.plk.dwc_proj.3.weight"
+        assert not torch.equal(saved[key], fresh[key]) and torch.equal(fresh[key], torch.zeros_like(fresh[key]))
+
 
 
 @pytest.mark.slow
@@ -277,7 +302,7 @@ def test_xla_train_step_compiles_once_without_cpu_fallback(arch: str) -> None:
     torch.manual_seed(0)
     dev = torch_xla.device()
     net = build_network(dict(TINY[arch])).train().to(dev)
-    x = torch.rand(2, 3, 10, 9).to(dev)  # window padding inside, batch of two
+    x = torch.rand(2, 3, 10, 9).to(dev)  # window / multiple-of-8 padding inside, batch of two
     compiles, losses = [], []
     for _ in range(2):
         net.zero_grad(set_to_none=True)
