@@ -17,9 +17,11 @@ import pytest
 import torch
 from conftest import FIXTURE_TOL, run_cli, tiny_train_options, write_options
 from safetensors.torch import load_file
+from torch.nn import functional as F
 
 from anysr.archs import build_network
 from anysr.archs.escreal_arch import WindowAttention, dihedral_mean
+from anysr.archs.lkfmixer_arch import bilinear_resize
 from anysr.archs.moesr_arch import MoESR
 from anysr.errors import OptionError
 
@@ -322,3 +324,10 @@ def test_xla_train_step_compiles_once_without_cpu_fallback(arch: str) -> None:
     assert out.shape[-2:] == (20, 18)
     fallbacks = [c for c in metrics.counter_names() if c.startswith("aten::")]
     assert not fallbacks and not metrics.executed_fallback_ops(), f"{arch}: ops run on the CPU: {fallbacks}"
+
+
+@pytest.mark.parametrize(("size", "out"), [((1, 2), (8, 16)), ((3, 5), (24, 40)), ((4, 4), (7, 13)), ((5, 3), (2, 3))])
+def test_bilinear_resize_is_interpolate(size: tuple[int, int], out: tuple[int, int]) -> None:
+    x = torch.randn(2, 3, *size)
+    ref = F.interpolate(x, size=out, mode="bilinear", align_corners=False)
+    torch.testing.assert_close(bilinear_resize(x, *out), ref, rtol=1e-5, atol=1e-6)

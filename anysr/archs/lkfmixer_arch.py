@@ -27,6 +27,24 @@ from anysr.registry import ARCH_REGISTRY
 POOL = 8  # the spatial modulation branch works at 1/8 resolution
 
 
+def _linear_resize_matrix(n_out: int, n_in: int, like: torch.Tensor) -> torch.Tensor:
+    """(n_out, n_in) weights of 1-D linear resizing with half-pixel centres (``align_corners=False``)."""
+    pos = (torch.arange(n_out, device=like.device, dtype=torch.float32) + 0.5) * (n_in / n_out) - 0.5
+    pos = pos.clamp(min=0)
+    lo = pos.floor().clamp(max=n_in - 1)
+    frac = (pos - lo)[:, None]
+    hi = (lo + 1).clamp(max=n_in - 1)
+    idx = torch.arange(n_in, device=like.device, dtype=torch.float32)[None, :]
+    weights = (idx == lo[:, None]) * (1 - frac) + (idx == hi[:, None]) * frac
+    return weights.to(like.dtype)
+
+
+def bilinear_resize(x: torch.Tensor, h: int, w: int) -> torch.Tensor:
+    """``F.interpolate(x, (h, w), mode="bilinear", align_corners=False)`` as two small matmuls (XLA lowers
+    upsample_bilinear2d's backward to the CPU; the matmuls lower everywhere and export to ONNX)."""
+    return _linear_resize_matrix(h, x.shape[-2], x) @ x @ _linear_resize_matrix(w, x.shape[-1], x).T
+
+
 def _dw(channels: int, kernel: tuple[int, int]) -> nn.Conv2d:
     return nn.Conv2d(channels, channels, kernel, 1, (kernel[0] // 2, kernel[1] // 2), groups=channels)
 
@@ -108,7 +126,7 @@ class SFMB(nn.Module):
         h, w = x.shape[-2:]
         gate = torch.sigmoid(x.mean((2, 3), keepdim=True))
         small = self.act(self.conv1_1(self.DWConv_3(F.max_pool2d(x, POOL))))
-        local = F.interpolate(small, size=(h, w), mode="bilinear", align_corners=False)
+        local = bilinear_resize(small, h, w)
         return self.act(self.conv1_2(self.PLKB(x) + gate * local))
 
 
