@@ -1,10 +1,10 @@
-"""traiNNer-redux's ESCRealM (ESC-Real with a choice of heads) and LKFMixer, and its MoESR2 as anysr's MoESR.
+"""traiNNer-redux's ESCRealM (ESC-Real with a choice of heads), LKFMixer and Sebica, and its MoESR2 as anysr's MoESR.
 
 Fixtures come from traiNNer-redux's own source (``tests/fixtures/make_escmix_fixtures.py``): the state dicts load
-strictly and give its outputs (eval mode, sizes that need the window / unshuffle padding, batches of two in the
-training-mode path). Also: channels_last, bf16 autocast, the meta device, training gradients, ONNX through anysr's
-exporter, real CLI training runs, 2 gloo ranks == 1 process, and an XLA:CPU train step that compiles once with no
-aten op left to the CPU per architecture (``-m xla``).
+strictly and give its outputs (eval mode, sizes that need the window / unshuffle / multiple-of-8 padding, batches
+in the training-mode path). Also: channels_last, bf16 autocast, the meta device, training gradients, ONNX through
+anysr's exporter, real CLI training runs, 2 gloo ranks == 1 process, and per architecture an XLA:CPU train step
+that compiles once with no aten op left to the CPU (``-m xla``).
 """
 
 from __future__ import annotations
@@ -28,14 +28,15 @@ from anysr.errors import OptionError
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "escmix"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
-ESC_CASES = sorted(n for n in MANIFEST if n.startswith(("escrealm", "lkfmixer")))
+ESC_CASES = sorted(n for n in MANIFEST if n.startswith(("escrealm", "lkfmixer", "sebica")))
 ONE = "escrealm_x4"
-ONE_PER_ARCH = [ONE, "lkfmixer_x4"]
+ONE_PER_ARCH = [ONE, "lkfmixer_x4", "sebica_x4"]
 
 TINY = {"ESCRealM": {"type": "ESCRealM", "dim": 8, "pdim": 4, "kernel_size": 5, "n_blocks": 1, "conv_blocks": 1,
                      "window_size": 4, "num_heads": 2, "scale": 2, "mid_dim": 8},
         "LKFMixer": {"type": "LKFMixer", "in_channels": 3, "channels": 8, "out_channels": 3, "upscale": 2,
-                     "num_block": 1, "large_kernel": 7, "split_factor": 0.25}}
+                     "num_block": 1, "large_kernel": 7, "split_factor": 0.25},
+        "Sebica": {"type": "Sebica", "scale": 2, "N": 4}}
 
 
 def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
@@ -57,7 +58,8 @@ def test_reference_weights_load_strictly_and_match(name: str) -> None:
     assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in params.items()}
     # the head record is rebuilt from the arguments; it must be what traiNNer-redux stores
     meta = [k for k in params if k.endswith("MetaUpsample")]
-    assert len(meta) == (case["type"] != "LKFMixer") and all(torch.equal(net.state_dict()[k], params[k]) for k in meta)
+    assert len(meta) == (case["type"] in ("ESCRealM", "MoESR2"))
+    assert all(torch.equal(net.state_dict()[k], params[k]) for k in meta)
     net.load_state_dict(params, strict=True)
     io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
     for inp, out, mode in case["compare"]:
@@ -105,6 +107,7 @@ def test_tile_multiples() -> None:
     assert build_network({**TINY["ESCRealM"], "unshuffle_mod": True}).tile_multiple == 8  # unshuffle 2 x window 4
     assert build_network({**TINY["ESCRealM"], "unshuffle_mod": True, "scale": 4}).tile_multiple == 4  # no unshuffle
     assert build_network(TINY["LKFMixer"]).tile_multiple == 8
+    assert build_network(TINY["Sebica"]).tile_multiple == 1
 
 
 @pytest.mark.parametrize("name", [*ONE_PER_ARCH, "escrealm_x2_unshuffle_ps"])
@@ -137,7 +140,7 @@ def test_forward_creates_no_tensor_off_the_input_device(name: str) -> None:
     assert out.device.type == "meta" and out.shape == io["output1"].shape
 
 
-@pytest.mark.parametrize("name", [*ONE_PER_ARCH, "escrealm_x2_unshuffle_ps", "lkfmixer_x2"])
+@pytest.mark.parametrize("name", [*ONE_PER_ARCH, "escrealm_x2_unshuffle_ps", "lkfmixer_x2", "sebica_x2"])
 def test_training_step_gives_finite_gradients(name: str) -> None:
     net, io = _case(name)
     net.train()
@@ -149,7 +152,7 @@ def test_training_step_gives_finite_gradients(name: str) -> None:
 
 @pytest.mark.parametrize("name", ONE_PER_ARCH)
 def test_batch_entries_are_independent(name: str) -> None:
-    """ESCRealM predicts kernels per image, LKFMixer pools per image: image i must only see its own."""
+    """ESCRealM predicts kernels per image, LKFMixer / Sebica pool per image: image i must only see its own."""
     net, io = _case(name)
     x = io["input2"]  # two images
     with torch.no_grad():
@@ -218,6 +221,8 @@ def test_published_sizes() -> None:
     assert count({"type": "lkfmixer_t"}) == 207_008
     assert count({"type": "lkfmixer_b"}) == 372_816
     assert count({"type": "lkfmixer_l"}) == 927_152
+    assert count({"type": "Sebica"}) == 40_896
+    assert count({"type": "sebica_mini"}) == 11_568
 
 
 # ----------------------------------------------------------------------------- ONNX
@@ -331,3 +336,16 @@ def test_bilinear_resize_is_interpolate(size: tuple[int, int], out: tuple[int, i
     x = torch.randn(2, 3, *size)
     ref = F.interpolate(x, size=out, mode="bilinear", align_corners=False)
     torch.testing.assert_close(bilinear_resize(x, *out), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_sebica_channel_weight_is_one_number_per_image() -> None:
+    """The reference pools its (B, 1, C) channel means over the channels: a weight shared by all channels."""
+    net, _ = _case("sebica_x2")
+    csa = net.body[0].attn
+    x = torch.randn(2, 4, 5, 6)
+    with torch.no_grad():
+        out = csa(x)
+        spatial = csa.spatial_attention(torch.cat((x.mean(1, keepdim=True), x.amax(1, keepdim=True)), 1))
+        ratio = out / (x * spatial)
+    assert torch.allclose(ratio, ratio[:, :1, :1, :1].expand_as(ratio), rtol=1e-4, atol=1e-5)
+    assert not torch.allclose(ratio[0, 0, 0, 0], ratio[1, 0, 0, 0])
