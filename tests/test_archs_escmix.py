@@ -310,15 +310,19 @@ def test_xla_train_step_compiles_once_without_cpu_fallback(arch: str) -> None:
     dev = torch_xla.device()
     net = build_network(dict(TINY[arch])).train().to(dev)
     x = torch.rand(2, 3, 10, 9).to(dev)  # window / multiple-of-8 padding inside, batch of two
+    # Sebica's batch norms: torch_xla compiles a plain nn.BatchNorm2d twice (num_batches_tracked starts as a
+    # constant, then is step output), then never again: 3 steps, nothing new after the second.
+    steps = 3 if arch == "Sebica" else 2
     compiles, losses = [], []
-    for _ in range(2):
+    for _ in range(steps):
         net.zero_grad(set_to_none=True)
         loss = net(x).square().mean()
         loss.backward()
         torch_xla.sync()
         compiles.append(metrics.metric_data("CompileTime")[0])
         losses.append(loss.detach())
-    assert compiles[0] >= 1 and compiles[1] == compiles[0], f"{arch} recompiled: {compiles}"
+    assert compiles[0] >= 1 and compiles[-1] == compiles[-2], f"{arch} recompiled: {compiles}"
+    assert compiles[1] <= compiles[0] + (arch == "Sebica"), f"{arch} recompiled: {compiles}"
     grads = [p.grad for p in net.parameters() if p.requires_grad]
     assert all(g is not None for g in grads)
     assert torch.isfinite(torch.stack([g.abs().sum() for g in grads]).cpu()).all()
