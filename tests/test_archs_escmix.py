@@ -1,8 +1,9 @@
-"""traiNNer-redux's ESCRealM (ESC-Real with a choice of heads), LKFMixer and Sebica, and its MoESR2 as anysr's MoESR.
+"""traiNNer-redux's ESCRealM (ESC-Real with a choice of heads), LKFMixer, Sebica and EIMN; its MoESR2 = anysr's MoESR.
 
 Fixtures come from traiNNer-redux's own source (``tests/fixtures/make_escmix_fixtures.py``): the state dicts load
 strictly and give its outputs (eval mode, sizes that need the window / unshuffle / multiple-of-8 padding, batches
-in the training-mode path). Also: channels_last, bf16 autocast, the meta device, training gradients, ONNX through
+in the training-mode path, batch-norm batch statistics).
+Also: channels_last, bf16 autocast, the meta device, training gradients, ONNX through
 anysr's exporter, real CLI training runs, 2 gloo ranks == 1 process, and per architecture an XLA:CPU train step
 that compiles once with no aten op left to the CPU (``-m xla``).
 """
@@ -28,15 +29,16 @@ from anysr.errors import OptionError
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "escmix"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
-ESC_CASES = sorted(n for n in MANIFEST if n.startswith(("escrealm", "lkfmixer", "sebica")))
+ESC_CASES = sorted(n for n in MANIFEST if n.startswith(("escrealm", "lkfmixer", "sebica", "eimn")))
 ONE = "escrealm_x4"
-ONE_PER_ARCH = [ONE, "lkfmixer_x4", "sebica_x4"]
+ONE_PER_ARCH = [ONE, "lkfmixer_x4", "sebica_x4", "eimn_x2"]
 
 TINY = {"ESCRealM": {"type": "ESCRealM", "dim": 8, "pdim": 4, "kernel_size": 5, "n_blocks": 1, "conv_blocks": 1,
                      "window_size": 4, "num_heads": 2, "scale": 2, "mid_dim": 8},
         "LKFMixer": {"type": "LKFMixer", "in_channels": 3, "channels": 8, "out_channels": 3, "upscale": 2,
                      "num_block": 1, "large_kernel": 7, "split_factor": 0.25},
-        "Sebica": {"type": "Sebica", "scale": 2, "N": 4}}
+        "Sebica": {"type": "Sebica", "scale": 2, "N": 4},
+        "EIMN": {"type": "EIMN", "embed_dims": 8, "scale": 2, "num_stages": 2, "mlp_ratios": 2.0}}
 
 
 def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
@@ -108,6 +110,7 @@ def test_tile_multiples() -> None:
     assert build_network({**TINY["ESCRealM"], "unshuffle_mod": True, "scale": 4}).tile_multiple == 4  # no unshuffle
     assert build_network(TINY["LKFMixer"]).tile_multiple == 8
     assert build_network(TINY["Sebica"]).tile_multiple == 1
+    assert build_network(TINY["EIMN"]).tile_multiple == 1
 
 
 @pytest.mark.parametrize("name", [*ONE_PER_ARCH, "escrealm_x2_unshuffle_ps"])
@@ -140,7 +143,8 @@ def test_forward_creates_no_tensor_off_the_input_device(name: str) -> None:
     assert out.device.type == "meta" and out.shape == io["output1"].shape
 
 
-@pytest.mark.parametrize("name", [*ONE_PER_ARCH, "escrealm_x2_unshuffle_ps", "lkfmixer_x2", "sebica_x2"])
+@pytest.mark.parametrize("name", [*ONE_PER_ARCH, "escrealm_x2_unshuffle_ps", "lkfmixer_x2", "sebica_x2",
+                                  "eimn_x4_depth2"])
 def test_training_step_gives_finite_gradients(name: str) -> None:
     net, io = _case(name)
     net.train()
@@ -152,7 +156,7 @@ def test_training_step_gives_finite_gradients(name: str) -> None:
 
 @pytest.mark.parametrize("name", ONE_PER_ARCH)
 def test_batch_entries_are_independent(name: str) -> None:
-    """ESCRealM predicts kernels per image, LKFMixer / Sebica pool per image: image i must only see its own."""
+    """ESCRealM predicts kernels per image, the others pool per image: image i must only see its own."""
     net, io = _case(name)
     x = io["input2"]  # two images
     with torch.no_grad():
@@ -223,6 +227,8 @@ def test_published_sizes() -> None:
     assert count({"type": "lkfmixer_l"}) == 927_152
     assert count({"type": "Sebica"}) == 40_896
     assert count({"type": "sebica_mini"}) == 11_568
+    assert count({"type": "eimn_l"}) == 981_724  # x2, as the builders default
+    assert count({"type": "eimn_a"}) == 860_098
 
 
 # ----------------------------------------------------------------------------- ONNX
@@ -310,9 +316,9 @@ def test_xla_train_step_compiles_once_without_cpu_fallback(arch: str) -> None:
     dev = torch_xla.device()
     net = build_network(dict(TINY[arch])).train().to(dev)
     x = torch.rand(2, 3, 10, 9).to(dev)  # window / multiple-of-8 padding inside, batch of two
-    # Sebica's batch norms: torch_xla compiles a plain nn.BatchNorm2d twice (num_batches_tracked starts as a
+    # Sebica's / EIMN's batch norms: torch_xla compiles a plain nn.BatchNorm2d twice (num_batches_tracked starts as a
     # constant, then is step output), then never again: 3 steps, nothing new after the second.
-    steps = 3 if arch == "Sebica" else 2
+    steps = 3 if arch in ("Sebica", "EIMN") else 2
     compiles, losses = [], []
     for _ in range(steps):
         net.zero_grad(set_to_none=True)
@@ -322,7 +328,7 @@ def test_xla_train_step_compiles_once_without_cpu_fallback(arch: str) -> None:
         compiles.append(metrics.metric_data("CompileTime")[0])
         losses.append(loss.detach())
     assert compiles[0] >= 1 and compiles[-1] == compiles[-2], f"{arch} recompiled: {compiles}"
-    assert compiles[1] <= compiles[0] + (arch == "Sebica"), f"{arch} recompiled: {compiles}"
+    assert compiles[1] <= compiles[0] + (arch in ("Sebica", "EIMN")), f"{arch} recompiled: {compiles}"
     grads = [p.grad for p in net.parameters() if p.requires_grad]
     assert all(g is not None for g in grads)
     assert torch.isfinite(torch.stack([g.abs().sum() for g in grads]).cpu()).all()
@@ -353,3 +359,11 @@ def test_sebica_channel_weight_is_one_number_per_image() -> None:
         ratio = out / (x * spatial)
     assert torch.allclose(ratio, ratio[:, :1, :1, :1].expand_as(ratio), rtol=1e-4, atol=1e-5)
     assert not torch.allclose(ratio[0, 0, 0, 0], ratio[1, 0, 0, 0])
+
+
+def test_eimn_freeze_param_trains_the_tail_only() -> None:
+    net = build_network({**TINY["EIMN"], "freeze_param": True})
+    trained = {n for n, p in net.named_parameters() if p.requires_grad}
+    assert trained == {"tail.0.weight", "tail.0.bias"}
+    with pytest.raises(OptionError, match=r"network_g\.embed_dims: EIMN needs embed_dims to be a multiple of 8"):
+        build_network({**TINY["EIMN"], "embed_dims": 12})
