@@ -1,4 +1,4 @@
-"""traiNNer-redux's ESCRealM (ESC-Real with a choice of heads), LKFMixer, Sebica and EIMN; its MoESR2 = anysr's MoESR.
+"""traiNNer-redux's ESCRealM (ESC-Real, choice of heads), LKFMixer, Sebica, EIMN, MoSRv2; its MoESR2 = anysr's MoESR.
 
 Fixtures come from traiNNer-redux's own source (``tests/fixtures/make_escmix_fixtures.py``): the state dicts load
 strictly and give its outputs (eval mode, sizes that need the window / unshuffle / multiple-of-8 padding, batches
@@ -29,16 +29,17 @@ from anysr.errors import OptionError
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "escmix"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
-ESC_CASES = sorted(n for n in MANIFEST if n.startswith(("escrealm", "lkfmixer", "sebica", "eimn")))
+ESC_CASES = sorted(n for n in MANIFEST if n.startswith(("escrealm", "lkfmixer", "sebica", "eimn", "mosrv2")))
 ONE = "escrealm_x4"
-ONE_PER_ARCH = [ONE, "lkfmixer_x4", "sebica_x4", "eimn_x2"]
+ONE_PER_ARCH = [ONE, "lkfmixer_x4", "sebica_x4", "eimn_x2", "mosrv2_x4_ln"]
 
 TINY = {"ESCRealM": {"type": "ESCRealM", "dim": 8, "pdim": 4, "kernel_size": 5, "n_blocks": 1, "conv_blocks": 1,
                      "window_size": 4, "num_heads": 2, "scale": 2, "mid_dim": 8},
         "LKFMixer": {"type": "LKFMixer", "in_channels": 3, "channels": 8, "out_channels": 3, "upscale": 2,
                      "num_block": 1, "large_kernel": 7, "split_factor": 0.25},
         "Sebica": {"type": "Sebica", "scale": 2, "N": 4},
-        "EIMN": {"type": "EIMN", "embed_dims": 8, "scale": 2, "num_stages": 2, "mlp_ratios": 2.0}}
+        "EIMN": {"type": "EIMN", "embed_dims": 8, "scale": 2, "num_stages": 2, "mlp_ratios": 2.0},
+        "MoSRv2": {"type": "MoSRv2", "dim": 8, "n_block": 1, "scale": 2, "mid_dim": 8, "rms_norm": True}}
 
 
 def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
@@ -60,7 +61,7 @@ def test_reference_weights_load_strictly_and_match(name: str) -> None:
     assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in params.items()}
     # the head record is rebuilt from the arguments; it must be what traiNNer-redux stores
     meta = [k for k in params if k.endswith("MetaUpsample")]
-    assert len(meta) == (case["type"] in ("ESCRealM", "MoESR2"))
+    assert len(meta) == (case["type"] in ("ESCRealM", "MoESR2", "MoSRv2"))
     assert all(torch.equal(net.state_dict()[k], params[k]) for k in meta)
     net.load_state_dict(params, strict=True)
     io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
@@ -86,6 +87,8 @@ def test_moesr2_is_moesr() -> None:
     ("escrealm_x3_nearest", "input1", "6x7: window padding at x3"),
     ("lkfmixer_x4", "input1", "13x10: reflect-padded to a multiple of 8, cropped"),
     ("lkfmixer_x3", "input1", "11x7: reflect-padded to a multiple of 8, cropped"),
+    ("mosrv2_x2_unshuffle_rms_ps", "input1", "7x9: reflect-padded to the unshuffle factor 2, cropped"),
+    ("mosrv2_x1_unshuffle_tc", "input1", "10x6: reflect-padded to the unshuffle factor 4, cropped"),
 ])
 def test_padded_inputs_match_reference(name: str, inp: str, why: str) -> None:
     net, io = _case(name)
@@ -111,6 +114,8 @@ def test_tile_multiples() -> None:
     assert build_network(TINY["LKFMixer"]).tile_multiple == 8
     assert build_network(TINY["Sebica"]).tile_multiple == 1
     assert build_network(TINY["EIMN"]).tile_multiple == 1
+    assert build_network(TINY["MoSRv2"]).tile_multiple == 2
+    assert build_network({**TINY["MoSRv2"], "unshuffle_mod": False}).tile_multiple == 1
 
 
 @pytest.mark.parametrize("name", [*ONE_PER_ARCH, "escrealm_x2_unshuffle_ps"])
@@ -144,7 +149,7 @@ def test_forward_creates_no_tensor_off_the_input_device(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", [*ONE_PER_ARCH, "escrealm_x2_unshuffle_ps", "lkfmixer_x2", "sebica_x2",
-                                  "eimn_x4_depth2"])
+                                  "eimn_x4_depth2", "mosrv2_x2_unshuffle_rms_ps"])
 def test_training_step_gives_finite_gradients(name: str) -> None:
     net, io = _case(name)
     net.train()
@@ -158,7 +163,7 @@ def test_training_step_gives_finite_gradients(name: str) -> None:
 def test_batch_entries_are_independent(name: str) -> None:
     """ESCRealM predicts kernels per image, the others pool per image: image i must only see its own."""
     net, io = _case(name)
-    x = io["input2"]  # two images
+    x = next(v for k, v in sorted(io.items()) if k.startswith("input") and v.shape[0] == 2)  # two images
     with torch.no_grad():
         both = net(x)
         torch.testing.assert_close(both[1:], net(x[1:]), rtol=1e-5, atol=1e-5)
@@ -367,3 +372,10 @@ def test_eimn_freeze_param_trains_the_tail_only() -> None:
     assert trained == {"tail.0.weight", "tail.0.bias"}
     with pytest.raises(OptionError, match=r"network_g\.embed_dims: EIMN needs embed_dims to be a multiple of 8"):
         build_network({**TINY["EIMN"], "embed_dims": 12})
+
+
+def test_mosrv2_is_not_mosr() -> None:
+    """traiNNer-redux's MoSRv2 is a network of its own: anysr's MoSR (spandrel's MoSR) has other keys."""
+    v2 = set(build_network(TINY["MoSRv2"]).state_dict())
+    v1 = set(build_network({"type": "MoSR", "dim": 8, "n_block": 1, "upscale": 2}).state_dict())
+    assert "to_img.MetaUpsample" in v2 and not v1 & v2

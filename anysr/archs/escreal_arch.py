@@ -224,6 +224,7 @@ class ESCRealM(nn.Module):
         if not isinstance(window_size, int) or window_size < 1:
             raise ArchArgumentError("window_size", f"ESCRealM needs an integer window_size >= 1, got {window_size!r}")
         self.upscaling_factor = scale
+        self.in_channels = 3  # what the exporter feeds (the first conv may read an unshuffled input)
         self.plk_filter = nn.Parameter(torch.empty(pdim, pdim, kernel_size, kernel_size))
         nn.init.orthogonal_(self.plk_filter)
 
