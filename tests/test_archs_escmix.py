@@ -234,6 +234,7 @@ def test_published_sizes() -> None:
     assert count({"type": "sebica_mini"}) == 11_568
     assert count({"type": "eimn_l"}) == 981_724  # x2, as the builders default
     assert count({"type": "eimn_a"}) == 860_098
+    assert count({"type": "MoSRv2"}) == 4_179_888  # traiNNer-redux's defaults (x4, 24 blocks)
 
 
 # ----------------------------------------------------------------------------- ONNX
