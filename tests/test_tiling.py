@@ -99,6 +99,8 @@ WINDOWED = {
               "split_size_1": 8},
     "ATD": {"img_size": 8, "embed_dim": 16, "depths": [2], "num_heads": [2], "window_size": 4, "category_size": 24,
             "num_tokens": 8, "reducted_dim": 4},
+    "ESCRealM": {"dim": 8, "pdim": 4, "kernel_size": 5, "n_blocks": 1, "conv_blocks": 1, "window_size": 4,
+                 "num_heads": 2, "mid_dim": 8},
 }
 
 

@@ -162,6 +162,10 @@ class MoESR(nn.Module):
     """
 
     tile_multiple: int = 2
+    # traiNNer-redux's MoESR2 is this network (same keys, MetaUpsample and outputs; tests/test_archs_escmix.py).
+    # Its expansion_factor default is 8/3 rather than 2.65625: the same hidden width for dim 64 (170), not for
+    # every dim.
+    other_names = ("MoESR2",)
 
     def __init__(self, in_ch: int = 3, out_ch: int = 3, scale: int = 4, dim: int = 64, n_blocks: int = 9,
                  n_block: int = 4, expansion_factor: float = 2.65625, expansion_msg: float = 1.5,

@@ -1,0 +1,382 @@
+"""traiNNer-redux's ESCRealM (ESC-Real, choice of heads), LKFMixer, Sebica, EIMN, MoSRv2; its MoESR2 = anysr's MoESR.
+
+Fixtures come from traiNNer-redux's own source (``tests/fixtures/make_escmix_fixtures.py``): the state dicts load
+strictly and give its outputs (eval mode, sizes that need the window / unshuffle / multiple-of-8 padding, batches
+in the training-mode path, batch-norm batch statistics).
+Also: channels_last, bf16 autocast, the meta device, training gradients, ONNX through
+anysr's exporter, real CLI training runs, 2 gloo ranks == 1 process, and per architecture an XLA:CPU train step
+that compiles once with no aten op left to the CPU (``-m xla``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import FIXTURE_TOL, run_cli, tiny_train_options, write_options
+from safetensors.torch import load_file
+from torch.nn import functional as F
+
+from anysr.archs import build_network
+from anysr.archs.escreal_arch import WindowAttention, dihedral_mean
+from anysr.archs.lkfmixer_arch import bilinear_resize
+from anysr.archs.moesr_arch import MoESR
+from anysr.errors import OptionError
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "escmix"
+MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
+ESC_CASES = sorted(n for n in MANIFEST if n.startswith(("escrealm", "lkfmixer", "sebica", "eimn", "mosrv2")))
+ONE = "escrealm_x4"
+ONE_PER_ARCH = [ONE, "lkfmixer_x4", "sebica_x4", "eimn_x2", "mosrv2_x4_ln"]
+
+TINY = {"ESCRealM": {"type": "ESCRealM", "dim": 8, "pdim": 4, "kernel_size": 5, "n_blocks": 1, "conv_blocks": 1,
+                     "window_size": 4, "num_heads": 2, "scale": 2, "mid_dim": 8},
+        "LKFMixer": {"type": "LKFMixer", "in_channels": 3, "channels": 8, "out_channels": 3, "upscale": 2,
+                     "num_block": 1, "large_kernel": 7, "split_factor": 0.25},
+        "Sebica": {"type": "Sebica", "scale": 2, "N": 4},
+        "EIMN": {"type": "EIMN", "embed_dims": 8, "scale": 2, "num_stages": 2, "mlp_ratios": 2.0},
+        "MoSRv2": {"type": "MoSRv2", "dim": 8, "n_block": 1, "scale": 2, "mid_dim": 8, "rms_norm": True}}
+
+
+def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    """The fixture network (eval mode, weights loaded strictly) and its inputs / outputs."""
+    case = MANIFEST[name]
+    net = build_network({"type": case["type"], **case["kwargs"]}).eval()
+    net.load_state_dict(load_file(str(FIXTURES / f"{name}_params.safetensors")), strict=True)
+    return net, load_file(str(FIXTURES / f"{name}_io.safetensors"))
+
+
+# ----------------------------------------------------------------------------- traiNNer-redux parity
+
+@pytest.mark.parametrize("name", sorted(MANIFEST))
+def test_reference_weights_load_strictly_and_match(name: str) -> None:
+    case = MANIFEST[name]
+    params = load_file(str(FIXTURES / f"{name}_params.safetensors"))
+    net = build_network({"type": case["type"], **case["kwargs"]})
+    assert set(net.state_dict()) == set(params), "state-dict keys differ from traiNNer-redux's"
+    assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in params.items()}
+    # the head record is rebuilt from the arguments; it must be what traiNNer-redux stores
+    meta = [k for k in params if k.endswith("MetaUpsample")]
+    assert len(meta) == (case["type"] in ("ESCRealM", "MoESR2", "MoSRv2"))
+    assert all(torch.equal(net.state_dict()[k], params[k]) for k in meta)
+    net.load_state_dict(params, strict=True)
+    io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    for inp, out, mode in case["compare"]:
+        net.train(mode == "train")
+        with torch.no_grad():
+            got = net(io[inp])
+        assert got.shape == io[out].shape
+        torch.testing.assert_close(got, io[out], **FIXTURE_TOL, msg=f"{name} {out} ({mode}) differs")
+
+
+def test_moesr2_is_moesr() -> None:
+    from anysr.archs import ARCH_REGISTRY
+
+    assert ARCH_REGISTRY.get("MoESR2") is MoESR and ARCH_REGISTRY.get("moesr2") is MoESR
+    assert {MANIFEST[n]["type"] for n in MANIFEST if n.startswith("moesr2")} == {"MoESR2"}
+
+
+@pytest.mark.parametrize(("name", "inp", "why"), [
+    ("escrealm_x4", "input1", "9x7: reflect-padded to the 4-pixel window inside each attention, cropped"),
+    ("escrealm_x2_unshuffle_ps", "input1", "9x7: padded to the unshuffle factor 2, then to the window"),
+    ("escrealm_x1_unshuffle_psd", "input1", "17x18: padded to the unshuffle factor 4, then to the window 2"),
+    ("escrealm_x3_nearest", "input1", "6x7: window padding at x3"),
+    ("lkfmixer_x4", "input1", "13x10: reflect-padded to a multiple of 8, cropped"),
+    ("lkfmixer_x3", "input1", "11x7: reflect-padded to a multiple of 8, cropped"),
+    ("mosrv2_x2_unshuffle_rms_ps", "input1", "7x9: reflect-padded to the unshuffle factor 2, cropped"),
+    ("mosrv2_x1_unshuffle_tc", "input1", "10x6: reflect-padded to the unshuffle factor 4, cropped"),
+])
+def test_padded_inputs_match_reference(name: str, inp: str, why: str) -> None:
+    net, io = _case(name)
+    x = io[inp]
+    assert x.shape[-2] % net.tile_multiple or x.shape[-1] % net.tile_multiple, why
+    with torch.no_grad():
+        got = net(x)
+    torch.testing.assert_close(got, io[inp.replace("input", "output")], **FIXTURE_TOL, msg=why)
+
+
+def test_tiny_inputs_run() -> None:
+    """Below traiNNer-redux's limits (its reflect pads need more pixels than the pad): grown, then cropped."""
+    net, _ = _case("escrealm_x2_unshuffle_ps")
+    with torch.no_grad():
+        assert net(torch.rand(1, 3, 1, 3)).shape == (1, 3, 2, 6)
+        assert net(torch.rand(1, 3, 5, 2)).shape == (1, 3, 10, 4)
+
+
+def test_tile_multiples() -> None:
+    assert build_network(TINY["ESCRealM"]).tile_multiple == 4
+    assert build_network({**TINY["ESCRealM"], "unshuffle_mod": True}).tile_multiple == 8  # unshuffle 2 x window 4
+    assert build_network({**TINY["ESCRealM"], "unshuffle_mod": True, "scale": 4}).tile_multiple == 4  # no unshuffle
+    assert build_network(TINY["LKFMixer"]).tile_multiple == 8
+    assert build_network(TINY["Sebica"]).tile_multiple == 1
+    assert build_network(TINY["EIMN"]).tile_multiple == 1
+    assert build_network(TINY["MoSRv2"]).tile_multiple == 2
+    assert build_network({**TINY["MoSRv2"], "unshuffle_mod": False}).tile_multiple == 1
+
+
+@pytest.mark.parametrize("name", [*ONE_PER_ARCH, "escrealm_x2_unshuffle_ps"])
+def test_channels_last_input_gives_the_same_output(name: str) -> None:
+    net, io = _case(name)
+    x = io["input0"].contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        got = net(x)
+        got_cl = net.to(memory_format=torch.channels_last)(x)
+    torch.testing.assert_close(got, io["output0"], **FIXTURE_TOL)
+    torch.testing.assert_close(got_cl, io["output0"], **FIXTURE_TOL)
+
+
+@pytest.mark.parametrize("name", ESC_CASES)
+def test_bf16_autocast_stays_close(name: str) -> None:
+    net, io = _case(name)
+    x, ref = io["input0"], io["output0"]
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed = net(x).float()
+    assert mixed.shape == ref.shape and torch.isfinite(mixed).all()
+    err = (mixed - ref).abs().max().item() / ref.abs().max().item()
+    assert err < 0.05, f"{name}: bf16 autocast off by {err:.3g} of the output range"
+
+
+@pytest.mark.parametrize("name", [*ONE_PER_ARCH, "escrealm_x1_unshuffle_psd"])
+def test_forward_creates_no_tensor_off_the_input_device(name: str) -> None:
+    net, io = _case(name)
+    net = net.to("meta")
+    out = net(torch.empty(io["input1"].shape, device="meta"))
+    assert out.device.type == "meta" and out.shape == io["output1"].shape
+
+
+@pytest.mark.parametrize("name", [*ONE_PER_ARCH, "escrealm_x2_unshuffle_ps", "lkfmixer_x2", "sebica_x2",
+                                  "eimn_x4_depth2", "mosrv2_x2_unshuffle_rms_ps"])
+def test_training_step_gives_finite_gradients(name: str) -> None:
+    net, io = _case(name)
+    net.train()
+    net(torch.cat([io["input0"]] * 2)).square().mean().backward()
+    trained = [(n, p) for n, p in net.named_parameters() if p.requires_grad]
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0 for _, p in trained), \
+        [n for n, p in trained if p.grad is None or not p.grad.abs().sum() > 0]
+
+
+@pytest.mark.parametrize("name", ONE_PER_ARCH)
+def test_batch_entries_are_independent(name: str) -> None:
+    """ESCRealM predicts kernels per image, the others pool per image: image i must only see its own."""
+    net, io = _case(name)
+    x = next(v for k, v in sorted(io.items()) if k.startswith("input") and v.shape[0] == 2)  # two images
+    with torch.no_grad():
+        both = net(x)
+        torch.testing.assert_close(both[1:], net(x[1:]), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(both[:1], net(x[:1]), rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- pieces
+
+def test_dihedral_mean_is_invariant_under_flips_and_rotations() -> None:
+    k = torch.randn(2, 3, 5, 5)
+    m = dihedral_mean(k)
+    for t in (m.flip(-1), m.flip(-2), m.transpose(-1, -2), torch.rot90(m, 1, (-2, -1))):
+        torch.testing.assert_close(t, m)
+    assert not torch.allclose(m, k)
+    sym = dihedral_mean(m)
+    torch.testing.assert_close(sym, m)
+
+
+def test_window_attention_bias_is_relative() -> None:
+    """A bias table that is non-zero only at offset (0, +1) adds its value exactly to the right neighbour."""
+    attn = WindowAttention(4, 3, 1)
+    idx = attn.rpe_index
+    ws = 3
+    # query (1, 1) -> key (1, 2): dh = 0, dw = +1
+    assert idx[1 * ws + 1, 1 * ws + 2] == (0 + ws - 1) * (2 * ws - 1) + (1 + ws - 1)
+    assert idx.diagonal().unique().tolist() == [(ws - 1) * (2 * ws - 1) + ws - 1]
+
+
+@pytest.mark.parametrize(("opt", "pattern"), [
+    ({"upsampler": "dysample"}, r"network_g\.upsampler: ESCRealM: upsampler 'dysample' \(not implemented"),
+    ({"upsampler": "bogus"}, r"network_g\.upsampler: ESCRealM: upsampler 'bogus'; use one of"),
+    ({"attn_type": "Fast"}, r"network_g\.attn_type: ESCRealM: attn_type 'Fast'"),
+    ({"kernel_size": 4}, r"network_g\.kernel_size: ESCRealM needs an odd kernel_size"),
+    ({"pdim": 9}, r"network_g\.pdim: ESCRealM needs 2 <= pdim <= dim"),
+    ({"num_heads": 3}, r"network_g\.num_heads: ESCRealM: dim \(8\) must be a multiple of num_heads"),
+    ({"scale": 8, "upsampler": "transpose+conv"}, r"network_g\.scale: ESCRealM's transpose\+conv head"),
+    ({"scale": 5, "upsampler": "pixelshuffle"}, r"network_g\.scale: ESCRealM's pixelshuffle head"),
+    ({"scale": 0}, r"network_g\.scale: ESCRealM needs an integer scale >= 1"),
+])
+def test_bad_argument_values(opt: dict, pattern: str) -> None:
+    with pytest.raises(OptionError, match=pattern):
+        build_network({**TINY["ESCRealM"], **opt})
+
+
+@pytest.mark.parametrize(("opt", "pattern"), [
+    ({"large_kernel": 8}, r"network_g\.large_kernel: LKFMixer needs an odd large_kernel"),
+    ({"split_factor": 0.1}, r"network_g\.split_factor: LKFMixer: split_factor 0\.1 leaves no channel"),
+    ({"channels": 9}, r"network_g\.channels: LKFMixer needs an even number of channels"),
+    ({"upscale": 1.5}, r"network_g\.upscale: LKFMixer needs an integer upscale"),
+])
+def test_lkfmixer_bad_argument_values(opt: dict, pattern: str) -> None:
+    with pytest.raises(OptionError, match=pattern):
+        build_network({**TINY["LKFMixer"], **opt})
+
+
+def test_published_sizes() -> None:
+    """Parameter counts of published configurations (x4; traiNNer-redux's defaults / builders, counted here)."""
+    def count(opt: dict) -> int:
+        with torch.device("meta"):
+            return sum(p.numel() for p in build_network(opt).parameters())
+
+    assert count({"type": "ESCRealM"}) == 2_221_551
+    assert count({"type": "escrealm_xl"}) == 13_029_763
+    assert count({"type": "lkfmixer_t"}) == 207_008
+    assert count({"type": "lkfmixer_b"}) == 372_816
+    assert count({"type": "lkfmixer_l"}) == 927_152
+    assert count({"type": "Sebica"}) == 40_896
+    assert count({"type": "sebica_mini"}) == 11_568
+    assert count({"type": "eimn_l"}) == 981_724  # x2, as the builders default
+    assert count({"type": "eimn_a"}) == 860_098
+    assert count({"type": "MoSRv2"}) == 4_179_888  # traiNNer-redux's defaults (x4, 24 blocks)
+
+
+# ----------------------------------------------------------------------------- ONNX
+
+@pytest.mark.parametrize("arch", sorted(TINY))
+def test_onnx_export_runs_at_sizes_it_never_saw(arch: str, tmp_path: Path) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    from anysr.engine import checkpoint as ck
+    from anysr.engine.inference.export import export_weights
+
+    opt = TINY[arch]
+    torch.manual_seed(0)
+    net = build_network(opt).eval()
+    src = tmp_path / "w.safetensors"
+    ck.save_weights(src, {"params": net.state_dict()}, {"network_g": opt, "scale": 2})
+    (rep,) = export_weights(str(src), [str(tmp_path / "m.onnx")])
+    assert rep.dynamic, rep.note
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    x = torch.rand(1, 3, 23, 30)  # not a window multiple, not a size the exporter traced
+    got = torch.from_numpy(session.run(None, {"input": x.numpy()})[0])
+    with torch.no_grad():
+        want = net(x)
+    assert got.shape == want.shape == (1, 3, 46, 60)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------- real training runs (CLI)
+
+def _train_opt(name: str, train_dir: Path, val_dir: Path | None = None, arch: str = "ESCRealM") -> dict:
+    opt = tiny_train_options(name, train_dir, val_dir, total_iter=4)
+    opt["network_g"] = dict(TINY[arch])
+    opt["logger"]["save_checkpoint_freq"] = 4
+    if val_dir is not None:
+        opt["val"]["val_freq"] = 4
+    return opt
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", sorted(TINY))
+def test_cli_training_run_saves_finite_weights(arch: str, tmp_path: Path, small_train_dir: Path) -> None:
+    path = write_options(tmp_path / "run.yml", _train_opt("run", small_train_dir, arch=arch))
+    run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
+    stored = load_file(str(tmp_path / "experiments" / "run" / "models" / "net_g_4.safetensors"))
+    saved = {k.removeprefix("params."): v for k, v in stored.items() if k.startswith("params.")}
+    fresh = build_network(TINY[arch]).state_dict()
+    assert set(saved) == set(fresh)
+    assert all(torch.isfinite(v).all() for v in saved.values() if v.is_floating_point())
+    if arch == "ESCRealM":  # the zero-initialised kernel predictor has moved
+        key = "blocks.0.pconvs.0.plk.dwc_proj.3.weight"
+        assert not torch.equal(saved[key], fresh[key]) and torch.equal(fresh[key], torch.zeros_like(fresh[key]))
+
+
+
+@pytest.mark.slow
+def test_two_gloo_ranks_match_one_process(tmp_path: Path, small_train_dir: Path, small_val_dir: Path) -> None:
+    """ESCRealM: 2 ranks x batch 2 == 1 process x batch 4."""
+    runs = {}
+    for name, num_gpu, batch in (("one", 1, 4), ("two", 2, 2)):
+        opt = _train_opt(name, small_train_dir, small_val_dir)
+        opt["num_gpu"] = num_gpu
+        opt["datasets"]["train"]["batch_size_per_gpu"] = batch
+        path = write_options(tmp_path / f"{name}.yml", opt)
+        runs[name] = run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
+    assert "rank 0/2" in runs["two"].stdout
+    wa = load_file(str(tmp_path / "experiments" / "one" / "models" / "net_g_4.safetensors"))
+    wb = load_file(str(tmp_path / "experiments" / "two" / "models" / "net_g_4.safetensors"))
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], rtol=1e-4, atol=1e-5, msg=k)
+    va = json.loads((tmp_path / "experiments" / "one" / "summary.json").read_text())["validation"]
+    vb = json.loads((tmp_path / "experiments" / "two" / "summary.json").read_text())["validation"]
+    assert va["val"]["psnr"]["value"] == pytest.approx(vb["val"]["psnr"]["value"], abs=2e-3)
+
+
+# ----------------------------------------------------------------------------- XLA:CPU
+
+@pytest.mark.xla
+@pytest.mark.parametrize("arch", sorted(TINY))
+def test_xla_train_step_compiles_once_without_cpu_fallback(arch: str) -> None:
+    os.environ.setdefault("PJRT_DEVICE", "CPU")
+    torch_xla = pytest.importorskip("torch_xla")
+    from torch_xla.debug import metrics
+
+    metrics.clear_all()
+    torch.manual_seed(0)
+    dev = torch_xla.device()
+    net = build_network(dict(TINY[arch])).train().to(dev)
+    x = torch.rand(2, 3, 10, 9).to(dev)  # window / multiple-of-8 padding inside, batch of two
+    # Sebica's / EIMN's batch norms: torch_xla compiles a plain nn.BatchNorm2d twice (num_batches_tracked starts as a
+    # constant, then is step output), then never again: 3 steps, nothing new after the second.
+    steps = 3 if arch in ("Sebica", "EIMN") else 2
+    compiles, losses = [], []
+    for _ in range(steps):
+        net.zero_grad(set_to_none=True)
+        loss = net(x).square().mean()
+        loss.backward()
+        torch_xla.sync()
+        compiles.append(metrics.metric_data("CompileTime")[0])
+        losses.append(loss.detach())
+    assert compiles[0] >= 1 and compiles[-1] == compiles[-2], f"{arch} recompiled: {compiles}"
+    assert compiles[1] <= compiles[0] + (arch in ("Sebica", "EIMN")), f"{arch} recompiled: {compiles}"
+    grads = [p.grad for p in net.parameters() if p.requires_grad]
+    assert all(g is not None for g in grads)
+    assert torch.isfinite(torch.stack([g.abs().sum() for g in grads]).cpu()).all()
+    assert torch.equal(losses[0].cpu(), losses[1].cpu())
+    with torch.no_grad():
+        out = net.eval()(x)
+        torch_xla.sync()
+    assert out.shape[-2:] == (20, 18)
+    fallbacks = [c for c in metrics.counter_names() if c.startswith("aten::")]
+    assert not fallbacks and not metrics.executed_fallback_ops(), f"{arch}: ops run on the CPU: {fallbacks}"
+
+
+@pytest.mark.parametrize(("size", "out"), [((1, 2), (8, 16)), ((3, 5), (24, 40)), ((4, 4), (7, 13)), ((5, 3), (2, 3))])
+def test_bilinear_resize_is_interpolate(size: tuple[int, int], out: tuple[int, int]) -> None:
+    x = torch.randn(2, 3, *size)
+    ref = F.interpolate(x, size=out, mode="bilinear", align_corners=False)
+    torch.testing.assert_close(bilinear_resize(x, *out), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_sebica_channel_weight_is_one_number_per_image() -> None:
+    """The reference pools its (B, 1, C) channel means over the channels: a weight shared by all channels."""
+    net, _ = _case("sebica_x2")
+    csa = net.body[0].attn
+    x = torch.randn(2, 4, 5, 6)
+    with torch.no_grad():
+        out = csa(x)
+        spatial = csa.spatial_attention(torch.cat((x.mean(1, keepdim=True), x.amax(1, keepdim=True)), 1))
+        ratio = out / (x * spatial)
+    assert torch.allclose(ratio, ratio[:, :1, :1, :1].expand_as(ratio), rtol=1e-4, atol=1e-5)
+    assert not torch.allclose(ratio[0, 0, 0, 0], ratio[1, 0, 0, 0])
+
+
+def test_eimn_freeze_param_trains_the_tail_only() -> None:
+    net = build_network({**TINY["EIMN"], "freeze_param": True})
+    trained = {n for n, p in net.named_parameters() if p.requires_grad}
+    assert trained == {"tail.0.weight", "tail.0.bias"}
+    with pytest.raises(OptionError, match=r"network_g\.embed_dims: EIMN needs embed_dims to be a multiple of 8"):
+        build_network({**TINY["EIMN"], "embed_dims": 12})
+
+
+def test_mosrv2_is_not_mosr() -> None:
+    """traiNNer-redux's MoSRv2 is a network of its own: anysr's MoSR (spandrel's MoSR) has other keys."""
+    v2 = set(build_network(TINY["MoSRv2"]).state_dict())
+    v1 = set(build_network({"type": "MoSR", "dim": 8, "n_block": 1, "upscale": 2}).state_dict())
+    assert "to_img.MetaUpsample" in v2 and not v1 & v2
