@@ -24,9 +24,10 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# The suite again with AVX2 kernels (no slow runs): fixture comparisons must hold on every instruction set.
+# The suite again with AVX2 kernels (no slow runs): fixture comparisons must hold on every instruction set (the
+# modules that compare numbers; tests/conftest.py: ANYSR_TEST_KERNELS_ONLY).
 test-avx2: $(VENV)/.installed
-	$(AVX2_ENV) $(PY) -m pytest -q -m "not xla and not cuda and not slow"
+	$(AVX2_ENV) ANYSR_TEST_KERNELS_ONLY=1 $(PY) -m pytest -q -m "not xla and not cuda and not slow"
 
 test-xla:
 	bash .ci/xla.sh

@@ -171,3 +171,23 @@ def assert_same_weights(a: dict[str, Any], b: dict[str, Any]) -> None:
     assert a.keys() == b.keys()
     for k in a:
         assert torch.equal(a[k], b[k]), f"{k} differs"
+
+
+_COMPARES_NUMBERS = ("FIXTURE_TOL", "PSNR_TOL", "tests/fixtures", "FIXTURES", '"fixtures"')
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``ANYSR_TEST_KERNELS_ONLY=1`` (``make test-avx2``): keep the modules that compare numbers with fixtures made
+    elsewhere or between kernels (the point of running the suite again as an AVX2 CPU computes); options, CLI and
+    report tests do not depend on the instruction set and ran once already."""
+    if os.environ.get("ANYSR_TEST_KERNELS_ONLY") != "1":
+        return
+    keep, drop, seen = [], [], {}
+    for item in items:
+        path = Path(str(item.fspath))
+        if path not in seen:
+            seen[path] = any(marker in path.read_text(encoding="utf-8") for marker in _COMPARES_NUMBERS)
+        (keep if seen[path] else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
