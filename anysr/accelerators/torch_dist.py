@@ -233,7 +233,7 @@ class CPUAccelerator(TorchDistAccelerator):
 
     def select_device(self) -> None:
         # Ranks share the cores (each its fair part), and so do other programs (cpu_share.py).
-        ranks = int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size))
+        ranks = int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size)) if self.world_size > 1 else 1
         self._threads = choose_threads(ranks)
         apply_threads(self._threads)
         self._share_watch = ShareWatch() if self.is_main else None

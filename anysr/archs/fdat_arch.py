@@ -229,6 +229,7 @@ class FastSpatialWindowAttention(nn.Module):
     def __init__(self, dim: int, window_size: int = 8, num_heads: int = 4, qkv_bias: bool = False) -> None:
         super().__init__()
         self.ws, self.nh = window_size, num_heads
+        self.window_size = window_size  # what tiling checks the tile multiple against
         self.scale = (dim // num_heads) ** -0.5
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
         self.proj = nn.Linear(dim, dim)
