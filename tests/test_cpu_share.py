@@ -81,7 +81,7 @@ def test_training_beside_a_cpu_hog_takes_fewer_threads_and_says_so(tmp_path: Pat
                                                                     hog: subprocess.Popen) -> None:
     opt = tiny_train_options("shared", small_train_dir, None, total_iter=2)
     path = write_options(tmp_path / "shared.yml", opt)
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "LOCAL_WORLD_SIZE")}
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "LOCAL_WORLD_SIZE", "ANYSR_JOB_PID")}
     env.update(ANYSR_THREADS="auto", PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, "-m", "anysr", "train", "-opt", str(path)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=600)

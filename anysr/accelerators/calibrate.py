@@ -10,7 +10,7 @@ the next run starts at once.
 
 The first run's cost is bounded: measuring stops after ``BUDGET_S`` seconds (``$ANYSR_CALIBRATION_BUDGET``), a
 variant whose first step is several times slower than the fastest so far (bf16 emulated on a CPU without native
-bf16: ~24x) is not timed further, and the variants the budget left untried are named in the account line.
+bf16: ~24x) is timed once only, and the variants the budget left untried are named in the account line.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ CACHE_FILE = "choices.json"
 CACHE_VERSION = 1
 SLOW_STEP_S = 1.0  # steps slower than this are timed once per variant
 BUDGET_S = 10.0  # seconds the first run of a network may spend measuring (ANYSR_CALIBRATION_BUDGET)
-LOSER_FACTOR = 3.0  # a variant whose warm-up step is this many times the fastest one's is not timed further
+LOSER_FACTOR = 3.0  # a variant this many times slower than the fastest after one timed step is not timed again
 
 
 def budget_s() -> float:
@@ -127,33 +127,32 @@ def measure(net: nn.Module, shape: tuple[int, ...], variants: list[Variant], *, 
 
     A step slower than ``slow_s`` is timed once per variant (a big network's differences dwarf the noise).
     ``budget`` (seconds, default ``budget_s()``) bounds the whole measurement: variants are warmed up in order
-    while half of it is left, each warmed-up one is timed at least once, further repeats only within it; a variant
-    whose warm-up took ``LOSER_FACTOR`` x the fastest warm-up is dropped. Variants not timed are absent from the
-    result (the first one always is timed)."""
+    while half of it is left, each warmed-up one is timed once while the budget lasts (the first always), further
+    repeats only within it and only for variants within ``LOSER_FACTOR`` x the fastest timing (bf16 emulated on a
+    CPU without native bf16, ~24x slower, is timed once). Variants not timed are absent from the result."""
     budget = budget_s() if budget is None else budget
     start = time.perf_counter()
     gen = torch.Generator().manual_seed(seed)
     x = torch.rand(shape, generator=gen)
-    warm: dict[Variant, float] = {}
     trials: dict[Variant, nn.Module] = {}
     inputs: dict[Variant, torch.Tensor] = {}
-    for v in variants:
-        if warm and time.perf_counter() - start > budget / 2:
+    for v in variants:  # warm-up (one-time costs: not compared)
+        if trials and time.perf_counter() - start > budget / 2:
             break
         trials[v] = _prepare(net, v).train(train)
         inputs[v] = x.contiguous(memory_format=torch.channels_last) if v.channels_last and x.dim() == 4 else x
-        warm[v] = min(_time_once(trials[v], inputs[v], v, train) for _ in range(max(warmup, 1)))
-        if warm[v] > slow_s:
-            repeats = min(repeats, 1)
-    fastest_warm = min(warm.values())
-    timed = [v for v in warm if warm[v] <= LOSER_FACTOR * fastest_warm]
-    best = {v: float("inf") for v in timed}
+        for _ in range(max(warmup, 1)):
+            if _time_once(trials[v], inputs[v], v, train) > slow_s:
+                repeats = min(repeats, 1)
+    best: dict[Variant, float] = {}
     for r in range(max(repeats, 1)):
-        for v in timed:
-            if r > 0 and time.perf_counter() - start > budget:
+        contenders = list(trials) if r == 0 else \
+            [v for v in best if best[v] <= LOSER_FACTOR * min(best.values())]
+        for v in contenders:
+            if best and time.perf_counter() - start > budget:
                 return best
             trials[v].zero_grad(set_to_none=True)
-            best[v] = min(best[v], _time_once(trials[v], inputs[v], v, train))
+            best[v] = min(best.get(v, float("inf")), _time_once(trials[v], inputs[v], v, train))
     return best
 
 
@@ -177,8 +176,7 @@ def fastest(net: nn.Module, shape: tuple[int, ...], variants: list[Variant], *,
     timings = ", ".join(f"{v.label()} {1e3 * t:.1f} ms" for v, t in sorted(times.items(), key=lambda i: i[1]))
     left = [v.label() for v in variants if v not in times]
     if left:
-        timings += (f" ({', '.join(left)} not timed: first step over {LOSER_FACTOR:g}x the fastest's, or past the "
-                    "budget)")
+        timings += f" ({', '.join(left)} not timed: past the budget)"
     timings = f"{what} of {tuple(shape)}: {timings}"
     _write_cache(key, {"best": best.label(), "timings": timings, "measured": time.strftime("%Y-%m-%d %H:%M:%S")})
     return best, (f"measured on this CPU for this network in {took:.1f} s (budget {budget:g} s, "

@@ -122,14 +122,23 @@ def _spawn(plan: LaunchPlan, fn: Callable[..., Any], args: tuple[Any, ...]) -> N
     os.environ["MASTER_ADDR"] = os.environ.get("MASTER_ADDR", "127.0.0.1")
     os.environ["MASTER_PORT"] = str(plan.master_port or free_port())
     os.environ["LOCAL_WORLD_SIZE"] = str(plan.nprocs)
-    os.environ[JOB_PID_ENV] = str(os.getpid())  # the ranks are this job's, not other programs sharing the CPU
     # The parent hosts the rendezvous store (a TCP key-value server, no device runtime) and keeps it until
     # every worker has exited, so a rank that finishes first cannot pull it from under the others.
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), plan.nprocs + 1,
                           is_master=True, wait_for_workers=False)
     try:
-        context = mp.start_processes(_worker, args=(plan, fn, args, os.getpid()), nprocs=plan.nprocs,
-                                     join=False, start_method="spawn")
+        # The ranks are this job's, not other programs sharing the CPU (cpu_share.py); only they inherit the mark,
+        # not a later process of whoever launched in-process (a test, a notebook).
+        previous = os.environ.get(JOB_PID_ENV)
+        os.environ[JOB_PID_ENV] = str(os.getpid())
+        try:
+            context = mp.start_processes(_worker, args=(plan, fn, args, os.getpid()), nprocs=plan.nprocs,
+                                         join=False, start_method="spawn")
+        finally:
+            if previous is None:
+                os.environ.pop(JOB_PID_ENV, None)
+            else:
+                os.environ[JOB_PID_ENV] = previous
         exits, signum = supervise(context.processes)
     finally:
         del store
