@@ -36,6 +36,12 @@ TINY: dict[str, tuple[dict[str, Any], tuple[int, ...]]] = {
 }
 
 
+
+def _tol(ref: torch.Tensor) -> dict[str, float]:
+    """FIXTURE_TOL with the absolute part relative to the output's range: ELAN with a 255 image range gives outputs
+    up to ~350, where AVX2 and AVX-512 kernels differ by 9e-5 (2.6e-7 of the range)."""
+    return {"rtol": FIXTURE_TOL["rtol"], "atol": FIXTURE_TOL["atol"] * max(1.0, ref.abs().max().item())}
+
 def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
     case = MANIFEST[name]
     net = build_network({"type": case["type"], **case["kwargs"]}).eval()
@@ -60,7 +66,7 @@ def test_reference_weights_load_strictly_and_match(name: str) -> None:
             got = net(x)
         assert torch.equal(x, io[inp]), "forward changed its input"
         assert got.shape == io[out].shape
-        torch.testing.assert_close(got, io[out], **FIXTURE_TOL, msg=f"{name} {out} differs from the reference")
+        torch.testing.assert_close(got, io[out], **_tol(io[out]), msg=f"{name} {out} differs from the reference")
 
 
 def test_fixtures_cover_the_variants() -> None:
@@ -154,7 +160,8 @@ def test_elan_padded_inputs_match_reference(name: str, inp: str, why: str) -> No
     assert x.shape[-2] % net.tile_multiple or x.shape[-1] % net.tile_multiple, why
     with torch.no_grad():
         got = net(x)
-    torch.testing.assert_close(got, io[inp.replace("input", "output")], **FIXTURE_TOL, msg=why)
+    ref = io[inp.replace("input", "output")]
+    torch.testing.assert_close(got, ref, **_tol(ref), msg=why)
 
 
 def test_elan_tiny_inputs_are_padded_past_reflection() -> None:
@@ -199,7 +206,8 @@ def test_srformer_other_sizes_match_reference(name: str, inp: str, why: str) -> 
     net, io = _case(name)
     with torch.no_grad():
         got = net(io[inp])
-    torch.testing.assert_close(got, io[inp.replace("input", "output")], **FIXTURE_TOL, msg=why)
+    ref = io[inp.replace("input", "output")]
+    torch.testing.assert_close(got, ref, **_tol(ref), msg=why)
 
 
 @pytest.mark.parametrize("name", [n for n in MANIFEST if n.startswith("srformer")])
