@@ -170,3 +170,14 @@ def choose_channels_last(requested: bool | None, *, device: str, precision: str)
     if device == "xla":
         return Choice("channels_last", "auto", False, "XLA chooses memory layouts itself")
     return Choice("channels_last", "auto", False, f"not measured faster on {device}")
+
+
+# Device kinds whose compiler has no lowering for grid_sample and for the backward of bilinear / nearest
+# upsampling (torch_xla 2.9 runs them on the host): networks sample by gathers there, same numbers.
+_GATHER_RESAMPLING = frozenset({"xla"})
+
+
+def resamples_by_gathers(device: Any) -> bool:
+    """Whether networks on ``device`` (a torch.device) should resample by explicit gathers instead of
+    ``grid_sample`` / ``F.interpolate`` (the accelerator layer's knowledge, asked by the architectures)."""
+    return getattr(device, "type", None) in _GATHER_RESAMPLING

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from anysr.accelerators.hardware import resamples_by_gathers
 from anysr.archs.arch_util import ArchArgumentError, DropPath, LayerNorm2d, drop_path_rates, pad_bottom_right
 from anysr.archs.moesr_arch import NearestUpsample
 from anysr.archs.plksr_arch import DySample
@@ -122,7 +123,7 @@ class LDA_AQU(nn.Module):  # noqa: N801 - the original's module name
         b, c, h, w = feats.shape
         g, bg = self.n_groups, rows.shape[0]
         taps, oh, ow = rows.shape[1:]
-        if feats.device.type == "xla":  # grid_sample has no XLA lowering: the same samples from gathers
+        if resamples_by_gathers(feats.device):  # no grid_sample lowering there: the same samples from gathers
             pts = taps * oh * ow
             py = rows * ((h - 1) / (oh - 1))  # input pixel coordinates (align_corners)
             px = cols * ((w - 1) / (ow - 1))

@@ -39,7 +39,7 @@ N_FREQ = PATCH * (PATCH // 2 + 1)  # 40 coefficients of a real 8x8 patch
 
 def _float32_math(x: torch.Tensor) -> contextlib.AbstractContextManager:
     """Autocast off (the DFT runs in float32 as the authors' FFT does) where autocast exists."""
-    if x.device.type in ("cpu", "cuda", "xla", "mps"):
+    if torch.amp.is_autocast_available(x.device.type):
         return torch.autocast(x.device.type, enabled=False)
     return contextlib.nullcontext()
 

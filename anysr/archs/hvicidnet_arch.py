@@ -25,6 +25,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from anysr.accelerators.hardware import resamples_by_gathers
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, pad_to_multiple
 from anysr.archs.resize_util import resize_bilinear
 from anysr.registry import ARCH_REGISTRY
@@ -164,7 +165,7 @@ class BilinearResize(nn.Module):
         self.factor = factor
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.device.type == "xla":
+        if resamples_by_gathers(x.device):
             h, w = x.shape[-2:]
             return resize_bilinear(x, (int(h * self.factor), int(w * self.factor)), align_corners=True)
         return F.interpolate(x, scale_factor=self.factor, mode="bilinear", align_corners=True)

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from anysr.accelerators.hardware import resamples_by_gathers
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d
 from anysr.ops.dcn import sample_bilinear
 from anysr.presets import register_presets
@@ -139,7 +140,7 @@ class DySample(nn.Module):
         grid = torch.stack([gx, gy], 1).reshape(b, 2 * g * s * s, h, w)
         grid = F.pixel_shuffle(grid, s).reshape(b, 2, g, s * h, s * w)
         grid = grid.permute(0, 2, 3, 4, 1).reshape(b * g, s * h, s * w, 2)
-        if x.device.type == "xla":  # grid_sample has no XLA lowering: the same bilinear samples from gathers
+        if resamples_by_gathers(x.device):  # no grid_sample lowering there: the same samples from gathers
             px = ((grid[..., 0] + 1) * (w / 2) - 0.5).reshape(b, g, -1).transpose(1, 2)
             py = ((grid[..., 1] + 1) * (h / 2) - 0.5).reshape(b, g, -1).transpose(1, 2)
             out = sample_bilinear(x.to(work), px, py, padding_mode="border")  # (b, s*h*s*w, g, c // g)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
+from anysr.accelerators.hardware import resamples_by_gathers
+
 
 def _taps(n_out: int, n_in: int, align_corners: bool, device: torch.device,
           dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -42,7 +44,7 @@ def resize_bilinear_gather(x: torch.Tensor, size: tuple[int, int], align_corners
 
 def resize_bilinear(x: torch.Tensor, size: tuple[int, int], align_corners: bool) -> torch.Tensor:
     """Bilinear resize of an NCHW map to ``size`` (``F.interpolate`` semantics; gathers on XLA, see above)."""
-    if x.device.type == "xla":
+    if resamples_by_gathers(x.device):
         return resize_bilinear_gather(x, size, align_corners)
     return F.interpolate(x, size=size, mode="bilinear", align_corners=align_corners)
 
