@@ -7,6 +7,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, default_init_weights, make_layer, pixel_unshuffle
+from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
@@ -90,3 +91,18 @@ register_presets("RRDBNet", scale_arg="scale",
     "esrgan": {"num_in_ch": 3, "num_out_ch": 3},  # 16.70 M parameters at x4
     "esrgan_lite": {"num_in_ch": 3, "num_out_ch": 3, "num_block": 12, "num_feat": 32},  # 5.02 M parameters at x4
 })
+
+
+def _recognise(s: StateShapes) -> list[dict]:
+    """RRDBNet from its tensors: width and image channels from the first / last conv, depth from the blocks, the
+    scale from how many channels the first conv takes (x2 / x1 fold the input by pixel-unshuffle)."""
+    feat, cin = s.dim("conv_first.weight", 0), s.dim("conv_first.weight", 1)
+    out = s.dim("conv_last.weight", 0)
+    common = {"num_out_ch": out, "num_feat": feat, "num_block": s.count("body."),
+              "num_grow_ch": s.dim("body.0.rdb1.conv1.weight", 0)}
+    proposals = [{"num_in_ch": cin // fold**2, "scale": scale, **common}
+                 for scale, fold in ((4, 1), (2, 2), (1, 4)) if cin % fold**2 == 0]
+    return sorted(proposals, key=lambda p: p["num_in_ch"] != out)  # input channels = output channels first
+
+
+register_recogniser("RRDBNet", _recognise)

@@ -7,6 +7,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError
+from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
@@ -72,3 +73,19 @@ register_presets("SRVGGNetCompact", scale_arg="upscale", fixed={"learn_residual"
     "superultracompact": {"num_feat": 24, "num_conv": 8},  # 0.05 M parameters at x4
     "ultracompact": {"num_conv": 8},  # 0.33 M parameters at x4
 })
+
+
+def _recognise(s: StateShapes) -> list[dict]:
+    """SRVGGNetCompact from its tensors: [conv, act] x (num_conv + 1), then the conv feeding the PixelShuffle
+    (PReLU has weights; ReLU and LeakyReLU have none and look alike: ReLU is proposed)."""
+    feat, cin = s.dim("body.0.weight", 0), s.dim("body.0.weight", 1)
+    last = max(s.indices("body."))
+    if last % 2:
+        return []
+    act = "prelu" if "body.1.weight" in s else "relu"
+    return [{"num_in_ch": cin, "num_out_ch": out, "num_feat": feat, "num_conv": (last - 2) // 2, "upscale": scale,
+             "act_type": act}
+            for out, scale in shuffle_splits(s.dim(f"body.{last}.weight", 0), (cin, 3, 1))]
+
+
+register_recogniser("SRVGGNetCompact", _recognise)

@@ -3,6 +3,7 @@ options file, the weights' metadata or spandrel; its kind (image, window or recu
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from anysr.archs.basicvsr_arch import BasicVSR, IconVSR
 from anysr.archs.basicvsrpp_arch import BasicVSRPlusPlus
 from anysr.archs.duf_arch import DUF
 from anysr.archs.edvr_arch import EDVR
+from anysr.archs.recognise import recognise
 from anysr.archs.tof_arch import TOFlow
 from anysr.engine import checkpoint as ckpt
 from anysr.engine.logger import get_logger
@@ -172,6 +174,21 @@ class SpandrelNetwork(nn.Module):
         return self._descriptor(x)  # type: ignore[no-any-return]
 
 
+def _recognised_network(state: dict[str, torch.Tensor], weights: str) -> dict[str, Any] | None:
+    """The ``network_g`` options of the architecture anysr recognises in ``state`` (names and shapes alone), None
+    when it fits none of them and spandrel is installed (it may know the file); without spandrel, the one-line
+    error naming the closest families."""
+    try:
+        found = recognise(state, source=weights)
+    except OptionError:
+        if importlib.util.find_spec("spandrel") is not None:
+            return None
+        raise
+    also = f" (also fits: {', '.join(found.others)})" if found.others else ""
+    get_logger().info("network recognised from the weights' names and shapes: %s%s", found.describe(), also)
+    return dict(found.opt)
+
+
 def _spandrel_network(state: dict[str, torch.Tensor], weights: str) -> nn.Module:
     """The network spandrel (``anysr[spandrel]``, when installed) recognises in ``state``, else OptionError."""
     need = ("pass --arch NAME [--arch-opt k=v ...] or -opt FILE.yml (the weights file carries no anysr "
@@ -236,19 +253,20 @@ def resolve_network(*, weights: str | None, arch: str | None, arch_opts: dict[st
         state = interpolate_weights(dict(state), dict(other), dni[1], source_a=str(weights), source_b=dni[0])
         log.info("weights interpolated: %g x %s + %g x %s", dni[1], weights, 1 - dni[1], dni[0])
     net_opt: dict[str, Any] | None
+    recognised = None
     if arch:
         net_opt = {"type": arch, **arch_opts}
     elif network_opt is not None:
         net_opt = plain_options(network_opt)
     elif metadata_network(meta, str(weights)) is not None:
         net_opt = metadata_network(meta, str(weights))
-    elif state is not None:
-        net_opt = None
+    elif state is not None:  # None: not one of anysr's (spandrel, when installed, may know it)
+        net_opt = recognised = _recognised_network(dict(state), str(weights))
     else:
         raise OptionError("no network given: pass --arch NAME [--arch-opt k=v ...] or -opt FILE.yml "
                           "(and --weights FILE)")
     kind = "image" if net_opt is None else arch_kind(str(net_opt["type"]))
-    from_metadata = net_opt is not None and not arch and network_opt is None
+    from_metadata = net_opt is not None and not arch and network_opt is None and recognised is None
     fix = (f"the file's metadata (network_g) does not describe its tensors: {_SAY_THE_NETWORK}" if from_metadata
            else "check --arch and --arch-opt (or the -opt file's network_g) against the file")
     key_path = "--arch-opt" if arch else "network_g"
@@ -265,7 +283,7 @@ def resolve_network(*, weights: str | None, arch: str | None, arch_opts: dict[st
             raise OptionError("--weights is required for a video network")
         ckpt.load_into(net, state, strict=strict, source=str(weights), fix=fix)
     else:
-        if not arch and network_opt is None:
+        if from_metadata:
             log.info("network rebuilt from the weights' metadata: %s", net_opt["type"])
         net = build_network(net_opt, key_path=key_path)
         if state is not None:

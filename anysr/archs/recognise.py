@@ -1,0 +1,214 @@
+"""Weights recognised without being told: which architecture (and which constructor arguments: scale, width,
+depth, ...) a state dict is, from its names and shapes alone.
+
+Each architecture module registers a *recogniser* next to its class (``register_recogniser``): a function that
+reads a ``StateShapes`` view of the file and proposes the constructor arguments that would give those tensors (one
+proposal, several to try in order, or None when the file is not of its family; reading a name the file lacks is
+the same as None). A proposal counts only when the network it builds (on the meta device: no memory, no
+initialisation) has exactly the file's names and shapes, so a recogniser may guess cheaply and the check decides.
+A file that fits none gets one line naming the families whose names come closest.
+
+Pure torch: no file, device or process knowledge (the engine reads the file and loads the weights).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from anysr.errors import OptionError
+
+Proposal = Mapping[str, Any]
+Recogniser = Callable[["StateShapes"], "Proposal | Iterable[Proposal] | None"]
+
+RECOGNISERS: dict[str, Recogniser] = {}
+_DIGITS = re.compile(r"\.\d+(?=\.|$)")
+
+
+class NotThisFamily(Exception):  # noqa: N818 - a control-flow signal, not an error a user sees
+    """Raised (or caused by reading a missing name) inside a recogniser: the file is not of its family."""
+
+
+class StateShapes:
+    """A read-only view of a state dict's names and shapes for recognisers. Reading a name the file lacks raises
+    NotThisFamily (so a recogniser can read what its family must have without checking first)."""
+
+    def __init__(self, state: Mapping[str, Any]) -> None:
+        self.shapes: dict[str, tuple[int, ...]] = {
+            k: tuple(int(d) for d in (v.shape if hasattr(v, "shape") else v)) for k, v in state.items()}
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.shapes
+
+    def __len__(self) -> int:
+        return len(self.shapes)
+
+    def keys(self) -> Iterator[str]:
+        return iter(self.shapes)
+
+    def shape(self, key: str) -> tuple[int, ...]:
+        """The shape of ``key``; NotThisFamily when the file has no such name."""
+        try:
+            return self.shapes[key]
+        except KeyError:
+            raise NotThisFamily(key) from None
+
+    def dim(self, key: str, i: int) -> int:
+        """Dimension ``i`` of ``key``'s shape."""
+        shape = self.shape(key)
+        try:
+            return shape[i]
+        except IndexError:
+            raise NotThisFamily(f"{key} has {len(shape)} dims") from None
+
+    def has_prefix(self, prefix: str) -> bool:
+        """Whether some name starts with ``prefix``."""
+        return any(k.startswith(prefix) for k in self.shapes)
+
+    def indices(self, prefix: str) -> list[int]:
+        """The sorted integers ``n`` for which some name starts with ``f"{prefix}{n}."`` (the blocks of a
+        ``ModuleList`` / ``Sequential`` at ``prefix``: ``indices("body.")`` -> [0, 1, ..., 22])."""
+        found: set[int] = set()
+        for k in self.shapes:
+            if k.startswith(prefix):
+                head = k[len(prefix):].split(".", 1)[0]
+                if head.isdigit():
+                    found.add(int(head))
+        return sorted(found)
+
+    def count(self, prefix: str) -> int:
+        """How many blocks ``indices(prefix)`` finds (0 when none)."""
+        return len(self.indices(prefix))
+
+    def patterns(self) -> set[str]:
+        """The names with every block index replaced by ``#`` (compares layouts of different depths)."""
+        return {_DIGITS.sub(".#", k) for k in self.shapes}
+
+
+def shuffle_splits(channels: int, image_channels: Iterable[int] = (3, 1, 4)) -> list[tuple[int, int]]:
+    """The (image channels, scale) pairs with ``image_channels * scale**2 == channels`` (a PixelShuffle's input
+    width), in the order of ``image_channels`` (the usual RGB first); scale 1 included."""
+    out = []
+    for c in image_channels:
+        if c > 0 and channels % c == 0:
+            scale = round((channels // c) ** 0.5)
+            if scale >= 1 and c * scale * scale == channels:
+                out.append((c, scale))
+    return out
+
+
+def register_recogniser(arch: str, recogniser: Recogniser) -> None:
+    """Register how to recognise ``arch``'s weights (``arch``: the registered class name)."""
+    if arch in RECOGNISERS:
+        raise KeyError(f"recogniser for '{arch}' is registered twice")
+    RECOGNISERS[arch] = recogniser
+
+
+@dataclass(frozen=True)
+class Recognised:
+    """The architecture a file is: ``opt`` builds it (``{"type": ..., **arguments}``); ``inferred``: the arguments
+    read from the file (the rest are the class's defaults); ``others``: other families that fit too."""
+
+    opt: dict[str, Any]
+    inferred: dict[str, Any]
+    others: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """One line for the log: the class and the arguments read from the file."""
+        args = ", ".join(f"{k}={v!r}" for k, v in self.inferred.items()) or "the class's defaults"
+        return f"{self.opt['type']} ({args})"
+
+
+def _proposals(recogniser: Recogniser, view: StateShapes) -> list[dict[str, Any]]:
+    try:
+        got = recogniser(view)
+    except (NotThisFamily, KeyError, IndexError, ZeroDivisionError):
+        return []
+    if got is None:
+        return []
+    if isinstance(got, Mapping):
+        return [dict(got)]
+    return [dict(p) for p in got]
+
+
+def _meta_layout(opt: Mapping[str, Any]) -> dict[str, tuple[int, ...]] | None:
+    """Names and shapes of the network ``opt`` builds (on the meta device), or None when it cannot be built."""
+    from anysr.archs import build_network  # noqa: PLC0415 - archs/__init__ imports every arch module (and this one)
+
+    try:
+        with torch.device("meta"):
+            net = build_network(opt, key_path="recognised")
+    except (OptionError, TypeError, ValueError, RuntimeError, NotImplementedError, AssertionError, IndexError,
+            KeyError, ZeroDivisionError, AttributeError):
+        return None
+    return {k: tuple(v.shape) for k, v in net.state_dict().items()}
+
+
+def layout_fits(opt: Mapping[str, Any], view: StateShapes) -> bool:
+    """Whether the network ``opt`` builds has exactly the file's names and shapes (what a strict load needs)."""
+    layout = _meta_layout(opt)
+    return layout is not None and layout == view.shapes
+
+
+def recognise_all(state: Mapping[str, Any]) -> list[Recognised]:
+    """Every registered family whose proposal fits ``state`` exactly, in registration order (the first fitting
+    proposal of each family)."""
+    view = StateShapes(state)
+    found = []
+    for arch, recogniser in RECOGNISERS.items():
+        for proposal in _proposals(recogniser, view):
+            opt = {"type": proposal.pop("type", arch), **proposal}
+            if layout_fits(opt, view):
+                found.append(Recognised(opt, {k: v for k, v in opt.items() if k != "type"}))
+                break
+    return found
+
+
+def _default_layout(arch: str) -> dict[str, tuple[int, ...]] | None:
+    """The layout of ``arch`` with its defaults, else with its first named preset (a class with required
+    arguments)."""
+    from anysr.presets import ARCH_PRESETS  # noqa: PLC0415 - presets register when the arch modules import
+
+    layout = _meta_layout({"type": arch})
+    if layout is None:
+        preset = next((p.name for p in ARCH_PRESETS.values() if p.arch == arch), None)
+        layout = _meta_layout({"type": preset}) if preset else None
+    return layout
+
+
+def closest_families(state: Mapping[str, Any], n: int = 3) -> list[tuple[str, float]]:
+    """The ``n`` families whose default layout shares the most name patterns with ``state`` (block indices
+    ignored), with the shared fraction (Jaccard) of their patterns."""
+    mine = StateShapes(state).patterns()
+    scores = []
+    for arch in RECOGNISERS:
+        layout = _default_layout(arch)
+        if layout is None:
+            continue
+        theirs = StateShapes(layout).patterns()
+        if mine | theirs:
+            scores.append((arch, len(mine & theirs) / len(mine | theirs)))
+    scores.sort(key=lambda s: -s[1])
+    return [s for s in scores[:n] if s[1] > 0]
+
+
+def recognise(state: Mapping[str, Any], source: str = "the weights") -> Recognised:
+    """The one architecture ``state`` is (the first registered family that fits when several do), else
+    OptionError naming the closest families and how to name the network instead."""
+    found = recognise_all(state)
+    if not found:
+        close = closest_families(state)
+        near = ", ".join(f"{a} ({s:.0%} of its names)" for a, s in close) or "none shares its names"
+        raise OptionError(f"{source}: its {len(state)} tensors fit none of anysr's {len(RECOGNISERS)} "
+                          f"architectures (closest: {near}); name the network with --arch NAME [--arch-opt k=v ...] "
+                          "or -opt FILE.yml")
+    first = found[0]
+    return Recognised(first.opt, first.inferred, tuple(str(r.opt["type"]) for r in found[1:]))
+
+
+__all__ = ["RECOGNISERS", "NotThisFamily", "Recognised", "StateShapes", "closest_families", "layout_fits",
+           "recognise", "recognise_all", "register_recogniser", "shuffle_splits"]

@@ -1,0 +1,127 @@
+"""Weights recognised without being told (anysr/archs/recognise.py): every architecture, at its defaults and at
+each named preset (x2 and x4), is recognised from its state dict's names and shapes alone, as the same class with
+arguments that build exactly the same tensors; a file that fits none is refused in one line naming the closest
+families; ``anysr infer`` runs a bare state dict with no --arch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from anysr.archs import build_network
+from anysr.archs.recognise import RECOGNISERS, StateShapes, recognise, recognise_all, shuffle_splits
+from anysr.errors import OptionError
+from anysr.presets import ARCH_PRESETS
+from anysr.registry import ARCH_REGISTRY
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Registered classes with no recogniser, and why.
+NOT_RECOGNISED = {
+    "Bicubic": "no tensors: nothing to recognise",
+    "SpyNet": "a flow sub-network of the video models, not a network one runs by itself",
+    "VGGStyleDiscriminator": "a discriminator: not run by infer / test / export",
+    "UNetDiscriminatorSN": "a discriminator: not run by infer / test / export",
+    "StyleGAN2Discriminator": "a discriminator: not run by infer / test / export",
+    "DUnet": "a discriminator: not run by infer / test / export",
+}
+
+
+def _layout(opt: dict) -> dict[str, tuple[int, ...]] | None:
+    try:
+        with torch.device("meta"):
+            net = build_network(dict(opt))
+    except OptionError:
+        return None
+    return {k: tuple(v.shape) for k, v in net.state_dict().items()}
+
+
+def _configs(arch: str) -> list[dict]:
+    """The class's defaults, and each of its presets at x2 and x4 (those that build)."""
+    configs = [{"type": arch}]
+    for preset in ARCH_PRESETS.values():
+        if preset.arch == arch:
+            configs += [{"type": preset.name, "scale": s} for s in (2, 4)] if preset.scale_arg else \
+                [{"type": preset.name}]
+    return configs
+
+
+RECOGNISED = sorted(a for a in ARCH_REGISTRY.keys() if a not in NOT_RECOGNISED)
+
+
+def test_every_architecture_has_a_recogniser() -> None:
+    missing = [a for a in RECOGNISED if a not in RECOGNISERS]
+    assert not missing, f"architectures with no recogniser: {missing}"
+    assert set(NOT_RECOGNISED) <= set(ARCH_REGISTRY.keys())
+
+
+@pytest.mark.parametrize("arch", RECOGNISED)
+def test_recognised_from_names_and_shapes(arch: str) -> None:
+    if arch not in RECOGNISERS:
+        pytest.fail(f"{arch}: no recogniser registered")
+    cls = ARCH_REGISTRY.get(arch)
+    checked = 0
+    for opt in _configs(arch):
+        layout = _layout(opt)
+        if layout is None:
+            continue  # a class that needs arguments, or a preset that has no such scale
+        found = recognise(layout, source=str(opt))
+        assert ARCH_REGISTRY.get(found.opt["type"]) is cls, f"{opt} recognised as {found.describe()}"
+        assert _layout(found.opt) == layout, f"{opt}: {found.describe()} builds other tensors"
+        checked += 1
+    assert checked, f"{arch}: no configuration to check"
+
+
+def test_the_real_published_model_is_recognised() -> None:
+    from anysr.engine.checkpoint import load_weights
+
+    sd, _ = load_weights(ROOT / "pretrained" / "realesr-animevideov3.pth", "params")
+    found = recognise(sd)
+    assert found.opt == {"type": "SRVGGNetCompact", "num_in_ch": 3, "num_out_ch": 3, "num_feat": 64,
+                         "num_conv": 16, "upscale": 4, "act_type": "prelu"}
+    assert "num_conv=16" in found.describe()
+
+
+def test_a_file_that_fits_nothing_names_the_closest_families() -> None:
+    with torch.device("meta"):
+        net = build_network({"type": "RRDBNet", "num_in_ch": 3, "num_out_ch": 3, "num_block": 2})
+    sd = {k: v for k, v in net.state_dict().items() if k != "conv_hr.weight"}  # one tensor gone
+    assert not recognise_all(sd)
+    with pytest.raises(OptionError) as e:
+        recognise(sd, source="broken.pth")
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("broken.pth: its ") and "closest: RRDBNet" in msg
+    assert "--arch" in msg
+
+
+def test_state_shapes_view() -> None:
+    view = StateShapes({"body.0.a.weight": (2, 3), "body.10.a.weight": (2,), "body.x": (1,), "head.weight": (4,)})
+    assert view.indices("body.") == [0, 10] and view.count("body.") == 2 and view.count("tail.") == 0
+    assert view.dim("body.0.a.weight", 1) == 3 and "head.weight" in view
+    assert view.patterns() == {"body.#.a.weight", "body.x", "head.weight"}
+    assert shuffle_splits(48) == [(3, 4)] and shuffle_splits(12, (3, 12)) == [(3, 2), (12, 1)]
+    assert shuffle_splits(7) == []
+
+
+def test_infer_runs_a_bare_state_dict_without_arch(tmp_path: Path) -> None:
+    """A plain BasicSR-style .pth (``params`` only, no metadata) upscales with no --arch, as with it."""
+    torch.manual_seed(0)
+    opt = {"type": "SRVGGNetCompact", "num_feat": 8, "num_conv": 2, "upscale": 3}
+    net = build_network(opt)
+    torch.save({"params": net.state_dict()}, tmp_path / "w.pth")
+    img = ROOT / "datasets" / "Set5" / "HR" / "bird.png"
+    outs = []
+    for extra in ([], ["--arch", "SRVGGNetCompact", "--arch-opt", "num_feat=8", "num_conv=2", "upscale=3"]):
+        out = tmp_path / f"out{len(outs)}"
+        r = subprocess.run([sys.executable, "-m", "anysr", "infer", "--weights", str(tmp_path / "w.pth"),
+                            "-i", str(img), "-o", str(out), *extra], capture_output=True, text=True, cwd=ROOT)
+        assert r.returncode == 0, r.stderr
+        outs.append([f.read_bytes() for f in sorted(out.rglob("*.png"))])
+        if not extra:
+            assert "recognised from the weights' names and shapes: SRVGGNetCompact" in r.stderr + r.stdout
+            assert "num_conv=2" in r.stderr + r.stdout and "upscale=3" in r.stderr + r.stdout
+    assert len(outs[0]) == 1 and outs[0] == outs[1]
