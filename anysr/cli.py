@@ -30,7 +30,13 @@ def load_command_options(path: str, overrides: Sequence[str], **kwargs: Any) -> 
     """A command's options file, validated once the plugin packages have filled the registries it is checked
     against (``load_options``' keyword arguments: is_train, check_paths)."""
     load_plugins()
-    return load_options(path, overrides, **kwargs)
+
+    def read_network(weights: Any, param_key: str) -> dict[str, Any]:
+        from anysr.engine.inference.network import network_options_from_weights
+
+        return network_options_from_weights(weights, param_key)
+
+    return load_options(path, overrides, read_network=read_network, **kwargs)
 
 
 def _kv_list(items: Sequence[str], flag: str) -> dict[str, Any]:

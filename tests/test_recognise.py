@@ -125,3 +125,51 @@ def test_infer_runs_a_bare_state_dict_without_arch(tmp_path: Path) -> None:
             assert "recognised from the weights' names and shapes: SRVGGNetCompact" in r.stderr + r.stdout
             assert "num_conv=2" in r.stderr + r.stdout and "upscale=3" in r.stderr + r.stdout
     assert len(outs[0]) == 1 and outs[0] == outs[1]
+
+
+def _auto_options(tmp_path: Path, weights: str | None) -> Path:
+    import yaml
+
+    opt = yaml.safe_load((ROOT / "options" / "train" / "quickstart_EDSR_x2.yml").read_text())
+    opt["name"] = "auto_net"
+    opt["network_g"] = {"type": "auto"}
+    opt["path"] = {"pretrain_network_g": weights, "root": str(tmp_path)}
+    for key in ("val_1", "val_2"):
+        opt["datasets"].pop(key)
+    opt.pop("val", None)
+    for ds in opt["datasets"].values():
+        ds["dataroot_gt"] = str(ROOT / ds["dataroot_gt"])
+    opt["datasets"]["train"].update(batch_size_per_gpu=2, gt_size=32, dataset_enlarge_ratio=1)
+    opt["train"].update(total_iter=2, warmup_iter=-1, precision="fp32", channels_last=False)
+    opt["train"]["scheduler"]["periods"] = [2]
+    opt["logger"] = {**opt.get("logger", {}), "print_freq": 1, "save_checkpoint_freq": 2}
+    path = tmp_path / "auto.yml"
+    path.write_text(yaml.safe_dump(opt))
+    return path
+
+
+def test_network_g_type_auto_reads_the_pretrained_file(tmp_path: Path) -> None:
+    """``network_g: {type: auto}`` with ``path.pretrain_network_g``: the network is the one the file holds (a
+    bare BasicSR-style .pth), said in the log; the run's saved options name the class and its arguments."""
+    import yaml
+
+    net = build_network({"type": "SRVGGNetCompact", "num_feat": 8, "num_conv": 2, "upscale": 2})
+    torch.save({"params": net.state_dict()}, tmp_path / "start.pth")
+    r = subprocess.run([sys.executable, "-m", "anysr", "train", "-opt", str(_auto_options(tmp_path, "start.pth"))],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    log = "".join(p.read_text() for p in (tmp_path / "experiments" / "auto_net").rglob("*.log"))
+    assert "network_g.type auto: SRVGGNetCompact(num_in_ch=3, num_out_ch=3, num_feat=8, num_conv=2, upscale=2" in log
+    saved = list((tmp_path / "experiments" / "auto_net").glob("*.yml"))
+    assert saved, "the run's options were not saved"
+    net_g = yaml.safe_load(saved[0].read_text())["network_g"]
+    assert net_g["type"] == "SRVGGNetCompact" and net_g["num_feat"] == 8 and net_g["upscale"] == 2
+
+
+def test_network_g_type_auto_needs_the_file(tmp_path: Path) -> None:
+    for weights, says in ((None, "path.pretrain_network_g, which is not set"),
+                          ("nowhere.pth", "nowhere.pth does not exist")):
+        r = subprocess.run([sys.executable, "-m", "anysr", "train", "-opt", str(_auto_options(tmp_path, weights))],
+                           capture_output=True, text=True, cwd=ROOT)
+        assert r.returncode != 0 and says in r.stderr and "Traceback" not in r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,7 @@ import yaml
 from anysr.errors import OptionError
 from anysr.options.common import dataset_role, phase_of, registered
 from anysr.options.fields import Context, show, validate_section
-from anysr.options.schema import DATASET, OPTIONS, validate
+from anysr.options.schema import DATASET, OPTIONS, resolve_path, validate
 from anysr.options.typed import Options, plain, typed
 
 _OVERRIDE_FORM = "expected key.path=value, e.g. train.total_iter=1000 or val=null"
@@ -270,16 +270,49 @@ def data_overrides(path: str | Path, folder: str | Path) -> list[str]:
     return out
 
 
+NetworkFromWeights = Callable[[Path, str], dict[str, Any]]
+
+
+def network_from_weights(data: dict[str, Any], read: NetworkFromWeights, root: str | Path | None) -> dict[str, Any]:
+    """``data`` with ``network_g: {type: auto}`` replaced by the network ``read`` recognises in
+    ``path.pretrain_network_g`` (its other ``network_g`` keys override what was recognised); unchanged otherwise.
+    ``read(weights_path, param_key)`` is the engine's (it reads tensors: this module imports no torch)."""
+    net = data.get("network_g")
+    if not (isinstance(net, dict) and str(net.get("type", "")).lower() == "auto"):
+        return data
+    paths = data.get("path") if isinstance(data.get("path"), dict) else {}
+    given = paths.get("pretrain_network_g") or paths.get("pretrain_model_g")
+    if not isinstance(given, str) or not given:
+        raise OptionError("network_g.type: auto reads the network from path.pretrain_network_g, which is not set; "
+                          "set it to the weights file, or name the architecture in network_g.type")
+    base = Path(root if root is not None else Path.cwd()).expanduser().absolute()
+    if isinstance(paths.get("root"), str):
+        base = resolve_path(paths["root"], base)
+    weights = resolve_path(given, base)
+    if not weights.is_file():
+        raise OptionError(f"path.pretrain_network_g: {weights} does not exist (network_g.type: auto reads the "
+                          "network from it); fix the path")
+    found = read(weights, str(paths.get("param_key_g") or "params"))
+    args = ", ".join(f"{k}={v!r}" for k, v in found.items() if k != "type")
+    return {**data, "network_g": {**found, **{k: v for k, v in net.items() if k != "type"}},
+            "network_recognised": f"{found['type']}({args}) from {weights}"}
+
+
 def load_options(path: str | Path, overrides: Sequence[str] = (), *, is_train: bool,
-                 root: str | Path | None = None, check_paths: bool = True) -> Options:
+                 root: str | Path | None = None, check_paths: bool = True,
+                 read_network: NetworkFromWeights | None = None) -> Options:
     """Read a BasicSR-style YAML file, apply ``key.path=value`` overrides, validate, fill defaults.
 
     Returns frozen ``Options`` (``opt.train.ema_decay``; ``opt['train']['ema_decay']`` too) with ``is_train``
-    set, every dataset's ``phase`` and ``scale`` set and every path absolute.
+    set, every dataset's ``phase`` and ``scale`` set and every path absolute. ``read_network``: how
+    ``network_g.type: auto`` is read from ``path.pretrain_network_g`` (the commands pass the engine's recogniser;
+    without it ``auto`` is an unknown architecture).
     """
     data = read_yaml(path)
     data = apply_overrides(data, overrides)
     source = f"options file '{path}'"
     if overrides:
         source += f" (with overrides {' '.join(overrides)})"
+    if read_network is not None and isinstance(data, dict):
+        data = network_from_weights(data, read_network, root)
     return validate_options(data, is_train=is_train, root=root, source=source, check_paths=check_paths)

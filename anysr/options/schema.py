@@ -997,6 +997,9 @@ OPTIONS = Section(
         "dist_params": Field(DIST_PARAMS, default={}, doc="Distributed settings."),
         **REALESRGAN_FIELDS,
         **TRAINNER_TOP_FIELDS,
+        "network_recognised": Field((str, None), default=None,
+                                    doc="Set by the loader for `network_g.type: auto`: the network read from "
+                                        "`path.pretrain_network_g` and its inferred arguments (logged at start)."),
         "mapped_keys": Field(ListOf(str), default=[],
                              doc="Set by the loader: what the file's traiNNer-redux keys became in anysr's "
                                  "(logged in one line when training starts; see docs/trainner.md)."),

@@ -189,6 +189,16 @@ def _recognised_network(state: dict[str, torch.Tensor], weights: str) -> dict[st
     return dict(found.opt)
 
 
+def network_options_from_weights(weights: Path, param_key: str) -> dict[str, Any]:
+    """The ``network_g`` options a weights file holds (``network_g.type: auto`` in an options file): its anysr
+    metadata's, else what anysr recognises in its names and shapes, else a one-line error."""
+    state, meta, _ = ckpt.read_weights(weights, param_key, key_option="path.param_key_g")
+    recorded = metadata_network(meta, str(weights))
+    if recorded is not None:
+        return recorded
+    return dict(recognise(dict(state), source=f"path.pretrain_network_g {weights}").opt)
+
+
 def _spandrel_network(state: dict[str, torch.Tensor], weights: str) -> nn.Module:
     """The network spandrel (``anysr[spandrel]``, when installed) recognises in ``state``, else OptionError."""
     need = ("pass --arch NAME [--arch-opt k=v ...] or -opt FILE.yml (the weights file carries no anysr "

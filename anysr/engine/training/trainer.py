@@ -347,6 +347,8 @@ class Trainer:
             self.log.info(line)
         self._calibrate()
         log_start(f"training '{self.opt.name}'", acc)
+        if self.opt.network_recognised:
+            self.log.info("network_g.type auto: %s", self.opt.network_recognised)
         if self.opt.mapped_keys:
             self.log.info("traiNNer-redux keys mapped: %s", "; ".join(self.opt.mapped_keys))
         self.model.setup()
