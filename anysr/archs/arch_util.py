@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -75,6 +75,30 @@ class ResidualBlockNoBN(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.conv2(self.relu(self.conv1(x))) * self.res_scale
+
+
+def _to_signed(_module: nn.Module, args: tuple) -> tuple:
+    return (args[0] * 2.0 - 1.0, *args[1:])
+
+
+def _to_unit(_module: nn.Module, _args: tuple, out: Any) -> Any:
+    if isinstance(out, tuple):  # the authors' (image, extras) tuples: the image is first
+        return ((out[0] + 1.0) * 0.5, *out[1:])
+    return (out + 1.0) * 0.5
+
+
+def unit_range(net: nn.Module) -> nn.Module:
+    """``net`` taking and giving [0, 1] images like every other anysr network, when its authors feed [-1, 1]
+    (its class says ``image_range = (-1.0, 1.0)``: GFPGAN, RestoreFormer, MixDehazeNet): forward hooks map the
+    input by ``2x - 1`` and the output by ``(y + 1) / 2``, so the state dict keeps the reference's names (the
+    weights still load in spandrel and the authors' code) and ONNX exports carry the mapping. Other networks are
+    returned as they are; applying it twice changes nothing."""
+    if tuple(getattr(net, "image_range", (0.0, 1.0))) != (-1.0, 1.0) or getattr(net, "_unit_range", False):
+        return net
+    net.register_forward_pre_hook(_to_signed)
+    net.register_forward_hook(_to_unit)
+    net._unit_range = True  # type: ignore[assignment]
+    return net
 
 
 def check_upscale(scale: int, arg: str = "upscale") -> None:

@@ -214,6 +214,8 @@ class GFPGANv1Clean(nn.Module):
         (the U-Net uses half of it). sft_half: SFT on half of the decoder channels.
     """
 
+    image_range = (-1.0, 1.0)  # the authors' images; anysr's pipeline feeds [0, 1] (arch_util.unit_range)
+
     def __init__(self, *, out_size: int = 512, num_style_feat: int = 512, channel_multiplier: int = 2,
                  decoder_load_path: str | None = None, fix_decoder: bool = False, num_mlp: int = 8,
                  input_is_latent: bool = True, different_w: bool = True, narrow: float = 1,

@@ -147,6 +147,8 @@ class MixDehazeNet(nn.Module):
         depths: blocks per level (t: [1, 1, 2, 1, 1], s: [2, 2, 4, 2, 2], b: [4, 4, 8, 4, 4], l: [8, 8, 16, 8, 8]).
     """
 
+    image_range = (-1.0, 1.0)  # the authors' images; anysr's pipeline feeds [0, 1] (arch_util.unit_range)
+
     tile_multiple: int = PATCH
 
     def __init__(self, *, in_chans: int = 3, out_chans: int = 4, embed_dims: Sequence[int] = (24, 48, 96, 48, 24),

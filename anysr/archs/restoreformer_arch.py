@@ -323,6 +323,8 @@ class RestoreFormer(nn.Module):
         fix_decoder / fix_codebook / fix_encoder: freeze parts (the codebook by default). head_size: heads.
     """
 
+    image_range = (-1.0, 1.0)  # the authors' images; anysr's pipeline feeds [0, 1] (arch_util.unit_range)
+
     def __init__(self, *, n_embed: int = 1024, embed_dim: int = 256, ch: int = 64, out_ch: int = 3,
                  ch_mult: Sequence[int] = (1, 2, 2, 4, 4, 8), num_res_blocks: int = 2,
                  attn_resolutions: Sequence[int] = (16,), dropout: float = 0.0, in_channels: int = 3,

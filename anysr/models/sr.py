@@ -10,6 +10,7 @@ import torch
 
 from anysr.accelerators import Accelerator
 from anysr.archs import build_network
+from anysr.archs.arch_util import unit_range
 from anysr.data.batch_augment import MIXING, BatchAugment
 from anysr.errors import OptionError
 from anysr.models.base import BaseModel, WeightNeed
@@ -23,7 +24,7 @@ class SRModel(BaseModel):
 
     def __init__(self, opt: dict[str, Any], accelerator: Accelerator) -> None:
         super().__init__(opt, accelerator)
-        self.nets["net_g"] = build_network(self.generator_options())
+        self.nets["net_g"] = unit_range(build_network(self.generator_options()))
         if self.is_train and self.opt["train"]["perceptual_opt"] and not type(self).uses_perceptual:
             raise OptionError(f"train.perceptual_opt: model_type {type(self).__name__} trains with pixel losses "
                               "only; use model_type: SRGANModel or ESRGANModel, or remove it")

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from anysr.archs import build_network
-from anysr.archs.arch_util import input_channels
+from anysr.archs.arch_util import input_channels, unit_range
 from anysr.archs.basicvsr_arch import BasicVSR, IconVSR
 from anysr.archs.basicvsrpp_arch import BasicVSRPlusPlus
 from anysr.archs.duf_arch import DUF
@@ -295,7 +295,7 @@ def resolve_network(*, weights: str | None, arch: str | None, arch_opts: dict[st
     else:
         if from_metadata:
             log.info("network rebuilt from the weights' metadata: %s", net_opt["type"])
-        net = build_network(net_opt, key_path=key_path)
+        net = unit_range(build_network(net_opt, key_path=key_path))
         if state is not None:
             ckpt.load_into(net, state, strict=strict, source=str(weights), fix=fix)
         elif any(True for _ in net.parameters()):
