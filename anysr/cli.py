@@ -231,7 +231,8 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
 
     if args.list or not args.name:
         for source in SOURCES.values():
-            pins = "checksums published" if all(f.pinned for f in source.files) else "no published checksum"
+            pins = ("made from " + ", ".join(source.needs) if not source.files else "checksums published"
+                    if all(f.pinned for f in source.files) else "no published checksum")
             print(f"{source.name:10s} {source.what}; {source.size_note}; {pins}; licence: {source.licence}")
         if not args.list:
             print("anysr prepare fetch: give a dataset NAME from the list above", file=sys.stderr)

@@ -41,9 +41,12 @@ class SourceFile:
 class Step:
     """One preparation step after extraction (run by ``anysr.data.fetch``), skipped when ``output`` exists.
 
-    kinds: ``place`` (move the folder named ``src`` found anywhere under ``args[0]`` to ``output``), ``subimages``
-    (``src`` cut into ``args`` = (crop, step, thresh) squares), ``meta_info`` (BasicSR's ``<name> (h,w,c)`` list of
-    ``src``), ``link`` (``src``'s files hard-linked, else copied, to ``output``), ``reds`` (REDS' val clips
+    kinds: ``subimages`` (``src`` cut into ``args`` = (crop, step, thresh) squares), ``meta_info`` (BasicSR's
+    ``<name> (h,w,c)`` list of ``src``), ``link`` (``src``'s files hard-linked, else copied, to ``output``),
+    ``gather`` (the images of ``src`` and of the folders in ``args``, at any depth, linked into one flat folder),
+    ``multiscale`` (Real-ESRGAN's DF2K scales: x0.75, x0.5, x1/3 and a shortest edge of 400, Lanczos),
+    ``meta_list`` (Real-ESRGAN's list of the images of the ``args`` folders of ``src``, relative to ``src``),
+    ``reds`` (REDS' val clips
     renumbered 240-269 into train, ``args`` = the four folders), ``reds_meta`` / ``reds4`` (the clip list and the
     REDS4 test clips), ``vimeo_meta`` (``src`` = the septuplet list), ``vimeo_lr`` (MATLAB-bicubic x4 of every
     frame). Paths are relative to the root, with ``/``."""
@@ -66,6 +69,7 @@ class DatasetSource:
     citation: str
     size_note: str
     provides_extra: tuple[str, ...] = field(default=())
+    needs: tuple[str, ...] = field(default=())  # datasets fetched (downloaded and extracted) first
 
     @property
     def provides(self) -> tuple[str, ...]:
@@ -133,6 +137,22 @@ SOURCES: dict[str, DatasetSource] = {s.name: s for s in (
         "one tar",
         tuple(f"benchmark/{t}/{sub}" for t in ("Set5", "Set14", "B100", "Urban100")
               for sub in ("HR", "LR_bicubic/X2", "LR_bicubic/X3", "LR_bicubic/X4"))),
+    DatasetSource(
+        "DF2K_OST", "Real-ESRGAN's training set: DIV2K train + Flickr2K HR (DF2K), its multi-scale copies and OST, as "
+        "400 / 200 sub-images with meta_info_DF2Kmultiscale+OST_sub.txt",
+        (),
+        (Step("gather", "DIV2K/DIV2K_train_HR", "DF2K/DF2K_HR", ("Flickr2K/Flickr2K_HR",)),
+         Step("multiscale", "DF2K/DF2K_HR", "DF2K/DF2K_multiscale"),
+         Step("gather", "OST", "DF2K/OST"),
+         Step("subimages", "DF2K/DF2K_HR", "DF2K/DF2K_HR_sub", (400, 200, 0)),
+         Step("subimages", "DF2K/DF2K_multiscale", "DF2K/DF2K_multiscale_sub", (400, 200, 0)),
+         Step("subimages", "DF2K/OST", "DF2K/OST_sub", (400, 200, 0)),
+         Step("meta_list", "DF2K", "DF2K/meta_info/meta_info_DF2Kmultiscale+OST_sub.txt",
+              ("DF2K_HR_sub", "DF2K_multiscale_sub", "OST_sub"))),
+        "those of DIV2K, Flickr2K and OST",
+        "X. Wang, L. Xie, C. Dong, Y. Shan. Real-ESRGAN: Training Real-World Blind Super-Resolution with Pure "
+        "Synthetic Data. ICCVW 2021 (and the three datasets')",
+        "DIV2K's, Flickr2K's and OST's archives", ("DF2K",), ("DIV2K", "Flickr2K", "OST")),
     DatasetSource(
         "OST", "OST (OutdoorSceneTraining): 10,324 outdoor images in 7 categories (Real-ESRGAN's training set)",
         (SourceFile("OST_dataset.zip", ("https://openmmlab.oss-cn-hangzhou.aliyuncs.com/datasets/OST_dataset.zip",),

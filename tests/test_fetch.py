@@ -3,6 +3,7 @@ loopback interface (with Range support, and able to cut a download midway) servi
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import re
@@ -164,6 +165,9 @@ def test_shipped_option_paths_name_their_dataset() -> None:
     assert provider_of("/d/datasets/REDS4/sharp_bicubic") == ("REDS", Path("/d/datasets"))
     assert provider_of("datasets/vimeo90k/BIx4") == ("Vimeo90K", Path("datasets"))
     assert provider_of("datasets/benchmark/Set5/LR_bicubic/X4") == ("benchmark", Path("datasets"))
+    assert provider_of("datasets/DF2K/meta_info/meta_info_DF2Kmultiscale+OST_sub.txt") == ("DF2K_OST",
+                                                                                           Path("datasets"))
+    assert provider_of("datasets/DF2K") == ("DF2K_OST", Path("datasets"))
     assert provider_of("datasets/Set5/HR") is None  # bundled with anysr
     assert provider_of("DIV2K_train_HR_sub") is None
 
@@ -369,3 +373,103 @@ def test_cli_list_and_missing_name(tmp_path: Path) -> None:
     assert [ln.split()[0] for ln in listed.stdout.splitlines()] == list(SOURCES)
     missing = run_cli("prepare", "fetch", cwd=tmp_path, check=False)
     assert missing.returncode == 2 and "give a dataset NAME" in missing.stderr
+
+
+def _patch_pins(monkeypatch: pytest.MonkeyPatch, name: str, files: dict[str, bytes]) -> None:
+    real = SOURCES[name]
+    monkeypatch.setitem(SOURCES, name, replace(real, files=tuple(
+        replace(f, md5=_md5(files[f.name]), size=None) if f.pinned else f for f in real.files)))
+
+
+def test_fetch_benchmark_lays_out_the_test_sets(server: Server, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tf:
+        for name, data in {"benchmark/Set5/HR/baby.png": _png(8, 8, 1), "benchmark/B100/HR/3096.png": _png(8, 12, 2),
+                           "benchmark/B100/LR_bicubic/X2/3096x2.png": _png(4, 6, 2),
+                           "benchmark/Urban100/HR/img001.png": _png(12, 8, 3)}.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    server.files["benchmark.tar"] = out.getvalue()
+    _patch_pins(monkeypatch, "benchmark", server.files)
+    root = tmp_path / "data"
+    report = fetch_dataset("benchmark", root, progress=False)
+    assert report.steps_run == ["link B100/HR", "link Urban100/HR"]
+    assert (root / "B100" / "HR" / "3096.png").read_bytes() == _png(8, 12, 2)
+    assert (root / "Urban100" / "HR" / "img001.png").is_file()
+    assert (root / "benchmark" / "Set5" / "HR" / "baby.png").is_file()  # the LR folders stay where EDSR put them
+    assert root / "benchmark" / "B100" / "LR_bicubic" / "X2" in report.provides
+
+
+def test_fetch_vimeo_writes_meta_info_and_bicubic_x4(server: Server, tmp_path: Path) -> None:
+    members = {f"vimeo_septuplet/sequences/00001/{s}/im{i}.png": _png(32, 48, i) for s in ("0001", "0002")
+               for i in range(1, 8)}
+    members["vimeo_septuplet/sep_trainlist.txt"] = b"00001/0001\n"
+    members["vimeo_septuplet/sep_testlist.txt"] = b"00001/0002\n"
+    server.files["vimeo_septuplet.zip"] = _zip(members)
+    root = tmp_path / "data"
+    report = fetch_dataset("Vimeo90K", root, progress=False)
+    assert report.pinned_locally == ["vimeo_septuplet.zip"]
+    v = root / "vimeo90k"
+    assert (v / "meta_info_Vimeo90K_train_GT.txt").read_text() == "00001/0001 7 (32,48,3)\n"
+    assert (v / "meta_info_Vimeo90K_test_GT.txt").read_text() == "00001/0002 7 (32,48,3)\n"
+    lr = sorted((v / "BIx4" / "00001" / "0002").iterdir())
+    assert [p.name for p in lr] == [f"im{i}.png" for i in range(1, 8)]
+    assert cv2.imread(str(lr[0])).shape == (8, 12, 3)
+
+
+def test_a_full_disk_is_one_line_and_keeps_the_part(div2k: dict[str, bytes], tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import anysr.download as dl
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(dl.os, "fsync", full)
+    with pytest.raises(DataError) as exc:
+        fetch_dataset("DIV2K", tmp_path / "data", progress=False)
+    text = str(exc.value)
+    assert "\n" not in text and text.startswith("writing ") and "the disk is full; free space" in text
+    assert "the partial download is kept and continued" in text
+    assert (tmp_path / "data" / "downloads" / "DIV2K_train_HR.zip.part").is_file()
+
+
+def test_fetch_df2k_ost_builds_real_esrgans_training_set(div2k: dict[str, bytes], server: Server, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from PIL import Image
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tf:
+        data = _png(420, 410, 5)
+        info = tarfile.TarInfo("Flickr2K/Flickr2K_HR/000001.png")
+        info.size = len(data)
+        tf.addfile(info, io.BytesIO(data))
+    server.files["Flickr2K.tar"] = out.getvalue()
+    _patch_pins(monkeypatch, "Flickr2K", server.files)
+    server.files["OST_dataset.zip"] = _zip({"OutdoorSceneTrain_v2/animal/animal_0001.png": _png(400, 400, 6),
+                                            "OutdoorSceneTrain_v2/sky/sky_0001.png": _png(410, 401, 7)})
+    root = tmp_path / "data"
+    report = fetch_dataset("df2k_ost", root, progress=False)
+    assert sorted(report.downloaded) == sorted([*div2k, "Flickr2K.tar", "OST_dataset.zip"])
+    assert report.pinned_locally == ["OST_dataset.zip"] and len(report.steps_run) == 7
+    df2k = root / "DF2K"
+    assert sorted(p.name for p in (df2k / "DF2K_HR").iterdir()) == ["000001.png", "0001.png", "0002.png"]
+    assert sorted(p.name for p in (df2k / "OST").iterdir()) == ["OutdoorSceneTrain_v2_animal_animal_0001.png",
+                                                                "OutdoorSceneTrain_v2_sky_sky_0001.png"]
+    # Real-ESRGAN's scales: int(w * s) x int(h * s) for 0.75, 0.5, 1/3, then the shortest edge at 400
+    sizes = {p.name: Image.open(p).size for p in (df2k / "DF2K_multiscale").iterdir() if p.stem.startswith("0001")}
+    assert sizes == {"0001T0.png": (396, 378), "0001T1.png": (264, 252), "0001T2.png": (176, 168),
+                     "0001T3.png": (419, 400)}
+    src = Image.open(df2k / "DF2K_HR" / "0001.png")
+    expect = np.asarray(src.resize((264, 252), resample=Image.LANCZOS))
+    assert np.array_equal(np.asarray(Image.open(df2k / "DF2K_multiscale" / "0001T1.png")), expect)
+    meta = (df2k / "meta_info" / "meta_info_DF2Kmultiscale+OST_sub.txt").read_text().splitlines()
+    assert meta[:4] == [f"DF2K_HR_sub/000001_s{i:03d}.png" for i in range(1, 5)]
+    # 528x504 -> 4 crops of 400 at step 200 (thresh 0), 420x410 -> 4; T3 419x400 -> 2; OST 400x400 -> 1, 410x401 -> 4
+    assert sum(ln.startswith("DF2K_HR_sub/") for ln in meta) == 12
+    assert sum(ln.startswith("DF2K_multiscale_sub/") for ln in meta) == len(list((df2k / "DF2K_multiscale_sub")
+                                                                                 .iterdir()))
+    assert sum(ln.startswith("OST_sub/") for ln in meta) == 5
+    assert all((df2k / ln).is_file() for ln in meta)
+    assert not (root / "DIV2K" / "DIV2K_train_HR_sub").exists()  # DIV2K's own preparation was not needed

@@ -100,6 +100,12 @@ def _matches(f: SourceFile, pin: dict | None, d: Digests) -> bool:
             and (md5 is None or d.md5 == md5))
 
 
+def _pin_agrees(f: SourceFile, pin: dict) -> bool:
+    """Whether a recorded verification still stands for the table's published checksums."""
+    return ((f.md5 is None or pin.get("md5") == f.md5)
+            and (f.sha256 is None or str(pin.get("sha256", "")).startswith(f.sha256)))
+
+
 # -------------------------------------------------------------------------------------- download
 def _get(f: SourceFile, folder: Path, pins: dict[str, dict], report: FetchReport, mirror: str | None,
          progress: bool) -> Path:
@@ -107,7 +113,7 @@ def _get(f: SourceFile, folder: Path, pins: dict[str, dict], report: FetchReport
     dest = folder / f.name
     pin = pins.get(f.name)
     if dest.is_file():
-        if pin is not None and pin.get("verified") == _stamp(dest) and (pin.get("md5") == f.md5 or f.md5 is None):
+        if pin is not None and pin.get("verified") == _stamp(dest) and _pin_agrees(f, pin):
             report.verified.append(f.name)
             return dest
         digests = file_digests(dest)
@@ -286,33 +292,90 @@ def _meta_info(src: Path, out: Path) -> None:
     out.write_text("".join(lines), encoding="utf-8")
 
 
+def _link_file(path: Path, target: Path) -> None:
+    try:
+        os.link(path, target)
+    except OSError:  # another file system, or no hard links there
+        shutil.copy2(path, target)
+
+
 def _link_tree(src: Path, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
     for path in sorted(src.rglob("*")):
         target = out / path.relative_to(src)
         if path.is_dir():
             target.mkdir(parents=True, exist_ok=True)
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.link(path, target)
-        except OSError:  # another file system, or no hard links there
-            shutil.copy2(path, target)
+        _link_file(path, target)
 
 
 def _reds(staging: Path, root: Path, names: tuple[str, ...]) -> None:
-    """BasicSR's REDS layout: train_sharp and train_sharp_bicubic/X4 with the 30 val clips renumbered 240-269."""
-    train_gt, train_lq, val_gt, val_lq = (_find_folder(staging, n) for n in names)
-    out_gt, out_lq = root / "REDS" / "train_sharp", root / "REDS" / "train_sharp_bicubic" / "X4"
-    for val in (val_gt, val_lq):
-        for clip in sorted(p for p in val.iterdir() if p.is_dir()):
-            if not clip.name.isdigit():
-                raise DataError(f"REDS: unexpected clip folder {clip} (clips are 000 ... 029)")
-    for val, train in ((val_gt, train_gt), (val_lq, train_lq)):
-        for clip in sorted(p for p in val.iterdir() if p.is_dir()):
+    """BasicSR's REDS layout: train_sharp and train_sharp_bicubic/X4 with the 30 val clips renumbered 240-269
+    (the LQ side first; a side already in place is left alone, so an interrupted step can run again)."""
+    train_gt, train_lq, val_gt, val_lq = names
+    for train_name, val_name, out in ((train_lq, val_lq, root / "REDS" / "train_sharp_bicubic" / "X4"),
+                                      (train_gt, val_gt, root / "REDS" / "train_sharp")):
+        if out.exists():
+            continue
+        train, val = _find_folder(staging, train_name), _find_folder(staging, val_name)
+        clips = sorted(p for p in val.iterdir() if p.is_dir())
+        odd = [c for c in clips if not c.name.isdigit()]
+        if odd:
+            raise DataError(f"REDS: unexpected clip folder {odd[0]} (clips are 000 ... 029)")
+        for clip in clips:
             os.replace(clip, train / f"{int(clip.name) + 240:03d}")
-    out_lq.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(train_lq, out_lq)
-    os.replace(train_gt, out_gt)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(train, out)
+
+
+def _gather(srcs: list[Path], out: Path) -> None:
+    """The images of ``srcs`` (at any depth) linked into ``out``, flat: ``a/b.png`` becomes ``a_b.png``."""
+    from anysr.data.imageio import is_image_file  # noqa: PLC0415
+
+    out.mkdir(parents=True, exist_ok=True)
+    count = 0
+    for src in srcs:
+        for path in sorted(p for p in src.rglob("*") if p.is_file() and is_image_file(p)):
+            target = out / "_".join(path.relative_to(src).parts)
+            if target.exists():
+                raise DataError(f"{path} and another image both become {target}; rename one of them")
+            _link_file(path, target)
+            count += 1
+    if not count:
+        raise DataError(f"{', '.join(map(str, srcs))} hold no images")
+
+
+def _multiscale(src: Path, out: Path) -> None:
+    """Real-ESRGAN's multi-scale DF2K: each image at x0.75, x0.5, x1/3 (``<stem>T0..T2.png``) and with its shortest
+    edge 400 (``T3``), resized with Pillow's Lanczos filter as its script does (sizes rounded down)."""
+    try:
+        from PIL import Image  # noqa: PLC0415 - optional (anysr[fetch]): the filter Real-ESRGAN used
+    except ImportError:
+        raise DataError("the multi-scale DF2K step resizes with Pillow's Lanczos filter, as Real-ESRGAN did; "
+                        "install it with pip install anysr[fetch]  (or pip install Pillow)") from None
+    from anysr.data.imageio import list_images  # noqa: PLC0415
+
+    out.mkdir(parents=True, exist_ok=True)
+    for path in list_images(src):
+        with Image.open(path) as img:
+            width, height = img.size
+            sizes = [(int(width * s), int(height * s)) for s in (0.75, 0.5, 1 / 3)]
+            if width < height:
+                sizes.append((400, int(400 * (height / width))))
+            else:
+                sizes.append((int(400 * (width / height)), 400))
+            for idx, size in enumerate(sizes):
+                img.resize(size, resample=Image.LANCZOS).save(out / f"{path.stem}T{idx}.png")
+
+
+def _meta_list(src: Path, out: Path, folders: tuple[str, ...]) -> None:
+    from anysr.data.imageio import list_images  # noqa: PLC0415
+
+    lines = [f"{folder}/{p.name}\n" for folder in folders for p in list_images(src / folder)]
+    if not lines:
+        raise DataError(f"{', '.join(folders)} under {src} hold no images to list in {out.name}")
+    out.write_text("".join(lines), encoding="utf-8")
 
 
 def _reds_meta(src: Path, out: Path) -> None:
@@ -375,13 +438,24 @@ def _run_step(step: Step, root: Path, progress: bool) -> None:
             for clip in _REDS4:
                 _link_tree(_need(src / clip, step), tmp / clip)
         return
+    if step.kind == "gather":
+        srcs = [_need(root / p, step) for p in (step.src, *step.args)]
+        with _building(out) as tmp:
+            _gather(srcs, tmp)
+        return
+    if step.kind == "meta_list":
+        src = _need(root / step.src, step)
+        with _building(out) as tmp:
+            _meta_list(src, tmp, step.args)
+        return
     actions: dict[str, Callable[[Path, Path], None]] = {
-        "meta_info": _meta_info, "reds_meta": _reds_meta, "vimeo_meta": _vimeo_meta, "link": _link_tree,
+        "meta_info": _meta_info, "reds_meta": _reds_meta, "multiscale": _multiscale, "vimeo_meta": _vimeo_meta,
+        "link": _link_tree,
         "vimeo_lr": lambda s, o: _vimeo_lr(s, o, step.args[0], progress),
     }
     if step.kind not in actions:
-        raise OptionError(f"dataset step kind '{step.kind}' is unknown; known: subimages, reds, reds4, "
-                          + ", ".join(actions))
+        known = ", ".join(("subimages", "reds", "reds4", "gather", "meta_list", *actions))
+        raise OptionError(f"dataset step kind '{step.kind}' is unknown; known: {known}")
     src = _need(root / step.src, step)
     with _building(out) as tmp:
         actions[step.kind](src, tmp)
@@ -399,6 +473,10 @@ def fetch_dataset(name: str, root: PathLike = "datasets", *, mirror: str | None 
     base = Path(root).expanduser()
     downloads = base / "downloads"
     report = FetchReport(source.name, base)
+    for need in source.needs:  # downloaded and extracted; their own preparation is not needed here
+        first = fetch_dataset(need, base, mirror=mirror, prepare=False, progress=progress)
+        for key in ("downloaded", "verified", "extracted", "pinned_locally"):
+            getattr(report, key).extend(getattr(first, key))
     try:
         downloads.mkdir(parents=True, exist_ok=True)
         with file_lock(downloads / f".{source.name}.lock"):
@@ -420,6 +498,6 @@ def fetch_dataset(name: str, root: PathLike = "datasets", *, mirror: str | None 
                     _run_step(step, base, progress)
                     report.steps_run.append(label)
     except OSError as exc:
-        raise DataError(f"anysr prepare fetch {source.name}: {describe_os_error(exc)}") from None
+        raise DataError(f"{source.name}: {describe_os_error(exc)}") from None
     report.provides = [base / p for p in source.provides if (base / p).exists()]
     return report
