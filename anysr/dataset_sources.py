@@ -85,14 +85,14 @@ _LSDIR = "https://data.vision.ee.ethz.ch/yawli/"
 _SCALES = ((2, 240, 120), (4, 120, 60))  # BasicSR's extract_subimages: GT 480 / step 240 / thresh 0, LR divided
 
 
-def _sr_train(prefix: str, folder: str) -> tuple[Step, ...]:
-    """Sub-images of a DIV2K-layout training set (HR and bicubic LR x2 / x4) and the HR sub-images' meta info."""
-    hr = f"{folder}/{prefix}_HR"
-    steps = [Step("subimages", hr, f"{hr}_sub", (480, 240, 0))]
+def _sr_train(folder: str, hr: str, lr: str, prefix: str, meta: str) -> tuple[Step, ...]:
+    """Sub-images of a training set's HR folder and bicubic LR x2 / x4 folders (``lr`` with ``{s}``), named
+    ``<prefix>_HR_sub`` / ``<prefix>_LR_bicubic_X<s>_sub`` in ``folder``, and BasicSR's meta info of the HR ones."""
+    steps = [Step("subimages", f"{folder}/{hr}", f"{folder}/{prefix}_HR_sub", (480, 240, 0))]
     for s, crop, step in _SCALES:
-        steps.append(Step("subimages", f"{folder}/{prefix}_LR_bicubic/X{s}", f"{folder}/{prefix}_LR_bicubic_X{s}_sub",
+        steps.append(Step("subimages", f"{folder}/{lr.format(s=s)}", f"{folder}/{prefix}_LR_bicubic_X{s}_sub",
                           (crop, step, 0)))
-    steps.append(Step("meta_info", f"{hr}_sub", f"{folder}/meta_info/meta_info_{prefix}_sub_GT.txt"))
+    steps.append(Step("meta_info", f"{folder}/{prefix}_HR_sub", f"{folder}/meta_info/{meta}"))
     return tuple(steps)
 
 
@@ -111,7 +111,8 @@ SOURCES: dict[str, DatasetSource] = {s.name: s for s in (
                     md5="1512c9a3f7bde2a1a21a73044e46b9cb", extract_to="DIV2K"),
          SourceFile("DIV2K_valid_LR_bicubic_X4.zip", (_DIV2K + "DIV2K_valid_LR_bicubic_X4.zip",),
                     md5="21962de700c8d368c6ff83314480eff0", extract_to="DIV2K")),
-        _sr_train("DIV2K_train", "DIV2K"),
+        _sr_train("DIV2K", "DIV2K_train_HR", "DIV2K_train_LR_bicubic/X{s}", "DIV2K_train",
+                  "meta_info_DIV2K800sub_GT.txt"),
         "academic research only (DIV2K terms)",
         "E. Agustsson, R. Timofte. NTIRE 2017 Challenge on Single Image Super-Resolution: Dataset and Study. "
         "CVPRW 2017",
@@ -121,7 +122,8 @@ SOURCES: dict[str, DatasetSource] = {s.name: s for s in (
     DatasetSource(
         "Flickr2K", "Flickr2K: 2650 2K images from Flickr, HR and bicubic / unknown LR (EDSR)",
         (SourceFile("Flickr2K.tar", (_EDSR + "Flickr2K.tar",), md5="5d3f39443d5e9489bff8963f8f26cb03"),),
-        _sr_train("Flickr2K", "Flickr2K"),
+        _sr_train("Flickr2K", "Flickr2K_HR", "Flickr2K_LR_bicubic/X{s}", "Flickr2K",
+                  "meta_info_Flickr2K2650sub_GT.txt"),
         "research use; images under their Flickr licences",
         "B. Lim, S. Son, H. Kim, S. Nah, K. M. Lee. Enhanced Deep Residual Networks for Single Image "
         "Super-Resolution. CVPRW 2017",
@@ -137,6 +139,17 @@ SOURCES: dict[str, DatasetSource] = {s.name: s for s in (
         "one tar",
         tuple(f"benchmark/{t}/{sub}" for t in ("Set5", "Set14", "B100", "Urban100")
               for sub in ("HR", "LR_bicubic/X2", "LR_bicubic/X3", "LR_bicubic/X4"))),
+    DatasetSource(
+        "DF2K", "DF2K: DIV2K's 800 and Flickr2K's 2650 training images in one set, HR and bicubic LR x2 / x4, with "
+        "sub-images",
+        (),
+        (Step("gather", "DIV2K/DIV2K_train_HR", "DF2K/HR", ("Flickr2K/Flickr2K_HR",)),
+         *(Step("gather", f"DIV2K/DIV2K_train_LR_bicubic/X{s}", f"DF2K/LR_bicubic/X{s}",
+                (f"Flickr2K/Flickr2K_LR_bicubic/X{s}",)) for s, _, _ in _SCALES),
+         *_sr_train("DF2K", "HR", "LR_bicubic/X{s}", "DF2K_train", "meta_info_DF2K3450sub_GT.txt")),
+        "those of DIV2K and Flickr2K",
+        "Agustsson & Timofte, CVPRW 2017 (DIV2K); Lim et al., CVPRW 2017 (Flickr2K)",
+        "DIV2K's and Flickr2K's archives", (), ("DIV2K", "Flickr2K")),
     DatasetSource(
         "DF2K_OST", "Real-ESRGAN's training set: DIV2K train + Flickr2K HR (DF2K), its multi-scale copies and OST, as "
         "400 / 200 sub-images with meta_info_DF2Kmultiscale+OST_sub.txt",

@@ -168,6 +168,8 @@ def test_shipped_option_paths_name_their_dataset() -> None:
     assert provider_of("datasets/DF2K/meta_info/meta_info_DF2Kmultiscale+OST_sub.txt") == ("DF2K_OST",
                                                                                            Path("datasets"))
     assert provider_of("datasets/DF2K") == ("DF2K_OST", Path("datasets"))
+    assert provider_of("datasets/DF2K/LR_bicubic/X2") == ("DF2K", Path("datasets"))  # train_DAT_x2.yml
+    assert provider_of("datasets/DF2K/DF2K_train_LR_bicubic_X4_sub") == ("DF2K", Path("datasets"))  # SAFMN
     assert provider_of("datasets/Set5/HR") is None  # bundled with anysr
     assert provider_of("DIV2K_train_HR_sub") is None
 
@@ -192,7 +194,7 @@ def test_fetch_verifies_extracts_and_prepares(div2k: dict[str, bytes], tmp_path:
         lr = sorted((root / "DIV2K" / f"DIV2K_train_LR_bicubic_X{s}_sub").iterdir())
         assert [p.name for p in lr] == sorted(p.name for p in hr_sub.iterdir())
         assert cv2.imread(str(lr[0])).shape == (side, side, 3)
-    meta = (root / "DIV2K" / "meta_info" / "meta_info_DIV2K_train_sub_GT.txt").read_text().splitlines()
+    meta = (root / "DIV2K" / "meta_info" / "meta_info_DIV2K800sub_GT.txt").read_text().splitlines()
     assert meta[0] == "0001_s001.png (480,480,3)" and len(meta) == 8
     # the second crop of image 1 is the HR image's pixels at (0, 48): BasicSR's layout
     img = cv2.imdecode(np.frombuffer(_png(504, 528, 1), np.uint8), cv2.IMREAD_UNCHANGED)
@@ -473,3 +475,29 @@ def test_fetch_df2k_ost_builds_real_esrgans_training_set(div2k: dict[str, bytes]
     assert sum(ln.startswith("OST_sub/") for ln in meta) == 5
     assert all((df2k / ln).is_file() for ln in meta)
     assert not (root / "DIV2K" / "DIV2K_train_HR_sub").exists()  # DIV2K's own preparation was not needed
+
+
+def test_fetch_df2k_merges_div2k_and_flickr2k(div2k: dict[str, bytes], server: Server, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tf:
+        for name, data in {"Flickr2K/Flickr2K_HR/000001.png": _png(480, 480, 5),
+                           "Flickr2K/Flickr2K_LR_bicubic/X2/000001x2.png": _png(240, 240, 5),
+                           "Flickr2K/Flickr2K_LR_bicubic/X4/000001x4.png": _png(120, 120, 5)}.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    server.files["Flickr2K.tar"] = out.getvalue()
+    _patch_pins(monkeypatch, "Flickr2K", server.files)
+    root = tmp_path / "data"
+    fetch_dataset("DF2K", root, progress=False)
+    df2k = root / "DF2K"
+    assert sorted(p.name for p in (df2k / "LR_bicubic" / "X2").iterdir()) == ["000001x2.png", "0001x2.png",
+                                                                             "0002x2.png"]
+    hr = sorted(p.name for p in (df2k / "DF2K_train_HR_sub").iterdir())
+    assert hr == ["000001_s001.png", *(f"{i:04d}_s{j:03d}.png" for i in (1, 2) for j in range(1, 5))]
+    for s in (2, 4):
+        assert sorted(p.name for p in (df2k / f"DF2K_train_LR_bicubic_X{s}_sub").iterdir()) == hr
+    assert len((df2k / "meta_info" / "meta_info_DF2K3450sub_GT.txt").read_text().splitlines()) == 9
+    # hard links where the file system allows them: no second copy of the images
+    assert (df2k / "HR" / "0001.png").stat().st_ino == (root / "DIV2K" / "DIV2K_train_HR" / "0001.png").stat().st_ino
