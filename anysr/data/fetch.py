@@ -406,15 +406,24 @@ def _vimeo_meta(listing: Path, out: Path) -> None:
 
 
 def _vimeo_lr(src: Path, out: Path, scale: int, progress: bool) -> None:
+    """MATLAB-bicubic ``1/scale`` copies of every septuplet (BasicSR's BIx4), sequences in parallel threads."""
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+    from tqdm import tqdm  # noqa: PLC0415
+
     from anysr.data.prepare import prepare_lr  # noqa: PLC0415 - torch / opencv only here
 
     seqs = sorted(p.parent for p in src.glob("*/*/im1.png"))
-    for seq in seqs:
-        prepare_lr(seq, out / seq.relative_to(src), scale, progress=False)
     if not seqs:
         raise DataError(f"{src} holds no septuplets (<clip>/<seq>/im1.png)")
-    if progress:
-        logger.info("made %d x%d bicubic septuplets in %s", len(seqs), scale, out)
+
+    def one(seq: Path) -> None:
+        prepare_lr(seq, out / seq.relative_to(src), scale, progress=False)
+
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+        for _ in tqdm(pool.map(one, seqs), total=len(seqs), desc=f"bicubic x{scale}", unit="seq",
+                      disable=not progress):
+            pass
 
 
 def _run_step(step: Step, root: Path, progress: bool) -> None:
