@@ -501,3 +501,18 @@ def test_fetch_df2k_merges_div2k_and_flickr2k(div2k: dict[str, bytes], server: S
     assert len((df2k / "meta_info" / "meta_info_DF2K3450sub_GT.txt").read_text().splitlines()) == 9
     # hard links where the file system allows them: no second copy of the images
     assert (df2k / "HR" / "0001.png").stat().st_ino == (root / "DIV2K" / "DIV2K_train_HR" / "0001.png").stat().st_ino
+
+
+def test_a_file_put_there_by_hand_is_used_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANYSR_OFFLINE", "1")
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    (downloads / "OST_dataset.zip").write_bytes(_zip({"OST300/img_001.png": _png(8, 8, 1)}))
+    report = fetch_dataset("OST", tmp_path, progress=False)
+    assert report.verified == ["OST_dataset.zip"] and report.pinned_locally == ["OST_dataset.zip"]
+    assert (tmp_path / "OST" / "OST300" / "img_001.png").is_file()
+    # from now on the local pin decides: a different file in its place is set aside
+    (downloads / "OST_dataset.zip").write_bytes(b"something else")
+    with pytest.raises(DataError, match=r"OST_dataset\.zip is not in .* downloading is off"):
+        fetch_dataset("OST", tmp_path, progress=False)
+    assert (downloads / "OST_dataset.zip.bad").read_bytes() == b"something else"

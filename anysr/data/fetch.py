@@ -106,6 +106,12 @@ def _pin_agrees(f: SourceFile, pin: dict) -> bool:
             and (f.sha256 is None or str(pin.get("sha256", "")).startswith(f.sha256)))
 
 
+def _pinned_locally(f: SourceFile, folder: Path, digests: Digests, report: FetchReport) -> None:
+    report.pinned_locally.append(f.name)
+    logger.warning("%s has no published checksum; recorded its sha256 %s as the local pin in %s", f.name,
+                   digests.sha256, folder / _PINS)
+
+
 # -------------------------------------------------------------------------------------- download
 def _get(f: SourceFile, folder: Path, pins: dict[str, dict], report: FetchReport, mirror: str | None,
          progress: bool) -> Path:
@@ -119,7 +125,9 @@ def _get(f: SourceFile, folder: Path, pins: dict[str, dict], report: FetchReport
         digests = file_digests(dest)
         if _matches(f, pin, digests):
             pins[f.name] = {**(pin or {}), "sha256": digests.sha256, "md5": digests.md5, "size": digests.size,
-                            "verified": _stamp(dest)}
+                            "verified": _stamp(dest), "published": f.pinned}
+            if not f.pinned and pin is None:  # a file put there by hand
+                _pinned_locally(f, folder, digests, report)
             report.verified.append(f.name)
             return dest
         bad = dest.with_name(dest.name + ".bad")
@@ -149,9 +157,7 @@ def _get(f: SourceFile, folder: Path, pins: dict[str, dict], report: FetchReport
         pins[f.name] = {"sha256": digests.sha256, "md5": digests.md5, "size": digests.size, "url": url,
                         "verified": _stamp(dest), "published": f.pinned}
         if not f.pinned and pin is None:
-            report.pinned_locally.append(f.name)
-            logger.warning("%s has no published checksum; recorded its sha256 %s as the local pin in %s",
-                           f.name, digests.sha256, folder / _PINS)
+            _pinned_locally(f, folder, digests, report)
         report.downloaded.append(f.name)
         return dest
     assert failure is not None
@@ -192,7 +198,10 @@ def safe_extract(archive: PathLike, dest: PathLike) -> list[str]:
                              if not (m.isfile() or m.isdir())]
                 if not problems:
                     out.mkdir(parents=True, exist_ok=True)
-                    tf.extractall(out, filter="data")
+                    if hasattr(tarfile, "data_filter"):  # Python >= 3.10.12 / 3.11.4: refuses what slipped by
+                        tf.extractall(out, filter="data")
+                    else:
+                        tf.extractall(out)  # noqa: S202 - every member was checked above
         else:
             raise DataError(f"{archive} is neither a zip nor a tar archive; delete it and run the command again")
     except (zipfile.BadZipFile, tarfile.TarError, EOFError) as exc:
