@@ -100,7 +100,7 @@ SOURCES: dict[str, DatasetSource] = {s.name: s for s in (
     DatasetSource(
         "DIV2K", "DIV2K: 800 training + 100 validation 2K images, HR and bicubic LR x2 / x4 (NTIRE 2017)",
         (SourceFile("DIV2K_train_HR.zip", (_DIV2K + "DIV2K_train_HR.zip",), md5="bdc2d9338d4e574fe81bf7d158758658",
-                    size=3530603713, extract_to="DIV2K"),
+                    extract_to="DIV2K"),
          SourceFile("DIV2K_train_LR_bicubic_X2.zip", (_DIV2K + "DIV2K_train_LR_bicubic_X2.zip",),
                     md5="9a637d2ef4db0d0a81182be37fb00692", extract_to="DIV2K"),
          SourceFile("DIV2K_train_LR_bicubic_X4.zip", (_DIV2K + "DIV2K_train_LR_bicubic_X4.zip",),
