@@ -232,9 +232,39 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_fetch(args: argparse.Namespace) -> int:
+    from anysr.dataset_sources import SOURCES
+
+    if args.list or not args.name:
+        for source in SOURCES.values():
+            pins = ("made from " + ", ".join(source.needs) if not source.files else "checksums published"
+                    if all(f.pinned for f in source.files) else "no published checksum")
+            print(f"{source.name:10s} {source.what}; {source.size_note}; {pins}; licence: {source.licence}")
+        if not args.list:
+            print("anysr prepare fetch: give a dataset NAME from the list above", file=sys.stderr)
+            return 2
+        return 0
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    from anysr.data.fetch import fetch_dataset
+
+    report = fetch_dataset(args.name, args.root, mirror=args.mirror, prepare=not args.no_prepare)
+    counts = (f"{len(report.downloaded)} downloaded, {len(report.verified)} already verified, "
+              f"{len(report.extracted)} extracted, {len(report.steps_run)} preparation step(s) run, "
+              f"{len(report.steps_skipped)} already done")
+    print(f"{report.name} in {report.root}: {counts}")
+    if report.pinned_locally:
+        print(f"no published checksum for {', '.join(report.pinned_locally)}: their sha256 is now the local pin in "
+              f"{report.root / 'downloads' / 'pins.json'}")
+    for path in report.provides:
+        print(f"  {path}")
+    return 0
+
+
 def cmd_prepare(args: argparse.Namespace) -> int:
     from anysr.data import prepare
 
+    if args.what == "fetch":
+        return _cmd_fetch(args)
     if args.what == "lr":
         out = prepare.prepare_lr(args.hr, args.out, args.scale)
         print(f"wrote {len(out)} LR image(s) (x{args.scale}) to {args.out}")
@@ -485,11 +515,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the options reference as Markdown instead (what docs/options.md holds)")
     p.set_defaults(func=cmd_schema)
 
-    p = sub.add_parser("prepare", help="dataset preparation: lr | subimages | lmdb | degrade",
-                       description="Prepare datasets: bicubic LR images, DIV2K-style sub-images, LMDB files; show "
-                       "Real-ESRGAN's synthesised training pairs.")
+    p = sub.add_parser("prepare", help="dataset preparation: fetch | lr | subimages | lmdb | degrade",
+                       description="Prepare datasets: download the standard ones, bicubic LR images, DIV2K-style "
+                       "sub-images, LMDB files; show Real-ESRGAN's synthesised training pairs.")
     psub = p.add_subparsers(dest="what", required=True, metavar="WHAT")
     fmt = _DefaultsFormatter
+    q = psub.add_parser("fetch", help="download, verify, extract and prepare a standard dataset", formatter_class=fmt,
+                        description="Download a standard dataset (DIV2K, Flickr2K, OST, LSDIR, the test sets of "
+                        "EDSR's benchmark package, REDS, Vimeo90K) from its official URLs into ROOT/downloads, "
+                        "resumable (a killed download continues) and verified against its published checksum (or, "
+                        "where none is published, against the first download's, recorded in pins.json); extract it "
+                        "(unsafe archive members refused) and prepare the sub-images, meta-info files and folders the "
+                        "shipped option files name. Rerunning skips what is done. ANYSR_DATASET_MIRROR (a base URL "
+                        "holding the files by name) replaces the official URLs.")
+    q.add_argument("name", nargs="?", default=None, help="the dataset (see --list)")
+    q.add_argument("--root", default="datasets", help="folder that receives the dataset (and downloads/)")
+    q.add_argument("--mirror", default=None, help="base URL holding the files by name (default: "
+                   "$ANYSR_DATASET_MIRROR, else the official URLs)")
+    q.add_argument("--no-prepare", action="store_true", help="stop after download and extraction")
+    q.add_argument("--list", action="store_true", help="list the datasets, their sizes and licences")
     q = psub.add_parser("lr", help="mod-crop and MATLAB-bicubic downscale a folder of HR images", formatter_class=fmt,
                         description="Crop each HR image to a multiple of --scale and shrink it with MATLAB-exact "
                         "bicubic imresize (the classic benchmark protocol); PNGs named like the HR files.")

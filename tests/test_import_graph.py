@@ -23,7 +23,8 @@ LAYERS = (
     ("anysr.data",),
     ("anysr.accelerators",),
     ("anysr.ops",),
-    ("anysr.atomic", "anysr.tree", "anysr.registry", "anysr.presets", "anysr.errors", "anysr"),
+    ("anysr.atomic", "anysr.tree", "anysr.registry", "anysr.presets", "anysr.errors", "anysr.download",
+     "anysr.dataset_sources", "anysr"),
 )
 OPTIONAL = {"anysr.accelerators.xla": "torch_xla"}  # modules that exist to wrap an optional dependency
 NOT_IMPORTED = {"anysr.__main__"}  # runs the CLI when imported

@@ -13,6 +13,7 @@ from typing import Any
 
 from anysr.accelerators.hardware import PRECISION_CHOICES
 from anysr.accelerators.kinds import ACCELERATOR_HINTS, ACCELERATORS, LAUNCHERS
+from anysr.dataset_sources import provider_of
 from anysr.errors import OptionError, did_you_mean
 from anysr.options.augment import AUGMENT_TRAIN_FIELDS, augment_rule
 from anysr.options.common import (
@@ -103,9 +104,20 @@ def _existing(out: dict[str, Any], key: str, path: str, ctx: Context, *, kind: s
     if not ctx.check_paths:
         return
     if not full.exists():
-        ctx.add(sub, f"{shown} does not exist; fix the path (relative paths start at path.root) or create it")
+        ctx.add(sub, f"{shown} does not exist; {_how_to_create(full)}")
     elif kind == "file" and not full.is_file():
         ctx.add(sub, f"{shown} is a folder, expected a file")
+
+
+def _how_to_create(full: Path) -> str:
+    """The fix for a missing path: the ``anysr prepare fetch`` command when a registered dataset provides it."""
+    found = provider_of(full)
+    if found is None:
+        return "fix the path (relative paths start at path.root) or create it"
+    name, root = found
+    where = "" if root == Path.cwd() / "datasets" else f" --root {root}"
+    return f"`anysr prepare fetch {name}{where}` downloads and prepares it, or fix the path (relative paths start at " \
+           "path.root)"
 
 
 def _dataset_key(name: str) -> str | None:

@@ -20,22 +20,15 @@ one line naming the file, its URL and where to put it. Reading happens here and 
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import http.client
 import importlib.util
 import logging
 import os
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 import torch
 
-from anysr.atomic import atomic_write
+from anysr.download import OFFLINE_VARS, DownloadFailed, download, file_lock, offline_reason
 from anysr.errors import CheckpointError, OptionError
 
 __all__ = ["KNOWN", "KnownFile", "OFFLINE_VARS", "MIRROR_VAR", "hub_checkpoints", "find_weights", "offline_reason",
@@ -43,10 +36,7 @@ __all__ = ["KNOWN", "KnownFile", "OFFLINE_VARS", "MIRROR_VAR", "hub_checkpoints"
 
 logger = logging.getLogger("anysr.engine.checkpoint")
 
-OFFLINE_VARS = ("ANYSR_OFFLINE", "HF_HUB_OFFLINE")  # either set to 1 / true / yes: no download
 MIRROR_VAR = "ANYSR_WEIGHTS_MIRROR"
-_TIMEOUT_S = 60.0
-_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -93,14 +83,6 @@ KNOWN: dict[str, KnownFile] = {f.name: f for f in (
 def hub_checkpoints() -> Path:
     """torch hub's weight cache, ``torch.hub.get_dir()/checkpoints`` (``$TORCH_HOME/hub/checkpoints``)."""
     return Path(torch.hub.get_dir()) / "checkpoints"
-
-
-def offline_reason() -> str | None:
-    """The variable that forbids downloading (``ANYSR_OFFLINE=1``), or None."""
-    for var in OFFLINE_VARS:
-        if os.environ.get(var, "").strip().lower() in ("1", "true", "yes", "on"):
-            return f"{var}={os.environ[var]}"
-    return None
 
 
 def _known(name: str) -> KnownFile:
@@ -156,7 +138,7 @@ def resolve_weights(name: str, option: str) -> Path:
                               f"is off ({reason}); download {url} to {dest}, or set {option} to a copy")
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
-        with _file_lock(dest.parent / f".{known.file_name}.lock"):
+        with file_lock(dest.parent / f".{known.file_name}.lock"):
             if not dest.is_file():  # else another process downloaded it while this one waited
                 _download(known, url, dest, option)
     except OSError as exc:  # the cache folder (network failures are CheckpointErrors by now)
@@ -166,75 +148,15 @@ def resolve_weights(name: str, option: str) -> Path:
     return dest
 
 
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    """An exclusive lock between processes (and threads: each opens its own descriptor) on ``path``; none where
-    the platform has no ``fcntl`` (the atomic rename still keeps the file whole)."""
-    try:
-        import fcntl  # noqa: PLC0415 - POSIX only
-    except ImportError:
-        yield
-        return
-    with open(path, "a+b") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-
-
-class _HashMismatch(Exception):
-    def __init__(self, digest: str) -> None:
-        super().__init__(digest)
-        self.digest = digest
-
-
-def _progress(total: int | None, desc: str):  # noqa: ANN202 - a tqdm bar or None
-    try:
-        from tqdm import tqdm  # noqa: PLC0415 - optional
-    except ImportError:
-        return None
-    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc, disable=None, leave=False)
-
-
 def _download(known: KnownFile, url: str, dest: Path, option: str) -> None:
     logger.info("downloading %s from %s to %s", known.what, url, dest)
     fix = (f"download it by hand to {dest}, set {MIRROR_VAR} to a server holding {known.file_name}, or set "
            f"{option} to a copy")
-
-    def fill(out: BinaryIO) -> None:
-        digest = hashlib.sha256()
-        with urllib.request.urlopen(url, timeout=_TIMEOUT_S) as response:  # noqa: S310 - http(s) URLs of the table
-            length = response.headers.get("Content-Length")
-            total = int(length) if length and length.isdigit() else None
-            bar = _progress(total, known.file_name)
-            got = 0
-            try:
-                while chunk := response.read(_CHUNK):
-                    digest.update(chunk)
-                    out.write(chunk)
-                    got += len(chunk)
-                    if bar is not None:
-                        bar.update(len(chunk))
-            finally:
-                if bar is not None:
-                    bar.close()
-            if total is not None and got != total:
-                raise ConnectionError(f"the connection ended after {got} of {total} bytes")
-        hexdigest = digest.hexdigest()
-        if not hexdigest.startswith(known.sha256):  # a full pin compares all 64 digits; a prefix as torch.hub does
-            raise _HashMismatch(hexdigest)
-
-    try:
-        atomic_write(dest, fill)  # temp file + fsync + rename; removed on any failure
-    except _HashMismatch as exc:
-        expected = known.sha256 if len(known.sha256) == 64 else f"{known.sha256}... (prefix)"
-        raise CheckpointError(f"{option}: the download of {known.file_name} from {url} has sha256 {exc.digest}, "
-                              f"expected {expected}; nothing was kept. Check the URL ({MIRROR_VAR}?) or {fix}"
+    try:  # a temp file next to dest, its sha256 checked, then renamed; nothing partial or wrong is kept
+        download(url, dest, sha256=known.sha256, resume=False, keep_bad=False, desc=known.file_name)
+    except DownloadFailed as exc:
+        if exc.kind in ("checksum", "size"):
+            raise CheckpointError(f"{option}: the download of {known.file_name} from {url} has {exc.reason}; "
+                                  f"nothing was kept. Check the URL ({MIRROR_VAR}?) or {fix}") from None
+        raise CheckpointError(f"{option}: downloading {known.what} from {url} failed ({exc.reason}); {fix}"
                               ) from None
-    except urllib.error.HTTPError as exc:
-        raise CheckpointError(f"{option}: downloading {known.what} from {url} failed (HTTP {exc.code}); {fix}"
-                              ) from None
-    except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException, ValueError) as exc:
-        why = getattr(exc, "reason", None) or type(exc).__name__ + (f": {exc}" if str(exc) else "")
-        raise CheckpointError(f"{option}: downloading {known.what} from {url} failed ({why}); {fix}") from None
