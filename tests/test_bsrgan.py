@@ -236,3 +236,37 @@ def test_cli_trains_the_shipped_option_file(tmp_path: Path) -> None:
             "accelerator=cpu", f"datasets.val.dataroot_gt={ROOT / 'datasets/Set5/HR'}", "val.val_freq=100",
             cwd=tmp_path)
     assert (tmp_path / "experiments" / "train_BSRGAN_x4" / "models" / "net_g_2.safetensors").is_file()
+
+
+def test_prepare_degrade_shows_the_training_pairs_and_recipes(tmp_path: Path) -> None:
+    """`anysr prepare degrade` writes the pairs the dataset gives the training stream, and each pair's recipe."""
+    from anysr.data.bsrgan_dataset import BSRGANDataset
+
+    path = write_options(tmp_path / "p.yml", _train_options("p", tmp_path, degradation_type="bsrgan_plus"))
+    proc = run_cli("prepare", "degrade", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", "--out",
+                   str(tmp_path / "pairs"), "-n", "3", cwd=tmp_path)
+    assert "wrote 3 LQ/GT pair(s)" in proc.stdout
+    report = json.loads((tmp_path / "pairs" / "degrade.json").read_text())
+    pairs = report["pairs"] if isinstance(report, dict) else report
+    opt = load_options(path, [f"path.root={tmp_path}"], is_train=True)
+    ds = BSRGANDataset(opt["datasets"]["train"])
+    for rec in pairs:
+        assert rec["degradation"]["type"] == "bsrgan_plus" and rec["degradation"]["steps"][-1]["op"] == "jpeg"
+        item = ds[(rec["index"], rec["sample_seed"])]
+        lq = cv2.imread(str(tmp_path / "pairs" / rec["files"]["lq"][0]))[..., ::-1]
+        assert np.array_equal(lq, (item["lq"].permute(1, 2, 0).numpy() * 255).round().astype(np.uint8))
+
+
+@pytest.mark.slow
+def test_two_gloo_ranks_match_one_process(tmp_path: Path) -> None:
+    """A global batch of 4: one process, or two CPU ranks of 2 (each sample's pair depends on its seed only)."""
+    for name, batch, gpus in (("one", 4, 1), ("two", 2, 2)):
+        opt = _train_options(name, tmp_path, batch_size_per_gpu=batch)
+        opt["num_gpu"] = gpus
+        run_cli("train", "-opt", str(write_options(tmp_path / f"{name}.yml", opt)), "--force_yml",
+                f"path.root={tmp_path}", cwd=tmp_path)
+    exp = tmp_path / "experiments"
+    a, b = saved_weights(exp / "one", 4), saved_weights(exp / "two", 4)
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=k)
+    assert json.loads((exp / "two" / "summary.json").read_text())["accelerator"]["world_size"] == 2

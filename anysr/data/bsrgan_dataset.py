@@ -65,9 +65,13 @@ class BSRGANDataset(_ImageDataset):
         return self._path(self.gt_root, name)
 
     def draws(self, seed: int) -> BSRGANDraws:
-        """The recipe sample ``seed`` degrades its image with (what ``anysr prepare degrade`` reports)."""
+        """The recipe sample ``seed`` degrades its image with."""
         size = int(self.settings.degrade_size or self.settings.gt_size)
         return self.pipeline.draw(draw_rng(seed), (size, size))
+
+    def degradation_record(self, seed: int) -> dict[str, Any]:
+        """The recipe of sample ``seed`` as plain data (what ``anysr prepare degrade`` writes to degrade.json)."""
+        return {"type": self.pipeline.name, **self.draws(seed).as_dict()}
 
     def __getitem__(self, index: Any) -> dict[str, Any]:
         i, seed = self._split_index(index)
