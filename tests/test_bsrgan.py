@@ -120,6 +120,25 @@ def _ops(draws: BSRGANDraws) -> list[str]:
     return [s.op for s in draws.steps]
 
 
+def _check_ranges(s: Step, sf: int) -> None:
+    """A drawn value within KAIR's range (blur kernel 7..25, sigmas, noise 2..25 / 255, JPEG 30..95)."""
+    p = s.params
+    if s.op == "blur":
+        assert p["ksize"] in range(7, 26, 2)
+        if p["kind"] == "gaussian":
+            assert 0 <= p["sigma"] < 2 + 0.2 * 4  # wd at the largest scale the recipe may blur at
+        else:
+            assert 0 <= p["l1"] < 8 and 0 <= p["l2"] < 8 and 0 <= p["theta"] < np.pi
+    elif s.op in ("noise", "speckle"):
+        assert round(p["sigma"] * 255) in range(2, 26)
+    elif s.op == "jpeg":
+        assert p["quality"] in range(30, 96)
+    elif s.op == "shifted_down":
+        assert 0.1 <= p["sigma"] <= 0.6 * sf and p["sf"] == sf
+    elif s.op == "poisson":
+        assert 100 <= p["vals"] <= 10000
+
+
 def test_draws_follow_kair_probabilities() -> None:
     """Over many counters: BSRGAN's x2 pre-downsampling 0.25, in-shuffle JPEG 0.9, camera 0.25, the downsample's
     kernel branch 0.25, the final downsample after the first; plus: Poisson / speckle / camera 0.1 each per half,
@@ -141,10 +160,13 @@ def test_draws_follow_kair_probabilities() -> None:
                 c["noise_" + s.params["kind"]] += 1
             if s.op == "resize":
                 c["mode_" + s.params["mode"]] += 1
+            _check_ranges(s, 2 if ops[0] in ("half_matlab", "resize") and d.steps[0].size == (32, 32) else 4)
         assert d.steps[-1].op == "jpeg" and ops.count("blur") == 2 and ops.count("noise") == 1
         assert (d.top, d.left) == (0, 0) and d.steps[-1].size == (16, 16)
         p = plus.draw(draw_rng(seed), (64, 64))
         pops = _ops(p)
+        for s in p.steps:
+            _check_ranges(s, 4)
         assert pops.count("blur") == 2 and pops.count("resize") == 3 and pops[-1] == "jpeg"
         c["poisson"] += pops.count("poisson")
         c["speckle"] += pops.count("speckle")
@@ -213,10 +235,11 @@ def test_option_errors_name_the_key(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("variant", ["bsrgan", "bsrgan_plus"])
 def test_resume_is_bit_exact(tmp_path: Path, variant: str) -> None:
-    """4 iterations straight == 2, stop, resume, 2 (with 2 loader workers on the split run)."""
+    """4 iterations straight == 2, stop, resume, 2 (the plus variant's split run with 2 loader workers)."""
     straight = write_options(tmp_path / "a.yml", _train_options("a", tmp_path, degradation_type=variant))
     assert main(["train", "-opt", str(straight), "--force_yml", f"path.root={tmp_path}"]) == 0
-    split = _train_options("b", tmp_path, degradation_type=variant, num_worker_per_gpu=2)
+    workers = 2 if variant == "bsrgan_plus" else 0
+    split = _train_options("b", tmp_path, degradation_type=variant, num_worker_per_gpu=workers)
     split["train"]["total_iter"] = 2
     path = write_options(tmp_path / "b.yml", split)
     assert main(["train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}"]) == 0
@@ -228,14 +251,14 @@ def test_resume_is_bit_exact(tmp_path: Path, variant: str) -> None:
 
 def test_cli_trains_the_shipped_option_file(tmp_path: Path) -> None:
     """`anysr train` on options/train/train_BSRGAN_x4.yml, made tiny from the command line."""
-    run_cli("train", "-opt", str(ROOT / "options/train/train_BSRGAN_x4.yml"), "--force_yml", f"path.root={tmp_path}",
+    run_cli("train", "-opt", str(ROOT / "options/train/train_BSRGAN_x4.yml"), "--force_yml", f"path.root={ROOT}",
+            f"path.experiments_root={tmp_path / 'run'}",
             f"datasets.train.dataroot_gt={ROOT / 'datasets/Set5/HR'}", "datasets.train.gt_size=32",
             "datasets.train.degrade_size=64", "datasets.train.num_worker_per_gpu=0",
             "datasets.train.batch_size_per_gpu=2", "network_g.num_block=1", "network_g.num_feat=8",
             "network_g.num_grow_ch=4", "train.total_iter=2", "logger.save_checkpoint_freq=2", "num_gpu=1",
-            "accelerator=cpu", f"datasets.val.dataroot_gt={ROOT / 'datasets/Set5/HR'}", "val.val_freq=100",
-            cwd=tmp_path)
-    assert (tmp_path / "experiments" / "train_BSRGAN_x4" / "models" / "net_g_2.safetensors").is_file()
+            "accelerator=cpu", "datasets.val=~", "datasets.val_2=~", "val=~", cwd=tmp_path)
+    assert (tmp_path / "run" / "models" / "net_g_2.safetensors").is_file()
 
 
 def test_prepare_degrade_shows_the_training_pairs_and_recipes(tmp_path: Path) -> None:

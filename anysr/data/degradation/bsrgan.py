@@ -24,6 +24,7 @@ camera-sensor (ISP) step of both draws its coin as KAIR does and then does nothi
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -251,7 +252,7 @@ def correlated_transform(d: np.ndarray, a: np.ndarray) -> np.ndarray:
     return np.sqrt(s)[:, None] * vh
 
 
-class BSRGANPipeline:
+class BSRGANPipeline(ABC):
     """A registered BSRGAN-style degradation: :meth:`draw` a sample's recipe, :meth:`__call__` apply it."""
 
     name = ""
@@ -260,8 +261,9 @@ class BSRGANPipeline:
         self.settings = settings
         self.usm = USMSharp()
 
+    @abstractmethod
     def draw_steps(self, d: _Drawer) -> None:
-        raise NotImplementedError
+        """Append the model's steps to ``d`` in their drawn order (the final resize and JPEG included)."""
 
     def draw(self, rng: np.random.Generator, size: tuple[int, int]) -> BSRGANDraws:
         """The recipe for an HR image of ``size`` (H, W) (mod-cropped to the scale first, as KAIR)."""
