@@ -224,6 +224,17 @@ def _train_options(name: str, tmp: Path, **ds: Any) -> dict[str, Any]:
     }
 
 
+def test_kair_keys_and_defaults(tmp_path: Path) -> None:
+    """KAIR's H_size is degrade_size; degradation_type, shuffle_prob and use_sharp default as KAIR's dataset."""
+    opt = _train_options("k", tmp_path)
+    del opt["datasets"]["train"]["degrade_size"]
+    opt["datasets"]["train"]["H_size"] = 40
+    train = load_options(write_options(tmp_path / "k.yml", opt), [f"path.root={tmp_path}"],
+                         is_train=True)["datasets"]["train"]
+    assert (train["degrade_size"], train["degradation_type"], train["shuffle_prob"], train["use_sharp"]) == (
+        40, "bsrgan", 0.1, False)
+
+
 def test_option_errors_name_the_key(tmp_path: Path) -> None:
     for ds, key in (({"degradation_type": "bsrgan_pls"}, "degradation_type"), ({"degrade_size": 30}, "degrade_size"),
                     ({"gt_size": None}, "gt_size"), ({"degradation_type": "bsrgan_plus", "degrade_size": 32},

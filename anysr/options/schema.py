@@ -636,7 +636,7 @@ DATASET = Section(
         **VIDEO_DATASET_FIELDS,
         **TRAINNER_DATASET_FIELDS,
     },
-    aliases={"use_flip": "use_hflip", "meta_info": "meta_info_file"},
+    aliases={"use_flip": "use_hflip", "meta_info": "meta_info_file", "H_size": "degrade_size"},
     rule=_dataset_rule,
     doc="One entry per dataset; its key starts with train, val or test (its phase).",
 )
