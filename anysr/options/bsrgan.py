@@ -18,8 +18,8 @@ BSRGAN_DATASET_FIELDS: dict[str, Field] = {
                               doc="BSRGANDataset: the degradation model (DEGRADATION_REGISTRY): bsrgan or "
                                   "bsrgan_plus (KAIR's names)."),
     "degrade_size": Field((int, None), default=None, check=at_least(1), default_doc="gt_size",
-                          doc="BSRGANDataset: the HR square (KAIR's H_size, accepted as an alias) that is degraded before the gt_size "
-                              "pair is cropped from it; a multiple of scale, >= gt_size."),
+                          doc="BSRGANDataset: the HR square (KAIR's H_size, accepted as an alias) that is degraded "
+                              "before the gt_size pair is cropped from it; a multiple of scale, >= gt_size."),
     "shuffle_prob": Field((float, None), default=None, check=between(0, 1), default_doc="0.1 (KAIR)",
                           doc="BSRGANDataset, bsrgan_plus: chance of shuffling all 13 steps (else only the "
                               "noises within each half)."),
