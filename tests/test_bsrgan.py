@@ -304,3 +304,22 @@ def test_two_gloo_ranks_match_one_process(tmp_path: Path) -> None:
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=k)
     assert json.loads((exp / "two" / "summary.json").read_text())["accelerator"]["world_size"] == 2
+
+
+def test_sixteen_bit_gt_stays_sixteen_bit(tmp_path: Path) -> None:
+    """A 16-bit HR: the GT patch keeps its low byte, the LQ ends on 8-bit levels (the final JPEG)."""
+    from anysr.data.bsrgan_dataset import BSRGANDataset
+
+    folder = tmp_path / "hr16"
+    folder.mkdir()
+    img = cv2.imread(str(ROOT / "datasets/Set5/HR/baby.png")).astype(np.uint16) * 257 + 3
+    cv2.imwrite(str(folder / "baby.png"), img)
+    opt = _train_options("b16", tmp_path, dataroot_gt=str(folder), use_hflip=False, use_rot=False)
+    ds = BSRGANDataset(load_options(write_options(tmp_path / "o.yml", opt), [f"path.root={tmp_path}"],
+                                    is_train=True)["datasets"]["train"])
+    item = ds[(0, 7)]
+    assert item["bits"] == 16
+    gt16 = item["gt"] * 65535
+    assert torch.allclose(gt16, gt16.round(), atol=1e-2) and bool(((gt16.round() % 257) == 3).all())
+    lq8 = item["lq"] * 255
+    assert torch.allclose(lq8, lq8.round(), atol=1e-3)

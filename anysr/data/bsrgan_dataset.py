@@ -6,8 +6,9 @@ Per sample: read the GT, flip / rotate it, reflect-pad it to ``degrade_size`` (K
 registered pipeline (:mod:`anysr.data.degradation.bsrgan`) and crop the ``gt_size`` / ``gt_size // scale`` pair.
 Every random draw comes from the sample's seed (the sampler's counter-based ``(seed, epoch, position)`` seed;
 ``ds[i]`` means seed ``i``), so the pairs do not depend on the worker count, the rank split or the resume point.
-Items: ``{'lq', 'gt', 'lq_path', 'gt_path', 'seed'}`` with fixed shapes (what XLA wants). Any SR model trains on it.
-Unlike KAIR, images smaller than ``degrade_size`` are reflect-padded (KAIR replaces them by a random flat colour).
+Items: ``{'lq', 'gt', 'lq_path', 'gt_path', 'seed', 'bits'}`` with fixed shapes (what XLA wants); any SR model
+trains on it. A 16-bit GT stays 16-bit (``bits`` 16); the LQ ends on 8-bit levels (the final JPEG). Unlike KAIR,
+images smaller than ``degrade_size`` are reflect-padded (KAIR replaces them by a random flat colour).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import numpy as np
 
 from anysr.data.degradation.bsrgan import BSRGANDraws, BSRGANPipeline, draw_rng, settings_from_options
 from anysr.data.file_backends import build_backend
-from anysr.data.paired_image_dataset import _ImageDataset, _Pair
+from anysr.data.paired_image_dataset import _ImageDataset, _Pair, image_bits
 from anysr.data.realesrgan_dataset import pad_or_crop
 from anysr.data.transforms import augment, img2tensor
 from anysr.registry import DATASET_REGISTRY, DEGRADATION_REGISTRY
@@ -82,8 +83,7 @@ class BSRGANDataset(_ImageDataset):
         rng = np.random.default_rng([seed, _TAG_IMAGE])
         img = augment(img, self.use_hflip, self.use_rot, rng)
         img = pad_or_crop(img, int(self.settings.degrade_size or self.settings.gt_size), rng)
-        if img.dtype == np.uint16:  # the degradations model 8-bit inputs (JPEG): quantise as KAIR reads images
-            img = (img.astype(np.float64) / 257.0).round().astype(np.uint8)
         out = self.pipeline(img2tensor(img, gray_to_rgb=True), seed)
         path = self.path(i)
-        return {"lq": out["lq"], "gt": out["gt"], "lq_path": path, "gt_path": path, "seed": seed}
+        return {"lq": out["lq"], "gt": out["gt"], "lq_path": path, "gt_path": path, "seed": seed,
+                "bits": image_bits(img)}
