@@ -161,7 +161,8 @@ LOSS_REGISTRY = Registry("loss")
 OPTIMIZER_REGISTRY = Registry("optimizer")
 SCHEDULER_REGISTRY = Registry("scheduler")
 METRIC_REGISTRY = Registry("metric")
+DEGRADATION_REGISTRY = Registry("degradation")  # degradation models that make (LQ, GT) pairs from HR images
 
 __all__ = ["OPTIMIZER_REGISTRY", "REQUIRED", "SCHEDULER_REGISTRY", "Registry", "argument_problems",
            "constructor_args", "plain_options", "ARCH_REGISTRY", "MODEL_REGISTRY", "DATASET_REGISTRY", "LOSS_REGISTRY",
-           "METRIC_REGISTRY", "Callable"]
+           "METRIC_REGISTRY", "DEGRADATION_REGISTRY", "Callable"]

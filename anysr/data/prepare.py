@@ -515,7 +515,8 @@ def loader_samples(opt: Any, out_dir: PathLike, n: int, *, frames: int = 3, prog
     file's ``batch_size_per_gpu``, ``train.accumulate`` micro-batches an iteration), after the batch augmentations
     of ``train.use_moa`` as the training step draws them. Writes ``NNNN_lq.png`` / ``NNNN_gt.png`` (a clip: the
     ``frames`` frames around its centre as ``NNNN_lq_fTT.png``, and ``NNNN_gt_fTT.png`` when the GT is a clip too)
-    and ``degrade.json`` (each pair's dataset index, sample seed, iteration, micro-batch, files and sizes).
+    and ``degrade.json`` (each pair's dataset index, sample seed, iteration, micro-batch, files and sizes, and for
+    a dataset that degrades its GT itself, ``BSRGANDataset``, the drawn recipe under ``degradation``).
     """
     n = _positive_int(n, "-n")
     frames = _positive_int(frames, "--frames")
@@ -576,6 +577,9 @@ def loader_samples(opt: Any, out_dir: PathLike, n: int, *, frames: int = 3, prog
             for src in ("lq_path", "gt_path", "key", "clip"):
                 if src in raw[j]:
                     record[src] = str(raw[j][src])
+            recipe = getattr(dataset, "degradation_record", None)
+            if callable(recipe):  # a dataset that degrades its GT itself (BSRGANDataset): the drawn recipe
+                record["degradation"] = recipe(int(s))
             shown.append(record)
             count += 1
             bar.update(1)

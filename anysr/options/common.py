@@ -14,6 +14,7 @@ from anysr.options.fields import MISSING, Context
 from anysr.registry import (
     ARCH_REGISTRY,
     DATASET_REGISTRY,
+    DEGRADATION_REGISTRY,
     LOSS_REGISTRY,
     METRIC_REGISTRY,
     MODEL_REGISTRY,
@@ -33,6 +34,7 @@ REGISTRIES: dict[str, tuple[Registry, str]] = {
     "loss": (LOSS_REGISTRY, "anysr.losses"),
     "optimizer": (OPTIMIZER_REGISTRY, "anysr.models"),
     "scheduler": (SCHEDULER_REGISTRY, "anysr.models"),
+    "degradation": (DEGRADATION_REGISTRY, "anysr.data"),
 }
 
 

@@ -16,6 +16,7 @@ from anysr.accelerators.kinds import ACCELERATOR_HINTS, ACCELERATORS, LAUNCHERS
 from anysr.dataset_sources import provider_of
 from anysr.errors import OptionError, did_you_mean
 from anysr.options.augment import AUGMENT_TRAIN_FIELDS, augment_rule
+from anysr.options.bsrgan import BSRGAN_DATASET_FIELDS, bsrgan_dataset_rule, is_degradation_source
 from anysr.options.common import (
     PHASES,
     backend_types,
@@ -206,6 +207,8 @@ def _dataset_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None)
                     "multiple of scale, e.g. 96 or 128)")
     elif is_synthesis_source(kind):
         realesrgan_dataset_rule(out, path, ctx, phase)
+    elif is_degradation_source(kind):
+        bsrgan_dataset_rule(out, path, ctx, phase)
     elif kind == "SingleImageDataset" and "dataroot_lq" in out and out["dataroot_lq"] is None:
         ctx.add(f"{path}.dataroot_lq", "required by SingleImageDataset (the folder of input images)")
     check_gt_size(out.get("gt_size"), f"{path}.gt_size", ctx)
@@ -636,6 +639,7 @@ DATASET = Section(
         "lq_from_gt": Field(bool, default=False,
                             doc="Make LQ from GT with MATLAB bicubic (then dataroot_lq is not needed)."),
         **REALESRGAN_DATASET_FIELDS,
+        **BSRGAN_DATASET_FIELDS,
         "task": Field((str, None), keep=False, doc="Accepted (the DAT authors' option files: SR) and ignored."),
         "phase": Field(str, choices=PHASES, default_doc="from the key prefix (train, val, test)",
                        doc="Set by the loader from the dataset key."),
@@ -644,7 +648,7 @@ DATASET = Section(
         **VIDEO_DATASET_FIELDS,
         **TRAINNER_DATASET_FIELDS,
     },
-    aliases={"use_flip": "use_hflip", "meta_info": "meta_info_file"},
+    aliases={"use_flip": "use_hflip", "meta_info": "meta_info_file", "H_size": "degrade_size"},
     rule=_dataset_rule,
     doc="One entry per dataset; its key starts with train, val or test (its phase).",
 )

@@ -8,6 +8,8 @@ One module per model or family, the tensor operators they call in :mod:`anysr.op
 * :mod:`~anysr.data.degradation.jpeg`: the real JPEG codec (OpenCV), fixed or random quality.
 * :mod:`~anysr.data.degradation.realesrgan`: Real-ESRGAN's second-order degradation (its settings, draws and
   pipeline, in the training step or the loader workers).
+* :mod:`~anysr.data.degradation.bsrgan`: BSRGAN's shuffled degradation and its plus variant (KAIR), degraded in
+  the loader workers by ``BSRGANDataset``.
 * :mod:`~anysr.data.degradation.draws`: helpers the random draws share.
 
 Randomness comes only from the generators passed in, never from the global RNGs.
