@@ -228,13 +228,16 @@ def _last_window(log: str) -> tuple[float, float] | None:
     return (float(found[-1][0]), float(found[-1][1])) if found else None
 
 
-def _training_options(net: Net, folder: Path, name: str, pairs: tuple[Path, Path], *, gt_size: int, workers: int,
+def _training_options(net: Net, name: str, pairs: tuple[Path, Path], *, cpu_check: bool, workers: int,
                       iters: int) -> dict[str, Any]:
     """``net``'s options file for a short training on the T91 pairs: no validation, no checkpoints, its own
-    network, optimiser, loss and batch size."""
+    network, optimiser, loss and batch size (the tiny network and batch with ``cpu_check``)."""
     import yaml  # noqa: PLC0415
 
-    opt = yaml.safe_load((ROOT / net.options).read_text())
+    from anysr.options.loader import apply_overrides  # noqa: PLC0415 - plain dicts, no torch
+
+    opt = apply_overrides(yaml.safe_load((ROOT / net.options).read_text()), net.tiny if cpu_check else net.gpu)
+    gt_size = 32 if cpu_check else net.train_gt
     opt["datasets"] = {"train": opt["datasets"]["train"]}
     ds = opt["datasets"]["train"]
     for key in ("meta_info_file", "meta_info", "lq_from_gt"):
@@ -257,14 +260,12 @@ def train_anysr(net: Net, *, python: str, accelerator: str, cpu_check: bool, ite
     import yaml  # noqa: PLC0415
 
     name = f"stall_{net.name.replace('-', '')}"
-    opt = _training_options(net, folder, name, pairs, gt_size=32 if cpu_check else net.train_gt, workers=workers,
-                            iters=iters)
+    opt = _training_options(net, name, pairs, cpu_check=cpu_check, workers=workers, iters=iters)
     path = folder / f"{name}.yml"
     path.write_text(yaml.safe_dump(opt, sort_keys=False))
     over = [f"accelerator={accelerator}", f"path.root={folder}",
             f"train.precision={'fp32' if cpu_check else 'bf16'}",
-            f"train.channels_last={'false' if cpu_check else 'true'}",
-            *(net.tiny if cpu_check else net.gpu)]
+            f"train.channels_last={'false' if cpu_check else 'true'}"]
     cmd = [python, "-m", "anysr", "train", "-opt", str(path), "--force_yml", *over]
     row: dict[str, Any] = {"network": net.name, "framework": "anysr", "iters": iters, "workers": workers}
     status, text, rss = _run(cmd, timeout=timeout, log=logs / f"{name}.log")
@@ -280,31 +281,34 @@ def train_anysr(net: Net, *, python: str, accelerator: str, cpu_check: bool, ite
     return row
 
 
-def train_basicsr(net: Net, *, python: str, iters: int, folder: Path, pairs: tuple[Path, Path], workers: int,
-                  timeout: float, logs: Path) -> dict[str, Any]:
+def train_basicsr(net: Net, *, python: str, path: str | None, cpu_check: bool, iters: int, folder: Path,
+                  pairs: tuple[Path, Path], workers: int, timeout: float, logs: Path) -> dict[str, Any]:
     """The same training in BasicSR 1.4.2 (its own fp32 NCHW loop: it has no autocast or channels_last option)."""
     import yaml  # noqa: PLC0415
 
     name = f"basicsr_{net.name}"
-    opt = _training_options(net, folder, name, pairs, gt_size=net.train_gt, workers=workers, iters=iters)
+    opt = _training_options(net, name, pairs, cpu_check=cpu_check, workers=workers, iters=iters)
+    opt["num_gpu"] = 0 if cpu_check else 1  # BasicSR: 0 is its CPU
     opt = {k: v for k, v in opt.items() if k in ("name", "model_type", "scale", "num_gpu", "manual_seed", "datasets",
                                                  "network_g", "path", "train", "logger", "dist_params")}
     for key in ("precision", "channels_last", "compile", "accumulate"):
         opt["train"].pop(key, None)
     run_dir = folder / "basicsr_root"
     run_dir.mkdir(exist_ok=True)
-    path = run_dir / f"{name}.yml"
-    path.write_text(yaml.safe_dump(opt, sort_keys=False))
-    cmd = [python, str(ROOT / "benchmarks" / "basicsr_runner.py"), str(path), str(run_dir)]
+    opt_file = run_dir / f"{name}.yml"
+    opt_file.write_text(yaml.safe_dump(opt, sort_keys=False))
+    cmd = [python, str(ROOT / "benchmarks" / "basicsr_runner.py"), str(opt_file), str(run_dir)]
     row: dict[str, Any] = {"network": net.name, "framework": "BasicSR 1.4.2", "iters": iters, "workers": workers}
-    status, text, _ = _run(cmd, timeout=timeout, cwd=run_dir, log=logs / f"{name}.log")
+    env = {"PYTHONPATH": path} if path else {"PYTHONPATH": ""}  # BasicSR's own, not anysr's folder
+    status, text, rss = _run(cmd, timeout=timeout, cwd=run_dir, env=env, log=logs / f"{name}.log")
     found = re.findall(r"^BASICSR_RUNNER (\{.*\})$", text, re.M)
     if status != 0 or not found:
         row["error"] = "timed out" if status == -9 else f"exit {status}: {_tail(text)}"
         return row
     r = json.loads(found[-1])
     row.update(ms_per_iter=r["ms_per_iter"], data_ms=r["data_ms"], stall_share=r["data_ms"] / r["ms_per_iter"],
-               peak_mib=r.get("peak_mib"), precision="fp32", channels_last=False)
+               peak_mib=r["peak_mib"] if r.get("peak_mib") is not None else rss, precision="fp32",
+               channels_last=False)
     return row
 
 
@@ -319,6 +323,11 @@ def _fmt(value: Any, digits: int = 1) -> str:
     return str(value)
 
 
+def _tf(value: float) -> str:
+    """TFLOP/s with three significant digits below 100 (tiny CPU-check values stay readable)."""
+    return f"{value:.1f}" if value >= 100 else f"{value:.3g}"
+
+
 def markdown(result: dict[str, Any]) -> str:
     """The results as a benchmarks/gpu.md section."""
     dev = result["device"]
@@ -326,8 +335,8 @@ def markdown(result: dict[str, Any]) -> str:
     check = " (--cpu-check: tiny networks, not a measurement)" if result["cpu_check"] else ""
     lines = [f"## {result['date']}, {dev.get('name', '?')}{check}",
              "",
-             f"torch {dev.get('torch')} (CUDA {dev.get('cuda')}), capability {dev.get('capability')}, "
-             f"{dev.get('memory_gib')} GiB; {result['cores']} CPU cores; load average at start "
+             f"torch {dev.get('torch')} (CUDA {_fmt(dev.get('cuda'))}), capability {dev.get('capability')}, "
+             f"{_fmt(dev.get('memory_gib'))} GiB; {result['cores']} CPU cores; load average at start "
              f"{result['load_start']:.2f}; dense bf16 peak: "
              + (f"{peak:g} TFLOP/s" if peak else "peak unknown") + f". Command: `{result['command']}`.",
              "",
@@ -347,12 +356,14 @@ def markdown(result: dict[str, Any]) -> str:
         share = f"{100 * r['tflops'] / peak:.1f}" if peak else "peak unknown"
         lines.append(f"| {r['network']} | {r['batch']} x {r['lq_size']}² | {r['precision']} | "
                      f"{_fmt(r['channels_last'])} | {_fmt(r['compile'])} | {r['iters_per_s']:.2f} | "
-                     f"{r['images_per_s']:.1f} | {r['peak_mib']:.0f} | {r['tflops']:.3f} | {share} |")
+                     f"{r['images_per_s']:.1f} | {r['peak_mib']:.0f} | {_tf(r['tflops'])} | {share} |")
     kind = next((r["peak_kind"] for r in result["bench"] if "peak_kind" in r), "")
     lines += ["", f"Peak memory: {kind}. TFLOP/s: Conv2d + Linear FLOPs x 3 per image (forward + backward), "
               "attention matmuls uncounted (SwinIR, HAT-S: a lower bound).", ""]
     if result["trainings"]:
         lines += ["### Real training on T91 pairs: iteration time and data-loader stall (last log window)", "",
+                  "anysr: the training log's mean over the second half (1 ms resolution); BasicSR: "
+                  "`basicsr_runner.py` over the same iterations.", "",
                   "| network | framework | precision | channels_last | workers | ms / iter | data wait ms | "
                   "stall share | peak MiB |",
                   "|---|---|---|---|---:|---:|---:|---:|---:|"]
@@ -384,7 +395,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="networks trained for the stall / BasicSR rows (default MSRResNet,EDSR,RRDBNet,SwinIR; "
                         "CPU check: MSRResNet)")
     parser.add_argument("--basicsr-python", default=None, help="a Python that imports basicsr 1.4.2")
-    parser.add_argument("--basicsr-note", default="not run (no --basicsr-python)")
+    parser.add_argument("--basicsr-path", default=None, help="a folder to put first on its PYTHONPATH")
+    parser.add_argument("--basicsr-note", default=None, help="what the results say about BasicSR")
     a = parser.parse_args(argv)
     names = [n.strip() for n in a.nets.split(",") if n.strip()]
     unknown = sorted(set(names) - {n.name for n in NETS})
@@ -408,7 +420,8 @@ def main(argv: list[str] | None = None) -> int:
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu_check": cpu, "cores": os.cpu_count(),
         "load_start": os.getloadavg()[0], "command": " ".join(["benchmarks/bench_gpu.py", *(argv or sys.argv[1:])]),
         "device": device_facts(python, accelerator), "bench": [], "trainings": [], "skipped": budget.skipped,
-        "basicsr": "skipped in --cpu-check" if cpu and not a.basicsr_python else a.basicsr_note,
+        "basicsr": a.basicsr_note or (f"1.4.2 with {a.basicsr_python} (fp32, its own loop)" if a.basicsr_python
+                                      else "skipped in --cpu-check" if cpu else "not run (no --basicsr-python)"),
     }
     print(f"device: {result['device']}", flush=True)
     workdir = Path(tempfile.mkdtemp(prefix="anysr-gpubench-"))
@@ -438,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
                 kw = {"iters": train_iters, "folder": workdir, "pairs": (gt_dir, lq_dir), "workers": workers,
                       "timeout": min(budget.left(), 240), "logs": out}
                 row = (train_anysr(net, python=python, accelerator=accelerator, cpu_check=cpu, **kw) if fw == "anysr"
-                       else train_basicsr(net, python=a.basicsr_python, **kw))
+                       else train_basicsr(net, python=a.basicsr_python, path=a.basicsr_path, cpu_check=cpu, **kw))
                 row["images"] = count
                 result["trainings"].append(row)
                 print(f"train {fw} {net.name}: " + (row.get("error") or f"{row['ms_per_iter']:.1f} ms/iter, "

@@ -7,7 +7,7 @@ Real-ESRGAN's own degradation settings (``options/train/train_RealESRNet_x4plus.
 second-order resize / noise / JPEG, crop_pad_size 400, queue) with the issue's network and size: SRVGGNetCompact
 (64 features, 32 convolutions, x4, PReLU), batch 4, GT 256, on T91 (the repository's images, reflect-padded to 400
 as BasicSR does). For ``degrade_in: step`` and ``degrade_in: loader`` (the accelerator's plan picks one; ``auto``
-keeps ``step`` except on XLA) two passes of ``--iters`` iterations after 3 warm-up ones:
+keeps ``step`` except on XLA) two passes of ``--iters`` iterations after 3 warm-up ones (1 with ``--tiny``):
 
 * *instrumented* (DataLoader with 0 workers, so every part runs in this process): each part is timed with a device
   synchronize before and after it: kernel sampling (the dataset's draws and kernel construction), USM, blur / sinc
@@ -129,8 +129,9 @@ def _batches(loader: Any, sampler: Any) -> Iterator[dict[str, Any]]:
         epoch += 1
 
 
-def run_mode(acc: Any, opt: Any, iters: int, workers: int, instrumented: bool, clock: Clock) -> dict[str, Any]:
-    """One pass of ``iters`` timed iterations (3 warm-up first); seconds per part per iteration."""
+def run_mode(acc: Any, opt: Any, iters: int, workers: int, instrumented: bool, clock: Clock,
+             warmup: int = 3) -> dict[str, Any]:
+    """One pass of ``iters`` timed iterations after ``warmup`` ones; seconds per part per iteration."""
     from anysr.data import build_dataset, build_train_loader  # noqa: PLC0415
     from anysr.models import build_model  # noqa: PLC0415
 
@@ -144,7 +145,6 @@ def run_mode(acc: Any, opt: Any, iters: int, workers: int, instrumented: bool, c
         dataset, {**dict(dopt), "num_worker_per_gpu": 0 if instrumented else workers},
         batch_size=int(dopt.batch_size_per_gpu), world_size=1, rank=0, seed=int(opt.manual_seed))
     stream = _batches(loader, sampler)
-    warmup = 3
     wait = step = h2d = 0.0
     load = []
     t_start = 0.0
@@ -186,7 +186,7 @@ def run_mode(acc: Any, opt: Any, iters: int, workers: int, instrumented: bool, c
             else workers}
 
 
-def worker(acc: Any, opt_path: str, iters: int, workers: int) -> list[dict[str, Any]]:
+def worker(acc: Any, opt_path: str, iters: int, workers: int, warmup: int) -> list[dict[str, Any]]:
     """Both placements, instrumented and plain, on the accelerator ``acc``."""
     from anysr.options import load_options  # noqa: PLC0415
 
@@ -195,8 +195,8 @@ def worker(acc: Any, opt_path: str, iters: int, workers: int) -> list[dict[str, 
     rows = []
     for where in ("step", "loader"):
         opt = load_options(opt_path, [f"degrade_in={where}"], is_train=True)
-        inst = run_mode(acc, opt, iters, workers, True, clock)
-        plain = run_mode(acc, opt, iters, workers, False, clock)
+        inst = run_mode(acc, opt, iters, workers, True, clock, warmup)
+        plain = run_mode(acc, opt, iters, workers, False, clock, warmup)
         rows.append({"where": where, "instrumented": inst, "plain": plain})
         print(format_row(rows[-1], header=len(rows) == 1), flush=True)
     return rows
@@ -236,7 +236,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="anysr-breakdown-") as tmp:
         path = options_file(Path(tmp), a.degradation, a.tiny)
         plan = resolve_plan(a.accelerator, 1, precision="fp32", channels_last=False)
-        rows = launch(plan, worker, str(path), a.iters, a.workers)
+        rows = launch(plan, worker, str(path), a.iters, a.workers, 1 if a.tiny else 3)
     size = "tiny (SRVGGNetCompact 8x2, batch 2, GT 64)" if a.tiny else "SRVGGNetCompact 64x32, batch 4, GT 256"
     text = "\n".join([
         f"## {started}: {a.degradation}, {size}, {a.accelerator}, torch {torch.__version__}, "

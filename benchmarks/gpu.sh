@@ -5,8 +5,8 @@
 #   bash benchmarks/gpu.sh --cpu-check   # the same steps on the CPU, tiny sizes (CI: tests/test_gpu_script.py)
 #
 # Steps: (1) environment report (nvidia-smi, torch, device capability); (2) the CUDA tests (pytest -m cuda);
-# (3) BasicSR 1.4.2 in its own environment (a venv over this Python's packages; `pip install basicsr==1.4.2`
-# without dependencies, so it never pulls another torch) -- skipped with a note when pip cannot get it;
+# (3) BasicSR 1.4.2 in its own package folder over this Python's packages (`pip install --target`, no
+# dependencies, so it never pulls another torch) -- skipped with a note when pip cannot get it;
 # (4) benchmarks/bench_gpu.py: per network and variant the training step's it/s, peak memory and TFLOP/s against
 # the device's dense bf16 peak, then short real trainings (data-loader stall share) in anysr and BasicSR;
 # (5) the Real-ESRNet step breakdown with the synthesis in the step and in the loader (benchmarks/realworld.md).
@@ -56,6 +56,7 @@ if ! "$PY" -c "import anysr.cli" 2>"$OUT/import-error.txt"; then
        "first: $PY -m pip install -e . (torch is not reinstalled)" >&2
   exit 2
 fi
+rm -f "$OUT/import-error.txt"
 if [ "$CPU_CHECK" = 0 ] && ! "$PY" -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then
   echo "gpu.sh: torch sees no CUDA GPU; run on a GPU machine, or use --cpu-check for the CPU-side check" >&2
   exit 2
@@ -63,8 +64,7 @@ fi
 
 step "2. CUDA tests (pytest -m cuda)"
 if [ "$CPU_CHECK" = 1 ]; then
-  echo "--cpu-check: tests/test_cuda.py collected only (they need a GPU)"
-  "$PY" -m pytest -q -m cuda --collect-only tests/test_cuda.py 2>&1 | tail -3 | tee "$OUT/pytest-cuda.txt"
+  echo "--cpu-check: skipped (they need a GPU; the suite runs them only where one is)" | tee "$OUT/pytest-cuda.txt"
 else
   timeout 180 "$PY" -m pytest -q -m cuda -p no:cacheprovider tests/test_cuda.py 2>&1 | tail -15 \
     | tee "$OUT/pytest-cuda.txt"
@@ -75,27 +75,25 @@ BASICSR_ARGS=()
 if [ "$CPU_CHECK" = 1 ]; then
   echo "--cpu-check: BasicSR comparison skipped"
 else
-  BVENV=${BASICSR_VENV:-/tmp/anysr-basicsr-venv}
+  # its own package folder on top of this Python's packages (a venv over a venv would not see the venv's torch)
+  BDIR=${BASICSR_DIR:-/tmp/anysr-basicsr-1.4.2}
   NOTE=""
-  if [ ! -x "$BVENV/bin/python" ]; then
-    "$PY" -m venv --system-site-packages "$BVENV" >/dev/null 2>&1 || NOTE="python -m venv failed"
-  fi
-  if [ -z "$NOTE" ] && ! "$BVENV/bin/python" -c "import basicsr" >/dev/null 2>&1; then
+  if ! PYTHONPATH="$BDIR" "$PY" -c "import basicsr" >/dev/null 2>&1; then
     if ! "$PY" -c "import torchvision" >/dev/null 2>&1; then
       NOTE="not run: torchvision is not installed beside this torch (BasicSR imports it; pulling it from PyPI would replace torch)"
-    elif ! timeout 150 "$BVENV/bin/pip" install -q --no-deps --no-build-isolation basicsr==1.4.2 addict future \
-           lmdb yapf tqdm >"$OUT/basicsr-pip.txt" 2>&1; then
+    elif ! timeout 150 "$PY" -m pip install -q --no-deps --no-build-isolation --target "$BDIR" basicsr==1.4.2 \
+           addict future lmdb yapf >"$OUT/basicsr-pip.txt" 2>&1; then
       NOTE="not run: pip install basicsr==1.4.2 failed ($(tail -1 "$OUT/basicsr-pip.txt" | cut -c1-160))"
     fi
   fi
-  if [ -z "$NOTE" ] && ! "$BVENV/bin/python" -c "
+  if [ -z "$NOTE" ] && ! PYTHONPATH="$BDIR" "$PY" -c "
 import sys, torchvision.transforms.functional as f; sys.modules.setdefault('torchvision.transforms.functional_tensor', f)
 import basicsr.train" >"$OUT/basicsr-import.txt" 2>&1; then
     NOTE="not run: basicsr 1.4.2 does not import ($(tail -1 "$OUT/basicsr-import.txt" | cut -c1-160))"
   fi
   if [ -z "$NOTE" ]; then
-    BASICSR_ARGS=(--basicsr-python "$BVENV/bin/python" --basicsr-note "1.4.2 in $BVENV (fp32, its own loop)")
-    echo "BasicSR 1.4.2 ready in $BVENV"
+    BASICSR_ARGS=(--basicsr-python "$PY" --basicsr-path "$BDIR" --basicsr-note "1.4.2 from $BDIR (fp32, its own loop)")
+    echo "BasicSR 1.4.2 ready in $BDIR"
   else
     BASICSR_ARGS=(--basicsr-note "$NOTE")
     echo "BasicSR: $NOTE; going on without it"
