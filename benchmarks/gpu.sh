@@ -81,7 +81,8 @@ else
   if ! PYTHONPATH="$BDIR" "$PY" -c "import basicsr" >/dev/null 2>&1; then
     if ! "$PY" -c "import torchvision" >/dev/null 2>&1; then
       NOTE="not run: torchvision is not installed beside this torch (BasicSR imports it; pulling it from PyPI would replace torch)"
-    elif ! timeout 150 "$PY" -m pip install -q --no-deps --no-build-isolation --target "$BDIR" basicsr==1.4.2 \
+    elif ! timeout 150 "$PY" -m pip install -q --retries 1 --timeout 10 --no-deps --no-build-isolation \
+           --target "$BDIR" basicsr==1.4.2 \
            addict future lmdb yapf >"$OUT/basicsr-pip.txt" 2>&1; then
       NOTE="not run: pip install basicsr==1.4.2 failed ($(tail -1 "$OUT/basicsr-pip.txt" | cut -c1-160))"
     fi
@@ -102,10 +103,10 @@ fi
 
 step "4. training speed, memory, TFLOP/s, loader stalls ($(left) s left)"
 if [ "$CPU_CHECK" = 1 ]; then
-  "$PY" benchmarks/bench_gpu.py --cpu-check --out "$OUT" --deadline $((DEADLINE - 20)) "${BASICSR_ARGS[@]}"
+  "$PY" benchmarks/bench_gpu.py --cpu-check --out "$OUT" --deadline $((DEADLINE - 20)) ${BASICSR_ARGS[@]+"${BASICSR_ARGS[@]}"}
 else
   # keep ~100 s for the Real-ESRNet breakdown
-  "$PY" benchmarks/bench_gpu.py --out "$OUT" --deadline $((DEADLINE - 100)) "${BASICSR_ARGS[@]}"
+  "$PY" benchmarks/bench_gpu.py --out "$OUT" --deadline $((DEADLINE - 100)) ${BASICSR_ARGS[@]+"${BASICSR_ARGS[@]}"}
 fi
 STATUS=$?
 
