@@ -69,3 +69,30 @@ def test_gpu_script_cpu_check_fills_every_table(tmp_path: Path) -> None:
     for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")][1:-1]
         assert cells and all(float(c) >= 0 for c in cells), row
+
+
+def test_markdown_of_a_gpu_run() -> None:
+    """The page section a GPU run writes: the share of the bf16 peak, failed rows kept with their reason."""
+    bg = _bench_gpu()
+    row = {"network": "EDSR", "precision": "bf16", "channels_last": True, "compile": False, "batch": 16,
+           "lq_size": 48, "iters_per_s": 40.0, "images_per_s": 640.0, "peak_mib": 3210.4, "tflops": 98.9,
+           "peak_kind": "device (max_memory_allocated)"}
+    failed = {"network": "MSRResNet", "precision": "fp16", "channels_last": True, "compile": True,
+              "error": "timed out"}
+    train = {"network": "EDSR", "framework": "BasicSR 1.4.2", "precision": "fp32", "channels_last": False,
+             "workers": 6, "ms_per_iter": 20.0, "data_ms": 5.0, "stall_share": 0.25, "peak_mib": 2000.0}
+    result = {"date": "2026-12-02 08:00 UTC", "cpu_check": False, "cores": 16, "load_start": 0.1,
+              "command": "benchmarks/bench_gpu.py", "device": {"name": "NVIDIA H200", "torch": "2.9", "cuda": "12.8",
+                                                                "capability": "9.0", "memory_gib": 139.8,
+                                                                "peak_bf16_tflops": 989.0},
+              "bench": [row, failed], "trainings": [train], "skipped": ["bench HAT-S bf16/True/True (needs ~150 s)"],
+              "basicsr": "1.4.2 from /tmp/x (fp32, its own loop)"}
+    md = bg.markdown(result)
+    lines = md.splitlines()
+    msr = lines.index(next(ln for ln in lines if ln.startswith("| MSRResNet")))
+    edsr = lines.index(next(ln for ln in lines if ln.startswith("| EDSR | 16 x 48²")))
+    assert msr < edsr  # rows in the networks' order, whatever order they ran in
+    assert "| EDSR | 16 x 48² | bf16 | on | off | 40.00 | 640.0 | 3210 | 98.9 | 10.0 |" in md
+    assert "failed: timed out" in md and "989 TFLOP/s" in md and "Left out for time: bench HAT-S" in md
+    assert "| EDSR | BasicSR 1.4.2 | fp32 | off | 6 | 20.0 | 5.0 | 25.0 % | 2000 |" in md
+    assert bg._last_window("x time (data): 0.155 (0.104)] y\nz time (data): 0.046 (0.017)] w") == (0.046, 0.017)
