@@ -216,6 +216,9 @@ def test_odd_lq_size_and_test_sets_are_refused(reds: dict[str, Path]) -> None:
         build_dataset(validate_dataset({"type": "VideoRecurrentTestDataset", "dataroot_gt": str(reds["gt"]),
                                         "lq_from_gt": True, "video_compression": {}}, name="val", scale=SCALE),
                       "datasets.val")
+    with pytest.raises(OptionError, match="PairedImageDataset is not a video dataset"):
+        validate_dataset({"type": "PairedImageDataset", "dataroot_gt": str(reds["gt"]), "lq_from_gt": True,
+                          "gt_size": 32, "batch_size_per_gpu": 1, "video_compression": {}}, name="train", scale=SCALE)
     with pytest.raises(DataError, match="even frame size, got 15x16"):
         compress_clip([np.zeros((15, 16, 3), np.uint8)], "mpeg4", bitrate=10_000)
 

@@ -114,6 +114,9 @@ def video_dataset_rule(out: dict[str, Any], path: str, ctx: Context, phase: str,
     cls = datasets.get(kind_name) if isinstance(kind_name, str) and kind_name in datasets else None
     kind = getattr(cls, "video_kind", None)
     if kind is None:
+        if cls is not None and _given(out, "video_compression"):
+            ctx.add(f"{path}.video_compression", f"{kind_name} is not a video dataset; video_compression compresses "
+                    "the clips of REDS / Vimeo-90K training datasets: remove it")
         return
     name = out["type"]
     if _given(out, "dataroot_flow"):
