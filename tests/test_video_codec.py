@@ -16,6 +16,7 @@ import json
 import sys
 from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
 import torch
@@ -70,16 +71,16 @@ def test_equals_mmagic_on_fixed_draws(case: int, ref: tuple[dict, dict[str, np.n
     c = info["cases"][case]
     if c["codec"] not in available_codecs():
         pytest.skip(f"{c['codec']} is not in this PyAV build")
-    clip_bgr = list(arrays["clip"][..., ::-1])
-    out = np.stack(compress_clip(clip_bgr, c["codec"], bitrate=c["bitrate"]))[..., ::-1]
+    clip = arrays[c["clip"]]
+    out = np.stack(compress_clip(list(clip[..., ::-1]), c["codec"], bitrate=c["bitrate"]))[..., ::-1]
     want = arrays[f"out_{case}"]
-    assert out.shape == want.shape == arrays["clip"].shape
+    assert out.shape == want.shape == clip.shape
     if _same_build(info):
         assert np.array_equal(out, want), (c, np.abs(out.astype(int) - want).max())
     else:  # another FFmpeg build: the same encoder, maybe other decisions; the result stays close
         assert np.abs(out.astype(float) - want).mean() < 2.0, c
     # it did change the clip (chroma subsampling at least), by about what the reference changed
-    change = np.abs(out.astype(float) - arrays["clip"]).mean()
+    change = np.abs(out.astype(float) - clip).mean()
     assert 0.5 < change == pytest.approx(c["mean_abs_change"], rel=0.2)
 
 
@@ -221,6 +222,30 @@ def test_odd_lq_size_and_test_sets_are_refused(reds: dict[str, Path]) -> None:
                           "gt_size": 32, "batch_size_per_gpu": 1, "video_compression": {}}, name="train", scale=SCALE)
     with pytest.raises(DataError, match="even frame size, got 15x16"):
         compress_clip([np.zeros((15, 16, 3), np.uint8)], "mpeg4", bitrate=10_000)
+
+
+@pytest.mark.skipif("libx265" not in available_codecs(), reason="this PyAV build has no libx265")
+def test_x265_is_reproducible_on_small_frames() -> None:
+    """libx265 alone gives other streams call after call at these sizes (and corrupts the heap at 32 x 48): padded
+    to 96 pixels, every call gives the same frames, of the clip's size."""
+    rng = np.random.default_rng(3)
+    base = cv2.GaussianBlur(rng.integers(0, 256, (220, 120, 3)).astype(np.uint8), (0, 0), 2)
+    for h, w in ((16, 16), (32, 48), (64, 64), (200, 64), (8, 96)):
+        clip = [np.ascontiguousarray(base[t: t + h, 2 * t: 2 * t + w]) for t in range(4)]
+        runs = [np.stack(compress_clip(clip, "libx265", bitrate=20_000)) for _ in range(4)]
+        assert runs[0].shape == (4, h, w, 3)
+        assert all(np.array_equal(runs[0], r) for r in runs[1:]), (h, w)
+    ds_clip = [np.full((96, 96, 3), 90, np.uint8)] * 2  # not padded: FFmpeg's settings as they are (see the fixture)
+    assert [f.shape for f in compress_clip(ds_clip, "libx265", bitrate=20_000)] == [(96, 96, 3)] * 2
+
+
+def test_ffmpeg_failures_are_data_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kw: object) -> list[np.ndarray]:
+        raise av.FFmpegError(22, "Invalid argument")
+
+    monkeypatch.setattr(video_codec, "_encode_decode", refuse)
+    with pytest.raises(DataError, match="FFmpeg failed on 1 frames of 16x16 with mpeg4 at bitrate 10000"):
+        compress_clip([np.zeros((16, 16, 3), np.uint8)], "mpeg4", bitrate=10_000)
 
 
 def test_unavailable_codec_names_the_available_ones(monkeypatch: pytest.MonkeyPatch) -> None:

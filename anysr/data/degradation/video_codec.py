@@ -30,12 +30,16 @@ import numpy as np
 from anysr.data.degradation.draws import categorical, check_range
 from anysr.errors import DataError, OptionError
 
-__all__ = ["CODECS", "CRF_CODECS", "REALBASICVSR_BITRATE", "VideoCompressionSettings", "CompressionDraw",
+__all__ = ["CODECS", "CRF_CODECS", "PAD_TO", "REALBASICVSR_BITRATE", "VideoCompressionSettings", "CompressionDraw",
            "available_codecs", "clip_rng", "draw_video_compression", "compress_clip", "import_av"]
 
 CODECS = ("libx264", "h264", "mpeg4", "libx265")  # encoder names as FFmpeg knows them ('h264': its default one)
 CRF_CODECS = ("libx264", "h264", "libx265")  # the encoders with a constant-rate-factor mode
 REALBASICVSR_BITRATE = (10_000, 100_000)  # bits per second, RealBasicVSR's range
+# Frames smaller than this (height or width) are padded to it for the encoder, and the result cropped back. libx265
+# 3.x (PyAV 18's wheel) misbehaves on small frames with its default settings: different streams from call to call at
+# a width of 64 or at 16 x 16, heap corruption at 32 x 48, no encoder below 16; measured stable from 96 up.
+PAD_TO = {"libx265": 96}
 _TAG_CLIP = 7201  # keeps the clip generator apart from the dataset's other draws
 
 
@@ -195,11 +199,12 @@ def compress_clip(frames: Sequence[np.ndarray], codec: str, *, bitrate: int | No
     (bits per second) or ``crf``, decode it and return the decoded frames (same shapes, BGR).
 
     The encoding follows RealBasicVSR's ``RandomVideoCompression`` (RGB frames, ``yuv420p``, frame rate 1, FFmpeg's
-    default settings of the encoder besides the rate), with the encoder on one thread.
+    default settings of the encoder besides the rate), with the encoder on one thread; libx265 sees frames reflected
+    up to :data:`PAD_TO` (its small-frame results are not reproducible otherwise).
     """
     av = import_av()
-    h, w = _check_frames(frames)
     _check_codec(codec, "compress_clip")
+    h, w = _check_frames(frames)
     if (bitrate is None) == (crf is None):
         raise OptionError("compress_clip: give exactly one of bitrate and crf")
     options: dict[str, str] = {}
@@ -209,6 +214,23 @@ def compress_clip(frames: Sequence[np.ndarray], codec: str, *, bitrate: int | No
         options["crf"] = str(int(crf))
     if codec == "libx265":
         options["x265-params"] = "log-level=none"  # x265 writes its own log lines to stderr otherwise
+    least = PAD_TO.get(codec, 0)
+    size = (max(h, least), max(w, least))
+    if size != (h, w):  # reflected past the bottom and right edges, cropped off after decoding
+        frames = [np.pad(np.asarray(f), ((0, size[0] - h), (0, size[1] - w), (0, 0)), mode="reflect") for f in frames]
+    try:
+        out = _encode_decode(av, frames, codec, size[0], size[1], bitrate, options)
+    except av.FFmpegError as err:
+        rate = f"bitrate {bitrate}" if crf is None else f"crf {crf}"
+        raise DataError(f"compress_clip: FFmpeg failed on {len(frames)} frames of {h}x{w} with {codec} at {rate}: "
+                        f"{err}") from None
+    if len(out) != len(frames):
+        raise DataError(f"compress_clip: {codec} gave back {len(out)} frames for {len(frames)}")
+    return out if size == (h, w) else [np.ascontiguousarray(f[:h, :w]) for f in out]
+
+
+def _encode_decode(av: Any, frames: Sequence[np.ndarray], codec: str, h: int, w: int, bitrate: int | None,
+                   options: dict[str, str]) -> list[np.ndarray]:
     buf = io.BytesIO()
     with av.open(buf, "w", "mp4") as container:
         stream = container.add_stream(codec, rate=1, options=options)
@@ -226,6 +248,4 @@ def compress_clip(frames: Sequence[np.ndarray], codec: str, *, bitrate: int | No
     with av.open(buf, "r", "mp4") as container:
         for frame in container.decode(video=0):
             out.append(np.ascontiguousarray(frame.to_rgb().to_ndarray()[:, :, ::-1]))
-    if len(out) != len(frames):
-        raise DataError(f"compress_clip: {codec} gave back {len(out)} frames for {len(frames)}")
     return out
