@@ -27,6 +27,12 @@ from torch.nn import functional as F
 from torch.utils.data import Dataset
 
 from anysr.data.degradation.bicubic import bicubic_degrade
+from anysr.data.degradation.video_codec import (
+    VideoCompressionSettings,
+    clip_rng,
+    compress_clip,
+    draw_video_compression,
+)
 from anysr.data.file_backends import (
     BACKEND_TYPES,
     DiskBackend,
@@ -150,6 +156,9 @@ class _VideoDataset(Dataset):
         self.random_reverse = bool(opt["random_reverse"])
         self.interval_list = [int(i) for i in opt["interval_list"]]
         self.cache: dict[tuple[str, str], np.ndarray] | None = {} if opt["cache_data"] else None
+        comp = opt.get("video_compression")
+        self.compression = None if comp is None else VideoCompressionSettings.from_options(
+            comp, f"{self.key_path}.video_compression")
 
     @classmethod
     def sample_frames(cls, opt: Mapping[str, Any]) -> int | None:
@@ -193,6 +202,15 @@ class _VideoDataset(Dataset):
     @staticmethod
     def _stack(frames: Sequence[np.ndarray]) -> torch.Tensor:
         return torch.stack([img2tensor(f) for f in frames], dim=0)
+
+    def _compress(self, lqs: list[np.ndarray], seed: int) -> list[np.ndarray]:
+        """The LQ clip through ``video_compression`` (one draw per clip, from the sample seed), or as it is."""
+        if self.compression is None:
+            return lqs
+        draw = draw_video_compression(clip_rng(seed), self.compression)
+        if draw.codec is None:
+            return lqs
+        return compress_clip(lqs, draw.codec, bitrate=draw.bitrate, crf=draw.crf)
 
     def _crop_and_augment(self, gts: list[np.ndarray], lqs: list[np.ndarray], rng: np.random.Generator,
                           gt_key: str, lq_key: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -350,6 +368,7 @@ class REDSDataset(_REDSBase):
         gt_key = clip.frames[center]
         lqs = [self._read("lq", clip.frames[j]) for j in order]
         (gt,), lqs = self._crop_and_augment([self._read("gt", gt_key)], lqs, rng, gt_key, clip.frames[order[0]])
+        lqs = self._compress(lqs, i if seed is None else seed)
         return {"lq": self._stack(lqs), "gt": img2tensor(gt), "key": gt_key}
 
 
@@ -382,6 +401,7 @@ class REDSRecurrentDataset(_REDSBase):
         keys = [clip.frames[j] for j in order]
         gts, lqs = self._crop_and_augment([self._read("gt", k) for k in keys], [self._read("lq", k) for k in keys],
                                           rng, keys[-1], keys[-1])
+        lqs = self._compress(lqs, i if seed is None else seed)
         return {"lq": self._stack(lqs), "gt": self._stack(gts), "key": clip.frames[order[0]]}
 
 
@@ -429,6 +449,7 @@ class Vimeo90KDataset(_VimeoBase):
         gt_key = f"{key}/im4"
         lqs = [self._read("lq", f"{key}/im{j}") for j in order]
         (gt,), lqs = self._crop_and_augment([self._read("gt", gt_key)], lqs, rng, gt_key, f"{key}/im{order[0]}")
+        lqs = self._compress(lqs, i if seed is None else seed)
         return {"lq": self._stack(lqs), "gt": img2tensor(gt), "key": key}
 
     def _check_pairs(self) -> list[tuple[str, str]]:
@@ -456,10 +477,10 @@ class Vimeo90KRecurrentDataset(_VimeoBase):
         keys = [f"{key}/im{j}" for j in order]
         gts, lqs = self._crop_and_augment([self._read("gt", k) for k in keys], [self._read("lq", k) for k in keys],
                                           rng, keys[-1], keys[-1])
-        lq, gt = self._stack(lqs), self._stack(gts)
-        if self.opt["flip_sequence"]:
-            lq, gt = torch.cat([lq, lq.flip(0)], 0), torch.cat([gt, gt.flip(0)], 0)
-        return {"lq": lq, "gt": gt, "key": key}
+        if self.opt["flip_sequence"]:  # the mirrored clip is what is compressed (RealBasicVSR's order)
+            gts, lqs = gts + gts[::-1], lqs + lqs[::-1]
+        lqs = self._compress(lqs, i if seed is None else seed)
+        return {"lq": self._stack(lqs), "gt": self._stack(gts), "key": key}
 
     def _check_pairs(self) -> list[tuple[str, str]]:
         return [(f"{k}/im{j}", f"{k}/im{j}") for k in self.keys for j in range(1, VIMEO_FRAMES + 1)]

@@ -8,12 +8,33 @@ from __future__ import annotations
 
 from typing import Any
 
-from anysr.options.fields import MISSING, Context, Field, ListOf, at_least, greater_than
+from anysr.options.fields import MISSING, Context, Field, ListOf, Section, at_least, between, greater_than
 from anysr.registry import Registry
 
 FRAME_PADDINGS = ("replicate", "reflection", "reflection_circle", "circle")
 VAL_PARTITIONS = ("REDS4", "official")
 DEGRADATIONS = ("BI", "BD")
+# anysr.data.degradation.video_codec.CODECS (the options import no data module; a test keeps the two equal)
+VIDEO_CODECS = ("libx264", "h264", "mpeg4", "libx265")
+
+VIDEO_COMPRESSION = Section(
+    {
+        "codec": Field(ListOf(str, min_len=1), default=["libx264", "h264", "mpeg4"],
+                       doc="Video compression: the encoders drawn from (FFmpeg names; h264: FFmpeg's default "
+                           "H.264 encoder, libx264 in PyAV's wheels). The PyAV build must have them."),
+        "codec_prob": Field((ListOf(float, min_len=1), None), default=None,
+                            doc="Video compression: the codecs' weights, one per codec (null: equal)."),
+        "bitrate": Field((ListOf(float, length=2), None), default=None,
+                         doc="Video compression: [low, high] bits per second (1 frame per second), a uniform "
+                             "integer per clip (null, and no crf: RealBasicVSR's [1e4, 1e5])."),
+        "crf": Field((ListOf(int, length=2), None), default=None,
+                     doc="Video compression: [low, high] constant rate factor (0-51), a uniform integer per clip, "
+                         "instead of a bitrate (H.264 and H.265 only)."),
+        "prob": Field(float, default=1.0, check=between(0, 1),
+                      doc="Video compression: the chance that a clip is compressed."),
+    },
+    doc="RealBasicVSR's RandomVideoCompression of the LQ clip (PyAV).",
+)
 
 
 def _frames(value: int) -> str | None:
@@ -45,6 +66,10 @@ VIDEO_DATASET_FIELDS: dict[str, Field] = {
                          doc="Video datasets with lq_from_gt: how LQ frames are made from GT frames. BI: MATLAB "
                              "bicubic; BD: 13x13 Gaussian blur (sigma 0.4 * scale) then every scale-th pixel "
                              "(BasicSR's duf_downsample)."),
+    "video_compression": Field((VIDEO_COMPRESSION, None), default=None,
+                               doc="Video training datasets: compress every LQ clip (after cropping) with a codec "
+                                   "drawn per clip, RealBasicVSR's RandomVideoCompression (needs PyAV: pip install "
+                                   "'anysr[video]'). null: off."),
 }
 
 VIDEO_TRAIN_FIELDS: dict[str, Field] = {
@@ -89,6 +114,9 @@ def video_dataset_rule(out: dict[str, Any], path: str, ctx: Context, phase: str,
     cls = datasets.get(kind_name) if isinstance(kind_name, str) and kind_name in datasets else None
     kind = getattr(cls, "video_kind", None)
     if kind is None:
+        if cls is not None and _given(out, "video_compression"):
+            ctx.add(f"{path}.video_compression", f"{kind_name} is not a video dataset; video_compression compresses "
+                    "the clips of REDS / Vimeo-90K training datasets: remove it")
         return
     name = out["type"]
     if _given(out, "dataroot_flow"):
@@ -120,6 +148,42 @@ def video_dataset_rule(out: dict[str, Any], path: str, ctx: Context, phase: str,
     intervals = out.get("interval_list")
     if isinstance(intervals, list) and any(i < 1 for i in intervals):
         ctx.add(f"{path}.interval_list", f"every interval must be >= 1, got {intervals}")
+    compression = out.get("video_compression")
+    if isinstance(compression, dict):
+        _video_compression_rule(compression, out, f"{path}.video_compression", ctx, kind, phase)
+
+
+def _video_compression_rule(comp: dict[str, Any], out: dict[str, Any], path: str, ctx: Context, kind: str,
+                            phase: str) -> None:
+    """The video_compression keys against each other and against the dataset (a training clip dataset, LQ crops of
+    even size). Whether the PyAV build has the codecs is checked when the dataset is built."""
+    if kind not in ("window", "recurrent") or phase != "train":
+        ctx.add(path, f"compresses training clips; {out.get('type')} ({phase}) draws none: remove it (give a "
+                "test set its compressed LQ frames in dataroot_lq)")
+    codecs, probs = comp.get("codec"), comp.get("codec_prob")
+    unknown = [c for c in codecs if c not in VIDEO_CODECS] if isinstance(codecs, list) else []
+    if unknown:
+        ctx.add(f"{path}.codec", f"unknown codec(s) {', '.join(map(repr, unknown))}; choose from "
+                f"{', '.join(VIDEO_CODECS)}")
+    if isinstance(codecs, list) and isinstance(probs, list):
+        if len(probs) != len(codecs):
+            ctx.add(f"{path}.codec_prob", f"{len(probs)} weight(s) for {len(codecs)} codec(s); give one per codec")
+        elif any(p < 0 for p in probs) or sum(probs) <= 0:
+            ctx.add(f"{path}.codec_prob", f"weights must be >= 0 with a positive sum, got {probs}")
+    bitrate, crf = comp.get("bitrate"), comp.get("crf")
+    if isinstance(bitrate, list) and isinstance(crf, list):
+        ctx.add(path, "give bitrate or crf, not both")
+    if isinstance(bitrate, list) and not 1 <= bitrate[0] <= bitrate[1]:
+        ctx.add(f"{path}.bitrate", f"must be [low, high] bits per second with 1 <= low <= high, got {bitrate}")
+    if isinstance(crf, list):
+        if not 0 <= crf[0] <= crf[1] <= 51:
+            ctx.add(f"{path}.crf", f"must be [low, high] with 0 <= low <= high <= 51, got {crf}")
+        if isinstance(codecs, list) and "mpeg4" in codecs:
+            ctx.add(f"{path}.crf", "mpeg4 has no CRF mode; use bitrate, or drop mpeg4 from codec")
+    gt_size, scale = out.get("gt_size"), out.get("scale", ctx.scale)
+    if isinstance(gt_size, int) and isinstance(scale, int) and scale > 0 and (gt_size // scale) % 2:
+        ctx.add(f"{path}", f"yuv420p video needs even frame sizes, but gt_size {gt_size} / scale {scale} = "
+                f"{gt_size // scale} is odd; use a gt_size whose LQ size is even")
 
 
 def network_weight_paths(out: dict[str, Any], path: str, ctx: Context, existing: Any, models: Registry) -> None:
