@@ -1,0 +1,56 @@
+"""Weights recognised from names and shapes (anysr/archs/recognise.py), part a: for each family, configurations
+other than the defaults and presets (odd widths and depths, x1 / x3 where the class has them, other image
+channels, other layer kinds) are recognised as the same class with arguments that build exactly the same tensors,
+and files as anysr's loader accepts them (published layouts) are recognised too."""
+
+from __future__ import annotations
+
+import pytest
+
+from anysr.archs.recognise import recognise
+from anysr.registry import ARCH_REGISTRY
+from tests.test_recognise import _layout
+
+CONFIGS: list[dict] = [
+    {"type": "EDSR", "num_in_ch": 3, "num_out_ch": 3},
+    {"type": "EDSR", "num_in_ch": 1, "num_out_ch": 1, "num_feat": 24, "num_block": 3, "upscale": 3, "rgb_mean": [0.5]},
+    {"type": "EDSR", "num_in_ch": 3, "num_out_ch": 3, "num_feat": 256, "num_block": 32, "upscale": 2,
+     "res_scale": 0.1},
+    {"type": "EDSR", "num_in_ch": 3, "num_out_ch": 3, "num_feat": 16, "num_block": 2, "upscale": 8},
+    {"type": "DnCNN", "nc": 32, "nb": 5},
+    {"type": "DnCNN", "in_nc": 3, "out_nc": 3, "nb": 20, "act_mode": "R"},
+    {"type": "DnCNN", "in_nc": 4, "out_nc": 3, "nc": 24, "nb": 6, "act_mode": "R", "mode": "FDnCNN"},
+    {"type": "DRUNet", "in_nc": 4, "out_nc": 3},
+    {"type": "DRUNet", "in_nc": 2, "out_nc": 1, "nc": [16, 24, 40, 48], "nb": 2, "downsample_mode": "avgpool",
+     "upsample_mode": "pixelshuffle"},
+    {"type": "DRUNet", "nc": [8, 16, 32, 64], "nb": 1, "upsample_mode": "upconv"},
+    {"type": "FBCNN", "in_nc": 1, "out_nc": 1, "nc": [16, 24, 40, 48], "nb": 2},
+    {"type": "FBCNN", "nc": [8, 16, 32, 64], "nb": 1, "downsample_mode": "avgpool", "upsample_mode": "pixelshuffle"},
+    {"type": "FBCNN", "nc": [8, 16, 32, 64], "nb": 1, "upsample_mode": "upconv"},
+    {"type": "ECBSR", "num_in_ch": 1, "num_out_ch": 1, "num_block": 4, "num_channel": 16, "with_idt": False,
+     "act_type": "prelu", "scale": 2},
+    {"type": "ECBSR", "num_in_ch": 3, "num_out_ch": 3, "num_block": 2, "num_channel": 8, "with_idt": False,
+     "act_type": "relu", "scale": 3},
+    {"type": "ECBSR", "num_in_ch": 1, "num_out_ch": 1, "num_block": 1, "num_channel": 12, "with_idt": False,
+     "act_type": "prelu", "scale": 4, "reparameterized": True},
+    {"type": "ArtCNN", "in_ch": 1, "scale": 2, "filters": 24, "n_block": 3},
+    {"type": "ArtCNN", "scale": 3, "filters": 20, "n_block": 2, "kernel_size": 5},
+    {"type": "ArtCNN", "scale": 1, "filters": 8, "n_block": 1},
+    {"type": "DIS", "scale": 1, "num_features": 16, "num_blocks": 2},
+    {"type": "DIS", "in_channels": 1, "out_channels": 1, "scale": 3, "num_blocks": 3, "use_depthwise": True},
+    {"type": "DIS", "scale": 2, "num_features": 24, "num_blocks": 5},
+]
+
+
+def _id(opt: dict) -> str:
+    return "-".join(f"{v}" if k == "type" else f"{k}={v}" for k, v in opt.items()).replace(" ", "")
+
+
+@pytest.mark.parametrize("opt", CONFIGS, ids=_id)
+def test_other_configurations_recognised(opt: dict) -> None:
+    layout = _layout(opt)
+    assert layout is not None, f"{opt} does not build"
+    found = recognise(layout, source=str(opt))
+    assert ARCH_REGISTRY.get(found.opt["type"]) is ARCH_REGISTRY.get(opt["type"]), \
+        f"{opt} recognised as {found.describe()}"
+    assert _layout(found.opt) == layout, f"{opt}: {found.describe()} builds other tensors"
