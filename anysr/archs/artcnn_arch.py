@@ -11,8 +11,8 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from anysr.archs.arch_util import ArchArgumentError
-from anysr.presets import register_presets
 from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
+from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU, "mish": nn.Mish,
