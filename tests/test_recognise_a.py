@@ -39,6 +39,18 @@ CONFIGS: list[dict] = [
     {"type": "DIS", "scale": 1, "num_features": 16, "num_blocks": 2},
     {"type": "DIS", "in_channels": 1, "out_channels": 1, "scale": 3, "num_blocks": 3, "use_depthwise": True},
     {"type": "DIS", "scale": 2, "num_features": 24, "num_blocks": 5},
+    {"type": "BasicVSR", "num_feat": 16, "num_block": 2},
+    {"type": "IconVSR", "num_feat": 16, "num_block": 3, "temporal_padding": 3},
+    {"type": "BasicVSRPlusPlus", "mid_channels": 16, "num_blocks": 2},
+    {"type": "BasicVSRPlusPlus", "mid_channels": 24, "num_blocks": 1, "is_low_res_input": False},
+    {"type": "EDVR", "num_feat": 32, "num_frame": 7, "deformable_groups": 4, "num_extract_block": 2,
+     "num_reconstruct_block": 3},
+    {"type": "EDVR", "num_in_ch": 1, "num_out_ch": 1, "num_feat": 16, "num_frame": 3, "deformable_groups": 2,
+     "num_extract_block": 1, "num_reconstruct_block": 1, "with_tsa": False},
+    {"type": "EDVR", "num_feat": 128, "num_frame": 5, "num_reconstruct_block": 40, "hr_in": True,
+     "with_predeblur": True},
+    {"type": "DUF", "scale": 2, "num_layer": 16},
+    {"type": "DUF", "scale": 3, "num_layer": 28},
 ]
 
 
