@@ -1,0 +1,75 @@
+"""Shape readings the recognisers of the Swin-family networks share (SwinIR's layout, kept by HAT, DRCT, DAT, ATD,
+CRAFT, HiT-SR): window sizes from relative-position tables and indices, ``img_size`` from a shifted window's mask
+buffer, the reconstruction (upsampler kind, scale, output channels), the residual connection's kind.
+
+Each reading raises NotThisFamily (through ``StateShapes``) when a name it needs is missing. Pure torch-free
+arithmetic on names and shapes.
+"""
+
+from __future__ import annotations
+
+import math
+
+from anysr.archs.recognise import NotThisFamily, StateShapes, shuffle_splits
+
+PUBLISHED_IMG_SIZE = 64  # the training patch of every published Swin-family SR model
+
+
+def clean(x: float) -> float | int:
+    """``x`` as an int when it is whole (ratios read from widths: 2.0 -> 2, 1.5 stays)."""
+    return int(x) if float(x).is_integer() else x
+
+
+def square_side(n: int, what: str) -> int:
+    """The side of a square of ``n`` cells; NotThisFamily when ``n`` is not a square."""
+    side = math.isqrt(n)
+    if side * side != n:
+        raise NotThisFamily(f"{what}: {n} is not a square")
+    return side
+
+
+def window_from_table(s: StateShapes, key: str) -> int:
+    """The window of a relative-position bias table of ``(2w - 1)**2`` rows."""
+    return (square_side(s.dim(key, 0), key) + 1) // 2
+
+
+def window_from_index(s: StateShapes, key: str) -> int:
+    """The window of a relative-position index of ``w**2`` rows."""
+    return square_side(s.dim(key, 0), key)
+
+
+def img_size_from_mask(s: StateShapes, key: str, window: int) -> int:
+    """The ``img_size`` a shifted block's ``attn_mask`` buffer (windows, w*w, w*w) was made for: the published 64
+    when it gives that many windows (the mask is made for ``img_size`` rounded up to the window), else the side
+    the windows cover."""
+    side = square_side(s.dim(key, 0), key)
+    return PUBLISHED_IMG_SIZE if math.ceil(PUBLISHED_IMG_SIZE / window) == side else side * window
+
+
+def resi_connection(s: StateShapes, prefix: str) -> str:
+    """'1conv' (one conv at ``prefix``), '3conv' (a Sequential of three) or 'identity' (no tensor)."""
+    if f"{prefix}.weight" in s:
+        return "1conv"
+    return "3conv" if f"{prefix}.0.weight" in s else "identity"
+
+
+def reconstruction(s: StateShapes, image_channels: int) -> list[dict[str, object]]:
+    """The SwinIR-style reconstructions that fit the file, as ``{"upsampler", "upscale", "out"}``: 'pixelshuffle'
+    (``conv_before_upsample``, one 4x-wide conv per factor 2 or one 9x-wide conv for x3, ``conv_last``),
+    'pixelshuffledirect' (one conv to ``out * scale**2``), else none (``conv_last`` only, or nothing: x1)."""
+    if "conv_before_upsample.0.weight" in s:
+        feat = s.dim("conv_before_upsample.0.weight", 0)
+        ups = [s.dim(f"upsample.{i}.weight", 0) for i in s.indices("upsample.")]
+        if not ups or any(u not in (4 * feat, 9 * feat) for u in ups) or (9 * feat in ups and len(ups) > 1):
+            return []
+        scale = 3 if ups == [9 * feat] else 2 ** len(ups)
+        return [{"upsampler": "pixelshuffle", "upscale": scale, "out": s.dim("conv_last.weight", 0)}]
+    if "upsample.0.weight" in s:
+        return [{"upsampler": "pixelshuffledirect", "upscale": scale, "out": out}
+                for out, scale in shuffle_splits(s.dim("upsample.0.weight", 0), (image_channels, 3, 1))]
+    out = s.dim("conv_last.weight", 0) if "conv_last.weight" in s else image_channels
+    return [{"upsampler": "", "upscale": 1, "out": out}]
+
+
+__all__ = ["PUBLISHED_IMG_SIZE", "clean", "img_size_from_mask", "reconstruction", "resi_connection",
+           "square_side", "window_from_index", "window_from_table"]
