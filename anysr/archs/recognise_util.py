@@ -55,14 +55,15 @@ def resi_connection(s: StateShapes, prefix: str) -> str:
 
 def reconstruction(s: StateShapes, image_channels: int) -> list[dict[str, object]]:
     """The SwinIR-style reconstructions that fit the file, as ``{"upsampler", "upscale", "out"}``: 'pixelshuffle'
-    (``conv_before_upsample``, one 4x-wide conv per factor 2 or one 9x-wide conv for x3, ``conv_last``),
+    (``conv_before_upsample``, one 4x-wide conv per factor 2 or one 9x-wide conv for x3, none for x1,
+    ``conv_last``),
     'pixelshuffledirect' (one conv to ``out * scale**2``), else none (``conv_last`` only, or nothing: x1)."""
     if "conv_before_upsample.0.weight" in s:
         feat = s.dim("conv_before_upsample.0.weight", 0)
         ups = [s.dim(f"upsample.{i}.weight", 0) for i in s.indices("upsample.")]
-        if not ups or any(u not in (4 * feat, 9 * feat) for u in ups) or (9 * feat in ups and len(ups) > 1):
+        if any(u not in (4 * feat, 9 * feat) for u in ups) or (9 * feat in ups and len(ups) > 1):
             return []
-        scale = 3 if ups == [9 * feat] else 2 ** len(ups)
+        scale = 3 if ups == [9 * feat] else 2 ** len(ups)  # no upsampling conv: x1
         return [{"upsampler": "pixelshuffle", "upscale": scale, "out": s.dim("conv_last.weight", 0)}]
     if "upsample.0.weight" in s:
         return [{"upsampler": "pixelshuffledirect", "upscale": scale, "out": out}
