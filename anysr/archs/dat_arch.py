@@ -39,8 +39,15 @@ from anysr.archs.arch_util import (
     to_tokens,
     window_attention,
 )
-from anysr.archs.recognise import NotThisFamily, StateShapes, register_recogniser
-from anysr.archs.recognise_util import PUBLISHED_IMG_SIZE, clean, reconstruction, resi_connection, square_side
+from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.archs.recognise_util import (
+    PUBLISHED_IMG_SIZE,
+    clean,
+    reconstruction,
+    resi_connection,
+    square_side,
+    window_pair,
+)
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
@@ -467,15 +474,6 @@ register_presets("DAT", scale_arg="upscale", fixed={"unshuffle_mod": False}, pre
 })
 
 
-def _split_sizes(area: int, table_rows: int) -> list[int]:
-    """The window ``[s0, s1]`` (s0 <= s1) with ``s0 * s1 == area`` and ``(2 s0 - 1)(2 s1 - 1) == table_rows``."""
-    total = (4 * area + 1 - table_rows) // 2  # s0 + s1
-    for s0 in range(1, math.isqrt(area) + 1):
-        if area % s0 == 0 and s0 + area // s0 == total:
-            return [s0, area // s0]
-    raise NotThisFamily(f"no window of {area} cells has a {table_rows}-row bias table")
-
-
 def _recognise(s: StateShapes) -> list[dict]:
     """DAT from its tensors: width and channels from the first conv, blocks per group, heads from the channel
     attention's temperature (or twice a spatial branch's), the window (``split_size``) from the spatial branch's
@@ -486,7 +484,7 @@ def _recognise(s: StateShapes) -> list[dict]:
         return []
     groups = s.indices("layers.")
     branch = "layers.0.blocks.0.attn.attns.0"
-    split = _split_sizes(s.dim(f"{branch}.relative_position_index", 0), s.dim(f"{branch}.rpe_biases", 0))
+    split = window_pair(s.dim(f"{branch}.relative_position_index", 0), s.dim(f"{branch}.rpe_biases", 0))
     heads = [s.dim(f"layers.{i}.blocks.1.attn.temperature", 0) if f"layers.{i}.blocks.1.attn.temperature" in s
              else 2 * s.dim(f"layers.{i}.blocks.0.attn.attns.0.pos.pos3.2.weight", 0) for i in groups]
     common = {"in_chans": cin, "embed_dim": embed, "split_size": split,

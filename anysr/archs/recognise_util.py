@@ -46,6 +46,16 @@ def img_size_from_mask(s: StateShapes, key: str, window: int) -> int:
     return PUBLISHED_IMG_SIZE if math.ceil(PUBLISHED_IMG_SIZE / window) == side else side * window
 
 
+def window_pair(area: int, table_rows: int) -> list[int]:
+    """The rectangular window ``[s0, s1]`` (s0 <= s1) of ``area`` cells whose relative-position bias table has
+    ``(2 s0 - 1)(2 s1 - 1) == table_rows`` rows."""
+    total = (4 * area + 1 - table_rows) // 2  # s0 + s1
+    for s0 in range(1, math.isqrt(area) + 1):
+        if area % s0 == 0 and s0 + area // s0 == total:
+            return [s0, area // s0]
+    raise NotThisFamily(f"no window of {area} cells has a {table_rows}-row bias table")
+
+
 def resi_connection(s: StateShapes, prefix: str) -> str:
     """'1conv' (one conv at ``prefix``), '3conv' (a Sequential of three) or 'identity' (no tensor)."""
     if f"{prefix}.weight" in s:
@@ -57,7 +67,11 @@ def reconstruction(s: StateShapes, image_channels: int) -> list[dict[str, object
     """The SwinIR-style reconstructions that fit the file, as ``{"upsampler", "upscale", "out"}``: 'pixelshuffle'
     (``conv_before_upsample``, one 4x-wide conv per factor 2 or one 9x-wide conv for x3, none for x1,
     ``conv_last``),
-    'pixelshuffledirect' (one conv to ``out * scale**2``), else none (``conv_last`` only, or nothing: x1)."""
+    'pixelshuffledirect' (one conv to ``out * scale**2``), 'nearest+conv' (``conv_up1`` [, ``conv_up2``]), else
+    none (``conv_last`` only, or nothing: x1)."""
+    if "conv_up1.weight" in s:  # nearest-neighbour doublings, each followed by a conv
+        return [{"upsampler": "nearest+conv", "upscale": 4 if "conv_up2.weight" in s else 2,
+                 "out": s.dim("conv_last.weight", 0)}]
     if "conv_before_upsample.0.weight" in s:
         feat = s.dim("conv_before_upsample.0.weight", 0)
         ups = [s.dim(f"upsample.{i}.weight", 0) for i in s.indices("upsample.")]
@@ -73,4 +87,4 @@ def reconstruction(s: StateShapes, image_channels: int) -> list[dict[str, object
 
 
 __all__ = ["PUBLISHED_IMG_SIZE", "clean", "img_size_from_mask", "reconstruction", "resi_connection",
-           "square_side", "window_from_index", "window_from_table"]
+           "square_side", "window_from_index", "window_from_table", "window_pair"]
