@@ -24,7 +24,7 @@ same network (``tile_multiple`` 1).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -40,6 +40,8 @@ from anysr.archs.arch_util import (
     swin_init_weights,
     to_2tuple,
 )
+from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.archs.recognise_util import clean, reconstruction, resi_connection, square_side
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
@@ -545,3 +547,52 @@ class HiT_SRF(_HiT):  # noqa: N801
 # is swallowed by the classes; anysr accepts it when it equals mlp_ratio)
 for _cls in ("HiT_SIR", "HiT_SNG", "HiT_SRF"):
     register_presets(_cls, scale_arg="upscale", presets={_cls.lower(): {}})  # x4: 791,540 / 1,032,060 / 866,420
+
+
+DEFAULT_BASE_WINDOW = (8, 8)
+DEFAULT_RATIOS = (0.5, 1, 2, 4, 6, 8)
+
+
+def _recognise(variant: str) -> Callable[[StateShapes], list[dict]]:
+    """The recogniser of one HiT variant: width and channels from the first conv, blocks per group, heads from
+    the dynamic position bias, the MLP ratio, the window ratios above 1 from each block's spatial linear (a
+    ``ratio**2``-wide input; ratios up to 1 and the base window show in no tensor but HiT-SNG's context conv, so the
+    published 8 x 8 and 0.5 / 1 are kept), switches, the reconstruction. The variants' layouts differ (SNG: the
+    N-gram context, SRF: the ConvFFN's depth-wise conv), so only one builds a file's tensors."""
+
+    def recognise(s: StateShapes) -> list[dict]:
+        embed, cin = s.dim("conv_first.weight", 0), s.dim("conv_first.weight", 1)
+        groups = s.indices("layers.")
+        first = "layers.0.residual_group.blocks.0"
+        if ("ngram_window_partition" in " ".join(k for k in s.keys() if k.startswith(first))) != (variant == "SNG"):
+            return []
+        if (f"{first}.mlp.dwconv.depthwise_conv.0.weight" in s) != (variant == "SRF"):
+            return []
+        depths = [s.count(f"layers.{i}.residual_group.blocks.") for i in groups]
+        ratios: list[float] = list(DEFAULT_RATIOS)
+        for b in range(max(depths)):
+            group = next(i for i, d in zip(groups, depths, strict=True) if d > b)
+            cells = s.dim(f"layers.{group}.residual_group.blocks.{b}.correlation.spatial_linear.weight", 1)
+            if b >= len(ratios) or max(1, ratios[b] ** 2) != cells:
+                ratios[b:b + 1] = [clean(math.sqrt(cells))]
+        base = list(DEFAULT_BASE_WINDOW)
+        if variant == "SNG":  # the context conv's kernel is the first block's window
+            kernel = s.shape(f"{first}.correlation.ngram_window_partition.ngram_context.unigram_embed.weight")[2:]
+            base = [int(k / ratios[0]) for k in kernel]
+        common = {"in_chans": cin, "embed_dim": embed, "depths": depths,
+                  "num_heads": [s.dim(f"layers.{i}.residual_group.blocks.0.correlation.pos.pos3.2.weight", 0)
+                                for i in groups],
+                  "base_win_size": base, "hier_win_ratios": ratios,
+                  "mlp_ratio": clean(s.dim(f"{first}.mlp.fc1.weight", 0) / embed),
+                  "ape": "absolute_pos_embed" in s, "patch_norm": "patch_embed.norm.weight" in s,
+                  "resi_connection": resi_connection(s, "conv_after_body")}
+        if common["ape"]:
+            common["img_size"] = square_side(s.dim("absolute_pos_embed", 1), "absolute_pos_embed")
+        return [{**common, "upscale": r["upscale"], "upsampler": r["upsampler"]}
+                for r in reconstruction(s, cin) if r["out"] == cin]
+
+    return recognise
+
+
+for _cls, _variant in (("HiT_SIR", "SIR"), ("HiT_SNG", "SNG"), ("HiT_SRF", "SRF")):
+    register_recogniser(_cls, _recognise(_variant))
