@@ -195,7 +195,10 @@ def _recognise(s: StateShapes) -> list[dict]:
     heads = []
     for i in groups:
         seen = [s.dim(f"layers.{i}.swin{k}.attn.relative_position_bias_table", 1) for k in range(1, 6)]
-        heads.append(next(h for h in range(1, max(seen) + 2) if dense_block_heads(embed, gc, h) == seen))
+        head = next((h for h in range(1, max(seen) + 2) if dense_block_heads(embed, gc, h) == seen), None)
+        if head is None:
+            return []
+        heads.append(head)
     window = window_from_index(s, "layers.0.swin1.attn.relative_position_index")
     img_size = img_size_from_mask(s, "layers.0.swin2.attn_mask", window) if "layers.0.swin2.attn_mask" in s \
         else window  # no shifted block: the image is no larger than the window

@@ -563,6 +563,8 @@ def _recognise(variant: str) -> Callable[[StateShapes], list[dict]]:
     def recognise(s: StateShapes) -> list[dict]:
         embed, cin = s.dim("conv_first.weight", 0), s.dim("conv_first.weight", 1)
         groups = s.indices("layers.")
+        if not groups:
+            return []
         first = "layers.0.residual_group.blocks.0"
         if ("ngram_window_partition" in " ".join(k for k in s.keys() if k.startswith(first))) != (variant == "SNG"):
             return []

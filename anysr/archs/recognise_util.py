@@ -2,14 +2,19 @@
 CRAFT, HiT-SR): window sizes from relative-position tables and indices, ``img_size`` from a shifted window's mask
 buffer, the reconstruction (upsampler kind, scale, output channels), the residual connection's kind.
 
-Each reading raises NotThisFamily (through ``StateShapes``) when a name it needs is missing. Pure torch-free
-arithmetic on names and shapes.
+Each reading raises NotThisFamily (through ``StateShapes``) when a name it needs is missing. Arithmetic on names
+and shapes; ``fitting_heads`` builds candidate heads on the meta device (no memory) to compare their shapes.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 
+import torch
+from torch import nn
+
+from anysr.archs.arch_util import ArchArgumentError
 from anysr.archs.recognise import NotThisFamily, StateShapes, shuffle_splits
 
 PUBLISHED_IMG_SIZE = 64  # the training patch of every published Swin-family SR model
@@ -86,5 +91,69 @@ def reconstruction(s: StateShapes, image_channels: int) -> list[dict[str, object
     return [{"upsampler": "", "upscale": 1, "out": out}]
 
 
-__all__ = ["PUBLISHED_IMG_SIZE", "clean", "img_size_from_mask", "reconstruction", "resi_connection",
-           "square_side", "window_from_index", "window_from_table", "window_pair"]
+def head_mid(s: StateShapes, prefix: str, kind: str, in_dim: int, default: int = 64) -> int:
+    """The mid width of a traiNNer-redux UniUpsample head of ``kind``, read where it shows (the first conv of
+    'pixelshuffle', 'dysample' and 'lda', the conv after the first upsampling of 'pa_up'; ``in_dim`` when a
+    'dysample' / 'lda' head has no such conv), else ``default`` (the other kinds keep it in no tensor)."""
+    if kind in ("pixelshuffle", "dysample", "lda"):
+        first = s.shapes.get(f"{prefix}.0.weight", ())
+        return first[0] if len(first) == 4 and first[1] == in_dim else in_dim if kind != "pixelshuffle" else default
+    if kind == "pa_up" and f"{prefix}.1.weight" in s:
+        return s.dim(f"{prefix}.1.weight", 0)
+    return default
+
+
+_HEAD_SIGNATURES = {"dysample": ".offset.weight", "lda": ".proj_q.weight", "pa_up": ".conv.0.weight"}
+
+
+def head_kinds(s: StateShapes, prefix: str, kinds: Iterable[str], scales: Iterable[int]
+               ) -> list[tuple[str, list[int]]]:
+    """The UniUpsample kinds (of ``kinds``) a file's head can be, each with the scales to try: a kind with its own
+    layers ('dysample': offsets, 'lda': query / key projections, 'pa_up': pixel attention) when the file has them
+    (a 'dysample' head's scale from its offsets: 2 x 4 groups x scale**2), the plain-conv kinds otherwise."""
+    names = [k for k in s.keys() if k.startswith(prefix + ".")]
+    own = {kind for kind, sig in _HEAD_SIGNATURES.items() if any(k.endswith(sig) for k in names)}
+    scales = list(scales)
+    out = []
+    for kind in kinds:
+        if own and kind not in own or not own and kind in _HEAD_SIGNATURES:
+            continue
+        if kind == "dysample":
+            offset = next(k for k in names if k.endswith(".offset.weight"))
+            side = math.isqrt(s.dim(offset, 0) // 8)
+            out.append((kind, [side] if side * side * 8 == s.dim(offset, 0) else []))
+        else:
+            out.append((kind, scales))
+    return out
+
+
+def fitting_heads(s: StateShapes, prefix: str, build: Callable[[str, int, int, int], nn.Module],
+                  kinds: Iterable[str], scales: Iterable[int], outs: Iterable[int], mid: Callable[[str], int]
+                  ) -> list[dict[str, object]]:
+    """The ``{"kind", "scale", "out", "mid"}`` choices whose head ``build(kind, scale, out, mid(kind))`` (built on
+    the meta device) has exactly the file's names and shapes under ``prefix``, in the order of ``kinds`` (those
+    ``head_kinds`` allows), ``scales`` and ``outs``. For heads whose kind and scale no single tensor shows
+    (traiNNer-redux's UniUpsample: parameter-free upsamplers between convs); each candidate costs a head build
+    (milliseconds)."""
+    mine = {k[len(prefix) + 1:]: shape for k, shape in s.shapes.items() if k.startswith(prefix + ".")}
+    if not mine:
+        raise NotThisFamily(f"no {prefix}")
+    found: list[dict[str, object]] = []
+    outs = list(dict.fromkeys(outs))
+    for kind, kind_scales in head_kinds(s, prefix, kinds, scales):
+        width = mid(kind)
+        for scale in kind_scales:
+            for out in outs:
+                try:
+                    with torch.device("meta"):
+                        head = build(kind, scale, out, width)
+                except (ArchArgumentError, ValueError, RuntimeError):
+                    continue
+                if {k: tuple(v.shape) for k, v in head.state_dict().items()} == mine:
+                    found.append({"kind": kind, "scale": scale, "out": out, "mid": width})
+    return found
+
+
+__all__ = ["PUBLISHED_IMG_SIZE", "clean", "fitting_heads", "head_kinds", "head_mid", "img_size_from_mask",
+           "reconstruction", "resi_connection", "square_side", "window_from_index", "window_from_table",
+           "window_pair"]
