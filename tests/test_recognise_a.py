@@ -5,11 +5,23 @@ and files as anysr's loader accepts them (published layouts) are recognised too.
 
 from __future__ import annotations
 
+import gzip
+import json
+from pathlib import Path
+
 import pytest
+import torch
+from safetensors import safe_open
 
 from anysr.archs.recognise import recognise
+from anysr.engine.checkpoint import load_weights
 from anysr.registry import ARCH_REGISTRY
 from tests.test_recognise import _layout
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FAMILIES = ("ATD", "ArtCNN", "BasicVSR", "BasicVSRPlusPlus", "CRAFT", "DAT", "DCTLSA", "DIS", "DITN", "DRCT", "DRUNet",
+            "DUF", "DnCNN", "ECBSR", "EDSR", "EDVR", "EIMN", "ELAN", "ESCRealM", "FBCNN", "FDAT", "FFTformer",
+            "GFPGANv1Clean", "HAT", "HVICIDNet", "HiT_SIR", "HiT_SNG", "HiT_SRF", "IconVSR", "LKFMixer", "LMLT")
 
 CONFIGS: list[dict] = [
     {"type": "EDSR", "num_in_ch": 3, "num_out_ch": 3},
@@ -86,3 +98,83 @@ def test_other_configurations_recognised(opt: dict) -> None:
     assert ARCH_REGISTRY.get(found.opt["type"]) is ARCH_REGISTRY.get(opt["type"]), \
         f"{opt} recognised as {found.describe()}"
     assert _layout(found.opt) == layout, f"{opt}: {found.describe()} builds other tensors"
+
+
+def _check(layout: dict[str, tuple[int, ...]], arch: str, source: str) -> str:
+    found = recognise(layout, source=source)
+    assert ARCH_REGISTRY.get(found.opt["type"]) is ARCH_REGISTRY.get(arch), f"{source} recognised as {found.describe()}"
+    assert _layout(found.opt) == layout, f"{source}: {found.describe()} builds other tensors"
+    return found.describe()
+
+
+def _reference_cases() -> list[tuple[str, str, Path, dict]]:
+    """(fixture folder, case, manifest folder, case) of every reference-implementation fixture of these families."""
+    cases = []
+    for manifest in sorted(FIXTURES.glob("*/manifest.json")):
+        for name, case in json.loads(manifest.read_text()).get("cases", {}).items():
+            if isinstance(case, dict) and case.get("type") in FAMILIES:
+                cases.append((manifest.parent.name, name, manifest.parent, case))
+    return cases
+
+
+def _file_layout(folder: Path, name: str, case: dict) -> dict[str, tuple[int, ...]]:
+    """Names and shapes of a fixture's weights as anysr's loader reads them (the reference implementation's state
+    dict); the recorded state table (video cases) or shape table (synthetic-weight cases); safetensors' header for
+    fp8-stored fixtures, which the loader's finiteness check cannot read."""
+    if "state" in case:
+        return {entry["key"]: tuple(entry["shape"]) for entry in case["state"]}
+    if "synthetic" in case:
+        return {k: tuple(v) for k, v in case["synthetic"]["shapes"].items()}
+    for path in (folder / f"{name}_params.safetensors", folder / f"{name}.pth"):
+        if path.exists():
+            try:
+                sd, _ = load_weights(path)
+            except NotImplementedError:
+                with safe_open(str(path), "pt") as f:
+                    return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118
+            return {k: tuple(v.shape) for k, v in sd.items()}
+    raise AssertionError(f"{folder.name}/{name}: no weights fixture")
+
+
+REFERENCE = _reference_cases()
+
+
+def test_every_family_has_reference_weights() -> None:
+    assert {case["type"] for *_, case in REFERENCE} == set(FAMILIES)
+
+
+@pytest.mark.parametrize(("folder", "name", "path", "case"), REFERENCE, ids=[f"{f}/{n}" for f, n, *_ in REFERENCE])
+def test_reference_weights_recognised(folder: str, name: str, path: Path, case: dict) -> None:
+    """The weights the authors' / traiNNer-redux's / spandrel's implementation saved (the fixtures the arch tests
+    compare outputs with) are recognised as the same class, and what it builds loads them strictly."""
+    layout = _file_layout(path, name, case)
+    assert _layout({"type": case["type"], **case.get("kwargs", {})}) == layout, f"{folder}/{name}: fixture layout"
+    _check(layout, case["type"], f"{folder}/{name}")
+
+
+PUBLISHED = json.loads(gzip.decompress((FIXTURES / "attention" / "published_keys.json.gz").read_bytes()))["configs"]
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_published_layouts_recognised(name: str) -> None:
+    """The released models' layouts (names and shapes of the authors' option files through spandrel 0.4.2: HAT-L,
+    HAT-S, DAT, DAT-light, DRCT-L, ...) are recognised, with their scale and size."""
+    cfg = PUBLISHED[name]
+    layout = {k: tuple(shape) for k, (shape, _) in cfg["keys"].items()}
+    described = _check(layout, cfg["type"], name)
+    assert f"upscale={cfg['kwargs']['upscale']}" in described
+
+
+def test_recognised_weights_load_strictly() -> None:
+    """A real (tiny) file: saved, read back by the loader, recognised, and loaded strictly into what was built."""
+    from anysr.archs import build_network
+    from anysr.engine.checkpoint.weights import load_into
+
+    torch.manual_seed(0)
+    opt = {"type": "HAT", "embed_dim": 16, "depths": [2], "num_heads": [2], "window_size": 4, "img_size": 16,
+           "upscale": 3, "compress_ratio": 2, "squeeze_factor": 4}
+    sd = build_network(opt).state_dict()
+    found = recognise(sd, source="hat.pth")
+    net = build_network(found.opt)
+    load_into(net, sd, strict=True, source="hat.pth")
+    assert "upscale=3" in found.describe() and "window_size=4" in found.describe()

@@ -571,16 +571,25 @@ def _recognise(variant: str) -> Callable[[StateShapes], list[dict]]:
         if (f"{first}.mlp.dwconv.depthwise_conv.0.weight" in s) != (variant == "SRF"):
             return []
         depths = [s.count(f"layers.{i}.residual_group.blocks.") for i in groups]
-        ratios: list[float] = list(DEFAULT_RATIOS)
-        for b in range(max(depths)):
-            group = next(i for i, d in zip(groups, depths, strict=True) if d > b)
-            cells = s.dim(f"layers.{group}.residual_group.blocks.{b}.correlation.spatial_linear.weight", 1)
-            if b >= len(ratios) or max(1, ratios[b] ** 2) != cells:
-                ratios[b:b + 1] = [clean(math.sqrt(cells))]
+        blocks = range(max(depths))
+        owner = [next(i for i, d in zip(groups, depths, strict=True) if d > b) for b in blocks]
+        cells = [s.dim(f"layers.{g}.residual_group.blocks.{b}.correlation.spatial_linear.weight", 1)
+                 for b, g in zip(blocks, owner, strict=True)]
         base = list(DEFAULT_BASE_WINDOW)
-        if variant == "SNG":  # the context conv's kernel is the first block's window
-            kernel = s.shape(f"{first}.correlation.ngram_window_partition.ngram_context.unigram_embed.weight")[2:]
-            base = [int(k / ratios[0]) for k in kernel]
+        ratios: list[float] = list(DEFAULT_RATIOS)
+        if variant == "SNG":  # each block's context conv has its window as kernel: find the base that explains them
+            context = "correlation.ngram_window_partition.ngram_context.unigram_embed.weight"
+            wins = [s.dim(f"layers.{g}.residual_group.blocks.{b}.{context}", 2) for b, g in zip(blocks, owner,
+                                                                                                  strict=True)]
+            for side in dict.fromkeys((DEFAULT_BASE_WINDOW[0], 2 * wins[0], wins[0])):
+                if all((w // min(w, side)) ** 2 == c for w, c in zip(wins, cells, strict=True)):
+                    base = [side, side]
+                    ratios[:len(wins)] = [clean(w / side) for w in wins]
+                    break
+        else:  # windows above the base show as ratio**2 cells; those up to it in no tensor (published kept)
+            for b, c in enumerate(cells):
+                if b >= len(ratios) or max(1, ratios[b] ** 2) != c:
+                    ratios[b:b + 1] = [clean(math.sqrt(c))]
         common = {"in_chans": cin, "embed_dim": embed, "depths": depths,
                   "num_heads": [s.dim(f"layers.{i}.residual_group.blocks.0.correlation.pos.pos3.2.weight", 0)
                                 for i in groups],
