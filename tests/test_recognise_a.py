@@ -134,16 +134,14 @@ def _id(opt: dict) -> str:
 def test_other_configurations_recognised(opt: dict) -> None:
     layout = _layout(opt)
     assert layout is not None, f"{opt} does not build"
-    found = recognise(layout, source=str(opt))
-    assert ARCH_REGISTRY.get(found.opt["type"]) is ARCH_REGISTRY.get(opt["type"]), \
-        f"{opt} recognised as {found.describe()}"
-    assert _layout(found.opt) == layout, f"{opt}: {found.describe()} builds other tensors"
+    _check(layout, opt["type"], str(opt))
 
 
 def _check(layout: dict[str, tuple[int, ...]], arch: str, source: str) -> str:
     found = recognise(layout, source=source)
     assert ARCH_REGISTRY.get(found.opt["type"]) is ARCH_REGISTRY.get(arch), f"{source} recognised as {found.describe()}"
     assert _layout(found.opt) == layout, f"{source}: {found.describe()} builds other tensors"
+    assert not found.others, f"{source}: {found.others} fit too"
     return found.describe()
 
 
