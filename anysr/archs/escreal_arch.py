@@ -286,7 +286,7 @@ def _recognise(s: StateShapes) -> list[dict]:
     """ESCRealM from its tensors: width, the large-kernel filter (``pdim`` x ``kernel_size``), blocks and
     conv blocks per block, heads and window from the attention's bias, the ConvFFN ratio, the pixel-unshuffled
     stem (x1 / x2), and the head (kind, scale and mid width: the candidates whose head builds the file's tensors;
-    a nearest+conv head is the same at x2 and x3, x2 is proposed first). The attention kernel choice changes no
+    a nearest+conv head is the same at x2 and x3: x2 is proposed first). The attention kernel choice changes no
     tensor (the default is kept)."""
     pdim, _, kernel, _ = s.shape("plk_filter")
     dim = s.dim("blocks.0.ln_proj.weight", 0)

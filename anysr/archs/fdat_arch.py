@@ -451,7 +451,8 @@ def _recognise(s: StateShapes) -> list[dict]:
     ``unshuffle_mod``), groups, the block pattern (spatial blocks have a window bias, channel blocks a
     temperature) and its repeats, heads and window from them, the FFN and gate ratios (the published reduction 8
     when it gives that width), and the upsampler (kind, scale, output channels and mid width: the candidates whose
-    head builds the file's tensors; nearest+conv is the same at x2 and x3, x2 is proposed first)."""
+    head builds the file's tensors; nearest+conv and pa_up heads are the same at x2 and x3: x2 is proposed
+    first; an lda head is the same at every scale: x4 first)."""
     unshuffle = "conv_first.1.weight" in s
     stem = s.shape("conv_first.1.weight" if unshuffle else "conv_first.weight")
     embed = stem[0]
