@@ -209,8 +209,8 @@ register_presets("DCTLSA", scale_arg="upscale", presets={
 
 def _recognise(s: StateShapes) -> list[dict]:
     """DCTLSA from its tensors: width and channels from the first conv, scale and output channels from the
-    upsampler. The head count changes no tensor: the published 5 first, then the other divisors of the width
-    (head widths nearest the published 11 first)."""
+    upsampler. The head count changes no tensor: the published 5 when it divides the width, else the divisor
+    whose heads are nearest the published 11 channels wide."""
     nf, cin = s.dim("fea_conv.weight", 0), s.dim("fea_conv.weight", 1)
     if "B6.body.0.transformer_body.0.blocks.0.attn.qkv.weight" not in s:
         return []
