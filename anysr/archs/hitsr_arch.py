@@ -45,6 +45,9 @@ from anysr.archs.recognise_util import clean, reconstruction, resi_connection, s
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
+DEFAULT_BASE_WINDOW = (8, 8)  # the published base window and hierarchical window ratios
+DEFAULT_RATIOS = (0.5, 1, 2, 4, 6, 8)
+
 Pair = tuple[int, int]
 
 
@@ -413,8 +416,8 @@ class _HiT(nn.Module):
         super().__init__()
         depths = list(depths if depths is not None else (6, 6, 6, 6))
         num_heads = list(num_heads if num_heads is not None else (6, 6, 6, 6))
-        base = to_2tuple(base_win_size if base_win_size is not None else (8, 8))
-        ratios = list(hier_win_ratios if hier_win_ratios is not None else (0.5, 1, 2, 4, 6, 8))
+        base = to_2tuple(base_win_size if base_win_size is not None else DEFAULT_BASE_WINDOW)
+        ratios = list(hier_win_ratios if hier_win_ratios is not None else DEFAULT_RATIOS)
         check_upscale(upscale)
         if expansion_factor is not None and expansion_factor != mlp_ratio:
             raise ArchArgumentError("expansion_factor", f"the authors' {type(self).__name__} ignores it (their MLP "
@@ -547,10 +550,6 @@ class HiT_SRF(_HiT):  # noqa: N801
 # is swallowed by the classes; anysr accepts it when it equals mlp_ratio)
 for _cls in ("HiT_SIR", "HiT_SNG", "HiT_SRF"):
     register_presets(_cls, scale_arg="upscale", presets={_cls.lower(): {}})  # x4: 791,540 / 1,032,060 / 866,420
-
-
-DEFAULT_BASE_WINDOW = (8, 8)
-DEFAULT_RATIOS = (0.5, 1, 2, 4, 6, 8)
 
 
 def _recognise(variant: str) -> Callable[[StateShapes], list[dict]]:
