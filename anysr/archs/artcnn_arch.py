@@ -11,6 +11,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from anysr.archs.arch_util import ArchArgumentError
+from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
@@ -104,3 +105,15 @@ register_presets("ArtCNN", scale_arg="scale", presets={
     "artcnn_r8f24": {"filters": 24, "n_block": 8},  # 0.14 M
     "artcnn_r3f24": {"filters": 24, "n_block": 3},  # 0.06 M
 })
+
+
+def _recognise(s: StateShapes) -> list[dict]:
+    """ArtCNN from its tensors: width, image channels and kernel size from the first conv, depth from the residual
+    blocks (the last ``res_block`` entry is a plain conv), the scale from the depth-to-space conv's width."""
+    filters, in_ch, _, k = s.shape("conv0.weight")
+    out = s.dim("depth_to_space.upscale.0.weight", 0)
+    return [{"in_ch": c, "scale": scale, "filters": filters, "n_block": s.count("res_block.") - 1, "kernel_size": k}
+            for c, scale in shuffle_splits(out, (in_ch,))]
+
+
+register_recogniser("ArtCNN", _recognise)

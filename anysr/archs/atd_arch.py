@@ -45,6 +45,8 @@ from anysr.archs.arch_util import (
     window_partition,
     window_reverse,
 )
+from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.archs.recognise_util import clean, reconstruction, resi_connection, square_side, window_from_index
 from anysr.archs.swin2sr_arch import LOGIT_SCALE_MAX, nearest_x2
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
@@ -424,3 +426,34 @@ register_presets("ATD", scale_arg="upscale", presets={
         "convffn_kernel_size": 7, "mlp_ratio": 1, "upsampler": "pixelshuffledirect"
     },
 })
+
+
+def _recognise(s: StateShapes) -> list[dict]:
+    """ATD from its tensors: width and channels from the first conv, layers per block, heads from the window
+    attention's tables, the window from the index buffer, the token dictionary (tokens x width), the reduced
+    dimension, the ConvFFN's kernel and ratio, switches (mean shift off: a ``no_norm`` buffer), the
+    reconstruction. The category size changes no tensor: the published 256 (128 for ATD-light, the one with the
+    one-step upsampler)."""
+    embed, cin = s.dim("conv_first.weight", 0), s.dim("conv_first.weight", 1)
+    groups = s.indices("layers.")
+    layer = "layers.0.residual_group.layers.0"
+    tokens = s.dim("layers.0.residual_group.td", 0)
+    common = {"in_chans": cin, "embed_dim": embed,
+              "depths": [s.count(f"layers.{i}.residual_group.layers.") for i in groups],
+              "num_heads": [s.dim(f"layers.{i}.residual_group.layers.0.attn_win.relative_position_bias_table", 1)
+                            for i in groups],
+              "window_size": window_from_index(s, "relative_position_index_SA"), "num_tokens": tokens,
+              "reducted_dim": s.dim(f"{layer}.attn_atd.wq.weight", 0),
+              "convffn_kernel_size": s.dim(f"{layer}.convffn.dwconv.depthwise_conv.0.weight", 2),
+              "mlp_ratio": clean(s.dim(f"{layer}.convffn.fc1.weight", 0) / embed),
+              "qkv_bias": f"{layer}.wqkv.bias" in s, "ape": "absolute_pos_embed" in s,
+              "patch_norm": "patch_embed.norm.weight" in s, "resi_connection": resi_connection(s, "conv_after_body"),
+              "norm": "no_norm" not in s}
+    if common["ape"]:
+        common["img_size"] = square_side(s.dim("absolute_pos_embed", 1), "absolute_pos_embed")
+    return [{**common, "upscale": r["upscale"], "upsampler": r["upsampler"],
+             "category_size": 128 if r["upsampler"] == "pixelshuffledirect" else 256}
+            for r in reconstruction(s, cin) if r["out"] == cin]
+
+
+register_recogniser("ATD", _recognise)

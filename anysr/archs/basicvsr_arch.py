@@ -15,6 +15,7 @@ from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, ResidualBlockNoBN, flow_warp, make_layer, refuse_weights_path
 from anysr.archs.edvr_arch import PCDAlignment, TSAFusion, align_frames, feature_pyramid
+from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.archs.spynet_arch import SpyNet
 from anysr.registry import ARCH_REGISTRY
 
@@ -284,3 +285,23 @@ class IconVSR(_X4Reconstruction):
 
 __all__ = ["BasicVSR", "ConvResidualBlocks", "EDVRFeatureExtractor", "IconVSR", "clip_flows",
            "temporal_pad_indices"]
+
+
+def _recognise_basicvsr(s: StateShapes) -> dict | None:
+    """BasicVSR from its tensors (SpyNet included): width from the fusion conv, depth from the forward trunk."""
+    if s.has_prefix("edvr."):
+        return None  # IconVSR
+    return {"num_feat": s.dim("fusion.weight", 0), "num_block": s.count("forward_trunk.main.2.")}
+
+
+def _recognise_iconvsr(s: StateShapes) -> dict:
+    """IconVSR from its tensors (SpyNet and the EDVR keyframe branch included): width and depth as BasicVSR's, the
+    temporal padding from how many frames the EDVR branch fuses (``2 * temporal_padding + 1``); the keyframe
+    stride changes no tensor (the published 5 is kept)."""
+    feat = s.dim("backward_fusion.weight", 0)
+    frames = s.dim("edvr.fusion.feat_fusion.weight", 1) // feat
+    return {"num_feat": feat, "num_block": s.count("forward_trunk.main.2."), "temporal_padding": (frames - 1) // 2}
+
+
+register_recogniser("BasicVSR", _recognise_basicvsr)
+register_recogniser("IconVSR", _recognise_iconvsr)

@@ -20,6 +20,7 @@ from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, flow_warp, refuse_weights_path
 from anysr.archs.basicvsr_arch import ConvResidualBlocks, check_frames
+from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.archs.spynet_arch import SpyNet
 from anysr.ops.dcn import ModulatedDeformConv2d
 from anysr.registry import ARCH_REGISTRY
@@ -209,3 +210,14 @@ class BasicVSRPlusPlus(nn.Module):
 
 
 __all__ = ["BasicVSRPlusPlus", "SecondOrderDeformableAlignment", "bicubic_quarter"]
+
+
+def _recognise(s: StateShapes) -> dict:
+    """BasicVSR++ from its tensors (SpyNet included): width from the first propagation branch, blocks per branch
+    from it, x4 (a residual feature extractor) or same-size restoration (two strided convs first)."""
+    low_res = "feat_extract.main.0.weight" in s
+    return {"mid_channels": s.dim("backbone.backward_1.main.0.weight", 0),
+            "num_blocks": s.count("backbone.backward_1.main.2."), "is_low_res_input": low_res}
+
+
+register_recogniser("BasicVSRPlusPlus", _recognise)

@@ -37,6 +37,8 @@ from anysr.archs.arch_util import (
     window_attention,
 )
 from anysr.archs.dat_arch import DynamicPosBias
+from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
+from anysr.archs.recognise_util import clean, resi_connection, window_pair
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
@@ -354,3 +356,25 @@ __all__ = ["CRAFT", "CRFB", "HFB", "HFERB", "SRWAB"]
 register_presets("CRAFT", scale_arg="upscale", presets={
     "craft": {},  # 0.75 M parameters at x4
 })
+
+
+def _recognise(s: StateShapes) -> list[dict]:
+    """CRAFT from its tensors: width and channels from the first conv, stages per group (two window blocks each),
+    heads from the high-frequency attention's temperature, the rectangle window (``split_size_0/1``) from the
+    index and bias buffers, the MLP ratio, the qkv bias, the scale from the one-step upsampler. The padding
+    window changes no tensor (the published 16 is kept)."""
+    embed, cin = s.dim("conv_first.weight", 0), s.dim("conv_first.weight", 1)
+    groups = s.indices("layers.")
+    split = window_pair(s.dim("relative_position_index_h", 0), s.dim("biases_h", 0))
+    block = "layers.0.residual_group.srwa_blocks.0"
+    common = {"in_chans": cin, "embed_dim": embed,
+              "depths": [s.count(f"layers.{i}.residual_group.hf_blocks.") for i in groups],
+              "num_heads": [s.dim(f"layers.{i}.residual_group.hf_blocks.0.attn.temperature", 0) for i in groups],
+              "split_size_0": split[0], "split_size_1": split[1],
+              "mlp_ratio": clean(s.dim(f"{block}.mlp.fc1.weight", 0) / embed), "qkv_bias": f"{block}.qkv.bias" in s,
+              "resi_connection": resi_connection(s, "conv_after_body")}
+    return [{**common, "upscale": scale} for out, scale in shuffle_splits(s.dim("upsample.0.weight", 0), (cin,))
+            if out == cin]
+
+
+register_recogniser("CRAFT", _recognise)

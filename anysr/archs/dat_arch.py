@@ -39,6 +39,15 @@ from anysr.archs.arch_util import (
     to_tokens,
     window_attention,
 )
+from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.archs.recognise_util import (
+    PUBLISHED_IMG_SIZE,
+    clean,
+    reconstruction,
+    resi_connection,
+    square_side,
+    window_pair,
+)
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
@@ -463,3 +472,34 @@ register_presets("DAT", scale_arg="upscale", fixed={"unshuffle_mod": False}, pre
     # 11.21 M parameters at x4
     "dat_s": {"upscale": 4, "split_size": (8, 16), "depth": (6,) * 6, "num_heads": (6,) * 6, "expansion_factor": 2},
 })
+
+
+def _recognise(s: StateShapes) -> list[dict]:
+    """DAT from its tensors: width and channels from the first conv, blocks per group, heads from the channel
+    attention's temperature (or twice a spatial branch's), the window (``split_size``) from the spatial branch's
+    index and bias rows, ``img_size`` from a shifted block's mask, the expansion factor, switches, the
+    reconstruction (the two window orders build the same tensors: the smaller side first, as published)."""
+    embed, cin = s.dim("conv_first.weight", 0), s.dim("conv_first.weight", 1)
+    if "before_RG.1.weight" not in s:
+        return []
+    groups = s.indices("layers.")
+    branch = "layers.0.blocks.0.attn.attns.0"
+    split = window_pair(s.dim(f"{branch}.relative_position_index", 0), s.dim(f"{branch}.rpe_biases", 0))
+    heads = [s.dim(f"layers.{i}.blocks.1.attn.temperature", 0) if f"layers.{i}.blocks.1.attn.temperature" in s
+             else 2 * s.dim(f"layers.{i}.blocks.0.attn.attns.0.pos.pos3.2.weight", 0) for i in groups]
+    common = {"in_chans": cin, "embed_dim": embed, "split_size": split,
+              "depth": [s.count(f"layers.{i}.blocks.") for i in groups], "num_heads": heads,
+              "expansion_factor": clean(s.dim("layers.0.blocks.0.ffn.fc1.weight", 0) / embed),
+              "qkv_bias": "layers.0.blocks.0.attn.qkv.bias" in s,
+              "resi_connection": resi_connection(s, "conv_after_body")}
+    mask = next((k for k in s.keys() if k.endswith(".attn.attn_mask_0")), None)
+    if mask is not None:
+        side = square_side(s.dim(mask, 0) * split[0] * split[1], mask)
+        multiple = math.lcm(*split)
+        common["img_size"] = PUBLISHED_IMG_SIZE if math.ceil(PUBLISHED_IMG_SIZE / multiple) * multiple == side \
+            else side
+    return [{**common, "upscale": r["upscale"], "upsampler": r["upsampler"]}
+            for r in reconstruction(s, cin) if r["out"] == cin and r["upsampler"]]
+
+
+register_recogniser("DAT", _recognise)

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError, Mlp, pad_bottom_right, pad_to_min_size
+from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
@@ -204,3 +205,18 @@ __all__ = ["DCTLSA"]
 register_presets("DCTLSA", scale_arg="upscale", presets={
     "dctlsa": {},  # 0.89 M parameters at x4
 })
+
+
+def _recognise(s: StateShapes) -> list[dict]:
+    """DCTLSA from its tensors: width and channels from the first conv, scale and output channels from the
+    upsampler. The head count changes no tensor: the published 5 when it divides the width, else the divisor
+    whose heads are nearest the published 11 channels wide."""
+    nf, cin = s.dim("fea_conv.weight", 0), s.dim("fea_conv.weight", 1)
+    if "B6.body.0.transformer_body.0.blocks.0.attn.qkv.weight" not in s:
+        return []
+    heads = sorted((h for h in range(1, nf + 1) if nf % h == 0), key=lambda h: (h != 5, abs(nf // h - 11)))
+    return [{"in_nc": cin, "nf": nf, "out_nc": out, "upscale": scale, "num_head": h}
+            for out, scale in shuffle_splits(s.dim("upsampler.0.weight", 0), (cin, 3, 1)) for h in heads[:1]]
+
+
+register_recogniser("DCTLSA", _recognise)

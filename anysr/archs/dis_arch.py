@@ -14,6 +14,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError
+from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
@@ -117,3 +118,18 @@ register_presets("DIS", scale_arg="scale", presets={
     "dis_balanced": {"num_blocks": 12},  # 0.31 M parameters at x4
     "dis_fast": {"num_blocks": 8},  # 0.23 M
 })
+
+
+def _recognise(s: StateShapes) -> dict:
+    """DIS from its tensors: width and image channels from the head / tail, depth from the blocks, the block kind
+    from their layers, the scale from the upsampler (none for x1, two x2 stages for x4)."""
+    f, cin = s.dim("head.weight", 0), s.dim("head.weight", 1)
+    if "upsampler.conv.weight" in s:
+        scale = round((s.dim("upsampler.conv.weight", 0) // f) ** 0.5)
+    else:
+        scale = 4 if "upsampler.1.conv.weight" in s else 1
+    return {"in_channels": cin, "out_channels": s.dim("tail.weight", 0), "num_features": f,
+            "num_blocks": s.count("body."), "scale": scale, "use_depthwise": "body.0.dw_conv.depthwise.weight" in s}
+
+
+register_recogniser("DIS", _recognise)

@@ -20,6 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, pad_to_multiple
+from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
@@ -191,3 +192,18 @@ __all__ = ["DITN"]
 register_presets("DITN", scale_arg="upscale", presets={
     "ditn_real": {},  # 0.44 M parameters at x4
 })
+
+
+def _recognise(s: StateShapes) -> dict:
+    """DITN from its tensors: width and input channels from the stem, units and layers per unit, the feed-forward
+    factor from its (doubled) hidden width, the bias switch, the scale from the output conv (RGB x scale**2). The
+    patch size changes no tensor (the published 8 is kept)."""
+    dim = s.dim("sft.weight", 0)
+    return {"inp_channels": s.dim("sft.weight", 1), "dim": dim, "ITL_blocks": s.count("UFONE.0.ITLs."),
+            "SAL_blocks": s.count("UFONE.0.SALs."), "UFONE_blocks": s.count("UFONE."),
+            "ffn_expansion_factor": s.dim("UFONE.0.ITLs.0.ffn.project_in.weight", 0) / 2 / dim,
+            "bias": "UFONE.0.ITLs.0.ffn.project_in.bias" in s,
+            "upscale": round((s.dim("upsample.0.weight", 0) // 3) ** 0.5)}
+
+
+register_recogniser("DITN", _recognise)

@@ -19,6 +19,7 @@ from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError
 from anysr.archs.dpir_util import append_noise_map, chain, check_act_mode, layers
+from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.registry import ARCH_REGISTRY
 
 
@@ -66,3 +67,18 @@ class DnCNN(nn.Module):
 
 
 __all__ = ["DnCNN"]
+
+
+def _recognise(s: StateShapes) -> list[dict]:
+    """DnCNN from its tensors: ``model.<i>`` convs (with batch norms after the body convs for 'BR'), the width and
+    channels from the first / last conv; in != out channels (or a noise-map channel) means FDnCNN."""
+    convs = [i for i in s.indices("model.") if len(s.shape(f"model.{i}.weight")) == 4]
+    norm = any(f"model.{i}.running_mean" in s for i in s.indices("model."))
+    nc, cin = s.dim("model.0.weight", 0), s.dim("model.0.weight", 1)
+    cout = s.dim(f"model.{convs[-1]}.weight", 0)
+    act = "BR" if norm else "R"
+    modes = ["DnCNN", "FDnCNN"] if cin == cout else ["FDnCNN"]
+    return [{"in_nc": cin, "out_nc": cout, "nc": nc, "nb": len(convs), "act_mode": act, "mode": m} for m in modes]
+
+
+register_recogniser("DnCNN", _recognise)

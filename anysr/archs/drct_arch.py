@@ -31,6 +31,14 @@ from anysr.archs.arch_util import (
     to_feature_map,
     to_tokens,
 )
+from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.archs.recognise_util import (
+    clean,
+    img_size_from_mask,
+    reconstruction,
+    resi_connection,
+    window_from_index,
+)
 from anysr.archs.swinir_arch import SwinTransformerBlock
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
@@ -174,3 +182,34 @@ register_presets("DRCT", scale_arg="upscale", presets={
         "mlp_ratio": 2.0
     },
 })
+
+
+def _recognise(s: StateShapes) -> list[dict]:
+    """DRCT from its tensors: width and channels from the first conv, one group per ``layers`` entry (the dense
+    layout fixes each group's blocks: the published depth 6 is kept), the head count that gives each group's five
+    blocks their tables' heads, the (effective) window from the index buffers, ``img_size`` from the shifted
+    blocks' masks, the growth channels, MLP ratio, switches, the reconstruction."""
+    embed, cin = s.dim("conv_first.weight", 0), s.dim("conv_first.weight", 1)
+    gc = s.dim("layers.0.adjust1.weight", 0)
+    groups = s.indices("layers.")
+    heads = []
+    for i in groups:
+        seen = [s.dim(f"layers.{i}.swin{k}.attn.relative_position_bias_table", 1) for k in range(1, 6)]
+        head = next((h for h in range(1, max(seen) + 2) if dense_block_heads(embed, gc, h) == seen), None)
+        if head is None:
+            return []
+        heads.append(head)
+    window = window_from_index(s, "layers.0.swin1.attn.relative_position_index")
+    img_size = img_size_from_mask(s, "layers.0.swin2.attn_mask", window) if "layers.0.swin2.attn_mask" in s \
+        else window  # no shifted block: the image is no larger than the window
+    common = {"img_size": img_size, "in_chans": cin, "embed_dim": embed, "depths": [6] * len(groups),
+              "num_heads": heads, "window_size": window,
+              "mlp_ratio": clean(s.dim("layers.0.swin1.mlp.fc1.weight", 0) / embed),
+              "qkv_bias": "layers.0.swin1.attn.qkv.bias" in s, "ape": "absolute_pos_embed" in s,
+              "patch_norm": "patch_embed.norm.weight" in s, "resi_connection": resi_connection(s, "conv_after_body"),
+              "gc": gc}
+    return [{**common, "upscale": r["upscale"], "upsampler": r["upsampler"]}
+            for r in reconstruction(s, cin) if r["out"] == cin]
+
+
+register_recogniser("DRCT", _recognise)

@@ -22,6 +22,7 @@ from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError, pad_to_multiple
 from anysr.archs.dpir_util import ResBlock, append_noise_map, chain, check_act_mode, downsample, upsample
+from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.registry import ARCH_REGISTRY
 
 
@@ -89,3 +90,33 @@ class DRUNet(nn.Module):
 
 
 __all__ = ["DRUNet", "check_widths"]
+
+
+def unet_modes(s: StateShapes, down: str, up: str, nb: int) -> tuple[str, str]:
+    """The (downsample_mode, upsample_mode) of a DPIR U-Net read from its tensors: ``down`` the first encoder
+    stage's prefix (its layer after the ``nb`` blocks is a 2x2 conv, or a pool then a 3x3 conv), ``up`` the first
+    decoder upsampler's prefix (a 2x2 transposed conv, a 3x3 conv to 4x channels, or nearest + conv)."""
+    down_mode = "strideconv" if f"{down}.{nb}.weight" in s else "avgpool"
+    if f"{up}.weight" in s:
+        w = s.shape(f"{up}.weight")
+        up_mode = "convtranspose" if w[-1] == 2 else "pixelshuffle"
+    elif f"{up}.0.weight" in s:
+        up_mode = "pixelshuffle"
+    else:
+        up_mode = "upconv"
+    return down_mode, up_mode
+
+
+def _recognise(s: StateShapes) -> dict:
+    """DRUNet from its tensors: the four level widths from each level's first block, blocks per level from the
+    bottleneck, channels from the head / tail convs, the resampling kinds from the layer shapes."""
+    nb = s.count("m_body.") or 1  # one block is the stage itself (no index)
+    body = "m_body.0" if nb > 1 else "m_body"
+    nc = [s.dim("m_head.weight", 0), s.dim("m_down2.0.res.0.weight", 0), s.dim("m_down3.0.res.0.weight", 0),
+          s.dim(f"{body}.res.0.weight", 0)]
+    down, up = unet_modes(s, "m_down1", "m_up3.0", nb)
+    return {"in_nc": s.dim("m_head.weight", 1), "out_nc": s.dim("m_tail.weight", 0), "nc": nc, "nb": nb,
+            "downsample_mode": down, "upsample_mode": up}
+
+
+register_recogniser("DRUNet", _recognise)

@@ -14,6 +14,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError
+from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.registry import ARCH_REGISTRY
 
 NUM_FRAMES = 7
@@ -141,3 +142,15 @@ class DUF(nn.Module):
 
 
 __all__ = ["DUF", "DenseBlocks", "DenseBlocksTemporalReduce", "DynamicUpsamplingFilter"]
+
+
+def _recognise(s: StateShapes) -> list[dict]:
+    """DUF from its tensors: the variant (16 / 28 / 52 layers) from the width before the last 3-D conv, the scale
+    from the residual head (3 x scale**2 channels). The batch-norm settings of converted TensorFlow weights change
+    no tensor (the default is kept)."""
+    channels = s.dim("bn3d2.weight", 0)
+    scale = round((s.dim("conv3d_r2.weight", 0) // 3) ** 0.5)
+    return [{"scale": scale, "num_layer": n} for n, (nb, g) in LAYER_CONFIGS.items() if 64 + g * nb + 3 * g == channels]
+
+
+register_recogniser("DUF", _recognise)

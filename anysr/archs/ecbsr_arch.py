@@ -27,7 +27,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError
+from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
 from anysr.ops.autocast import autocast_off
+from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
 ACTIVATIONS = ("prelu", "relu", "rrelu", "softplus", "linear")
@@ -262,3 +264,27 @@ class ECBSR(nn.Module):
 
 
 __all__ = ["ECB", "ECBSR", "PlainConv3x3", "SeqConv3x3"]
+
+
+def _recognise(s: StateShapes) -> list[dict]:
+    """ECBSR from its tensors (training form or reparameterised): a chain of ECBs whose last one feeds the
+    PixelShuffle; the activation's PReLU weights show 'prelu' (weightless ones look alike: ReLU is proposed).
+    ``with_idt`` changes no tensor: BasicSR's published setting (False) is kept."""
+    idx = s.indices("backbone.")
+    first, last = s.shape("backbone.0.conv3x3.weight"), s.shape(f"backbone.{idx[-1]}.conv3x3.weight")
+    cin, width = first[1], first[0]
+    common = {"num_in_ch": cin, "num_block": len(idx) - 2, "num_channel": width, "with_idt": False,
+              "act_type": "prelu" if "backbone.0.act.weight" in s else "relu",
+              "reparameterized": "backbone.0.conv1x1_3x3.k0" not in s}
+    return [{"num_out_ch": out, "scale": scale, **common} for out, scale in shuffle_splits(last[0], (cin, 3, 1))]
+
+
+register_recogniser("ECBSR", _recognise)
+
+
+# The published models (ECBSR-M4C8 ... M16C64): the Y channel in and out, PReLU, no identity branch.
+register_presets("ECBSR", scale_arg="scale", source="ECBSR", presets={
+    f"ecbsr_m{m}c{c}": {"num_in_ch": 1, "num_out_ch": 1, "num_block": m, "num_channel": c, "with_idt": False,
+                        "act_type": "prelu", "scale": 4}
+    for m, c in ((4, 8), (4, 16), (10, 32), (16, 64))
+})

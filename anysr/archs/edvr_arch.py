@@ -13,6 +13,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, DCNv2Pack, ResidualBlockNoBN, make_layer
+from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.registry import ARCH_REGISTRY
 
 
@@ -281,3 +282,22 @@ class EDVR(nn.Module):
 
 
 __all__ = ["EDVR", "PCDAlignment", "PredeblurModule", "TSAFusion", "align_frames", "feature_pyramid"]
+
+
+def _recognise(s: StateShapes) -> dict:
+    """EDVR from its tensors: width and channels from the first / last convs, the frame count from the fusion's
+    input, deformable groups from the offset convs (3 x 9 per group), block counts, the predeblur / high-resolution
+    input / TSA switches from which layers exist."""
+    feat = s.dim("conv_l2_1.weight", 0)
+    tsa = "fusion.feat_fusion.weight" in s
+    frames = s.dim("fusion.feat_fusion.weight" if tsa else "fusion.weight", 1) // feat
+    predeblur = "predeblur.conv_first.weight" in s
+    cin = s.dim("predeblur.conv_first.weight" if predeblur else "conv_first.weight", 1)
+    return {"num_in_ch": cin, "num_out_ch": s.dim("conv_last.weight", 0), "num_feat": feat, "num_frame": frames,
+            "deformable_groups": s.dim("pcd_align.dcn_pack.l1.conv_offset.weight", 0) // 27,
+            "num_extract_block": s.count("feature_extraction."),
+            "num_reconstruct_block": s.count("reconstruction."),
+            "hr_in": "predeblur.stride_conv_hr1.weight" in s, "with_predeblur": predeblur, "with_tsa": tsa}
+
+
+register_recogniser("EDVR", _recognise)

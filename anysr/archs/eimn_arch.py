@@ -19,6 +19,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, DropPath, LayerNorm2d
+from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
@@ -149,3 +150,17 @@ class EIMN(nn.Module):
 
 # traiNNer-redux's builders (tests/test_presets.py checks each against the network traiNNer-redux builds)
 register_presets("EIMN", scale_arg="scale", presets={"eimn_l": {"num_stages": 16}, "eimn_a": {"num_stages": 14}})
+
+
+def _recognise(s: StateShapes) -> list[dict]:
+    """EIMN from its tensors: width from the head, stages from the norms, blocks per stage, the scale from the
+    tail (RGB x scale**2), the MLP ratio from its hidden width (the published 2.66 when it gives that width)."""
+    dims = s.dim("head.0.weight", 0)
+    hidden = s.dim("block1.0.mlp.linear_out.weight", 1)
+    common = {"embed_dims": dims, "scale": round((s.dim("tail.0.weight", 0) // 3) ** 0.5),
+              "depths": s.count("block1."), "num_stages": sum(f"norm{i}.weight" in s for i in range(1, len(s)))}
+    ratios = [2.66] if int(dims * 2.66) == hidden else []
+    return [{**common, "mlp_ratios": r} for r in [*ratios, hidden / dims]]
+
+
+register_recogniser("EIMN", _recognise)

@@ -26,6 +26,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, pad_to_multiple
+from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
@@ -216,3 +217,20 @@ register_presets("ELAN", scale_arg="scale", presets={
     "elan": {},  # 8.31 M parameters at x4
     "elan_light": {"m_elan": 24, "c_elan": 60, "n_share": 1},  # 0.64 M at x4
 })
+
+
+def _recognise(s: StateShapes) -> list[dict]:
+    """ELAN from its tensors: width and colours from the head, (LFE, GMSA) pairs per block from the first block
+    (1 + n_share), blocks, the LFE expansion, the mean shift, the scale from the tail. The window sizes change no
+    tensor (the published 4, 8, 16 are kept)."""
+    c, colors = s.dim("head.0.weight", 0), s.dim("head.0.weight", 1)
+    pairs = sum(f"body.0.modules_lfe.lfe_{i}.conv0.shift_conv.weight" in s for i in range(len(s)))
+    if not pairs:
+        return []
+    return [{"scale": scale, "colors": colors, "norm": "sub_mean.weight" in s, "m_elan": s.count("body.") * pairs,
+             "c_elan": c, "n_share": pairs - 1,
+             "r_expand": s.dim("body.0.modules_lfe.lfe_0.conv0.shift_conv.conv1x1.weight", 0) // c}
+            for out, scale in shuffle_splits(s.dim("tail.0.weight", 0), (colors,)) if out == colors]
+
+
+register_recogniser("ELAN", _recognise)

@@ -24,6 +24,8 @@ from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, pad_to_min_size, pad_to_multiple
 from anysr.archs.moesr_arch import NearestUpsample
+from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.archs.recognise_util import clean, fitting_heads, head_mid, square_side
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
@@ -278,3 +280,37 @@ class ESCRealM(nn.Module):
 register_presets("ESCRealM", scale_arg="scale", presets={
     "escrealm_xl": {"dim": 128, "pdim": 32, "n_blocks": 16, "num_heads": 8, "upsampler": "pixelshuffle"},
 })
+
+
+def _recognise(s: StateShapes) -> list[dict]:
+    """ESCRealM from its tensors: width, the large-kernel filter (``pdim`` x ``kernel_size``), blocks and
+    conv blocks per block, heads and window from the attention's bias, the ConvFFN ratio, the pixel-unshuffled
+    stem (x1 / x2), and the head (kind, scale and mid width: the candidates whose head builds the file's tensors;
+    a nearest+conv head is the same at x2 and x3: x2 is proposed first). The attention kernel choice changes no
+    tensor (the default is kept)."""
+    pdim, _, kernel, _ = s.shape("plk_filter")
+    dim = s.dim("blocks.0.ln_proj.weight", 0)
+    bias = s.shape("blocks.0.attn.relative_position_bias")
+    common = {"dim": dim, "pdim": pdim, "kernel_size": kernel, "n_blocks": s.count("blocks."),
+              "conv_blocks": s.count("blocks.0.pconvs."),
+              "window_size": (square_side(bias[1], "relative_position_bias") + 1) // 2,
+              "num_heads": bias[0], "exp_ratio": clean(s.dim("blocks.0.convffns.0.proj.weight", 0) / dim)}
+    scales: tuple[int, ...] = (4, 2, 3, 1, 8)
+    unshuffle = "proj.1.weight" in s
+    if unshuffle:  # the stem folds the input by 4 // scale, the head then upsamples x4
+        fold = square_side(s.dim("proj.1.weight", 1) // 3, "proj.1.weight")
+        if fold not in (2, 4):
+            return []
+        scales = (4,)
+    heads = fitting_heads(s, "to_img", lambda kind, scale, out, mid: UniUpsampleV3(kind, scale, dim, out, mid, 4),
+                          ("transpose+conv", *(h for h in SUPPORTED_HEADS if h != "transpose+conv")), scales, (3,),
+                          lambda kind: head_mid(s, "to_img", kind, dim))
+    out = []
+    for head in heads:
+        scale = 4 // fold if unshuffle else head["scale"]
+        out.append({**common, "scale": scale, "upsampler": head["kind"], "mid_dim": head["mid"],
+                    "unshuffle_mod": unshuffle})
+    return out
+
+
+register_recogniser("ESCRealM", _recognise)

@@ -26,7 +26,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.dpir_util import ResBlock, chain, check_act_mode, downsample, layers, upsample
-from anysr.archs.drunet_arch import check_widths
+from anysr.archs.drunet_arch import check_widths, unet_modes
+from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.registry import ARCH_REGISTRY
 
 EMBED = 512  # width of the quality-factor predictor's hidden layers and of the embedding (fixed by the authors)
@@ -134,3 +135,20 @@ class FBCNN(nn.Module):
 
 
 __all__ = ["FBCNN", "QFAttention"]
+
+
+def _recognise(s: StateShapes) -> dict:
+    """FBCNN from its tensors: the four level widths from each level's first block, blocks per level from the
+    encoder bottleneck, channels from the head / tail convs, the resampling kinds from the layer shapes."""
+    nb = s.count("m_body_encoder.") or 1  # one block is the stage itself (no index)
+    body = "m_body_encoder.0" if nb > 1 else "m_body_encoder"
+    nc = [s.dim("m_head.weight", 0), s.dim("m_down2.0.res.0.weight", 0), s.dim("m_down3.0.res.0.weight", 0),
+          s.dim(f"{body}.res.0.weight", 0)]
+    down, up = unet_modes(s, "m_down1", "m_up3.0", nb)
+    if "qf_embed.0.weight" not in s:
+        return {}
+    return {"in_nc": s.dim("m_head.weight", 1), "out_nc": s.dim("m_tail.weight", 0), "nc": nc, "nb": nb,
+            "downsample_mode": down, "upsample_mode": up}
+
+
+register_recogniser("FBCNN", _recognise)

@@ -31,6 +31,8 @@ from anysr.accelerators.hardware import resamples_by_gathers
 from anysr.archs.arch_util import ArchArgumentError, DropPath, LayerNorm2d, drop_path_rates, pad_bottom_right
 from anysr.archs.moesr_arch import NearestUpsample
 from anysr.archs.plksr_arch import DySample
+from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
+from anysr.archs.recognise_util import clean, fitting_heads, head_mid, square_side
 from anysr.ops.dcn import sample_bilinear
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
@@ -442,3 +444,53 @@ register_presets("FDAT", scale_arg="scale", presets={
     "fdat_large": {"embed_dim": 180, "depth_per_group": 4, "num_heads": 6},
     "fdat_xl": {"embed_dim": 180, "num_groups": 6, "depth_per_group": 6, "num_heads": 6},
 })
+
+
+def _recognise(s: StateShapes) -> list[dict]:
+    """FDAT from its tensors: width and channels from the stem (pixel-unshuffled for x1 / x2 with
+    ``unshuffle_mod``), groups, the block pattern (spatial blocks have a window bias, channel blocks a
+    temperature) and its repeats, heads and window from them, the FFN and gate ratios (the published reduction 8
+    when it gives that width), and the upsampler (kind, scale, output channels and mid width: the candidates whose
+    head builds the file's tensors; nearest+conv and pa_up heads are the same at x2 and x3: x2 is proposed
+    first; an lda head is the same at every scale: x4 first)."""
+    unshuffle = "conv_first.1.weight" in s
+    stem = s.shape("conv_first.1.weight" if unshuffle else "conv_first.weight")
+    embed = stem[0]
+    kinds = []
+    for b in s.indices("groups.0.blocks."):
+        kinds.append("spatial" if f"groups.0.blocks.{b}.attn.bias" in s else "channel")
+    if not kinds:
+        return []
+    period = next(p for p in range(1, len(kinds) + 1)  # the whole list at the latest
+                  if len(kinds) % p == 0 and all(k == kinds[i % p] for i, k in enumerate(kinds)))
+    spatial = kinds.index("spatial") if "spatial" in kinds else None
+    heads_key = f"groups.0.blocks.{spatial}.attn.bias" if spatial is not None else "groups.0.blocks.0.attn.temp"
+    gate = s.dim("groups.0.blocks.0.inter.cg.1.weight", 0)
+    common = {"embed_dim": embed, "num_groups": s.count("groups."), "depth_per_group": len(kinds) // period,
+              "num_heads": s.dim(heads_key, 0),
+              "window_size": square_side(s.dim(heads_key, 1), heads_key) if spatial is not None else 8,
+              "ffn_expansion_ratio": clean(s.dim("groups.0.blocks.0.ffn.fc1.weight", 0) / embed),
+              "aim_reduction_ratio": 8 if embed // 8 == gate else embed // gate,
+              "group_block_pattern": kinds[:period], "unshuffle_mod": unshuffle}
+    if unshuffle:
+        fold = next((f for f in (2, 4) if stem[1] % (f * f) == 0 and stem[1] // (f * f) in (3, 1, 4)), None)
+        if fold is None:
+            return []
+        cins, scales = [(stem[1] // (fold * fold), 4 // fold)], (4,)
+    else:
+        cins, scales = [(stem[1], 0)], (4, 2, 3, 1, 8)
+    last = max(i for i in s.indices("upsampler.") if f"upsampler.{i}.weight" in s)
+    width = s.dim(f"upsampler.{last}.weight", 0)  # the output channels, times scale**2 for a one-step head
+    found = []
+    for cin, folded_scale in cins:
+        outs = [width, *(out for out, _ in shuffle_splits(width, (cin, 3, 1))), cin, 3, 1]
+        for head in fitting_heads(s, "upsampler",
+                                  lambda kind, scale, out, mid: UniUpsampleV3(kind, scale, embed, out, mid, 4),
+                                  ("transpose+conv", *(k for k in SAMPLE_MODS3 if k != "transpose+conv")), scales,
+                                  outs, lambda kind: head_mid(s, "upsampler", kind, embed)):
+            found.append({"num_in_ch": cin, "num_out_ch": head["out"], "scale": folded_scale or head["scale"],
+                          **common, "mid_dim": head["mid"], "upsampler_type": head["kind"]})
+    return found
+
+
+register_recogniser("FDAT", _recognise)

@@ -29,6 +29,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, pad_to_multiple
+from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.archs.resize_util import resize_bilinear
 from anysr.registry import ARCH_REGISTRY
 
@@ -276,3 +277,17 @@ class FFTformer(nn.Module):
 
 
 __all__ = ["DFFN", "FFTformer", "FSAS", "dft_bases"]
+
+
+def _recognise(s: StateShapes) -> dict:
+    """FFTformer from its tensors: width and channels from the stem / output convs, blocks per level and
+    refinement blocks, the feed-forward factor from its (doubled) hidden width, the bias switch."""
+    dim = s.dim("patch_embed.proj.weight", 0)
+    return {"inp_channels": s.dim("patch_embed.proj.weight", 1), "out_channels": s.dim("output.weight", 0),
+            "dim": dim, "num_blocks": [s.count(f"encoder_level{i}.") for i in (1, 2, 3)],
+            "num_refinement_blocks": s.count("refinement."),
+            "ffn_expansion_factor": s.dim("encoder_level1.0.ffn.project_in.weight", 0) / 2 / dim,
+            "bias": "output.bias" in s}
+
+
+register_recogniser("FFTformer", _recognise)

@@ -28,6 +28,7 @@ from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, default_init_weights, pad_to_min_size, refuse_weights_path
 from anysr.archs.discriminator_arch import upsample2x
+from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.archs.stylegan2_arch import (
     ConstantInput,
     NormStyleCode,
@@ -293,3 +294,25 @@ class GFPGANv1Clean(nn.Module):
 
 
 __all__ = ["GFPGANv1Clean", "StyleGAN2GeneratorCSFT", "StyleGAN2GeneratorClean"]
+
+
+def _recognise(s: StateShapes) -> list[dict]:
+    """GFPGAN v1 (clean) from its tensors: the output size from the levels, the style width and mapping depth, the
+    width factors from the decoder (``narrow`` at 4 pixels, ``channel_multiplier`` at 64), one latent per layer or
+    one, SFT on half of the channels or all. ``input_is_latent`` and ``fix_decoder`` change no tensor."""
+    levels = s.count("toRGB.")
+    log_size = levels + 2
+    style = s.dim("stylegan_decoder.style_mlp.1.weight", 0)
+    narrow = s.dim("stylegan_decoder.constant_input.weight", 1) / 512
+    multipliers = [2, 1]
+    if log_size >= 6:
+        multipliers = [s.dim(f"stylegan_decoder.style_convs.{(6 - 3) * 2}.modulated_conv.weight", 1) / (256 * narrow)]
+    last = s.count("condition_scale.0.") and max(s.indices("condition_scale.0."))
+    common = {"out_size": 2**log_size, "num_style_feat": style, "num_mlp": s.count("stylegan_decoder.style_mlp."),
+              "narrow": int(narrow) if narrow == int(narrow) else narrow,
+              "different_w": s.dim("final_linear.weight", 0) != style,
+              "sft_half": s.dim(f"condition_scale.0.{last}.weight", 0) == s.dim("condition_scale.0.0.weight", 0)}
+    return [{"channel_multiplier": int(m) if m == int(m) else m, **common} for m in multipliers]
+
+
+register_recogniser("GFPGANv1Clean", _recognise)

@@ -45,6 +45,14 @@ from anysr.archs.arch_util import (
     window_reverse,
 )
 from anysr.archs.rcan_arch import ChannelAttention
+from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.archs.recognise_util import (
+    clean,
+    reconstruction,
+    resi_connection,
+    square_side,
+    window_from_index,
+)
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
@@ -335,3 +343,37 @@ register_presets("HAT", scale_arg="upscale", fixed={"num_feat": 64}, presets={
         "squeeze_factor": 24, "mlp_ratio": 2.0
     },
 })
+
+
+def _recognise(s: StateShapes) -> list[dict]:
+    """HAT from its tensors: width and channels from the first conv, blocks per group, heads from each group's
+    bias tables, the window from the self-attention index buffer, the overlap ratio from the overlapping
+    cross-attention's table, the CAB's compression and squeeze from its convs (the published 3 / 24 and 30 / 24
+    when they give those widths), the MLP ratio, switches, the reconstruction. ``img_size`` shows only with
+    ``ape`` (the position embedding's length)."""
+    embed, cin = s.dim("conv_first.weight", 0), s.dim("conv_first.weight", 1)
+    groups = s.indices("layers.")
+    window = window_from_index(s, "relative_position_index_SA")
+    overlap = square_side(s.dim("relative_position_index_OCA", 1), "relative_position_index_OCA")
+    block = "layers.0.residual_group.blocks.0"
+    cab = s.dim(f"{block}.conv_block.cab.0.weight", 0)
+    squeezed = s.dim(f"{block}.conv_block.cab.3.attention.1.weight", 0)
+    compress = next((c for c in (3, 24) if embed // c == cab), embed // cab)
+    squeeze = next((q for q in (30, 24) if embed // q == squeezed), embed // squeezed)
+    ape = "absolute_pos_embed" in s
+    common = {"in_chans": cin, "embed_dim": embed,
+              "depths": [s.count(f"layers.{i}.residual_group.blocks.") for i in groups],
+              "num_heads": [s.dim(f"layers.{i}.residual_group.blocks.0.attn.relative_position_bias_table", 1)
+                            for i in groups],
+              "window_size": window, "compress_ratio": compress, "squeeze_factor": squeeze,
+              "overlap_ratio": clean((overlap - window) / window),
+              "mlp_ratio": clean(s.dim(f"{block}.mlp.fc1.weight", 0) / embed),
+              "qkv_bias": f"{block}.attn.qkv.bias" in s, "ape": ape, "patch_norm": "patch_embed.norm.weight" in s,
+              "resi_connection": resi_connection(s, "conv_after_body")}
+    if ape:
+        common["img_size"] = square_side(s.dim("absolute_pos_embed", 1), "absolute_pos_embed")
+    return [{**common, "upscale": r["upscale"], "upsampler": r["upsampler"]}
+            for r in reconstruction(s, cin) if r["out"] == cin]
+
+
+register_recogniser("HAT", _recognise)

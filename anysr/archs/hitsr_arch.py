@@ -24,7 +24,7 @@ same network (``tile_multiple`` 1).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -40,8 +40,13 @@ from anysr.archs.arch_util import (
     swin_init_weights,
     to_2tuple,
 )
+from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.archs.recognise_util import clean, reconstruction, resi_connection, square_side
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
+
+DEFAULT_BASE_WINDOW = (8, 8)  # the published base window and hierarchical window ratios
+DEFAULT_RATIOS = (0.5, 1, 2, 4, 6, 8)
 
 Pair = tuple[int, int]
 
@@ -411,8 +416,8 @@ class _HiT(nn.Module):
         super().__init__()
         depths = list(depths if depths is not None else (6, 6, 6, 6))
         num_heads = list(num_heads if num_heads is not None else (6, 6, 6, 6))
-        base = to_2tuple(base_win_size if base_win_size is not None else (8, 8))
-        ratios = list(hier_win_ratios if hier_win_ratios is not None else (0.5, 1, 2, 4, 6, 8))
+        base = to_2tuple(base_win_size if base_win_size is not None else DEFAULT_BASE_WINDOW)
+        ratios = list(hier_win_ratios if hier_win_ratios is not None else DEFAULT_RATIOS)
         check_upscale(upscale)
         if expansion_factor is not None and expansion_factor != mlp_ratio:
             raise ArchArgumentError("expansion_factor", f"the authors' {type(self).__name__} ignores it (their MLP "
@@ -545,3 +550,59 @@ class HiT_SRF(_HiT):  # noqa: N801
 # is swallowed by the classes; anysr accepts it when it equals mlp_ratio)
 for _cls in ("HiT_SIR", "HiT_SNG", "HiT_SRF"):
     register_presets(_cls, scale_arg="upscale", presets={_cls.lower(): {}})  # x4: 791,540 / 1,032,060 / 866,420
+
+
+def _recognise(variant: str) -> Callable[[StateShapes], list[dict]]:
+    """The recogniser of one HiT variant: width and channels from the first conv, blocks per group, heads from
+    the dynamic position bias, the MLP ratio, the window ratios above 1 from each block's spatial linear (a
+    ``ratio**2``-wide input; ratios up to 1 and the base window show in no tensor but HiT-SNG's context conv, so the
+    published 8 x 8 and 0.5 / 1 are kept), switches, the reconstruction. The variants' layouts differ (SNG: the
+    N-gram context, SRF: the ConvFFN's depth-wise conv), so only one builds a file's tensors."""
+
+    def recognise(s: StateShapes) -> list[dict]:
+        embed, cin = s.dim("conv_first.weight", 0), s.dim("conv_first.weight", 1)
+        groups = s.indices("layers.")
+        if not groups:
+            return []
+        first = "layers.0.residual_group.blocks.0"
+        if ("ngram_window_partition" in " ".join(k for k in s.keys() if k.startswith(first))) != (variant == "SNG"):
+            return []
+        if (f"{first}.mlp.dwconv.depthwise_conv.0.weight" in s) != (variant == "SRF"):
+            return []
+        depths = [s.count(f"layers.{i}.residual_group.blocks.") for i in groups]
+        blocks = range(max(depths))
+        owner = [next(i for i, d in zip(groups, depths, strict=True) if d > b) for b in blocks]
+        cells = [s.dim(f"layers.{g}.residual_group.blocks.{b}.correlation.spatial_linear.weight", 1)
+                 for b, g in zip(blocks, owner, strict=True)]
+        base = list(DEFAULT_BASE_WINDOW)
+        ratios: list[float] = list(DEFAULT_RATIOS)
+        if variant == "SNG":  # each block's context conv has its window as kernel: find the base that explains them
+            context = "correlation.ngram_window_partition.ngram_context.unigram_embed.weight"
+            wins = [s.dim(f"layers.{g}.residual_group.blocks.{b}.{context}", 2) for b, g in zip(blocks, owner,
+                                                                                                  strict=True)]
+            for side in dict.fromkeys((DEFAULT_BASE_WINDOW[0], 2 * wins[0], wins[0])):
+                if all((w // min(w, side)) ** 2 == c for w, c in zip(wins, cells, strict=True)):
+                    base = [side, side]
+                    ratios[:len(wins)] = [clean(w / side) for w in wins]
+                    break
+        else:  # windows above the base show as ratio**2 cells; those up to it in no tensor (published kept)
+            for b, c in enumerate(cells):
+                if b >= len(ratios) or max(1, ratios[b] ** 2) != c:
+                    ratios[b:b + 1] = [clean(math.sqrt(c))]
+        common = {"in_chans": cin, "embed_dim": embed, "depths": depths,
+                  "num_heads": [s.dim(f"layers.{i}.residual_group.blocks.0.correlation.pos.pos3.2.weight", 0)
+                                for i in groups],
+                  "base_win_size": base, "hier_win_ratios": ratios,
+                  "mlp_ratio": clean(s.dim(f"{first}.mlp.fc1.weight", 0) / embed),
+                  "ape": "absolute_pos_embed" in s, "patch_norm": "patch_embed.norm.weight" in s,
+                  "resi_connection": resi_connection(s, "conv_after_body")}
+        if common["ape"]:
+            common["img_size"] = square_side(s.dim("absolute_pos_embed", 1), "absolute_pos_embed")
+        return [{**common, "upscale": r["upscale"], "upsampler": r["upsampler"]}
+                for r in reconstruction(s, cin) if r["out"] == cin]
+
+    return recognise
+
+
+for _cls, _variant in (("HiT_SIR", "SIR"), ("HiT_SNG", "SNG"), ("HiT_SRF", "SRF")):
+    register_recogniser(_cls, _recognise(_variant))

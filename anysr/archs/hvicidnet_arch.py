@@ -27,6 +27,7 @@ from torch.nn import functional as F
 
 from anysr.accelerators.hardware import resamples_by_gathers
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, pad_to_multiple
+from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.archs.resize_util import resize_bilinear
 from anysr.registry import ARCH_REGISTRY
 
@@ -288,3 +289,14 @@ class HVICIDNet(nn.Module):
 
 
 __all__ = ["CAB", "HVICIDNet", "RGB_HVI"]
+
+
+def _recognise(s: StateShapes) -> dict:
+    """HVI-CIDNet from its tensors: the four widths from the stem and the three downsamplers, the heads of the
+    three attention levels from their temperatures (the first entry is unused: 1 kept), the norm switch."""
+    channels = [s.dim("HVE_block0.1.weight", 0)] + [s.dim(f"HVE_block{i}.down.0.weight", 0) for i in (1, 2, 3)]
+    heads = [1] + [s.dim(f"HV_LCA{i}.ffn.temperature", 0) for i in (1, 2, 3)]
+    return {"channels": channels, "heads": heads, "norm": "HVE_block1.norm.weight" in s}
+
+
+register_recogniser("HVICIDNet", _recognise)

@@ -21,6 +21,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, pad_to_multiple
+from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
@@ -223,3 +224,17 @@ register_presets("LKFMixer", scale_arg="upscale", presets={
            "split_factor": 0.25, "upscale": 4}
     for name, ch, nb in (("lkfmixer_t", 40, 6), ("lkfmixer_b", 48, 8), ("lkfmixer_l", 64, 12))
 })
+
+
+def _recognise(s: StateShapes) -> list[dict]:
+    """LKFMixer from its tensors: channels from the first conv, depth from the layers, the large kernel and the
+    split factor from the first block's strip convs, scale and output channels from the upsampler."""
+    channels, cin = s.dim("conv_first.weight", 0), s.dim("conv_first.weight", 1)
+    strip = s.shape("layers.layers.0.FDB.c1_r.PLKB.DWConv_Kx1.weight")
+    common = {"in_channels": cin, "channels": channels, "num_block": s.count("layers.layers."),
+              "large_kernel": strip[2], "split_factor": strip[0] / channels}
+    return [{"out_channels": out, "upscale": scale, **common}
+            for out, scale in shuffle_splits(s.dim("upsampler.upsampleOneStep.0.weight", 0), (cin, 3, 1))]
+
+
+register_recogniser("LKFMixer", _recognise)

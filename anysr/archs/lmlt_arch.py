@@ -19,6 +19,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, pad_to_multiple
+from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
@@ -173,3 +174,14 @@ register_presets("LMLT", scale_arg="scale", presets={
     "lmlt_base": {"dim": 60},  # 0.67 M
     "lmlt_large": {"dim": 84},  # 1.30 M
 })
+
+
+def _recognise(s: StateShapes) -> dict:
+    """LMLT from its tensors: width from the stem, depth from the blocks, the channel mixer's factor from its
+    hidden width, the scale from the output conv (RGB x scale**2)."""
+    dim = s.dim("to_feat.weight", 0)
+    return {"dim": dim, "n_blocks": s.count("feats."), "ffn_scale": s.dim("feats.0.ccm.ccm.0.weight", 0) / dim,
+            "scale": round((s.dim("to_img.0.weight", 0) // 3) ** 0.5)}
+
+
+register_recogniser("LMLT", _recognise)

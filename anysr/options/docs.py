@@ -109,7 +109,8 @@ def _section(lines: list[str], title: str, section: Section, intro: str = "") ->
 def _presets(lines: list[str]) -> None:
     lines += ["", "## Architecture presets", "",
               "`network_g.type` may name a published variant instead of a class (traiNNer-redux's names, any letter "
-              "case). It is expanded into the class and the arguments below (the others keep the class's defaults); "
+              "case; `edsr_*` and `ecbsr_*` name BasicSR's and the ECBSR authors' released models). It is "
+              "expanded into the class and the arguments below (the others keep the class's defaults); "
               "the top-level `scale` goes to the scale argument unless `network_g` gives it, and any argument can "
               "still be set, under the class's name or traiNNer-redux's (`scale`, `num_filters`, ...). A name that "
               "is exactly a class (`SPAN`) is the class with its own defaults. The start-up log and the run's saved "

@@ -1,0 +1,218 @@
+"""Weights recognised from names and shapes (anysr/archs/recognise.py), part a: for each family, configurations
+other than the defaults and presets (odd widths and depths, x1 / x3 where the class has them, other image
+channels, other layer kinds) are recognised as the same class with arguments that build exactly the same tensors,
+and files as anysr's loader accepts them (published layouts) are recognised too."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from anysr.archs.recognise import recognise
+from anysr.engine.checkpoint import load_weights
+from anysr.registry import ARCH_REGISTRY
+from tests.test_recognise import _layout
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FAMILIES = ("ATD", "ArtCNN", "BasicVSR", "BasicVSRPlusPlus", "CRAFT", "DAT", "DCTLSA", "DIS", "DITN", "DRCT", "DRUNet",
+            "DUF", "DnCNN", "ECBSR", "EDSR", "EDVR", "EIMN", "ELAN", "ESCRealM", "FBCNN", "FDAT", "FFTformer",
+            "GFPGANv1Clean", "HAT", "HVICIDNet", "HiT_SIR", "HiT_SNG", "HiT_SRF", "IconVSR", "LKFMixer", "LMLT")
+
+CONFIGS: list[dict] = [
+    {"type": "EDSR", "num_in_ch": 3, "num_out_ch": 3},
+    {"type": "EDSR", "num_in_ch": 1, "num_out_ch": 1, "num_feat": 24, "num_block": 3, "upscale": 3, "rgb_mean": [0.5]},
+    {"type": "EDSR", "num_in_ch": 3, "num_out_ch": 3, "num_feat": 256, "num_block": 32, "upscale": 2,
+     "res_scale": 0.1},
+    {"type": "EDSR", "num_in_ch": 3, "num_out_ch": 3, "num_feat": 16, "num_block": 2, "upscale": 8},
+    {"type": "DnCNN", "nc": 32, "nb": 5},
+    {"type": "DnCNN", "in_nc": 3, "out_nc": 3, "nb": 20, "act_mode": "R"},
+    {"type": "DnCNN", "in_nc": 4, "out_nc": 3, "nc": 24, "nb": 6, "act_mode": "R", "mode": "FDnCNN"},
+    {"type": "DRUNet", "in_nc": 4, "out_nc": 3},
+    {"type": "DRUNet", "in_nc": 2, "out_nc": 1, "nc": [16, 24, 40, 48], "nb": 2, "downsample_mode": "avgpool",
+     "upsample_mode": "pixelshuffle"},
+    {"type": "DRUNet", "nc": [8, 16, 32, 64], "nb": 1, "upsample_mode": "upconv"},
+    {"type": "FBCNN", "in_nc": 1, "out_nc": 1, "nc": [16, 24, 40, 48], "nb": 2},
+    {"type": "FBCNN", "nc": [8, 16, 32, 64], "nb": 1, "downsample_mode": "avgpool", "upsample_mode": "pixelshuffle"},
+    {"type": "FBCNN", "nc": [8, 16, 32, 64], "nb": 1, "upsample_mode": "upconv"},
+    {"type": "ECBSR", "num_in_ch": 1, "num_out_ch": 1, "num_block": 4, "num_channel": 16, "with_idt": False,
+     "act_type": "prelu", "scale": 2},
+    {"type": "ECBSR", "num_in_ch": 3, "num_out_ch": 3, "num_block": 2, "num_channel": 8, "with_idt": False,
+     "act_type": "relu", "scale": 3},
+    {"type": "ECBSR", "num_in_ch": 1, "num_out_ch": 1, "num_block": 1, "num_channel": 12, "with_idt": False,
+     "act_type": "prelu", "scale": 4, "reparameterized": True},
+    {"type": "ArtCNN", "in_ch": 1, "scale": 2, "filters": 24, "n_block": 3},
+    {"type": "ArtCNN", "scale": 3, "filters": 20, "n_block": 2, "kernel_size": 5},
+    {"type": "ArtCNN", "scale": 1, "filters": 8, "n_block": 1},
+    {"type": "DIS", "scale": 1, "num_features": 16, "num_blocks": 2},
+    {"type": "DIS", "in_channels": 1, "out_channels": 1, "scale": 3, "num_blocks": 3, "use_depthwise": True},
+    {"type": "DIS", "scale": 2, "num_features": 24, "num_blocks": 5},
+    {"type": "BasicVSR", "num_feat": 16, "num_block": 2},
+    {"type": "IconVSR", "num_feat": 16, "num_block": 3, "temporal_padding": 3},
+    {"type": "BasicVSRPlusPlus", "mid_channels": 16, "num_blocks": 2},
+    {"type": "BasicVSRPlusPlus", "mid_channels": 24, "num_blocks": 1, "is_low_res_input": False},
+    {"type": "EDVR", "num_feat": 32, "num_frame": 7, "deformable_groups": 4, "num_extract_block": 2,
+     "num_reconstruct_block": 3},
+    {"type": "EDVR", "num_in_ch": 1, "num_out_ch": 1, "num_feat": 16, "num_frame": 3, "deformable_groups": 2,
+     "num_extract_block": 1, "num_reconstruct_block": 1, "with_tsa": False},
+    {"type": "EDVR", "num_feat": 128, "num_frame": 5, "num_reconstruct_block": 40, "hr_in": True,
+     "with_predeblur": True},
+    {"type": "DUF", "scale": 2, "num_layer": 16},
+    {"type": "DUF", "scale": 3, "num_layer": 28},
+    {"type": "LMLT", "dim": 24, "n_blocks": 3, "ffn_scale": 1.5, "scale": 3},
+    {"type": "LMLT", "dim": 8, "n_blocks": 1, "scale": 1},
+    {"type": "LKFMixer", "in_channels": 1, "out_channels": 1, "channels": 16, "num_block": 2, "large_kernel": 7,
+     "split_factor": 0.5, "upscale": 2},
+    {"type": "LKFMixer", "in_channels": 3, "out_channels": 3, "channels": 20, "num_block": 1, "large_kernel": 11,
+     "split_factor": 0.25, "upscale": 3},
+    {"type": "DITN", "inp_channels": 1, "dim": 24, "ITL_blocks": 2, "SAL_blocks": 1, "UFONE_blocks": 2,
+     "ffn_expansion_factor": 1.5, "bias": True, "upscale": 3},
+    {"type": "DCTLSA", "in_nc": 1, "out_nc": 1, "nf": 30, "upscale": 2},
+    {"type": "DCTLSA", "nf": 24, "num_head": 4, "upscale": 3},
+    {"type": "EIMN", "embed_dims": 32, "scale": 3, "depths": 2, "num_stages": 3, "mlp_ratios": 2.0},
+    {"type": "EIMN", "embed_dims": 48, "scale": 4, "num_stages": 2},
+    {"type": "ELAN", "scale": 2, "colors": 1, "m_elan": 4, "c_elan": 24, "n_share": 1, "r_expand": 3},
+    {"type": "ELAN", "scale": 3, "norm": True, "m_elan": 3, "c_elan": 12, "n_share": 2},
+    {"type": "HVICIDNet", "channels": [16, 16, 32, 64], "heads": [1, 2, 2, 4], "norm": True},
+    {"type": "FFTformer", "inp_channels": 1, "out_channels": 1, "dim": 16, "num_blocks": [1, 2, 1],
+     "num_refinement_blocks": 1, "ffn_expansion_factor": 2, "bias": True},
+    {"type": "GFPGANv1Clean", "out_size": 128, "num_style_feat": 64, "channel_multiplier": 1, "narrow": 0.5,
+     "num_mlp": 2, "different_w": False, "sft_half": False},
+    {"type": "GFPGANv1Clean", "out_size": 32, "num_style_feat": 32, "channel_multiplier": 1, "narrow": 0.25},
+    {"type": "HAT", "in_chans": 1, "embed_dim": 24, "depths": [2, 3], "num_heads": [2, 3], "window_size": 4,
+     "img_size": 16, "compress_ratio": 2, "squeeze_factor": 4, "overlap_ratio": 1, "mlp_ratio": 1.5,
+     "upscale": 3, "qkv_bias": False, "resi_connection": "identity"},
+    {"type": "HAT", "embed_dim": 16, "depths": [1], "num_heads": [2], "window_size": 8, "img_size": 16,
+     "compress_ratio": 2, "squeeze_factor": 8, "upscale": 1, "ape": True, "patch_norm": False},
+    {"type": "DRCT", "in_chans": 1, "embed_dim": 24, "depths": [6, 6], "num_heads": [3, 4], "window_size": 4,
+     "img_size": 20, "mlp_ratio": 1.5, "upscale": 8, "gc": 16, "resi_connection": "identity"},
+    {"type": "DRCT", "embed_dim": 16, "depths": [6], "num_heads": [2], "window_size": 8, "img_size": 8,
+     "upscale": 1},
+    {"type": "DAT", "in_chans": 1, "embed_dim": 36, "split_size": [2, 8], "depth": [2, 1], "num_heads": [2, 4],
+     "expansion_factor": 1.5, "upscale": 3, "img_size": 32, "resi_connection": "3conv"},
+    {"type": "DAT", "embed_dim": 48, "split_size": [4, 4], "depth": [4], "num_heads": [6], "upscale": 2,
+     "upsampler": "pixelshuffledirect", "qkv_bias": False},
+    {"type": "ATD", "in_chans": 1, "embed_dim": 24, "depths": [2, 1], "num_heads": [2, 3], "window_size": 4,
+     "num_tokens": 16, "reducted_dim": 6, "convffn_kernel_size": 3, "mlp_ratio": 1.5, "upscale": 4,
+     "upsampler": "nearest+conv", "norm": False},
+    {"type": "ATD", "embed_dim": 16, "depths": [2], "num_heads": [2], "window_size": 8, "num_tokens": 8,
+     "upscale": 2, "upsampler": "pixelshuffle", "resi_connection": "3conv", "qkv_bias": False},
+    {"type": "CRAFT", "in_chans": 1, "embed_dim": 40, "depths": [1, 2], "num_heads": [2, 4], "split_size_0": 2,
+     "split_size_1": 8, "mlp_ratio": 1.5, "upscale": 3, "resi_connection": "identity"},
+    {"type": "CRAFT", "embed_dim": 36, "depths": [1], "num_heads": [3], "split_size_0": 4, "split_size_1": 4,
+     "upscale": 1, "qkv_bias": False},
+    {"type": "HiT_SIR", "in_chans": 1, "embed_dim": 24, "depths": [2, 4], "num_heads": [2, 3], "mlp_ratio": 1.5,
+     "upscale": 3, "upsampler": "pixelshuffle", "resi_connection": "3conv"},
+    {"type": "HiT_SNG", "embed_dim": 16, "depths": [3], "num_heads": [2], "base_win_size": [4, 4], "upscale": 2},
+    {"type": "HiT_SRF", "embed_dim": 16, "depths": [2, 2], "num_heads": [2, 2], "upscale": 4,
+     "upsampler": "nearest+conv", "ape": True, "img_size": 16},
+    {"type": "HiT_SRF", "embed_dim": 16, "depths": [1], "num_heads": [2], "upscale": 1, "upsampler": ""},
+    {"type": "ESCRealM", "dim": 32, "pdim": 8, "kernel_size": 7, "n_blocks": 2, "conv_blocks": 1, "window_size": 8,
+     "num_heads": 2, "scale": 2, "exp_ratio": 1.5, "upsampler": "pixelshuffle", "mid_dim": 24},
+    {"type": "ESCRealM", "dim": 16, "pdim": 4, "n_blocks": 1, "conv_blocks": 2, "num_heads": 2, "scale": 1,
+     "unshuffle_mod": True},
+    {"type": "ESCRealM", "dim": 16, "pdim": 4, "n_blocks": 1, "conv_blocks": 1, "num_heads": 2, "scale": 3},
+    {"type": "FDAT", "num_in_ch": 1, "num_out_ch": 1, "embed_dim": 24, "num_groups": 2, "depth_per_group": 1,
+     "num_heads": 2, "window_size": 4, "ffn_expansion_ratio": 1.5, "aim_reduction_ratio": 4,
+     "group_block_pattern": ["channel", "spatial", "spatial"], "scale": 3, "upsampler_type": "pixelshuffledirect"},
+    {"type": "FDAT", "embed_dim": 24, "num_groups": 1, "depth_per_group": 2, "num_heads": 3, "scale": 2,
+     "upsampler_type": "pa_up", "mid_dim": 16},
+    {"type": "FDAT", "embed_dim": 24, "num_groups": 1, "depth_per_group": 1, "num_heads": 3, "scale": 1,
+     "unshuffle_mod": True, "upsampler_type": "dysample", "mid_dim": 16},
+]
+
+
+def _id(opt: dict) -> str:
+    return "-".join(f"{v}" if k == "type" else f"{k}={v}" for k, v in opt.items()).replace(" ", "")
+
+
+@pytest.mark.parametrize("opt", CONFIGS, ids=_id)
+def test_other_configurations_recognised(opt: dict) -> None:
+    layout = _layout(opt)
+    assert layout is not None, f"{opt} does not build"
+    _check(layout, opt["type"], str(opt))
+
+
+def _check(layout: dict[str, tuple[int, ...]], arch: str, source: str) -> str:
+    found = recognise(layout, source=source)
+    assert ARCH_REGISTRY.get(found.opt["type"]) is ARCH_REGISTRY.get(arch), f"{source} recognised as {found.describe()}"
+    assert _layout(found.opt) == layout, f"{source}: {found.describe()} builds other tensors"
+    assert not found.others, f"{source}: {found.others} fit too"
+    return found.describe()
+
+
+def _reference_cases() -> list[tuple[str, str, Path, dict]]:
+    """(fixture folder, case, manifest folder, case) of every reference-implementation fixture of these families."""
+    cases = []
+    for manifest in sorted(FIXTURES.glob("*/manifest.json")):
+        for name, case in json.loads(manifest.read_text()).get("cases", {}).items():
+            if isinstance(case, dict) and case.get("type") in FAMILIES:
+                cases.append((manifest.parent.name, name, manifest.parent, case))
+    return cases
+
+
+def _file_layout(folder: Path, name: str, case: dict) -> dict[str, tuple[int, ...]]:
+    """Names and shapes of a fixture's weights as anysr's loader reads them (the reference implementation's state
+    dict); the recorded state table (video cases) or shape table (synthetic-weight cases); safetensors' header for
+    fp8-stored fixtures, which the loader's finiteness check cannot read."""
+    if "state" in case:
+        return {entry["key"]: tuple(entry["shape"]) for entry in case["state"]}
+    if "synthetic" in case:
+        return {k: tuple(v) for k, v in case["synthetic"]["shapes"].items()}
+    for path in (folder / f"{name}_params.safetensors", folder / f"{name}.pth"):
+        if path.exists():
+            try:
+                sd, _ = load_weights(path)
+            except NotImplementedError:
+                with safe_open(str(path), "pt") as f:
+                    return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118
+            return {k: tuple(v.shape) for k, v in sd.items()}
+    raise AssertionError(f"{folder.name}/{name}: no weights fixture")
+
+
+REFERENCE = _reference_cases()
+
+
+def test_every_family_has_reference_weights() -> None:
+    assert {case["type"] for *_, case in REFERENCE} == set(FAMILIES)
+
+
+@pytest.mark.parametrize(("folder", "name", "path", "case"), REFERENCE, ids=[f"{f}/{n}" for f, n, *_ in REFERENCE])
+def test_reference_weights_recognised(folder: str, name: str, path: Path, case: dict) -> None:
+    """The weights the authors' / traiNNer-redux's / spandrel's implementation saved (the fixtures the arch tests
+    compare outputs with) are recognised as the same class, and what it builds loads them strictly."""
+    layout = _file_layout(path, name, case)
+    assert _layout({"type": case["type"], **case.get("kwargs", {})}) == layout, f"{folder}/{name}: fixture layout"
+    _check(layout, case["type"], f"{folder}/{name}")
+
+
+PUBLISHED = json.loads(gzip.decompress((FIXTURES / "attention" / "published_keys.json.gz").read_bytes()))["configs"]
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_published_layouts_recognised(name: str) -> None:
+    """The released models' layouts (names and shapes of the authors' option files through spandrel 0.4.2: HAT-L,
+    HAT-S, DAT, DAT-light, DRCT-L, ...) are recognised, with their scale and size."""
+    cfg = PUBLISHED[name]
+    layout = {k: tuple(shape) for k, (shape, _) in cfg["keys"].items()}
+    described = _check(layout, cfg["type"], name)
+    assert f"upscale={cfg['kwargs']['upscale']}" in described
+
+
+def test_recognised_weights_load_strictly() -> None:
+    """A real (tiny) file: saved, read back by the loader, recognised, and loaded strictly into what was built."""
+    from anysr.archs import build_network
+    from anysr.engine.checkpoint.weights import load_into
+
+    torch.manual_seed(0)
+    opt = {"type": "HAT", "embed_dim": 16, "depths": [2], "num_heads": [2], "window_size": 4, "img_size": 16,
+           "upscale": 3, "compress_ratio": 2, "squeeze_factor": 4}
+    sd = build_network(opt).state_dict()
+    found = recognise(sd, source="hat.pth")
+    net = build_network(found.opt)
+    load_into(net, sd, strict=True, source="hat.pth")
+    assert "upscale=3" in found.describe() and "window_size=4" in found.describe()
