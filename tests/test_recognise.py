@@ -173,3 +173,26 @@ def test_network_g_type_auto_needs_the_file(tmp_path: Path) -> None:
                            capture_output=True, text=True, cwd=ROOT)
         assert r.returncode != 0 and says in r.stderr and "Traceback" not in r.stderr
         assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_a_wrapper_prefix_is_seen_through() -> None:
+    """Files saved inside a wrapper (``netG.``, ``module.``) are recognised as the loader reads them."""
+    from anysr.engine.inference.network import _recognise_file
+
+    with torch.device("meta"):
+        net = build_network({"type": "compact", "scale": 2})
+    wrapped = {f"module.{k}": v for k, v in net.state_dict().items()}
+    assert _recognise_file(wrapped, "w.pth").opt["upscale"] == 2
+
+
+def test_float8_weights_are_read(tmp_path: Path) -> None:
+    """A file storing float8 tensors (spandrel-era exports of ATD / CRAFT) is read: the finiteness check runs on
+    a float copy (torch has no isfinite kernel for float8)."""
+    from safetensors.torch import save_file
+
+    from anysr.engine.checkpoint import load_weights
+
+    net = build_network({"type": "SRVGGNetCompact", "num_feat": 4, "num_conv": 1, "upscale": 2})
+    save_file({k: v.to(torch.float8_e4m3fn) for k, v in net.state_dict().items()}, tmp_path / "w.safetensors")
+    sd, _ = load_weights(tmp_path / "w.safetensors", "params")
+    assert recognise(sd).opt["num_feat"] == 4

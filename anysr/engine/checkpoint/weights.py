@@ -344,10 +344,17 @@ def _training_state_given(path: Path) -> CheckpointError:
                            "safetensors (and net_g_latest.safetensors)")
 
 
+_FINITE_CHECKED = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
 def _check_finite(sd: Mapping[str, torch.Tensor], path: Path) -> None:
     """Refuse weights holding NaN or infinity (a broken training run or a damaged file), naming the tensor."""
     for name, t in sd.items():
-        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+        if not t.is_floating_point():
+            continue
+        if t.dtype not in _FINITE_CHECKED:  # float8 kinds: isfinite has no kernel for them
+            t = t.float()
+        if not bool(torch.isfinite(t).all()):
             raise CheckpointError(f"weights {path}: tensor '{name}' holds NaN or infinite values; the network "
                                   f"would output garbage. {_WEIGHTS_FIX}")
 

@@ -17,7 +17,7 @@ from anysr.archs.basicvsr_arch import BasicVSR, IconVSR
 from anysr.archs.basicvsrpp_arch import BasicVSRPlusPlus
 from anysr.archs.duf_arch import DUF
 from anysr.archs.edvr_arch import EDVR
-from anysr.archs.recognise import recognise
+from anysr.archs.recognise import Recognised, recognise
 from anysr.archs.tof_arch import TOFlow
 from anysr.engine import checkpoint as ckpt
 from anysr.engine.logger import get_logger
@@ -174,12 +174,27 @@ class SpandrelNetwork(nn.Module):
         return self._descriptor(x)  # type: ignore[no-any-return]
 
 
+def _recognise_file(state: dict[str, torch.Tensor], source: str) -> Recognised:
+    """``recognise``, also through a wrapper prefix every name shares (``netG.``, ``model.``: the loader strips
+    it too); the error of the names as they are when neither fits."""
+    try:
+        return recognise(state, source=source)
+    except OptionError:
+        stripped, prefix = ckpt.strip_container_prefix(state)
+        if prefix:
+            try:
+                return recognise(stripped, source=source)
+            except OptionError:
+                pass
+        raise
+
+
 def _recognised_network(state: dict[str, torch.Tensor], weights: str) -> dict[str, Any] | None:
     """The ``network_g`` options of the architecture anysr recognises in ``state`` (names and shapes alone), None
     when it fits none of them and spandrel is installed (it may know the file); without spandrel, the one-line
     error naming the closest families."""
     try:
-        found = recognise(state, source=weights)
+        found = _recognise_file(state, weights)
     except OptionError:
         if importlib.util.find_spec("spandrel") is not None:
             return None
@@ -196,7 +211,7 @@ def network_options_from_weights(weights: Path, param_key: str) -> dict[str, Any
     recorded = metadata_network(meta, str(weights))
     if recorded is not None:
         return recorded
-    return dict(recognise(dict(state), source=f"path.pretrain_network_g {weights}").opt)
+    return dict(_recognise_file(dict(state), f"path.pretrain_network_g {weights}").opt)
 
 
 def _spandrel_network(state: dict[str, torch.Tensor], weights: str) -> nn.Module:
