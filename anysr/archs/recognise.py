@@ -101,6 +101,17 @@ def shuffle_splits(channels: int, image_channels: Iterable[int] = (3, 1, 4)) -> 
     return out
 
 
+def upsample_scale(view: StateShapes, prefix: str, num_feat: int) -> int:
+    """The scale of a BasicSR ``Upsample`` at ``prefix`` (convs to ``4 * num_feat`` channels each followed by a
+    PixelShuffle(2), or one conv to ``9 * num_feat`` for x3); NotThisFamily when the convs fit neither."""
+    convs = [view.dim(f"{prefix}{i}.weight", 0) for i in view.indices(prefix) if f"{prefix}{i}.weight" in view]
+    if convs == [9 * num_feat]:
+        return 3
+    if convs and all(c == 4 * num_feat for c in convs):
+        return 2 ** len(convs)
+    raise NotThisFamily(f"{prefix}: no sub-pixel upsampler of width {num_feat}")
+
+
 def register_recogniser(arch: str, recogniser: Recogniser) -> None:
     """Register how to recognise ``arch``'s weights (``arch``: the registered class name)."""
     if arch in RECOGNISERS:
@@ -211,4 +222,4 @@ def recognise(state: Mapping[str, Any], source: str = "the weights") -> Recognis
 
 
 __all__ = ["RECOGNISERS", "NotThisFamily", "Recognised", "StateShapes", "closest_families", "layout_fits",
-           "recognise", "recognise_all", "register_recogniser", "shuffle_splits"]
+           "recognise", "recognise_all", "register_recogniser", "shuffle_splits", "upsample_scale"]
