@@ -21,6 +21,16 @@ EXTRA: dict[str, list[dict]] = {
         "rgb_mean": (0.4,)}],
     "RIDNet": [{"in_channels": 3, "mid_channels": 16, "out_channels": 3, "num_block": 2},
                {"in_channels": 3, "mid_channels": 64, "out_channels": 3}],
+    "SwiftSRGAN": [{"num_channels": 20, "num_blocks": 3, "upscale_factor": s} for s in (1, 2, 8)]
+    + [{"in_channels": 1, "num_channels": 8, "num_blocks": 1}],
+    "TOFlow": [{"adapt_official_weights": True}],
+    "NAFNet": [{"img_channel": 1, "width": 8, "middle_blk_num": 0, "enc_blk_nums": (1, 0, 3),
+                "dec_blk_nums": (2, 1, 0)},
+               {"width": 12, "middle_blk_num": 2, "enc_blk_nums": (1,), "dec_blk_nums": (1,)}],
+    "SAFMN": [{"dim": 20, "n_blocks": 3, "ffn_scale": 1.5, "upscaling_factor": s} for s in (1, 3)]
+    + [{"dim": 36, "n_blocks": 1, "ffn_scale": 2.3}],
+    "SAFMNBCIE": [{"dim": 36}, {"dim": 20, "n_blocks": 2, "num_layers": 3, "ffn_scale": 1.7, "upscaling_factor": 1},
+                  {"dim": 8, "n_blocks": 1, "num_layers": 1, "upscaling_factor": 4}],
 }
 
 CASES = [(arch, args) for arch, configs in EXTRA.items() for args in configs]
