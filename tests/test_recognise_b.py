@@ -31,6 +31,14 @@ EXTRA: dict[str, list[dict]] = {
     + [{"dim": 36, "n_blocks": 1, "ffn_scale": 2.3}],
     "SAFMNBCIE": [{"dim": 36}, {"dim": 20, "n_blocks": 2, "num_layers": 3, "ffn_scale": 1.7, "upscaling_factor": 1},
                   {"dim": 8, "n_blocks": 1, "num_layers": 1, "upscaling_factor": 4}],
+    "Sebica": [{"scale": s, "N": 5} for s in (1, 3)],
+    "SPAN": [{"feature_channels": 20, "upscale": s} for s in (1, 2, 3)]
+    + [{"num_in_ch": 1, "num_out_ch": 1, "feature_channels": 16, "rgb_mean": (0.5,)},
+       {"num_in_ch": 4, "num_out_ch": 3, "feature_channels": 8, "norm": False, "upscale": 2}],
+    "SpanPlus": [{"blocks": [1, 0, 2], "feature_channels": 12, "upscale": s} for s in (1, 3)]
+    + [{"num_in_ch": 1, "num_out_ch": 1, "feature_channels": 16, "upsampler": "ps", "upscale": 2},
+       {"feature_channels": 8, "blocks": [1], "upsampler": "conv", "upscale": 1},
+       {"num_in_ch": 3, "num_out_ch": 1, "feature_channels": 8, "blocks": [3]}],
 }
 
 CASES = [(arch, args) for arch, configs in EXTRA.items() for args in configs]
