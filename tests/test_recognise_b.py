@@ -39,6 +39,17 @@ EXTRA: dict[str, list[dict]] = {
     + [{"num_in_ch": 1, "num_out_ch": 1, "feature_channels": 16, "upsampler": "ps", "upscale": 2},
        {"feature_channels": 8, "blocks": [1], "upsampler": "conv", "upscale": 1},
        {"num_in_ch": 3, "num_out_ch": 1, "feature_channels": 8, "blocks": [3]}],
+    "MoSR": [{"in_ch": 1, "n_block": 2, "dim": 16, "upsampler": u, "upscale": sc, "kernel_size": 5,
+              "expansion_ratio": 8 / 3, "conv_ratio": 0.5} for u, sc in (("ps", 3), ("gps", 2), ("dys", 1))]
+    + [{"in_ch": 3, "out_ch": 1, "n_block": 0, "dim": 8, "upsampler": "dys", "upscale": 2}],
+    "MoSRv2": [{"in_ch": 3, "n_block": 2, "dim": 16, "upsampler": u, "scale": sc, "mid_dim": 8}
+               for u in ("conv", "pixelshuffledirect", "pixelshuffle", "nearest+conv", "transpose+conv")
+               for sc in (1, 2, 3, 4)]
+    + [{"in_ch": 1, "n_block": 1, "dim": 8, "scale": 2, "unshuffle_mod": False, "expansion_ratio": 2.5,
+        "rms_norm": True}, {"n_block": 1, "dim": 8, "scale": 8, "upsampler": "pixelshuffle"}],
+    "RTMoSR": [{"scale": sc, "dim": 16, "n_blocks": 1, "ffn_expansion": 1.5, "dccm": False, "se": False}
+               for sc in (1, 3, 4)]
+    + [{"scale": sc, "dim": 8, "n_blocks": 3, "unshuffle_mod": True} for sc in (1, 2)],
 }
 
 CASES = [(arch, args) for arch, configs in EXTRA.items() for args in configs]

@@ -28,6 +28,7 @@ from torch.nn import functional as F
 
 from anysr.accelerators.hardware import resamples_by_gathers
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d
+from anysr.archs.recognise import NotThisFamily, StateShapes, register_recogniser, shuffle_splits
 from anysr.ops.dcn import sample_bilinear
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
@@ -401,3 +402,13 @@ register_presets("PLKSR", scale_arg="upscaling_factor", presets={
     "plksr": {"ccm_type": "DCCM"},  # 7.39 M parameters at x4
     "plksr_tiny": {"n_blocks": 12, "kernel_size": 13, "use_ea": False, "ccm_type": "DCCM"},  # 2.37 M at x4
 })
+
+
+def dysample_scale(s: StateShapes, prefix: str, groups: int = 4) -> int:
+    """The scale of a DySample at ``prefix`` from its offset conv (``2 * groups * scale**2`` outputs)."""
+    offsets = s.dim(f"{prefix}offset.weight", 0)
+    scale = round((offsets / (2 * groups)) ** 0.5)
+    if 2 * groups * scale * scale != offsets:
+        raise NotThisFamily(f"{prefix}offset: {offsets} outputs fit no DySample scale")
+    return scale
+

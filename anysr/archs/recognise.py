@@ -112,6 +112,15 @@ def upsample_scale(view: StateShapes, prefix: str, num_feat: int) -> int:
     raise NotThisFamily(f"{prefix}: no sub-pixel upsampler of width {num_feat}")
 
 
+def width_ratio(width: int, dim: int, default: float) -> float:
+    """A width factor (``int(ratio * dim) == width``: MLP / expansion ratios): ``default`` when it gives
+    ``width``, else the exact ratio, else one half a channel above it (when float rounding falls short)."""
+    for ratio in (default, width / dim, (width + 0.5) / dim):
+        if int(ratio * dim) == width:
+            return ratio
+    raise NotThisFamily(f"no ratio of {dim} gives {width}")
+
+
 def register_recogniser(arch: str, recogniser: Recogniser) -> None:
     """Register how to recognise ``arch``'s weights (``arch``: the registered class name)."""
     if arch in RECOGNISERS:
@@ -222,4 +231,5 @@ def recognise(state: Mapping[str, Any], source: str = "the weights") -> Recognis
 
 
 __all__ = ["RECOGNISERS", "NotThisFamily", "Recognised", "StateShapes", "closest_families", "layout_fits",
-           "recognise", "recognise_all", "register_recogniser", "shuffle_splits", "upsample_scale"]
+           "recognise", "recognise_all", "register_recogniser", "shuffle_splits", "upsample_scale",
+           "width_ratio"]

@@ -20,11 +20,11 @@ import torch
 from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError
-from anysr.archs.plksr_arch import DySample
+from anysr.archs.plksr_arch import DySample, dysample_scale
 from anysr.archs.span_arch import Conv3XC
 from anysr.ops.dcn import sample_bilinear
 from anysr.presets import register_presets
-from anysr.archs.recognise import NotThisFamily, StateShapes, register_recogniser, shuffle_splits
+from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
 from anysr.registry import ARCH_REGISTRY
 
 UPSAMPLERS = ("dys", "ps", "conv")
@@ -166,15 +166,6 @@ register_presets("SpanPlus", scale_arg="upscale", presets={
     "spanplus_st": {"upsampler": "ps"},  # 2.24 M at x4
     "spanplus_sts": {"blocks": [2], "feature_channels": 32, "upsampler": "ps"},  # 0.69 M at x4
 })
-
-
-def dysample_scale(s: StateShapes, prefix: str, groups: int = 4) -> int:
-    """The scale of a DySample at ``prefix`` from its offset conv (``2 * groups * scale**2`` outputs)."""
-    offsets = s.dim(f"{prefix}offset.weight", 0)
-    scale = round((offsets / (2 * groups)) ** 0.5)
-    if 2 * groups * scale * scale != offsets:
-        raise NotThisFamily(f"{prefix}offset: {offsets} outputs fit no DySample scale")
-    return scale
 
 
 def _recognise(s: StateShapes) -> list[dict]:
