@@ -50,6 +50,10 @@ EXTRA: dict[str, list[dict]] = {
     "RTMoSR": [{"scale": sc, "dim": 16, "n_blocks": 1, "ffn_expansion": 1.5, "dccm": False, "se": False}
                for sc in (1, 3, 4)]
     + [{"scale": sc, "dim": 8, "n_blocks": 3, "unshuffle_mod": True} for sc in (1, 2)],
+    "MoESR": [{"in_ch": 1, "out_ch": 1, "dim": 16, "n_blocks": 2, "n_block": 1, "expansion_factor": 2.0,
+               "expansion_msg": 1.25, "upsampler": u, "scale": sc, "upsample_dim": 8}
+              for u in ("conv", "pixelshuffledirect", "pixelshuffle", "nearest+conv", "dysample") for sc in (2, 3)]
+    + [{"dim": 8, "n_blocks": 1, "n_block": 0, "scale": 1}, {"dim": 12, "n_blocks": 1, "scale": 8}],
 }
 
 CASES = [(arch, args) for arch, configs in EXTRA.items() for args in configs]

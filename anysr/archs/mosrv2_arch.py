@@ -20,8 +20,8 @@ from torch import nn
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, pad_to_multiple
 from anysr.archs.escreal_arch import SUPPORTED_HEADS, UniUpsampleV3
 from anysr.archs.lkfmixer_arch import bilinear_resize
-from anysr.archs.moesr_arch import InceptionDWConv2d
-from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits, width_ratio
+from anysr.archs.moesr_arch import InceptionDWConv2d, uniupsample_heads
+from anysr.archs.recognise import StateShapes, register_recogniser, width_ratio
 from anysr.registry import ARCH_REGISTRY
 
 
@@ -115,27 +115,6 @@ class MoSRv2(nn.Module):
         return out[:, :, :h * s, :w * s]
 
 
-def uniupsample_v3_heads(s: StateShapes, prefix: str, out_dim: int) -> list[dict]:
-    """The ``UniUpsampleV3`` heads at ``prefix`` that fit its tensors ({"upsampler", "scale", "mid_dim"}; only
-    "pixelshuffle" shows its mid_dim). Its ``MetaUpsample`` record is a buffer whose shape says nothing. The
-    "nearest+conv" head's one step is x2 or x3 alike in its tensors (x2 is proposed first); a lone conv is "conv" at a scale its tensors do not show ("scale": None)."""
-    convs = [i for i in s.indices(prefix) if f"{prefix}{i}.weight" in s]
-    first = s.shape(f"{prefix}{convs[0]}.weight")
-    if len(convs) == 1:  # one conv: "pixelshuffledirect" (at x1 the same conv as "conv"), or "conv" at any scale
-        heads = [{"upsampler": "pixelshuffledirect", "scale": sc} for _, sc in shuffle_splits(first[0], (out_dim,))]
-        return heads + [{"upsampler": "conv", "scale": None}] if first[0] == out_dim else heads
-    if len(convs) in (2, 3) and first[2] != 3 or len(convs) == 2:  # ConvTranspose2d (in, out, k, k): k 4 or 3
-        scale = 4 if len(convs) == 3 else (2 if first[2] == 4 else 3)
-        return [{"upsampler": "transpose+conv", "scale": scale}]
-    if convs[1] == 2:  # conv to mid_dim, LeakyReLU, then conv + PixelShuffle steps
-        mid = first[0]
-        steps = [s.dim(f"{prefix}{i}.weight", 0) // mid for i in convs[1:-1]]
-        scale = 3 if steps == [9] else 2 ** len(steps)
-        return [{"upsampler": "pixelshuffle", "scale": scale, "mid_dim": mid}]
-    steps = len(convs) - 2  # (conv, nearest, LeakyReLU) per step, then conv, LeakyReLU, conv
-    return [{"upsampler": "nearest+conv", "scale": sc} for sc in ((2, 3) if steps == 1 else (2 ** steps,))]
-
-
 def _recognise(s: StateShapes) -> list[dict]:
     """MoSRv2 from its tensors: the stem (a plain conv, or a conv after a pixel-unshuffle by 4 // scale below
     x3) gives image channels, width and scale, the gated blocks their count, hidden width and norm kind, the
@@ -156,7 +135,7 @@ def _recognise(s: StateShapes) -> list[dict]:
         if cin % (fold * fold):
             continue
         in_ch = cin // (fold * fold)
-        for head in uniupsample_v3_heads(s, "to_img.", in_ch):
+        for head in uniupsample_heads(s, "to_img.", (in_ch,)):
             if fold == 1 and head["scale"] is not None:
                 scale, unshuffle = head["scale"], head["scale"] >= 3
             elif fold > 1 and head["scale"] in (4, None):
@@ -164,7 +143,7 @@ def _recognise(s: StateShapes) -> list[dict]:
             else:
                 continue
             out.append({**common, "in_ch": in_ch, "scale": scale, "unshuffle_mod": unshuffle,
-                        **{k: v for k, v in head.items() if k != "scale"}})
+                        **{k: v for k, v in head.items() if k not in ("scale", "out")}})
     return out
 
 
