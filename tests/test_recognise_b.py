@@ -54,6 +54,14 @@ EXTRA: dict[str, list[dict]] = {
                "expansion_msg": 1.25, "upsampler": u, "scale": sc, "upsample_dim": 8}
               for u in ("conv", "pixelshuffledirect", "pixelshuffle", "nearest+conv", "dysample") for sc in (2, 3)]
     + [{"dim": 8, "n_blocks": 1, "n_block": 0, "scale": 1}, {"dim": 12, "n_blocks": 1, "scale": 8}],
+    "RealPLKSR": [{"dim": 16, "n_blocks": 2, "upscaling_factor": sc, "kernel_size": 7, "split_ratio": 0.3,
+                   "use_ea": False, "dysample": True} for sc in (1, 2, 3)]
+    + [{"dim": 12, "n_blocks": 1, "norm_groups": 3}, {"dim": 16, "n_blocks": 1, "layer_norm": True, "upscaling_factor": 2}],
+    "PLKSR": [{"dim": 16, "n_blocks": 2, "upscaling_factor": sc, "ccm_type": c, "kernel_size": 9, "lk_type": lk,
+               "split_ratio": 0.5, "use_ea": sc == 1}
+              for sc, c, lk in ((1, "CCM", "PLK"), (2, "ICCM", "RectSparsePLK"), (3, "DCCM", "SparsePLK"))]
+    + [{"dim": 16, "n_blocks": 1, "lk_type": "SparsePLK", "use_max_kernel": True},
+       {"dim": 16, "n_blocks": 1, "lk_type": "SparsePLK", "sparse_kernels": (3, 7), "sparse_dilations": (2, 1)}],
 }
 
 CASES = [(arch, args) for arch, configs in EXTRA.items() for args in configs]
