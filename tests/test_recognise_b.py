@@ -62,6 +62,9 @@ EXTRA: dict[str, list[dict]] = {
               for sc, c, lk in ((1, "CCM", "PLK"), (2, "ICCM", "RectSparsePLK"), (3, "DCCM", "SparsePLK"))]
     + [{"dim": 16, "n_blocks": 1, "lk_type": "SparsePLK", "use_max_kernel": True},
        {"dim": 16, "n_blocks": 1, "lk_type": "SparsePLK", "sparse_kernels": (3, 7), "sparse_dilations": (2, 1)}],
+    "OmniSR": [{"num_feat": 16, "block_num": 2, "res_num": 2, "window_size": 4, "up_scale": sc, "bias": sc != 3}
+               for sc in (1, 2, 3)]
+    + [{"num_in_ch": 1, "num_out_ch": 1, "num_feat": 8, "pe": False, "window_size": 8}],
 }
 
 CASES = [(arch, args) for arch, configs in EXTRA.items() for args in configs]
