@@ -65,6 +65,11 @@ EXTRA: dict[str, list[dict]] = {
     "OmniSR": [{"num_feat": 16, "block_num": 2, "res_num": 2, "window_size": 4, "up_scale": sc, "bias": sc != 3}
                for sc in (1, 2, 3)]
     + [{"num_in_ch": 1, "num_out_ch": 1, "num_feat": 8, "pe": False, "window_size": 8}],
+    "MAN": [{"n_resblocks": 2, "n_resgroups": g, "n_feats": 12, "scale": sc} for g, sc in ((1, 1), (3, 3), (2, 4))],
+    "SeemoRe": [{"scale": sc, "num_experts": n, "num_layers": 2, "embedding_dim": 12, "lr_space": lr,
+                 "global_kernel_size": 7, "use_shuffle": False}
+                for sc, n, lr in ((1, 1, "linear"), (2, 3, "exp"), (3, 4, "double"), (4, 3, "linear"))]
+    + [{"num_experts": 3, "num_layers": 16, "embedding_dim": 48, "recursive": 1, "use_shuffle": False}],
 }
 
 CASES = [(arch, args) for arch, configs in EXTRA.items() for args in configs]
