@@ -70,6 +70,8 @@ EXTRA: dict[str, list[dict]] = {
                  "global_kernel_size": 7, "use_shuffle": False}
                 for sc, n, lr in ((1, 1, "linear"), (2, 3, "exp"), (3, 4, "double"), (4, 3, "linear"))]
     + [{"num_experts": 3, "num_layers": 16, "embedding_dim": 48, "recursive": 1, "use_shuffle": False}],
+    "MixDehazeNet": [{"in_chans": 1, "out_chans": 2, "embed_dims": (8, 16, 24, 16, 8), "depths": (2, 1, 3, 1, 2)},
+                     {"embed_dims": (16, 32, 64, 32, 16), "depths": (0, 1, 1, 1, 0)}],
 }
 
 CASES = [(arch, args) for arch, configs in EXTRA.items() for args in configs]
