@@ -72,6 +72,7 @@ EXTRA: dict[str, list[dict]] = {
     + [{"num_experts": 3, "num_layers": 16, "embedding_dim": 48, "recursive": 1, "use_shuffle": False}],
     "MixDehazeNet": [{"in_chans": 1, "out_chans": 2, "embed_dims": (8, 16, 24, 16, 8), "depths": (2, 1, 3, 1, 2)},
                      {"embed_dims": (16, 32, 64, 32, 16), "depths": (0, 1, 1, 1, 0)}],
+    "RetinexFormer": [{"n_feat": 8, "stage": 1, "num_blocks": (1, 2, 2)}, {"n_feat": 12, "stage": 2, "num_blocks": (2, 0, 1)}],
 }
 
 CASES = [(arch, args) for arch, configs in EXTRA.items() for args in configs]
