@@ -73,6 +73,10 @@ EXTRA: dict[str, list[dict]] = {
     "MixDehazeNet": [{"in_chans": 1, "out_chans": 2, "embed_dims": (8, 16, 24, 16, 8), "depths": (2, 1, 3, 1, 2)},
                      {"embed_dims": (16, 32, 64, 32, 16), "depths": (0, 1, 1, 1, 0)}],
     "RetinexFormer": [{"n_feat": 8, "stage": 1, "num_blocks": (1, 2, 2)}, {"n_feat": 12, "stage": 2, "num_blocks": (2, 0, 1)}],
+    "RestoreFormer": [{"n_embed": 16, "embed_dim": 8, "ch": 32, "ch_mult": (1, 2), "num_res_blocks": 1,
+                       "attn_resolutions": (256,), "z_channels": 32},
+                      {"n_embed": 8, "embed_dim": 4, "ch": 32, "out_ch": 1, "in_channels": 1, "ch_mult": (1, 1, 2),
+                       "num_res_blocks": 2, "attn_resolutions": (), "z_channels": 8, "enable_mid": False}],
 }
 
 CASES = [(arch, args) for arch, configs in EXTRA.items() for args in configs]
