@@ -78,6 +78,10 @@ EXTRA: dict[str, list[dict]] = {
                       {"n_embed": 8, "embed_dim": 4, "ch": 32, "out_ch": 1, "in_channels": 1, "ch_mult": (1, 1, 2),
                        "num_res_blocks": 2, "attn_resolutions": (), "z_channels": 8, "enable_mid": False}],
     "SCUNet": [{"in_nc": 1, "config": (0, 2, 1, 2, 1, 0, 2), "dim": 64}, {"config": (1,) * 7, "dim": 128}],
+    "UpCunet2x": [{"pro": True}, {"in_channels": 1, "out_channels": 1}],
+    "UpCunet3x": [{"pro": True}, {"in_channels": 1, "out_channels": 3}],
+    "UpCunet4x": [{"pro": True}, {"in_channels": 4, "out_channels": 4}],
+    "UpCunet2x_fast": [{"in_channels": 1, "out_channels": 1}],
 }
 
 CASES = [(arch, args) for arch, configs in EXTRA.items() for args in configs]
