@@ -82,6 +82,12 @@ EXTRA: dict[str, list[dict]] = {
     "UpCunet3x": [{"pro": True}, {"in_channels": 1, "out_channels": 3}],
     "UpCunet4x": [{"pro": True}, {"in_channels": 4, "out_channels": 4}],
     "UpCunet2x_fast": [{"in_channels": 1, "out_channels": 1}],
+    "StyleGAN2Generator": [{"out_size": 32, "num_style_feat": 16, "num_mlp": 2, "narrow": 0.25},
+                           {"out_size": 128, "num_style_feat": 8, "num_mlp": 3, "channel_multiplier": 1,
+                            "narrow": 0.125}],
+    "StyleGAN2GeneratorClean": [{"out_size": 16, "num_style_feat": 16, "num_mlp": 2, "narrow": 0.5},
+                                {"out_size": 64, "num_style_feat": 8, "num_mlp": 4, "channel_multiplier": 3,
+                                 "narrow": 0.0625}],
 }
 
 CASES = [(arch, args) for arch, configs in EXTRA.items() for args in configs]

@@ -29,6 +29,7 @@ from torch.nn import functional as F
 from anysr.archs.arch_util import ArchArgumentError, default_init_weights, pad_to_min_size, refuse_weights_path
 from anysr.archs.discriminator_arch import upsample2x
 from anysr.archs.stylegan2_arch import (
+    synthesis_arguments,
     ConstantInput,
     NormStyleCode,
     StyleGeneratorBase,
@@ -37,6 +38,7 @@ from anysr.archs.stylegan2_arch import (
     noise_like,
     stylegan_channels,
 )
+from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.registry import ARCH_REGISTRY
 
 SQRT2 = math.sqrt(2.0)
@@ -291,3 +293,16 @@ class GFPGANv1Clean(nn.Module):
 
 
 __all__ = ["GFPGANv1Clean", "StyleGAN2GeneratorCSFT", "StyleGAN2GeneratorClean"]
+
+
+def _recognise_clean(s: StateShapes) -> list[dict]:
+    """StyleGAN2GeneratorClean from its tensors: the synthesis layers (``synthesis_arguments``) and the mapping
+    MLP's depth (Linear layers with a LeakyReLU between: ``style_mlp.1``, ``.3``, ...). With one MLP layer its
+    tensors are StyleGAN2Generator's too."""
+    mlp = s.indices("style_mlp.")
+    if mlp != list(range(1, 2 * len(mlp), 2)):
+        return []
+    return [{**p, "num_mlp": len(mlp)} for p in synthesis_arguments(s)]
+
+
+register_recogniser("StyleGAN2GeneratorClean", _recognise_clean)
