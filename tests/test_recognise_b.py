@@ -88,6 +88,25 @@ EXTRA: dict[str, list[dict]] = {
     "StyleGAN2GeneratorClean": [{"out_size": 16, "num_style_feat": 16, "num_mlp": 2, "narrow": 0.5},
                                 {"out_size": 64, "num_style_feat": 8, "num_mlp": 4, "channel_multiplier": 3,
                                  "narrow": 0.0625}],
+    "SwinIR": [{"img_size": 32, "embed_dim": 12, "depths": (2, 1, 3), "num_heads": (2, 3, 1), "window_size": 4,
+                "mlp_ratio": 1.5, "upscale": sc, "upsampler": up, "resi_connection": rc}
+               for sc, up, rc in ((3, "pixelshuffle", "1conv"), (2, "pixelshuffledirect", "3conv"),
+                                  (4, "nearest+conv", "1conv"), (1, "", "3conv"), (8, "pixelshuffle", "3conv"))]
+    + [{"in_chans": 1, "img_size": 8, "embed_dim": 8, "depths": (2,), "num_heads": (2,), "window_size": 8,
+        "qkv_bias": False, "ape": True, "patch_norm": False, "upsampler": "", "upscale": 1},
+       {"img_size": 126, "embed_dim": 12, "depths": (2,), "num_heads": (2,), "window_size": 7, "upsampler": ""}],
+    "SRFormer": [{"img_size": 32, "embed_dim": 12, "depths": (2, 1), "num_heads": (2, 3), "window_size": 8,
+                  "mlp_ratio": 1.5, "upscale": sc, "upsampler": up, "resi_connection": rc}
+                 for sc, up, rc in ((3, "pixelshuffle", "1conv"), (2, "pixelshuffledirect", "3conv"),
+                                    (4, "nearest+conv", "1conv"), (1, "", "3conv"))]
+    + [{"in_chans": 1, "img_size": 20, "embed_dim": 8, "depths": (2,), "num_heads": (4,), "window_size": 6,
+        "ape": True, "qkv_bias": False, "upsampler": ""}],
+    "Swin2SR": [{"img_size": 32, "embed_dim": 12, "depths": (2, 1), "num_heads": (2, 3), "window_size": 4,
+                 "mlp_ratio": 1.5, "upscale": sc, "upsampler": up, "resi_connection": rc}
+                for sc, up, rc in ((3, "pixelshuffle", "1conv"), (2, "pixelshuffledirect", "3conv"),
+                                   (4, "nearest+conv", "1conv"), (1, "", "3conv"), (2, "pixelshuffle_aux", "1conv"))]
+    + [{"in_chans": 1, "img_size": 16, "embed_dim": 8, "depths": (3,), "num_heads": (2,), "window_size": 8,
+        "qkv_bias": False, "ape": True, "patch_norm": False}],
 }
 
 CASES = [(arch, args) for arch, configs in EXTRA.items() for args in configs]
