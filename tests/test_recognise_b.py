@@ -107,6 +107,10 @@ EXTRA: dict[str, list[dict]] = {
                                    (4, "nearest+conv", "1conv"), (1, "", "3conv"), (2, "pixelshuffle_aux", "1conv"))]
     + [{"in_chans": 1, "img_size": 16, "embed_dim": 8, "depths": (3,), "num_heads": (2,), "window_size": 8,
         "qkv_bias": False, "ape": True, "patch_norm": False}],
+    "RGT": [{"embed_dim": 16, "depth": (2, 1, 3), "num_heads": (2, 4, 2), "mlp_ratio": 1.5, "upscale": sc,
+             "split_size": split, "c_ratio": 0.25, "resi_connection": rc, "qkv_bias": sc != 3}
+            for sc, split, rc in ((1, (4, 4), "1conv"), (2, (4, 8), "3conv"), (3, (2, 8), "1conv"), (8, (8, 8), "1conv"))]
+    + [{"in_chans": 1, "embed_dim": 8, "depth": (1,), "num_heads": (4,), "split_size": (2, 4)}],
 }
 
 CASES = [(arch, args) for arch, configs in EXTRA.items() for args in configs]
