@@ -56,7 +56,8 @@ EXTRA: dict[str, list[dict]] = {
     + [{"dim": 8, "n_blocks": 1, "n_block": 0, "scale": 1}, {"dim": 12, "n_blocks": 1, "scale": 8}],
     "RealPLKSR": [{"dim": 16, "n_blocks": 2, "upscaling_factor": sc, "kernel_size": 7, "split_ratio": 0.3,
                    "use_ea": False, "dysample": True} for sc in (1, 2, 3)]
-    + [{"dim": 12, "n_blocks": 1, "norm_groups": 3}, {"dim": 16, "n_blocks": 1, "layer_norm": True, "upscaling_factor": 2}],
+    + [{"dim": 12, "n_blocks": 1, "norm_groups": 3},
+       {"dim": 16, "n_blocks": 1, "layer_norm": True, "upscaling_factor": 2}],
     "PLKSR": [{"dim": 16, "n_blocks": 2, "upscaling_factor": sc, "ccm_type": c, "kernel_size": 9, "lk_type": lk,
                "split_ratio": 0.5, "use_ea": sc == 1}
               for sc, c, lk in ((1, "CCM", "PLK"), (2, "ICCM", "RectSparsePLK"), (3, "DCCM", "SparsePLK"))]
@@ -72,7 +73,8 @@ EXTRA: dict[str, list[dict]] = {
     + [{"num_experts": 3, "num_layers": 16, "embedding_dim": 48, "recursive": 1, "use_shuffle": False}],
     "MixDehazeNet": [{"in_chans": 1, "out_chans": 2, "embed_dims": (8, 16, 24, 16, 8), "depths": (2, 1, 3, 1, 2)},
                      {"embed_dims": (16, 32, 64, 32, 16), "depths": (0, 1, 1, 1, 0)}],
-    "RetinexFormer": [{"n_feat": 8, "stage": 1, "num_blocks": (1, 2, 2)}, {"n_feat": 12, "stage": 2, "num_blocks": (2, 0, 1)}],
+    "RetinexFormer": [{"n_feat": 8, "stage": 1, "num_blocks": (1, 2, 2)},
+                      {"n_feat": 12, "stage": 2, "num_blocks": (2, 0, 1)}],
     "RestoreFormer": [{"n_embed": 16, "embed_dim": 8, "ch": 32, "ch_mult": (1, 2), "num_res_blocks": 1,
                        "attn_resolutions": (256,), "z_channels": 32},
                       {"n_embed": 8, "embed_dim": 4, "ch": 32, "out_ch": 1, "in_channels": 1, "ch_mult": (1, 1, 2),
@@ -109,7 +111,8 @@ EXTRA: dict[str, list[dict]] = {
         "qkv_bias": False, "ape": True, "patch_norm": False}],
     "RGT": [{"embed_dim": 16, "depth": (2, 1, 3), "num_heads": (2, 4, 2), "mlp_ratio": 1.5, "upscale": sc,
              "split_size": split, "c_ratio": 0.25, "resi_connection": rc, "qkv_bias": sc != 3}
-            for sc, split, rc in ((1, (4, 4), "1conv"), (2, (4, 8), "3conv"), (3, (2, 8), "1conv"), (8, (8, 8), "1conv"))]
+            for sc, split, rc in ((1, (4, 4), "1conv"), (2, (4, 8), "3conv"), (3, (2, 8), "1conv"),
+                                  (8, (8, 8), "1conv"))]
     + [{"in_chans": 1, "embed_dim": 8, "depth": (1,), "num_heads": (4,), "split_size": (2, 4)}],
 }
 

@@ -28,8 +28,8 @@ from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, default_init_weights, pad_to_min_size, refuse_weights_path
 from anysr.archs.discriminator_arch import upsample2x
+from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.archs.stylegan2_arch import (
-    synthesis_arguments,
     ConstantInput,
     NormStyleCode,
     StyleGeneratorBase,
@@ -37,8 +37,8 @@ from anysr.archs.stylegan2_arch import (
     modulated_conv,
     noise_like,
     stylegan_channels,
+    synthesis_arguments,
 )
-from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.registry import ARCH_REGISTRY
 
 SQRT2 = math.sqrt(2.0)

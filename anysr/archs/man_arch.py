@@ -15,8 +15,8 @@ import torch
 from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d
-from anysr.presets import register_presets
 from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
+from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
 RGB_MEAN = (0.4488, 0.4371, 0.4040)

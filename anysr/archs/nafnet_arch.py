@@ -21,8 +21,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError
-from anysr.presets import register_presets
 from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
 _SIDD = {"enc_blk_nums": [2, 2, 4, 8], "middle_blk_num": 12, "dec_blk_nums": [2, 2, 2, 2]}

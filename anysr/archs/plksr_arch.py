@@ -456,7 +456,10 @@ def _recognise_plksr(s: StateShapes) -> list[dict]:
         return [common]
     b = f"feats.{blocks[0]}."
     kernels = (s.dim(f"{b}channe_mixer.0.weight", 2), s.dim(f"{b}channe_mixer.2.weight", 2))
-    common["ccm_type"] = next(k for k, v in _MIXER_KERNELS.items() if v == kernels)
+    ccm = [k for k, v in _MIXER_KERNELS.items() if v == kernels]
+    if not ccm:
+        raise NotThisFamily(f"{b}channe_mixer: kernels {kernels} are no channel mixer's")
+    common["ccm_type"] = ccm[0]
     common["use_ea"] = f"{b}attn.f.0.weight" in s
     if f"{b}lk.conv.weight" in s:
         part = s.dim(f"{b}lk.conv.weight", 0)

@@ -27,8 +27,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import pad_bottom_right
-from anysr.presets import register_presets
 from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
 
@@ -311,9 +311,10 @@ def _recognise_x4(s: StateShapes) -> dict | None:
 
 
 def _recognise_x2_fast(s: StateShapes) -> dict | None:
-    """Real-CUGAN fast x2 from its tensors: the first conv reads the pixel-unshuffled input (4x the channels)."""
+    """Real-CUGAN fast x2 from its tensors: the first conv reads the pixel-unshuffled input (4x the channels).
+    Only image channels in = out are proposed (fast x2 with others has the tensors of an x4 network)."""
     cin, cout = s.dim("unet1.conv1.conv.0.weight", 1), s.dim("conv_final.weight", 0) // 4
-    return {"in_channels": cin // 4, "out_channels": cout} if cin % 4 == 0 else None
+    return {"in_channels": cout, "out_channels": cout} if cin == 4 * cout else None
 
 
 register_recogniser("UpCunet2x", _direct(2, 4))

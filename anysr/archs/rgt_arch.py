@@ -39,8 +39,8 @@ from anysr.archs.arch_util import (
     to_tokens,
 )
 from anysr.archs.dat_arch import SGFN, Spatial_Attention, _is_shifted, _ToTokens
-from anysr.presets import register_presets
 from anysr.archs.recognise import StateShapes, register_recogniser, upsample_scale, width_ratio
+from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
 EVAL_MIN_SIZE = 16  # RG-SA shrinks the map at least 16x at inference
@@ -325,8 +325,8 @@ def _split_size(s: StateShapes, attn: str) -> list[int]:
 
 def _recognise(s: StateShapes) -> dict:
     """RGT from its tensors: image channels and width from the first conv, the blocks per group, the heads of
-    each group (twice those of an L-SA half: its position-bias MLP outputs one per head), the window sides, the MLP ratio, the qkv bias, RG-SA's key width
-    (``c_ratio``), the residual conv and the scale from the upsampler."""
+    each group (twice those of an L-SA half: its position-bias MLP outputs one per head), the window sides, the
+    MLP ratio, the qkv bias, RG-SA's key width (``c_ratio``), the residual conv and the scale from the upsampler."""
     cin, dim = s.dim("conv_first.weight", 1), s.dim("conv_first.weight", 0)
     groups = s.indices("layers.")
     first = "layers.0.blocks.0."

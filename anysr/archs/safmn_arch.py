@@ -17,8 +17,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, pad_to_min_size
-from anysr.presets import register_presets
 from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
+from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
 N_LEVELS = 4

@@ -21,8 +21,8 @@ from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError
 from anysr.archs.lkfmixer_arch import bilinear_resize
-from anysr.presets import register_presets
 from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
+from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
 N_BLOCKS = 6  # fixed in the reference (its "mini" comment says 4; its code builds 6 for every size)

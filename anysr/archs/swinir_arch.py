@@ -40,8 +40,15 @@ from anysr.archs.arch_util import (
     window_partition,
     window_reverse,
 )
+from anysr.archs.recognise import (
+    NotThisFamily,
+    StateShapes,
+    register_recogniser,
+    shuffle_splits,
+    upsample_scale,
+    width_ratio,
+)
 from anysr.presets import register_presets
-from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits, upsample_scale, width_ratio
 from anysr.registry import ARCH_REGISTRY
 
 UPSAMPLERS = ("pixelshuffle", "pixelshuffledirect", "nearest+conv", "")
@@ -280,6 +287,8 @@ def swin_sr_arguments(s: StateShapes, window: Callable[[str], tuple[int, int]], 
     missing masks) and the upsampler with its scale."""
     cin, dim = s.dim("conv_first.weight", 1), s.dim("conv_first.weight", 0)
     stages = s.indices("layers.")
+    if not stages:
+        raise NotThisFamily("no residual groups at layers.")
     depths = [s.count(f"layers.{i}.residual_group.blocks.") for i in stages]
     found = [window(f"layers.{i}.residual_group.blocks.0.") for i in stages]
     first = "layers.0.residual_group.blocks.0."

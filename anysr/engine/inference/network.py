@@ -17,7 +17,7 @@ from anysr.archs.basicvsr_arch import BasicVSR, IconVSR
 from anysr.archs.basicvsrpp_arch import BasicVSRPlusPlus
 from anysr.archs.duf_arch import DUF
 from anysr.archs.edvr_arch import EDVR
-from anysr.archs.recognise import recognise
+from anysr.archs.recognise import Recognised, recognise, recognise_all
 from anysr.archs.tof_arch import TOFlow
 from anysr.engine import checkpoint as ckpt
 from anysr.engine.logger import get_logger
@@ -181,9 +181,15 @@ def _recognised_network(state: dict[str, torch.Tensor], weights: str) -> dict[st
     try:
         found = recognise(state, source=weights)
     except OptionError:
-        if importlib.util.find_spec("spandrel") is not None:
+        # a network saved inside a wrapper (netG., model., ...): the names the loader strips before loading
+        stripped, prefix = ckpt.strip_container_prefix(state)
+        inside = recognise_all(stripped) if prefix else []
+        if inside:
+            found = Recognised(inside[0].opt, inside[0].inferred, tuple(str(r.opt["type"]) for r in inside[1:]))
+        elif importlib.util.find_spec("spandrel") is not None:
             return None
-        raise
+        else:
+            raise
     also = f" (also fits: {', '.join(found.others)})" if found.others else ""
     get_logger().info("network recognised from the weights' names and shapes: %s%s", found.describe(), also)
     return dict(found.opt)
