@@ -4,11 +4,19 @@ that a fresh build has and the files lack, or the other way round), for the seco
 
 from __future__ import annotations
 
-import pytest
+import subprocess
+import sys
+from pathlib import Path
 
-from anysr.archs.recognise import recognise
+import pytest
+import torch
+
+from anysr.archs import build_network
+from anysr.archs.recognise import recognise_all
 from anysr.registry import ARCH_REGISTRY
 from tests.test_recognise import _layout
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # family -> extra constructor arguments, each checked like the defaults: recognised as the same class with
 # arguments that build exactly the same tensors.
@@ -121,9 +129,38 @@ CASES = [(arch, args) for arch, configs in EXTRA.items() for args in configs]
 
 @pytest.mark.parametrize(("arch", "args"), CASES, ids=[f"{a}-{i}" for i, (a, _) in enumerate(CASES)])
 def test_recognised_beyond_the_defaults(arch: str, args: dict) -> None:
+    """Recognised as the same class with arguments that build exactly the same tensors, no other family fits
+    (and no recogniser fails on the file: recognise_all lets any other exception through)."""
     opt = {"type": arch, **args}
     layout = _layout(opt)
     assert layout is not None, f"{opt} does not build"
-    found = recognise(layout, source=str(opt))
-    assert ARCH_REGISTRY.get(found.opt["type"]) is ARCH_REGISTRY.get(arch), f"{opt} recognised as {found.describe()}"
-    assert _layout(found.opt) == layout, f"{opt}: {found.describe()} builds other tensors"
+    found = recognise_all(layout)
+    assert found, f"{opt} is not recognised"
+    assert ARCH_REGISTRY.get(found[0].opt["type"]) is ARCH_REGISTRY.get(arch), f"{opt} recognised as " \
+        f"{found[0].describe()}"
+    assert _layout(found[0].opt) == layout, f"{opt}: {found[0].describe()} builds other tensors"
+    assert len(found) == 1, f"{opt} fits several families: {[f.describe() for f in found]}"
+
+
+def _infer(weights: Path, out: Path) -> str:
+    img = ROOT / "datasets" / "Set5" / "HR" / "baby.png"
+    r = subprocess.run([sys.executable, "-m", "anysr", "infer", "--weights", str(weights), "-i", str(img),
+                        "-o", str(out)], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    return r.stdout + r.stderr
+
+
+def test_a_file_saved_inside_a_wrapper_is_recognised(tmp_path: Path) -> None:
+    """What the loader accepts is recognised: names under a wrapper prefix (``netG.``: stripped by the loader
+    when every name has it) and DDP's ``module.`` (stripped when read) run with no --arch, as the plain file."""
+    torch.manual_seed(0)
+    net = build_network({"type": "SPAN", "feature_channels": 8, "upscale": 2, "norm": False})
+    sd = net.state_dict()
+    torch.save({"params": sd}, tmp_path / "plain.pth")
+    torch.save({"params_ema": {f"netG.module.{k}": v for k, v in sd.items()}}, tmp_path / "wrapped.pth")
+    logs = [_infer(tmp_path / f"{name}.pth", tmp_path / name) for name in ("plain", "wrapped")]
+    for log in logs:
+        assert "recognised from the weights' names and shapes: SPAN" in log
+        assert "feature_channels=8" in log and "upscale=2" in log and "norm=False" in log
+    images = [sorted((tmp_path / name).rglob("*.png")) for name in ("plain", "wrapped")]
+    assert len(images[0]) == 1 and images[0][0].read_bytes() == images[1][0].read_bytes()
