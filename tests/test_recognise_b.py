@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from PIL import Image
 
 from anysr.archs import build_network
 from anysr.archs.recognise import recognise_all
@@ -142,25 +143,18 @@ def test_recognised_beyond_the_defaults(arch: str, args: dict) -> None:
     assert len(found) == 1, f"{opt} fits several families: {[f.describe() for f in found]}"
 
 
-def _infer(weights: Path, out: Path) -> str:
-    img = ROOT / "datasets" / "Set5" / "HR" / "baby.png"
-    r = subprocess.run([sys.executable, "-m", "anysr", "infer", "--weights", str(weights), "-i", str(img),
-                        "-o", str(out)], capture_output=True, text=True, cwd=ROOT)
-    assert r.returncode == 0, r.stderr
-    return r.stdout + r.stderr
-
-
 def test_a_file_saved_inside_a_wrapper_is_recognised(tmp_path: Path) -> None:
     """What the loader accepts is recognised: names under a wrapper prefix (``netG.``: stripped by the loader
-    when every name has it) and DDP's ``module.`` (stripped when read) run with no --arch, as the plain file."""
+    when every name has it) and DDP's ``module.`` (stripped when read) run with no --arch."""
     torch.manual_seed(0)
     net = build_network({"type": "SPAN", "feature_channels": 8, "upscale": 2, "norm": False})
-    sd = net.state_dict()
-    torch.save({"params": sd}, tmp_path / "plain.pth")
-    torch.save({"params_ema": {f"netG.module.{k}": v for k, v in sd.items()}}, tmp_path / "wrapped.pth")
-    logs = [_infer(tmp_path / f"{name}.pth", tmp_path / name) for name in ("plain", "wrapped")]
-    for log in logs:
-        assert "recognised from the weights' names and shapes: SPAN" in log
-        assert "feature_channels=8" in log and "upscale=2" in log and "norm=False" in log
-    images = [sorted((tmp_path / name).rglob("*.png")) for name in ("plain", "wrapped")]
-    assert len(images[0]) == 1 and images[0][0].read_bytes() == images[1][0].read_bytes()
+    torch.save({"params_ema": {f"netG.module.{k}": v for k, v in net.state_dict().items()}}, tmp_path / "w.pth")
+    img = ROOT / "datasets" / "Set5" / "HR" / "bird.png"
+    r = subprocess.run([sys.executable, "-m", "anysr", "infer", "--weights", str(tmp_path / "w.pth"), "-i",
+                        str(img), "-o", str(tmp_path / "out")], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    log = r.stdout + r.stderr
+    assert "recognised from the weights' names and shapes: SPAN" in log
+    assert "feature_channels=8" in log and "upscale=2" in log and "norm=False" in log
+    (out,) = sorted((tmp_path / "out").rglob("*.png"))
+    assert Image.open(out).size == tuple(2 * n for n in Image.open(img).size)
