@@ -297,8 +297,8 @@ __all__ = ["GFPGANv1Clean", "StyleGAN2GeneratorCSFT", "StyleGAN2GeneratorClean"]
 
 def _recognise_clean(s: StateShapes) -> list[dict]:
     """StyleGAN2GeneratorClean from its tensors: the synthesis layers (``synthesis_arguments``) and the mapping
-    MLP's depth (Linear layers with a LeakyReLU between: ``style_mlp.1``, ``.3``, ...). With one MLP layer its
-    tensors are StyleGAN2Generator's too."""
+    MLP's depth (Linear layers with a LeakyReLU between: ``style_mlp.1``, ``.3``, ...); its style convs' biases
+    tell it from StyleGAN2Generator (whose one-layer MLP has the same names)."""
     mlp = s.indices("style_mlp.")
     if mlp != list(range(1, 2 * len(mlp), 2)):
         return []
