@@ -204,7 +204,14 @@ def uniupsample_heads(s: StateShapes, prefix: str, out_dims: tuple[int, ...]) ->
     "out" (its output channels), "mid_dim" (only "pixelshuffle" shows it)}. The ``MetaUpsample`` record is a
     buffer whose shape says nothing. A lone conv is "pixelshuffledirect" (``out_dims``: the output channels to
     try for its PixelShuffle) or "conv" at a scale its tensors do not show ("scale": None); the "nearest+conv"
-    head's one step is x2 or x3 alike in its tensors (x2 is proposed first)."""
+    head's one step is x2 or x3 alike in its tensors (the scale the ``MetaUpsample`` record holds is proposed
+    first when the file has its values, else x2)."""
+    meta = s.integers(f"{prefix}MetaUpsample")
+    heads = _uniupsample_heads(s, prefix, out_dims)
+    return sorted(heads, key=lambda h: h["scale"] != meta[2]) if meta and len(meta) == 7 else heads
+
+
+def _uniupsample_heads(s: StateShapes, prefix: str, out_dims: tuple[int, ...]) -> list[dict]:
     if f"{prefix}0.offset.weight" in s:
         return [{"upsampler": "dysample", "scale": dysample_scale(s, f"{prefix}0."),
                  "out": s.dim(f"{prefix}0.end_conv.weight", 0)}]

@@ -135,7 +135,10 @@ def _recognise(s: StateShapes) -> list[dict]:
         if cin % (fold * fold):
             continue
         in_ch = cin // (fold * fold)
-        for head in uniupsample_heads(s, "to_img.", (in_ch,)):
+        heads = uniupsample_heads(s, "to_img.", (in_ch,))
+        if fold == 1 and s.integers("to_img.MetaUpsample") is None:  # x2 would unshuffle by default: x3 first
+            heads.sort(key=lambda h: h["upsampler"] == "nearest+conv" and h["scale"] == 2)
+        for head in heads:
             if fold == 1 and head["scale"] is not None:
                 scale, unshuffle = head["scale"], head["scale"] >= 3
             elif fold > 1 and head["scale"] in (4, None):

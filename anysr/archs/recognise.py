@@ -27,6 +27,7 @@ Recogniser = Callable[["StateShapes"], "Proposal | Iterable[Proposal] | None"]
 
 RECOGNISERS: dict[str, Recogniser] = {}
 _DIGITS = re.compile(r"\.\d+(?=\.|$)")
+_RECORD_SIZE = 16  # integer tensors up to this many values are kept for StateShapes.integers
 
 
 class NotThisFamily(Exception):  # noqa: N818 - a control-flow signal, not an error a user sees
@@ -40,6 +41,10 @@ class StateShapes:
     def __init__(self, state: Mapping[str, Any]) -> None:
         self.shapes: dict[str, tuple[int, ...]] = {
             k: tuple(int(d) for d in (v.shape if hasattr(v, "shape") else v)) for k, v in state.items()}
+        self._ints: dict[str, tuple[int, ...]] = {
+            k: tuple(int(x) for x in v.flatten().tolist()) for k, v in state.items()
+            if isinstance(v, torch.Tensor) and v.device.type != "meta" and v.numel() <= _RECORD_SIZE
+            and not (v.is_floating_point() or v.is_complex())}
 
     def __contains__(self, key: object) -> bool:
         return key in self.shapes
@@ -64,6 +69,12 @@ class StateShapes:
             return shape[i]
         except IndexError:
             raise NotThisFamily(f"{key} has {len(shape)} dims") from None
+
+    def integers(self, key: str) -> tuple[int, ...] | None:
+        """The values of a small integer tensor (a record some files carry, e.g. an upsampler's
+        ``MetaUpsample``), None when the file has only shapes there (a layout, a meta-device network): a hint to
+        order proposals by, never needed to recognise a file."""
+        return self._ints.get(key)
 
     def has_prefix(self, prefix: str) -> bool:
         """Whether some name starts with ``prefix``."""
