@@ -4,6 +4,7 @@ that a fresh build has and the files lack, or the other way round), for the seco
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -11,9 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 from PIL import Image
+from safetensors.torch import load_file
 
 from anysr.archs import build_network
 from anysr.archs.recognise import recognise_all
+from anysr.engine.checkpoint import load_weights
 from anysr.registry import ARCH_REGISTRY
 from tests.test_recognise import _layout
 
@@ -102,7 +105,8 @@ EXTRA: dict[str, list[dict]] = {
     "SwinIR": [{"img_size": 32, "embed_dim": 12, "depths": (2, 1, 3), "num_heads": (2, 3, 1), "window_size": 4,
                 "mlp_ratio": 1.5, "upscale": sc, "upsampler": up, "resi_connection": rc}
                for sc, up, rc in ((3, "pixelshuffle", "1conv"), (2, "pixelshuffledirect", "3conv"),
-                                  (4, "nearest+conv", "1conv"), (1, "", "3conv"), (8, "pixelshuffle", "3conv"))]
+                                  (4, "nearest+conv", "1conv"), (1, "", "3conv"), (8, "pixelshuffle", "3conv"),
+                                  (1, "pixelshuffle", "1conv"))]
     + [{"in_chans": 1, "img_size": 8, "embed_dim": 8, "depths": (2,), "num_heads": (2,), "window_size": 8,
         "qkv_bias": False, "ape": True, "patch_norm": False, "upsampler": "", "upscale": 1},
        {"img_size": 126, "embed_dim": 12, "depths": (2,), "num_heads": (2,), "window_size": 7, "upsampler": ""}],
@@ -115,7 +119,8 @@ EXTRA: dict[str, list[dict]] = {
     "Swin2SR": [{"img_size": 32, "embed_dim": 12, "depths": (2, 1), "num_heads": (2, 3), "window_size": 4,
                  "mlp_ratio": 1.5, "upscale": sc, "upsampler": up, "resi_connection": rc}
                 for sc, up, rc in ((3, "pixelshuffle", "1conv"), (2, "pixelshuffledirect", "3conv"),
-                                   (4, "nearest+conv", "1conv"), (1, "", "3conv"), (2, "pixelshuffle_aux", "1conv"))]
+                                   (4, "nearest+conv", "1conv"), (1, "", "3conv"), (2, "pixelshuffle_aux", "1conv"),
+                                   (1, "pixelshuffle_aux", "3conv"))]
     + [{"in_chans": 1, "img_size": 16, "embed_dim": 8, "depths": (3,), "num_heads": (2,), "window_size": 8,
         "qkv_bias": False, "ape": True, "patch_norm": False}],
     "RGT": [{"embed_dim": 16, "depth": (2, 1, 3), "num_heads": (2, 4, 2), "mlp_ratio": 1.5, "upscale": sc,
@@ -158,3 +163,56 @@ def test_a_file_saved_inside_a_wrapper_is_recognised(tmp_path: Path) -> None:
     assert "feature_channels=8" in log and "upscale=2" in log and "norm=False" in log
     (out,) = sorted((tmp_path / "out").rglob("*.png"))
     assert Image.open(out).size == tuple(2 * n for n in Image.open(img).size)
+
+
+# The reference implementations' own state dicts (tests/fixtures/*: made by BasicSR, spandrel, traiNNer-redux or
+# the authors' code): recognised as the class the fixture names, with its arguments, except those whose value
+# builds the same network (listed, with why).
+SAME_NETWORK = {
+    ("swinir_smallimg_x2", "window_size"): "the window shrinks to the 4-pixel training patch either way",
+    ("realplksr_x3_dysample_noea", "norm_groups"): "GroupNorm's group count shows in no tensor",
+    ("mosrv2_x3_no_unshuffle", "unshuffle_mod"): "nothing is unshuffled at x3 either way",
+    ("restoreformer_mid", "attn_resolutions"): "the same level: given for a 16 input there, a 512 one here",
+    ("moesr_x1_conv", "upsampler"): "at x1 both heads are the one conv",
+    ("srformer_x3_direct_3conv", "img_size"): "the class rounds img_size up to the window (8)",
+}
+
+
+def _reference_cases() -> list[tuple[str, Path, dict]]:
+    cases = []
+    for folder in sorted((ROOT / "tests" / "fixtures").iterdir()):
+        manifest = folder / "manifest.json"
+        if not manifest.is_file():
+            continue
+        listed = json.loads(manifest.read_text())
+        for name, case in listed.get("cases", listed).items():
+            if not isinstance(case, dict) or case.get("type") not in EXTRA:
+                continue
+            for file in (folder / f"{name}_params.safetensors", folder / f"{name}.pth"):
+                if file.is_file():
+                    cases.append((name, file, case))
+    return cases
+
+
+REFERENCE_CASES = _reference_cases()
+
+
+def _same(a: object, b: object) -> bool:
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+@pytest.mark.parametrize(("name", "file", "case"), REFERENCE_CASES, ids=[c[0] for c in REFERENCE_CASES])
+def test_reference_files_are_recognised_with_their_arguments(name: str, file: Path, case: dict) -> None:
+    sd = load_file(str(file)) if file.suffix == ".safetensors" else load_weights(file, "auto")[0]
+    found = recognise_all(sd)
+    assert [ARCH_REGISTRY.get(f.opt["type"]) for f in found] == [ARCH_REGISTRY.get(case["type"])], \
+        f"{file.name}: recognised as {[f.describe() for f in found]}"
+    differ = {k: (v, found[0].opt[k]) for k, v in case["kwargs"].items()
+              if k in found[0].opt and not _same(v, found[0].opt[k]) and (name, k) not in SAME_NETWORK}
+    assert not differ, f"{file.name}: (reference, recognised) differ: {differ}"
+
+
+def test_the_reference_files_cover_the_families() -> None:
+    assert len({c["type"] for _, _, c in REFERENCE_CASES}) >= 25

@@ -305,12 +305,15 @@ def swin_sr_arguments(s: StateShapes, window: Callable[[str], tuple[int, int]], 
         p["img_size"] = round(s.dim("absolute_pos_embed", 1) ** 0.5)
     elif depths[0] > 1:  # shifted blocks without a mask: the window shrank to the patch
         p["img_size"] = ws
+    feat = s.dim("conv_before_upsample.0.weight", 0) if "conv_before_upsample.0.weight" in s else 0
+    # a BasicSR Upsample after conv_before_upsample (none at x1)
+    scale = upsample_scale(s, "upsample.", feat) if feat and s.has_prefix("upsample.") else 1
     if "conv_aux.weight" in s:
-        heads = [("pixelshuffle_aux", upsample_scale(s, "upsample.", s.dim("conv_aux.weight", 1)))]
+        heads = [("pixelshuffle_aux", scale)]
     elif "conv_up1.weight" in s:
         heads = [("nearest+conv", 4)]
-    elif "conv_before_upsample.0.weight" in s:
-        heads = [("pixelshuffle", upsample_scale(s, "upsample.", s.dim("conv_before_upsample.0.weight", 0)))]
+    elif feat:
+        heads = [("pixelshuffle", scale)]
     elif "upsample.0.weight" in s:
         heads = [("pixelshuffledirect", sc) for _, sc in shuffle_splits(s.dim("upsample.0.weight", 0), (cin,))]
     else:
