@@ -37,6 +37,7 @@ from anysr.archs.stylegan2_arch import (
     modulated_conv,
     noise_like,
     stylegan_channels,
+    synthesis_arguments,
 )
 from anysr.registry import ARCH_REGISTRY
 
@@ -316,3 +317,16 @@ def _recognise(s: StateShapes) -> list[dict]:
 
 
 register_recogniser("GFPGANv1Clean", _recognise)
+
+
+def _recognise_clean(s: StateShapes) -> list[dict]:
+    """StyleGAN2GeneratorClean from its tensors: the synthesis layers (``synthesis_arguments``) and the mapping
+    MLP's depth (Linear layers with a LeakyReLU between: ``style_mlp.1``, ``.3``, ...); its style convs' biases
+    tell it from StyleGAN2Generator (whose one-layer MLP has the same names)."""
+    mlp = s.indices("style_mlp.")
+    if mlp != list(range(1, 2 * len(mlp), 2)):
+        return []
+    return [{**p, "num_mlp": len(mlp)} for p in synthesis_arguments(s)]
+
+
+register_recogniser("StyleGAN2GeneratorClean", _recognise_clean)

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d
+from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
@@ -175,3 +176,15 @@ register_presets("MAN", scale_arg="scale", presets={
     "man_light": {"n_resblocks": 24, "n_feats": 60},  # 0.84 M parameters at x4 (0.82 M at x2)
     "man_tiny": {"n_resblocks": 5, "n_feats": 48},  # 0.13 M at x2
 })
+
+
+def _recognise(s: StateShapes) -> list[dict]:
+    """MAN from its tensors: width from the head conv, groups and MABs per group from the body, the scale from
+    the tail's PixelShuffle width (RGB)."""
+    s.shape("body.0.body_t.conv1.weight")
+    return [{"n_resblocks": s.count("body.0.body."), "n_resgroups": s.count("body."), "n_colors": 3,
+             "n_feats": s.dim("head.weight", 0), "scale": sc}
+            for _, sc in shuffle_splits(s.dim("tail.0.weight", 0), (s.dim("head.weight", 1),))]
+
+
+register_recogniser("MAN", _recognise)

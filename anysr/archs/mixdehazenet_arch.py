@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError, pad_to_min_size, pad_to_multiple
+from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.registry import ARCH_REGISTRY
 
 PATCH = 4
@@ -204,3 +205,15 @@ class MixDehazeNet(nn.Module):
 
 
 __all__ = ["MixDehazeNet", "MixStructureBlock"]
+
+
+def _recognise(s: StateShapes) -> dict:
+    """MixDehazeNet from its tensors: image channels and level widths from the embedding convs, the blocks per
+    level from the layers."""
+    dims = [s.dim("patch_embed.proj.weight", 0), s.dim("patch_merge1.proj.weight", 0),
+            s.dim("patch_merge2.proj.weight", 0)]
+    return {"in_chans": s.dim("patch_embed.proj.weight", 1), "out_chans": s.dim("patch_unembed.proj.0.weight", 0),
+            "embed_dims": [*dims, dims[1], dims[0]], "depths": [s.count(f"layer{i}.blocks.") for i in range(1, 6)]}
+
+
+register_recogniser("MixDehazeNet", _recognise)

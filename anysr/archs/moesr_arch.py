@@ -21,7 +21,8 @@ import torch
 from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, pad_to_multiple
-from anysr.archs.plksr_arch import DySample
+from anysr.archs.plksr_arch import DySample, dysample_scale
+from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits, width_ratio
 from anysr.registry import ARCH_REGISTRY
 
 SAMPLE_MODS = ("conv", "pixelshuffledirect", "pixelshuffle", "nearest+conv", "dysample")
@@ -196,3 +197,60 @@ class MoESR(nn.Module):
 
 
 __all__ = ["MoESR"]
+
+
+def uniupsample_heads(s: StateShapes, prefix: str, out_dims: tuple[int, ...]) -> list[dict]:
+    """The ``UniUpsample`` / ``UniUpsampleV3`` heads at ``prefix`` that fit its tensors: {"upsampler", "scale",
+    "out" (its output channels), "mid_dim" (only "pixelshuffle" shows it)}. The ``MetaUpsample`` record is a
+    buffer whose shape says nothing. A lone conv is "pixelshuffledirect" (``out_dims``: the output channels to
+    try for its PixelShuffle) or "conv" at a scale its tensors do not show ("scale": None); the "nearest+conv"
+    head's one step is x2 or x3 alike in its tensors (the scale the ``MetaUpsample`` record holds is proposed
+    first when the file has its values, else x2)."""
+    meta = s.integers(f"{prefix}MetaUpsample")
+    heads = _uniupsample_heads(s, prefix, out_dims)
+    return sorted(heads, key=lambda h: h["scale"] != meta[2]) if meta and len(meta) == 7 else heads
+
+
+def _uniupsample_heads(s: StateShapes, prefix: str, out_dims: tuple[int, ...]) -> list[dict]:
+    if f"{prefix}0.offset.weight" in s:
+        return [{"upsampler": "dysample", "scale": dysample_scale(s, f"{prefix}0."),
+                 "out": s.dim(f"{prefix}0.end_conv.weight", 0)}]
+    convs = [i for i in s.indices(prefix) if f"{prefix}{i}.weight" in s]
+    first = s.shape(f"{prefix}{convs[0]}.weight")
+    out = s.dim(f"{prefix}{convs[-1]}.weight", 0)
+    if len(convs) == 1:
+        return [{"upsampler": "pixelshuffledirect", "scale": sc, "out": c} for c, sc in shuffle_splits(out, out_dims)] \
+            + [{"upsampler": "conv", "scale": None, "out": out}]
+    if len(convs) == 2 or len(convs) == 3 and first[2] == 4:  # ConvTranspose2d(s) (kernel 4: x2, 3: x3), conv
+        scale = 4 if len(convs) == 3 else (2 if first[2] == 4 else 3)
+        return [{"upsampler": "transpose+conv", "scale": scale, "out": out}]
+    if convs[1] == 2:  # conv to mid_dim, LeakyReLU, then conv + PixelShuffle steps, conv
+        mid = first[0]
+        steps = [s.dim(f"{prefix}{i}.weight", 0) // mid for i in convs[1:-1]]
+        return [{"upsampler": "pixelshuffle", "scale": 3 if steps == [9] else 2 ** len(steps), "mid_dim": mid,
+                 "out": out}]
+    steps = len(convs) - 2  # (conv, nearest, LeakyReLU) per step, then conv, LeakyReLU, conv
+    return [{"upsampler": "nearest+conv", "scale": sc, "out": out} for sc in ((2, 3) if steps == 1 else (2**steps,))]
+
+
+def _recognise(s: StateShapes) -> list[dict]:
+    """MoESR from its tensors: image channels and width from the first conv, groups and gated blocks per group
+    from the body, hidden widths from the first group's blocks and MSG, the head (kind, scale, output channels,
+    pixelshuffle width) from its names and shapes."""
+    cin, dim = s.dim("in_to_dim.weight", 1), s.dim("in_to_dim.weight", 0)
+    s.shape("blocks.0.msg.down.0.weight")
+    n_block = s.count("blocks.0.blocks.")
+    common: dict = {"in_ch": cin, "dim": dim, "n_blocks": s.count("blocks."), "n_block": n_block,
+                    "expansion_msg": width_ratio(s.dim("blocks.0.msg.gated.0.fc1.weight", 0) // 2, dim, 1.5)}
+    if n_block:
+        common["expansion_factor"] = width_ratio(s.dim("blocks.0.blocks.0.fc1.weight", 0) // 2, dim, 2.65625)
+    out = []
+    for head in uniupsample_heads(s, "upscale.", tuple(dict.fromkeys((cin, 3, 1)))):
+        p = {**common, "out_ch": head["out"], "upsampler": head["upsampler"], "scale": head["scale"] or 1}
+        if "mid_dim" in head:
+            p["upsample_dim"] = head["mid_dim"]
+        out.append(p)
+    return out
+
+
+register_recogniser("MoESR", _recognise)

@@ -17,7 +17,8 @@ import torch
 from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError, DropPath, LayerNorm2d, drop_path_rates
-from anysr.archs.plksr_arch import DySample
+from anysr.archs.plksr_arch import DySample, dysample_scale
+from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits, width_ratio
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
@@ -143,3 +144,29 @@ register_presets("MoSR", scale_arg="upscale", presets={
     "mosr": {},  # 4.29 M parameters at x4
     "mosr_t": {"n_block": 5, "dim": 48},  # 0.61 M parameters at x4
 })
+
+
+def _recognise(s: StateShapes) -> list[dict]:
+    """MoSR from its tensors: image channels and width from the first conv, the gated blocks (their count,
+    depth-wise kernel, hidden and filtered widths) from the body, the head from its names and the scale and
+    output channels from its shapes."""
+    cin, dim = s.dim("gblocks.0.weight", 1), s.dim("gblocks.0.weight", 0)
+    blocks = [i for i in s.indices("gblocks.") if f"gblocks.{i}.fc1.weight" in s]
+    common: dict = {"in_ch": cin, "dim": dim, "n_block": len(blocks)}
+    if blocks:
+        b = f"gblocks.{blocks[0]}."
+        common["kernel_size"] = s.dim(f"{b}conv.weight", 2)
+        common["expansion_ratio"] = width_ratio(s.dim(f"{b}fc1.weight", 0) // 2, dim, 1.5)
+        common["conv_ratio"] = width_ratio(s.dim(f"{b}conv.weight", 0), dim, 1.0)
+    s.shape("shortcut.conv11.weight")
+    if "upsampler.offset.weight" in s:
+        return [{**common, "out_ch": s.dim("upsampler.end_conv.weight", 0), "upsampler": "dys",
+                 "upscale": dysample_scale(s, "upsampler.")}]
+    if "upsampler.in_to_k.weight" in s:
+        return [{**common, "out_ch": cin, "upsampler": "gps", "upscale": sc}
+                for _, sc in shuffle_splits(s.dim("upsampler.in_to_k.weight", 0), (8 * cin,))]
+    return [{**common, "out_ch": cin, "upsampler": "ps", "upscale": sc}
+            for _, sc in shuffle_splits(s.dim("upsampler.0.weight", 0), (cin,))]
+
+
+register_recogniser("MoSR", _recognise)

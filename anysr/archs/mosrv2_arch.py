@@ -20,7 +20,8 @@ from torch import nn
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, pad_to_multiple
 from anysr.archs.escreal_arch import SUPPORTED_HEADS, UniUpsampleV3
 from anysr.archs.lkfmixer_arch import bilinear_resize
-from anysr.archs.moesr_arch import InceptionDWConv2d
+from anysr.archs.moesr_arch import InceptionDWConv2d, uniupsample_heads
+from anysr.archs.recognise import StateShapes, register_recogniser, width_ratio
 from anysr.registry import ARCH_REGISTRY
 
 
@@ -112,3 +113,41 @@ class MoSRv2(nn.Module):
         s = self.scale
         out = self.to_img(self.gblocks(x)) + bilinear_resize(x, x.shape[-2] * s, x.shape[-1] * s)
         return out[:, :, :h * s, :w * s]
+
+
+def _recognise(s: StateShapes) -> list[dict]:
+    """MoSRv2 from its tensors: the stem (a plain conv, or a conv after a pixel-unshuffle by 4 // scale below
+    x3) gives image channels, width and scale, the gated blocks their count, hidden width and norm kind, the
+    head its kind and the scale it upsamples by."""
+    if "gblocks.0.weight" in s:
+        cin, dim, folds = s.dim("gblocks.0.weight", 1), s.dim("gblocks.0.weight", 0), [1]
+        first = 1
+    else:
+        cin, dim, folds = s.dim("gblocks.1.weight", 1), s.dim("gblocks.1.weight", 0), [2, 4]
+        first = 2
+    blocks = [i for i in s.indices("gblocks.") if f"gblocks.{i}.fc1.weight" in s]
+    common: dict = {"dim": dim, "n_block": len(blocks)}
+    if blocks:
+        common["expansion_ratio"] = width_ratio(s.dim(f"gblocks.{first}.fc1.weight", 0) // 2, dim, 1.5)
+        common["rms_norm"] = f"gblocks.{first}.norm.scale" in s
+    out = []
+    for fold in folds:
+        if cin % (fold * fold):
+            continue
+        in_ch = cin // (fold * fold)
+        heads = uniupsample_heads(s, "to_img.", (in_ch,))
+        if fold == 1 and s.integers("to_img.MetaUpsample") is None:  # x2 would unshuffle by default: x3 first
+            heads.sort(key=lambda h: h["upsampler"] == "nearest+conv" and h["scale"] == 2)
+        for head in heads:
+            if fold == 1 and head["scale"] is not None:
+                scale, unshuffle = head["scale"], head["scale"] >= 3
+            elif fold > 1 and head["scale"] in (4, None):
+                scale, unshuffle = 4 // fold, True
+            else:
+                continue
+            out.append({**common, "in_ch": in_ch, "scale": scale, "unshuffle_mod": unshuffle,
+                        **{k: v for k, v in head.items() if k not in ("scale", "out")}})
+    return out
+
+
+register_recogniser("MoSRv2", _recognise)

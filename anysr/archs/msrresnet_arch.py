@@ -7,6 +7,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, ResidualBlockNoBN, default_init_weights, make_layer
+from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.registry import ARCH_REGISTRY
 
 
@@ -53,3 +54,20 @@ class MSRResNet(nn.Module):
         if self.upscale == 1:
             return out + x
         return out + F.interpolate(x, scale_factor=self.upscale, mode="bilinear", align_corners=False)
+
+
+def _recognise(s: StateShapes) -> dict:
+    """MSRResNet from its tensors: image channels and width from the first / last conv, depth from the residual
+    blocks, the scale from the upsampling convs (two x2 steps for x4, one x2 / x3 step, none for x1)."""
+    cin, feat = s.dim("conv_first.weight", 1), s.dim("conv_first.weight", 0)
+    if "upconv2.weight" in s:
+        upscale = 4
+    elif "upconv1.weight" in s:
+        upscale = round((s.dim("upconv1.weight", 0) // feat) ** 0.5)
+    else:
+        upscale = 1
+    return {"num_in_ch": cin, "num_out_ch": s.dim("conv_last.weight", 0), "num_feat": feat,
+            "num_block": s.count("body."), "upscale": upscale}
+
+
+register_recogniser("MSRResNet", _recognise)

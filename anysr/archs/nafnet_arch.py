@@ -21,6 +21,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError
+from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
@@ -162,3 +163,16 @@ register_presets("NAFNet", scale_arg=None, fixed={"scale": 1}, presets={
     # 115.98 M parameters at x4
     "nafnet64": {"width": 64, "enc_blk_nums": (2, 2, 4, 8), "middle_blk_num": 12, "dec_blk_nums": (2,) * 4},
 })
+
+
+def _recognise(s: StateShapes) -> dict:
+    """NAFNet from its tensors: image channels and width from the intro conv, the levels from the down convs,
+    the blocks per level from each encoder / decoder and the middle."""
+    levels = s.count("downs.")
+    return {"img_channel": s.dim("intro.weight", 1), "width": s.dim("intro.weight", 0),
+            "middle_blk_num": s.count("middle_blks."),
+            "enc_blk_nums": [s.count(f"encoders.{i}.") for i in range(levels)],
+            "dec_blk_nums": [s.count(f"decoders.{i}.") for i in range(levels)]}
+
+
+register_recogniser("NAFNet", _recognise)

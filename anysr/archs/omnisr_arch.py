@@ -21,6 +21,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, pad_to_min_size
+from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
@@ -377,3 +378,21 @@ __all__ = ["OmniSR", "OSABlock", "OSAG", "ESA"]
 register_presets("OmniSR", scale_arg="up_scale", presets={
     "omnisr": {"res_num": 5},  # 0.81 M parameters at x4
 })
+
+
+def _recognise(s: StateShapes) -> list[dict]:
+    """OmniSR from its tensors: image channels, width and bias from the input conv, groups and blocks per group
+    from the body, the window from the relative-position tables (2 * window - 1 squared rows; without them
+    the window shows in no tensor: 8 is proposed), the scale and output channels from the head."""
+    cin, feat = s.dim("input.weight", 1), s.dim("input.weight", 0)
+    block_num = s.count("residual_layer.0.residual_layer.") - 1
+    table = "residual_layer.0.residual_layer.0.layer.2.fn.rel_pos_bias.weight"
+    common: dict = {"num_in_ch": cin, "num_feat": feat, "block_num": block_num, "res_num": s.count("residual_layer."),
+                    "bias": "input.bias" in s, "pe": table in s}
+    if common["pe"]:
+        common["window_size"] = (round(s.dim(table, 0) ** 0.5) + 1) // 2
+    return [{**common, "num_out_ch": c, "up_scale": sc}
+            for c, sc in shuffle_splits(s.dim("up.0.weight", 0), tuple(dict.fromkeys((cin, 3, 1))))]
+
+
+register_recogniser("OmniSR", _recognise)

@@ -28,6 +28,7 @@ from torch.nn import functional as F
 
 from anysr.accelerators.hardware import resamples_by_gathers
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d
+from anysr.archs.recognise import NotThisFamily, StateShapes, register_recogniser, shuffle_splits, width_ratio
 from anysr.ops.dcn import sample_bilinear
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
@@ -401,3 +402,87 @@ register_presets("PLKSR", scale_arg="upscaling_factor", presets={
     "plksr": {"ccm_type": "DCCM"},  # 7.39 M parameters at x4
     "plksr_tiny": {"n_blocks": 12, "kernel_size": 13, "use_ea": False, "ccm_type": "DCCM"},  # 2.37 M at x4
 })
+
+
+def dysample_scale(s: StateShapes, prefix: str, groups: int = 4) -> int:
+    """The scale of a DySample at ``prefix`` from its offset conv (``2 * groups * scale**2`` outputs)."""
+    offsets = s.dim(f"{prefix}offset.weight", 0)
+    scale = round((offsets / (2 * groups)) ** 0.5)
+    if 2 * groups * scale * scale != offsets:
+        raise NotThisFamily(f"{prefix}offset: {offsets} outputs fit no DySample scale")
+    return scale
+
+
+
+def _scale_of_last_conv(s: StateShapes, last: str) -> int:
+    """The scale of a head conv feeding PixelShuffle with 3 * scale**2 channels (RGB)."""
+    splits = shuffle_splits(s.dim(last, 0), (3,))
+    if not splits:
+        raise NotThisFamily(f"{last}: not 3 * scale**2 channels")
+    return splits[0][1]
+
+
+def _recognise_real(s: StateShapes) -> dict:
+    """RealPLKSR from its tensors: width from the first conv, the blocks (count, large kernel and the share of
+    channels it sees, attention, layer or group norm) from the body, the scale from the last conv, the head
+    (DySample or PixelShuffle) from its names. GroupNorm's group count shows in no tensor (4 when it divides)."""
+    dim = s.dim("feats.0.weight", 0)
+    blocks = [i for i in s.indices("feats.") if f"feats.{i}.refine.weight" in s]
+    p: dict = {"dim": dim, "n_blocks": len(blocks),
+               "upscaling_factor": _scale_of_last_conv(s, f"feats.{max(s.indices('feats.'))}.weight"),
+               "dysample": "to_img.offset.weight" in s}
+    if blocks:
+        b = f"feats.{blocks[0]}."
+        s.shape(f"{b}channel_mixer.0.weight")
+        p.update(kernel_size=s.dim(f"{b}lk.conv.weight", 2),
+                 split_ratio=width_ratio(s.dim(f"{b}lk.conv.weight", 0), dim, 0.25),
+                 use_ea=f"{b}attn.f.0.weight" in s, layer_norm=f"{b}layer_norm.weight" in s)
+        if not p["layer_norm"]:
+            p["norm_groups"] = next(g for g in (4, 3, 2, 1) if dim % g == 0)
+    return p
+
+
+def _recognise_plksr(s: StateShapes) -> list[dict]:
+    """PLKSR from its tensors: width from the first conv, the scale from the last, the blocks' channel mixer
+    (its two kernel sizes), large-kernel kind and size, the share of channels it sees and the attention from the
+    first block. SparsePLK's dilations and ``with_idt`` show in no tensor (the class's defaults are proposed);
+    its kernels are read, a last larger one proposed first as the max kernel."""
+    dim = s.dim("feats.0.weight", 0)
+    blocks = [i for i in s.indices("feats.") if f"feats.{i}.refine.weight" in s]
+    last = max(s.indices("feats."))
+    common: dict = {"dim": dim, "n_blocks": len(blocks),
+                    "upscaling_factor": _scale_of_last_conv(s, f"feats.{last}.weight")}
+    if not blocks:
+        return [common]
+    b = f"feats.{blocks[0]}."
+    kernels = (s.dim(f"{b}channe_mixer.0.weight", 2), s.dim(f"{b}channe_mixer.2.weight", 2))
+    ccm = [k for k, v in _MIXER_KERNELS.items() if v == kernels]
+    if not ccm:
+        raise NotThisFamily(f"{b}channe_mixer: kernels {kernels} are no channel mixer's")
+    common["ccm_type"] = ccm[0]
+    common["use_ea"] = f"{b}attn.f.0.weight" in s
+    if f"{b}lk.conv.weight" in s:
+        part = s.dim(f"{b}lk.conv.weight", 0)
+        return [{**common, "lk_type": "PLK", "kernel_size": s.dim(f"{b}lk.conv.weight", 2),
+                 "split_ratio": width_ratio(part, dim, 0.25)}]
+    if f"{b}lk.mn_conv.weight" in s:
+        part = s.dim(f"{b}lk.mn_conv.weight", 0)
+        return [{**common, "lk_type": "RectSparsePLK", "kernel_size": s.dim(f"{b}lk.mn_conv.weight", 2),
+                 "split_ratio": width_ratio(part, dim, 0.25)}]
+    part = s.dim(f"{b}lk.convs.0.weight", 0)
+    sizes = [s.dim(f"{b}lk.convs.{i}.weight", 2) for i in s.indices(f"{b}lk.convs.")]
+    common.update(lk_type="SparsePLK", split_ratio=width_ratio(part, dim, 0.25))
+
+    def sparse(ks: list[int]) -> dict:
+        dilations = (1, 2, 3, 4) if len(ks) == 4 else tuple(range(1, len(ks) + 1))
+        return {"sparse_kernels": ks, "sparse_dilations": dilations}
+
+    plain = {**common, **sparse(sizes), "use_max_kernel": False}
+    with_max = {**common, **sparse(sizes[:-1]), "use_max_kernel": True, "kernel_size": sizes[-1]}
+    if len(sizes) >= 2 and sizes[-1] > max(sizes[:-1]):
+        return [with_max, plain]
+    return [plain, with_max] if len(sizes) >= 2 else [plain]
+
+
+register_recogniser("RealPLKSR", _recognise_real)
+register_recogniser("PLKSR", _recognise_plksr)

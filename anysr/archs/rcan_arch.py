@@ -9,6 +9,7 @@ from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError, MeanShiftSR, make_layer
 from anysr.archs.edsr_arch import mean_buffer
+from anysr.archs.recognise import StateShapes, register_recogniser, upsample_scale
 from anysr.registry import ARCH_REGISTRY
 
 
@@ -81,3 +82,21 @@ class RCAN(MeanShiftSR):
         self.init_layers(num_in_ch, num_out_ch, num_feat, upscale, img_range, mean_buffer(rgb_mean, num_in_ch, "RCAN"),
                          lambda: make_layer(ResidualGroup, num_group, num_feat=num_feat, num_block=num_block,
                                             squeeze_factor=squeeze_factor, res_scale=res_scale))
+
+
+def _recognise(s: StateShapes) -> list[dict]:
+    """RCAN from its tensors: image channels and width from the first / last conv, groups and blocks per group
+    from the body, the attention's squeeze from its bottleneck width, the scale from the upsampler."""
+    cin, feat = s.dim("conv_first.weight", 1), s.dim("conv_first.weight", 0)
+    hidden = s.dim("body.0.residual_group.0.rcab.3.attention.1.weight", 0)
+    common = {"num_in_ch": cin, "num_out_ch": s.dim("conv_last.weight", 0), "num_feat": feat,
+              "num_group": s.count("body."), "num_block": s.count("body.0.residual_group."),
+              "upscale": upsample_scale(s, "upsample.", feat)}
+    if cin != 3:
+        common["rgb_mean"] = (0.5,) * cin
+    # num_feat // squeeze_factor == hidden: the default 16 first, else the smallest factor that gives it
+    factors = [16] + [f for f in range(feat // (hidden + 1) + 1, feat // hidden + 1) if f != 16]
+    return [{**common, "squeeze_factor": f} for f in factors if feat // f == hidden][:2]
+
+
+register_recogniser("RCAN", _recognise)

@@ -19,6 +19,7 @@ bottom / right (reflect, then edge, as spandrel's size requirement does) and the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -26,6 +27,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import pad_bottom_right
+from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
@@ -286,3 +288,36 @@ register_presets("UpCunet4x", scale_arg="scale", translate=_trainner_realcugan, 
 
 
 __all__ = ["SEBlock", "UNet1", "UNet2", "UNetConv", "UpCunet2x", "UpCunet2x_fast", "UpCunet3x", "UpCunet4x"]
+
+
+def _direct(scale: int, kernel: int) -> Callable[[StateShapes], dict | None]:
+    def recognise(s: StateShapes) -> dict | None:
+        """Real-CUGAN x2 / x3 from its tensors: image channels from the first and last convs, the scale from
+        the first U-Net's transposed conv (kernel 4: x2, 5: x3), ``pro`` from its marker buffer."""
+        if s.dim("unet1.conv_bottom.weight", 2) != kernel:
+            return None
+        return {"in_channels": s.dim("unet1.conv1.conv.0.weight", 1),
+                "out_channels": s.dim("unet2.conv_bottom.weight", 0), "pro": "pro" in s}
+
+    recognise.__name__ = f"_recognise_x{scale}"
+    return recognise
+
+
+def _recognise_x4(s: StateShapes) -> dict | None:
+    """Real-CUGAN x4 from its tensors: image channels from the first conv and the PixelShuffle conv, ``pro`` from
+    its marker buffer. A first conv reading 4x the output's channels is the fast x2 (its input unshuffled)."""
+    cin, cout = s.dim("unet1.conv1.conv.0.weight", 1), s.dim("conv_final.weight", 0) // 4
+    return None if cin == 4 * cout else {"in_channels": cin, "out_channels": cout, "pro": "pro" in s}
+
+
+def _recognise_x2_fast(s: StateShapes) -> dict | None:
+    """Real-CUGAN fast x2 from its tensors: the first conv reads the pixel-unshuffled input (4x the channels).
+    Only image channels in = out are proposed (fast x2 with others has the tensors of an x4 network)."""
+    cin, cout = s.dim("unet1.conv1.conv.0.weight", 1), s.dim("conv_final.weight", 0) // 4
+    return {"in_channels": cout, "out_channels": cout} if cin == 4 * cout else None
+
+
+register_recogniser("UpCunet2x", _direct(2, 4))
+register_recogniser("UpCunet3x", _direct(3, 5))
+register_recogniser("UpCunet4x", _recognise_x4)
+register_recogniser("UpCunet2x_fast", _recognise_x2_fast)

@@ -27,6 +27,7 @@ Recogniser = Callable[["StateShapes"], "Proposal | Iterable[Proposal] | None"]
 
 RECOGNISERS: dict[str, Recogniser] = {}
 _DIGITS = re.compile(r"\.\d+(?=\.|$)")
+_RECORD_SIZE = 16  # integer tensors up to this many values are kept for StateShapes.integers
 
 
 class NotThisFamily(Exception):  # noqa: N818 - a control-flow signal, not an error a user sees
@@ -40,6 +41,10 @@ class StateShapes:
     def __init__(self, state: Mapping[str, Any]) -> None:
         self.shapes: dict[str, tuple[int, ...]] = {
             k: tuple(int(d) for d in (v.shape if hasattr(v, "shape") else v)) for k, v in state.items()}
+        self._ints: dict[str, tuple[int, ...]] = {
+            k: tuple(int(x) for x in v.flatten().tolist()) for k, v in state.items()
+            if isinstance(v, torch.Tensor) and v.device.type != "meta" and v.numel() <= _RECORD_SIZE
+            and not (v.is_floating_point() or v.is_complex())}
 
     def __contains__(self, key: object) -> bool:
         return key in self.shapes
@@ -64,6 +69,12 @@ class StateShapes:
             return shape[i]
         except IndexError:
             raise NotThisFamily(f"{key} has {len(shape)} dims") from None
+
+    def integers(self, key: str) -> tuple[int, ...] | None:
+        """The values of a small integer tensor (a record some files carry, e.g. an upsampler's
+        ``MetaUpsample``), None when the file has only shapes there (a layout, a meta-device network): a hint to
+        order proposals by, never needed to recognise a file."""
+        return self._ints.get(key)
 
     def has_prefix(self, prefix: str) -> bool:
         """Whether some name starts with ``prefix``."""
@@ -99,6 +110,26 @@ def shuffle_splits(channels: int, image_channels: Iterable[int] = (3, 1, 4)) -> 
             if scale >= 1 and c * scale * scale == channels:
                 out.append((c, scale))
     return out
+
+
+def upsample_scale(view: StateShapes, prefix: str, num_feat: int) -> int:
+    """The scale of a BasicSR ``Upsample`` at ``prefix`` (convs to ``4 * num_feat`` channels each followed by a
+    PixelShuffle(2), or one conv to ``9 * num_feat`` for x3); NotThisFamily when the convs fit neither."""
+    convs = [view.dim(f"{prefix}{i}.weight", 0) for i in view.indices(prefix) if f"{prefix}{i}.weight" in view]
+    if convs == [9 * num_feat]:
+        return 3
+    if convs and all(c == 4 * num_feat for c in convs):
+        return 2 ** len(convs)
+    raise NotThisFamily(f"{prefix}: no sub-pixel upsampler of width {num_feat}")
+
+
+def width_ratio(width: int, dim: int, default: float) -> float:
+    """A width factor (``int(ratio * dim) == width``: MLP / expansion ratios): ``default`` when it gives
+    ``width``, else the exact ratio, else one half a channel above it (when float rounding falls short)."""
+    for ratio in (default, width / dim, (width + 0.5) / dim):
+        if int(ratio * dim) == width:
+            return ratio
+    raise NotThisFamily(f"no ratio of {dim} gives {width}")
 
 
 def register_recogniser(arch: str, recogniser: Recogniser) -> None:
@@ -211,4 +242,5 @@ def recognise(state: Mapping[str, Any], source: str = "the weights") -> Recognis
 
 
 __all__ = ["RECOGNISERS", "NotThisFamily", "Recognised", "StateShapes", "closest_families", "layout_fits",
-           "recognise", "recognise_all", "register_recogniser", "shuffle_splits"]
+           "recognise", "recognise_all", "register_recogniser", "shuffle_splits", "upsample_scale",
+           "width_ratio"]

@@ -26,6 +26,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, pad_to_multiple
+from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.registry import ARCH_REGISTRY
 
 
@@ -378,3 +379,21 @@ class RestoreFormer(nn.Module):
 
 __all__ = ["MultiHeadAttnBlock", "MultiHeadDecoderTransformer", "MultiHeadEncoder", "RestoreFormer",
            "VectorQuantizer"]
+
+
+def _recognise(s: StateShapes) -> dict:
+    """RestoreFormer from its tensors: codebook size and width from the quantiser, image channels, base width,
+    the widths of the levels and their blocks from the encoder, the levels with attention (given as sizes of a
+    512 input: ``attn_resolutions``), the latent width and whether the middle blocks exist. The attention's head
+    count shows in no tensor (the class's default, the published one, is proposed)."""
+    ch = s.dim("encoder.conv_in.weight", 0)
+    levels = s.indices("encoder.down.")
+    return {"n_embed": s.dim("quantize.embedding.weight", 0), "embed_dim": s.dim("quantize.embedding.weight", 1),
+            "ch": ch, "in_channels": s.dim("encoder.conv_in.weight", 1), "out_ch": s.dim("decoder.conv_out.weight", 0),
+            "ch_mult": [s.dim(f"encoder.down.{i}.block.0.conv1.weight", 0) // ch for i in levels],
+            "num_res_blocks": s.count("encoder.down.0.block."),
+            "attn_resolutions": [512 >> i for i in levels if s.count(f"encoder.down.{i}.attn.")],
+            "z_channels": s.dim("encoder.conv_out.weight", 0), "enable_mid": "encoder.mid.block_1.conv1.weight" in s}
+
+
+register_recogniser("RestoreFormer", _recognise)

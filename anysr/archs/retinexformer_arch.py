@@ -20,6 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, pad_to_multiple
+from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.registry import ARCH_REGISTRY
 
 SIZE_MULTIPLE = 8
@@ -233,3 +234,15 @@ class RetinexFormer(nn.Module):
 
 
 __all__ = ["IGAB", "IGMSA", "RetinexFormer"]
+
+
+def _recognise(s: StateShapes) -> dict:
+    """RetinexFormer from its tensors: width from the first stage's embedding conv, stages from the body, the
+    blocks of the two encoder levels and of the bottleneck from their IGABs (RGB in and out)."""
+    d = "body.0.denoiser."
+    return {"in_channels": 3, "out_channels": 3, "n_feat": s.dim(f"{d}embedding.weight", 0), "stage": s.count("body."),
+            "num_blocks": [s.count(f"{d}encoder_layers.{i}.0.blocks.") for i in range(LEVELS)]
+            + [s.count(f"{d}bottleneck.blocks.")]}
+
+
+register_recogniser("RetinexFormer", _recognise)

@@ -39,6 +39,7 @@ from anysr.archs.arch_util import (
     to_tokens,
 )
 from anysr.archs.dat_arch import SGFN, Spatial_Attention, _is_shifted, _ToTokens
+from anysr.archs.recognise import StateShapes, register_recogniser, upsample_scale, width_ratio
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
@@ -311,3 +312,36 @@ register_presets("RGT", scale_arg="upscale", presets={
     # 10.20 M parameters at x4
     "rgt_s": {"upscale": 4, "split_size": (8, 32), "depth": (6,) * 6, "num_heads": (6,) * 6, "mlp_ratio": 2.0},
 })
+
+
+def _split_size(s: StateShapes, attn: str) -> list[int]:
+    """The window sides (h, w) of an L-SA half from its tables: h * w tokens, (2h - 1)(2w - 1) bias rows. Which
+    side is the rows shows in no tensor (the halves take both orders): the smaller first, as published."""
+    n, rows = s.dim(f"{attn}relative_position_index", 0), s.dim(f"{attn}rpe_biases", 0)
+    total = (4 * n + 1 - rows) // 2  # h + w
+    root = round(max(total * total - 4 * n, 0) ** 0.5)
+    return [(total - root) // 2, (total + root) // 2]
+
+
+def _recognise(s: StateShapes) -> dict:
+    """RGT from its tensors: image channels and width from the first conv, the blocks per group, the heads of
+    each group (twice those of an L-SA half: its position-bias MLP outputs one per head), the window sides, the
+    MLP ratio, the qkv bias, RG-SA's key width (``c_ratio``), the residual conv and the scale from the upsampler."""
+    cin, dim = s.dim("conv_first.weight", 1), s.dim("conv_first.weight", 0)
+    groups = s.indices("layers.")
+    first = "layers.0.blocks.0."
+    p: dict = {"in_chans": cin, "embed_dim": dim, "depth": [s.count(f"layers.{i}.blocks.") for i in groups],
+               "num_heads": [2 * s.dim(f"layers.{i}.blocks.0.attn.attns.0.pos.pos3.2.weight", 0) for i in groups],
+               "mlp_ratio": width_ratio(s.dim(f"{first}mlp.fc1.weight", 0), dim, 4.0),
+               "qkv_bias": f"{first}attn.qkv.bias" in s, "split_size": _split_size(s, f"{first}attn.attns.0."),
+               "resi_connection": "3conv" if "conv_after_body.0.weight" in s else "1conv"}
+    rg = next((f"layers.{i}.blocks.1.attn.conv.weight" for i in groups if f"layers.{i}.blocks.1.attn.conv.weight" in s),
+              None)
+    if rg is not None:
+        p["c_ratio"] = width_ratio(s.dim(rg, 0), dim, 0.5)
+    feat = s.dim("conv_before_upsample.0.weight", 0)
+    p["upscale"] = upsample_scale(s, "upsample.", feat) if s.has_prefix("upsample.") else 1
+    return p
+
+
+register_recogniser("RGT", _recognise)

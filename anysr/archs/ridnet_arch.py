@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError, ResidualBlockNoBN
+from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.registry import ARCH_REGISTRY
 
 
@@ -138,3 +139,12 @@ class RIDNet(nn.Module):
 
 
 __all__ = ["EAM", "ChannelAttention", "EResidualBlockNoBN", "MeanShift", "MergeRun", "RIDNet"]
+
+
+def _recognise(s: StateShapes) -> dict:
+    """RIDNet from its tensors: the width from the head conv, the depth from the EAM blocks (RGB only)."""
+    return {"in_channels": s.dim("head.weight", 1), "mid_channels": s.dim("head.weight", 0),
+            "out_channels": s.dim("tail.weight", 0), "num_block": s.count("body.")}
+
+
+register_recogniser("RIDNet", _recognise)

@@ -22,6 +22,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, pad_to_multiple
+from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits, width_ratio
 from anysr.archs.span_arch import Conv3XC
 from anysr.ops.autocast import autocast_off
 from anysr.presets import register_presets
@@ -258,3 +259,26 @@ register_presets("RTMoSR", scale_arg="scale", presets={
     "rtmosr_l": {"unshuffle_mod": True},  # 2.98 M stored at x2 (0.24 M in the folded deployment form)
     "rtmosr_ul": {"ffn_expansion": 1.5, "unshuffle_mod": True, "dccm": False},  # 2.23 M stored at x2 (0.19 M folded)
 })
+
+
+def _recognise(s: StateShapes) -> list[dict]:
+    """RTMoSR from its tensors: the stem (a RepConv, after a pixel-unshuffle by 4 // scale with unshuffle_mod)
+    gives width and scale, the head's PixelShuffle width the scale otherwise, the gated blocks their count,
+    hidden width, output projection (RepConv: dccm) and channel SE."""
+    if "to_feat.conv2.weight" in s:
+        dim, fold = s.dim("to_feat.conv2.weight", 0), 1
+    else:
+        dim = s.dim("to_feat.1.conv2.weight", 0)
+        fold = round((s.dim("to_feat.1.conv2.weight", 1) / 3) ** 0.5)
+    heads = [sc for _, sc in shuffle_splits(s.dim("to_img.0.conv2.weight", 0), (3,))]
+    common: dict = {"dim": dim, "n_blocks": s.count("body.")}
+    if common["n_blocks"]:
+        common["ffn_expansion"] = width_ratio(s.dim("body.0.fc1.conv2.weight", 0) // 2, dim, 2)
+        common["dccm"] = "body.0.fc2.conv2.weight" in s
+        common["se"] = "body.0.conv.2.squeezing.0.weight" in s
+    if fold == 1:
+        return [{**common, "scale": sc, "unshuffle_mod": False} for sc in heads]
+    return [{**common, "scale": 4 // fold, "unshuffle_mod": True}] if heads == [4] and fold in (2, 4) else []
+
+
+register_recogniser("RTMoSR", _recognise)

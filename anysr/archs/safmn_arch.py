@@ -17,6 +17,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, pad_to_min_size
+from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
@@ -125,3 +126,22 @@ register_presets("SAFMN", scale_arg="upscaling_factor", presets={
     "safmn": {"dim": 36},  # 0.24 M parameters at x4
     "safmn_l": {"dim": 128, "n_blocks": 16},  # 5.60 M parameters at x4
 })
+
+
+def ffn_scales(hidden: int, dim: int) -> list[float]:
+    """The channel mixer's ``ffn_scale`` candidates for a hidden width (``int(dim * ffn_scale) == hidden``):
+    the exact ratio, and one half a channel above it when rounding makes the ratio fall short."""
+    return [hidden / dim, (hidden + 0.5) / dim]
+
+
+def _recognise(s: StateShapes) -> list[dict]:
+    """SAFMN from its tensors: width from the first conv, depth from the blocks, the mixer's hidden width from
+    the first block, the scale from the last conv's PixelShuffle width (RGB)."""
+    dim = s.dim("to_feat.weight", 0)
+    scale = [sc for c, sc in shuffle_splits(s.dim("to_img.0.weight", 0), (3,))]
+    hidden = s.dim("feats.0.ccm.ccm.0.weight", 0) if "feats.0.ccm.ccm.0.weight" in s else 2 * dim
+    return [{"dim": dim, "n_blocks": s.count("feats."), "ffn_scale": f, "upscaling_factor": sc}
+            for sc in scale for f in ffn_scales(hidden, dim)]
+
+
+register_recogniser("SAFMN", _recognise)

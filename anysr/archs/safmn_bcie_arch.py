@@ -19,7 +19,8 @@ import torch
 from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError, pad_bottom_right
-from anysr.archs.safmn_arch import N_LEVELS, AttBlock
+from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
+from anysr.archs.safmn_arch import N_LEVELS, AttBlock, ffn_scales
 from anysr.registry import ARCH_REGISTRY
 
 
@@ -77,3 +78,16 @@ class SAFMNBCIE(nn.Module):
 
 
 __all__ = ["SAFMNBCIE"]
+
+
+def _recognise(s: StateShapes) -> list[dict]:
+    """SAFMNBCIE from its tensors: width and the unshuffle factor from the first conv (3 * f**2 inputs), groups
+    and blocks per group from the body, the mixer's hidden width from the first block."""
+    dim = s.dim("to_feat.1.weight", 0)
+    fold = [f for c, f in shuffle_splits(s.dim("to_feat.1.weight", 1), (3,))]
+    hidden = s.dim("feats.0.layers.0.ccm.ccm.0.weight", 0) if "feats.0.layers.0.ccm.ccm.0.weight" in s else 2 * dim
+    return [{"dim": dim, "n_blocks": s.count("feats."), "num_layers": s.count("feats.0.layers."), "ffn_scale": r,
+             "upscaling_factor": f} for f in fold for r in ffn_scales(hidden, dim)]
+
+
+register_recogniser("SAFMNBCIE", _recognise)

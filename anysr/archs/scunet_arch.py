@@ -28,6 +28,7 @@ from anysr.archs.arch_util import (
     window_partition,
     window_reverse,
 )
+from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.registry import ARCH_REGISTRY
 
 HEAD_DIM = 32
@@ -213,3 +214,15 @@ class SCUNet(nn.Module):
 
 
 __all__ = ["Block", "ConvTransBlock", "SCUNet", "WMSA"]
+
+
+def _recognise(s: StateShapes) -> dict:
+    """SCUNet from its tensors: image channels and width from the head conv, the blocks of the seven stages
+    from the down / body / up sequences (each down and up stage also holds its resampling conv)."""
+    s.shape("m_tail.0.weight")
+    stages = [s.count(f"m_down{i}.") - 1 for i in (1, 2, 3)] + [s.count("m_body.")] \
+        + [s.count(f"m_up{i}.") - 1 for i in (3, 2, 1)]
+    return {"in_nc": s.dim("m_head.0.weight", 1), "config": stages, "dim": s.dim("m_head.0.weight", 0)}
+
+
+register_recogniser("SCUNet", _recognise)

@@ -21,6 +21,7 @@ from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError
 from anysr.archs.lkfmixer_arch import bilinear_resize
+from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
@@ -117,3 +118,13 @@ class Sebica(nn.Module):
 
 # traiNNer-redux's builder (tests/test_presets.py checks it against the network traiNNer-redux builds)
 register_presets("Sebica", scale_arg="scale", presets={"sebica_mini": {"N": 8}})
+
+
+def _recognise(s: StateShapes) -> list[dict]:
+    """Sebica from its tensors: the width N from the head conv, the scale from the tail's PixelShuffle width
+    (RGB; the depth is fixed)."""
+    return [{"scale": sc, "N": s.dim("head.0.weight", 0)}
+            for _, sc in shuffle_splits(s.dim("tail.0.weight", 0), (s.dim("head.0.weight", 1),))]
+
+
+register_recogniser("Sebica", _recognise)

@@ -25,6 +25,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, pad_to_min_size
+from anysr.archs.recognise import NotThisFamily, StateShapes, register_recogniser, shuffle_splits
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
@@ -297,3 +298,26 @@ __all__ = ["SeemoRe", "MoELayer"]
 register_presets("SeemoRe", scale_arg="scale", presets={
     "seemore_t": {"num_experts": 3, "embedding_dim": 36, "lr_space": "exp"},  # 0.23 M parameters at x4
 })
+
+
+def _recognise(s: StateShapes) -> dict:
+    """SeemoRe from its tensors: width from the first conv, groups from the body, experts and their rank growth
+    (``lr_space``) and the striped kernel length from the first group, the scale from the upsampler (RGB).
+    The channel shuffle and the key's pooling count show in no tensor: the published Large's (48 wide, 16
+    groups: none, 1) for that size, else the class's defaults."""
+    dim = s.dim("conv_1.weight", 0)
+    experts = "body.0.local_block.block.moe_layer.experts."
+    ranks = [s.dim(f"{experts}{i}.conv_1.weight", 0) for i in s.indices(experts)]
+    spaces = [name for name, grow in LR_SPACES.items() if ranks == [grow(i) for i in range(len(ranks))]]
+    if not spaces:
+        raise NotThisFamily(f"{experts}: expert ranks {ranks} follow no lr_space")
+    scale = [sc for _, sc in shuffle_splits(s.dim("upsampler.0.weight", 0), (3,))]
+    p = {"scale": scale[0], "in_chans": 3, "num_experts": len(ranks), "num_layers": s.count("body."),
+         "embedding_dim": dim, "global_kernel_size": s.dim("body.0.global_block.block.attn.conv.0.weight", 3),
+         "lr_space": spaces[0]}
+    if dim == 48 and p["num_layers"] == 16:
+        p.update(recursive=1, use_shuffle=False)
+    return p
+
+
+register_recogniser("SeemoRe", _recognise)

@@ -20,6 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError
+from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
 from anysr.ops.autocast import autocast_off
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
@@ -198,3 +199,21 @@ register_presets("SPAN", scale_arg="upscale", fixed={"num_blocks": 6}, presets={
     "span_f96": {"feature_channels": 96, "norm": False},  # 8.88 M parameters at x4
     "span_s": {"norm": False},  # 2.24 M parameters at x4
 })
+
+
+def _recognise(s: StateShapes) -> list[dict]:
+    """SPAN from its tensors: input channels and width from the stem, output channels and scale from the
+    upsampler's PixelShuffle width, input normalisation from the ``no_norm`` buffer (absent: normalised)."""
+    cin, feat = s.dim("conv_1.sk.weight", 1), s.dim("conv_1.sk.weight", 0)
+    s.shape("block_6.c1_r.sk.weight")
+    norm = "no_norm" not in s
+    out = []
+    for cout, scale in shuffle_splits(s.dim("upsampler.0.weight", 0), (cin, 3, 1)):
+        p = {"num_in_ch": cin, "num_out_ch": cout, "feature_channels": feat, "upscale": scale, "norm": norm}
+        if norm and cin != 3:
+            p["rgb_mean"] = (0.5,) * cin
+        out.append(p)
+    return out
+
+
+register_recogniser("SPAN", _recognise)

@@ -20,7 +20,8 @@ import torch
 from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError
-from anysr.archs.plksr_arch import DySample
+from anysr.archs.plksr_arch import DySample, dysample_scale
+from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
 from anysr.archs.span_arch import Conv3XC
 from anysr.ops.dcn import sample_bilinear
 from anysr.presets import register_presets
@@ -165,3 +166,23 @@ register_presets("SpanPlus", scale_arg="upscale", presets={
     "spanplus_st": {"upsampler": "ps"},  # 2.24 M at x4
     "spanplus_sts": {"blocks": [2], "feature_channels": 32, "upsampler": "ps"},  # 0.69 M at x4
 })
+
+
+def _recognise(s: StateShapes) -> list[dict]:
+    """SpanPlus from its tensors: input channels and width from the stem, blocks per group from the body, the
+    upsampler from its names (DySample: offset convs; "ps": a PixelShuffle conv; "conv": one conv, x1) and the
+    scale and output channels from its shapes."""
+    cin, feat = s.dim("feats.0.sk.weight", 1), s.dim("feats.0.sk.weight", 0)
+    groups = [i for i in s.indices("feats.") if i > 0]
+    common = {"num_in_ch": cin, "feature_channels": feat,
+              "blocks": [s.count(f"feats.{i}.block_n.") for i in groups]}
+    if "upsampler.end_conv.weight" in s:
+        return [{**common, "num_out_ch": s.dim("upsampler.end_conv.weight", 0), "upsampler": "dys",
+                 "upscale": dysample_scale(s, "upsampler.")}]
+    if "upsampler.0.weight" in s:
+        return [{**common, "num_out_ch": cin, "upsampler": "ps", "upscale": sc}
+                for _, sc in shuffle_splits(s.dim("upsampler.0.weight", 0), (cin,))]
+    return [{**common, "num_out_ch": cin, "upsampler": "conv", "upscale": 1}] if "upsampler.weight" in s else []
+
+
+register_recogniser("SpanPlus", _recognise)

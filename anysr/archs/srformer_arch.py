@@ -38,7 +38,8 @@ from anysr.archs.arch_util import (
     window_partition,
     window_reverse,
 )
-from anysr.archs.swinir_arch import SwinIR
+from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.archs.swinir_arch import SwinIR, swin_sr_arguments
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
@@ -274,3 +275,17 @@ register_presets("SRFormer", scale_arg="upscale", presets={
     "srformer_light": {**_SRF, "img_size": 64, "depths": (6,) * 4, "num_heads": (6,) * 4, "window_size": 16,
                        "upsampler": "pixelshuffledirect"},
 })
+
+
+def _recognise(s: StateShapes) -> list[dict]:
+    """SRFormer from its tensors (``swin_sr_arguments``; the permuted window's bias table has (window - 1) ** 2
+    rows: half-size windows)."""
+    def window(block: str) -> tuple[int, int]:
+        rows, heads = s.shape(f"{block}attn.relative_position_bias_table")
+        return round(rows**0.5) + 1, heads
+
+    s.shape("layers.0.residual_group.blocks.0.attn.kv.weight")
+    return swin_sr_arguments(s, window, "q.bias")
+
+
+register_recogniser("SRFormer", _recognise)

@@ -27,6 +27,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError
+from anysr.archs.recognise import StateShapes, register_recogniser, width_ratio
 from anysr.registry import ARCH_REGISTRY
 
 SQRT2 = math.sqrt(2.0)
@@ -551,3 +552,32 @@ __all__ = [
     "stylegan_channels",
     "upfirdn2d",
 ]
+
+
+def synthesis_arguments(s: StateShapes) -> list[dict]:
+    """The synthesis layers' arguments of a StyleGAN2 generator from its tensors: ``out_size`` from the ToRGB
+    count, ``num_style_feat`` from the first modulation, ``narrow`` from the 4-pixel width (512 * narrow) and
+    ``channel_multiplier`` from the 64-pixel one (256 * multiplier * narrow; below 64 pixels it shows in no
+    tensor: 2 is proposed)."""
+    log_size = s.count("to_rgbs.") + 2
+    c4 = s.dim("constant_input.weight", 1)
+    common = {"out_size": 2**log_size, "num_style_feat": s.dim("style_conv1.modulated_conv.modulation.weight", 1),
+              "narrow": width_ratio(c4, 512, 1)}
+    if log_size < 6:
+        return [{**common, "channel_multiplier": 2}]
+    c64 = s.dim("to_rgbs.3.modulated_conv.weight", 2)
+    guess = round(c64 / (256 * common["narrow"]))
+    return [{**common, "channel_multiplier": m} for m in dict.fromkeys((guess, guess + 1, max(guess - 1, 1)))
+            if int(256 * m * common["narrow"]) == c64]
+
+
+def _recognise(s: StateShapes) -> list[dict]:
+    """StyleGAN2Generator from its tensors: the synthesis layers (``synthesis_arguments``) and the mapping MLP's
+    depth (its EqualLinear layers follow one another: ``style_mlp.1`` ... ``style_mlp.<num_mlp>``)."""
+    mlp = s.indices("style_mlp.")
+    if mlp != list(range(1, len(mlp) + 1)):
+        return []
+    return [{**p, "num_mlp": len(mlp)} for p in synthesis_arguments(s)]
+
+
+register_recogniser("StyleGAN2Generator", _recognise)

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError
+from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.registry import ARCH_REGISTRY
 
 
@@ -108,3 +109,14 @@ class SwiftSRGAN(nn.Module):
 
 
 __all__ = ["SwiftSRGAN"]
+
+
+def _recognise(s: StateShapes) -> dict:
+    """SwiftSRGAN from its tensors: image channels and width from the first separable conv, depth from the
+    residual blocks, the scale from the number of x2 upsampling blocks."""
+    cin, width = s.dim("initial.cnn.pointwise.weight", 1), s.dim("initial.cnn.pointwise.weight", 0)
+    return {"in_channels": cin, "num_channels": width, "num_blocks": s.count("residual."),
+            "upscale_factor": 2 ** s.count("upsampler.")}
+
+
+register_recogniser("SwiftSRGAN", _recognise)

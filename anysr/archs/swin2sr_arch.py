@@ -47,6 +47,8 @@ from anysr.archs.arch_util import (
     window_partition,
     window_reverse,
 )
+from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.archs.swinir_arch import swin_sr_arguments
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
@@ -407,3 +409,15 @@ register_presets("Swin2SR", scale_arg="upscale", presets={
     # 1.02 M parameters at x4
     "swin2sr_s": {"upscale": 4, "embed_dim": 60, "window_size": 8, "mlp_ratio": 2.0, "upsampler": "pixelshuffledirect"},
 })
+
+
+def _recognise(s: StateShapes) -> list[dict]:
+    """Swin2SR from its tensors (``swin_sr_arguments``; the window from the continuous position bias's
+    coordinate table, (1, 2 * window - 1, 2 * window - 1, 2), the heads from the logit scales)."""
+    def window(block: str) -> tuple[int, int]:
+        return (s.dim(f"{block}attn.relative_coords_table", 1) + 1) // 2, s.dim(f"{block}attn.logit_scale", 0)
+
+    return swin_sr_arguments(s, window, "q_bias")
+
+
+register_recogniser("Swin2SR", _recognise)

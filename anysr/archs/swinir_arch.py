@@ -16,7 +16,7 @@ device, deterministic, no state kept); the ``attn_mask`` buffer is kept only for
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 import torch
@@ -39,6 +39,14 @@ from anysr.archs.arch_util import (
     to_2tuple,
     window_partition,
     window_reverse,
+)
+from anysr.archs.recognise import (
+    NotThisFamily,
+    StateShapes,
+    register_recogniser,
+    shuffle_splits,
+    upsample_scale,
+    width_ratio,
 )
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
@@ -268,3 +276,60 @@ register_presets("SwinIR", scale_arg="upscale", fixed={"start_unshuffle": 1}, pr
     # 0.93 M parameters at x4
     "swinir_s": {"upscale": 4, "embed_dim": 60, "window_size": 8, "mlp_ratio": 2.0, "upsampler": "pixelshuffledirect"},
 })
+
+
+def swin_sr_arguments(s: StateShapes, window: Callable[[str], tuple[int, int]], bias_key: str) -> list[dict]:
+    """SwinIR-layout arguments from a file's tensors (SwinIR, SRFormer, Swin2SR): image channels and width from
+    the first conv, the stages' depths from their blocks, heads and window per stage from ``window(block
+    prefix)`` -> (window, heads), the MLP ratio, the qkv bias (``bias_key`` under a block's ``attn.``), the
+    absolute position embedding and patch norm, the residual conv, the training patch size (``img_size``: from
+    the shifted blocks' ``attn_mask`` windows or the position embedding; a window no smaller than it shows as
+    missing masks) and the upsampler with its scale."""
+    cin, dim = s.dim("conv_first.weight", 1), s.dim("conv_first.weight", 0)
+    stages = s.indices("layers.")
+    if not stages:
+        raise NotThisFamily("no residual groups at layers.")
+    depths = [s.count(f"layers.{i}.residual_group.blocks.") for i in stages]
+    found = [window(f"layers.{i}.residual_group.blocks.0.") for i in stages]
+    first = "layers.0.residual_group.blocks.0."
+    ws = max(w for w, _ in found)
+    p: dict = {"in_chans": cin, "embed_dim": dim, "depths": depths, "num_heads": [h for _, h in found],
+               "window_size": ws, "mlp_ratio": width_ratio(s.dim(f"{first}mlp.fc1.weight", 0), dim, 4.0),
+               "qkv_bias": f"{first}attn.{bias_key}" in s, "ape": "absolute_pos_embed" in s,
+               "patch_norm": "patch_embed.norm.weight" in s,
+               "resi_connection": "3conv" if "conv_after_body.0.weight" in s else "1conv"}
+    mask = "layers.0.residual_group.blocks.1.attn_mask"
+    if mask in s:
+        p["img_size"] = ws * round(s.dim(mask, 0) ** 0.5)
+    elif p["ape"]:
+        p["img_size"] = round(s.dim("absolute_pos_embed", 1) ** 0.5)
+    elif depths[0] > 1:  # shifted blocks without a mask: the window shrank to the patch
+        p["img_size"] = ws
+    feat = s.dim("conv_before_upsample.0.weight", 0) if "conv_before_upsample.0.weight" in s else 0
+    # a BasicSR Upsample after conv_before_upsample (none at x1)
+    scale = upsample_scale(s, "upsample.", feat) if feat and s.has_prefix("upsample.") else 1
+    if "conv_aux.weight" in s:
+        heads = [("pixelshuffle_aux", scale)]
+    elif "conv_up1.weight" in s:
+        heads = [("nearest+conv", 4)]
+    elif feat:
+        heads = [("pixelshuffle", scale)]
+    elif "upsample.0.weight" in s:
+        heads = [("pixelshuffledirect", sc) for _, sc in shuffle_splits(s.dim("upsample.0.weight", 0), (cin,))]
+    else:
+        heads = [("", 1)]
+    return [{**p, "upsampler": up, "upscale": sc} for up, sc in heads]
+
+
+def _window_and_heads(block: str, s: StateShapes) -> tuple[int, int]:
+    table = s.shape(f"{block}attn.relative_position_bias_table")  # ((2 * window - 1) ** 2, heads)
+    return (round(table[0] ** 0.5) + 1) // 2, table[1]
+
+
+def _recognise(s: StateShapes) -> list[dict]:
+    """SwinIR from its tensors (``swin_sr_arguments``; the window from the relative-position tables)."""
+    s.shape("layers.0.residual_group.blocks.0.attn.qkv.weight")
+    return swin_sr_arguments(s, lambda block: _window_and_heads(block, s), "qkv.bias")
+
+
+register_recogniser("SwinIR", _recognise)

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from anysr.archs.arch_util import flow_warp, refuse_weights_path
+from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.archs.spynet_arch import IMAGENET_MEAN, IMAGENET_STD, SpyNetBasicModule, pyramid, upsample_flow
 from anysr.registry import ARCH_REGISTRY
 
@@ -93,3 +94,14 @@ class TOFlow(nn.Module):
 
 
 __all__ = ["SPyNetTOF", "TOFlow"]
+
+
+def _recognise(s: StateShapes) -> dict:
+    """TOFlow: one fixed layout (7 RGB frames, its SPyNet, four convs); nothing to infer (whether the weights
+    are the official ones, reordered, shows in no tensor: the class's default is proposed)."""
+    s.shape("spynet.basic_module.0.basic_module.0.weight")
+    s.shape("conv_1.weight")
+    return {}
+
+
+register_recogniser("TOFlow", _recognise)
