@@ -1,4 +1,5 @@
-"""Where image bytes come from: a folder on disk or a BasicSR-style LMDB, behind one interface.
+"""Where image bytes come from: a folder on disk, a BasicSR-style LMDB or a shard set (``anysr.data.shards``),
+behind one interface.
 
 Both backends answer ``get(key_or_path) -> bytes`` and ``keys() -> list[str]``; ``decode_training_image`` turns
 the bytes into a BasicSR numpy image (HWC BGR, or HW for single-channel files) at the file's own depth: uint8 for
@@ -19,7 +20,7 @@ import numpy as np
 from anysr.data import imageio
 from anysr.errors import DataError, did_you_mean
 
-BACKEND_TYPES = ("disk", "lmdb")
+BACKEND_TYPES = ("disk", "lmdb", "shards")
 
 
 def is_image_file(name: str | os.PathLike[str]) -> bool:
@@ -266,6 +267,11 @@ class LmdbBackend(FileBackend):
         return sorted(self._keys)
 
 
-def build_backend(kind: str, root: str | os.PathLike[str]) -> FileBackend:
-    """A backend for ``root``: ``kind`` is the validated ``io_backend.type`` (one of ``BACKEND_TYPES``)."""
+def build_backend(kind: str, root: str | os.PathLike[str], io_opt: Any = None, field: str = "gt") -> FileBackend:
+    """A backend for ``root``: ``kind`` is the validated ``io_backend.type`` (one of ``BACKEND_TYPES``); a shard set
+    reads its ``field`` side ('gt' or 'lq') with the section ``io_opt``'s storage options and cache."""
+    if kind == "shards":
+        from anysr.data.shards import ShardBackend, shard_options  # noqa: PLC0415 - shards builds on this module
+
+        return ShardBackend(root, field, **shard_options(io_opt or {}))
     return LmdbBackend(root) if kind == "lmdb" else DiskBackend(root)

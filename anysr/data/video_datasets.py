@@ -129,7 +129,7 @@ class _VideoDataset(Dataset):
     video_kind = ""
     needs_num_frame = False  # the options require num_frame
     odd_num_frame = False  # ... and an odd one (a window centred on the GT frame)
-    backend_types = BACKEND_TYPES  # the io_backend.type values it reads (the options check them)
+    backend_types = tuple(k for k in BACKEND_TYPES if k != "shards")  # what it reads (the options check them)
 
     def __init__(self, opt: Mapping[str, Any], key_path: str | None = None) -> None:
         self.opt = opt

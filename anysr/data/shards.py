@@ -1,0 +1,558 @@
+"""Sharded data sets in object storage: WebDataset tar shards read by sample key through fsspec.
+
+A shard set is a folder (local, ``file://``, ``s3://``, ``gs://``, ``http(s)://``) holding WebDataset-layout tar
+shards (``shard-000000.tar`` ..., written by ``webdataset.TarWriter``: each sample is the members
+``<key>.gt.<ext>`` and, for pairs, ``<key>.lq.<ext>``, next to each other) and ``index.json``: a wids shard index
+(``__kind__: wids-shard-index-v1``, ``shardlist`` of ``{url, nsamples, filesize}``) whose shard entries also list
+each sample's members as ``[offset, size, crc32]`` of the member's bytes in the tar. With those offsets a sample is
+one byte-range read (``fs.cat_file(shard, start, end)``: one HTTP range request on S3, GCS or HTTP), so datasets
+address shards by index exactly as they address a folder: the sampler's order, its position in the training state,
+exact resume and the rank split are the same as for a folder.
+
+``ShardBackend`` is the ``io_backend: {type: shards}`` file backend of one side (``gt`` or ``lq``) of a set.
+A bounded local cache (``cache_dir``, ``cache_bytes``) keeps sample byte ranges on disk, least recently used out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import posixpath
+import tarfile
+import threading
+import zlib
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from anysr.data.file_backends import FileBackend
+from anysr.errors import DataError, did_you_mean
+
+try:  # POSIX: several loader workers share one cache folder under an exclusive lock
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: one process per cache folder
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["INDEX_NAME", "SCHEMES", "ShardBackend", "ShardCache", "ShardSet", "index_url", "make_shards",
+           "open_shard_set"]
+
+INDEX_NAME = "index.json"
+INDEX_KIND = "wids-shard-index-v1"
+SCHEMES = ("s3", "gs", "gcs", "http", "https", "file")
+FIELDS = ("gt", "lq")
+_FIX_INDEX = "write the set again with anysr prepare shards"
+
+
+def _import_fsspec() -> Any:
+    try:
+        import fsspec  # noqa: PLC0415 - optional dependency (anysr[shards])
+    except ImportError:
+        raise DataError("io_backend type 'shards' needs fsspec: pip install anysr[shards] (fsspec, s3fs, "
+                        "webdataset; gcsfs for gs://)") from None
+    return fsspec
+
+
+def index_url(root: str) -> str:
+    """The index of a shard set named by ``root``: ``root`` itself when it ends in ``.json``, else
+    ``root/index.json`` (a folder or URL prefix)."""
+    return root if root.endswith(".json") else root.rstrip("/") + "/" + INDEX_NAME
+
+
+def _scheme(url: str) -> str:
+    return url.split("://", 1)[0].lower() if "://" in url else ""
+
+
+def _default_storage_options(url: str, given: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``given`` plus short timeouts for S3, so that an unreachable endpoint is an error within seconds."""
+    opts = dict(given or {})
+    if _scheme(url) in ("s3", "s3a"):
+        config = dict(opts.get("config_kwargs") or {})
+        config.setdefault("connect_timeout", 5)
+        config.setdefault("read_timeout", 60)
+        config.setdefault("retries", {"max_attempts": 2, "mode": "standard"})
+        opts["config_kwargs"] = config
+    return opts
+
+
+def _credentials_hint(url: str) -> str:
+    scheme = _scheme(url)
+    if scheme in ("s3", "s3a"):
+        return ("check the URL, io_backend.storage_options.endpoint_url and the credentials (AWS_ACCESS_KEY_ID / "
+                "AWS_SECRET_ACCESS_KEY or an AWS profile)")
+    if scheme in ("gs", "gcs"):
+        return ("check the URL and the credentials (GOOGLE_APPLICATION_CREDENTIALS, or the VM's service account; "
+                "io_backend.storage_options.token)")
+    if scheme in ("http", "https"):
+        return "check the URL and that the server is up"
+    return "check the path"
+
+
+@dataclass(frozen=True)
+class _Sample:
+    shard: int
+    start: int  # byte span of the sample's members in its shard
+    end: int
+    members: Mapping[str, tuple[str, int, int, int]]  # field -> (member suffix 'gt.png', offset, size, crc32)
+
+
+class ShardSet:
+    """The index of one shard set and this process's file system handle to read it (opened lazily per process)."""
+
+    def __init__(self, root: str, storage_options: Mapping[str, Any] | None = None) -> None:
+        self.root = root
+        self.url = index_url(root)
+        self.storage_options = _default_storage_options(self.url, storage_options)
+        self._fs: Any = None
+        self._pid = -1
+        fs, path = self._filesystem_and_path()
+        try:
+            raw = fs.cat_file(path)
+        except FileNotFoundError:
+            raise DataError(f"{self.url}: shard index not found; point dataroot_gt at a folder written by anysr "
+                            "prepare shards (it holds index.json) or at its .json index") from None
+        except Exception as exc:  # the file system's own errors (botocore, aiohttp, google-auth ...)
+            raise DataError(f"{self.url}: cannot read the shard index ({type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0] if str(exc) else ''}); {_credentials_hint(self.url)}") from exc
+        self.shards, self.samples, self.sizes = self._parse(raw, posixpath.dirname(path))
+
+    def _filesystem_and_path(self) -> tuple[Any, str]:
+        fsspec = _import_fsspec()
+        try:
+            fs, path = fsspec.core.url_to_fs(self.url, **self.storage_options)
+        except ImportError as exc:
+            raise DataError(f"{self.url}: reading {_scheme(self.url)}:// needs {exc.name or 'a package'}: "
+                            "pip install anysr[shards] (s3fs), or gcsfs for gs://") from None
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"{self.url}: io_backend.storage_options are not accepted by the file system "
+                            f"({exc})") from None
+        self._fs, self._pid = fs, os.getpid()
+        return fs, path
+
+    @property
+    def fs(self) -> Any:
+        """This process's fsspec file system (a DataLoader worker opens its own)."""
+        if self._fs is None or self._pid != os.getpid():
+            self._filesystem_and_path()
+        return self._fs
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_fs"], state["_pid"] = None, -1
+        return state
+
+    def _parse(self, raw: bytes, base: str) -> tuple[list[str], dict[str, _Sample], list[int]]:
+        try:
+            index = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise DataError(f"{self.url}: not a JSON shard index ({exc}); {_FIX_INDEX}") from None
+        if not isinstance(index, dict) or not isinstance(index.get("shardlist"), list):
+            raise DataError(f"{self.url}: not a wids shard index (no 'shardlist'); {_FIX_INDEX}")
+        shards: list[str] = []
+        sizes: list[int] = []
+        samples: dict[str, _Sample] = {}
+        for n, entry in enumerate(index["shardlist"]):
+            if not isinstance(entry, dict) or not isinstance(entry.get("url"), str):
+                raise DataError(f"{self.url}: shardlist entry {n} has no 'url'; {_FIX_INDEX}")
+            listed = entry.get("samples")
+            if not isinstance(listed, dict):
+                raise DataError(f"{self.url}: shard '{entry['url']}' lists no member offsets ('samples'): the index "
+                                f"was not written by anysr prepare shards; {_FIX_INDEX}")
+            rel = entry["url"]
+            shards.append(rel if "://" in rel else posixpath.join(base, rel))
+            sizes.append(int(entry.get("filesize", 0)))
+            for key, members in listed.items():
+                if key in samples:
+                    raise DataError(f"{self.url}: sample '{key}' is in two shards; {_FIX_INDEX}")
+                try:
+                    fields = {suffix.split(".", 1)[0]: (suffix, int(m[0]), int(m[1]), int(m[2]))
+                              for suffix, m in members.items()}
+                except (AttributeError, TypeError, ValueError, IndexError):
+                    raise DataError(f"{self.url}: sample '{key}' in '{rel}' has malformed member offsets; "
+                                    f"{_FIX_INDEX}") from None
+                start = min(m[1] for m in fields.values())
+                end = max(m[1] + m[2] for m in fields.values())
+                samples[key] = _Sample(n, start, end, fields)
+        if not samples:
+            raise DataError(f"{self.url}: the shard index lists no samples")
+        return shards, samples, sizes
+
+    def shard_path(self, n: int) -> str:
+        """Shard ``n`` as the file system names it."""
+        return self.shards[n]
+
+    def shard_url(self, n: int) -> str:
+        """Shard ``n`` as a URL (for messages)."""
+        path = self.shards[n]
+        if "://" in path or not _scheme(self.url):
+            return path
+        return f"{_scheme(self.url)}://{path}"
+
+    def read_span(self, sample: _Sample, key: str) -> bytes:
+        """The bytes of ``sample``'s members from its shard (one ranged read)."""
+        path = self.shard_path(sample.shard)
+        try:
+            data = self.fs.cat_file(path, start=sample.start, end=sample.end)
+        except FileNotFoundError:
+            raise DataError(f"{self.shard_url(sample.shard)}: shard not found (listed in {self.url}, sample "
+                            f"'{key}'); copy the whole set again") from None
+        except Exception as exc:  # the file system's own errors (botocore, aiohttp, google-auth ...)
+            raise DataError(f"{self.shard_url(sample.shard)}: cannot read sample '{key}' ({type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0] if str(exc) else ''}); {_credentials_hint(self.url)}") from exc
+        if len(data) != sample.end - sample.start:
+            raise DataError(f"{self.shard_url(sample.shard)}: shard is shorter than its index says (sample '{key}' "
+                            f"ends at byte {sample.end}, read {len(data)} of {sample.end - sample.start} bytes): it "
+                            f"is truncated; copy it again or {_FIX_INDEX}")
+        return bytes(data)
+
+
+# One ShardSet per (process, set, storage options): the GT and LQ backends of a paired set, and every dataset
+# naming the same set, share one index and one file system handle. A per-process resource cache, not rank state.
+_SETS: dict[str, ShardSet] = {}
+_SETS_LOCK = threading.Lock()
+
+
+def open_shard_set(root: str, storage_options: Mapping[str, Any] | None = None) -> ShardSet:
+    """The shard set at ``root`` (a folder / URL prefix holding index.json, or the index's URL), read once."""
+    key = json.dumps([index_url(root), dict(storage_options or {})], sort_keys=True, default=str)
+    with _SETS_LOCK:
+        found = _SETS.get(key)
+        if found is None:
+            found = _SETS[key] = ShardSet(root, storage_options)
+        return found
+
+
+class ShardCache:
+    """Sample byte ranges kept on local disk, at most ``max_bytes`` in all, the least recently used dropped first.
+
+    Several processes (loader workers, ranks of one host) may share ``folder``: writes and evictions happen under
+    an exclusive lock on ``folder/.lock`` and the running total is kept in ``folder/.total`` (POSIX; elsewhere one
+    process per folder). A hit is read without the lock; an entry evicted meanwhile is a miss.
+    """
+
+    def __init__(self, folder: str | os.PathLike[str], max_bytes: int) -> None:
+        self.folder = Path(folder)
+        self.max_bytes = int(max_bytes)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DataError(f"io_backend.cache_dir: cannot create {self.folder} ({exc}); choose a writable "
+                            "folder") from None
+
+    @staticmethod
+    def name(*parts: object) -> str:
+        """The entry name of a byte range (a hash of what identifies it)."""
+        return hashlib.sha1("\0".join(map(str, parts)).encode("utf-8")).hexdigest() + ".bin"
+
+    def get(self, name: str) -> bytes | None:
+        path = self.folder / name
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(path)  # most recently used
+        return data
+
+    def discard(self, name: str) -> None:
+        with self._locked():
+            with contextlib.suppress(FileNotFoundError):
+                size = (self.folder / name).stat().st_size
+                (self.folder / name).unlink()
+                self._write_total(self._read_total() - size)
+
+    def put(self, name: str, data: bytes) -> None:
+        """Keep ``data`` as entry ``name`` unless it alone is larger than the bound (older entries make room)."""
+        if len(data) > self.max_bytes:
+            return
+        with self._locked():
+            path = self.folder / name
+            if path.exists():
+                return
+            total = self._read_total()
+            if total + len(data) > self.max_bytes:
+                total = self._evict(self.max_bytes - len(data))
+            tmp = self.folder / f".{name}.{os.getpid()}.tmp"
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+            self._write_total(total + len(data))
+
+    def entries(self) -> list[tuple[float, int, Path]]:
+        """(last use, size, path) of every entry."""
+        out = []
+        for e in os.scandir(self.folder):
+            if e.name.endswith(".bin") and not e.name.startswith("."):
+                with contextlib.suppress(FileNotFoundError):
+                    st = e.stat()
+                    out.append((st.st_mtime, st.st_size, Path(e.path)))
+        return out
+
+    def size(self) -> int:
+        """The bytes the entries take now."""
+        return sum(size for _, size, _ in self.entries())
+
+    def _evict(self, target: int) -> int:
+        entries = sorted(self.entries(), key=lambda e: (e[0], e[2].name))
+        total = sum(size for _, size, _ in entries)
+        for _, size, path in entries:
+            if total <= target:
+                break
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            total -= size
+        return total
+
+    def _read_total(self) -> int:
+        try:
+            return int((self.folder / ".total").read_text() or 0)
+        except (FileNotFoundError, ValueError):
+            return self.size()
+
+    def _write_total(self, total: int) -> None:
+        (self.folder / ".total").write_text(str(max(0, total)))
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        if fcntl is None:  # pragma: no cover - Windows
+            yield
+            return
+        with open(self.folder / ".lock", "a+b") as f:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+class ShardBackend(FileBackend):
+    """One side (``field``: 'gt' or 'lq') of a shard set as a file backend: ``keys()`` are the sample keys that
+    hold that side, ``get(key)`` the member's bytes, checked against the index's CRC-32.
+
+    ``storage_options`` go to fsspec (``endpoint_url`` for an S3-compatible server, ``token`` for GCS ...);
+    ``cache_dir`` with ``cache_bytes`` keeps what was read on local disk. The last samples read stay in memory, so
+    the GT and LQ of one pair are one read.
+    """
+
+    _RECENT = 8  # samples kept in memory (a pair's two sides, a few items of a batch)
+
+    def __init__(self, root: str | os.PathLike[str], field: str = "gt", *,
+                 storage_options: Mapping[str, Any] | None = None, cache_dir: str | os.PathLike[str] | None = None,
+                 cache_bytes: int = 0) -> None:
+        if field not in FIELDS:
+            raise ValueError(f"field must be one of {FIELDS}, got {field!r}")
+        self.root = os.fspath(root)
+        self.field = field
+        self.set = open_shard_set(self.root, storage_options)
+        self._keys = sorted(k for k, s in self.set.samples.items() if field in s.members)
+        if not self._keys:
+            held = sorted({f for s in self.set.samples.values() for f in s.members})
+            raise DataError(f"{self.set.url}: the shard set holds no '{field}' images (it holds "
+                            f"{', '.join(held) or 'nothing'}); " + (
+                                "prepare it with --lq LQ_FOLDER or set lq_from_gt: true" if field == "lq" else
+                                _FIX_INDEX))
+        self.cache = ShardCache(cache_dir, cache_bytes) if cache_dir and cache_bytes > 0 else None
+        self._recent: OrderedDict[str, bytes] = OrderedDict()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_recent"] = OrderedDict()
+        return state
+
+    def keys(self) -> list[str]:
+        return list(self._keys)
+
+    def describe(self, key_or_path: str) -> str:
+        sample = self.set.samples.get(key_or_path)
+        if sample is None or self.field not in sample.members:
+            return f"{self.set.url} sample '{key_or_path}'"
+        return f"{self.set.shard_url(sample.shard)} sample '{key_or_path}' ({sample.members[self.field][0]})"
+
+    def _sample(self, key: str) -> _Sample:
+        sample = self.set.samples.get(key)
+        if sample is None or self.field not in sample.members:
+            raise DataError(f"{self.set.url}: no sample '{key}' with a '{self.field}' image"
+                            f"{did_you_mean(key, self._keys)}")
+        return sample
+
+    def _span(self, key: str, sample: _Sample) -> tuple[bytes, bool]:
+        """The sample's bytes and whether they came from the local cache."""
+        if key in self._recent:
+            self._recent.move_to_end(key)
+            return self._recent[key], False
+        name = ShardCache.name(self.set.url, self.set.shards[sample.shard], sample.start, sample.end)
+        data = self.cache.get(name) if self.cache is not None else None
+        cached = data is not None
+        if data is None:
+            data = self.set.read_span(sample, key)
+            if self.cache is not None:
+                self.cache.put(name, data)
+        self._recent[key] = data
+        while len(self._recent) > self._RECENT:
+            self._recent.popitem(last=False)
+        return data, cached
+
+    def get(self, key_or_path: str) -> bytes:
+        sample = self._sample(key_or_path)
+        suffix, offset, size, crc = sample.members[self.field]
+        for _ in range(2):
+            data, cached = self._span(key_or_path, sample)
+            member = data[offset - sample.start: offset - sample.start + size]
+            if zlib.crc32(member) == crc:
+                return member
+            self._recent.pop(key_or_path, None)
+            if not cached or self.cache is None:
+                break
+            self.cache.discard(ShardCache.name(self.set.url, self.set.shards[sample.shard], sample.start,
+                                               sample.end))  # a damaged cache entry: read the shard again
+        raise DataError(f"{self.set.shard_url(sample.shard)}: sample '{key_or_path}' member '{key_or_path}.{suffix}' "
+                        f"does not match its checksum in {self.set.url}: the shard is corrupt or was rewritten after "
+                        f"its index; copy it again or {_FIX_INDEX}")
+
+
+# ----------------------------------------------------------------------------------- anysr prepare shards
+def _import_webdataset() -> Any:
+    try:
+        import webdataset  # noqa: PLC0415 - optional dependency (anysr[shards])
+    except ImportError:
+        raise DataError("anysr prepare shards needs webdataset: pip install anysr[shards]") from None
+    return webdataset
+
+
+@dataclass
+class ShardReport:
+    """What ``make_shards`` wrote."""
+
+    index: str
+    samples: int
+    shards: int
+    bytes: int
+
+
+def _sample_sources(gt_dir: Path, lq_dir: Path | None, filename_tmpl: str) -> list[tuple[str, Path, Path | None]]:
+    from anysr.data.imageio import list_images  # noqa: PLC0415 - keeps this module light for readers
+    from anysr.data.paired_image_dataset import paired_names_from_folder  # noqa: PLC0415 - same
+
+    if lq_dir is None:
+        files = list_images(gt_dir)
+        pairs = [(p.name, None) for p in files]
+    else:
+        pairs = paired_names_from_folder(os.fspath(gt_dir), os.fspath(lq_dir), filename_tmpl, "prepare shards")
+    if not pairs:
+        raise DataError(f"prepare shards: no images in {gt_dir}")
+    out = []
+    bad = [g for g, _ in pairs if "." in os.path.splitext(g)[0] or not os.path.splitext(g)[0].isascii()]
+    if bad:
+        raise DataError(f"prepare shards: sample keys are the GT file stems, and WebDataset keys hold no '.' and are "
+                        f"ASCII; rename {', '.join(bad[:5])}")
+    for g, q in pairs:
+        out.append((os.path.splitext(g)[0], gt_dir / g, None if q is None else lq_dir / q))  # type: ignore[operator]
+    return out
+
+
+def _member_suffix(field: str, path: Path) -> str:
+    return f"{field}.{path.suffix.lstrip('.').lower()}"
+
+
+def make_shards(src: str | os.PathLike[str], out: str, *, lq: str | os.PathLike[str] | None = None,
+                filename_tmpl: str = "{}", shard_bytes: int = 512 << 20, shard_samples: int | None = None,
+                storage_options: Mapping[str, Any] | None = None, progress: bool = True) -> ShardReport:
+    """Write the images of folder ``src`` (GT; with ``lq``: pairs matched by stem through ``filename_tmpl``) as
+    WebDataset tar shards plus ``index.json`` under ``out`` (a new local folder or an fsspec URL such as
+    ``s3://bucket/set``).
+
+    Each sample is keyed by the GT file stem and holds the files' bytes unchanged (``gt.<ext>``, ``lq.<ext>``: 8-
+    and 16-bit PNGs stay as they are). A shard is closed when it would pass ``shard_bytes`` or holds
+    ``shard_samples`` samples. Every image header is checked first (integer 8- or 16-bit pixels).
+    """
+    from tqdm import tqdm  # noqa: PLC0415 - keeps this module light for readers
+
+    from anysr.data.prepare import check_images  # noqa: PLC0415 - prepare imports the degradation stack
+
+    wds = _import_webdataset()
+    fsspec = _import_fsspec()
+    if shard_bytes < 1:
+        raise DataError(f"prepare shards: --shard-size must be positive, got {shard_bytes} bytes")
+    if shard_samples is not None and shard_samples < 1:
+        raise DataError(f"prepare shards: --samples-per-shard must be >= 1, got {shard_samples}")
+    if "://" not in out and Path(out).resolve() in (Path(src).resolve(), Path(lq).resolve() if lq else None):
+        raise DataError(f"prepare shards: the output {out} is an input folder; choose another one")
+    for folder, what in ((src, "SRC_FOLDER"), (lq, "--lq")):
+        if folder is not None and not Path(folder).is_dir():
+            raise DataError(f"prepare shards: {what} {folder} is not a folder of images; check the path")
+    samples = _sample_sources(Path(src), Path(lq) if lq is not None else None, filename_tmpl)
+    files = [p for _, g, q in samples for p in ((g,) if q is None else (g, q))]
+    infos = check_images(files, progress=progress, desc="check images")
+    wrong = [f"{p} ({i.dtype})" for p, i in zip(files, infos) if i.dtype not in ("uint8", "uint16")]
+    if wrong:
+        raise DataError(f"prepare shards: training reads 8- or 16-bit images; convert {', '.join(wrong[:5])}")
+    opts = dict(storage_options or {})
+    fs, root = fsspec.core.url_to_fs(out, **_default_storage_options(out, opts))
+    if fs.exists(root) and (not fs.isdir(root) or fs.ls(root)):
+        raise DataError(f"prepare shards: {out} exists and is not empty; delete it or choose another output")
+    fs.makedirs(root, exist_ok=True)
+
+    shardlist: list[dict[str, Any]] = []
+    buffer = io.BytesIO()
+    writer: Any = None
+    listed: dict[str, dict[str, list[int]]] = {}
+    crcs: dict[str, int] = {}
+
+    def flush() -> None:
+        nonlocal writer, buffer, listed, crcs
+        if writer is None:
+            return
+        writer.close()
+        data = buffer.getvalue()
+        name = f"shard-{len(shardlist):06d}.tar"
+        members: dict[str, dict[str, list[int]]] = {k: {} for k in listed}
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:  # the offsets a tar reader sees
+            for info in tar:
+                key, _, suffix = info.name.partition(".")
+                members[key][suffix] = [info.offset_data, info.size, crcs[info.name]]
+        with fs.open(posixpath.join(root, name), "wb") as f:
+            f.write(data)
+        shardlist.append({"url": name, "nsamples": len(members), "filesize": len(data), "samples": members})
+        writer, buffer, listed, crcs = None, io.BytesIO(), {}, {}
+
+    for key, gt, lq_path in tqdm(samples, desc="write shards", unit="sample", disable=not progress):
+        sample: dict[str, Any] = {"__key__": key}
+        sample_crcs: dict[str, int] = {}
+        for field, path in (("gt", gt), ("lq", lq_path)):
+            if path is None:
+                continue
+            data = path.read_bytes()
+            suffix = _member_suffix(field, path)
+            sample[suffix] = data
+            sample_crcs[f"{key}.{suffix}"] = zlib.crc32(data)
+        size = sum(len(v) + 1024 for k, v in sample.items() if k != "__key__")  # data plus tar headers
+        if writer is not None and (buffer.tell() + size > shard_bytes
+                                   or (shard_samples is not None and len(listed) >= shard_samples)):
+            flush()
+        if writer is None:
+            writer = wds.TarWriter(buffer, encoder=False, mtime=0.0)
+        try:
+            writer.write(sample)
+        except ValueError as exc:
+            raise DataError(f"prepare shards: cannot store sample '{key}' in a tar shard ({exc}); shorten the file "
+                            "name") from None
+        listed[key] = {}
+        crcs.update(sample_crcs)
+    flush()
+    index = {"__kind__": INDEX_KIND, "wids_version": 1, "name": Path(os.fspath(src)).name,
+             "shardlist": shardlist,
+             "anysr": {"format": "webdataset tar shards, members <key>.gt.<ext> / <key>.lq.<ext>; 'samples' lists "
+                                 "[offset, size, crc32] of each member", "version": 1}}
+    with fs.open(posixpath.join(root, INDEX_NAME), "wb") as f:
+        f.write(json.dumps(index, indent=1).encode("utf-8"))
+    total = sum(int(s["filesize"]) for s in shardlist)
+    return ShardReport(out.rstrip("/") + "/" + INDEX_NAME, len(samples), len(shardlist), total)
+
+
+def shard_options(opt_io: Mapping[str, Any]) -> dict[str, Any]:
+    """The ShardBackend keyword arguments of a validated ``io_backend`` section."""
+    return {"storage_options": opt_io.get("storage_options") or None, "cache_dir": opt_io.get("cache_dir"),
+            "cache_bytes": int(opt_io.get("cache_bytes") or 0)}
