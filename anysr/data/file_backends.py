@@ -88,6 +88,10 @@ class FileBackend(ABC):
         """A human-readable location of one image, for error messages."""
         return key_or_path
 
+    def header(self, key_or_path: str) -> imageio.ImageInfo | None:
+        """The image's header when the backend knows it without reading the image (a shard index), else None."""
+        return None
+
     def read(self, key_or_path: str, flag: str = "unchanged") -> np.ndarray:
         """``get`` then ``decode_training_image``: uint8 or uint16, the file's own depth."""
         return decode_training_image(self.get(key_or_path), self.describe(key_or_path), flag)

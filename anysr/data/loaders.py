@@ -54,7 +54,7 @@ def holds_16bit_images(opt: Mapping[str, Any], sample: int = 32) -> bool:
             step = max(1, len(names) // sample)
             for name in names[::step][:sample]:
                 info = (probe_image(backend.path_of(name)) if isinstance(backend, DiskBackend)
-                        else probe_bytes(backend.get(name), name))
+                        else backend.header(name) or probe_bytes(backend.get(name), name))
                 if info.dtype == "uint16":
                     return True
         except (DataError, OSError, TypeError):

@@ -245,6 +245,9 @@ class _ImageDataset(Dataset):
                              img.dtype.name)
         if isinstance(backend, DiskBackend):
             return check_pixel_type(probe_image(backend.path_of(key)), backend.describe(key))
+        known = backend.header(key)  # a shard index holds every header: nothing is downloaded
+        if known is not None:
+            return check_pixel_type(known, backend.describe(key))
         return check_pixel_type(probe_bytes(backend.get(key), backend.describe(key)), backend.describe(key))
 
     def _names_from(self, root: str, backend: FileBackend, what: str) -> list[str]:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from anysr.data.file_backends import FileBackend
+from anysr.data.imageio import ImageInfo
 from anysr.errors import DataError, did_you_mean
 
 try:  # POSIX: several loader workers share one cache folder under an exclusive lock
@@ -98,6 +99,7 @@ class _Sample:
     start: int  # byte span of the sample's members in its shard
     end: int
     members: Mapping[str, tuple[str, int, int, int]]  # field -> (member suffix 'gt.png', offset, size, crc32)
+    headers: Mapping[str, ImageInfo]  # field -> what its image header says (from the index)
 
 
 class ShardSet:
@@ -109,6 +111,9 @@ class ShardSet:
         self.storage_options = _default_storage_options(self.url, storage_options)
         self._fs: Any = None
         self._pid = -1
+        self.recent: OrderedDict[str, bytes] = OrderedDict()  # the last samples read, by key (GT and LQ: one read)
+        self._lock: threading.Lock | None = threading.Lock()
+        self._lock_pid = os.getpid()
         fs, path = self._filesystem_and_path()
         try:
             raw = fs.cat_file(path)
@@ -142,8 +147,17 @@ class ShardSet:
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_fs"], state["_pid"] = None, -1
+        state["_fs"], state["_pid"], state["recent"], state["_lock"], state["_lock_pid"] = None, -1, OrderedDict(), \
+            None, -1
         return state
+
+    @property
+    def lock(self) -> threading.Lock:
+        """This process's lock of ``recent`` (threads of the start-up check read in parallel)."""
+        if self._lock is None or self._lock_pid != os.getpid():
+            self._lock, self._lock_pid = threading.Lock(), os.getpid()
+            self.recent = OrderedDict()
+        return self._lock
 
     def _parse(self, raw: bytes, base: str) -> tuple[list[str], dict[str, _Sample], list[int]]:
         try:
@@ -171,12 +185,14 @@ class ShardSet:
                 try:
                     fields = {suffix.split(".", 1)[0]: (suffix, int(m[0]), int(m[1]), int(m[2]))
                               for suffix, m in members.items()}
+                    headers = {suffix.split(".", 1)[0]: ImageInfo(int(m[3]), int(m[4]), int(m[5]), int(m[6]), str(m[7]))
+                               for suffix, m in members.items() if len(m) >= 8}
                 except (AttributeError, TypeError, ValueError, IndexError):
                     raise DataError(f"{self.url}: sample '{key}' in '{rel}' has malformed member offsets; "
                                     f"{_FIX_INDEX}") from None
                 start = min(m[1] for m in fields.values())
                 end = max(m[1] + m[2] for m in fields.values())
-                samples[key] = _Sample(n, start, end, fields)
+                samples[key] = _Sample(n, start, end, fields, headers)
         if not samples:
             raise DataError(f"{self.url}: the shard index lists no samples")
         return shards, samples, sizes
@@ -214,6 +230,15 @@ class ShardSet:
 # naming the same set, share one index and one file system handle. A per-process resource cache, not rank state.
 _SETS: dict[str, ShardSet] = {}
 _SETS_LOCK = threading.Lock()
+
+
+def _reset_sets_lock() -> None:
+    global _SETS_LOCK
+    _SETS_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_sets_lock)
 
 
 def open_shard_set(root: str, storage_options: Mapping[str, Any] | None = None) -> ShardSet:
@@ -333,8 +358,8 @@ class ShardBackend(FileBackend):
     hold that side, ``get(key)`` the member's bytes, checked against the index's CRC-32.
 
     ``storage_options`` go to fsspec (``endpoint_url`` for an S3-compatible server, ``token`` for GCS ...);
-    ``cache_dir`` with ``cache_bytes`` keeps what was read on local disk. The last samples read stay in memory, so
-    the GT and LQ of one pair are one read.
+    ``cache_dir`` with ``cache_bytes`` keeps what was read on local disk. The last samples read stay in memory (per
+    set and process), so the GT and LQ of one pair are one read.
     """
 
     _RECENT = 8  # samples kept in memory (a pair's two sides, a few items of a batch)
@@ -355,12 +380,6 @@ class ShardBackend(FileBackend):
                                 "prepare it with --lq LQ_FOLDER or set lq_from_gt: true" if field == "lq" else
                                 _FIX_INDEX))
         self.cache = ShardCache(cache_dir, cache_bytes) if cache_dir and cache_bytes > 0 else None
-        self._recent: OrderedDict[str, bytes] = OrderedDict()
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_recent"] = OrderedDict()
-        return state
 
     def keys(self) -> list[str]:
         return list(self._keys)
@@ -371,6 +390,10 @@ class ShardBackend(FileBackend):
             return f"{self.set.url} sample '{key_or_path}'"
         return f"{self.set.shard_url(sample.shard)} sample '{key_or_path}' ({sample.members[self.field][0]})"
 
+    def header(self, key_or_path: str) -> ImageInfo | None:
+        """The image header the index recorded (size, channels, pixel type): no read."""
+        return self._sample(key_or_path).headers.get(self.field)
+
     def _sample(self, key: str) -> _Sample:
         sample = self.set.samples.get(key)
         if sample is None or self.field not in sample.members:
@@ -380,9 +403,11 @@ class ShardBackend(FileBackend):
 
     def _span(self, key: str, sample: _Sample) -> tuple[bytes, bool]:
         """The sample's bytes and whether they came from the local cache."""
-        if key in self._recent:
-            self._recent.move_to_end(key)
-            return self._recent[key], False
+        with self.set.lock:
+            found = self.set.recent.get(key)
+            if found is not None:
+                self.set.recent.move_to_end(key)
+                return found, False
         name = ShardCache.name(self.set.url, self.set.shards[sample.shard], sample.start, sample.end)
         data = self.cache.get(name) if self.cache is not None else None
         cached = data is not None
@@ -390,9 +415,10 @@ class ShardBackend(FileBackend):
             data = self.set.read_span(sample, key)
             if self.cache is not None:
                 self.cache.put(name, data)
-        self._recent[key] = data
-        while len(self._recent) > self._RECENT:
-            self._recent.popitem(last=False)
+        with self.set.lock:
+            self.set.recent[key] = data
+            while len(self.set.recent) > self._RECENT:
+                self.set.recent.popitem(last=False)
         return data, cached
 
     def get(self, key_or_path: str) -> bytes:
@@ -403,7 +429,8 @@ class ShardBackend(FileBackend):
             member = data[offset - sample.start: offset - sample.start + size]
             if zlib.crc32(member) == crc:
                 return member
-            self._recent.pop(key_or_path, None)
+            with self.set.lock:
+                self.set.recent.pop(key_or_path, None)
             if not cached or self.cache is None:
                 break
             self.cache.discard(ShardCache.name(self.set.url, self.set.shards[sample.shard], sample.start,
@@ -486,6 +513,7 @@ def make_shards(src: str | os.PathLike[str], out: str, *, lq: str | os.PathLike[
     samples = _sample_sources(Path(src), Path(lq) if lq is not None else None, filename_tmpl)
     files = [p for _, g, q in samples for p in ((g,) if q is None else (g, q))]
     infos = check_images(files, progress=progress, desc="check images")
+    headers = {os.fspath(p): [i.width, i.height, i.channels, i.bits, i.dtype] for p, i in zip(files, infos)}
     wrong = [f"{p} ({i.dtype})" for p, i in zip(files, infos) if i.dtype not in ("uint8", "uint16")]
     if wrong:
         raise DataError(f"prepare shards: training reads 8- or 16-bit images; convert {', '.join(wrong[:5])}")
@@ -498,8 +526,8 @@ def make_shards(src: str | os.PathLike[str], out: str, *, lq: str | os.PathLike[
     shardlist: list[dict[str, Any]] = []
     buffer = io.BytesIO()
     writer: Any = None
-    listed: dict[str, dict[str, list[int]]] = {}
-    crcs: dict[str, int] = {}
+    listed: dict[str, dict[str, list[Any]]] = {}
+    crcs: dict[str, list[Any]] = {}  # member name -> [crc32, width, height, channels, bits, dtype]
 
     def flush() -> None:
         nonlocal writer, buffer, listed, crcs
@@ -508,11 +536,11 @@ def make_shards(src: str | os.PathLike[str], out: str, *, lq: str | os.PathLike[
         writer.close()
         data = buffer.getvalue()
         name = f"shard-{len(shardlist):06d}.tar"
-        members: dict[str, dict[str, list[int]]] = {k: {} for k in listed}
+        members: dict[str, dict[str, list[Any]]] = {k: {} for k in listed}
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:  # the offsets a tar reader sees
             for info in tar:
                 key, _, suffix = info.name.partition(".")
-                members[key][suffix] = [info.offset_data, info.size, crcs[info.name]]
+                members[key][suffix] = [info.offset_data, info.size, *crcs[info.name]]
         with fs.open(posixpath.join(root, name), "wb") as f:
             f.write(data)
         shardlist.append({"url": name, "nsamples": len(members), "filesize": len(data), "samples": members})
@@ -520,14 +548,14 @@ def make_shards(src: str | os.PathLike[str], out: str, *, lq: str | os.PathLike[
 
     for key, gt, lq_path in tqdm(samples, desc="write shards", unit="sample", disable=not progress):
         sample: dict[str, Any] = {"__key__": key}
-        sample_crcs: dict[str, int] = {}
+        sample_crcs: dict[str, list[Any]] = {}
         for field, path in (("gt", gt), ("lq", lq_path)):
             if path is None:
                 continue
             data = path.read_bytes()
             suffix = _member_suffix(field, path)
             sample[suffix] = data
-            sample_crcs[f"{key}.{suffix}"] = zlib.crc32(data)
+            sample_crcs[f"{key}.{suffix}"] = [zlib.crc32(data), *headers[os.fspath(path)]]
         size = sum(len(v) + 1024 for k, v in sample.items() if k != "__key__")  # data plus tar headers
         if writer is not None and (buffer.tell() + size > shard_bytes
                                    or (shard_samples is not None and len(listed) >= shard_samples)):
@@ -545,7 +573,8 @@ def make_shards(src: str | os.PathLike[str], out: str, *, lq: str | os.PathLike[
     index = {"__kind__": INDEX_KIND, "wids_version": 1, "name": Path(os.fspath(src)).name,
              "shardlist": shardlist,
              "anysr": {"format": "webdataset tar shards, members <key>.gt.<ext> / <key>.lq.<ext>; 'samples' lists "
-                                 "[offset, size, crc32] of each member", "version": 1}}
+                                 "[offset, size, crc32, width, height, channels, bits, dtype] of each member",
+                       "version": 1}}
     with fs.open(posixpath.join(root, INDEX_NAME), "wb") as f:
         f.write(json.dumps(index, indent=1).encode("utf-8"))
     total = sum(int(s["filesize"]) for s in shardlist)

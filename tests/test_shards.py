@@ -1,0 +1,275 @@
+"""Shard sets (anysr.data.shards): `anysr prepare shards`, reading by key from a real S3 API server on the loopback
+interface (moto's, started here) and from file://, the options' checks, errors, the bounded cache, and training
+that reads a shard set: equal to the same run on the folder, and resumable after SIGKILL with every sample of the
+epoch read once."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from conftest import DATASETS, ROOT, assert_same_weights, run_cli, saved_weights, tiny_train_options, write_options
+
+from anysr.data.loaders import build_dataset
+from anysr.errors import DataError, OptionError
+from anysr.options import validate_options
+
+pytest.importorskip("webdataset")
+pytest.importorskip("s3fs")
+pytest.importorskip("moto.server")
+
+from s3_server import LoopbackS3  # noqa: E402 - after the skips: it imports moto
+
+from anysr.data.prepare import prepare_lr  # noqa: E402
+from anysr.data.shards import ShardBackend, make_shards  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[LoopbackS3]:
+    server = LoopbackS3()
+    server.make_bucket("data")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """16 real T91 images (GT) and their x2 MATLAB-bicubic LQ."""
+    root = tmp_path_factory.mktemp("t91_pairs")
+    gt, lq = root / "gt", root / "lq"
+    gt.mkdir()
+    for p in sorted((DATASETS / "T91" / "HR").glob("*.png"))[:16]:
+        shutil.copy(p, gt / p.name)
+    prepare_lr(gt, lq, 2, progress=False)
+    return gt, lq
+
+
+def _reads_by_key(s3: LoopbackS3, set_url: str, since: int) -> list[str]:
+    """The sample keys of the shard reads the server answered after read number ``since``, in order."""
+    backend = ShardBackend(set_url, storage_options=s3.storage_options)
+    spans = {(f"/{p}", f"bytes={s.start}-{s.end - 1}"): k for k, s in backend.set.samples.items()
+             for p in [backend.set.shard_path(s.shard)]}
+    return [spans[r] for r in s3.reads[since:] if r in spans]
+
+
+# ------------------------------------------------------------------------------------------- prepare shards
+def test_prepare_shards_round_trip_keeps_bytes_8_and_16_bit(tmp_path: Path) -> None:
+    gt, lq = tmp_path / "gt", tmp_path / "lq"
+    gt.mkdir()
+    lq.mkdir()
+    for name in ("baby", "bird", "head"):
+        shutil.copy(DATASETS / "Set5" / "HR" / f"{name}.png", gt / f"{name}.png")
+    deep = cv2.imread(str(gt / "bird.png"), cv2.IMREAD_UNCHANGED).astype(np.uint16) * 257 + 3
+    cv2.imwrite(str(gt / "bird.png"), deep)
+    for p in gt.iterdir():
+        img = cv2.imread(str(p), cv2.IMREAD_UNCHANGED)
+        cv2.imwrite(str(lq / f"{p.stem}x2.png"), img[::2, ::2])
+    out = tmp_path / "set"
+    proc = run_cli("prepare", "shards", str(gt), str(out), "--lq", str(lq), "--filename-tmpl", "{}x2",
+                   "--samples-per-shard", "2", cwd=tmp_path)
+    assert "wrote 3 sample(s) in 2 shard(s)" in proc.stdout
+    index = json.loads((out / "index.json").read_text())
+    assert index["__kind__"] == "wids-shard-index-v1"
+    assert [s["nsamples"] for s in index["shardlist"]] == [2, 1]
+    gt_side, lq_side = ShardBackend(out), ShardBackend(f"file://{out}", "lq")
+    assert gt_side.keys() == lq_side.keys() == ["baby", "bird", "head"]
+    for key in gt_side.keys():
+        assert gt_side.get(key) == (gt / f"{key}.png").read_bytes()  # stored as it was: no re-encoding
+        assert lq_side.get(key) == (lq / f"{key}x2.png").read_bytes()
+    img = gt_side.read("bird")
+    assert img.dtype == np.uint16 and np.array_equal(img, deep)
+    assert gt_side.header("bird").dtype == "uint16" and gt_side.header("baby").width == 512
+    # WebDataset's own reader sees the same samples and members
+    import webdataset as wds
+
+    seen = {s["__key__"]: s for s in wds.WebDataset([str(out / "shard-000000.tar"), str(out / "shard-000001.tar")],
+                                                    shardshuffle=False)}
+    assert sorted(seen) == ["baby", "bird", "head"] and seen["head"]["lq.png"] == (lq / "headx2.png").read_bytes()
+    with pytest.raises(DataError, match="is not empty; delete it or choose another output"):
+        make_shards(gt, str(out), progress=False)
+
+
+# ------------------------------------------------------------------------------------------- options
+def _options(root: str, **io: Any) -> dict[str, Any]:
+    opt = tiny_train_options("shards", Path("/unused"), None)
+    ds = opt["datasets"]["train"]
+    ds.update(dataroot_gt=root, lq_from_gt=False, io_backend={"type": "shards", **io})
+    return opt
+
+
+def test_options_point_a_dataset_at_shards(tmp_path: Path, pairs: tuple[Path, Path]) -> None:
+    gt, lq = pairs
+    make_shards(gt, str(tmp_path / "set"), lq=lq, progress=False)
+    opt = validate_options(_options("set"), is_train=True, root=tmp_path)
+    ds = opt.datasets["train"]
+    assert ds.dataroot_gt == ds.dataroot_lq == str(tmp_path / "set")  # the LQ side of the same samples
+    folder = tiny_train_options("f", gt, None)
+    folder["datasets"]["train"].update(lq_from_gt=False, dataroot_lq=str(lq))
+    a = build_dataset(ds, "datasets.train")
+    b = build_dataset(validate_options(folder, is_train=True).datasets["train"], "datasets.train")
+    assert len(a) == len(b) == 16 and a.check(decode=False) == []
+    for i in (0, 7, 15):
+        x, y = a[(i, 1234 + i)], b[(i, 1234 + i)]
+        assert torch.equal(x["gt"], y["gt"]) and torch.equal(x["lq"], y["lq"])
+
+    def problem(opt: dict[str, Any]) -> str:
+        with pytest.raises(OptionError) as err:
+            validate_options(opt, is_train=True, root=tmp_path)
+        return str(err.value)
+
+    assert "unknown scheme 'ftp://'" in problem(_options("ftp://host/set"))
+    assert "does not exist" in problem(_options("nowhere"))
+    (tmp_path / "plain").mkdir()
+    assert "holds no index.json" in problem(_options("plain"))
+    with_meta = _options("set")
+    (tmp_path / "meta.txt").write_text("t1.png\n")
+    with_meta["datasets"]["train"]["meta_info_file"] = str(tmp_path / "meta.txt")
+    assert "meta_info_file: does not apply to io_backend type shards" in problem(with_meta)
+    disk = tiny_train_options("d", gt, None)
+    disk["datasets"]["train"]["io_backend"] = {"type": "disk", "cache_dir": str(tmp_path / "c")}
+    assert "io_backend.cache_dir: applies to io_backend type shards" in problem(disk)
+    video = _options("set")
+    video["datasets"]["train"]["type"] = "REDSRecurrentDataset"
+    assert "REDSRecurrentDataset does not read shards" in problem(video)
+
+
+# ------------------------------------------------------------------------------------------- S3 reads, errors
+def test_s3_reads_errors_and_corruption(tmp_path: Path, s3: LoopbackS3, pairs: tuple[Path, Path]) -> None:
+    gt, lq = pairs
+    url = "s3://data/errors"
+    make_shards(gt, url, lq=lq, shard_bytes=200_000, storage_options=s3.storage_options, progress=False)
+    backend = ShardBackend(url, storage_options=s3.storage_options)
+    for key in backend.keys():
+        assert backend.get(key) == (gt / f"{key}.png").read_bytes()
+
+    start = time.monotonic()  # nothing listens on the port: one line, within seconds
+    with pytest.raises(DataError, match=r"s3://data/errors/index\.json: cannot read the shard index "
+                                        r"\(EndpointConnectionError.*endpoint_url"):
+        ShardBackend(url, storage_options={"endpoint_url": "http://127.0.0.1:9"})
+    assert time.monotonic() - start < 15
+    with pytest.raises(DataError, match="shard index not found"):
+        ShardBackend("s3://data/nothing-here", storage_options=s3.storage_options)
+
+    local = tmp_path / "local"
+    make_shards(gt, str(local), lq=lq, shard_bytes=200_000, progress=False)
+    victim = backend.keys()[3]
+    sample = ShardBackend(local).set.samples[victim]
+    shard = local / f"shard-{sample.shard:06d}.tar"
+    data = bytearray(shard.read_bytes())
+    data[sample.members["gt"][1] + 100] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    damaged = ShardBackend(local)
+    with pytest.raises(DataError, match=rf"{shard}: sample '{victim}' member '{victim}\.gt\.png' does not match "
+                                        "its checksum"):
+        damaged.get(victim)
+    shard.write_bytes(bytes(data[: sample.start + 10]))
+    with pytest.raises(DataError, match=rf"{shard}: shard is shorter than its index says \(sample '{victim}'"):
+        ShardBackend(local, "lq").get(victim)
+
+
+def test_cache_stays_within_its_bound_and_serves_repeats(tmp_path: Path, s3: LoopbackS3,
+                                                        pairs: tuple[Path, Path]) -> None:
+    gt, lq = pairs
+    url = "s3://data/cached"
+    make_shards(gt, url, lq=lq, storage_options=s3.storage_options, progress=False)
+    probe = ShardBackend(url, storage_options=s3.storage_options)
+    spans = sorted(s.end - s.start for s in probe.set.samples.values())
+    bound = spans[-1] + spans[-2] + spans[-3]  # three samples fit, not sixteen
+    cache = tmp_path / "cache"
+    backend = ShardBackend(url, storage_options=s3.storage_options, cache_dir=cache, cache_bytes=bound)
+    keys = backend.keys()
+    for key in keys:
+        assert backend.get(key) == (gt / f"{key}.png").read_bytes()
+        assert backend.cache is not None and backend.cache.size() <= bound
+    assert 1 <= len(backend.cache.entries()) < len(keys)
+    fresh = ShardBackend(url, storage_options=s3.storage_options, cache_dir=cache, cache_bytes=bound)
+    fresh.set.recent.clear()  # (the samples this process read last are also kept in memory)
+    before = len(s3.reads)
+    assert fresh.get(keys[-1]) == (gt / f"{keys[-1]}.png").read_bytes()  # the latest read: on local disk
+    assert len(s3.reads) == before
+    assert fresh.get(keys[0]) == (gt / f"{keys[0]}.png").read_bytes()  # long evicted: read from S3 again
+    assert len(s3.reads) == before + 1 and fresh.cache is not None and fresh.cache.size() <= bound
+
+
+# ------------------------------------------------------------------------------------------- training
+def _train_options(name: str, gt: Path, lq: Path | None, *, total_iter: int, **extra: Any) -> dict[str, Any]:
+    opt = tiny_train_options(name, gt, None, total_iter=total_iter, **extra)
+    ds = opt["datasets"]["train"]
+    ds.update(lq_from_gt=False, dataroot_lq=None if lq is None else str(lq), dataset_enlarge_ratio=1,
+              batch_size_per_gpu=2)
+    return opt
+
+
+def _shard_options(name: str, url: str, s3: LoopbackS3, **extra: Any) -> dict[str, Any]:
+    opt = _train_options(name, Path("/unused"), None, **extra)
+    opt["datasets"]["train"].update(dataroot_gt=url, io_backend={"type": "shards",
+                                                                 "storage_options": s3.storage_options})
+    return opt
+
+
+@pytest.mark.slow
+def test_train_from_s3_equals_train_from_folder(tmp_path: Path, s3: LoopbackS3, pairs: tuple[Path, Path]) -> None:
+    gt, lq = pairs
+    url = "s3://data/train"
+    run_cli("prepare", "shards", str(gt), url, "--lq", str(lq), "--shard-size", "300kB", "--storage-options",
+            json.dumps(s3.storage_options), cwd=tmp_path, env=s3.env)
+    folder = write_options(tmp_path / "folder.yml", _train_options("folder", gt, lq, total_iter=6))
+    remote = _shard_options("remote", url, s3, total_iter=6, workers=2)  # two loader workers read S3 too
+    remote["datasets"]["train"]["io_backend"].update(cache_dir=str(tmp_path / "cache"), cache_bytes=1 << 20)
+    remote_path = write_options(tmp_path / "remote.yml", remote)
+    for path in (folder, remote_path):
+        run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path, env=s3.env)
+    assert_same_weights(saved_weights(tmp_path / "experiments" / "remote", 6),
+                        saved_weights(tmp_path / "experiments" / "folder", 6))
+    assert sum(f.stat().st_size for f in (tmp_path / "cache").glob("*.bin")) <= 1 << 20
+
+
+@pytest.mark.slow
+def test_sigkill_mid_epoch_then_resume_reads_every_sample_once(tmp_path: Path, s3: LoopbackS3,
+                                                               pairs: tuple[Path, Path]) -> None:
+    """One epoch (16 pairs, 8 steps of 2) read from S3 without a cache, killed with SIGKILL after 3 saved states,
+    resumed: the samples the saved steps read plus those the resumed run read are the epoch, each exactly once; and
+    the weights equal an uninterrupted run's."""
+    gt, lq = pairs
+    url = "s3://data/resume"
+    make_shards(gt, url, lq=lq, shard_bytes=300_000, storage_options=s3.storage_options, progress=False)
+    straight = write_options(tmp_path / "straight.yml", _shard_options("straight", url, s3, total_iter=8))
+    run_cli("train", "-opt", str(straight), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path, env=s3.env)
+    opt = _shard_options("killed", url, s3, total_iter=8)
+    opt["logger"]["save_checkpoint_freq"] = 1
+    path = write_options(tmp_path / "killed.yml", opt)
+    states = tmp_path / "experiments" / "killed" / "training_states"
+    mark = len(s3.reads)
+    proc = subprocess.Popen([sys.executable, "-m", "anysr", "train", "-opt", str(path), "--force_yml",
+                             f"path.root={tmp_path}"], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list(states.glob("*.state"))) < 3:
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    saved = max(int(p.stem) for p in states.glob("*.state"))  # the step the resumed run starts after
+    assert 3 <= saved < 8
+    killed = _reads_by_key(s3, url, mark)
+    mark = len(s3.reads)
+    run_cli("train", "-opt", str(path), "--auto_resume", "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
+    resumed = _reads_by_key(s3, url, mark)
+    assert len(resumed) == 2 * (8 - saved)
+    assert 2 * saved <= len(killed) <= 2 * (saved + 1)  # at most the batch being read when it was killed
+    assert killed[2 * saved:] == resumed[: len(killed) - 2 * saved]  # ... which the resumed run reads again
+    epoch = killed[: 2 * saved] + resumed
+    assert sorted(epoch) == ShardBackend(url, storage_options=s3.storage_options).keys()  # each sample once
+    assert_same_weights(saved_weights(tmp_path / "experiments" / "killed", 8),
+                        saved_weights(tmp_path / "experiments" / "straight", 8))
