@@ -248,9 +248,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         print(f"wrote {report.pairs} LQ/GT pair(s) as the training step sees them {how} and degrade.json to "
               f"{report.out}")
     elif args.what == "shards":
-        from anysr.data.shards import make_shards
-
-        report = make_shards(args.src, args.out, lq=args.lq, filename_tmpl=args.filename_tmpl,
+        report = prepare.make_shards(args.src, args.out, lq=args.lq, filename_tmpl=args.filename_tmpl,
                              shard_bytes=args.shard_size, shard_samples=args.samples_per_shard,
                              storage_options=args.storage_options)
         print(f"wrote {report.samples} sample(s) in {report.shards} shard(s) ({report.bytes / 2**20:.1f} MiB) and "

@@ -12,6 +12,7 @@ import contextlib
 import os
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -271,11 +272,19 @@ class LmdbBackend(FileBackend):
         return sorted(self._keys)
 
 
+# Backends defined in modules of their own (``anysr.data.shards``), registered there: kind -> builder(root, io_opt,
+# field). ``anysr.data`` imports those modules, so every kind in BACKEND_TYPES is here once the package is loaded.
+_BUILDERS: dict[str, Callable[[str, Any, str], FileBackend]] = {}
+
+
+def register_backend(kind: str, builder: Callable[[str, Any, str], FileBackend]) -> None:
+    """Make ``build_backend(kind, root, io_opt, field)`` call ``builder(root, io_opt, field)``."""
+    _BUILDERS[kind] = builder
+
+
 def build_backend(kind: str, root: str | os.PathLike[str], io_opt: Any = None, field: str = "gt") -> FileBackend:
     """A backend for ``root``: ``kind`` is the validated ``io_backend.type`` (one of ``BACKEND_TYPES``); a shard set
     reads its ``field`` side ('gt' or 'lq') with the section ``io_opt``'s storage options and cache."""
-    if kind == "shards":
-        from anysr.data.shards import ShardBackend, shard_options  # noqa: PLC0415 - shards builds on this module
-
-        return ShardBackend(root, field, **shard_options(io_opt or {}))
+    if kind in _BUILDERS:
+        return _BUILDERS[kind](os.fspath(root), io_opt, field)
     return LmdbBackend(root) if kind == "lmdb" else DiskBackend(root)

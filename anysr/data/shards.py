@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import json
 import os
 import posixpath
-import tarfile
 import threading
 import zlib
 from collections import OrderedDict
@@ -30,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from anysr.data.file_backends import FileBackend
+from anysr.data.file_backends import FileBackend, register_backend
 from anysr.data.imageio import ImageInfo
 from anysr.errors import DataError, did_you_mean
 
@@ -39,17 +37,17 @@ try:  # POSIX: several loader workers share one cache folder under an exclusive 
 except ImportError:  # pragma: no cover - Windows: one process per cache folder
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["INDEX_NAME", "SCHEMES", "ShardBackend", "ShardCache", "ShardSet", "index_url", "make_shards",
-           "open_shard_set"]
+__all__ = ["INDEX_KIND", "INDEX_NAME", "ShardBackend", "ShardCache", "ShardSet", "index_url", "open_shard_set",
+           "shard_options"]
 
 INDEX_NAME = "index.json"
 INDEX_KIND = "wids-shard-index-v1"
-SCHEMES = ("s3", "gs", "gcs", "http", "https", "file")
 FIELDS = ("gt", "lq")
-_FIX_INDEX = "write the set again with anysr prepare shards"
+FIX_INDEX = "write the set again with anysr prepare shards"
 
 
-def _import_fsspec() -> Any:
+def import_fsspec() -> Any:
+    """The fsspec module, or a DataError saying how to install it."""
     try:
         import fsspec  # noqa: PLC0415 - optional dependency (anysr[shards])
     except ImportError:
@@ -68,7 +66,7 @@ def _scheme(url: str) -> str:
     return url.split("://", 1)[0].lower() if "://" in url else ""
 
 
-def _default_storage_options(url: str, given: Mapping[str, Any] | None) -> dict[str, Any]:
+def default_storage_options(url: str, given: Mapping[str, Any] | None) -> dict[str, Any]:
     """``given`` plus short timeouts for S3, so that an unreachable endpoint is an error within seconds."""
     opts = dict(given or {})
     if _scheme(url) in ("s3", "s3a"):
@@ -108,7 +106,7 @@ class ShardSet:
     def __init__(self, root: str, storage_options: Mapping[str, Any] | None = None) -> None:
         self.root = root
         self.url = index_url(root)
-        self.storage_options = _default_storage_options(self.url, storage_options)
+        self.storage_options = default_storage_options(self.url, storage_options)
         self._fs: Any = None
         self._pid = -1
         self.recent: OrderedDict[str, bytes] = OrderedDict()  # the last samples read, by key (GT and LQ: one read)
@@ -126,7 +124,7 @@ class ShardSet:
         self.shards, self.samples, self.sizes = self._parse(raw, posixpath.dirname(path))
 
     def _filesystem_and_path(self) -> tuple[Any, str]:
-        fsspec = _import_fsspec()
+        fsspec = import_fsspec()
         try:
             fs, path = fsspec.core.url_to_fs(self.url, **self.storage_options)
         except ImportError as exc:
@@ -163,25 +161,25 @@ class ShardSet:
         try:
             index = json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise DataError(f"{self.url}: not a JSON shard index ({exc}); {_FIX_INDEX}") from None
+            raise DataError(f"{self.url}: not a JSON shard index ({exc}); {FIX_INDEX}") from None
         if not isinstance(index, dict) or not isinstance(index.get("shardlist"), list):
-            raise DataError(f"{self.url}: not a wids shard index (no 'shardlist'); {_FIX_INDEX}")
+            raise DataError(f"{self.url}: not a wids shard index (no 'shardlist'); {FIX_INDEX}")
         shards: list[str] = []
         sizes: list[int] = []
         samples: dict[str, _Sample] = {}
         for n, entry in enumerate(index["shardlist"]):
             if not isinstance(entry, dict) or not isinstance(entry.get("url"), str):
-                raise DataError(f"{self.url}: shardlist entry {n} has no 'url'; {_FIX_INDEX}")
+                raise DataError(f"{self.url}: shardlist entry {n} has no 'url'; {FIX_INDEX}")
             listed = entry.get("samples")
             if not isinstance(listed, dict):
                 raise DataError(f"{self.url}: shard '{entry['url']}' lists no member offsets ('samples'): the index "
-                                f"was not written by anysr prepare shards; {_FIX_INDEX}")
+                                f"was not written by anysr prepare shards; {FIX_INDEX}")
             rel = entry["url"]
             shards.append(rel if "://" in rel else posixpath.join(base, rel))
             sizes.append(int(entry.get("filesize", 0)))
             for key, members in listed.items():
                 if key in samples:
-                    raise DataError(f"{self.url}: sample '{key}' is in two shards; {_FIX_INDEX}")
+                    raise DataError(f"{self.url}: sample '{key}' is in two shards; {FIX_INDEX}")
                 try:
                     fields = {suffix.split(".", 1)[0]: (suffix, int(m[0]), int(m[1]), int(m[2]))
                               for suffix, m in members.items()}
@@ -189,7 +187,7 @@ class ShardSet:
                                for suffix, m in members.items() if len(m) >= 8}
                 except (AttributeError, TypeError, ValueError, IndexError):
                     raise DataError(f"{self.url}: sample '{key}' in '{rel}' has malformed member offsets; "
-                                    f"{_FIX_INDEX}") from None
+                                    f"{FIX_INDEX}") from None
                 start = min(m[1] for m in fields.values())
                 end = max(m[1] + m[2] for m in fields.values())
                 samples[key] = _Sample(n, start, end, fields, headers)
@@ -222,7 +220,7 @@ class ShardSet:
         if len(data) != sample.end - sample.start:
             raise DataError(f"{self.shard_url(sample.shard)}: shard is shorter than its index says (sample '{key}' "
                             f"ends at byte {sample.end}, read {len(data)} of {sample.end - sample.start} bytes): it "
-                            f"is truncated; copy it again or {_FIX_INDEX}")
+                            f"is truncated; copy it again or {FIX_INDEX}")
         return bytes(data)
 
 
@@ -378,7 +376,7 @@ class ShardBackend(FileBackend):
             raise DataError(f"{self.set.url}: the shard set holds no '{field}' images (it holds "
                             f"{', '.join(held) or 'nothing'}); " + (
                                 "prepare it with --lq LQ_FOLDER or set lq_from_gt: true" if field == "lq" else
-                                _FIX_INDEX))
+                                FIX_INDEX))
         self.cache = ShardCache(cache_dir, cache_bytes) if cache_dir and cache_bytes > 0 else None
 
     def keys(self) -> list[str]:
@@ -437,151 +435,17 @@ class ShardBackend(FileBackend):
                                                sample.end))  # a damaged cache entry: read the shard again
         raise DataError(f"{self.set.shard_url(sample.shard)}: sample '{key_or_path}' member '{key_or_path}.{suffix}' "
                         f"does not match its checksum in {self.set.url}: the shard is corrupt or was rewritten after "
-                        f"its index; copy it again or {_FIX_INDEX}")
-
-
-# ----------------------------------------------------------------------------------- anysr prepare shards
-def _import_webdataset() -> Any:
-    try:
-        import webdataset  # noqa: PLC0415 - optional dependency (anysr[shards])
-    except ImportError:
-        raise DataError("anysr prepare shards needs webdataset: pip install anysr[shards]") from None
-    return webdataset
-
-
-@dataclass
-class ShardReport:
-    """What ``make_shards`` wrote."""
-
-    index: str
-    samples: int
-    shards: int
-    bytes: int
-
-
-def _sample_sources(gt_dir: Path, lq_dir: Path | None, filename_tmpl: str) -> list[tuple[str, Path, Path | None]]:
-    from anysr.data.imageio import list_images  # noqa: PLC0415 - keeps this module light for readers
-    from anysr.data.paired_image_dataset import paired_names_from_folder  # noqa: PLC0415 - same
-
-    if lq_dir is None:
-        files = list_images(gt_dir)
-        pairs = [(p.name, None) for p in files]
-    else:
-        pairs = paired_names_from_folder(os.fspath(gt_dir), os.fspath(lq_dir), filename_tmpl, "prepare shards")
-    if not pairs:
-        raise DataError(f"prepare shards: no images in {gt_dir}")
-    out = []
-    bad = [g for g, _ in pairs if "." in os.path.splitext(g)[0] or not os.path.splitext(g)[0].isascii()]
-    if bad:
-        raise DataError(f"prepare shards: sample keys are the GT file stems, and WebDataset keys hold no '.' and are "
-                        f"ASCII; rename {', '.join(bad[:5])}")
-    for g, q in pairs:
-        out.append((os.path.splitext(g)[0], gt_dir / g, None if q is None else lq_dir / q))  # type: ignore[operator]
-    return out
-
-
-def _member_suffix(field: str, path: Path) -> str:
-    return f"{field}.{path.suffix.lstrip('.').lower()}"
-
-
-def make_shards(src: str | os.PathLike[str], out: str, *, lq: str | os.PathLike[str] | None = None,
-                filename_tmpl: str = "{}", shard_bytes: int = 512 << 20, shard_samples: int | None = None,
-                storage_options: Mapping[str, Any] | None = None, progress: bool = True) -> ShardReport:
-    """Write the images of folder ``src`` (GT; with ``lq``: pairs matched by stem through ``filename_tmpl``) as
-    WebDataset tar shards plus ``index.json`` under ``out`` (a new local folder or an fsspec URL such as
-    ``s3://bucket/set``).
-
-    Each sample is keyed by the GT file stem and holds the files' bytes unchanged (``gt.<ext>``, ``lq.<ext>``: 8-
-    and 16-bit PNGs stay as they are). A shard is closed when it would pass ``shard_bytes`` or holds
-    ``shard_samples`` samples. Every image header is checked first (integer 8- or 16-bit pixels).
-    """
-    from tqdm import tqdm  # noqa: PLC0415 - keeps this module light for readers
-
-    from anysr.data.prepare import check_images  # noqa: PLC0415 - prepare imports the degradation stack
-
-    wds = _import_webdataset()
-    fsspec = _import_fsspec()
-    if shard_bytes < 1:
-        raise DataError(f"prepare shards: --shard-size must be positive, got {shard_bytes} bytes")
-    if shard_samples is not None and shard_samples < 1:
-        raise DataError(f"prepare shards: --samples-per-shard must be >= 1, got {shard_samples}")
-    if "://" not in out and Path(out).resolve() in (Path(src).resolve(), Path(lq).resolve() if lq else None):
-        raise DataError(f"prepare shards: the output {out} is an input folder; choose another one")
-    for folder, what in ((src, "SRC_FOLDER"), (lq, "--lq")):
-        if folder is not None and not Path(folder).is_dir():
-            raise DataError(f"prepare shards: {what} {folder} is not a folder of images; check the path")
-    samples = _sample_sources(Path(src), Path(lq) if lq is not None else None, filename_tmpl)
-    files = [p for _, g, q in samples for p in ((g,) if q is None else (g, q))]
-    infos = check_images(files, progress=progress, desc="check images")
-    headers = {os.fspath(p): [i.width, i.height, i.channels, i.bits, i.dtype] for p, i in zip(files, infos)}
-    wrong = [f"{p} ({i.dtype})" for p, i in zip(files, infos) if i.dtype not in ("uint8", "uint16")]
-    if wrong:
-        raise DataError(f"prepare shards: training reads 8- or 16-bit images; convert {', '.join(wrong[:5])}")
-    opts = dict(storage_options or {})
-    fs, root = fsspec.core.url_to_fs(out, **_default_storage_options(out, opts))
-    if fs.exists(root) and (not fs.isdir(root) or fs.ls(root)):
-        raise DataError(f"prepare shards: {out} exists and is not empty; delete it or choose another output")
-    fs.makedirs(root, exist_ok=True)
-
-    shardlist: list[dict[str, Any]] = []
-    buffer = io.BytesIO()
-    writer: Any = None
-    listed: dict[str, dict[str, list[Any]]] = {}
-    crcs: dict[str, list[Any]] = {}  # member name -> [crc32, width, height, channels, bits, dtype]
-
-    def flush() -> None:
-        nonlocal writer, buffer, listed, crcs
-        if writer is None:
-            return
-        writer.close()
-        data = buffer.getvalue()
-        name = f"shard-{len(shardlist):06d}.tar"
-        members: dict[str, dict[str, list[Any]]] = {k: {} for k in listed}
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:  # the offsets a tar reader sees
-            for info in tar:
-                key, _, suffix = info.name.partition(".")
-                members[key][suffix] = [info.offset_data, info.size, *crcs[info.name]]
-        with fs.open(posixpath.join(root, name), "wb") as f:
-            f.write(data)
-        shardlist.append({"url": name, "nsamples": len(members), "filesize": len(data), "samples": members})
-        writer, buffer, listed, crcs = None, io.BytesIO(), {}, {}
-
-    for key, gt, lq_path in tqdm(samples, desc="write shards", unit="sample", disable=not progress):
-        sample: dict[str, Any] = {"__key__": key}
-        sample_crcs: dict[str, list[Any]] = {}
-        for field, path in (("gt", gt), ("lq", lq_path)):
-            if path is None:
-                continue
-            data = path.read_bytes()
-            suffix = _member_suffix(field, path)
-            sample[suffix] = data
-            sample_crcs[f"{key}.{suffix}"] = [zlib.crc32(data), *headers[os.fspath(path)]]
-        size = sum(len(v) + 1024 for k, v in sample.items() if k != "__key__")  # data plus tar headers
-        if writer is not None and (buffer.tell() + size > shard_bytes
-                                   or (shard_samples is not None and len(listed) >= shard_samples)):
-            flush()
-        if writer is None:
-            writer = wds.TarWriter(buffer, encoder=False, mtime=0.0)
-        try:
-            writer.write(sample)
-        except ValueError as exc:
-            raise DataError(f"prepare shards: cannot store sample '{key}' in a tar shard ({exc}); shorten the file "
-                            "name") from None
-        listed[key] = {}
-        crcs.update(sample_crcs)
-    flush()
-    index = {"__kind__": INDEX_KIND, "wids_version": 1, "name": Path(os.fspath(src)).name,
-             "shardlist": shardlist,
-             "anysr": {"format": "webdataset tar shards, members <key>.gt.<ext> / <key>.lq.<ext>; 'samples' lists "
-                                 "[offset, size, crc32, width, height, channels, bits, dtype] of each member",
-                       "version": 1}}
-    with fs.open(posixpath.join(root, INDEX_NAME), "wb") as f:
-        f.write(json.dumps(index, indent=1).encode("utf-8"))
-    total = sum(int(s["filesize"]) for s in shardlist)
-    return ShardReport(out.rstrip("/") + "/" + INDEX_NAME, len(samples), len(shardlist), total)
+                        f"its index; copy it again or {FIX_INDEX}")
 
 
 def shard_options(opt_io: Mapping[str, Any]) -> dict[str, Any]:
     """The ShardBackend keyword arguments of a validated ``io_backend`` section."""
     return {"storage_options": opt_io.get("storage_options") or None, "cache_dir": opt_io.get("cache_dir"),
             "cache_bytes": int(opt_io.get("cache_bytes") or 0)}
+
+
+def _build(root: str, io_opt: Any, field: str) -> ShardBackend:
+    return ShardBackend(root, field, **shard_options(io_opt or {}))
+
+
+register_backend("shards", _build)
