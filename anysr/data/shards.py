@@ -43,6 +43,7 @@ __all__ = ["INDEX_KIND", "INDEX_NAME", "ShardBackend", "ShardCache", "ShardSet",
 INDEX_NAME = "index.json"
 INDEX_KIND = "wids-shard-index-v1"
 FIELDS = ("gt", "lq")
+DEFAULT_CACHE_BYTES = 16 << 30  # io_backend.cache_bytes when cache_dir is set without it
 FIX_INDEX = "write the set again with anysr prepare shards"
 
 
@@ -441,7 +442,7 @@ class ShardBackend(FileBackend):
 def shard_options(opt_io: Mapping[str, Any]) -> dict[str, Any]:
     """The ShardBackend keyword arguments of a validated ``io_backend`` section."""
     return {"storage_options": opt_io.get("storage_options") or None, "cache_dir": opt_io.get("cache_dir"),
-            "cache_bytes": int(opt_io.get("cache_bytes") or 0)}
+            "cache_bytes": int(opt_io.get("cache_bytes") or DEFAULT_CACHE_BYTES)}
 
 
 def _build(root: str, io_opt: Any, field: str) -> ShardBackend:

@@ -11,21 +11,21 @@ from pathlib import Path
 from typing import Any
 
 from anysr.options.common import good, registered
-from anysr.options.fields import Context, Field, at_least
+from anysr.options.fields import MISSING, Context, Field, at_least
 
 SHARD_SCHEMES = ("s3", "gs", "gcs", "http", "https", "file")
 SHARD_INDEX = "index.json"
 DEFAULT_CACHE_BYTES = 16 << 30
 
 SHARD_IO_FIELDS: dict[str, Field] = {
-    "storage_options": Field((dict, None), default=None,
+    "storage_options": Field((dict, None), default=MISSING, default_doc="none",
                              doc="type shards: keyword arguments of the fsspec file system, e.g. {endpoint_url: "
                                  "http://host:9000} for an S3-compatible server, {token: FILE} for GCS, "
                                  "{anon: true} for a public bucket."),
-    "cache_dir": Field((str, None), default=None,
+    "cache_dir": Field((str, None), default=MISSING, default_doc="null (no cache)",
                        doc="type shards: a local folder keeping the sample byte ranges read (null: no cache); "
                            "loader workers and ranks of a host may share it."),
-    "cache_bytes": Field(int, default=DEFAULT_CACHE_BYTES, check=at_least(1),
+    "cache_bytes": Field(int, default=MISSING, default_doc=f"{DEFAULT_CACHE_BYTES} (16 GiB)", check=at_least(1),
                          doc="type shards: the most bytes cache_dir holds (least recently used out)."),
 }
 
@@ -93,6 +93,6 @@ def io_backend_rule(backend: dict[str, Any], path: str, ctx: Context) -> None:
     if backend.get("type", "disk") == "shards":
         return
     for key in SHARD_IO_FIELDS:
-        if key in backend and backend[key] is not None and backend[key] != SHARD_IO_FIELDS[key].default:
+        if key in backend and backend[key] is not None:
             ctx.add(f"{path}.io_backend.{key}", f"applies to io_backend type shards (the type is "
                     f"'{backend.get('type', 'disk')}'); remove it")
