@@ -145,6 +145,22 @@ def test_options_point_a_dataset_at_shards(tmp_path: Path, pairs: tuple[Path, Pa
     assert "REDSRecurrentDataset does not read shards" in problem(video)
 
 
+def test_realesrgan_dataset_reads_shards(tmp_path: Path, pairs: tuple[Path, Path]) -> None:
+    from test_realesrgan import real_options
+
+    gt, _ = pairs
+    make_shards(gt, str(tmp_path / "set"), progress=False)  # GT only: Real-ESRGAN synthesises the LQ
+    folder = validate_options(real_options("f", gt), is_train=True, root=tmp_path).datasets["train"]
+    sharded = real_options("s", gt)
+    sharded["datasets"]["train"].update(dataroot_gt=f"file://{tmp_path / 'set'}", io_backend={"type": "shards"})
+    a = build_dataset(folder, "datasets.train")
+    b = build_dataset(validate_options(sharded, is_train=True, root=tmp_path).datasets["train"], "datasets.train")
+    assert len(a) == len(b) == 16 and b.check(decode=False) == []
+    for i in (0, 9):
+        x, y = a[(i, 77 + i)], b[(i, 77 + i)]
+        assert all(torch.equal(x[k], y[k]) for k in ("gt", "kernel1", "kernel2", "sinc_kernel"))
+
+
 # ------------------------------------------------------------------------------------------- S3 reads, errors
 def test_s3_reads_errors_and_corruption(tmp_path: Path, s3: LoopbackS3, pairs: tuple[Path, Path]) -> None:
     gt, lq = pairs
@@ -153,6 +169,13 @@ def test_s3_reads_errors_and_corruption(tmp_path: Path, s3: LoopbackS3, pairs: t
     backend = ShardBackend(url, storage_options=s3.storage_options)
     for key in backend.keys():
         assert backend.get(key) == (gt / f"{key}.png").read_bytes()
+
+    public = "s3://data/public"  # the same set, readable by anyone: read through plain HTTP range requests
+    make_shards(gt, public, lq=lq, shard_bytes=200_000, progress=False,
+                storage_options={**s3.storage_options, "s3_additional_kwargs": {"ACL": "public-read"}})
+    over_http = ShardBackend(f"{s3.endpoint}/data/public", "lq")
+    assert over_http.keys() == backend.keys()
+    assert over_http.get("t1") == (lq / "t1.png").read_bytes()
 
     start = time.monotonic()  # nothing listens on the port: one line, within seconds
     with pytest.raises(DataError, match=r"s3://data/errors/index\.json: cannot read the shard index "
