@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 import signal
 import subprocess
@@ -169,6 +170,8 @@ def test_s3_reads_errors_and_corruption(tmp_path: Path, s3: LoopbackS3, pairs: t
     backend = ShardBackend(url, storage_options=s3.storage_options)
     for key in backend.keys():
         assert backend.get(key) == (gt / f"{key}.png").read_bytes()
+    copy = pickle.loads(pickle.dumps(backend))  # as a spawned loader worker gets it: opens its own file system
+    assert copy.set.recent == {} and copy.get("t2") == (gt / "t2.png").read_bytes()
 
     public = "s3://data/public"  # the same set, readable by anyone: read through plain HTTP range requests
     make_shards(gt, public, lq=lq, shard_bytes=200_000, progress=False,
