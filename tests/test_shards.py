@@ -141,9 +141,6 @@ def test_options_point_a_dataset_at_shards(tmp_path: Path, pairs: tuple[Path, Pa
     disk = tiny_train_options("d", gt, None)
     disk["datasets"]["train"]["io_backend"] = {"type": "disk", "cache_dir": str(tmp_path / "c")}
     assert "io_backend.cache_dir: applies to io_backend type shards" in problem(disk)
-    video = _options("set")
-    video["datasets"]["train"]["type"] = "REDSRecurrentDataset"
-    assert "REDSRecurrentDataset does not read shards" in problem(video)
 
 
 def test_realesrgan_dataset_reads_shards(tmp_path: Path, pairs: tuple[Path, Path]) -> None:
@@ -160,6 +157,33 @@ def test_realesrgan_dataset_reads_shards(tmp_path: Path, pairs: tuple[Path, Path
     for i in (0, 9):
         x, y = a[(i, 77 + i)], b[(i, 77 + i)]
         assert all(torch.equal(x[k], y[k]) for k in ("gt", "kernel1", "kernel2", "sinc_kernel"))
+
+
+def test_video_datasets_read_shards_of_clip_folders(tmp_path: Path) -> None:
+    from test_video_data import dataset
+    from video_data import make_reds, make_vimeo
+
+    reds, vimeo = make_reds(tmp_path / "reds"), make_vimeo(tmp_path / "vimeo")
+    for name, folders in (("reds", reds), ("vimeo", vimeo)):
+        make_shards(folders["gt"], str(tmp_path / f"{name}_set"), lq=folders["lq"], shard_samples=7, progress=False)
+    index = json.loads((tmp_path / "vimeo_set" / "index.json").read_text())
+    assert "00001/0002/im3" in index["shardlist"][1]["samples"]  # frames keyed by their path
+    shards = {"io_backend": {"type": "shards"}}
+    for kind, opt in (("REDSRecurrentDataset", {"num_frame": 3, "val_partition": "official", "gt_size": 32}),
+                      ("REDSDataset", {"num_frame": 3, "val_partition": "official", "gt_size": 32})):
+        disk = dataset(kind, dataroot_gt=str(reds["gt"]), dataroot_lq=str(reds["lq"]), **opt)
+        sharded = dataset(kind, dataroot_gt=str(tmp_path / "reds_set"), **shards, **opt)
+        assert len(disk) == len(sharded) == 18 and sharded.check(decode=False) == []
+        for i, seed in ((0, 3), (13, 4)):
+            assert torch.equal(disk[(i, seed)]["lq"], sharded[(i, seed)]["lq"])
+            assert torch.equal(disk[(i, seed)]["gt"], sharded[(i, seed)]["gt"])
+    opt = {"gt_size": 32, "num_frame": 3}
+    a = dataset("Vimeo90KDataset", dataroot_gt=str(vimeo["gt"]), dataroot_lq=str(vimeo["lq"]), **opt)
+    b = dataset("Vimeo90KDataset", dataroot_gt=f"file://{tmp_path / 'vimeo_set'}", **shards, **opt)
+    assert len(a) == len(b) == 3 and torch.equal(a[(2, 1)]["lq"], b[(2, 1)]["lq"])
+    test_a = dataset("VideoTestDataset", "val", dataroot_gt=str(reds["gt"]), dataroot_lq=str(reds["lq"]), num_frame=5)
+    test_b = dataset("VideoTestDataset", "val", dataroot_gt=str(tmp_path / "reds_set"), num_frame=5, **shards)
+    assert test_b.clip_names == test_a.clip_names and torch.equal(test_a[7]["lq"], test_b[7]["lq"])
 
 
 # ------------------------------------------------------------------------------------------- S3 reads, errors

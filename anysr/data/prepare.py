@@ -39,7 +39,7 @@ from anysr.data.degradation.realesrgan import (
     step_rng,
     synthesise,
 )
-from anysr.data.imageio import ImageInfo, list_images, probe_image, read_image, write_image
+from anysr.data.imageio import ImageInfo, is_image_file, list_images, probe_image, read_image, write_image
 from anysr.data.loaders import build_dataset, collate
 from anysr.data.pair_pool import TrainingPairPool, wide_keys
 from anysr.data.paired_image_dataset import paired_names_from_folder
@@ -356,21 +356,61 @@ class ShardReport:
     bytes: int
 
 
-def _sample_sources(gt_dir: Path, lq_dir: Path | None, filename_tmpl: str) -> list[tuple[str, Path, Path | None]]:
+def _images_below(folder: Path) -> dict[str, Path]:
+    """Every image under ``folder`` (any depth) by its relative path without extension ('clip/00000000')."""
+    out: dict[str, Path] = {}
+    for p in sorted(folder.rglob("*")):
+        rel = p.relative_to(folder)
+        if p.is_file() and is_image_file(p.name) and not any(part.startswith(".") for part in rel.parts):
+            key = rel.with_suffix("").as_posix()
+            if key in out:
+                raise DataError(f"prepare shards: {out[key]} and {p} have the same name but for the extension; keep "
+                                "one")
+            out[key] = p
+    return out
+
+
+def _clip_pairs(gt_dir: Path, lq_dir: Path | None, filename_tmpl: str) -> list[tuple[str, Path, Path | None]]:
+    """Frames of clip folders (``<clip>/<frame>``, any depth): keyed by their path; the LQ frame of a GT frame is
+    at the same place in ``lq_dir``, its stem ``filename_tmpl.format(GT stem)``."""
+    gts = _images_below(gt_dir)
     if lq_dir is None:
-        files = list_images(gt_dir)
-        pairs = [(p.name, None) for p in files]
+        return [(k, p, None) for k, p in gts.items()]
+    lqs = _images_below(lq_dir)
+    out, missing = [], []
+    for key, path in gts.items():
+        head, _, stem = key.rpartition("/")
+        want = (head + "/" if head else "") + filename_tmpl.format(stem)
+        if want in lqs:
+            out.append((key, path, lqs.pop(want)))
+        else:
+            missing.append(f"{path} (expected LQ '{lq_dir / want}.*')")
+    if missing or lqs:
+        parts = ([f"{len(missing)} GT frame(s) have no LQ: {', '.join(missing[:5])}"] if missing else []) + \
+            ([f"{len(lqs)} LQ frame(s) have no GT: {', '.join(map(str, list(lqs.values())[:5]))}"] if lqs else [])
+        raise DataError("prepare shards: unmatched frames (filename_tmpl '" + filename_tmpl + "'): " + "; ".join(parts))
+    return out
+
+
+def _sample_sources(gt_dir: Path, lq_dir: Path | None, filename_tmpl: str) -> list[tuple[str, Path, Path | None]]:
+    """(key, GT file, LQ file or None) of every sample: the images of a folder keyed by stem, or, when the folder
+    holds only sub-folders (video clips: REDS, Vimeo-90K, Vid4), every frame keyed by its path ('clip/frame')."""
+    if not list_images(gt_dir) and any(p.is_dir() for p in gt_dir.iterdir()):
+        out = _clip_pairs(gt_dir, lq_dir, filename_tmpl)
     else:
-        pairs = paired_names_from_folder(os.fspath(gt_dir), os.fspath(lq_dir), filename_tmpl, "prepare shards")
-    if not pairs:
+        if lq_dir is None:
+            pairs: list[tuple[str, str | None]] = [(p.name, None) for p in list_images(gt_dir)]
+        else:
+            pairs = list(paired_names_from_folder(os.fspath(gt_dir), os.fspath(lq_dir), filename_tmpl,
+                                                  "prepare shards"))
+        out = [(os.path.splitext(g)[0], gt_dir / g, None if q is None or lq_dir is None else lq_dir / q)
+               for g, q in pairs]
+    if not out:
         raise DataError(f"prepare shards: no images in {gt_dir}")
-    out = []
-    bad = [g for g, _ in pairs if "." in os.path.splitext(g)[0] or not os.path.splitext(g)[0].isascii()]
+    bad = [os.fspath(g) for k, g, _ in out if "." in k or not k.isascii()]
     if bad:
-        raise DataError(f"prepare shards: sample keys are the GT file stems, and WebDataset keys hold no '.' and are "
-                        f"ASCII; rename {', '.join(bad[:5])}")
-    for g, q in pairs:
-        out.append((os.path.splitext(g)[0], gt_dir / g, None if q is None else lq_dir / q))  # type: ignore[operator]
+        raise DataError("prepare shards: sample keys are the GT file stems (paths for clips), and WebDataset keys "
+                        f"hold no '.' and only ASCII; rename {', '.join(bad[:5])}")
     return out
 
 

@@ -170,8 +170,10 @@ def _dataset_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None)
         io_backend_rule(backend, path, ctx)
     if io_kind == "shards":
         shard_roots_rule(out, path, ctx, ctx.root)
-        if dataset_role(out.get("type")) == "paired" and good(out, "dataroot_gt") \
-                and out.get("dataroot_lq") is None and out.get("lq_from_gt") is not True:
+        takes_lq = dataset_role(out.get("type")) == "paired" or bool(getattr(registered("dataset", out.get("type")),
+                                                                             "video_kind", ""))
+        if takes_lq and good(out, "dataroot_gt") and out.get("dataroot_lq") is None \
+                and out.get("lq_from_gt") is not True:
             out["dataroot_lq"] = out["dataroot_gt"]  # each sample of the set holds its GT and its LQ
     else:
         for root_key in ("dataroot_gt", "dataroot_lq"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from anysr.options.common import good, registered
+from anysr.options.common import good
 from anysr.options.fields import MISSING, Context, Field, at_least
 
 SHARD_SCHEMES = ("s3", "gs", "gcs", "http", "https", "file")
@@ -37,9 +37,8 @@ def is_url(value: str) -> bool:
 
 def shard_roots_rule(out: dict[str, Any], path: str, ctx: Context, root: Path) -> None:
     """``dataroot_gt`` / ``dataroot_lq`` of a dataset reading shards: a URL of a known scheme, or a local set (a
-    folder holding index.json, or a .json index) that exists; local paths are resolved against ``root``. Also the
-    dataset type must read shards, meta_info_file does not apply, and a paired dataset's LQ defaults to the GT's
-    set (each sample holds both)."""
+    folder holding index.json, or a .json index) that exists; local paths are resolved against ``root``.
+    meta_info_file does not apply (the index lists the samples)."""
     for key in ("dataroot_gt", "dataroot_lq"):
         value = out.get(key)
         values = value if isinstance(value, list) else [value]
@@ -55,11 +54,6 @@ def shard_roots_rule(out: dict[str, Any], path: str, ctx: Context, root: Path) -
     if good(out, "meta_info_file"):
         ctx.add(f"{path}.meta_info_file", "does not apply to io_backend type shards (the shard index lists the "
                 "samples); remove it, or write a set of only those images with anysr prepare shards")
-    kind = out.get("type")
-    cls = registered("dataset", kind)
-    if cls is not None and "shards" not in getattr(cls, "backend_types", ()):
-        reads = ", ".join(getattr(cls, "backend_types", ()))
-        ctx.add(f"{path}.io_backend.type", f"{kind} does not read shards (it reads {reads}); use a folder")
 
 
 def _one_root(value: str, where: str, ctx: Context, root: Path) -> str:
