@@ -125,6 +125,11 @@ def test_options_point_a_dataset_at_shards(tmp_path: Path, pairs: tuple[Path, Pa
         x, y = a[(i, 1234 + i)], b[(i, 1234 + i)]
         assert torch.equal(x["gt"], y["gt"]) and torch.equal(x["lq"], y["lq"])
 
+    several = _options("set")  # a list of sets is one dataset, set after set (as a list of folders)
+    several["datasets"]["train"]["dataroot_gt"] = ["set", f"file://{tmp_path / 'set'}"]
+    union = build_dataset(validate_options(several, is_train=True, root=tmp_path).datasets["train"], "datasets.train")
+    assert len(union) == 32 and torch.equal(union[(17, 5)]["lq"], a[(1, 5)]["lq"])
+
     def problem(opt: dict[str, Any]) -> str:
         with pytest.raises(OptionError) as err:
             validate_options(opt, is_train=True, root=tmp_path)
