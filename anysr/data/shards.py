@@ -186,11 +186,11 @@ class ShardSet:
                               for suffix, m in members.items()}
                     headers = {suffix.split(".", 1)[0]: ImageInfo(int(m[3]), int(m[4]), int(m[5]), int(m[6]), str(m[7]))
                                for suffix, m in members.items() if len(m) >= 8}
+                    start = min(m[1] for m in fields.values())  # (no member: ValueError)
+                    end = max(m[1] + m[2] for m in fields.values())
                 except (AttributeError, TypeError, ValueError, IndexError):
                     raise DataError(f"{self.url}: sample '{key}' in '{rel}' has malformed member offsets; "
                                     f"{FIX_INDEX}") from None
-                start = min(m[1] for m in fields.values())
-                end = max(m[1] + m[2] for m in fields.values())
                 samples[key] = _Sample(n, start, end, fields, headers)
         if not samples:
             raise DataError(f"{self.url}: the shard index lists no samples")
