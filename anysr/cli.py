@@ -552,12 +552,13 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Write the images of SRC_FOLDER (with --lq: GT/LQ pairs matched by stem) as "
                         "WebDataset tar shards and index.json (a wids shard index with each member's offset, size and "
                         "CRC-32) under OUT: a new local folder or an fsspec URL (s3://bucket/set, gs://bucket/set). "
-                        "Samples are keyed by the GT file stem; the files' bytes are stored unchanged (16-bit PNGs "
+                        "Samples are keyed by the GT file stem (a folder of clip folders: each frame by its path, "
+                        "clip/frame); the files' bytes are stored unchanged (16-bit PNGs "
                         "stay 16-bit). Train on it with io_backend: {type: shards} and dataroot_gt: OUT. Needs "
                         "anysr[shards].")
-    q.add_argument("src", metavar="SRC_FOLDER", help="folder of (GT) images")
+    q.add_argument("src", metavar="SRC_FOLDER", help="folder of (GT) images, or of clip folders")
     q.add_argument("out", metavar="OUT", help="new output folder or URL")
-    q.add_argument("--lq", default=None, help="folder of LQ images paired with SRC_FOLDER by stem")
+    q.add_argument("--lq", default=None, help="folder of LQ images (or clips) paired with SRC_FOLDER's by stem")
     q.add_argument("--filename-tmpl", "--filename_tmpl", default="{}",
                    help="LQ stem from the GT stem, e.g. '{}x4' (with --lq)")
     q.add_argument("--shard-size", "--shard_size", type=_byte_size, default="512MB",
