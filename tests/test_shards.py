@@ -125,6 +125,18 @@ def test_options_point_a_dataset_at_shards(tmp_path: Path, pairs: tuple[Path, Pa
         x, y = a[(i, 1234 + i)], b[(i, 1234 + i)]
         assert torch.equal(x["gt"], y["gt"]) and torch.equal(x["lq"], y["lq"])
 
+    from test_video_data import dataset
+
+    from anysr.data.imageio import read_image
+    from anysr.data.transforms import img2tensor
+
+    single = dataset("SingleImageDataset", "test", dataroot_lq=str(tmp_path / "set"), io_backend={"type": "shards"})
+    key = single[3]["lq_path"]
+    assert torch.equal(single[3]["lq"], img2tensor(read_image(lq / f"{key}.png")))  # the LQ side of the pairs
+    make_shards(gt, str(tmp_path / "gt_only"), progress=False)
+    single = dataset("SingleImageDataset", "test", dataroot_lq=str(tmp_path / "gt_only"), io_backend={"type": "shards"})
+    assert torch.equal(single[3]["lq"], img2tensor(read_image(gt / f"{key}.png")))  # a one-folder set: its images
+
     several = _options("set")  # a list of sets is one dataset, set after set (as a list of folders)
     several["datasets"]["train"]["dataroot_gt"] = ["set", f"file://{tmp_path / 'set'}"]
     union = build_dataset(validate_options(several, is_train=True, root=tmp_path).datasets["train"], "datasets.train")
