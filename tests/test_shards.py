@@ -228,6 +228,15 @@ def test_s3_reads_errors_and_corruption(tmp_path: Path, s3: LoopbackS3, pairs: t
     assert time.monotonic() - start < 15
     with pytest.raises(DataError, match="shard index not found"):
         ShardBackend("s3://data/nothing-here", storage_options=s3.storage_options)
+    with pytest.MonkeyPatch.context() as env:  # no credentials anywhere: said, not a traceback
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+            env.delenv(name, raising=False)
+        env.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+        env.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+        env.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        with pytest.raises(DataError, match=r"cannot read the shard index \(NoCredentialsError.*AWS_ACCESS_KEY_ID"):
+            ShardBackend("s3://data/errors/", storage_options={"endpoint_url": s3.endpoint,
+                                                               "skip_instance_cache": True})
 
     local = tmp_path / "local"
     make_shards(gt, str(local), lq=lq, shard_bytes=200_000, progress=False)
