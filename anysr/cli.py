@@ -7,6 +7,7 @@ file load no torch (ruff's PLC0415 is off for this file alone, for that reason).
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -282,6 +283,12 @@ def cmd_prepare(args: argparse.Namespace) -> int:
                f"(synthesised in the {report.where}), their kernels")
         print(f"wrote {report.pairs} LQ/GT pair(s) as the training step sees them {how} and degrade.json to "
               f"{report.out}")
+    elif args.what == "shards":
+        report = prepare.make_shards(args.src, args.out, lq=args.lq, filename_tmpl=args.filename_tmpl,
+                             shard_bytes=args.shard_size, shard_samples=args.samples_per_shard,
+                             storage_options=args.storage_options)
+        print(f"wrote {report.samples} sample(s) in {report.shards} shard(s) ({report.bytes / 2**20:.1f} MiB) and "
+              f"{report.index}; train on it with io_backend: {{type: shards}} and dataroot_gt: {args.out}")
     else:
         out = prepare.make_lmdb(args.input, args.output, compress_level=args.compress_level)
         count = len((out / "meta_info.txt").read_text().splitlines())
@@ -290,6 +297,36 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------- parser
+_BYTE_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "m": 10**6, "mb": 10**6, "mib": 1 << 20,
+               "g": 10**9, "gb": 10**9, "gib": 1 << 30}
+
+
+def _byte_size(text: str) -> int:
+    """``512MB``, ``1GiB``, ``100000`` -> bytes (argparse type)."""
+    number = text.strip()
+    digits = number.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ ")
+    unit = number[len(digits):].strip().lower()
+    try:
+        value = float(digits) * _BYTE_UNITS[unit]
+    except (KeyError, ValueError):
+        raise argparse.ArgumentTypeError(f"'{text}' is not a size; write e.g. 512MB, 1GiB or 100000") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"'{text}': must be at least 1 byte")
+    return int(value)
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    """A JSON object (argparse type)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON ({exc}); write e.g. '{{\"endpoint_url\": \"http://host:9000\"}}'") \
+            from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object ({...})")
+    return value
+
+
 class _DefaultsFormatter(argparse.HelpFormatter):
     """Help that shows each optional argument's default (required ones and unset defaults are left alone)."""
 
@@ -515,9 +552,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the options reference as Markdown instead (what docs/options.md holds)")
     p.set_defaults(func=cmd_schema)
 
-    p = sub.add_parser("prepare", help="dataset preparation: fetch | lr | subimages | lmdb | degrade",
+    p = sub.add_parser("prepare", help="dataset preparation: fetch | lr | subimages | lmdb | shards | degrade",
                        description="Prepare datasets: download the standard ones, bicubic LR images, DIV2K-style "
-                       "sub-images, LMDB files; show Real-ESRGAN's synthesised training pairs.")
+                       "sub-images, LMDB files, shard sets; show Real-ESRGAN's synthesised training pairs.")
     psub = p.add_subparsers(dest="what", required=True, metavar="WHAT")
     fmt = _DefaultsFormatter
     q = psub.add_parser("fetch", help="download, verify, extract and prepare a standard dataset", formatter_class=fmt,
@@ -560,6 +597,26 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--output", required=True, help="new output folder ending in .lmdb")
     q.add_argument("--compress-level", "--compress_level", type=int, default=1,
                    help="PNG compression of the stored images, 0 (none) to 9")
+    q = psub.add_parser("shards", help="write a folder (or GT/LQ pairs) as WebDataset shards for object storage",
+                        formatter_class=fmt,
+                        description="Write the images of SRC_FOLDER (with --lq: GT/LQ pairs matched by stem) as "
+                        "WebDataset tar shards and index.json (a wids shard index with each member's offset, size and "
+                        "CRC-32) under OUT: a new local folder or an fsspec URL (s3://bucket/set, gs://bucket/set). "
+                        "Samples are keyed by the GT file stem (a folder of clip folders: each frame by its path, "
+                        "clip/frame); the files' bytes are stored unchanged (16-bit PNGs "
+                        "stay 16-bit). Train on it with io_backend: {type: shards} and dataroot_gt: OUT. Needs "
+                        "anysr[shards].")
+    q.add_argument("src", metavar="SRC_FOLDER", help="folder of (GT) images, or of clip folders")
+    q.add_argument("out", metavar="OUT", help="new output folder or URL")
+    q.add_argument("--lq", default=None, help="folder of LQ images (or clips) paired with SRC_FOLDER's by stem")
+    q.add_argument("--filename-tmpl", "--filename_tmpl", default="{}",
+                   help="LQ stem from the GT stem, e.g. '{}x4' (with --lq)")
+    q.add_argument("--shard-size", "--shard_size", type=_byte_size, default="512MB",
+                   help="close a shard before it passes this size (bytes, or with kB/MB/GB)")
+    q.add_argument("--samples-per-shard", "--samples_per_shard", type=int, default=None,
+                   help="close a shard after this many samples (default: only by size)")
+    q.add_argument("--storage-options", "--storage_options", type=_json_object, default=None,
+                   help="fsspec options for OUT as JSON, e.g. '{\"endpoint_url\": \"http://127.0.0.1:9000\"}'")
     q = psub.add_parser("degrade", help="write the LQ/GT pairs an options file trains on",
                         formatter_class=fmt,
                         description="Write the first N training pairs of a training options file exactly as the "

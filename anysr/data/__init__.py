@@ -8,6 +8,7 @@ from anysr.data.loaders import build_dataset, build_eval_loader, build_train_loa
 from anysr.data.paired_image_dataset import PairedImageDataset, SingleImageDataset
 from anysr.data.realesrgan_dataset import RealESRGANDataset, RealESRGANPairedDataset
 from anysr.data.sampler import TrainSampler, sample_seed
+from anysr.data.shards import ShardBackend  # registers io_backend type shards
 from anysr.data.transforms import augment, img2tensor, mod_crop, paired_random_crop, tensor2img
 from anysr.data.video_datasets import (
     REDSDataset,
@@ -21,7 +22,7 @@ from anysr.data.video_datasets import (
 
 __all__ = [
     "BSRGANDataset", "DiskBackend", "FileBackend", "LmdbBackend", "PairedImageDataset", "RealESRGANDataset",
-    "RealESRGANPairedDataset", "SingleImageDataset", "TrainSampler",
+    "RealESRGANPairedDataset", "ShardBackend", "SingleImageDataset", "TrainSampler",
     "augment", "bicubic_degrade", "build_backend", "build_dataset", "build_eval_loader", "build_train_loader",
     "collate", "decode_image", "decode_uint8", "eval_indices", "img2tensor", "mod_crop", "paired_random_crop",
     "read_image", "sample_seed", "tensor2img", "write_image",

@@ -1,4 +1,5 @@
-"""Where image bytes come from: a folder on disk or a BasicSR-style LMDB, behind one interface.
+"""Where image bytes come from: a folder on disk, a BasicSR-style LMDB or a shard set (``anysr.data.shards``),
+behind one interface.
 
 Both backends answer ``get(key_or_path) -> bytes`` and ``keys() -> list[str]``; ``decode_training_image`` turns
 the bytes into a BasicSR numpy image (HWC BGR, or HW for single-channel files) at the file's own depth: uint8 for
@@ -11,6 +12,7 @@ import contextlib
 import os
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ import numpy as np
 from anysr.data import imageio
 from anysr.errors import DataError, did_you_mean
 
-BACKEND_TYPES = ("disk", "lmdb")
+BACKEND_TYPES = ("disk", "lmdb", "shards")
 
 
 def is_image_file(name: str | os.PathLike[str]) -> bool:
@@ -86,6 +88,10 @@ class FileBackend(ABC):
     def describe(self, key_or_path: str) -> str:
         """A human-readable location of one image, for error messages."""
         return key_or_path
+
+    def header(self, key_or_path: str) -> imageio.ImageInfo | None:
+        """The image's header when the backend knows it without reading the image (a shard index), else None."""
+        return None
 
     def read(self, key_or_path: str, flag: str = "unchanged") -> np.ndarray:
         """``get`` then ``decode_training_image``: uint8 or uint16, the file's own depth."""
@@ -266,6 +272,19 @@ class LmdbBackend(FileBackend):
         return sorted(self._keys)
 
 
-def build_backend(kind: str, root: str | os.PathLike[str]) -> FileBackend:
-    """A backend for ``root``: ``kind`` is the validated ``io_backend.type`` (one of ``BACKEND_TYPES``)."""
+# Backends defined in modules of their own (``anysr.data.shards``), registered there: kind -> builder(root, io_opt,
+# field). ``anysr.data`` imports those modules, so every kind in BACKEND_TYPES is here once the package is loaded.
+_BUILDERS: dict[str, Callable[[str, Any, str], FileBackend]] = {}
+
+
+def register_backend(kind: str, builder: Callable[[str, Any, str], FileBackend]) -> None:
+    """Make ``build_backend(kind, root, io_opt, field)`` call ``builder(root, io_opt, field)``."""
+    _BUILDERS[kind] = builder
+
+
+def build_backend(kind: str, root: str | os.PathLike[str], io_opt: Any = None, field: str = "gt") -> FileBackend:
+    """A backend for ``root``: ``kind`` is the validated ``io_backend.type`` (one of ``BACKEND_TYPES``); a shard set
+    reads its ``field`` side ('gt' or 'lq') with the section ``io_opt``'s storage options and cache."""
+    if kind in _BUILDERS:
+        return _BUILDERS[kind](os.fspath(root), io_opt, field)
     return LmdbBackend(root) if kind == "lmdb" else DiskBackend(root)

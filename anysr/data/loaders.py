@@ -43,17 +43,18 @@ def holds_16bit_images(opt: Mapping[str, Any], sample: int = 32) -> bool:
     roots = []
     for key in ("dataroot_gt", "dataroot_lq"):
         value = opt.get(key)
-        roots += list(value) if isinstance(value, list | tuple) else [value]  # one folder, or a list of folders
-    for root in roots:
+        values = list(value) if isinstance(value, list | tuple) else [value]  # one folder, or a list of folders
+        roots += [(v, "lq" if key == "dataroot_lq" else "gt") for v in values]
+    for root, field in roots:
         if not root:
             continue
         try:
-            backend = build_backend(io_type, os.fspath(root))
+            backend = build_backend(io_type, os.fspath(root), opt.get("io_backend"), field)
             names = backend.keys()
             step = max(1, len(names) // sample)
             for name in names[::step][:sample]:
                 info = (probe_image(backend.path_of(name)) if isinstance(backend, DiskBackend)
-                        else probe_bytes(backend.get(name), name))
+                        else backend.header(name) or probe_bytes(backend.get(name), name))
                 if info.dtype == "uint16":
                     return True
         except (DataError, OSError, TypeError):

@@ -23,6 +23,7 @@ from anysr.data.file_backends import (
     BACKEND_TYPES,
     DiskBackend,
     FileBackend,
+    LmdbBackend,
     build_backend,
     check_pixel_type,
     is_image_file,
@@ -139,13 +140,15 @@ def paired_names_from_meta_info(meta_file: str, gt_root: str, lq_root: str, file
 
 def paired_keys_from_lmdb(gt: FileBackend, lq: FileBackend,
                           key_path: str = "dataset") -> list[tuple[str, str]]:
-    """(key, key) pairs: both LMDBs must hold the same keys (from their meta_info.txt)."""
+    """(key, key) pairs: both LMDBs (or both sides of a shard set) must hold the same keys."""
     gt_keys, lq_keys = gt.keys(), lq.keys()
     if set(gt_keys) != set(lq_keys):
         only_gt = sorted(set(gt_keys) - set(lq_keys))
         only_lq = sorted(set(lq_keys) - set(gt_keys))
+        what = "the shard sets" if gt.root != lq.root else "the GT and LQ images of the shard set"
+        what = "the LMDBs" if isinstance(gt, LmdbBackend) else what
         raise DataError(
-            f"{key_path}: the LMDBs '{gt.root}' and '{lq.root}' hold different keys "
+            f"{key_path}: {what} '{gt.root}' and '{lq.root}' hold different keys "
             f"(only in GT: {_listing(only_gt) or '-'}; only in LQ: {_listing(only_lq) or '-'}); rebuild them "
             "from matching folders."
         )
@@ -200,7 +203,7 @@ class _ImageDataset(Dataset):
         return t
 
     def _path(self, root: str, key: str) -> str:
-        return key if self.io_type == "lmdb" else os.path.join(root, key)
+        return os.path.join(root, key) if self.io_type == "disk" else key
 
     # ---------------------------------------------------------------- start-up checks
     def check(self, *, decode: bool, progress: bool = True) -> list[str]:
@@ -242,12 +245,15 @@ class _ImageDataset(Dataset):
                              img.dtype.name)
         if isinstance(backend, DiskBackend):
             return check_pixel_type(probe_image(backend.path_of(key)), backend.describe(key))
+        known = backend.header(key)  # a shard index holds every header: nothing is downloaded
+        if known is not None:
+            return check_pixel_type(known, backend.describe(key))
         return check_pixel_type(probe_bytes(backend.get(key), backend.describe(key)), backend.describe(key))
 
     def _names_from(self, root: str, backend: FileBackend, what: str) -> list[str]:
         """Image names of one side: from meta_info_file, the LMDB's keys, or the folder listing."""
         meta = self.opt["meta_info_file"]
-        if self.io_type == "lmdb":
+        if self.io_type in ("lmdb", "shards"):
             names = backend.keys()
         elif meta:
             names = _meta_info_names(os.fspath(meta), self.key_path)
@@ -297,16 +303,16 @@ class PairedImageDataset(_ImageDataset):
         self.use_rot = bool(opt["use_rot"])
 
         self.gt_root = os.fspath(opt["dataroot_gt"])
-        self.gt_backend = build_backend(self.io_type, self.gt_root)
+        self.gt_backend = build_backend(self.io_type, self.gt_root, self.io_opt)
         if self.lq_from_gt:
             self.lq_root = None
             self.lq_backend = None
             self.items = [_Pair(n, None) for n in self._names_from(self.gt_root, self.gt_backend, "GT")]
             return
-        self.lq_root = os.fspath(opt["dataroot_lq"])
-        self.lq_backend = build_backend(self.io_type, self.lq_root)
+        self.lq_root = os.fspath(opt["dataroot_lq"] or self.gt_root)  # shards: the LQ side of the same samples
+        self.lq_backend = build_backend(self.io_type, self.lq_root, self.io_opt, field="lq")
         meta = opt["meta_info_file"]
-        if self.io_type == "lmdb":
+        if self.io_type in ("lmdb", "shards"):
             pairs = paired_keys_from_lmdb(self.gt_backend, self.lq_backend, kp)
         elif meta:
             pairs = self._pairs_from_meta_info(os.fspath(meta))
@@ -410,7 +416,13 @@ class SingleImageDataset(_ImageDataset):
     def __init__(self, opt: Mapping[str, Any], key_path: str | None = None) -> None:
         super().__init__(opt, key_path)
         self.lq_root = os.fspath(opt["dataroot_lq"])
-        self.lq_backend = build_backend(self.io_type, self.lq_root)
+        try:
+            self.lq_backend = build_backend(self.io_type, self.lq_root, self.io_opt, field="lq")
+        except DataError:
+            if self.io_type != "shards":
+                raise
+            # a set written from one folder holds its images as the 'gt' side
+            self.lq_backend = build_backend(self.io_type, self.lq_root, self.io_opt, field="gt")
         self.items = [_Pair(None, n) for n in self._names_from(self.lq_root, self.lq_backend, "LQ")]
 
     def _check_item(self, i: int, decode: bool) -> str | None:

@@ -1,4 +1,4 @@
-"""Dataset preparation behind ``anysr prepare``: bicubic LR images, mod-crops, sub-images and LMDB.
+"""Dataset preparation behind ``anysr prepare``: bicubic LR images, mod-crops, sub-images, LMDB and shard sets.
 
 LR images are made the classic (MATLAB) way: the HR image is cropped to a multiple of the scale, shrunk
 with MATLAB-exact bicubic ``imresize`` on its integer values, rounded and saved as PNG under the same stem.
@@ -7,9 +7,15 @@ with MATLAB-exact bicubic ``imresize`` on its integer values, rounded and saved 
 
 from __future__ import annotations
 
+import io
+import json
 import math
 import os
+import posixpath
 import re
+import tarfile
+import zlib
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +28,7 @@ import torch
 from tqdm import tqdm
 
 from anysr.atomic import atomic_write_bytes, atomic_write_json
+from anysr.data import shards
 from anysr.data.batch_augment import BatchAugment
 from anysr.data.degradation.kernels import make_kernel
 from anysr.data.degradation.realesrgan import (
@@ -32,9 +39,10 @@ from anysr.data.degradation.realesrgan import (
     step_rng,
     synthesise,
 )
-from anysr.data.imageio import ImageInfo, list_images, probe_image, read_image, write_image
+from anysr.data.imageio import ImageInfo, is_image_file, list_images, probe_image, read_image, write_image
 from anysr.data.loaders import build_dataset, collate
 from anysr.data.pair_pool import TrainingPairPool, wide_keys
+from anysr.data.paired_image_dataset import paired_names_from_folder
 from anysr.data.sampler import TrainSampler
 from anysr.data.transforms import mod_crop, tensor2img
 from anysr.errors import DataError, OptionError
@@ -44,7 +52,7 @@ from anysr.ops.imresize import imresize
 from anysr.registry import MODEL_REGISTRY
 
 __all__ = ["SubimageReport", "check_images", "prepare_lr", "prepare_modcrop", "extract_subimages",
-           "make_lmdb", "DegradeReport", "degrade_samples", "loader_samples"]
+           "make_lmdb", "ShardReport", "make_shards", "DegradeReport", "degrade_samples", "loader_samples"]
 
 PathLike = str | os.PathLike[str]
 _MIN_MAP_SIZE = 64 << 20  # the LMDB map starts at least this large and grows when it fills up
@@ -327,6 +335,180 @@ def make_lmdb(input_dir: PathLike, lmdb_path: PathLike, *, compress_level: int =
         env.close()
     atomic_write_bytes(out / "meta_info.txt", "".join(meta).encode("utf-8"))
     return out
+
+
+# ------------------------------------------------------------------------------------ anysr prepare shards
+def _import_webdataset() -> Any:
+    try:
+        import webdataset  # noqa: PLC0415 - optional dependency (anysr[shards])
+    except ImportError:
+        raise DataError("anysr prepare shards needs webdataset: pip install anysr[shards]") from None
+    return webdataset
+
+
+@dataclass
+class ShardReport:
+    """What ``make_shards`` wrote."""
+
+    index: str
+    samples: int
+    shards: int
+    bytes: int
+
+
+def _images_below(folder: Path) -> dict[str, Path]:
+    """Every image under ``folder`` (any depth) by its relative path without extension ('clip/00000000')."""
+    out: dict[str, Path] = {}
+    for p in sorted(folder.rglob("*")):
+        rel = p.relative_to(folder)
+        if p.is_file() and is_image_file(p.name) and not any(part.startswith(".") for part in rel.parts):
+            key = rel.with_suffix("").as_posix()
+            if key in out:
+                raise DataError(f"prepare shards: {out[key]} and {p} have the same name but for the extension; keep "
+                                "one")
+            out[key] = p
+    return out
+
+
+def _clip_pairs(gt_dir: Path, lq_dir: Path | None, filename_tmpl: str) -> list[tuple[str, Path, Path | None]]:
+    """Frames of clip folders (``<clip>/<frame>``, any depth): keyed by their path; the LQ frame of a GT frame is
+    at the same place in ``lq_dir``, its stem ``filename_tmpl.format(GT stem)``."""
+    gts = _images_below(gt_dir)
+    if lq_dir is None:
+        return [(k, p, None) for k, p in gts.items()]
+    lqs = _images_below(lq_dir)
+    out, missing = [], []
+    for key, path in gts.items():
+        head, _, stem = key.rpartition("/")
+        want = (head + "/" if head else "") + filename_tmpl.format(stem)
+        if want in lqs:
+            out.append((key, path, lqs.pop(want)))
+        else:
+            missing.append(f"{path} (expected LQ '{lq_dir / want}.*')")
+    if missing or lqs:
+        parts = ([f"{len(missing)} GT frame(s) have no LQ: {', '.join(missing[:5])}"] if missing else []) + \
+            ([f"{len(lqs)} LQ frame(s) have no GT: {', '.join(map(str, list(lqs.values())[:5]))}"] if lqs else [])
+        raise DataError("prepare shards: unmatched frames (filename_tmpl '" + filename_tmpl + "'): " + "; ".join(parts))
+    return out
+
+
+def _sample_sources(gt_dir: Path, lq_dir: Path | None, filename_tmpl: str) -> list[tuple[str, Path, Path | None]]:
+    """(key, GT file, LQ file or None) of every sample: the images of a folder keyed by stem, or, when the folder
+    holds only sub-folders (video clips: REDS, Vimeo-90K, Vid4), every frame keyed by its path ('clip/frame')."""
+    if not list_images(gt_dir) and any(p.is_dir() for p in gt_dir.iterdir()):
+        out = _clip_pairs(gt_dir, lq_dir, filename_tmpl)
+    else:
+        if lq_dir is None:
+            pairs: list[tuple[str, str | None]] = [(p.name, None) for p in list_images(gt_dir)]
+        else:
+            pairs = list(paired_names_from_folder(os.fspath(gt_dir), os.fspath(lq_dir), filename_tmpl,
+                                                  "prepare shards"))
+        out = [(os.path.splitext(g)[0], gt_dir / g, None if q is None or lq_dir is None else lq_dir / q)
+               for g, q in pairs]
+    if not out:
+        raise DataError(f"prepare shards: no images in {gt_dir}")
+    bad = [os.fspath(g) for k, g, _ in out if "." in k or not k.isascii()]
+    if bad:
+        raise DataError("prepare shards: sample keys are the GT file stems (paths for clips), and WebDataset keys "
+                        f"hold no '.' and only ASCII; rename {', '.join(bad[:5])}")
+    return out
+
+
+def _member_suffix(field: str, path: Path) -> str:
+    return f"{field}.{path.suffix.lstrip('.').lower()}"
+
+
+def make_shards(src: str | os.PathLike[str], out: str, *, lq: str | os.PathLike[str] | None = None,
+                filename_tmpl: str = "{}", shard_bytes: int = 512 << 20, shard_samples: int | None = None,
+                storage_options: Mapping[str, Any] | None = None, progress: bool = True) -> ShardReport:
+    """Write the images of folder ``src`` (GT; with ``lq``: pairs matched by stem through ``filename_tmpl``) as
+    WebDataset tar shards plus ``index.json`` under ``out`` (a new local folder or an fsspec URL such as
+    ``s3://bucket/set``).
+
+    Each sample is keyed by the GT file stem and holds the files' bytes unchanged (``gt.<ext>``, ``lq.<ext>``: 8-
+    and 16-bit PNGs stay as they are). A shard is closed when it would pass ``shard_bytes`` or holds
+    ``shard_samples`` samples. Every image header is checked first (integer 8- or 16-bit pixels).
+    """
+    wds = _import_webdataset()
+    fsspec = shards.import_fsspec()
+    if shard_bytes < 1:
+        raise DataError(f"prepare shards: --shard-size must be positive, got {shard_bytes} bytes")
+    if shard_samples is not None and shard_samples < 1:
+        raise DataError(f"prepare shards: --samples-per-shard must be >= 1, got {shard_samples}")
+    if "://" not in out and Path(out).resolve() in (Path(src).resolve(), Path(lq).resolve() if lq else None):
+        raise DataError(f"prepare shards: the output {out} is an input folder; choose another one")
+    for folder, what in ((src, "SRC_FOLDER"), (lq, "--lq")):
+        if folder is not None and not Path(folder).is_dir():
+            raise DataError(f"prepare shards: {what} {folder} is not a folder of images; check the path")
+    samples = _sample_sources(Path(src), Path(lq) if lq is not None else None, filename_tmpl)
+    files = [p for _, g, q in samples for p in ((g,) if q is None else (g, q))]
+    infos = check_images(files, progress=progress, desc="check images")
+    headers = {os.fspath(p): [i.width, i.height, i.channels, i.bits, i.dtype] for p, i in zip(files, infos)}
+    wrong = [f"{p} ({i.dtype})" for p, i in zip(files, infos) if i.dtype not in ("uint8", "uint16")]
+    if wrong:
+        raise DataError(f"prepare shards: training reads 8- or 16-bit images; convert {', '.join(wrong[:5])}")
+    opts = dict(storage_options or {})
+    fs, root = fsspec.core.url_to_fs(out, **shards.default_storage_options(out, opts))
+    if fs.exists(root) and (not fs.isdir(root) or fs.ls(root)):
+        raise DataError(f"prepare shards: {out} exists and is not empty; delete it or choose another output")
+    fs.makedirs(root, exist_ok=True)
+
+    shardlist: list[dict[str, Any]] = []
+    buffer = io.BytesIO()
+    writer: Any = None
+    listed: dict[str, dict[str, list[Any]]] = {}
+    crcs: dict[str, list[Any]] = {}  # member name -> [crc32, width, height, channels, bits, dtype]
+
+    def flush() -> None:
+        nonlocal writer, buffer, listed, crcs
+        if writer is None:
+            return
+        writer.close()
+        data = buffer.getvalue()
+        name = f"shard-{len(shardlist):06d}.tar"
+        members: dict[str, dict[str, list[Any]]] = {k: {} for k in listed}
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:  # the offsets a tar reader sees
+            for info in tar:
+                key, _, suffix = info.name.partition(".")
+                members[key][suffix] = [info.offset_data, info.size, *crcs[info.name]]
+        with fs.open(posixpath.join(root, name), "wb") as f:
+            f.write(data)
+        shardlist.append({"url": name, "nsamples": len(members), "filesize": len(data), "samples": members})
+        writer, buffer, listed, crcs = None, io.BytesIO(), {}, {}
+
+    for key, gt, lq_path in tqdm(samples, desc="write shards", unit="sample", disable=not progress):
+        sample: dict[str, Any] = {"__key__": key}
+        sample_crcs: dict[str, list[Any]] = {}
+        for field, path in (("gt", gt), ("lq", lq_path)):
+            if path is None:
+                continue
+            data = path.read_bytes()
+            suffix = _member_suffix(field, path)
+            sample[suffix] = data
+            sample_crcs[f"{key}.{suffix}"] = [zlib.crc32(data), *headers[os.fspath(path)]]
+        size = sum(len(v) + 1024 for k, v in sample.items() if k != "__key__")  # data plus tar headers
+        if writer is not None and (buffer.tell() + size > shard_bytes
+                                   or (shard_samples is not None and len(listed) >= shard_samples)):
+            flush()
+        if writer is None:
+            writer = wds.TarWriter(buffer, encoder=False, mtime=0.0)
+        try:
+            writer.write(sample)
+        except ValueError as exc:
+            raise DataError(f"prepare shards: cannot store sample '{key}' in a tar shard ({exc}); shorten the file "
+                            "name") from None
+        listed[key] = {}
+        crcs.update(sample_crcs)
+    flush()
+    index = {"__kind__": shards.INDEX_KIND, "wids_version": 1, "name": Path(os.fspath(src)).name,
+             "shardlist": shardlist,
+             "anysr": {"format": "webdataset tar shards, members <key>.gt.<ext> / <key>.lq.<ext>; 'samples' lists "
+                                 "[offset, size, crc32, width, height, channels, bits, dtype] of each member",
+                       "version": 1}}
+    with fs.open(posixpath.join(root, shards.INDEX_NAME), "wb") as f:
+        f.write(json.dumps(index, indent=1).encode("utf-8"))
+    total = sum(int(s["filesize"]) for s in shardlist)
+    return ShardReport(out.rstrip("/") + "/" + shards.INDEX_NAME, len(samples), len(shardlist), total)
 
 
 # ----------------------------------------------------------------------------------- anysr prepare degrade

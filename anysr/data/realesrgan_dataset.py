@@ -53,9 +53,9 @@ def pad_or_crop(img: np.ndarray, size: int, rng: np.random.Generator) -> np.ndar
 class RealESRGANDataset(_ImageDataset):
     """HR images plus per-sample degradation kernels, for ``RealESRNetModel`` / ``RealESRGANModel`` (train only).
 
-    Options (BasicSR's): dataroot_gt (a folder or an .lmdb), meta_info (alias of meta_info_file: lines starting
-    with an image path relative to dataroot_gt; without it the folder is listed), io_backend, use_hflip, use_rot,
-    kernel_list / kernel_prob / blur_sigma / betag_range / betap_range / sinc_prob and their ``*2`` twins,
+    Options (BasicSR's): dataroot_gt (a folder, an .lmdb or a shard set), meta_info (alias of meta_info_file: lines
+    starting with an image path relative to dataroot_gt; without it the folder is listed), io_backend, use_hflip,
+    use_rot, kernel_list / kernel_prob / blur_sigma / betag_range / betap_range / sinc_prob and their ``*2`` twins,
     final_sinc_prob; traiNNer-redux's kernel_range / kernel_range2 / final_kernel_range (odd [min, max] kernel
     sizes, default 7 to 21); anysr's crop_pad_size (400 as BasicSR hard-codes it).
     """
@@ -66,7 +66,7 @@ class RealESRGANDataset(_ImageDataset):
     def __init__(self, opt: Mapping[str, Any], key_path: str | None = None) -> None:
         super().__init__(opt, key_path)
         self.gt_root = os.fspath(opt["dataroot_gt"])
-        self.gt_backend = build_backend(self.io_type, self.gt_root)
+        self.gt_backend = build_backend(self.io_type, self.gt_root, self.io_opt)
         self.items = [_Pair(n, None) for n in self._names_from(self.gt_root, self.gt_backend, "GT")]
         self.first = BlurSettings.from_basicsr(opt, 1)
         self.second = BlurSettings.from_basicsr(opt, 2)

@@ -3,9 +3,9 @@ GT centre frame for EDVR, or a whole clip for recurrent networks) and folders of
 
 Layouts (as BasicSR's): REDS ``<root>/<clip>/<frame:08d>.png`` with a meta info file of lines
 ``<clip> <frames> (h,w,c)``; Vimeo-90K ``<root>/<clip>/<seq>/im<1..7>.png`` listed as ``<clip>/<seq> ...``;
-test sets ``<root>/<folder>/<any frame names>`` (Vid4, REDS4). With ``io_backend: {type: lmdb}`` the same paths
-without extension are the LMDB keys (BasicSR's ``create_lmdb`` layout). Without a meta info file the folders are
-listed.
+test sets ``<root>/<folder>/<any frame names>`` (Vid4, REDS4). With ``io_backend: {type: lmdb}`` (or ``shards``)
+the same paths without extension are the LMDB (or shard set) keys (BasicSR's ``create_lmdb`` layout). Without a
+meta info file the folders are listed.
 
 Randomness (the temporal interval, the window position, the reversal, the crop and flips) comes from
 ``np.random.default_rng(seed)`` of ``ds[(index, seed)]`` only (``ds[i]`` means seed ``i``), as for image datasets:
@@ -147,9 +147,10 @@ class _VideoDataset(Dataset):
         self.lq_from_gt = bool(opt["lq_from_gt"])
         self.degradation = str(opt["degradation"])
         self.gt_root = os.fspath(opt["dataroot_gt"])
-        self.gt_backend = build_backend(self.io_type, self.gt_root)
-        self.lq_root = None if self.lq_from_gt else os.fspath(opt["dataroot_lq"])
-        self.lq_backend = None if self.lq_root is None else build_backend(self.io_type, self.lq_root)
+        self.gt_backend = build_backend(self.io_type, self.gt_root, opt["io_backend"])
+        self.lq_root = None if self.lq_from_gt else os.fspath(opt["dataroot_lq"] or self.gt_root)  # shards: one set
+        self.lq_backend = None if self.lq_root is None else build_backend(self.io_type, self.lq_root,
+                                                                          opt["io_backend"], field="lq")
         self.use_hflip = bool(opt["use_hflip"])
         self.use_rot = bool(opt["use_rot"])
         self.gt_size = int(opt["gt_size"]) if self.phase == "train" and opt["gt_size"] else 0
@@ -168,7 +169,7 @@ class _VideoDataset(Dataset):
 
     # ---------------------------------------------------------------- reading
     def _file(self, key: str) -> str:
-        return key if self.io_type == "lmdb" else key + self._ext.get(key, FRAME_EXT)
+        return key if self.io_type in ("lmdb", "shards") else key + self._ext.get(key, FRAME_EXT)
 
     _ext: dict[str, str] = {}  # frame key -> its file extension, for listed folders (REDS / Vimeo: .png)
 
@@ -300,6 +301,9 @@ class _VideoDataset(Dataset):
         name = backend.describe(self._file(key))
         if isinstance(backend, DiskBackend):
             return check_pixel_type(probe_image(backend.path_of(self._file(key))), name)
+        known = backend.header(self._file(key))  # a shard index holds every header: nothing is downloaded
+        if known is not None:
+            return check_pixel_type(known, name)
         return check_pixel_type(probe_bytes(backend.get(self._file(key)), name), name)
 
 
@@ -316,7 +320,7 @@ class _REDSBase(_VideoDataset):
         for name, count in listed:
             if not keep(name):
                 continue
-            if count is not None and self.io_type != "lmdb":
+            if count is not None and self.io_type == "disk":
                 frames = tuple(f"{name}/{i:08d}" for i in range(count))
             else:
                 frames = tuple(self._list_frames(self.gt_backend, name))
@@ -415,7 +419,7 @@ class _VimeoBase(_VideoDataset):
         else:
             self.keys = [f"{c}/{s}" for c in self._list_clips(self.gt_backend)
                          for s in self._list_clips(build_backend(self.io_type, os.path.join(self.gt_root, c)))] \
-                if self.io_type != "lmdb" else sorted({k.rsplit("/", 1)[0] for k in self.gt_backend.keys()})
+                if self.io_type == "disk" else sorted({k.rsplit("/", 1)[0] for k in self.gt_backend.keys()})
         if not self.keys:
             raise DataError(f"{self.key_path}: no Vimeo-90K sequences in '{self.gt_root}'")
 

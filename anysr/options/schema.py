@@ -50,6 +50,7 @@ from anysr.options.realesrgan import (
     realesrgan_dataset_rule,
     realesrgan_rule,
 )
+from anysr.options.shards import SHARD_IO_FIELDS, io_backend_rule, shard_roots_rule
 from anysr.options.trainner import (
     TRAINNER_DATASET_FIELDS,
     TRAINNER_LOGGER_FIELDS,
@@ -176,12 +177,22 @@ def _dataset_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None)
         out["name"] = name
     if good(out, "type") and _check_registered("dataset", "dataset type", out["type"], f"{path}.type", ctx):
         out["type"] = registry("dataset").canonical(out["type"]) or out["type"]  # pairedimagedataset: any case
-    for root_key in ("dataroot_gt", "dataroot_lq"):
-        _existing(out, root_key, path, ctx, kind="file or folder")
-    _existing(out, "meta_info_file", path, ctx, kind="file")
     backend = out.get("io_backend")
     io_kind = backend.get("type") if isinstance(backend, dict) else "disk"
-    for root_key in ("dataroot_gt", "dataroot_lq"):
+    if isinstance(backend, dict):
+        io_backend_rule(backend, path, ctx)
+    if io_kind == "shards":
+        shard_roots_rule(out, path, ctx, ctx.root)
+        takes_lq = dataset_role(out.get("type")) == "paired" or bool(getattr(registered("dataset", out.get("type")),
+                                                                             "video_kind", ""))
+        if takes_lq and good(out, "dataroot_gt") and out.get("dataroot_lq") is None \
+                and out.get("lq_from_gt") is not True:
+            out["dataroot_lq"] = out["dataroot_gt"]  # each sample of the set holds its GT and its LQ
+    else:
+        for root_key in ("dataroot_gt", "dataroot_lq"):
+            _existing(out, root_key, path, ctx, kind="file or folder")
+    _existing(out, "meta_info_file", path, ctx, kind="file")
+    for root_key in ("dataroot_gt", "dataroot_lq") if io_kind != "shards" else ():
         roots = out.get(root_key) if isinstance(out.get(root_key), list) else [out.get(root_key)]
         for i, root in enumerate(roots):
             where = f"{path}.{root_key}" + (f".{i}" if isinstance(out.get(root_key), list) else "")
@@ -579,7 +590,10 @@ def _top_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> 
 _NUM_FREQ = "int >= 1 (a float like 5e3 is accepted)"
 
 IO_BACKEND = Section({
-    "type": Field(str, default="disk", choices=backend_types, doc="Where images are read from."),
+    "type": Field(str, default="disk", choices=backend_types,
+                  doc="Where images are read from: disk (a folder), lmdb (an .lmdb folder), shards (a shard set "
+                      "from anysr prepare shards: local, file://, s3://, gs://, http(s)://)."),
+    **SHARD_IO_FIELDS,
 })
 
 def _several_folders_rule(out: dict[str, Any], path: str, ctx: Context) -> None:
@@ -603,7 +617,8 @@ DATASET = Section(
         "name": Field(str, default_doc="the dataset's key", doc="Display name (logs, result folders)."),
         "type": Field(str, required=True, doc="Dataset class in DATASET_REGISTRY, e.g. PairedImageDataset."),
         "dataroot_gt": Field((str, ListOf(str, min_len=1), None), default=None,
-                             doc="Ground-truth images: a folder (or .lmdb folder); must exist. A list of folders "
+                             doc="Ground-truth images: a folder (or .lmdb folder, or a shard set's folder / index URL "
+                                 "with io_backend.type shards); must exist. A list of folders "
                                  "(traiNNer-redux's) is read as one dataset, folder after folder."),
         "dataroot_lq": Field((str, ListOf(str, min_len=1), None), default=None,
                              doc="Low-quality input images; must exist (a list: one per dataroot_gt folder, in "
