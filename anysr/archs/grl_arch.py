@@ -51,6 +51,7 @@ from anysr.archs.arch_util import (
 )
 from anysr.archs.hat_arch import CAB
 from anysr.archs.moesr_arch import NearestUpsample
+from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
@@ -703,3 +704,83 @@ class GRL(nn.Module):
         x = x / self.img_range + mean
         return x[:, :, : h * self.upscale, : w * self.upscale]
 
+
+
+# traiNNer-redux's variants (its builders call spandrel's GRL with these arguments; x4 by default).
+_TRAINNER_COMMON = {"upsampler": "pixelshuffle", "window_size": 8, "stripe_size": [8, None],
+                    "stripe_groups": [None, 4], "stripe_shift": True, "mlp_ratio": 2.0,
+                    "anchor_window_down_factor": 4, "upscale": 4}
+register_presets("GRL", scale_arg="upscale", presets={
+    "grl_b": {**_TRAINNER_COMMON, "embed_dim": 180, "depths": [4, 4, 8, 8, 8, 4, 4],
+              "num_heads_window": [3] * 7, "num_heads_stripe": [3] * 7, "local_connection": True},
+    "grl_s": {**_TRAINNER_COMMON, "embed_dim": 128, "depths": [4, 4, 4, 4], "num_heads_window": [2] * 4,
+              "num_heads_stripe": [2] * 4},
+    "grl_t": {**_TRAINNER_COMMON, "embed_dim": 64, "upsampler": "pixelshuffledirect", "depths": [4, 4, 4, 4],
+              "num_heads_window": [2] * 4, "num_heads_stripe": [2] * 4},
+})
+
+
+def _recognise(s: StateShapes) -> list[dict[str, Any]]:
+    """GRL from its tensors: widths, depths and heads per stage, the head, the q/k/v and anchor projections, the
+    stage conv, ``local_connection`` and ``mlp_ratio``. Windows and stripes leave no tensor (the class's defaults);
+    pooled and patch-merged one-stage anchors do not show their down factor (4, as the published models, then 2)."""
+    s.shape("layers.0.blocks.0.attn.window_attn.attn_transform.logit_scale")
+    in_ch, dim = s.dim("conv_first.weight", 1), s.dim("conv_first.weight", 0)
+    prefix = "layers.0.blocks.0.attn."
+    stages = s.indices("layers.")
+    args: dict[str, Any] = {
+        "in_channels": in_ch, "embed_dim": dim,
+        "depths": [s.count(f"layers.{i}.blocks.") for i in stages],
+        "num_heads_window": [s.dim(f"layers.{i}.blocks.0.attn.window_attn.attn_transform.logit_scale", 0)
+                             for i in stages],
+        "num_heads_stripe": [s.dim(f"layers.{i}.blocks.0.attn.stripe_attn.attn_transform1.logit_scale", 0)
+                             for i in stages],
+        "mlp_ratio": s.dim("layers.0.blocks.0.mlp.fc1.weight", 0) / dim,
+        "local_connection": "layers.0.blocks.0.conv.cab.0.weight" in s,
+    }
+    if prefix + "qkv.body.weight" in s:
+        args.update(qkv_proj_type="linear", qkv_bias=prefix + "qkv.body.bias" in s)
+    else:
+        args.update(qkv_proj_type="separable_conv", qkv_bias=prefix + "qkv.body.0.bias" in s)
+    if "conv_after_body.weight" not in s:
+        args["conv_type"] = "3conv"
+    elif len(s.shape("conv_after_body.weight")) == 2:
+        args["conv_type"] = "linear"
+    else:
+        args["conv_type"] = "1conv1x1" if s.dim("conv_after_body.weight", 2) == 1 else "1conv"
+    heads: list[dict[str, Any]] = []
+    if "upsample.up.0.weight" in s and "conv_before_upsample.0.weight" in s:
+        convs = s.indices("upsample.up.")
+        scale = 3 if s.dim("upsample.up.0.weight", 0) == 9 * 64 else 2 ** len(convs)
+        heads.append({"upsampler": "pixelshuffle", "upscale": scale, "out_channels": s.dim("conv_last.weight", 0)})
+    elif "upsample.up.0.weight" in s:
+        heads += [{"upsampler": "pixelshuffledirect", "upscale": scale, "out_channels": out}
+                  for out, scale in shuffle_splits(s.dim("upsample.up.0.weight", 0), (in_ch, 3, 1))]
+    elif "conv_up1.weight" in s:
+        heads.append({"upsampler": "nearest+conv", "upscale": 4, "out_channels": s.dim("conv_last.weight", 0)})
+    else:
+        heads.append({"upsampler": "", "upscale": 1, "out_channels": s.dim("conv_last.weight", 0)})
+    anchor = prefix + "anchor.body."
+    stages_a = s.count(anchor)
+    if stages_a > 1 or (stages_a == 1 and anchor + "1.reduction.weight" in s):
+        kind = "patchmerging" if anchor + "0.reduction.weight" in s else \
+            "conv2d" if anchor + "0.weight" in s else "separable_conv"
+        anchors = [{"anchor_proj_type": kind, "anchor_one_stage": False, "anchor_window_down_factor": 2**stages_a}]
+    elif anchor + "0.reduction.bias" in s:
+        anchors = [{"anchor_proj_type": "avgpool", "anchor_window_down_factor": d} for d in (4, 2, 1)]
+    elif anchor + "0.reduction.weight" in s:
+        anchors = [{"anchor_proj_type": "patchmerging", "anchor_window_down_factor": 2}]
+    elif anchor + "0.weight" in s:
+        anchors = [{"anchor_proj_type": "conv2d", "anchor_window_down_factor": s.dim(anchor + "0.weight", 2) - 1}]
+    else:
+        anchors = [{"anchor_proj_type": "separable_conv",
+                    "anchor_window_down_factor": s.dim(anchor + "0.0.weight", 2) - 1}]
+    proposals = []
+    for head in heads:
+        for a in anchors:
+            stripe = max(8, a["anchor_window_down_factor"])
+            proposals.append({**args, **head, **a, "stripe_size": [stripe, stripe]})
+    return proposals
+
+
+register_recogniser("GRL", _recognise)
