@@ -1,0 +1,258 @@
+"""GRL (global, regional and local modelling; Li et al., CVPR 2023) against spandrel 0.4.2.
+
+Fixtures come from spandrel 0.4.2 (``tests/fixtures/make_grl_fixtures.py``): every head, q/k/v and anchor
+projection, stage conv, stripe groups, shifted stripes, local connection and the Euclidean ablation; the state
+dicts load strictly and give spandrel's outputs, also at sizes off the padding multiple. Also: channels_last, bf16
+autocast, the meta device, a training step, the authors' stale buffers dropped on load, recognition of every
+fixture's weights, ONNX at unseen sizes, a real training run through the CLI, build errors, and XLA:CPU
+compile-once without CPU fallbacks (``-m xla`` in the XLA venv).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import FIXTURE_TOL, run_cli, tiny_train_options, write_options
+from safetensors.torch import load_file
+
+from anysr.archs import build_network
+from anysr.archs.recognise import recognise
+from anysr.errors import OptionError
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "grl"
+MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
+SOME = ["grl_x1_stripes_shifted", "grl_x2_direct_groups_local", "grl_x4_nearest_twostage", "grl_x3_maxpool_euclid"]
+TINY = {"type": "GRL", "embed_dim": 8, "depths": [3], "num_heads_window": [2], "num_heads_stripe": [2],
+        "window_size": 4, "stripe_size": [8, 4], "anchor_window_down_factor": 2, "stripe_shift": True,
+        "upscale": 2, "upsampler": "pixelshuffledirect", "mlp_ratio": 2.0}
+
+
+def _params(name: str) -> dict[str, torch.Tensor]:
+    return {k: v.float() for k, v in load_file(str(FIXTURES / f"{name}_params.safetensors")).items()}
+
+
+def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    """The fixture network (eval mode, weights loaded strictly) and its inputs / outputs."""
+    case = MANIFEST[name]
+    net = build_network({"type": case["type"], **case["kwargs"]}).eval()
+    net.load_state_dict(_params(name), strict=True)
+    return net, load_file(str(FIXTURES / f"{name}_io.safetensors"))
+
+
+@pytest.mark.parametrize("name", sorted(MANIFEST))
+def test_reference_weights_load_strictly_and_match(name: str) -> None:
+    case = MANIFEST[name]
+    params = _params(name)
+    net = build_network({"type": case["type"], **case["kwargs"]})
+    own = net.state_dict()
+    assert set(own) == set(params), "state-dict keys differ from spandrel's"
+    assert {k: v.shape for k, v in own.items()} == {k: v.shape for k, v in params.items()}
+    net.load_state_dict(params, strict=True)
+    net.eval()
+    io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    off_multiple = 0
+    for inp, out, _ in case["compare"]:
+        x = io[inp]
+        off_multiple += bool(x.shape[-2] % net.tile_multiple or x.shape[-1] % net.tile_multiple)
+        with torch.no_grad():
+            got = net(x)
+        assert got.shape == io[out].shape
+        tol = FIXTURE_TOL["atol"] * max(1.0, io[out].abs().max().item())
+        torch.testing.assert_close(got, io[out], rtol=FIXTURE_TOL["rtol"], atol=tol,
+                                   msg=f"{name} {out} differs from spandrel")
+    assert off_multiple, f"{name}: no input needs padding"
+
+
+@pytest.mark.parametrize("name", sorted(MANIFEST))
+def test_fixture_weights_are_recognised(name: str) -> None:
+    params = _params(name)
+    found = recognise(params)
+    assert found.opt["type"] == "GRL"
+    with torch.device("meta"):
+        layout = {k: v.shape for k, v in build_network(found.opt).state_dict().items()}
+    assert layout == {k: v.shape for k, v in params.items()}
+
+
+def test_authors_checkpoint_buffers_are_dropped_on_load() -> None:
+    """The authors' files carry the reference's precomputed tables and masks; they load strictly here."""
+    net, io = _case("grl_x1_stripes_shifted")
+    stale = {"table_w": torch.zeros(1, 7, 7, 2), "index_sh_a2w": torch.zeros(8, 32, dtype=torch.long),
+             "mask_sv_w2a": torch.zeros(4, 32, 8)}
+    net.load_state_dict({**_params("grl_x1_stripes_shifted"), **stale}, strict=True)
+    with torch.no_grad():
+        torch.testing.assert_close(net(io["input0"]), io["output0"], **FIXTURE_TOL)
+
+
+def test_tile_multiple_and_published_sizes() -> None:
+    assert build_network(dict(TINY)).tile_multiple == 8
+    with torch.device("meta"):
+        counts = {n: sum(p.numel() for p in build_network({"type": n}).parameters())
+                  for n in ("grl_t", "grl_s", "grl_b")}
+        base = build_network({"type": "grl_b", "scale": 2})
+    # the paper's GRL-T / GRL-S / GRL-B (x4): 0.91 M, 3.49 M, 20.2 M parameters
+    assert counts == {"grl_t": 906_192, "grl_s": 3_487_715, "grl_b": 20_201_299}
+    assert base.upscale == 2 and base.tile_multiple == 16
+
+
+@pytest.mark.parametrize("name", SOME)
+def test_channels_last_input_gives_the_same_output(name: str) -> None:
+    net, io = _case(name)
+    x = io["input0"].contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        got = net.to(memory_format=torch.channels_last)(x)
+    torch.testing.assert_close(got, io["output0"], **FIXTURE_TOL)
+
+
+@pytest.mark.parametrize("name", SOME)
+def test_bf16_autocast_stays_close(name: str) -> None:
+    net, io = _case(name)
+    x, ref = io["input1"], io["output1"]
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed = net(x).float()
+    assert mixed.shape == ref.shape and torch.isfinite(mixed).all()
+    err = (mixed - ref).abs().max().item() / ref.abs().max().item()
+    assert err < 0.05, f"{name}: bf16 autocast off by {err:.3g} of the output range"
+
+
+@pytest.mark.parametrize("name", SOME)
+def test_forward_creates_no_tensor_off_the_input_device(name: str) -> None:
+    net, io = _case(name)
+    net = net.to("meta")
+    out = net(torch.empty(io["input1"].shape, device="meta"))
+    assert out.device.type == "meta" and out.shape == io["output1"].shape
+
+
+@pytest.mark.parametrize("name", SOME)
+def test_training_step_gives_finite_gradients(name: str) -> None:
+    net, io = _case(name)
+    net.train()
+    net(io["input1"]).square().mean().backward()
+    missing = [n for n, p in net.named_parameters() if p.grad is None or not torch.isfinite(p.grad).all()]
+    assert not missing, missing
+
+
+def test_activation_checkpointing_gives_the_same_gradients() -> None:
+    torch.manual_seed(0)
+    plain = build_network({**TINY, "drop_path_rate": 0.0}).train()
+    ckpt = build_network({**TINY, "drop_path_rate": 0.0, "fairscale_checkpoint": True}).train()
+    ckpt.load_state_dict(plain.state_dict())
+    x = torch.rand(1, 3, 8, 12)
+    for net in (plain, ckpt):
+        net(x).square().mean().backward()
+    for (n, a), (_, b) in zip(plain.named_parameters(), ckpt.named_parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-7, msg=n)
+
+
+def test_drop_path_rises_over_all_blocks() -> None:
+    net = build_network({**TINY, "depths": [2, 2], "num_heads_window": [2, 2], "num_heads_stripe": [2, 2],
+                         "drop_path_rate": 0.3})
+    rates = [getattr(b.drop_path, "drop_prob", 0.0) for layer in net.layers for b in layer.blocks]
+    assert rates == pytest.approx([0.0, 0.1, 0.2, 0.3])
+
+
+@pytest.mark.parametrize(("opt", "pattern"), [
+    ({"upsampler": "bicubic"}, r"network_g\.upsampler: GRL has no upsampler 'bicubic'"),
+    ({"upsampler": "nearest+conv", "upscale": 2}, r"network_g\.upscale: GRL's 'nearest\+conv' upsampler is x4"),
+    ({"upsampler": "", "upscale": 2}, r"network_g\.upsampler: GRL without an upsampler is x1"),
+    ({"num_heads_window": [3]}, r"network_g\.num_heads_window: GRL needs embed_dim / 2 \(4\)"),
+    ({"depths": [3, 3]}, r"network_g\.depths: GRL needs one num_heads_window and num_heads_stripe per stage"),
+    ({"stripe_size": [5, 4]}, r"network_g\.stripe_size: .*multiple of anchor_window_down_factor \(2\)"),
+    ({"stripe_size": [None, 4]}, r"network_g\.stripe_size: GRL needs two stripe sizes and two stripe groups"),
+    ({"anchor_window_down_factor": 3}, r"network_g\.anchor_window_down_factor: GRL needs a power-of-two"),
+    ({"anchor_proj_type": "pool"}, r"network_g\.anchor_proj_type: GRL's anchor_proj_type is one of"),
+    ({"conv_type": "2conv"}, r"network_g\.conv_type: GRL's conv_type is one of"),
+    ({"local_connection": True}, r"network_g\.embed_dim: GRL's local_connection needs embed_dim >= 18"),
+    ({"offload_to_cpu": True}, r"network_g\.offload_to_cpu: GRL in anysr does not offload"),
+    ({"init_method": "x"}, r"network_g\.init_method: GRL's init_method is"),
+])
+def test_bad_argument_values(opt: dict, pattern: str) -> None:
+    with pytest.raises(OptionError, match=pattern):
+        build_network({**TINY, **opt})
+
+
+@pytest.mark.parametrize("name", ["grl_x1_stripes_shifted", pytest.param("grl_x2_direct_groups_local",
+                                                                        marks=pytest.mark.slow)])
+def test_onnx_runs_at_its_fixed_size(name: str, tmp_path: Path) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    from anysr.engine.inference.export import export_onnx
+
+    net, io = _case(name)
+    kwargs = MANIFEST[name]["kwargs"]
+    rep = export_onnx(net, tmp_path / "m.onnx", scale=kwargs.get("upscale", 1), net_opt={"type": "GRL", **kwargs})
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    # GRL's masks and stripe tables are laid out from the padded size in Python: the export is at one fixed size
+    assert rep.dynamic is False and rep.size, rep.note
+    for shape in [(1, 3, rep.size, rep.size)]:
+        x = torch.rand(shape)
+        got = torch.from_numpy(session.run(None, {"input": x.numpy()})[0])
+        with torch.no_grad():
+            torch.testing.assert_close(got, net(x), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_cli_training_run_saves_finite_weights(tmp_path: Path, small_train_dir: Path) -> None:
+    opt = tiny_train_options("tiny_grl", small_train_dir, None, total_iter=2)
+    opt["network_g"] = dict(TINY)
+    opt["datasets"]["train"]["batch_size_per_gpu"] = 2
+    run_cli("train", "-opt", str(write_options(tmp_path / "t.yml", opt)), "--force_yml", f"path.root={tmp_path}",
+            cwd=tmp_path)
+    saved = load_file(str(tmp_path / "experiments" / opt["name"] / "models" / "net_g_2.safetensors"))
+    weights = {k.removeprefix("params."): v for k, v in saved.items() if k.startswith("params.")}
+    net = build_network(dict(TINY))
+    assert set(weights) == set(net.state_dict())
+    assert all(torch.isfinite(v).all() for v in weights.values() if v.is_floating_point())
+    start = net.state_dict()
+    assert [k for k in weights if k.endswith("weight") and not torch.equal(weights[k], start[k])], \
+        "training changed no weight"
+
+
+XLA_NETS = {
+    "GRL-stripes": (TINY, (2, 3, 7, 10)),
+    "GRL-groups-local": ({**TINY, "embed_dim": 18, "num_heads_window": [3], "num_heads_stripe": [3],
+                          "stripe_size": [8, None], "stripe_groups": [None, 4], "anchor_window_down_factor": 4,
+                          "local_connection": True, "upsampler": "pixelshuffle"}, (1, 3, 16, 16)),
+    "GRL-nearest-twostage": ({**TINY, "upscale": 4, "upsampler": "nearest+conv", "anchor_proj_type": "conv2d",
+                              "anchor_one_stage": False}, (1, 3, 8, 6)),
+}
+
+
+@pytest.mark.xla
+@pytest.mark.parametrize("arch", sorted(XLA_NETS))
+def test_xla_train_step_compiles_once(arch: str) -> None:
+    os.environ.setdefault("PJRT_DEVICE", "CPU")
+    torch_xla = pytest.importorskip("torch_xla")
+    from torch_xla.debug import metrics
+
+    opt, shape = XLA_NETS[arch]
+    torch.manual_seed(0)
+    dev = torch_xla.device()
+    net = build_network({**opt, "drop_path_rate": 0.0}).train().to(dev)
+    before = {n for n in metrics.counter_names() if n.startswith("aten::")}
+    x = torch.rand(shape).to(dev)
+    compiles, losses = [], []
+    for _ in range(2):
+        net.zero_grad(set_to_none=True)
+        loss = net(x).square().mean()
+        loss.backward()
+        torch_xla.sync()
+        compiles.append(metrics.metric_data("CompileTime")[0])
+        losses.append(loss.detach())
+    assert compiles[0] >= 1 and compiles[1] == compiles[0], f"{arch} recompiled: {compiles}"
+    grads = [p.grad for p in net.parameters() if p.requires_grad]
+    assert all(g is not None for g in grads)
+    assert torch.isfinite(torch.stack([g.abs().sum() for g in grads]).cpu()).all()
+    assert torch.equal(losses[0].cpu(), losses[1].cpu())
+    fallbacks = {n for n in metrics.counter_names() if n.startswith("aten::")} - before
+    assert not fallbacks, f"{arch}: ops fell back to the CPU: {fallbacks}"
+    net.eval()
+    with torch.no_grad():
+        out = net(torch.rand(1, 3, 16, 20).to(dev))
+        torch_xla.sync()
+    assert out.shape[-2:] == (16 * net.upscale, 20 * net.upscale)
+    fallbacks = {n for n in metrics.counter_names() if n.startswith("aten::")} - before
+    assert not fallbacks, f"{arch}: ops fell back to the CPU in eval: {fallbacks}"
