@@ -1,11 +1,13 @@
-"""GRL (global, regional and local modelling; Li et al., CVPR 2023) against spandrel 0.4.2.
+"""GRL (global, regional and local modelling; Li et al., CVPR 2023) and Uformer (Wang et al., CVPR 2022) against
+spandrel 0.4.2.
 
-Fixtures come from spandrel 0.4.2 (``tests/fixtures/make_grl_fixtures.py``): every head, q/k/v and anchor
-projection, stage conv, stripe groups, shifted stripes, local connection and the Euclidean ablation; the state
-dicts load strictly and give spandrel's outputs, also at sizes off the padding multiple. Also: channels_last, bf16
-autocast, the meta device, a training step, the authors' stale buffers dropped on load, recognition of every
-fixture's weights, ONNX at unseen sizes, a real training run through the CLI, build errors, and XLA:CPU
-compile-once without CPU fallbacks (``-m xla`` in the XLA venv).
+Fixtures come from spandrel 0.4.2 (``tests/fixtures/make_grl_fixtures.py``, ``make_uformer_fixtures.py``): for GRL
+every head, q/k/v and anchor projection, stage conv, stripe groups, shifted stripes, local connection and the
+Euclidean ablation; for Uformer each feed-forward, both projections, the modulators and the small-stage windows.
+The state dicts load strictly and give spandrel's outputs, also at sizes off the padding multiple. Also:
+channels_last, bf16 autocast, the meta device, a training step, GRL's stale buffers dropped on load, recognition
+of every fixture's weights, ONNX, a real training run through the CLI, build errors, and XLA:CPU compile-once
+without CPU fallbacks (``-m xla`` in the XLA venv).
 """
 
 from __future__ import annotations
@@ -24,16 +26,28 @@ from anysr.archs.recognise import recognise
 from anysr.errors import OptionError
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = ROOT / "tests" / "fixtures" / "grl"
-MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
-SOME = ["grl_x1_stripes_shifted", "grl_x2_direct_groups_local", "grl_x4_nearest_twostage", "grl_x3_maxpool_euclid"]
+FIXTURE_DIRS = {name: ROOT / "tests" / "fixtures" / name for name in ("grl", "uformer")}
+CASE_DIR = {case: folder for folder in FIXTURE_DIRS.values()
+            for case in json.loads((folder / "manifest.json").read_text())["cases"]}
+MANIFEST = {case: json.loads((folder / "manifest.json").read_text())["cases"][case]
+            for case, folder in CASE_DIR.items()}
+SOME = ["grl_x1_stripes_shifted", "grl_x2_direct_groups_local", "grl_x4_nearest_twostage", "grl_x3_maxpool_euclid",
+        "uformer_leff_linear", "uformer_fastleff_conv_modulators", "uformer_mlp_gray_noshift"]
 TINY = {"type": "GRL", "embed_dim": 8, "depths": [3], "num_heads_window": [2], "num_heads_stripe": [2],
         "window_size": 4, "stripe_size": [8, 4], "anchor_window_down_factor": 2, "stripe_shift": True,
         "upscale": 2, "upsampler": "pixelshuffledirect", "mlp_ratio": 2.0}
+TINY_UFORMER = {"type": "Uformer", "embed_dim": 2, "depths": [1, 2, 1, 1, 1, 1, 1, 2, 1], "num_heads": [1] * 9,
+                "win_size": 2, "mlp_ratio": 2.0}
 
 
 def _params(name: str) -> dict[str, torch.Tensor]:
-    return {k: v.float() for k, v in load_file(str(FIXTURES / f"{name}_params.safetensors")).items()}
+    """The fixture's state dict (stored as float16), in float32."""
+    return {k: v.float() if v.is_floating_point() else v
+            for k, v in load_file(str(CASE_DIR[name] / f"{name}_params.safetensors")).items()}
+
+
+def _io(name: str) -> dict[str, torch.Tensor]:
+    return load_file(str(CASE_DIR[name] / f"{name}_io.safetensors"))
 
 
 def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
@@ -41,7 +55,7 @@ def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
     case = MANIFEST[name]
     net = build_network({"type": case["type"], **case["kwargs"]}).eval()
     net.load_state_dict(_params(name), strict=True)
-    return net, load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    return net, _io(name)
 
 
 @pytest.mark.parametrize("name", sorted(MANIFEST))
@@ -54,7 +68,7 @@ def test_reference_weights_load_strictly_and_match(name: str) -> None:
     assert {k: v.shape for k, v in own.items()} == {k: v.shape for k, v in params.items()}
     net.load_state_dict(params, strict=True)
     net.eval()
-    io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    io = _io(name)
     off_multiple = 0
     for inp, out, _ in case["compare"]:
         x = io[inp]
@@ -72,7 +86,7 @@ def test_reference_weights_load_strictly_and_match(name: str) -> None:
 def test_fixture_weights_are_recognised(name: str) -> None:
     params = _params(name)
     found = recognise(params)
-    assert found.opt["type"] == "GRL"
+    assert found.opt["type"] == MANIFEST[name]["type"]
     with torch.device("meta"):
         layout = {k: v.shape for k, v in build_network(found.opt).state_dict().items()}
     assert layout == {k: v.shape for k, v in params.items()}
@@ -132,7 +146,8 @@ def test_training_step_gives_finite_gradients(name: str) -> None:
     net, io = _case(name)
     net.train()
     net(io["input1"]).square().mean().backward()
-    missing = [n for n, p in net.named_parameters() if p.grad is None or not torch.isfinite(p.grad).all()]
+    missing = [n for n, p in net.named_parameters()
+               if p.requires_grad and (p.grad is None or not torch.isfinite(p.grad).all())]
     assert not missing, missing
 
 
@@ -175,6 +190,66 @@ def test_bad_argument_values(opt: dict, pattern: str) -> None:
         build_network({**TINY, **opt})
 
 
+def test_uformer_stage_windows_and_tile_multiple() -> None:
+    assert build_network(dict(TINY_UFORMER)).tile_multiple == 32
+    assert build_network({**TINY_UFORMER, "win_size": 8}).tile_multiple == 128  # the reference's 128
+    # at img_size 32 the bottleneck (2 x 2) is one unshifted window: the layout follows img_size
+    small = build_network({**TINY_UFORMER, "win_size": 4, "img_size": 32})
+    assert small.tile_multiple == 32 and small.conv.blocks[0].win_size == 2
+    assert [b.shift_size for b in small.encoderlayer_1.blocks] == [0, 2]
+    assert small.conv.blocks[0].attn.relative_position_bias_table.shape == (9, 1)
+
+
+def test_uformer_unused_cross_norm_is_never_trained() -> None:
+    """The reference computes ``norm_cross`` and discards it: its weights are kept (checkpoints carry them) but
+    frozen, so DDP sees no unused trainable parameter."""
+    net = build_network({**TINY_UFORMER, "cross_modulator": True, "modulator": True}).train()
+    frozen = {n for n, p in net.named_parameters() if not p.requires_grad}
+    assert frozen and all(".norm_cross." in n for n in frozen)
+    net(torch.rand(1, 3, 20, 40)).mean().backward()
+    assert all(p.grad is not None for n, p in net.named_parameters() if n not in frozen)
+
+
+def test_uformer_drop_path_rates_mirror_the_encoder() -> None:
+    net = build_network({**TINY_UFORMER, "depths": [1, 1, 1, 1, 2, 1, 1, 1, 1], "drop_path_rate": 0.3})
+    rate = [getattr(b.drop_path, "drop_prob", 0.0) for n in ("encoderlayer_0", "encoderlayer_1", "encoderlayer_2",
+                                                             "encoderlayer_3", "conv", "decoderlayer_0",
+                                                             "decoderlayer_1", "decoderlayer_2", "decoderlayer_3")
+            for b in getattr(net, n).blocks]
+    assert rate == pytest.approx([0.0, 0.1, 0.2, 0.3, 0.3, 0.3, 0.3, 0.2, 0.1, 0.0])
+
+
+@pytest.mark.parametrize(("opt", "pattern"), [
+    ({"depths": [1] * 8}, r"network_g\.depths: Uformer needs 9 depths and 9 num_heads"),
+    ({"num_heads": [3] + [1] * 8}, r"network_g\.num_heads: Uformer's stage 0 has 2 channels, not a multiple of its 3"),
+    ({"token_mlp": "conv"}, r"network_g\.token_mlp: Uformer's token_mlp is one of"),
+    ({"token_projection": "dw"}, r"network_g\.token_projection: Uformer's token_projection is"),
+    ({"depths": [1, 1, 1, 1, 1, 5, 1, 1, 1]}, r"network_g\.depths: Uformer's decoder stages take their drop-path"),
+])
+def test_uformer_bad_argument_values(opt: dict, pattern: str) -> None:
+    with pytest.raises(OptionError, match=pattern):
+        build_network({**TINY_UFORMER, **opt})
+
+
+@pytest.mark.parametrize("name", ["uformer_leff_linear", pytest.param("uformer_fastleff_conv_modulators",
+                                                                     marks=pytest.mark.slow)])
+def test_uformer_onnx(name: str, tmp_path: Path) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    from anysr.engine.inference.export import export_onnx
+
+    net, io = _case(name)
+    kwargs = MANIFEST[name]["kwargs"]
+    rep = export_onnx(net, tmp_path / "m.onnx", scale=1, net_opt={"type": "Uformer", **kwargs})
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    shapes = [(1, 3, 37, 70), tuple(io["input1"].shape)] if rep.dynamic else [(1, 3, rep.size, rep.size)]
+    for shape in shapes:
+        x = torch.rand(shape)
+        got = torch.from_numpy(session.run(None, {"input": x.numpy()})[0])
+        with torch.no_grad():
+            torch.testing.assert_close(got, net(x), rtol=1e-4, atol=1e-4)
+    assert rep.dynamic, rep.note
+
+
 @pytest.mark.parametrize("name", ["grl_x1_stripes_shifted", pytest.param("grl_x2_direct_groups_local",
                                                                         marks=pytest.mark.slow)])
 def test_onnx_runs_at_its_fixed_size(name: str, tmp_path: Path) -> None:
@@ -195,15 +270,16 @@ def test_onnx_runs_at_its_fixed_size(name: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_cli_training_run_saves_finite_weights(tmp_path: Path, small_train_dir: Path) -> None:
-    opt = tiny_train_options("tiny_grl", small_train_dir, None, total_iter=2)
-    opt["network_g"] = dict(TINY)
+@pytest.mark.parametrize("tiny", [TINY, TINY_UFORMER], ids=["GRL", "Uformer"])
+def test_cli_training_run_saves_finite_weights(tiny: dict, tmp_path: Path, small_train_dir: Path) -> None:
+    opt = tiny_train_options(f"tiny_{tiny['type'].lower()}", small_train_dir, None, total_iter=2)
+    opt["network_g"] = dict(tiny)
     opt["datasets"]["train"]["batch_size_per_gpu"] = 2
     run_cli("train", "-opt", str(write_options(tmp_path / "t.yml", opt)), "--force_yml", f"path.root={tmp_path}",
             cwd=tmp_path)
     saved = load_file(str(tmp_path / "experiments" / opt["name"] / "models" / "net_g_2.safetensors"))
     weights = {k.removeprefix("params."): v for k, v in saved.items() if k.startswith("params.")}
-    net = build_network(dict(TINY))
+    net = build_network(dict(tiny))
     assert set(weights) == set(net.state_dict())
     assert all(torch.isfinite(v).all() for v in weights.values() if v.is_floating_point())
     start = net.state_dict()
@@ -218,6 +294,9 @@ XLA_NETS = {
                           "local_connection": True, "upsampler": "pixelshuffle"}, (1, 3, 16, 16)),
     "GRL-nearest-twostage": ({**TINY, "upscale": 4, "upsampler": "nearest+conv", "anchor_proj_type": "conv2d",
                               "anchor_one_stage": False}, (1, 3, 8, 6)),
+    "Uformer-leff": (TINY_UFORMER, (2, 3, 20, 33)),
+    "Uformer-conv-modulators": ({**TINY_UFORMER, "token_projection": "conv", "token_mlp": "fastleff",
+                                 "modulator": True, "cross_modulator": True}, (1, 3, 32, 32)),
 }
 
 
@@ -253,6 +332,7 @@ def test_xla_train_step_compiles_once(arch: str) -> None:
     with torch.no_grad():
         out = net(torch.rand(1, 3, 16, 20).to(dev))
         torch_xla.sync()
-    assert out.shape[-2:] == (16 * net.upscale, 20 * net.upscale)
+    scale = getattr(net, "upscale", 1)
+    assert out.shape[-2:] == (16 * scale, 20 * scale)
     fallbacks = {n for n in metrics.counter_names() if n.startswith("aten::")} - before
     assert not fallbacks, f"{arch}: ops fell back to the CPU in eval: {fallbacks}"

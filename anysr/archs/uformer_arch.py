@@ -392,8 +392,8 @@ class Uformer(nn.Module):
 
 def _recognise(s: StateShapes) -> dict[str, Any]:
     """Uformer from its tensors: widths, channels, depths and heads per stage, the window (from the first table),
-    the projection, the feed-forward and the modulators. ``img_size`` leaves no tensor except through stages whose
-    window it shrank: 256 (the released models) is proposed."""
+    the projection, the feed-forward and the modulators. ``img_size`` shows only through stages whose window it
+    shrank (their side at img_size); else 256 (the released models) is proposed."""
     suffix = "blocks.0.attn.relative_position_bias_table"
     names = [f"encoderlayer_{i}" for i in range(4)] + ["conv"] + [f"decoderlayer_{i}" for i in range(4)]
     dim = s.dim("input_proj.proj.0.weight", 0)
@@ -403,10 +403,18 @@ def _recognise(s: StateShapes) -> dict[str, Any]:
         hidden = s.dim("encoderlayer_0.blocks.0.mlp.linear1.0.weight", 0)
         token_mlp = "leff" if s.dim("encoderlayer_0.blocks.0.mlp.dwconv.0.weight", 1) == 1 else "fastleff"
     conv = "encoderlayer_0.blocks.0.attn.qkv.to_q.depthwise.weight" in s
-    return {"dd_in": s.dim("input_proj.proj.0.weight", 1), "in_chans": s.dim("output_proj.proj.0.weight", 0),
+    win = (math.isqrt(s.dim(f"encoderlayer_0.{suffix}", 0)) + 1) // 2
+    img_size = 256
+    for k, n in enumerate(names[:5]):
+        side = (math.isqrt(s.dim(f"{n}.{suffix}", 0)) + 1) // 2
+        if side < win:
+            img_size = side * 2**k
+            break
+    return {"img_size": img_size, "dd_in": s.dim("input_proj.proj.0.weight", 1),
+            "in_chans": s.dim("output_proj.proj.0.weight", 0),
             "embed_dim": dim, "depths": [s.count(f"{n}.blocks.") for n in names],
             "num_heads": [s.dim(f"{n}.{suffix}", 1) for n in names],
-            "win_size": (math.isqrt(s.dim(f"encoderlayer_0.{suffix}", 0)) + 1) // 2, "mlp_ratio": hidden / dim,
+            "win_size": win, "mlp_ratio": hidden / dim,
             "token_projection": "conv" if conv else "linear", "token_mlp": token_mlp,
             "qkv_bias": conv or "encoderlayer_0.blocks.0.attn.qkv.to_q.bias" in s,
             "modulator": "decoderlayer_0.blocks.0.modulator.weight" in s,
