@@ -1,9 +1,10 @@
-"""GRL (global, regional and local modelling; Li et al., CVPR 2023) and Uformer (Wang et al., CVPR 2022) against
-spandrel 0.4.2.
+"""GRL (global, regional and local modelling; Li et al., CVPR 2023), Uformer (Wang et al., CVPR 2022) and KBNet_s
+(kernel basis network; Zhang et al., 2023) against spandrel 0.4.2.
 
-Fixtures come from spandrel 0.4.2 (``tests/fixtures/make_grl_fixtures.py``, ``make_uformer_fixtures.py``): for GRL
+Fixtures come from spandrel 0.4.2 (``tests/fixtures/make_{grl,uformer,kbnet}_fixtures.py``): for GRL
 every head, q/k/v and anchor projection, stage conv, stripe groups, shifted stripes, local connection and the
-Euclidean ablation; for Uformer each feed-forward, both projections, the modulators and the small-stage windows.
+Euclidean ablation; for Uformer each feed-forward, both projections, the modulators and the small-stage windows;
+for KBNet_s both conv branches and empty stages.
 The state dicts load strictly and give spandrel's outputs, also at sizes off the padding multiple. Also:
 channels_last, bf16 autocast, the meta device, a training step, GRL's stale buffers dropped on load, recognition
 of every fixture's weights, ONNX, a real training run through the CLI, build errors, and XLA:CPU compile-once
@@ -20,24 +21,27 @@ import pytest
 import torch
 from conftest import FIXTURE_TOL, run_cli, tiny_train_options, write_options
 from safetensors.torch import load_file
+from torch.nn import functional as F
 
 from anysr.archs import build_network
 from anysr.archs.recognise import recognise
 from anysr.errors import OptionError
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURE_DIRS = {name: ROOT / "tests" / "fixtures" / name for name in ("grl", "uformer")}
+FIXTURE_DIRS = {name: ROOT / "tests" / "fixtures" / name for name in ("grl", "uformer", "kbnet")}
 CASE_DIR = {case: folder for folder in FIXTURE_DIRS.values()
             for case in json.loads((folder / "manifest.json").read_text())["cases"]}
 MANIFEST = {case: json.loads((folder / "manifest.json").read_text())["cases"][case]
             for case, folder in CASE_DIR.items()}
 SOME = ["grl_x1_stripes_shifted", "grl_x2_direct_groups_local", "grl_x4_nearest_twostage", "grl_x3_maxpool_euclid",
-        "uformer_leff_linear", "uformer_fastleff_conv_modulators", "uformer_mlp_gray_noshift"]
+        "uformer_leff_linear", "uformer_fastleff_conv_modulators", "uformer_mlp_gray_noshift", "kbnet_s_tiny",
+        "kbnet_s_light_gray"]
 TINY = {"type": "GRL", "embed_dim": 8, "depths": [3], "num_heads_window": [2], "num_heads_stripe": [2],
         "window_size": 4, "stripe_size": [8, 4], "anchor_window_down_factor": 2, "stripe_shift": True,
         "upscale": 2, "upsampler": "pixelshuffledirect", "mlp_ratio": 2.0}
 TINY_UFORMER = {"type": "Uformer", "embed_dim": 2, "depths": [1, 2, 1, 1, 1, 1, 1, 2, 1], "num_heads": [1] * 9,
                 "win_size": 2, "mlp_ratio": 2.0}
+TINY_KBNET = {"type": "KBNet_s", "width": 4, "middle_blk_num": 1, "enc_blk_nums": [1, 1], "dec_blk_nums": [1, 1]}
 
 
 def _params(name: str) -> dict[str, torch.Tensor]:
@@ -250,6 +254,49 @@ def test_uformer_onnx(name: str, tmp_path: Path) -> None:
     assert rep.dynamic, rep.note
 
 
+def test_kbnet_kernel_basis_attention_is_unfold_with_blended_kernels() -> None:
+    """The blended per-pixel kernels applied to ``F.unfold``'s neighbourhoods, written out as loops."""
+    from anysr.archs.kbnet_arch import kernel_basis_attention
+
+    torch.manual_seed(0)
+    b, c, h, w, nset, k, groups = 2, 8, 3, 5, 4, 3, 2
+    x, att = torch.randn(b, c, h, w), torch.randn(b, nset, h, w)
+    bias, weight = torch.randn(1, nset, c), torch.randn(1, nset, c * (c // groups) * k * k)
+    got = kernel_basis_attention(x, att, k, groups, bias, weight)
+    cg = c // groups
+    patches = F.unfold(x, k, padding=k // 2).reshape(b, groups, cg * k * k, h * w)
+    kern = torch.einsum("bsp,sn->bpn", att.reshape(b, nset, h * w), weight[0]).reshape(b, h * w, groups, cg,
+                                                                                           cg * k * k)
+    want = torch.einsum("bpgoj,bgjp->bpgo", kern, patches).reshape(b, h * w, c)
+    want = want + torch.einsum("bsp,sc->bpc", att.reshape(b, nset, h * w), bias[0])
+    torch.testing.assert_close(got, want.transpose(1, 2).reshape(b, c, h, w), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(("opt", "pattern"), [
+    ({"dec_blk_nums": [1]}, r"network_g\.dec_blk_nums: KBNet_s needs one decoder stage per encoder stage"),
+    ({"width": 6}, r"network_g\.width: KBNet_s needs a width that is a multiple of 4"),
+    ({"width": 12, "enc_blk_nums": [1, 1, 1], "dec_blk_nums": [1, 1, 1]}, r"stage widths \[12, 24, 48, 96\]"),
+])
+def test_kbnet_bad_argument_values(opt: dict, pattern: str) -> None:
+    with pytest.raises(OptionError, match=pattern):
+        build_network({**TINY_KBNET, **opt})
+
+
+def test_kbnet_onnx_runs_at_unseen_sizes(tmp_path: Path) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    from anysr.engine.inference.export import export_onnx
+
+    net, io = _case("kbnet_s_tiny")
+    opt = {"type": "KBNet_s", **MANIFEST["kbnet_s_tiny"]["kwargs"]}
+    rep = export_onnx(net, tmp_path / "m.onnx", scale=1, net_opt=opt)
+    assert rep.dynamic is True, rep.note
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    for x in (torch.rand(1, 3, 13, 22), io["input1"]):
+        got = torch.from_numpy(session.run(None, {"input": x.numpy()})[0])
+        with torch.no_grad():
+            torch.testing.assert_close(got, net(x), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("name", ["grl_x1_stripes_shifted", pytest.param("grl_x2_direct_groups_local",
                                                                         marks=pytest.mark.slow)])
 def test_onnx_runs_at_its_fixed_size(name: str, tmp_path: Path) -> None:
@@ -270,7 +317,7 @@ def test_onnx_runs_at_its_fixed_size(name: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("tiny", [TINY, TINY_UFORMER], ids=["GRL", "Uformer"])
+@pytest.mark.parametrize("tiny", [TINY, TINY_UFORMER, TINY_KBNET], ids=["GRL", "Uformer", "KBNet_s"])
 def test_cli_training_run_saves_finite_weights(tiny: dict, tmp_path: Path, small_train_dir: Path) -> None:
     opt = tiny_train_options(f"tiny_{tiny['type'].lower()}", small_train_dir, None, total_iter=2)
     opt["network_g"] = dict(tiny)
@@ -298,6 +345,8 @@ XLA_NETS = {
     "Uformer-leff": (TINY_UFORMER, (2, 3, 20, 33)),
     "Uformer-conv-modulators": ({**TINY_UFORMER, "token_projection": "conv", "token_mlp": "fastleff",
                                  "modulator": True, "cross_modulator": True}, (1, 3, 32, 32)),
+    "KBNet_s": (TINY_KBNET, (2, 3, 7, 10)),
+    "KBNet_s-light": ({**TINY_KBNET, "lightweight": True, "ffn_scale": 1}, (1, 3, 8, 8)),
 }
 
 

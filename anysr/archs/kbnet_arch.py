@@ -26,7 +26,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d
-from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.archs.recognise import NotThisFamily, StateShapes, register_recogniser
 from anysr.registry import ARCH_REGISTRY
 
 
@@ -165,13 +165,15 @@ class KBNet_s(nn.Module):  # noqa: N801 - the original's class name
 def _recognise(s: StateShapes) -> dict[str, object]:
     """KBNet_s from its tensors: image channels, width, blocks per stage, the FFN width and the light 3x3 branch."""
     width = s.dim("intro.weight", 0)
-    first = "encoders.0.0." if "encoders.0.0.w" in s else "middle_blks.0."
+    first = next((k for k in s.keys() if k.endswith(".conv4.weight")), None)
+    if first is None:
+        raise NotThisFamily("no KB block")
+    first = first[: -len("conv4.weight")]
     c = s.dim(first + "conv4.weight", 1)
     return {"img_channel": s.dim("intro.weight", 1), "width": width,
             "middle_blk_num": s.count("middle_blks."),
-            "enc_blk_nums": [s.count(f"encoders.{i}.") for i in s.indices("encoders.")] or
-            [0] * s.count("downs."),
-            "dec_blk_nums": [s.count(f"decoders.{i}.") for i in s.indices("decoders.")] or [0] * s.count("ups."),
+            "enc_blk_nums": [s.count(f"encoders.{i}.") for i in range(s.count("downs."))],
+            "dec_blk_nums": [s.count(f"decoders.{i}.") for i in range(s.count("ups."))],
             "lightweight": s.dim(first + "conv11.1.weight", 2) == 3,
             "ffn_scale": s.dim(first + "conv4.weight", 0) // c}
 
