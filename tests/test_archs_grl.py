@@ -1,10 +1,10 @@
-"""GRL (global, regional and local modelling; Li et al., CVPR 2023), Uformer (Wang et al., CVPR 2022) and KBNet_s
-(kernel basis network; Zhang et al., 2023) against spandrel 0.4.2.
+"""GRL (global, regional and local modelling; Li et al., CVPR 2023), Uformer (Wang et al., CVPR 2022) and KBNet's
+KBNet_s / KBNet_l (kernel basis network; Zhang et al., 2023) against spandrel 0.4.2.
 
 Fixtures come from spandrel 0.4.2 (``tests/fixtures/make_{grl,uformer,kbnet}_fixtures.py``): for GRL
 every head, q/k/v and anchor projection, stage conv, stripe groups, shifted stripes, local connection and the
 Euclidean ablation; for Uformer each feed-forward, both projections, the modulators and the small-stage windows;
-for KBNet_s both conv branches and empty stages.
+for KBNet both conv branches, conv biases and empty stages.
 The state dicts load strictly and give spandrel's outputs, also at sizes off the padding multiple. Also:
 channels_last, bf16 autocast, the meta device, a training step, GRL's stale buffers dropped on load, recognition
 of every fixture's weights, ONNX, a real training run through the CLI, build errors, and XLA:CPU compile-once
@@ -35,13 +35,15 @@ MANIFEST = {case: json.loads((folder / "manifest.json").read_text())["cases"][ca
             for case, folder in CASE_DIR.items()}
 SOME = ["grl_x1_stripes_shifted", "grl_x2_direct_groups_local", "grl_x4_nearest_twostage", "grl_x3_maxpool_euclid",
         "uformer_leff_linear", "uformer_fastleff_conv_modulators", "uformer_mlp_gray_noshift", "kbnet_s_tiny",
-        "kbnet_s_light_gray"]
+        "kbnet_s_light_gray", "kbnet_l_tiny", "kbnet_l_bias_gray"]
 TINY = {"type": "GRL", "embed_dim": 8, "depths": [3], "num_heads_window": [2], "num_heads_stripe": [2],
         "window_size": 4, "stripe_size": [8, 4], "anchor_window_down_factor": 2, "stripe_shift": True,
         "upscale": 2, "upsampler": "pixelshuffledirect", "mlp_ratio": 2.0}
 TINY_UFORMER = {"type": "Uformer", "embed_dim": 2, "depths": [1, 2, 1, 1, 1, 1, 1, 2, 1], "num_heads": [1] * 9,
                 "win_size": 2, "mlp_ratio": 2.0}
 TINY_KBNET = {"type": "KBNet_s", "width": 4, "middle_blk_num": 1, "enc_blk_nums": [1, 1], "dec_blk_nums": [1, 1]}
+TINY_KBNET_L = {"type": "KBNet_l", "dim": 2, "num_blocks": [1, 1, 1, 1], "num_refinement_blocks": 1,
+                "heads": [1, 1, 2, 2]}
 
 
 def _params(name: str) -> dict[str, torch.Tensor]:
@@ -276,18 +278,22 @@ def test_kbnet_kernel_basis_attention_is_unfold_with_blended_kernels() -> None:
     ({"dec_blk_nums": [1]}, r"network_g\.dec_blk_nums: KBNet_s needs one decoder stage per encoder stage"),
     ({"width": 6}, r"network_g\.width: KBNet_s needs a width that is a multiple of 4"),
     ({"width": 12, "enc_blk_nums": [1, 1, 1], "dec_blk_nums": [1, 1, 1]}, r"stage widths \[12, 24, 48, 96\]"),
+    ({"type": "KBNet_l", "dim": 4}, r"network_g\.dim: KBNet_l's level widths \[4, 8, 16, 32\] must each"),
+    ({"type": "KBNet_l", "dim": 2, "heads": [1, 2]}, r"network_g\.num_blocks: KBNet_l needs 4 num_blocks and 4 heads"),
 ])
 def test_kbnet_bad_argument_values(opt: dict, pattern: str) -> None:
+    base = TINY_KBNET_L if opt.get("type") == "KBNet_l" else TINY_KBNET
     with pytest.raises(OptionError, match=pattern):
-        build_network({**TINY_KBNET, **opt})
+        build_network({**base, **opt})
 
 
-def test_kbnet_onnx_runs_at_unseen_sizes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["kbnet_s_tiny", "kbnet_l_tiny"])
+def test_kbnet_onnx_runs_at_unseen_sizes(name: str, tmp_path: Path) -> None:
     ort = pytest.importorskip("onnxruntime")
     from anysr.engine.inference.export import export_onnx
 
-    net, io = _case("kbnet_s_tiny")
-    opt = {"type": "KBNet_s", **MANIFEST["kbnet_s_tiny"]["kwargs"]}
+    net, io = _case(name)
+    opt = {"type": MANIFEST[name]["type"], **MANIFEST[name]["kwargs"]}
     rep = export_onnx(net, tmp_path / "m.onnx", scale=1, net_opt=opt)
     assert rep.dynamic is True, rep.note
     session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
@@ -317,7 +323,8 @@ def test_onnx_runs_at_its_fixed_size(name: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("tiny", [TINY, TINY_UFORMER, TINY_KBNET], ids=["GRL", "Uformer", "KBNet_s"])
+@pytest.mark.parametrize("tiny", [TINY, TINY_UFORMER, TINY_KBNET, TINY_KBNET_L],
+                         ids=["GRL", "Uformer", "KBNet_s", "KBNet_l"])
 def test_cli_training_run_saves_finite_weights(tiny: dict, tmp_path: Path, small_train_dir: Path) -> None:
     opt = tiny_train_options(f"tiny_{tiny['type'].lower()}", small_train_dir, None, total_iter=2)
     opt["network_g"] = dict(tiny)
@@ -347,6 +354,7 @@ XLA_NETS = {
                                  "modulator": True, "cross_modulator": True}, (1, 3, 32, 32)),
     "KBNet_s": (TINY_KBNET, (2, 3, 7, 10)),
     "KBNet_s-light": ({**TINY_KBNET, "lightweight": True, "ffn_scale": 1}, (1, 3, 8, 8)),
+    "KBNet_l": (TINY_KBNET_L, (2, 3, 7, 10)),
 }
 
 
@@ -360,7 +368,8 @@ def test_xla_train_step_compiles_once(arch: str) -> None:
     opt, shape = XLA_NETS[arch]
     torch.manual_seed(0)
     dev = torch_xla.device()
-    net = build_network({**opt, "drop_path_rate": 0.0}).train().to(dev)
+    no_drop = {"drop_path_rate": 0.0} if opt["type"] in ("GRL", "Uformer") else {}
+    net = build_network({**opt, **no_drop}).train().to(dev)
     before = {n for n in metrics.counter_names() if n.startswith("aten::")}
     x = torch.rand(shape).to(dev)
     compiles, losses = [], []

@@ -1,8 +1,9 @@
 """KBNet: kernel basis network for image restoration (Zhang et al., "KBNet: Kernel Basis Network for Image
-Restoration", 2023), the U-Net variant ``KBNet_s``.
+Restoration", 2023): the U-Net ``KBNet_s`` and the Restormer-shaped ``KBNet_l``.
 
-Module names and constructor arguments follow spandrel 0.4.2's ``KBNet_s``, so released checkpoints (denoising,
-deraining, deblurring) load with ``strict=True`` and give the same output. A NAFNet-like U-Net: a 3x3 stem, encoder
+Module names and constructor arguments follow spandrel 0.4.2's ``KBNet_s`` / ``KBNet_l``, so released checkpoints
+(denoising, deraining, deblurring) load with ``strict=True`` and give the same output. ``KBNet_s`` is a NAFNet-like
+U-Net: a 3x3 stem, encoder
 stages of KB blocks each followed by a stride-2 2x2 conv, middle blocks, decoder stages after a 1x1 conv and a
 pixel shuffle plus the encoder's map, a 3x3 conv back to the image, plus the input.
 
@@ -12,8 +13,8 @@ gated by a depth-wise branch and channel attention, then a gated feed-forward fo
 algebra (the neighbourhoods from padded slices rather than ``unfold``, autograd instead of the reference's
 hand-written backward): the same numbers, and it runs on XLA and exports to ONNX.
 
-Size requirement: none. The input is zero-padded at the bottom / right to ``2 ** len(enc_blk_nums)`` (as the
-reference pads) and the output cropped.
+Size requirement: none. ``KBNet_s`` zero-pads the input at the bottom / right to ``2 ** len(enc_blk_nums)`` (as
+the reference pads) and crops the output; ``KBNet_l`` pads to 8 (see its class).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d
+from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, pad_bottom_right
 from anysr.archs.recognise import NotThisFamily, StateShapes, register_recogniser
 from anysr.registry import ARCH_REGISTRY
 
@@ -162,6 +163,156 @@ class KBNet_s(nn.Module):  # noqa: N801 - the original's class name
         return (self.ending(x) + inp)[:, :, :h, :w]
 
 
+class TransAttention(nn.Module):
+    """Transposed (channel x channel) attention per head over L2-normalised q / k, scaled by a learned
+    temperature (Restormer's MDTA), fused."""
+
+    def __init__(self, dim: int, num_heads: int, bias: bool) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        self.temperature = nn.Parameter(torch.ones(num_heads, 1, 1))
+        self.qkv = nn.Conv2d(dim, dim * 3, 1, bias=bias)
+        self.qkv_dwconv = nn.Conv2d(dim * 3, dim * 3, 3, 1, 1, groups=dim * 3, bias=bias)
+        self.project_out = nn.Conv2d(dim, dim, 1, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, c, h, w = x.shape
+        nh = self.num_heads
+        q, k, v = self.qkv_dwconv(self.qkv(x)).reshape(b, 3, nh, c // nh, h * w).unbind(1)
+        q = F.normalize(q, dim=-1) * self.temperature.to(q.dtype)
+        out = F.scaled_dot_product_attention(q, F.normalize(k, dim=-1), v, scale=1.0)
+        return self.project_out(out.reshape(b, c, h, w))
+
+
+class MFF(nn.Module):
+    """KBNet_l's feed-forward: a depth-wise branch (GELU) times a KBA branch, times channel attention."""
+
+    def __init__(self, dim: int, ffn_expansion_factor: float, bias: bool, act: bool = True, gc: int = 2,
+                 nset: int = 32, k: int = 3) -> None:
+        super().__init__()
+        self.act, self.k, self.nset = act, k, nset
+        hidden = int(dim * ffn_expansion_factor)
+        self.dwconv = nn.Sequential(nn.Conv2d(dim, hidden, 1, bias=bias),
+                                    nn.Conv2d(hidden, hidden, 3, 1, 1, groups=hidden, bias=bias))
+        self.project_out = nn.Conv2d(hidden, dim, 1, bias=bias)
+        self.sca = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(dim, hidden, 1))
+        self.conv1 = nn.Sequential(nn.Conv2d(dim, hidden, 1, bias=bias),
+                                   nn.Conv2d(hidden, hidden, 3, 1, 1, groups=hidden, bias=bias))
+        self.g = hidden // gc
+        self.w = nn.Parameter(torch.zeros(1, nset, hidden * hidden // self.g * k**2))
+        self.b = nn.Parameter(torch.zeros(1, nset, hidden))
+        nn.init.kaiming_uniform_(self.w, a=math.sqrt(5))
+        bound = 1 / math.sqrt(nn.init._calculate_fan_in_and_fan_out(self.w)[0])
+        nn.init.uniform_(self.b, -bound, bound)
+        interc = min(dim, 24)
+        self.conv2 = nn.Sequential(nn.Conv2d(dim, interc, 3, 1, 1, groups=interc), SimpleGate(),
+                                   nn.Conv2d(interc // 2, nset, 1))
+        self.conv211 = nn.Conv2d(dim, nset, 1)
+        self.attgamma = nn.Parameter(torch.full((1, nset, 1, 1), 1e-2))
+        self.ga1 = nn.Parameter(torch.full((1, hidden, 1, 1), 1e-2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        sca = self.sca[1](x.mean(dim=(2, 3), keepdim=True))
+        x1 = self.dwconv(x)
+        att = self.conv2(x) * self.attgamma + self.conv211(x)
+        uf = self.conv1(x)
+        x2 = kernel_basis_attention(uf, att, self.k, self.g, self.b, self.w) * self.ga1 + uf
+        y = F.gelu(x1) * x2 if self.act else x1 * x2
+        return self.project_out(y * sca)
+
+
+class KBBlock_l(nn.Module):  # noqa: N801 - the original's module name
+    """``x + attn(norm1(x))`` (the MFF, under the reference's name ``attn``), then ``x + ffn(norm2(x))`` (the
+    transposed attention, under ``ffn``)."""
+
+    def __init__(self, dim: int, num_heads: int, ffn_expansion_factor: float, bias: bool) -> None:
+        super().__init__()
+        self.norm1 = LayerNorm2d(dim)
+        self.ffn = TransAttention(dim, num_heads, bias)
+        self.norm2 = LayerNorm2d(dim)
+        self.attn = MFF(dim, ffn_expansion_factor, bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.ffn(self.norm2(x))
+
+
+@ARCH_REGISTRY.register()
+class KBNet_l(nn.Module):  # noqa: N801 - the original's class name
+    """KBNet's Restormer-shaped variant: three x2 levels (3x3 conv + pixel-unshuffle down, 3x3 conv + pixel-shuffle
+    up, 1x1 channel reductions after the skips), refinement blocks, a 3x3 conv plus the input. The reference takes
+    sides that are multiples of 8; here any input is padded at the bottom / right to 8 (reflection, edge
+    replication past the side) and the output cropped."""
+
+    def __init__(self, *, inp_channels: int = 3, out_channels: int = 3, dim: int = 48,
+                 num_blocks: Sequence[int] = (4, 6, 6, 8), num_refinement_blocks: int = 4,
+                 heads: Sequence[int] = (1, 2, 4, 8), ffn_expansion_factor: float = 1.5, bias: bool = False) -> None:
+        super().__init__()
+        if len(num_blocks) != 4 or len(heads) != 4:
+            raise ArchArgumentError("num_blocks", f"KBNet_l needs 4 num_blocks and 4 heads, not {len(num_blocks)} "
+                                    f"and {len(heads)}")
+        dims = [dim, dim * 2, dim * 4, dim * 8]
+        for d, h in [*zip(dims, heads, strict=True), (dim * 2, heads[0])]:
+            if h < 1 or d % h or (d > 24 and d % 24):
+                raise ArchArgumentError("dim", f"KBNet_l's level widths {dims} must each be a multiple of their "
+                                        f"heads {list(heads)} and at most 24 or a multiple of 24 (its grouped "
+                                        f"convs); dim {dim} does not fit")
+        self.num_in_ch = inp_channels
+        self.tile_multiple = 8
+
+        def level(width: int, n: int, h: int) -> nn.Sequential:
+            return nn.Sequential(*[KBBlock_l(width, h, ffn_expansion_factor, bias) for _ in range(n)])
+
+        def down(width: int) -> nn.Sequential:
+            return nn.Sequential(nn.Conv2d(width, width // 2, 3, 1, 1, bias=False), nn.PixelUnshuffle(2))
+
+        def up(width: int) -> nn.Sequential:
+            return nn.Sequential(nn.Conv2d(width, width * 2, 3, 1, 1, bias=False), nn.PixelShuffle(2))
+
+        self.patch_embed = _Body(nn.Conv2d(inp_channels, dim, 3, 1, 1, bias=False), "proj")  # bias-free there
+        self.encoder_level1 = level(dims[0], num_blocks[0], heads[0])
+        self.down1_2 = _Body(down(dims[0]))
+        self.encoder_level2 = level(dims[1], num_blocks[1], heads[1])
+        self.down2_3 = _Body(down(dims[1]))
+        self.encoder_level3 = level(dims[2], num_blocks[2], heads[2])
+        self.down3_4 = _Body(down(dims[2]))
+        self.latent = level(dims[3], num_blocks[3], heads[3])
+        self.up4_3 = _Body(up(dims[3]))
+        self.reduce_chan_level3 = nn.Conv2d(dims[3], dims[2], 1, bias=bias)
+        self.decoder_level3 = level(dims[2], num_blocks[2], heads[2])
+        self.up3_2 = _Body(up(dims[2]))
+        self.reduce_chan_level2 = nn.Conv2d(dims[2], dims[1], 1, bias=bias)
+        self.decoder_level2 = level(dims[1], num_blocks[1], heads[1])
+        self.up2_1 = _Body(up(dims[1]))
+        self.decoder_level1 = level(dims[1], num_blocks[0], heads[0])
+        self.refinement = level(dims[1], num_refinement_blocks, heads[0])
+        self.output = nn.Conv2d(dims[1], out_channels, 3, 1, 1, bias=bias)
+
+    def forward(self, inp: torch.Tensor) -> torch.Tensor:
+        h, w = inp.shape[-2:]
+        inp = pad_bottom_right(inp, (-h) % 8, (-w) % 8)
+        enc1 = self.encoder_level1(self.patch_embed(inp))
+        enc2 = self.encoder_level2(self.down1_2(enc1))
+        enc3 = self.encoder_level3(self.down2_3(enc2))
+        x = self.latent(self.down3_4(enc3))
+        x = self.decoder_level3(self.reduce_chan_level3(torch.cat([self.up4_3(x), enc3], 1)))
+        x = self.decoder_level2(self.reduce_chan_level2(torch.cat([self.up3_2(x), enc2], 1)))
+        x = self.refinement(self.decoder_level1(torch.cat([self.up2_1(x), enc1], 1)))
+        return (self.output(x) + inp)[:, :, :h, :w]
+
+
+class _Body(nn.Module):
+    """One module under the reference's attribute name (``body`` or ``proj``)."""
+
+    def __init__(self, module: nn.Module, name: str = "body") -> None:
+        super().__init__()
+        self.name = name
+        self.add_module(name, module)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return getattr(self, self.name)(x)
+
+
 def _recognise(s: StateShapes) -> dict[str, object]:
     """KBNet_s from its tensors: image channels, width, blocks per stage, the FFN width and the light 3x3 branch."""
     width = s.dim("intro.weight", 0)
@@ -179,3 +330,27 @@ def _recognise(s: StateShapes) -> dict[str, object]:
 
 
 register_recogniser("KBNet_s", _recognise)
+
+
+def _recognise_l(s: StateShapes) -> dict[str, object]:
+    """KBNet_l from its tensors: channels, width, blocks and heads per level (a level with no blocks shows no
+    heads: 1), the MFF width and the conv biases."""
+    dim = s.dim("patch_embed.proj.weight", 0)
+    levels = ("encoder_level1", "encoder_level2", "encoder_level3", "latent")
+    seen = {0: ("encoder_level1", "decoder_level1", "refinement"), 1: ("encoder_level2", "decoder_level2"),
+            2: ("encoder_level3", "decoder_level3"), 3: ("latent",)}
+    heads = [next((s.dim(f"{n}.0.ffn.temperature", 0) for n in names if f"{n}.0.ffn.temperature" in s), 1)
+             for names in seen.values()]
+    project = next((k for k in s.keys() if k.endswith(".attn.project_out.weight")), None)
+    if project is None:
+        raise NotThisFamily("no KB block")
+    widths = {"encoder_level1": 1, "encoder_level2": 2, "encoder_level3": 4, "latent": 8, "decoder_level3": 4,
+              "decoder_level2": 2, "decoder_level1": 2, "refinement": 2}
+    scale = widths[project.split(".", 1)[0]]
+    return {"inp_channels": s.dim("patch_embed.proj.weight", 1), "out_channels": s.dim("output.weight", 0),
+            "dim": dim, "num_blocks": [s.count(f"{n}.") for n in levels],
+            "num_refinement_blocks": s.count("refinement."), "heads": heads,
+            "ffn_expansion_factor": s.dim(project, 1) / (dim * scale), "bias": "output.bias" in s}
+
+
+register_recogniser("KBNet_l", _recognise_l)
