@@ -23,8 +23,9 @@ buffers are dropped when loading). Vertical stripes sized by ``stripe_groups`` t
 stripe shape; the reference builds them from the horizontal stripe's shape mirrored, which differs only for
 non-square inputs (where its forward fails).
 
-Size requirement: none. The input is padded at the bottom / right to ``tile_multiple`` (the window, the stripe
-and ``stripe_groups * anchor_window_down_factor``) by reflection (edge replication past the side, where the
+Size requirement: none. The input is padded at the bottom / right to ``tile_multiple`` (the least common multiple of
+the window, the fixed stripes and ``stripe_groups * anchor_window_down_factor``; the reference takes the largest,
+the same wherever it runs) by reflection (edge replication past the side, where the
 reference pads zeros), and the output cropped.
 """
 
@@ -622,8 +623,9 @@ class GRL(nn.Module):
         self.anchor_window_down_factor = anchor_window_down_factor
         mean = (0.4488, 0.4371, 0.4040) if in_channels == 3 else (0.0,)
         self.register_buffer("mean", torch.tensor(mean).view(1, -1, 1, 1), persistent=False)
-        largest_group = max(0 if g is None else g for g in stripe_groups) * anchor_window_down_factor
-        self.pad_size = max(window_size, max(0 if s is None else s for s in stripe_size), largest_group)
+        # the reference pads to the largest of these; their least common multiple is the same wherever it runs
+        self.pad_size = math.lcm(window_size, *[s for s in stripe_size if s is not None],
+                                 *[g * anchor_window_down_factor for g in stripe_groups if g is not None])
         self.tile_multiple = self.pad_size
 
         self.conv_first = nn.Conv2d(in_channels, embed_dim, 3, 1, 1)
