@@ -1,9 +1,10 @@
 """Efficient SR architectures SPAN, RealPLKSR (+ layer-norm / DySample variants), OmniSR and SAFMN.
 
-Fixtures come from spandrel 0.4.2 (``tests/fixtures/make_efficient_fixtures.py``): the state dicts load strictly
-and give spandrel's outputs; padded inputs give spandrel's outputs for the same padding. Also: channels_last,
-bf16 autocast, the meta device, SPAN's re-parameterisation, DySample's geometry, build errors, and one XLA:CPU
-compile-once check per architecture (``-m xla`` in the XLA venv).
+Fixtures come from spandrel 0.4.2 (``tests/fixtures/make_efficient_fixtures.py``): the state dicts load strictly and
+give spandrel's outputs; padded inputs give spandrel's outputs for the same padding. Also: SPAN's
+re-parameterisation, DySample's geometry, build errors, and one XLA:CPU compile-once check per architecture (``-m
+xla`` in the XLA venv). The checks every architecture gets (channels_last, bf16 autocast, the meta device,
+gradients, training runs, 2 gloo ranks == 1 process) run from ``tests/test_archs_common.py``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from anysr.errors import OptionError
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "efficient"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
-ONE_PER_ARCH = ["span_x4_norm", "realplksr_x4_ln_dysample", "omnisr_x4", "safmn_x4"]
 
 
 def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
@@ -79,50 +79,6 @@ def test_tile_multiples() -> None:
     assert build_network({"type": "RealPLKSR", "n_blocks": 1}).tile_multiple == 1
     assert build_network({"type": "OmniSR", "num_feat": 16, "window_size": 6}).tile_multiple == 6
     assert build_network({"type": "SAFMN", "dim": 8, "n_blocks": 1}).tile_multiple == 8
-
-
-@pytest.mark.parametrize("name", ONE_PER_ARCH)
-def test_channels_last_input_gives_the_same_output(name: str) -> None:
-    net, io = _case(name)
-    with torch.no_grad():
-        got = net(io["input0"].contiguous(memory_format=torch.channels_last))
-        got_cl = net.to(memory_format=torch.channels_last)(io["input0"].contiguous(memory_format=torch.channels_last))
-    torch.testing.assert_close(got, io["output0"], **FIXTURE_TOL)
-    torch.testing.assert_close(got_cl, io["output0"], **FIXTURE_TOL)
-
-
-@pytest.mark.parametrize("name", ONE_PER_ARCH + ["span_x2_nonorm", "realplksr_x4", "omnisr_x2_nope"])
-def test_bf16_autocast_stays_close(name: str) -> None:
-    net, io = _case(name)
-    x, ref = io["input0"], io["output0"]
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        mixed = net(x).float()
-    assert mixed.shape == ref.shape and torch.isfinite(mixed).all()
-    # bf16 keeps 8 bits of mantissa; relative to the output's range (measured: at most 0.009 on these cases)
-    err = (mixed - ref).abs().max().item() / ref.abs().max().item()
-    assert err < 0.05, f"{name}: bf16 autocast off by {err:.3g} of the output range"
-    # SPAN folds its convs in float32 even under autocast: the stored weights keep their dtype
-    assert all(p.dtype == torch.float32 for p in net.parameters())
-
-
-@pytest.mark.parametrize("name", ONE_PER_ARCH)
-def test_forward_creates_no_tensor_off_the_input_device(name: str) -> None:
-    net, io = _case(name)
-    net = net.to("meta")
-    out = net(torch.empty(io["input1"].shape, device="meta"))
-    assert out.device.type == "meta" and out.shape == io["output1"].shape
-
-
-@pytest.mark.parametrize("name", ONE_PER_ARCH)
-def test_training_step_gives_finite_gradients(name: str) -> None:
-    net, io = _case(name)
-    net.train()
-    x = io["input0"]
-    loss = net(x).square().mean()
-    loss.backward()
-    trained = [(n, p) for n, p in net.named_parameters() if p.requires_grad]
-    assert all(p.grad is not None and torch.isfinite(p.grad).all() for _, p in trained), \
-        [n for n, p in trained if p.grad is None]
 
 
 # ----------------------------------------------------------------------------- SPAN

@@ -2,9 +2,10 @@
 
 Fixtures come from spandrel 0.4.2 (``tests/fixtures/make_enhance_fixtures.py``): the state dicts load strictly and
 give spandrel's outputs; inputs off the size requirement give spandrel's outputs for the same padding. Also: the
-pieces rewritten for XLA (HVI colour transforms with ``torch.where``, the 8x8 FFTs as DFT matrices, bilinear
-resizes by gathers), channels_last, bf16 autocast, the meta device, ONNX, CLI training, two gloo ranks, and one
-XLA:CPU compile-once / no-CPU-fallback check per architecture (``-m xla`` in the XLA venv).
+pieces rewritten for XLA (HVI colour transforms with ``torch.where``, the 8x8 FFTs as DFT matrices, bilinear resizes
+by gathers), ONNX and one XLA:CPU compile-once / no-CPU-fallback check per architecture (``-m xla`` in the XLA
+venv). The checks every architecture gets (channels_last, bf16 autocast, the meta device, gradients, training runs,
+2 gloo ranks == 1 process) run from ``tests/test_archs_common.py``.
 """
 
 from __future__ import annotations
@@ -16,11 +17,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import FIXTURE_TOL, run_cli, saved_weights, tiny_train_options, write_options
+from conftest import FIXTURE_TOL
 from safetensors.torch import load_file
 from torch.nn import functional as F
 
-from anysr.accelerators.precision import to_channels_last
 from anysr.archs import build_network
 from anysr.archs.fftformer_arch import dft_bases, from_patches, to_patches
 from anysr.archs.resize_util import resize_bilinear_gather
@@ -29,8 +29,6 @@ from anysr.errors import OptionError
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "enhance"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
-ONE_PER_ARCH = ["retinexformer_2s", "hvicidnet_norm", "fftformer_bias", "mixdehazenet"]
-FROZEN = {"HVICIDNet": "I_LCA5.", "FFTformer": "reduce_chan_level2."}  # modules the authors' forward never uses
 
 TINY = {
     "RetinexFormer": {"type": "RetinexFormer", "n_feat": 4, "stage": 1},
@@ -99,51 +97,6 @@ def test_type_aliases() -> None:
         assert type(build_network({"type": alias, "channels": [4, 4, 8, 8], "heads": [1, 1, 2, 2]})).__name__ \
             == "HVICIDNet"
     assert type(build_network({"type": "Retinexformer", "n_feat": 4, "stage": 1})).__name__ == "RetinexFormer"
-
-
-@pytest.mark.parametrize("name", ONE_PER_ARCH)
-def test_channels_last_input_gives_the_same_output(name: str) -> None:
-    net, io = _case(name)
-    x = io["input0"].contiguous(memory_format=torch.channels_last)
-    with torch.no_grad():
-        got = net(x)
-        got_cl = to_channels_last(net)(x)  # what training does (FFTformer's 5-D spectral weights stay as they are)
-    torch.testing.assert_close(got, io["output0"], **FIXTURE_TOL)
-    torch.testing.assert_close(got_cl, io["output0"], **FIXTURE_TOL)
-
-
-@pytest.mark.parametrize("name", ONE_PER_ARCH)
-def test_bf16_autocast_stays_close(name: str) -> None:
-    net, io = _case(name)
-    x, ref = io["input0"], io["output0"]
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        mixed = net(x).float()
-    assert mixed.shape == ref.shape and torch.isfinite(mixed).all()
-    # bf16 keeps 8 bits of mantissa; relative to the output's range (measured: at most 0.023, HVICIDNet with norms)
-    err = (mixed - ref).abs().max().item() / ref.abs().max().item()
-    assert err < 0.05, f"{name}: bf16 autocast off by {err:.3g} of the output range"
-    assert all(p.dtype == torch.float32 for p in net.parameters())
-
-
-@pytest.mark.parametrize("name", ONE_PER_ARCH)
-def test_forward_creates_no_tensor_off_the_input_device(name: str) -> None:
-    net, io = _case(name)
-    net = net.to("meta")
-    out = net(torch.empty(io["input1"].shape, device="meta"))
-    assert out.device.type == "meta" and out.shape == io["output1"].shape
-
-
-@pytest.mark.parametrize("name", ONE_PER_ARCH)
-def test_training_step_gives_finite_gradients(name: str) -> None:
-    net, io = _case(name)
-    net.train()
-    net(io["input0"]).square().mean().backward()
-    trained = [(n, p) for n, p in net.named_parameters() if p.requires_grad]
-    assert all(p.grad is not None and torch.isfinite(p.grad).all() for _, p in trained), \
-        [n for n, p in trained if p.grad is None or not torch.isfinite(p.grad).all()]
-    frozen = {n for n, p in net.named_parameters() if not p.requires_grad}
-    prefix = FROZEN.get(MANIFEST[name]["type"])
-    assert frozen == ({n for n, _ in net.named_parameters() if n.startswith(prefix)} if prefix else set())
 
 
 @pytest.mark.parametrize(("name", "prefix"), [("hvicidnet", "I_LCA5."), ("fftformer", "reduce_chan_level2.")])
@@ -285,48 +238,6 @@ def test_onnx_mixdehazenet_is_exported_for_a_fixed_size(tmp_path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- CLI training
-
-def _train_opt(arch: str, name: str, train_dir: Path, **extra: object) -> dict:
-    opt = tiny_train_options(name, train_dir, None, total_iter=2, **extra)
-    opt["scale"] = 1
-    opt["network_g"] = dict(TINY[arch])
-    opt["datasets"]["train"]["batch_size_per_gpu"] = 2
-    gt = 40 if arch == "MixDehazeNet" else 32
-    opt["datasets"]["train"]["gt_size"] = gt
-    return opt
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("arch", sorted(TINY))
-def test_cli_training_run(arch: str, tmp_path: Path, small_train_dir: Path) -> None:
-    path = write_options(tmp_path / "o.yml", _train_opt(arch, f"t_{arch}", small_train_dir))
-    run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
-    saved = saved_weights(tmp_path / "experiments" / f"t_{arch}", 2)  # "params." and "params_ema." entries
-    assert all(torch.isfinite(v.float()).all() for v in saved.values())
-    weights = {k.removeprefix("params."): v for k, v in saved.items() if k.startswith("params.")}
-    fresh = build_network(dict(TINY[arch])).state_dict()
-    assert set(weights) == set(fresh)
-    net = build_network(dict(TINY[arch]))
-    net.load_state_dict(weights, strict=True)
-    assert any(not torch.equal(weights[k], fresh[k]) for k, p in net.named_parameters() if p.requires_grad)
-
-
-@pytest.mark.slow
-def test_two_gloo_ranks_match_one_process_hvicidnet(tmp_path: Path, small_train_dir: Path) -> None:
-    """HVICIDNet under DDP (find_unused_parameters off): the authors' unused I_LCA5 is frozen, so no rank waits
-    for its gradients; 2 ranks x batch 2 == 1 process x batch 4."""
-    for name, ranks, batch in (("one", 1, 4), ("two", 2, 2)):
-        opt = _train_opt("HVICIDNet", name, small_train_dir)
-        opt["num_gpu"] = ranks
-        opt["datasets"]["train"]["batch_size_per_gpu"] = batch
-        path = write_options(tmp_path / f"{name}.yml", opt)
-        proc = run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
-        if ranks == 2:
-            assert "rank 0/2" in proc.stdout
-    one = saved_weights(tmp_path / "experiments" / "one", 2)
-    two = saved_weights(tmp_path / "experiments" / "two", 2)
-    for k in one:
-        torch.testing.assert_close(one[k], two[k], rtol=1e-4, atol=1e-5, msg=k)
 
 
 # ----------------------------------------------------------------------------- XLA:CPU

@@ -3,9 +3,10 @@
 Fixtures come from traiNNer-redux's own source (``tests/fixtures/make_escmix_fixtures.py``): the state dicts load
 strictly and give its outputs (eval mode, sizes that need the window / unshuffle / multiple-of-8 padding, batches
 in the training-mode path, batch-norm batch statistics).
-Also: channels_last, bf16 autocast, the meta device, training gradients, ONNX through
-anysr's exporter, real CLI training runs, 2 gloo ranks == 1 process, and per architecture an XLA:CPU train step
+Also: ONNX through anysr's exporter, and per architecture an XLA:CPU train step
 that compiles once with no aten op left to the CPU (``-m xla``).
+The checks every architecture gets (channels_last, bf16 autocast, the meta device, gradients, training runs,
+2 gloo ranks == 1 process) run from ``tests/test_archs_common.py``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import FIXTURE_TOL, run_cli, tiny_train_options, write_options
+from conftest import FIXTURE_TOL
 from safetensors.torch import load_file
 from torch.nn import functional as F
 
@@ -29,7 +30,6 @@ from anysr.errors import OptionError
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "escmix"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
-ESC_CASES = sorted(n for n in MANIFEST if n.startswith(("escrealm", "lkfmixer", "sebica", "eimn", "mosrv2")))
 ONE = "escrealm_x4"
 ONE_PER_ARCH = [ONE, "lkfmixer_x4", "sebica_x4", "eimn_x2", "mosrv2_x4_ln"]
 
@@ -116,47 +116,6 @@ def test_tile_multiples() -> None:
     assert build_network(TINY["EIMN"]).tile_multiple == 1
     assert build_network(TINY["MoSRv2"]).tile_multiple == 2
     assert build_network({**TINY["MoSRv2"], "unshuffle_mod": False}).tile_multiple == 1
-
-
-@pytest.mark.parametrize("name", [*ONE_PER_ARCH, "escrealm_x2_unshuffle_ps"])
-def test_channels_last_input_gives_the_same_output(name: str) -> None:
-    net, io = _case(name)
-    x = io["input0"].contiguous(memory_format=torch.channels_last)
-    with torch.no_grad():
-        got = net(x)
-        got_cl = net.to(memory_format=torch.channels_last)(x)
-    torch.testing.assert_close(got, io["output0"], **FIXTURE_TOL)
-    torch.testing.assert_close(got_cl, io["output0"], **FIXTURE_TOL)
-
-
-@pytest.mark.parametrize("name", ESC_CASES)
-def test_bf16_autocast_stays_close(name: str) -> None:
-    net, io = _case(name)
-    x, ref = io["input0"], io["output0"]
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        mixed = net(x).float()
-    assert mixed.shape == ref.shape and torch.isfinite(mixed).all()
-    err = (mixed - ref).abs().max().item() / ref.abs().max().item()
-    assert err < 0.05, f"{name}: bf16 autocast off by {err:.3g} of the output range"
-
-
-@pytest.mark.parametrize("name", [*ONE_PER_ARCH, "escrealm_x1_unshuffle_psd"])
-def test_forward_creates_no_tensor_off_the_input_device(name: str) -> None:
-    net, io = _case(name)
-    net = net.to("meta")
-    out = net(torch.empty(io["input1"].shape, device="meta"))
-    assert out.device.type == "meta" and out.shape == io["output1"].shape
-
-
-@pytest.mark.parametrize("name", [*ONE_PER_ARCH, "escrealm_x2_unshuffle_ps", "lkfmixer_x2", "sebica_x2",
-                                  "eimn_x4_depth2", "mosrv2_x2_unshuffle_rms_ps"])
-def test_training_step_gives_finite_gradients(name: str) -> None:
-    net, io = _case(name)
-    net.train()
-    net(torch.cat([io["input0"]] * 2)).square().mean().backward()
-    trained = [(n, p) for n, p in net.named_parameters() if p.requires_grad]
-    assert all(p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0 for _, p in trained), \
-        [n for n, p in trained if p.grad is None or not p.grad.abs().sum() > 0]
 
 
 @pytest.mark.parametrize("name", ONE_PER_ARCH)
@@ -262,50 +221,6 @@ def test_onnx_export_runs_at_sizes_it_never_saw(arch: str, tmp_path: Path) -> No
 
 
 # ----------------------------------------------------------------------------- real training runs (CLI)
-
-def _train_opt(name: str, train_dir: Path, val_dir: Path | None = None, arch: str = "ESCRealM") -> dict:
-    opt = tiny_train_options(name, train_dir, val_dir, total_iter=4)
-    opt["network_g"] = dict(TINY[arch])
-    opt["logger"]["save_checkpoint_freq"] = 4
-    if val_dir is not None:
-        opt["val"]["val_freq"] = 4
-    return opt
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("arch", sorted(TINY))
-def test_cli_training_run_saves_finite_weights(arch: str, tmp_path: Path, small_train_dir: Path) -> None:
-    path = write_options(tmp_path / "run.yml", _train_opt("run", small_train_dir, arch=arch))
-    run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
-    stored = load_file(str(tmp_path / "experiments" / "run" / "models" / "net_g_4.safetensors"))
-    saved = {k.removeprefix("params."): v for k, v in stored.items() if k.startswith("params.")}
-    fresh = build_network(TINY[arch]).state_dict()
-    assert set(saved) == set(fresh)
-    assert all(torch.isfinite(v).all() for v in saved.values() if v.is_floating_point())
-    if arch == "ESCRealM":  # the zero-initialised kernel predictor has moved
-        key = "blocks.0.pconvs.0.plk.dwc_proj.3.weight"
-        assert not torch.equal(saved[key], fresh[key]) and torch.equal(fresh[key], torch.zeros_like(fresh[key]))
-
-
-
-@pytest.mark.slow
-def test_two_gloo_ranks_match_one_process(tmp_path: Path, small_train_dir: Path, small_val_dir: Path) -> None:
-    """ESCRealM: 2 ranks x batch 2 == 1 process x batch 4."""
-    runs = {}
-    for name, num_gpu, batch in (("one", 1, 4), ("two", 2, 2)):
-        opt = _train_opt(name, small_train_dir, small_val_dir)
-        opt["num_gpu"] = num_gpu
-        opt["datasets"]["train"]["batch_size_per_gpu"] = batch
-        path = write_options(tmp_path / f"{name}.yml", opt)
-        runs[name] = run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
-    assert "rank 0/2" in runs["two"].stdout
-    wa = load_file(str(tmp_path / "experiments" / "one" / "models" / "net_g_4.safetensors"))
-    wb = load_file(str(tmp_path / "experiments" / "two" / "models" / "net_g_4.safetensors"))
-    for k in wa:
-        torch.testing.assert_close(wa[k], wb[k], rtol=1e-4, atol=1e-5, msg=k)
-    va = json.loads((tmp_path / "experiments" / "one" / "summary.json").read_text())["validation"]
-    vb = json.loads((tmp_path / "experiments" / "two" / "summary.json").read_text())["validation"]
-    assert va["val"]["psnr"]["value"] == pytest.approx(vb["val"]["psnr"]["value"], abs=2e-3)
 
 
 # ----------------------------------------------------------------------------- XLA:CPU

@@ -1,11 +1,13 @@
 """Face restorers GFPGANv1Clean (+ StyleGAN2GeneratorClean) and RestoreFormer, BasicSR's StyleGAN2Generator /
 StyleGAN2Discriminator.
 
-Fixtures come from spandrel 0.4.2 and BasicSR 1.4.2 (``tests/fixtures/make_face_fixtures.py``; parameters stored
-as exact float16 values): the state dicts load strictly and give the references' outputs (stored noise maps,
-padded inputs as spandrel pads them). Also: channels_last, bf16 autocast, the meta device, a training step, ONNX,
-build errors, CLI training runs, 2 gloo ranks == 1 process, and XLA:CPU compile-once / no-fallback checks
-(``-m xla`` in the XLA venv).
+Fixtures come from spandrel 0.4.2 and BasicSR 1.4.2 (``tests/fixtures/make_face_fixtures.py``; parameters stored as
+exact float16 values): the state dicts load strictly and give the references' outputs (stored noise maps, padded
+inputs as spandrel pads them). Also: channels_last, bf16 autocast, the meta device, a training step, ONNX, build
+errors, a GAN training run, 2 gloo ranks == 1 process for RestoreFormer (unused parameters), and XLA:CPU
+compile-once / no-fallback checks (``-m xla`` in the XLA venv). The checks every architecture gets (channels_last,
+bf16 autocast, the meta device, gradients, training runs, 2 gloo ranks == 1 process) run from
+``tests/test_archs_common.py``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import FIXTURE_TOL, run_cli, tiny_train_options, write_options
+from arch_checks import train
+from conftest import FIXTURE_TOL, tiny_train_options
 from safetensors.torch import load_file
 
 from anysr.accelerators.precision import to_channels_last
@@ -362,7 +365,7 @@ def test_bad_argument_values(opt: dict, pattern: str) -> None:
         build_network(opt)
 
 
-# ----------------------------------------------------------------------------- CLI training
+# ----------------------------------------------------------------------------- training runs
 
 GFPGAN_TINY = {"type": "GFPGANv1Clean", "out_size": 32, "num_style_feat": 16, "channel_multiplier": 1,
                "num_mlp": 2, "narrow": 1 / 32}
@@ -391,26 +394,14 @@ def _saved_finite(tmp_path: Path, name: str, it: int, net: str = "net_g") -> dic
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("net", [GFPGAN_TINY, RF_TINY], ids=["GFPGANv1Clean", "RestoreFormer"])
-def test_cli_training_run(tmp_path: Path, small_train_dir: Path, net: dict[str, Any]) -> None:
-    name = net["type"].lower()
-    path = write_options(tmp_path / f"{name}.yml", _face_options(name, small_train_dir, net))
-    run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
-    weights = _saved_finite(tmp_path, name, 2)
-    start = build_network(dict(net)).state_dict()
-    assert set(weights) == set(start)
-
-
-@pytest.mark.slow
-def test_cli_gan_run_with_the_stylegan2_discriminator(tmp_path: Path, small_train_dir: Path) -> None:
+def test_gan_training_run_with_the_stylegan2_discriminator(tmp_path: Path, small_train_dir: Path) -> None:
     opt = tiny_train_options("sg2d", small_train_dir, None, total_iter=2)
     opt["model_type"] = "SRGANModel"
     opt["network_d"] = {"type": "StyleGAN2Discriminator", "out_size": 32, "narrow": 1 / 64, "stddev_group": 4}
     opt["train"]["optim_d"] = {"type": "Adam", "lr": 1e-3, "betas": [0.9, 0.99]}
     opt["train"]["gan_opt"] = {"type": "GANLoss", "gan_type": "vanilla", "loss_weight": 0.01}
     opt["logger"]["save_checkpoint_freq"] = 2
-    path = write_options(tmp_path / "sg2d.yml", opt)
-    run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
+    train(tmp_path, opt)  # in this process (the command line's own path: tests/test_archs_common.py)
     _saved_finite(tmp_path, "sg2d", 2)
     state = torch.load(tmp_path / "experiments" / "sg2d" / "training_states" / "2.state", weights_only=True)
     net_d = state["model"]["nets"]["net_d"]
@@ -422,17 +413,17 @@ def test_cli_gan_run_with_the_stylegan2_discriminator(tmp_path: Path, small_trai
 @pytest.mark.slow
 def test_restoreformer_two_gloo_ranks_match_one_process(tmp_path: Path, small_train_dir: Path) -> None:
     """The encoder's self-attentions never use their norm2: DDP needs find_unused_parameters (as for GFPGAN)."""
-    paths = {}
+    paths: dict[str, dict[str, Any]] = {}
     for name, num_gpu, batch in (("one", 1, 4), ("two", 2, 2)):
         opt = _face_options(name, small_train_dir, RF_TINY, total_iter=2)
         opt["num_gpu"], opt["find_unused_parameters"] = num_gpu, True
         opt["datasets"]["train"]["batch_size_per_gpu"] = batch
         opt["logger"]["save_checkpoint_freq"] = 1
         opt["train"]["optim_g"] = {"type": "SGD", "lr": 0.5}
-        paths[name] = write_options(tmp_path / f"{name}.yml", opt)
-    run_cli("train", "-opt", str(paths["one"]), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
-    proc = run_cli("train", "-opt", str(paths["two"]), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
-    assert "rank 0/2" in proc.stdout
+        paths[name] = opt
+    train(tmp_path, paths["one"])
+    _, log = train(tmp_path, paths["two"])
+    assert "rank 0/2" in log
     one, two = _saved_finite(tmp_path, "one", 2), _saved_finite(tmp_path, "two", 2)
     first = _saved_finite(tmp_path, "one", 1)
     assert any(not torch.equal(one[k], first[k]) for k in one if k.startswith("decoder."))  # it trains

@@ -2,9 +2,10 @@
 
 Fixtures come from spandrel 0.4.2 (``tests/fixtures/make_fdatgrl_fixtures.py``): the state dicts load strictly
 and give spandrel's outputs, also at sizes off the window / unshuffle multiple. Also: the ``MetaUpsample``
-buffer, channels_last, bf16 autocast, the meta device, a training step, ONNX at unseen sizes, real training runs
-through the CLI (one with two gloo ranks), build errors, and XLA:CPU compile-once without CPU fallbacks
+buffer, ONNX at unseen sizes, build errors, and XLA:CPU compile-once without CPU fallbacks
 (``-m xla`` in the XLA venv).
+The checks every architecture gets (channels_last, bf16 autocast, the meta device, gradients, training runs,
+2 gloo ranks == 1 process) run from ``tests/test_archs_common.py``.
 """
 
 from __future__ import annotations
@@ -15,10 +16,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import FIXTURE_TOL, run_cli, tiny_train_options, write_options
+from conftest import FIXTURE_TOL
 from safetensors.torch import load_file
 
-from anysr.accelerators.precision import to_channels_last
 from anysr.archs import build_network
 from anysr.archs.arch_util import input_channels
 from anysr.errors import OptionError
@@ -26,8 +26,6 @@ from anysr.errors import OptionError
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "fdatgrl"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
-ONE_PER_HEAD = ["fdat_x4_transpose", "fdat_x2_unshuffle_pixelshuffle", "fdat_x3_pa_up", "fdat_x2_dysample",
-                "fdat_x1_unshuffle_nearest", "fdat_x2_lda"]
 TINY = {"FDAT": {"type": "FDAT", "embed_dim": 8, "num_groups": 1, "depth_per_group": 1, "num_heads": 2,
                  "window_size": 4, "aim_reduction_ratio": 4, "mid_dim": 8, "scale": 2}}
 
@@ -99,46 +97,6 @@ def test_published_layout_sizes() -> None:
                       "fdat_large": 11_121_579}
 
 
-@pytest.mark.parametrize("name", ONE_PER_HEAD)
-def test_channels_last_input_gives_the_same_output(name: str) -> None:
-    net, io = _case(name)
-    x = io["input0"].contiguous(memory_format=torch.channels_last)
-    with torch.no_grad():
-        got = net(x)
-        got_cl = to_channels_last(net)(x)  # anysr's conversion (LDA's 5-d bias table stays as it is)
-    torch.testing.assert_close(got, io["output0"], **FIXTURE_TOL)
-    torch.testing.assert_close(got_cl, io["output0"], **FIXTURE_TOL)
-
-
-@pytest.mark.parametrize("name", ONE_PER_HEAD)
-def test_bf16_autocast_stays_close(name: str) -> None:
-    net, io = _case(name)
-    x, ref = io["input1"], io["output1"]
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        mixed = net(x).float()
-    assert mixed.shape == ref.shape and torch.isfinite(mixed).all()
-    err = (mixed - ref).abs().max().item() / ref.abs().max().item()
-    assert err < 0.05, f"{name}: bf16 autocast off by {err:.3g} of the output range"
-
-
-@pytest.mark.parametrize("name", ONE_PER_HEAD)
-def test_forward_creates_no_tensor_off_the_input_device(name: str) -> None:
-    net, io = _case(name)
-    net = net.to("meta")
-    out = net(torch.empty(io["input1"].shape, device="meta"))
-    assert out.device.type == "meta" and out.shape == io["output1"].shape
-
-
-@pytest.mark.parametrize("name", ONE_PER_HEAD)
-def test_training_step_gives_finite_gradients(name: str) -> None:
-    net, io = _case(name)
-    net.train()
-    net(io["input1"]).square().mean().backward()
-    trained = [(n, p) for n, p in net.named_parameters() if p.requires_grad]
-    missing = [n for n, p in trained if p.grad is None or not torch.isfinite(p.grad).all()]
-    assert not missing, missing
-
-
 def test_unused_gate_of_each_block_is_never_trained() -> None:
     """A spatial block gates with ``cg`` only and a channel block with ``sg`` only; the other gate's weights are
     kept (checkpoints carry them) but frozen, so DDP sees no unused trainable parameter."""
@@ -197,44 +155,6 @@ def test_onnx_runs_at_unseen_sizes(name: str, tmp_path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- training through the CLI
-
-@pytest.mark.slow
-def test_cli_training_run_saves_finite_weights(tmp_path: Path, small_train_dir: Path) -> None:
-    opt = tiny_train_options("tiny_fdat", small_train_dir, None, total_iter=4)
-    opt["network_g"] = dict(TINY["FDAT"])
-    opt["datasets"]["train"]["batch_size_per_gpu"] = 2
-    run_cli("train", "-opt", str(write_options(tmp_path / "t.yml", opt)), "--force_yml", f"path.root={tmp_path}",
-            cwd=tmp_path)
-    saved = load_file(str(tmp_path / "experiments" / opt["name"] / "models" / "net_g_4.safetensors"))
-    weights = {k.removeprefix("params."): v for k, v in saved.items() if k.startswith("params.")}
-    net = build_network(dict(TINY["FDAT"]))
-    assert set(weights) == set(net.state_dict())
-    assert all(torch.isfinite(v).all() for v in weights.values() if v.is_floating_point())
-    start = net.state_dict()
-    assert [k for k in weights if k.endswith("weight") and not torch.equal(weights[k], start[k])], \
-        "training changed no weight"
-
-
-@pytest.mark.slow
-def test_two_gloo_ranks_match_one_process(tmp_path: Path, small_train_dir: Path, small_val_dir: Path) -> None:
-    paths = {}
-    for name, num_gpu, batch in (("one", 1, 4), ("two", 2, 2)):
-        opt = tiny_train_options(name, small_train_dir, small_val_dir, total_iter=4)
-        opt["network_g"] = dict(TINY["FDAT"], drop_path_rate=0.0)
-        opt["num_gpu"] = num_gpu
-        opt["datasets"]["train"]["batch_size_per_gpu"] = batch
-        opt["val"]["val_freq"] = 4
-        paths[name] = write_options(tmp_path / f"{name}.yml", opt)
-    run_cli("train", "-opt", str(paths["one"]), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
-    proc = run_cli("train", "-opt", str(paths["two"]), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
-    assert "rank 0/2" in proc.stdout
-    wa = load_file(str(tmp_path / "experiments" / "one" / "models" / "net_g_4.safetensors"))
-    wb = load_file(str(tmp_path / "experiments" / "two" / "models" / "net_g_4.safetensors"))
-    for k in wa:
-        torch.testing.assert_close(wa[k], wb[k], rtol=1e-4, atol=1e-5, msg=k)
-    va = json.loads((tmp_path / "experiments" / "one" / "summary.json").read_text())["validation"]
-    vb = json.loads((tmp_path / "experiments" / "two" / "summary.json").read_text())["validation"]
-    assert va["val"]["psnr"]["value"] == pytest.approx(vb["val"]["psnr"]["value"], abs=2e-3)
 
 
 # ----------------------------------------------------------------------------- XLA:CPU

@@ -2,9 +2,10 @@
 
 Fixtures come from traiNNer-redux's source (``tests/fixtures/make_hitsr_fixtures.py``): the state dicts load
 strictly and give its outputs in eval mode, sizes the blocks must pad included (SNG's twice-the-window padding with
-two reflections too). Also: channels_last, bf16 autocast, the meta device, training gradients, ONNX through anysr's
-exporter, real CLI training runs, 2 gloo ranks == 1 process, and per architecture an XLA:CPU train step that
+two reflections too). Also: ONNX through anysr's exporter and per architecture an XLA:CPU train step that
 compiles once with no aten op left to the CPU (``-m xla``).
+The checks every architecture gets (channels_last, bf16 autocast, the meta device, gradients, training runs,
+2 gloo ranks == 1 process) run from ``tests/test_archs_common.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import FIXTURE_TOL, run_cli, tiny_train_options, write_options
+from conftest import FIXTURE_TOL
 from safetensors.torch import load_file
 
 from anysr.archs import build_network
@@ -24,7 +25,6 @@ from anysr.errors import OptionError
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "hitsr"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
-ONE_PER_ARCH = ["hit_sir_x4", "hit_sng_x4", "hit_srf_x4"]
 ARCHS = ["HiT_SIR", "HiT_SNG", "HiT_SRF"]
 
 # Tiny x2 networks of each arch (training runs, ONNX, XLA): windows 2 and 4
@@ -68,46 +68,6 @@ def test_fixtures_include_sizes_that_need_padding() -> None:
     padded = {MANIFEST[n]["type"] for n in MANIFEST
               if any(s % 8 for s in load_file(str(FIXTURES / f"{n}_io.safetensors"))["input1"].shape[-2:])}
     assert padded == set(ARCHS)
-
-
-@pytest.mark.parametrize("name", ONE_PER_ARCH)
-def test_channels_last_input_gives_the_same_output(name: str) -> None:
-    net, io = _case(name)
-    x = io["input0"].contiguous(memory_format=torch.channels_last)
-    with torch.no_grad():
-        got = net(x)
-        got_cl = net.to(memory_format=torch.channels_last)(x)
-    torch.testing.assert_close(got, io["output0"], **FIXTURE_TOL)
-    torch.testing.assert_close(got_cl, io["output0"], **FIXTURE_TOL)
-
-
-@pytest.mark.parametrize("name", sorted(MANIFEST))
-def test_bf16_autocast_stays_close(name: str) -> None:
-    net, io = _case(name)
-    x, ref = io["input0"], io["output0"]
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        mixed = net(x).float()
-    assert mixed.shape == ref.shape and torch.isfinite(mixed).all()
-    err = (mixed - ref).abs().max().item() / ref.abs().max().item()
-    assert err < 0.05, f"{name}: bf16 autocast off by {err:.3g} of the output range"
-
-
-@pytest.mark.parametrize("name", ONE_PER_ARCH)
-def test_forward_creates_no_tensor_off_the_input_device(name: str) -> None:
-    net, io = _case(name)
-    net = net.to("meta")
-    out = net(torch.empty(io["input1"].shape, device="meta"))
-    assert out.device.type == "meta" and out.shape == io["output1"].shape
-
-
-@pytest.mark.parametrize("name", ONE_PER_ARCH)
-def test_training_step_gives_finite_gradients(name: str) -> None:
-    net, io = _case(name)
-    net.train()
-    net(io["input0"]).square().mean().backward()
-    trained = [(n, p) for n, p in net.named_parameters() if p.requires_grad]
-    missing = [n for n, p in trained if p.grad is None or not torch.isfinite(p.grad).all()]
-    assert trained and not missing, missing
 
 
 # ----------------------------------------------------------------------------- other behaviour
@@ -183,40 +143,6 @@ def test_onnx_export_runs_at_sizes_it_never_saw(arch: str, tmp_path: Path) -> No
 
 
 # ----------------------------------------------------------------------------- real training runs (CLI)
-
-@pytest.mark.slow
-@pytest.mark.parametrize("arch", ARCHS)
-def test_cli_training_run_saves_finite_weights(arch: str, tmp_path: Path, small_train_dir: Path) -> None:
-    opt = tiny_train_options(arch.lower(), small_train_dir, None, total_iter=4)
-    opt["network_g"] = dict(TINY[arch])
-    opt["logger"]["save_checkpoint_freq"] = 4
-    path = write_options(tmp_path / f"{arch}.yml", opt)
-    run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
-    stored = load_file(str(tmp_path / "experiments" / arch.lower() / "models" / "net_g_4.safetensors"))
-    saved = {k.removeprefix("params."): v for k, v in stored.items() if k.startswith("params.")}
-    fresh = build_network(TINY[arch]).state_dict()
-    assert set(saved) == set(fresh)
-    assert all(torch.isfinite(v).all() for v in saved.values() if v.is_floating_point())
-    key = "layers.0.residual_group.blocks.0.norm1.weight"  # every fresh network has ones here
-    assert not torch.equal(saved[key], fresh[key]), f"{key} was not trained"
-
-
-@pytest.mark.slow
-def test_two_gloo_ranks_match_one_process(tmp_path: Path, small_train_dir: Path) -> None:
-    """HiT_SNG: 2 ranks x batch 2 == 1 process x batch 4."""
-    for name, num_gpu, batch in (("one", 1, 4), ("two", 2, 2)):
-        opt = tiny_train_options(name, small_train_dir, None, total_iter=4)
-        opt["network_g"] = dict(TINY["HiT_SNG"])
-        opt["num_gpu"] = num_gpu
-        opt["datasets"]["train"]["batch_size_per_gpu"] = batch
-        path = write_options(tmp_path / f"{name}.yml", opt)
-        run = run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
-        if num_gpu == 2:
-            assert "rank 0/2" in run.stdout
-    wa = load_file(str(tmp_path / "experiments" / "one" / "models" / "net_g_4.safetensors"))
-    wb = load_file(str(tmp_path / "experiments" / "two" / "models" / "net_g_4.safetensors"))
-    for k in wa:
-        torch.testing.assert_close(wa[k], wb[k], rtol=1e-4, atol=1e-5, msg=k)
 
 
 # ----------------------------------------------------------------------------- XLA:CPU

@@ -1,10 +1,10 @@
 """Lightweight SR architectures MoSR, SeemoRe, DITN, SAFMNBCIE, MoESR and DCTLSA.
 
 Fixtures come from spandrel 0.4.2 (``tests/fixtures/make_lightweight_fixtures.py``): the state dicts load strictly
-and give spandrel's outputs, also for sizes that need padding. Also: channels_last, bf16 autocast, the meta device,
-finite training gradients, ONNX export (onnxruntime on a size the export never saw), build errors, a real CLI
-training run per architecture (slow), 2 gloo ranks == 1 process for MoSR (slow), and one XLA:CPU compile-once /
-no-CPU-fallback check per architecture (``-m xla`` in the XLA venv).
+and give spandrel's outputs, also for sizes that need padding. Also: ONNX export (onnxruntime on a size the export
+never saw), build errors, and one XLA:CPU compile-once / no-CPU-fallback check per architecture (``-m xla`` in the
+XLA venv). The checks every architecture gets (channels_last, bf16 autocast, the meta device, gradients, training
+runs, 2 gloo ranks == 1 process) run from ``tests/test_archs_common.py``.
 """
 
 from __future__ import annotations
@@ -15,18 +15,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import FIXTURE_TOL, run_cli, tiny_train_options, write_options
+from conftest import FIXTURE_TOL
 from safetensors.torch import load_file
 
 from anysr.archs import build_network
-from anysr.archs.arch_util import DropPath
 from anysr.errors import OptionError
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "lightweight"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
-ONE_PER_ARCH = ["mosr_x3_dys", "seemore_x4_exp_top2", "ditn_x2_bias_p4", "safmnbcie_f2", "moesr_x4_psdirect",
-                "dctlsa_x2"]
 
 
 def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
@@ -97,52 +94,6 @@ def test_tile_multiples() -> None:
                           "upscaling_factor": 4}).tile_multiple == 32
     assert build_network({"type": "MoESR", "dim": 8, "n_blocks": 1, "n_block": 1}).tile_multiple == 2
     assert build_network({"type": "DCTLSA", "nf": 8, "num_head": 2}).tile_multiple == 16
-
-
-@pytest.mark.parametrize("name", ONE_PER_ARCH)
-def test_channels_last_input_gives_the_same_output(name: str) -> None:
-    net, io = _case(name)
-    x = io["input0"].contiguous(memory_format=torch.channels_last)
-    with torch.no_grad():
-        got = net(x)
-        got_cl = net.to(memory_format=torch.channels_last)(x)
-    torch.testing.assert_close(got, io["output0"], **FIXTURE_TOL)
-    torch.testing.assert_close(got_cl, io["output0"], **FIXTURE_TOL)
-
-
-@pytest.mark.parametrize("name", ONE_PER_ARCH + ["mosr_x4_ps", "seemore_x2", "moesr_x3_nearest"])
-def test_bf16_autocast_stays_close(name: str) -> None:
-    net, io = _case(name)
-    x, ref = io["input0"], io["output0"]
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        mixed = net(x).float()
-    assert mixed.shape == ref.shape and torch.isfinite(mixed).all()
-    err = (mixed - ref).abs().max().item() / ref.abs().max().item()
-    assert err < 0.05, f"{name}: bf16 autocast off by {err:.3g} of the output range"
-
-
-@pytest.mark.parametrize("name", ONE_PER_ARCH)
-def test_forward_creates_no_tensor_off_the_input_device(name: str) -> None:
-    net, io = _case(name)
-    inp = "input1" if "input1" in io else "input0"
-    net = net.to("meta")
-    out = net(torch.empty(io[inp].shape, device="meta"))
-    assert out.device.type == "meta" and out.shape == io[inp.replace("input", "output")].shape
-
-
-@pytest.mark.parametrize("name", ONE_PER_ARCH)
-def test_training_step_gives_finite_gradients(name: str) -> None:
-    net, io = _case(name)
-    net.train()
-    for m in net.modules():  # stochastic depth may drop a whole block for the one image: no gradient to check
-        if isinstance(m, DropPath):
-            m.drop_prob = 0.0
-    net(io["input0"]).square().mean().backward()
-    trained = [(n, p) for n, p in net.named_parameters() if p.requires_grad]
-    missing = [n for n, p in trained if p.grad is None or not torch.isfinite(p.grad).all()]
-    assert not missing, missing
-    # every parameter takes part (SeemoRe: the unchosen experts get zero, not missing, gradients)
-    assert all(p.grad.abs().sum() > 0 for n, p in trained if ".experts." not in n)
 
 
 # ----------------------------------------------------------------------------- SeemoRe's experts
@@ -286,52 +237,6 @@ TRAIN_NETS = {
     "MoESR": {"type": "MoESR", "dim": 8, "n_blocks": 1, "n_block": 1, "scale": 2},
     "DCTLSA": {"type": "DCTLSA", "nf": 8, "num_head": 2, "upscale": 2},
 }
-
-
-def _train_options(tmp_path: Path, name: str, net_opt: dict, train_dir: Path, val_dir: Path | None, **kw) -> Path:
-    opt = tiny_train_options(name, train_dir, val_dir, **kw)
-    opt["network_g"] = dict(net_opt)
-    if net_opt["type"] == "SAFMNBCIE":  # a same-size restoration network
-        opt["scale"] = 1
-    return write_options(tmp_path / f"{name}.yml", opt)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("arch", sorted(TRAIN_NETS))
-def test_cli_training_run_saves_finite_weights(arch: str, tmp_path: Path, small_train_dir: Path) -> None:
-    path = _train_options(tmp_path, f"t_{arch}", TRAIN_NETS[arch], small_train_dir, None, total_iter=4)
-    run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
-    saved = sorted((tmp_path / "experiments" / f"t_{arch}" / "models").glob("net_g_*.safetensors"))
-    assert saved, "no weights saved"
-    stored = load_file(str(saved[-1]))
-    weights = {k.removeprefix("params."): v for k, v in stored.items() if k.startswith("params.")}
-    assert {k.removeprefix("params_ema.") for k in stored if k.startswith("params_ema.")} == set(weights)
-    fresh = build_network(dict(TRAIN_NETS[arch])).state_dict()
-    assert set(weights) == set(fresh)
-    assert all(torch.isfinite(v).all() for v in weights.values() if v.is_floating_point())
-    assert any(not torch.equal(weights[k], fresh[k]) for k in fresh if fresh[k].is_floating_point())
-
-
-@pytest.mark.slow
-def test_mosr_two_gloo_ranks_match_one_process(tmp_path: Path, small_train_dir: Path, small_val_dir: Path) -> None:
-    paths = {}
-    for name, ranks, batch in (("one", 1, 4), ("two", 2, 2)):
-        opt = tiny_train_options(name, small_train_dir, small_val_dir, total_iter=4)
-        opt["network_g"] = dict(TRAIN_NETS["MoSR"])
-        opt["num_gpu"] = ranks
-        opt["datasets"]["train"]["batch_size_per_gpu"] = batch
-        opt["val"]["val_freq"] = 4
-        paths[name] = write_options(tmp_path / f"{name}.yml", opt)
-    run_cli("train", "-opt", str(paths["one"]), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
-    proc = run_cli("train", "-opt", str(paths["two"]), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
-    assert "rank 0/2" in proc.stdout
-    wa = load_file(str(tmp_path / "experiments" / "one" / "models" / "net_g_4.safetensors"))
-    wb = load_file(str(tmp_path / "experiments" / "two" / "models" / "net_g_4.safetensors"))
-    for k in wa:
-        torch.testing.assert_close(wa[k], wb[k], rtol=1e-4, atol=1e-5, msg=k)
-    va = json.loads((tmp_path / "experiments" / "one" / "summary.json").read_text())["validation"]
-    vb = json.loads((tmp_path / "experiments" / "two" / "summary.json").read_text())["validation"]
-    assert va["val"]["psnr"]["value"] == pytest.approx(vb["val"]["psnr"]["value"], abs=2e-3)
 
 
 # ----------------------------------------------------------------------------- XLA:CPU

@@ -1,9 +1,10 @@
 """PLKSR (spandrel 0.4.2), SRFormer and ELAN (traiNNer-redux).
 
 Fixtures: ``tests/fixtures/make_plksrformer_fixtures.py``. State dicts load strictly and give the reference
-outputs (padded sizes too); channels_last, bf16 autocast, the meta device, a training step, ONNX, real CLI
-training runs (slow), 2 gloo ranks == 1 process (slow), and an XLA:CPU compile-once / no-fallback check per
+outputs (padded sizes too); ONNX and an XLA:CPU compile-once / no-fallback check per
 architecture (``-m xla`` in the XLA venv).
+The checks every architecture gets (channels_last, bf16 autocast, the meta device, gradients, training runs,
+2 gloo ranks == 1 process) run from ``tests/test_archs_common.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import FIXTURE_TOL, run_cli, saved_weights, tiny_train_options, write_options
+from conftest import FIXTURE_TOL
 from safetensors.torch import load_file
 
 from anysr.archs import build_network
@@ -24,7 +25,6 @@ from anysr.errors import OptionError
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "plksrformer"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
-ONE_PER_ARCH = [n for n in ("plksr_x4_sparse_max_idt", "srformer_x2", "elan_x4") if n in MANIFEST]
 # Tiny configurations for training runs and XLA (type -> (network_g at x2, an input shape)).
 TINY: dict[str, tuple[dict[str, Any], tuple[int, ...]]] = {
     "PLKSR": ({"type": "PLKSR", "dim": 8, "n_blocks": 1, "kernel_size": 5, "upscaling_factor": 2,
@@ -34,7 +34,6 @@ TINY: dict[str, tuple[dict[str, Any], tuple[int, ...]]] = {
     "ELAN": ({"type": "ELAN", "scale": 2, "m_elan": 2, "c_elan": 6, "n_share": 1, "r_expand": 1,
               "window_sizes": [2, 4, 4]}, (1, 3, 8, 8)),
 }
-
 
 
 def _tol(ref: torch.Tensor) -> dict[str, float]:
@@ -74,49 +73,6 @@ def test_fixtures_cover_the_variants() -> None:
              for c in MANIFEST.values() if c["type"] == "PLKSR"}
     assert {k[1] for k in kinds} == {"PLK", "SparsePLK", "RectSparsePLK"}
     assert {k[2] for k in kinds} == {"CCM", "ICCM", "DCCM"}
-
-
-@pytest.mark.parametrize("name", ONE_PER_ARCH)
-def test_channels_last_input_gives_the_same_output(name: str) -> None:
-    net, io = _case(name)
-    x = io["input0"].contiguous(memory_format=torch.channels_last)
-    with torch.no_grad():
-        got = net(x)
-        got_cl = net.to(memory_format=torch.channels_last)(x)
-    torch.testing.assert_close(got, io["output0"], **FIXTURE_TOL)
-    torch.testing.assert_close(got_cl, io["output0"], **FIXTURE_TOL)
-
-
-@pytest.mark.parametrize("name", ONE_PER_ARCH)
-def test_bf16_autocast_stays_close(name: str) -> None:
-    net, io = _case(name)
-    x, ref = io["input0"], io["output0"]
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        mixed = net(x).float()
-    assert mixed.shape == ref.shape and torch.isfinite(mixed).all()
-    err = (mixed - ref).abs().max().item() / ref.abs().max().item()
-    assert err < 0.05, f"{name}: bf16 autocast off by {err:.3g} of the output range"
-
-
-@pytest.mark.parametrize("name", ONE_PER_ARCH)
-def test_forward_creates_no_tensor_off_the_input_device(name: str) -> None:
-    net, io = _case(name)
-    key = "input1" if "input1" in io else "input0"
-    net = net.to("meta")
-    out = net(torch.empty(io[key].shape, device="meta"))
-    assert out.device.type == "meta" and out.shape == io[key.replace("input", "output")].shape
-
-
-@pytest.mark.parametrize("name", ONE_PER_ARCH)
-def test_training_step_gives_finite_gradients(name: str) -> None:
-    net, io = _case(name)
-    net.train()
-    x = io["input0"].clone()
-    net(x).square().mean().backward()
-    trained = [(n, p) for n, p in net.named_parameters() if p.requires_grad]
-    missing = [n for n, p in trained if p.grad is None or not torch.isfinite(p.grad).all()]
-    assert not missing, missing
-    assert torch.equal(x, io["input0"])
 
 
 # ----------------------------------------------------------------------------- PLKSR
@@ -288,43 +244,6 @@ def test_onnx_export_runs_at_unseen_sizes(arch: str, tmp_path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- CLI training
-
-def _train_opt(arch: str, name: str, train_dir: Path) -> dict[str, Any]:
-    opt = tiny_train_options(name, train_dir, None, total_iter=2)
-    opt["network_g"] = dict(TINY[arch][0])
-    opt["datasets"]["train"]["batch_size_per_gpu"] = 2
-    return opt
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("arch", sorted(TINY))
-def test_cli_training_run(arch: str, tmp_path: Path, small_train_dir: Path) -> None:
-    path = write_options(tmp_path / "o.yml", _train_opt(arch, f"t_{arch}", small_train_dir))
-    run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
-    saved = saved_weights(tmp_path / "experiments" / f"t_{arch}", 2)
-    weights = {k.removeprefix("params."): v for k, v in saved.items() if k.startswith("params.")}
-    assert all(torch.isfinite(v.float()).all() for v in weights.values())
-    net = build_network(dict(TINY[arch][0]))
-    fresh = {k: v.clone() for k, v in net.state_dict().items()}
-    net.load_state_dict(weights, strict=True)
-    assert any(not torch.equal(weights[k], fresh[k]) for k, p in net.named_parameters() if p.requires_grad)
-
-
-@pytest.mark.slow
-def test_two_gloo_ranks_match_one_process_plksr(tmp_path: Path, small_train_dir: Path) -> None:
-    for name, ranks, batch in (("one", 1, 4), ("two", 2, 2)):
-        opt = _train_opt("PLKSR", name, small_train_dir)
-        opt["num_gpu"] = ranks
-        opt["datasets"]["train"]["batch_size_per_gpu"] = batch
-        path = write_options(tmp_path / f"{name}.yml", opt)
-        proc = run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
-        if ranks == 2:
-            assert "rank 0/2" in proc.stdout
-    one = saved_weights(tmp_path / "experiments" / "one", 2)
-    two = saved_weights(tmp_path / "experiments" / "two", 2)
-    assert set(one) == set(two)
-    for k in one:
-        torch.testing.assert_close(one[k], two[k], rtol=1e-4, atol=1e-5, msg=k)
 
 
 # ----------------------------------------------------------------------------- XLA:CPU

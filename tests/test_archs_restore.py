@@ -1,9 +1,10 @@
 """Restoration archs Real-CUGAN (UpCunet2x / 3x / 4x / 2x_fast, "pro"), DRUNet, FBCNN, DnCNN / FDnCNN and
 Swift-SRGAN against spandrel 0.4.2 (tests/fixtures/restore, made by tests/fixtures/make_restore_fixtures.py).
 
-Parity on tiny (and for Real-CUGAN full-width, synthetic-weight) networks, including inputs that need padding;
-keys and parameter counts of the published configurations; noise-map / quality-factor inputs; channels_last,
-bf16 autocast, the meta device, training gradients, ONNX, real CLI training runs and XLA:CPU (``-m xla``).
+Parity on tiny (and for Real-CUGAN full-width, synthetic-weight) networks, including inputs that need padding; keys
+and parameter counts of the published configurations; noise-map / quality-factor inputs; ONNX and XLA:CPU (``-m
+xla``). The checks every architecture gets (channels_last, bf16 autocast, the meta device, gradients, training runs,
+2 gloo ranks == 1 process) run from ``tests/test_archs_common.py``.
 """
 
 from __future__ import annotations
@@ -11,15 +12,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import math
 import os
-import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import FIXTURE_TOL, run_cli, tiny_train_options, write_options
+from arch_checks import synthetic_state_dict
+from conftest import FIXTURE_TOL, run_cli
 from safetensors.torch import load_file
 
 from anysr.archs import build_network
@@ -35,20 +35,6 @@ FULL_SIZE = MANIFEST["full_size"]
 ONE_PER_ARCH = {"UpCunet2x": "cugan_2x", "UpCunet3x": "cugan_3x", "UpCunet4x": "cugan_4x",
                 "UpCunet2x_fast": "cugan_2x_fast", "DRUNet": "drunet_color", "FBCNN": "fbcnn_color",
                 "DnCNN": "dncnn_gray_br", "SwiftSRGAN": "swiftsrgan_x4"}
-
-
-def synthetic_state_dict(shapes: dict[str, list[int]], seed: int) -> dict[str, torch.Tensor]:
-    """Copy of make_restore_fixtures.synthetic_state_dict (the Real-CUGAN and FBCNN fixtures' weights)."""
-    out = {}
-    for key, shape in shapes.items():
-        rs = np.random.RandomState((zlib.crc32(key.encode()) + seed) % 2**32)
-        n = rs.standard_normal(int(np.prod(shape))).reshape(shape)
-        if len(shape) == 1:
-            v = 1.0 + 0.1 * n if key.endswith("weight") else 0.1 * n
-        else:
-            v = 0.5 * n / math.sqrt(float(np.prod(shape[1:])))
-        out[key] = torch.from_numpy(v.astype(np.float32))
-    return out
 
 
 @functools.cache
@@ -159,66 +145,6 @@ def test_tile_multiples_and_input_channels() -> None:
 
 
 # ----------------------------------------------------------------------------- generic checks
-
-@pytest.mark.parametrize("name", sorted(ONE_PER_ARCH.values()))
-def test_channels_last_input_gives_the_same_output(name: str) -> None:
-    net, io = _case(name)
-    x = io["input0"].contiguous(memory_format=torch.channels_last)
-    with torch.no_grad():
-        got = net(x)
-        got_cl = net.to(memory_format=torch.channels_last)(x)
-    torch.testing.assert_close(got, io["output0"], **FIXTURE_TOL)
-    torch.testing.assert_close(got_cl, io["output0"], **FIXTURE_TOL)
-
-
-# bf16 keeps 8 bits of mantissa; bounds relative to the output's range, about 3x the measured error (in brackets)
-BF16_BOUND = {"cugan_2x": 0.03,  # 0.0092
-              "cugan_3x": 0.02,  # 0.0070
-              "cugan_4x": 0.005,  # 0.0011
-              "cugan_2x_fast": 0.006,  # 0.0017
-              "drunet_color": 0.025,  # 0.0077
-              "fbcnn_color": 0.02,  # 0.0060
-              "dncnn_gray_br": 0.003,  # 0.00067
-              "swiftsrgan_x4": 0.015}  # 0.0047
-
-
-@pytest.mark.parametrize("name", sorted(BF16_BOUND))
-def test_bf16_autocast_stays_close(name: str) -> None:
-    net, io = _case(name)
-    x, ref = io["input0"], io["output0"]
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        mixed = net(x).float()
-    assert mixed.shape == ref.shape and torch.isfinite(mixed).all()
-    err = (mixed - ref).abs().max().item() / ref.abs().max().item()
-    assert err < BF16_BOUND[name], f"{name}: bf16 autocast off by {err:.3g} of the output range"
-
-
-@pytest.mark.parametrize("name", sorted(ONE_PER_ARCH.values()))
-def test_forward_creates_no_tensor_off_the_input_device(name: str) -> None:
-    case = CASES[name]
-    io = _io(name)
-    with torch.device("meta"):
-        net = build_network({"type": case["type"], **case["kwargs"]}).eval()
-    last = sorted(k for k in io if k.startswith("input"))[-1]
-    out = net(torch.empty(io[last].shape, device="meta"))
-    assert out.device.type == "meta" and out.shape == io[last.replace("input", "output")].shape
-
-
-# Real-CUGAN is full width (a backward pass takes seconds on a loaded CPU): x2 always, the other variants in -m slow.
-TRAIN_STEP = [pytest.param(n, marks=pytest.mark.slow) if n in ("cugan_3x", "cugan_4x", "cugan_2x_fast") else n
-              for n in sorted(ONE_PER_ARCH.values())]
-
-
-@pytest.mark.parametrize("name", TRAIN_STEP)
-def test_training_step_gives_finite_gradients(name: str) -> None:
-    net, io = _case(name)
-    net.train()
-    loss = net(io["input0"]).square().mean()
-    loss.backward()
-    trained = [(n, p) for n, p in net.named_parameters() if p.requires_grad]
-    missing = [n for n, p in trained if p.grad is None or not torch.isfinite(p.grad).all()]
-    assert not missing, missing
-    assert all(p.grad.abs().sum() > 0 for _, p in trained if p.grad is not None)
 
 
 # ----------------------------------------------------------------------------- noise map (DRUNet, FDnCNN)
@@ -387,62 +313,6 @@ def test_cli_infer_feeds_drunet_rgb_images(tmp_path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- training through the CLI
-
-TRAIN_NETS = {
-    "DnCNN": (1, {"type": "DnCNN", "in_nc": 3, "out_nc": 3, "nc": 8, "nb": 3}),
-    "DRUNet": (1, {"type": "DRUNet", "in_nc": 4, "out_nc": 3, "nc": [4, 8, 8, 16], "nb": 1}),
-    "FBCNN": (1, {"type": "FBCNN", "in_nc": 3, "out_nc": 3, "nc": [4, 8, 8, 16], "nb": 1}),
-    "SwiftSRGAN": (2, {"type": "SwiftSRGAN", "num_channels": 8, "num_blocks": 1, "upscale_factor": 2}),
-    "UpCunet2x": (2, {"type": "UpCunet2x"}),
-}
-
-
-def _train(tmp_path: Path, name: str, train_dir: Path, scale: int, net_opt: dict, *, num_gpu: int = 1,
-           batch: int = 2, val_dir: Path | None = None, total_iter: int = 2) -> Path:
-    opt = tiny_train_options(name, train_dir, val_dir, total_iter=total_iter)
-    opt["scale"] = scale
-    opt["network_g"] = dict(net_opt)
-    opt["num_gpu"] = num_gpu
-    opt["datasets"]["train"]["batch_size_per_gpu"] = batch
-    opt["logger"]["save_checkpoint_freq"] = total_iter
-    if val_dir is not None:
-        opt["val"]["val_freq"] = total_iter
-    path = write_options(tmp_path / f"{name}.yml", opt)
-    run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
-    return tmp_path / "experiments" / name / "models" / f"net_g_{total_iter}.safetensors"
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("arch", sorted(TRAIN_NETS))
-def test_cli_training_saves_finite_weights(arch: str, tmp_path: Path, small_train_dir: Path) -> None:
-    scale, net_opt = TRAIN_NETS[arch]
-    saved = _train(tmp_path, f"restore_{arch}", small_train_dir, scale, net_opt)
-    raw = load_file(str(saved))
-    assert raw and all(torch.isfinite(v).all() for v in raw.values() if v.is_floating_point())
-    for group in ("params", "params_ema"):
-        weights, _ = ck.load_weights(saved, group)
-        net = build_network(net_opt)
-        net.load_state_dict(weights, strict=True)
-
-
-
-@pytest.mark.slow
-def test_two_gloo_ranks_match_one_process(tmp_path: Path, small_train_dir: Path, small_val_dir: Path) -> None:
-    """DRUNet (no batch norm, so the per-rank batches give the same gradients as one batch)."""
-    _, net_opt = TRAIN_NETS["DRUNet"]
-    one = _train(tmp_path, "one", small_train_dir, 1, net_opt, num_gpu=1, batch=4, val_dir=small_val_dir,
-                 total_iter=4)
-    two = _train(tmp_path, "two", small_train_dir, 1, net_opt, num_gpu=2, batch=2, val_dir=small_val_dir,
-                 total_iter=4)
-    wa, wb = ck.load_weights(one, "params")[0], ck.load_weights(two, "params")[0]
-    assert set(wa) == set(wb)
-    for k in wa:
-        torch.testing.assert_close(wa[k], wb[k], rtol=1e-4, atol=1e-5, msg=k)
-    summary = json.loads((tmp_path / "experiments" / "two" / "summary.json").read_text())
-    assert summary["accelerator"]["world_size"] == 2
-    va = json.loads((tmp_path / "experiments" / "one" / "summary.json").read_text())["validation"]
-    vb = summary["validation"]
-    assert va["val"]["psnr"]["value"] == pytest.approx(vb["val"]["psnr"]["value"], abs=2e-3)
 
 
 # ----------------------------------------------------------------------------- XLA:CPU

@@ -2,21 +2,21 @@
 
 Fixtures come from traiNNer-redux's own source (``tests/fixtures/make_trainner_arch_fixtures.py``): the state dicts
 load strictly and give its outputs (eval mode, sizes that need the networks' internal padding, and the training-mode
-branches of the re-parameterised SpanPlus / RTMoSR). Also: channels_last, bf16 autocast, the meta device, training
-gradients, the deployment fold, ONNX through anysr's exporter, real CLI training runs, 2 gloo ranks == 1 process,
-and per architecture an XLA:CPU train step that compiles once with no aten op left to the CPU (``-m xla``).
+branches of the re-parameterised SpanPlus / RTMoSR). Also: the deployment fold, ONNX through anysr's exporter, and
+per architecture an XLA:CPU train step that compiles once with no aten op left to the CPU (``-m xla``). The checks
+every architecture gets (channels_last, bf16 autocast, the meta device, gradients, training runs, 2 gloo ranks == 1
+process) run from ``tests/test_archs_common.py``.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import FIXTURE_TOL, run_cli, tiny_train_options, write_options
+from conftest import FIXTURE_TOL
 from safetensors.torch import load_file
 from torch.nn import functional as F
 
@@ -30,7 +30,6 @@ from anysr.errors import OptionError
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "trainner_archs"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
-ONE_PER_ARCH = ["spanplus_x4_dys", "rtmosr_x2", "artcnn_x4", "dis_x4", "lmlt_x2", "man_x2"]
 ARCHS = ["SpanPlus", "RTMoSR", "ArtCNN", "DIS", "LMLT", "MAN"]
 
 # Tiny x2 networks of each arch (training runs, ONNX, XLA)
@@ -102,50 +101,6 @@ def test_tile_multiples() -> None:
     assert build_network({**TINY["RTMoSR"], "scale": 4}).tile_multiple == 2  # no unshuffle at x4
     assert build_network(TINY["LMLT"]).tile_multiple == 64
     assert all(build_network(TINY[a]).tile_multiple == 1 for a in ("ArtCNN", "DIS", "MAN"))
-
-
-@pytest.mark.parametrize("name", ONE_PER_ARCH)
-def test_channels_last_input_gives_the_same_output(name: str) -> None:
-    net, io = _case(name)
-    x = io["input0"].contiguous(memory_format=torch.channels_last)
-    with torch.no_grad():
-        got = net(x)
-        got_cl = net.to(memory_format=torch.channels_last)(x)
-    torch.testing.assert_close(got, io["output0"], **FIXTURE_TOL)
-    torch.testing.assert_close(got_cl, io["output0"], **FIXTURE_TOL)
-
-
-@pytest.mark.parametrize("name", ONE_PER_ARCH + ["spanplus_x2_ps", "rtmosr_x1_unshuffle_nodccm", "dis_x3_depthwise",
-                                                 "man_x3_2groups"])
-def test_bf16_autocast_stays_close(name: str) -> None:
-    net, io = _case(name)
-    x, ref = io["input0"], io["output0"]
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        mixed = net(x).float()
-    assert mixed.shape == ref.shape and torch.isfinite(mixed).all()
-    # bf16 keeps 8 bits of mantissa; relative to the output's range
-    err = (mixed - ref).abs().max().item() / ref.abs().max().item()
-    assert err < 0.05, f"{name}: bf16 autocast off by {err:.3g} of the output range"
-    assert all(p.dtype == torch.float32 for p in net.parameters())  # folds write fp32 weights under autocast
-
-
-@pytest.mark.parametrize("name", ONE_PER_ARCH + ["rtmosr_x1_unshuffle_nodccm"])
-def test_forward_creates_no_tensor_off_the_input_device(name: str) -> None:
-    net, io = _case(name)
-    net = net.to("meta")
-    key = "input1" if "input1" in io else "input0"
-    out = net(torch.empty(io[key].shape, device="meta"))
-    assert out.device.type == "meta" and out.shape == io[key.replace("input", "output")].shape
-
-
-@pytest.mark.parametrize("name", ONE_PER_ARCH)
-def test_training_step_gives_finite_gradients(name: str) -> None:
-    net, io = _case(name)
-    net.train()
-    net(io["input0"]).square().mean().backward()
-    trained = [(n, p) for n, p in net.named_parameters() if p.requires_grad]
-    missing = [n for n, p in trained if p.grad is None or not torch.isfinite(p.grad).all()]
-    assert trained and not missing, missing
 
 
 # ----------------------------------------------------------------------------- re-parameterised SpanPlus / RTMoSR
@@ -295,58 +250,6 @@ def test_onnx_export_runs_at_sizes_it_never_saw(arch: str, tmp_path: Path) -> No
 
 
 # ----------------------------------------------------------------------------- real training runs (CLI)
-
-def _train(tmp_path: Path, name: str, net_opt: dict, train_dir: Path, val_dir: Path | None = None,
-           **extra: object) -> Path:
-    opt = tiny_train_options(name, train_dir, val_dir, total_iter=4, **extra)
-    opt["network_g"] = dict(net_opt)
-    opt["logger"]["save_checkpoint_freq"] = 4
-    if val_dir is not None:
-        opt["val"]["val_freq"] = 4
-    path = write_options(tmp_path / f"{name}.yml", opt)
-    run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
-    return tmp_path / "experiments" / name
-
-
-CONSTANT_INIT = {"SpanPlus": "upsampler.scope.weight", "RTMoSR": "body.0.norm.scale", "DIS": "head_act.weight",
-                 "LMLT": "feats.0.norm1.weight", "MAN": "body.0.body.0.LKA.scale"}
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("arch", ARCHS)
-def test_cli_training_run_saves_finite_weights(arch: str, tmp_path: Path, small_train_dir: Path) -> None:
-    exp = _train(tmp_path, arch.lower(), TINY[arch], small_train_dir)
-    stored = load_file(str(exp / "models" / "net_g_4.safetensors"))
-    saved = {k.removeprefix("params."): v for k, v in stored.items() if k.startswith("params.")}
-    fresh = build_network(TINY[arch]).state_dict()
-    assert set(saved) == set(fresh)
-    assert all(torch.isfinite(v).all() for v in saved.values() if v.is_floating_point())
-    if arch in CONSTANT_INIT:  # a parameter every fresh network has at the same value has moved
-        key = CONSTANT_INIT[arch]
-        assert not torch.equal(saved[key], fresh[key]), f"{key} was not trained"
-
-
-@pytest.mark.slow
-def test_two_gloo_ranks_match_one_process(tmp_path: Path, small_train_dir: Path, small_val_dir: Path) -> None:
-    """RTMoSR (re-parameterised branches, frozen derived convs): 2 ranks x batch 2 == 1 process x batch 4."""
-    runs = {}
-    for name, num_gpu, batch in (("one", 1, 4), ("two", 2, 2)):
-        opt = tiny_train_options(name, small_train_dir, small_val_dir, total_iter=4)
-        opt["network_g"] = dict(TINY["RTMoSR"])
-        opt["num_gpu"] = num_gpu
-        opt["datasets"]["train"]["batch_size_per_gpu"] = batch
-        opt["val"]["val_freq"] = 4
-        path = write_options(tmp_path / f"{name}.yml", opt)
-        runs[name] = run_cli("train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
-    assert "rank 0/2" in runs["two"].stdout
-    wa = load_file(str(tmp_path / "experiments" / "one" / "models" / "net_g_4.safetensors"))
-    wb = load_file(str(tmp_path / "experiments" / "two" / "models" / "net_g_4.safetensors"))
-    for k in wa:
-        torch.testing.assert_close(wa[k], wb[k], rtol=1e-4, atol=1e-5, msg=k)
-    va = json.loads((tmp_path / "experiments" / "one" / "summary.json").read_text())["validation"]
-    vb = json.loads((tmp_path / "experiments" / "two" / "summary.json").read_text())["validation"]
-    assert math.isfinite(va["val"]["psnr"]["value"])
-    assert va["val"]["psnr"]["value"] == pytest.approx(vb["val"]["psnr"]["value"], abs=2e-3)
 
 
 # ----------------------------------------------------------------------------- XLA:CPU

@@ -1,9 +1,10 @@
 """Transformer SR architectures Swin2SR, RGT (RGT / RGT-S), CRAFT and ATD (ATD / ATD-light).
 
 Fixtures come from spandrel 0.4.2 (``tests/fixtures/make_transformer_fixtures.py``): the state dicts load strictly
-and give spandrel's outputs, also for inputs that must be padded. Also: the published layouts' sizes, channels_last,
-bf16 autocast, the meta device, a training step, ONNX, a real training run through the CLI (one with two gloo
-ranks), build errors, and one XLA:CPU compile per shape without CPU fallbacks (``-m xla`` in the XLA venv).
+and give spandrel's outputs, also for inputs that must be padded. Also: the published layouts' sizes, ONNX, build
+errors, and one XLA:CPU compile per shape without CPU fallbacks (``-m xla`` in the XLA venv). The checks every
+architecture gets (channels_last, bf16 autocast, the meta device, gradients, training runs, 2 gloo ranks == 1
+process) run from ``tests/test_archs_common.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import FIXTURE_TOL, run_cli, tiny_train_options, write_options
+from conftest import FIXTURE_TOL
 from safetensors.torch import load_file
 from torch.nn import functional as F
 
@@ -29,7 +30,6 @@ from anysr.errors import OptionError
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "transformer"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
-ONE_PER_ARCH = ["swin2sr_x2_pixelshuffle", "rgt_x2_rect", "craft_x4", "atd_x3_direct"]
 LAYOUTS = json.loads((FIXTURES / "manifest.json").read_text())["layouts"]
 # Tiny trainable configurations (x2) for the CLI and XLA runs.
 TINY = {
@@ -138,58 +138,6 @@ def test_tile_multiples() -> None:
     assert build_network(TINY["RGT"]).tile_multiple == 4  # pads inside its window attention, to 4
     assert build_network(TINY["CRAFT"]).tile_multiple == 8
     assert build_network(TINY["ATD"]).tile_multiple == 4
-
-
-@pytest.mark.parametrize("name", ONE_PER_ARCH)
-def test_channels_last_input_gives_the_same_output(name: str) -> None:
-    net, io = _case(name)
-    x = io["input0"].contiguous(memory_format=torch.channels_last)
-    with torch.no_grad():
-        got = net(x)
-        got_cl = net.to(memory_format=torch.channels_last)(x)
-    torch.testing.assert_close(got, io["output0"], **FIXTURE_TOL)
-    torch.testing.assert_close(got_cl, io["output0"], **FIXTURE_TOL)
-
-
-@pytest.mark.parametrize("name", sorted(MANIFEST))
-def test_bf16_autocast_stays_close(name: str) -> None:
-    net, io = _case(name)
-    x, ref = io["input1"], io["output1"]
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        mixed = net(x).float()
-    assert mixed.shape == ref.shape and torch.isfinite(mixed).all()
-    err = (mixed - ref).abs().max().item() / ref.abs().max().item()
-    assert err < 0.05, f"{name}: bf16 autocast off by {err:.3g} of the output range"
-
-
-@pytest.mark.parametrize("name", ONE_PER_ARCH + ["swin2sr_x1_aux", "rgt_x1_3conv", "craft_x2_identity",
-                                                 "atd_x1_nonorm"])
-def test_forward_creates_no_tensor_off_the_input_device(name: str) -> None:
-    net, io = _case(name)
-    net = net.to("meta")
-    for inp, out, _ in MANIFEST[name]["compare"]:
-        got = net(torch.empty(io[inp].shape, device="meta"))
-        assert got.device.type == "meta" and got.shape == io[out].shape
-
-
-@pytest.mark.parametrize("name", ONE_PER_ARCH + ["swin2sr_x1_aux", "swin2sr_x4_nearest_conv"])
-def test_training_step_gives_finite_gradients(name: str) -> None:
-    net, io = _case(name)
-    net.train()
-    x = io["input1"][:1]
-    x = torch.cat([x, x.flip(-1)]) if min(x.shape[-2:]) >= 4 else x
-    net(x).square().mean().backward()
-    trained = [(n, p) for n, p in net.named_parameters() if p.requires_grad]
-    assert all(p.grad is not None and torch.isfinite(p.grad).all() for _, p in trained), \
-        [n for n, p in trained if p.grad is None]
-    # the characteristic branches take part (RGT: RG-SA's reduction and positional conv, L-SA's value conv, the
-    # layer scale; Swin2SR: the position-bias MLP and the temperature)
-    # (not CRAFT's pos_proj: its 1-wide position MLP layer-norms a single value, a constant, as in the original)
-    keys = ("reduction1", "cpe", "get_v", "gamma", "cpb_mlp.0.weight", "logit_scale", "q_bias", "temperature",
-            "hfer_blocks", "attn_atd.wq.weight", "attn_aca.logit_scale", "residual_group.td", "norm3.weight")
-    checked = [(n, p) for n, p in trained if any(k in n for k in keys)]
-    assert checked and all(p.grad.abs().sum() > 0 for _, p in checked), \
-        [n for n, p in checked if not p.grad.abs().sum() > 0]
 
 
 @pytest.mark.parametrize("arch", ["Swin2SR", "RGT"])  # CRAFT has no checkpointing option
@@ -413,48 +361,6 @@ def test_atd_onnx_export_is_refused_clearly(tmp_path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- training through the CLI
-
-@pytest.mark.slow
-@pytest.mark.parametrize("arch", ["Swin2SR", "RGT", "CRAFT", "ATD"])
-def test_cli_training_run(arch: str, tmp_path: Path, small_train_dir: Path) -> None:
-    opt = tiny_train_options(f"tiny_{arch.lower()}", small_train_dir, None, total_iter=4)
-    opt["network_g"] = dict(TINY[arch])
-    opt["datasets"]["train"]["batch_size_per_gpu"] = 2
-    run_cli("train", "-opt", str(write_options(tmp_path / "t.yml", opt)), "--force_yml", f"path.root={tmp_path}",
-            cwd=tmp_path)
-    exp = tmp_path / "experiments" / opt["name"]
-    saved = load_file(str(exp / "models" / "net_g_4.safetensors"))
-    weights = {k.removeprefix("params."): v for k, v in saved.items() if k.startswith("params.")}
-    net = build_network(dict(TINY[arch]))
-    assert set(weights) == set(net.state_dict())
-    assert {k.removeprefix("params_ema.") for k in saved if k.startswith("params_ema.")} == set(weights)
-    assert all(torch.isfinite(v).all() for v in weights.values() if v.is_floating_point())
-    start = net.state_dict()
-    moved = [k for k in weights if weights[k].is_floating_point() and k.endswith("weight")
-             and not torch.equal(weights[k], start[k])]
-    assert moved, "training changed no weight"
-
-
-@pytest.mark.slow
-def test_two_gloo_ranks_match_one_process(tmp_path: Path, small_train_dir: Path, small_val_dir: Path) -> None:
-    paths = {}
-    for name, num_gpu, batch in (("one", 1, 4), ("two", 2, 2)):
-        opt = tiny_train_options(name, small_train_dir, small_val_dir, total_iter=4)
-        opt["network_g"] = dict(TINY["Swin2SR"], drop_path_rate=0.0)
-        opt["num_gpu"] = num_gpu
-        opt["datasets"]["train"]["batch_size_per_gpu"] = batch
-        opt["val"]["val_freq"] = 4
-        paths[name] = write_options(tmp_path / f"{name}.yml", opt)
-    run_cli("train", "-opt", str(paths["one"]), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
-    proc = run_cli("train", "-opt", str(paths["two"]), "--force_yml", f"path.root={tmp_path}", cwd=tmp_path)
-    assert "rank 0/2" in proc.stdout
-    wa = load_file(str(tmp_path / "experiments" / "one" / "models" / "net_g_4.safetensors"))
-    wb = load_file(str(tmp_path / "experiments" / "two" / "models" / "net_g_4.safetensors"))
-    for k in wa:
-        torch.testing.assert_close(wa[k], wb[k], rtol=1e-4, atol=1e-5, msg=k)
-    va = json.loads((tmp_path / "experiments" / "one" / "summary.json").read_text())["validation"]
-    vb = json.loads((tmp_path / "experiments" / "two" / "summary.json").read_text())["validation"]
-    assert va["val"]["psnr"]["value"] == pytest.approx(vb["val"]["psnr"]["value"], abs=2e-3)
 
 
 # ----------------------------------------------------------------------------- XLA:CPU
