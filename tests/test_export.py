@@ -63,14 +63,20 @@ def test_fp16_plain_export(tmp_path: Path) -> None:
 
 
 def test_foreign_file_exports_without_a_network(tmp_path: Path) -> None:
-    """A wrapped BasicSR-style file with no metadata: the group is taken and the wrapper prefix removed."""
+    """A wrapped BasicSR-style file with no metadata: the group is taken and the wrapper prefix removed; an
+    architecture anysr recognises is named (and recorded), a file of no known architecture is copied as it is."""
     torch.manual_seed(0)
     sd = build_network(EDSR).state_dict()
     torch.save({"params": {f"netG.{k}": v for k, v in sd.items()}}, tmp_path / "foreign.pth")
     (rep,) = export_weights(str(tmp_path / "foreign.pth"), [str(tmp_path / "plain.pth")])
-    assert rep.group == "params" and rep.arch is None
+    assert rep.group == "params" and rep.arch == "EDSR"
     out = torch.load(tmp_path / "plain.pth", weights_only=True)
     assert set(out) == set(sd)
+    unknown = {"netG.head.weight": torch.rand(4, 3, 3, 3), "netG.tail.bias": torch.rand(4)}
+    torch.save({"params": unknown}, tmp_path / "unknown.pth")
+    (rep,) = export_weights(str(tmp_path / "unknown.pth"), [str(tmp_path / "plain2.pth")])
+    assert rep.group == "params" and rep.arch is None
+    assert set(torch.load(tmp_path / "plain2.pth", weights_only=True)) == {"head.weight", "tail.bias"}
 
 
 def test_ecbsr_is_exported_reparameterised(tmp_path: Path) -> None:

@@ -33,7 +33,7 @@ from anysr.archs.arch_util import input_channels
 from anysr.atomic import atomic_write_bytes
 from anysr.engine import checkpoint as ckpt
 from anysr.engine.checkpoint.integrity import save_stamped
-from anysr.engine.inference.network import resolve_network
+from anysr.engine.inference.network import recognisable, resolve_network
 from anysr.errors import CheckpointError, OptionError
 from anysr.ops.tiling import round_up, tile_multiple
 from anysr.registry import ARCH_REGISTRY
@@ -283,9 +283,10 @@ def export_weights(weights: str, outputs: list[str], *, param_key: str = "auto",
                    check: bool = True) -> list[ExportReport]:
     """``anysr export WEIGHTS --to OUT...``: each output's format follows its suffix (.pth, .safetensors, .onnx).
 
-    The network comes from ``arch`` (+ ``arch_opts``), ``network_opt``, the weights' anysr metadata, or spandrel
-    (``anysr[spandrel]``); without any of them, plain exports still work (the chosen group, wrapper prefixes
-    removed, not checked against a network) and ONNX needs one.
+    The network comes from ``arch`` (+ ``arch_opts``), ``network_opt``, the weights' anysr metadata, what anysr
+    recognises in the tensors' names and shapes, or spandrel (``anysr[spandrel]``); a recognised network is
+    exported in its deployed form with its options in the metadata. Without any of them, plain exports still work
+    (the chosen group, wrapper prefixes removed, not checked against a network) and ONNX needs one.
     """
     for out in outputs:
         if Path(out).suffix.lower() not in EXPORT_SUFFIXES:
@@ -293,7 +294,7 @@ def export_weights(weights: str, outputs: list[str], *, param_key: str = "auto",
         if Path(out).resolve() == Path(weights).resolve():
             raise OptionError(f"--to {out} is the input file; choose another name")
     raw, meta, group = ckpt.read_weights(weights, param_key, key_option="--param-key")
-    buildable = bool(arch) or network_opt is not None or "network_g" in meta
+    buildable = bool(arch) or network_opt is not None or "network_g" in meta or recognisable(dict(raw))
     wants_onnx = any(Path(o).suffix.lower() == ".onnx" for o in outputs)
     net: nn.Module | None = None
     net_opt: dict[str, Any] | None = None

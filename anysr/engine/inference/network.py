@@ -17,7 +17,7 @@ from anysr.archs.basicvsr_arch import BasicVSR, IconVSR
 from anysr.archs.basicvsrpp_arch import BasicVSRPlusPlus
 from anysr.archs.duf_arch import DUF
 from anysr.archs.edvr_arch import EDVR
-from anysr.archs.recognise import Recognised, recognise
+from anysr.archs.recognise import Recognised, recognise, recognise_all
 from anysr.archs.tof_arch import TOFlow
 from anysr.engine import checkpoint as ckpt
 from anysr.engine.logger import get_logger
@@ -187,6 +187,11 @@ def _recognise_file(state: dict[str, torch.Tensor], source: str) -> Recognised:
             except OptionError:
                 pass
         raise
+
+
+def recognisable(state: dict[str, torch.Tensor]) -> bool:
+    """Whether ``state`` (or its names inside a wrapper prefix) is of an architecture anysr recognises."""
+    return bool(recognise_all(state) or recognise_all(ckpt.strip_container_prefix(state)[0]))
 
 
 def _recognised_network(state: dict[str, torch.Tensor], weights: str) -> dict[str, Any] | None:
