@@ -108,9 +108,11 @@ def decoders() -> dict[str, dict[str, Callable[[bytes], np.ndarray]]]:
     try:
         import pyspng
 
-        def spng(b: bytes) -> np.ndarray:
+        def spng(b: bytes) -> np.ndarray:  # the channel swap as anysr's decode_image makes it
             a = pyspng.load(b)
-            return np.ascontiguousarray(a[..., ::-1]) if a.ndim == 3 and a.shape[2] > 1 else a
+            if a.ndim == 3 and a.shape[2] == 1:
+                return a[:, :, 0]
+            return cv2.cvtColor(a, cv2.COLOR_RGB2BGR if a.shape[2] == 3 else cv2.COLOR_RGBA2BGRA)
 
         found["png"]["pyspng"] = spng
     except ImportError:
@@ -247,6 +249,17 @@ class _Seeded:
         return self.ds[(i, self.calls)]
 
 
+def _opencv_only(measure: Callable[[], tuple[float, float]]) -> tuple[float, float]:
+    """``measure()`` with anysr's PNG fast path (pyspng) turned off: every image decoded by OpenCV."""
+    from anysr.data import imageio
+
+    fast, imageio._pyspng = imageio._pyspng, None
+    try:
+        return measure()
+    finally:
+        imageio._pyspng = fast
+
+
 def basicsr_getter(fmt: str, gt: str, lq: str) -> tuple[Callable[[str, str], bytes], list[tuple[str, str]]]:
     """BasicSR's FileClient for ``fmt`` and its (gt key, lq key) list."""
     if fmt == "lmdb":
@@ -346,6 +359,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                                 {"type": "shards", "storage_options": json.loads(args.storage_options)}))
             else:
                 print("--shards: this anysr has no shard backend (io_backend type 'shards') yet: skipped")
+        from anysr.data import imageio
+
         for fmt, gt, lq, io_backend in sources:
             if lq is not None:
                 get, keys = basicsr_getter(fmt, gt, lq)
@@ -353,11 +368,15 @@ def main(argv: Sequence[str] | None = None) -> None:
                     lambda i: basicsr_sample(get, *keys[i]), len(keys), seconds), 0.0))
             ds = anysr_dataset(gt, lq, io_backend)
             seeded = _Seeded(ds)
+            zero = len(cases)  # this format's anysr row with 0 workers
             cases.append(("sample", [fmt, "anysr PairedImageDataset", "0"], lambda seeded=seeded: timed(
                 lambda i: seeded[i], len(seeded), seconds), 0.0))
+            if fmt in ("png", "lmdb") and imageio._pyspng is not None:  # anysr with its OpenCV decoder only
+                cases.append(("sample", [fmt, "anysr PairedImageDataset, OpenCV decoding", "0"],
+                              lambda seeded=seeded: _opencv_only(lambda: timed(
+                                  lambda i: seeded[i], len(seeded), seconds)), 0.0))
             if args.workers > 0:
                 # as many samples as 0 workers make in ``seconds`` times the workers: about ``seconds`` again
-                zero = len(cases) - 1  # the 0-worker row of this format
                 cases.append(("sample", [fmt, "anysr PairedImageDataset, DataLoader", str(args.workers)],
                               lambda ds=ds, n=zero: timed_workers(
                                   ds, args.workers, int(best[n][0] * seconds * args.workers) + 16), 0.0))
