@@ -110,8 +110,8 @@ def decoders() -> dict[str, dict[str, Callable[[bytes], np.ndarray]]]:
 
         def spng(b: bytes) -> np.ndarray:  # the channel swap as anysr's decode_image makes it
             a = pyspng.load(b)
-            if a.ndim == 3 and a.shape[2] == 1:
-                return a[:, :, 0]
+            if a.ndim == 2 or a.shape[2] == 1:
+                return a if a.ndim == 2 else a[:, :, 0]
             return cv2.cvtColor(a, cv2.COLOR_RGB2BGR if a.shape[2] == 3 else cv2.COLOR_RGBA2BGRA)
 
         found["png"]["pyspng"] = spng
