@@ -70,7 +70,9 @@ def make_data(work: Path, limit: int | None) -> dict[str, tuple[str, str]]:
             h, w = cv2.imread(str(p), cv2.IMREAD_UNCHANGED).shape[:2]
             if min(h, w) >= GT_SIZE:
                 names.append(p)
-    for p in names[:limit]:
+    if limit is not None:  # a few of each set: Set14's first three hold its gray image (bridge)
+        names = names[:limit - 3] + [p for p in names if p.parent.parent.name == "Set14"][:3]
+    for p in names:
         shutil.copy(p, gt_png / p.name)
     prepare_lr(gt_png, lq_png, SCALE, progress=False)
     out = {"png": (str(gt_png), str(lq_png))}

@@ -5,8 +5,10 @@ from __future__ import annotations
 import io
 import os
 import re
+import struct
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import cv2
@@ -60,6 +62,10 @@ def test_png_kinds_the_fast_path_leaves_to_opencv_decode_the_same() -> None:
         "1-bit": (pil_png(Image.fromarray(rng.integers(0, 2, (20, 30)).astype(bool))), False),
         "RGB + tRNS": (pil_png(Image.fromarray(rgb), transparency=(0, 0, 0)), False),
     }
+    plain = cv2.imencode(".png", rgb)[1].tobytes()
+    for kind, body in ((b"gAMA", struct.pack(">I", 100000)), (b"sBIT", bytes([5, 6, 5])), (b"sRGB", b"\x00")):
+        chunk = struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        cases[f"RGB + {kind.decode()}"] = (plain[:33] + chunk + plain[33:], True)  # neither decoder applies it
     for name, (data, fast) in cases.items():
         assert (imageio._spng_decode(np.frombuffer(data, np.uint8), data) is not None) == fast, name
         got, want = decode_image(data), _opencv(data)
