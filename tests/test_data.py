@@ -109,6 +109,17 @@ def test_mod_crop_and_tensor_round_trip() -> None:
     assert tensor2img(torch.tensor([[[-0.5, 0.5, 1.7]]])).tolist() == [[0, 128, 255]]
 
 
+def test_img2tensor_is_every_level_divided() -> None:
+    """The one-pass conversion gives exactly ``x.astype(float32) / 255`` (``/ 65535``) for every level, in CHW RGB
+    order, from any HWC layout (a flipped or transposed view, as augment's output may be)."""
+    for dtype, top in ((np.uint8, 255.0), (np.uint16, 65535.0)):
+        levels = np.arange(int(top) + 1, dtype=dtype)
+        img = np.resize(levels, (3, 64, len(levels) // 64 + 1)).transpose(1, 2, 0)[:, ::-1]  # HWC, strided
+        want = torch.from_numpy(np.ascontiguousarray(img.transpose(2, 0, 1)[::-1]).astype(np.float32) / top)
+        assert torch.equal(img2tensor(img), want)
+        assert torch.equal(img2tensor(img[:, :, 0]), want[2:3])
+
+
 def test_augment_is_consistent_and_seeded() -> None:
     img = cv2.imread(str(T91 / "t1.png"), cv2.IMREAD_UNCHANGED)[:40, :40]
     small = block_mean(img, 2)

@@ -29,6 +29,11 @@ __all__ = ["IMAGE_EXTENSIONS", "ImageInfo", "is_image_file", "list_images", "pro
 # contradict the one-line message.
 cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
 
+try:  # libspng decodes 8-bit PNGs faster than OpenCV's libpng (benchmarks/data.md); optional: anysr[fastpng]
+    import pyspng as _pyspng
+except ImportError:
+    _pyspng = None
+
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
 
 _FLAGS = {
@@ -183,6 +188,36 @@ def _png_damage(buf: np.ndarray) -> str | None:
     return None
 
 
+# PNG colour types (IHDR byte 25) libspng gives as OpenCV does, at 8 bits: gray, RGB, RGBA (not a palette,
+# gray + alpha or any 16-bit image, where pyspng's array differs from OpenCV's)
+_SPNG_TYPES = {0: 1, 2: 3, 6: 4}  # colour type -> channels
+
+
+def _spng_decode(buf: np.ndarray, raw: object) -> np.ndarray | None:
+    """An 8-bit gray / RGB / RGBA PNG without transparency chunk, decoded by pyspng into OpenCV's
+    ``IMREAD_UNCHANGED`` array (HW, HWC BGR, HWC BGRA); ``None`` for anything else, or when pyspng is missing
+    or refuses the file (OpenCV then decodes it and reports what is wrong)."""
+    if _pyspng is None or buf.size < 33 or bytes(buf[:8]) != b"\x89PNG\r\n\x1a\n" or bytes(buf[12:16]) != b"IHDR":
+        return None
+    bits, colour = int(buf[24]), int(buf[25])
+    if bits != 8 or colour not in _SPNG_TYPES:
+        return None
+    data = raw if isinstance(raw, bytes) else buf.tobytes()  # pyspng reads bytes only
+    idat = data.find(b"IDAT")
+    if idat < 0 or data.find(b"tRNS", 0, idat) >= 0:  # tRNS comes before the pixel data
+        return None
+    try:
+        img = _pyspng.load(data)
+    except RuntimeError:
+        return None
+    channels = _SPNG_TYPES[colour]
+    if channels == 1:
+        return img[:, :, 0] if img.ndim == 3 else img
+    if img.ndim != 3 or img.shape[2] != channels:
+        return None
+    return cv2.cvtColor(img, cv2.COLOR_RGB2BGR if channels == 3 else cv2.COLOR_RGBA2BGRA)
+
+
 def decode_image(data: bytes | bytearray | memoryview | np.ndarray, *, flag: str = "unchanged",
                  source: str = "<bytes>") -> np.ndarray:
     """Decode an encoded image (PNG, JPEG, ...) held in memory; ``source`` names it in errors.
@@ -196,6 +231,10 @@ def decode_image(data: bytes | bytearray | memoryview | np.ndarray, *, flag: str
     damage = _png_damage(buf)
     if damage is not None:
         raise DataError(f"image {source} cannot be decoded: {damage}; re-create or re-download it")
+    if mode == cv2.IMREAD_UNCHANGED:
+        img = _spng_decode(buf, data)
+        if img is not None:
+            return img
     try:
         img = cv2.imdecode(buf, mode)
     except cv2.error as exc:  # a header OpenCV refuses outright (e.g. a width over CV_IO_MAX_IMAGE_WIDTH)

@@ -143,10 +143,12 @@ def img2tensor(img: np.ndarray, *, bgr2rgb: bool = True, gray_to_rgb: bool = Fal
             chw = chw[::-1]
     else:
         raise DataError(f"img2tensor: expected an HW or HWC (3 channels) image, got shape {img.shape}")
-    if chw.dtype == np.uint8:
-        arr = chw.astype(np.float32) / 255.0
-    elif chw.dtype == np.uint16:
-        arr = chw.astype(np.float32) / 65535.0
+    if chw.dtype in (np.uint8, np.uint16):
+        # one pass into a new CHW float32 array: the same values as ``chw.astype(np.float32) / 255.0`` (an exact
+        # integer to float32 conversion, then a float32 division), without the strided float temporary
+        arr = np.empty(chw.shape, np.float32)
+        np.divide(np.ascontiguousarray(chw), np.float32(255.0 if chw.dtype == np.uint8 else 65535.0), out=arr,
+                  dtype=np.float32)
     else:
         arr = chw.astype(np.float32)
     return torch.from_numpy(np.ascontiguousarray(arr))
