@@ -208,3 +208,20 @@ def test_float8_weights_are_read(tmp_path: Path) -> None:
     save_file({k: v.to(torch.float8_e4m3fn) for k, v in net.state_dict().items()}, tmp_path / "w.safetensors")
     sd, _ = load_weights(tmp_path / "w.safetensors", "params")
     assert recognise(sd).opt["num_feat"] == 4
+
+
+def test_profiler_counters_are_not_weights(tmp_path: Path) -> None:
+    """Released Omni-SR checkpoints carry thop's ``total_ops`` / ``total_params`` in every module: read without
+    them, so the file is recognised and loads strictly."""
+    from anysr.engine.checkpoint import load_weights
+
+    net = build_network({"type": "OmniSR", "num_feat": 16, "res_num": 1, "block_num": 1, "window_size": 4})
+    sd = dict(net.state_dict())
+    for name in ["", "body.0", "up.0"]:
+        prefix = f"{name}." if name else ""
+        sd[f"{prefix}total_ops"] = torch.zeros(1, dtype=torch.float64)
+        sd[f"{prefix}total_params"] = torch.zeros(1, dtype=torch.float64)
+    torch.save({"params": sd}, tmp_path / "omni.pth")
+    read, _ = load_weights(tmp_path / "omni.pth", "params")
+    assert set(read) == set(net.state_dict())
+    assert recognise(read).opt["type"] == "OmniSR"

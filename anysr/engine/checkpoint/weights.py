@@ -392,7 +392,20 @@ def read_weights(path: PathLike, param_key: str = "params", *, key_option: str =
     else:
         (sd, group), meta = _load_torch_weights(path, param_key, key_option), {}
     _check_finite(sd, path)
-    return _strip_wrapper_prefixes(sd, path), meta, group
+    return _drop_profiler_counters(_strip_wrapper_prefixes(sd, path), path), meta, group
+
+
+_PROFILER_COUNTERS = ("total_ops", "total_params")  # one-element buffers thop's profiler leaves in every module
+
+
+def _drop_profiler_counters(sd: dict[str, Any], path: Path) -> dict[str, Any]:
+    """``sd`` without the counters thop's profiler leaves in every module (released Omni-SR checkpoints carry
+    them): they are not weights, and a strict check of the names would refuse the file."""
+    counters = [k for k, v in sd.items() if k.rsplit(".", 1)[-1] in _PROFILER_COUNTERS and v.numel() == 1]
+    if not counters:
+        return sd
+    logger.info("%s: dropped %d profiler counters (%s, ...: thop's, not weights)", path, len(counters), counters[0])
+    return {k: v for k, v in sd.items() if k not in set(counters)}
 
 
 def read_weights_metadata(path: PathLike) -> dict[str, Any]:
