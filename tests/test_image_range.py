@@ -60,7 +60,7 @@ def test_infer_feeds_the_authors_range(tmp_path: Path) -> None:
         want = ((raw(x * 2 - 1) + 1) / 2).clamp(0, 1)[0].permute(1, 2, 0).numpy() * 255.0
         wrong = raw(x).clamp(0, 1)[0].permute(1, 2, 0).numpy() * 255.0
     got = read_image(out)[..., ::-1].astype(np.float32)
-    assert np.abs(got - want).max() <= 1.0  # rounding to 8 bits
+    assert np.abs(got - want).max() <= 3.0  # rounding to 8 bits, and infer's own kernels (precision, layout)
     assert np.abs(got - wrong).max() > 5.0
 
 
