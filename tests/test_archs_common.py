@@ -118,7 +118,7 @@ GROUPS: dict[str, Group] = {
         cl_extra=("escrealm_x2_unshuffle_ps",), meta_extra=("escrealm_x1_unshuffle_psd",),
         grad_extra=("escrealm_x2_unshuffle_ps", "lkfmixer_x2", "sebica_x2", "eimn_x4_depth2",
                     "mosrv2_x2_unshuffle_rms_ps"),
-        bf16_all=True, grad_input=_input0_twice, grad_nonzero=_every,
+        bf16_all=True, grad_input=_input0_twice, grad_nonzero=_every, no_drop_path=True,
         aliases=("MoESR2",)),  # MoESR (lightweight: moesr_x4_psdirect) under traiNNer-redux's second name
     "fdatgrl": Group(
         one=("fdat_x4_transpose", "fdat_x2_unshuffle_pixelshuffle", "fdat_x3_pa_up", "fdat_x2_dysample",
@@ -140,7 +140,7 @@ GROUPS: dict[str, Group] = {
         meta_extra=("swin2sr_x1_aux", "rgt_x1_3conv", "craft_x2_identity", "atd_x1_nonorm"),
         grad_extra=("swin2sr_x1_aux", "swin2sr_x4_nearest_conv"),
         bf16_all=True, bf16_input=1, meta="compare", grad_input=_input1_and_mirror,
-        grad_nonzero=_transformer_branch),
+        grad_nonzero=_transformer_branch, no_drop_path=True),
     "restore": Group(
         one=("cugan_2x", "cugan_3x", "cugan_4x", "cugan_2x_fast", "drunet_color", "fbcnn_color", "dncnn_gray_br",
              "swiftsrgan_x4"),
