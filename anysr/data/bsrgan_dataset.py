@@ -21,8 +21,8 @@ import numpy as np
 
 from anysr.data.degradation.bsrgan import BSRGANDraws, BSRGANPipeline, draw_rng, settings_from_options
 from anysr.data.file_backends import build_backend
-from anysr.data.paired_image_dataset import _ImageDataset, _Pair, image_bits
-from anysr.data.realesrgan_dataset import pad_or_crop
+from anysr.data.paired_image_dataset import _Pair, image_bits
+from anysr.data.realesrgan_dataset import GTImageDataset, pad_or_crop
 from anysr.data.transforms import augment, img2tensor
 from anysr.registry import DATASET_REGISTRY, DEGRADATION_REGISTRY
 
@@ -32,7 +32,7 @@ _TAG_IMAGE = 0  # the geometry stream of a sample's seed (the recipe has its own
 
 
 @DATASET_REGISTRY.register()
-class BSRGANDataset(_ImageDataset):
+class BSRGANDataset(GTImageDataset):
     """HR images -> (LQ, GT) pairs by BSRGAN's degradation (``degradation_type``: bsrgan or bsrgan_plus).
 
     Options: dataroot_gt (a folder or an .lmdb), meta_info, io_backend, use_hflip, use_rot, gt_size, and the
@@ -51,19 +51,6 @@ class BSRGANDataset(_ImageDataset):
                                                                  f"{self.key_path}.degradation_type")(self.settings)
         self.use_hflip = bool(opt["use_hflip"])
         self.use_rot = bool(opt["use_rot"])
-
-    def _check_item(self, i: int, decode: bool) -> str | None:
-        name = self.items[i].gt
-        assert name is not None
-        info = self._info(self.gt_backend, name, decode)
-        if min(info.width, info.height) < 2:
-            return f"{self._path(self.gt_root, name)} is {info.width}x{info.height}; it cannot be reflect-padded"
-        return None
-
-    def path(self, i: int) -> str:
-        name = self.items[i].gt
-        assert name is not None
-        return self._path(self.gt_root, name)
 
     def draws(self, seed: int) -> BSRGANDraws:
         """The recipe sample ``seed`` degrades its image with."""

@@ -49,8 +49,26 @@ def pad_or_crop(img: np.ndarray, size: int, rng: np.random.Generator) -> np.ndar
     return np.ascontiguousarray(img)
 
 
+class GTImageDataset(_ImageDataset):
+    """A dataset of GT images only, degraded into LQ on the fly (Real-ESRGAN's, BSRGAN's): an image needs two
+    pixels a side to be reflect-padded to the patch."""
+
+    def _check_item(self, i: int, decode: bool) -> str | None:
+        name = self.items[i].gt
+        assert name is not None
+        info = self._info(self.gt_backend, name, decode)
+        if min(info.width, info.height) < 2:
+            return f"{self._path(self.gt_root, name)} is {info.width}x{info.height}; it cannot be reflect-padded"
+        return None
+
+    def path(self, i: int) -> str:
+        name = self.items[i].gt
+        assert name is not None
+        return self._path(self.gt_root, name)
+
+
 @DATASET_REGISTRY.register()
-class RealESRGANDataset(_ImageDataset):
+class RealESRGANDataset(GTImageDataset):
     """HR images plus per-sample degradation kernels, for ``RealESRNetModel`` / ``RealESRGANModel`` (train only).
 
     Options (BasicSR's): dataroot_gt (a folder, an .lmdb or a shard set), meta_info (alias of meta_info_file: lines
@@ -81,19 +99,6 @@ class RealESRGANDataset(_ImageDataset):
     def attach_synthesis(self, synthesis: LoaderSynthesis | None) -> None:
         """Synthesise the LQ in the loader workers with ``synthesis`` (None: deliver GT and kernels)."""
         self.synthesis = synthesis
-
-    def _check_item(self, i: int, decode: bool) -> str | None:
-        name = self.items[i].gt
-        assert name is not None
-        info = self._info(self.gt_backend, name, decode)
-        if min(info.width, info.height) < 2:
-            return f"{self._path(self.gt_root, name)} is {info.width}x{info.height}; it cannot be reflect-padded"
-        return None
-
-    def path(self, i: int) -> str:
-        name = self.items[i].gt
-        assert name is not None
-        return self._path(self.gt_root, name)
 
     def kernel_params(self, seed: int) -> dict[str, KernelParams]:
         """The kernels sample ``seed`` draws, as parameters (what ``anysr prepare degrade`` reports)."""
