@@ -23,11 +23,12 @@ CPU time of the processes doing the work: this process, or the loader workers). 
 jobs the wall rate falls with the load while the per-CPU-s rate holds much better: read the per-CPU-s column as
 "per core". The 1-minute load average is printed per row; rows above 1.5 are starred.
 
-``--shards URL``: also measure a shard set (``io_backend: {type: shards}``, written by ``anysr prepare shards``
-from the same GT/LQ pairs; a local folder, ``file://`` or ``s3://...`` with ``--storage-options
-'{"endpoint_url": "http://127.0.0.1:PORT"}'`` for a loopback S3 server). Skipped with a message where this anysr has
-no shard backend. ``--quickstart-iters N``: also train the quick start (``options/train/quickstart_EDSR_x2.yml``)
-for N iterations and report the share of the iteration time the step waited for data (the training log's
+The same pairs are also written as a local shard set (``anysr prepare shards``, read with ``io_backend: {type:
+shards}``; skipped with a message where anysr[shards] is not installed). ``--shards URL``: also measure another
+shard set of the same pairs: a local folder, ``file://`` or ``s3://...`` with ``--storage-options
+'{"endpoint_url": "http://127.0.0.1:PORT"}'`` for a loopback S3 server.
+``--quickstart-iters N``: also train the quick start (``options/train/quickstart_EDSR_x2.yml``) for N iterations
+and report the share of the iteration time the step waited for data (the training log's
 ``time (data)``, from its ``summary.json``).
 """
 
@@ -88,6 +89,13 @@ def make_data(work: Path, limit: int | None) -> dict[str, tuple[str, str]]:
                         str(work / f"{side}.lmdb")], check=True, cwd=ROOT, capture_output=True,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     out["lmdb"] = (str(work / "gt.lmdb"), str(work / "lq.lmdb"))
+    proc = subprocess.run([sys.executable, "-m", "anysr.cli", "prepare", "shards", str(gt_png), str(work / "shards"),
+                           "--lq", str(lq_png)], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if proc.returncode == 0:  # a local shard set of the same pairs (needs anysr[shards])
+        out["shards"] = (str(work / "shards"), "")
+    else:
+        print(f"local shard set skipped: {proc.stderr.strip().splitlines()[-1:]}")
     return out
 
 
@@ -353,14 +361,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         sources: list[tuple[str, str, str | None, dict[str, Any]]] = [
             (fmt, data[fmt][0], data[fmt][1], {"type": "disk"}) for fmt in ("png", "jpeg")]
         sources.append(("lmdb", data["lmdb"][0], data["lmdb"][1], {"type": "lmdb"}))
+        if "shards" in data:
+            sources.append(("shards", data["shards"][0], None, {"type": "shards"}))
         if args.shards:
-            from anysr.data.file_backends import BACKEND_TYPES
-
-            if "shards" in BACKEND_TYPES:
-                sources.append(("shards", args.shards, None,
-                                {"type": "shards", "storage_options": json.loads(args.storage_options)}))
-            else:
-                print("--shards: this anysr has no shard backend (io_backend type 'shards') yet: skipped")
+            sources.append(("shards (--shards)", args.shards, None,
+                            {"type": "shards", "storage_options": json.loads(args.storage_options)}))
         from anysr.data import imageio
 
         for fmt, gt, lq, io_backend in sources:
