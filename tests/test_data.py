@@ -619,11 +619,13 @@ def test_worker_count_is_capped_at_the_usable_cores_and_said_once(monkeypatch: p
             said.append(record.getMessage())
 
     logger, keep = logging.getLogger("anysr"), Keep()
-    monkeypatch.setattr(logger, "level", logging.INFO)
-    logger.addHandler(keep)
+    level = logger.level
+    logger.setLevel(logging.INFO)  # setLevel, not the attribute: it clears isEnabledFor's cache (an earlier test
+    logger.addHandler(keep)  # may have left "INFO is off" in it)
     try:
         assert loaders.worker_count(1) == 1 and loaders.worker_count(2) == 2
         assert loaders.worker_count(6) == 2 and loaders.worker_count(6) == 2
     finally:
         logger.removeHandler(keep)
+        logger.setLevel(level)
     assert said == ["num_worker_per_gpu 6 lowered to 2: this process may use 2 CPU cores"]
