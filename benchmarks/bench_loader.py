@@ -95,7 +95,7 @@ def make_data(work: Path, limit: int | None) -> dict[str, tuple[str, str]]:
     if proc.returncode == 0:  # a local shard set of the same pairs (needs anysr[shards])
         out["shards"] = (str(work / "shards"), "")
     else:
-        print(f"local shard set skipped: {proc.stderr.strip().splitlines()[-1:]}")
+        print(f"local shard set skipped: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
     return out
 
 
