@@ -29,6 +29,7 @@ from anysr.data import build_dataset
 from anysr.data.degradation import video_codec
 from anysr.data.degradation.video_codec import (
     CODECS,
+    REALBASICVSR_BITRATE,
     VideoCompressionSettings,
     available_codecs,
     clip_rng,
@@ -237,6 +238,22 @@ def test_x265_is_reproducible_on_small_frames() -> None:
         assert all(np.array_equal(runs[0], r) for r in runs[1:]), (h, w)
     ds_clip = [np.full((96, 96, 3), 90, np.uint8)] * 2  # not padded: FFmpeg's settings as they are (see the fixture)
     assert [f.shape for f in compress_clip(ds_clip, "libx265", bitrate=20_000)] == [(96, 96, 3)] * 2
+
+
+@pytest.mark.skipif("libx265" not in available_codecs(), reason="this PyAV build has no libx265")
+def test_x265_short_clips_never_fail() -> None:
+    """One- and two-frame clips made FFmpeg's libx265 wrapper fail about every other call (it read x265's output
+    picture from memory x265 had not filled); lengthened to MIN_FRAMES for the encoder, 60 of them all pass, give back
+    their own number of frames, and the same frames twice."""
+    rng = np.random.default_rng(5)
+    for i in range(30):
+        base = cv2.GaussianBlur(rng.integers(0, 256, (64, 64, 3)).astype(np.uint8), (0, 0), 2)
+        for t in (1, 2):
+            clip, rate = [base] * t, int(rng.integers(*REALBASICVSR_BITRATE))
+            first = np.stack(compress_clip(clip, "libx265", bitrate=rate))
+            assert first.shape == (t, 64, 64, 3)
+            if i < 3:
+                assert np.array_equal(first, np.stack(compress_clip(clip, "libx265", bitrate=rate)))
 
 
 def test_ffmpeg_failures_are_data_errors(monkeypatch: pytest.MonkeyPatch) -> None:

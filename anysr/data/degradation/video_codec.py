@@ -30,8 +30,8 @@ import numpy as np
 from anysr.data.degradation.draws import categorical, check_range
 from anysr.errors import DataError, OptionError
 
-__all__ = ["CODECS", "CRF_CODECS", "PAD_TO", "REALBASICVSR_BITRATE", "VideoCompressionSettings", "CompressionDraw",
-           "available_codecs", "clip_rng", "draw_video_compression", "compress_clip", "import_av"]
+__all__ = ["CODECS", "CRF_CODECS", "MIN_FRAMES", "PAD_TO", "REALBASICVSR_BITRATE", "VideoCompressionSettings",
+           "CompressionDraw", "available_codecs", "clip_rng", "draw_video_compression", "compress_clip", "import_av"]
 
 CODECS = ("libx264", "h264", "mpeg4", "libx265")  # encoder names as FFmpeg knows them ('h264': its default one)
 CRF_CODECS = ("libx264", "h264", "libx265")  # the encoders with a constant-rate-factor mode
@@ -40,6 +40,11 @@ REALBASICVSR_BITRATE = (10_000, 100_000)  # bits per second, RealBasicVSR's rang
 # 3.x (PyAV 18's wheel) misbehaves on small frames with its default settings: different streams from call to call at
 # a width of 64 or at 16 x 16, heap corruption at 32 x 48, no encoder below 16; measured stable from 96 up.
 PAD_TO = {"libx265": 96}
+# Clips shorter than this are lengthened for the encoder by repeating their last frame, and the extra frames dropped
+# after decoding. FFmpeg 8's libx265 wrapper reads the output picture of x265 4.x (API build >= 210) from memory x265
+# did not fill when a clip has one or two frames: measured on PyAV 18, 73 of 150 two-frame clips and 7 of 150 one-frame
+# clips failed ("Not yet implemented in FFmpeg" / "Unknown picture type"), none of 360 of three frames or more.
+MIN_FRAMES = {"libx265": 3}
 _TAG_CLIP = 7201  # keeps the clip generator apart from the dataset's other draws
 
 
@@ -200,7 +205,8 @@ def compress_clip(frames: Sequence[np.ndarray], codec: str, *, bitrate: int | No
 
     The encoding follows RealBasicVSR's ``RandomVideoCompression`` (RGB frames, ``yuv420p``, frame rate 1, FFmpeg's
     default settings of the encoder besides the rate), with the encoder on one thread; libx265 sees frames reflected
-    up to :data:`PAD_TO` (its small-frame results are not reproducible otherwise).
+    up to :data:`PAD_TO` (its small-frame results are not reproducible otherwise) and clips of at least
+    :data:`MIN_FRAMES` frames (FFmpeg's wrapper fails at random on shorter ones).
     """
     av = import_av()
     _check_codec(codec, "compress_clip")
@@ -218,14 +224,17 @@ def compress_clip(frames: Sequence[np.ndarray], codec: str, *, bitrate: int | No
     size = (max(h, least), max(w, least))
     if size != (h, w):  # reflected past the bottom and right edges, cropped off after decoding
         frames = [np.pad(np.asarray(f), ((0, size[0] - h), (0, size[1] - w), (0, 0)), mode="reflect") for f in frames]
+    n = len(frames)
+    frames = list(frames) + [frames[-1]] * (MIN_FRAMES.get(codec, 0) - n)  # repeats dropped after decoding
     try:
         out = _encode_decode(av, frames, codec, size[0], size[1], bitrate, options)
     except av.FFmpegError as err:
         rate = f"bitrate {bitrate}" if crf is None else f"crf {crf}"
-        raise DataError(f"compress_clip: FFmpeg failed on {len(frames)} frames of {h}x{w} with {codec} at {rate}: "
+        raise DataError(f"compress_clip: FFmpeg failed on {n} frames of {h}x{w} with {codec} at {rate}: "
                         f"{err}") from None
     if len(out) != len(frames):
-        raise DataError(f"compress_clip: {codec} gave back {len(out)} frames for {len(frames)}")
+        raise DataError(f"compress_clip: {codec} gave back {len(out)} frames for {n}")
+    out = out[:n]
     return out if size == (h, w) else [np.ascontiguousarray(f[:h, :w]) for f in out]
 
 
