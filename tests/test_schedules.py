@@ -74,6 +74,29 @@ def test_ema_update() -> None:
     assert restored.updates == 101
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_ema_tensor_weight_equals_the_float_lerp(dtype: torch.dtype) -> None:
+    """The weight goes to lerp as a 0-dim tensor (data, never an XLA graph constant): bit-equal to ATen's lerp by the
+    Python float through the copy phase, the warm-up (weights above, at and below 0.5) and the plain decay, and the
+    switch copies exactly."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)).to(dtype)
+    ema = EMA(net, 0.99, update_after=2, switch_every=7)
+    ref = [p.detach().clone() for p in ema.module.parameters()]
+    for _ in range(60):
+        with torch.no_grad():
+            for p in net.parameters():
+                p.add_(torch.randn_like(p))
+        weight = 1.0 - ema.current_decay()
+        switch = ema.updates and ema.updates % 7 == 0
+        torch._foreach_lerp_(ref, [p.detach() for p in net.parameters()], weight)
+        ema.update(net)
+        for a, b in zip(ema.module.parameters(), ref):
+            assert torch.equal(a, b)
+        if switch:
+            assert all(torch.equal(p, r) for p, r in zip(net.parameters(), ref))
+
+
 def test_ema_warm_up_forgets_the_random_init() -> None:
     ema = EMA(torch.nn.Linear(2, 1), 0.999)
     assert ema.current_decay() == pytest.approx(0.1)

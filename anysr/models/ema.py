@@ -43,15 +43,29 @@ class EMA:
     def update(self, net: nn.Module) -> None:
         ema_params = list(self.module.parameters())
         params = [p.detach() for p in net.parameters()]
-        decay = self.current_decay()
-        # A copy is a lerp by 1 (``end - (end - start) * 0``: exactly ``end``): on XLA ``copy_`` would alias the
-        # trained weights' buffers, which the next optimizer step gives away.
-        torch._foreach_lerp_(ema_params, params, 1.0 - decay)
+        if ema_params:
+            self._lerp(ema_params, params, 1.0 - self.current_decay())
         for b_ema, b in zip(self.module.buffers(), net.buffers()):
             b_ema.copy_(b)
         if self.switch_every and self.updates and self.updates % self.switch_every == 0:
-            torch._foreach_lerp_(params, ema_params, 1.0)
+            self._lerp(params, ema_params, 1.0)
         self.updates += 1
+
+    @staticmethod
+    def _lerp(start: list[torch.Tensor], end: list[torch.Tensor], weight: float) -> None:
+        """``start += weight * (end - start)`` in place, the weight a 0-dim tensor on the parameters' device.
+
+        A copy is a lerp by 1 (``end - (end - start) * 0``: exactly ``end``): on XLA ``copy_`` would alias the
+        trained weights' buffers, which the next optimizer step gives away. A tensor weight is data to every
+        backend: torch_xla bakes a Python number of 0 or +-1 into the graph as a constant and sends any other as
+        data, so Python-float weights made a warm-up's weight of 1 (or a switch) compile a graph of its own.
+        """
+        by_kind: dict[tuple[torch.device, torch.dtype], list[int]] = {}
+        for i, t in enumerate(start):
+            by_kind.setdefault((t.device, t.dtype), []).append(i)
+        for (device, dtype), idx in by_kind.items():
+            w = torch.tensor(weight, dtype=torch.promote_types(dtype, torch.float32), device=device)  # as ATen's opmath
+            torch._foreach_lerp_([start[i] for i in idx], [end[i] for i in idx], [w] * len(idx))
 
     def state_dict(self) -> dict[str, Any]:
         return {"params": self.module.state_dict(), "updates": self.updates}
