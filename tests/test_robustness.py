@@ -453,6 +453,9 @@ def test_the_told_error_is_reported_before_a_peers_death() -> None:
     # a killed rank is the cause of its peer's lost contact
     assert _cause([WorkerExit(0, PEER_FAILED), WorkerExit(1, -9)]) == WorkerExit(1, -9)
     assert _cause([WorkerExit(1, PEER_FAILED), WorkerExit(0, PEER_FAILED)]) == WorkerExit(1, PEER_FAILED)
+    # seen in one poll: rank 0's gloo aborted (SIGABRT) because rank 1 was SIGKILLed (CI, 2026-12-05)
+    assert _cause([WorkerExit(0, -6), WorkerExit(1, -9)]) == WorkerExit(1, -9)
+    assert _cause([WorkerExit(0, -6), WorkerExit(1, 1)]) == WorkerExit(0, -6)
 
 
 def test_corrupt_image_met_in_a_dataloader_worker_is_one_line(tmp_path: Path, small_train_dir: Path) -> None:

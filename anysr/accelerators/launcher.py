@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Callable
@@ -152,10 +153,13 @@ def _spawn(plan: LaunchPlan, fn: Callable[..., Any], args: tuple[Any, ...]) -> N
 def _cause(bad: list[WorkerExit]) -> WorkerExit:
     """The failure to report among those seen (in the order they ended): an error a worker told itself (status 2)
     comes first, since a peer can die of it (a broken collective, even an abort in the runtime) before the teller
-    has exited; then the first death or crash; a rank that only lost its peers last."""
+    has exited; then a rank killed by a signal other than SIGABRT (a SIGKILL from outside: its peers' gloo aborts
+    with SIGABRT within the same poll, and rank 0 came first in the list); then the first death or crash; a rank
+    that only lost its peers last."""
     told = [e for e in bad if e.code == 2]
     own = [e for e in bad if e.code != PEER_FAILED]
-    return (told or own or bad)[0]
+    killed = [e for e in own if e.code is not None and e.code < 0 and -e.code != signal.SIGABRT]
+    return (told or killed or own or bad)[0]
 
 
 def _failure(first: WorkerExit) -> AnysrError:
