@@ -5,6 +5,7 @@
 #                              per test module)
 #   XLA_VENV=/path .ci/xla.sh  use another venv location (an existing one is reused if its marker matches)
 #   PYTEST_ARGS="-x -k spmd"   extra pytest arguments
+#   XLA_BUILD_ONLY=1 .ci/xla.sh  build (or reuse) the venv and stop (.ci/run builds it while the main suite runs)
 #
 # The venv is rebuilt only when the pinned requirements below change (the marker file holds them).
 set -euo pipefail
@@ -38,6 +39,7 @@ fi
 
 # The repository itself, without letting pip touch the pinned torch.
 "$VENV/bin/python" -m pip install --quiet --no-deps -e .
+[[ "${XLA_BUILD_ONLY:-0}" == 1 ]] && exit 0
 
 "$VENV/bin/python" -c "import torch, torch_xla; print('torch', torch.__version__, '| torch_xla', torch_xla.__version__)"
 # One pytest process per test module: in one process, torch_xla 2.9's XLA:CPU segfaulted inside a later module's
