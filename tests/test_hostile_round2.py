@@ -256,3 +256,26 @@ def test_a_tile_larger_than_any_image_is_timed_at_a_bounded_side(tmp_path: Path,
     run_cli("infer", "--weights", str(weights), "-i", str(DATASETS / "Set5" / "HR" / "bird.png"), "-o",
             str(tmp_path / "out"), "--tile", "100000", "--no-progress", cwd=tmp_path, timeout=300)
     assert len(list((tmp_path / "out").iterdir())) == 1 and time.perf_counter() - t0 < 120
+
+
+@pytest.mark.parametrize(("override", "expect"), [
+    ({"num_feat": 0}, r"network_g: EDSR with these arguments has an empty weight conv_first\.weight of shape "
+                      r"\[0, 3, 3, 3\]: an argument is 0 \(network_g\.num_feat=0\)$"),
+    ({"num_feat": -3}, r"network_g: cannot build EDSR with .*negative dimension -3"),
+])
+def test_a_width_of_zero_is_an_option_error_before_training(override: dict, expect: str,
+                                                            recwarn: pytest.WarningsRecorder) -> None:
+    """A width of 0 built a network with empty weights that failed in the first forward, deep in torch (a
+    traceback); a negative one raised torch's RuntimeError from the constructor. Both name network_g now, and torch's
+    zero-element warning is not printed before the error."""
+    with pytest.raises(OptionError, match=expect):
+        build_network({**_TINY_EDSR, **override})
+    assert not [w for w in recwarn if "zero-element" in str(w.message)]
+
+
+def test_a_width_of_zero_ends_training_in_one_line(tmp_path: Path) -> None:
+    opt = ROOT / "options" / "train" / "quickstart_EDSR_x2.yml"
+    proc = run_cli("train", "-opt", str(opt), "--force_yml", f"path.root={ROOT}",
+                   f"path.experiments_root={tmp_path / 'exp'}", "network_g.num_feat=0", cwd=tmp_path, check=False)
+    assert proc.returncode == 2
+    assert "empty weight conv_first.weight" in _one_line(proc.stderr)

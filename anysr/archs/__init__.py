@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,6 +32,9 @@ def arch_kwargs(cls: type | str) -> dict[str, Any]:
     return constructor_args(cls)[0]
 
 
+_NOT_SIZES = ("drop", "rate", "ratio", "prob", "eps", "scale", "range", "init", "seed", "mean", "std", "bias")
+
+
 def build_network(opt: Mapping[str, Any], key_path: str = "network_g") -> nn.Module:
     """Build the architecture named by ``opt['type']`` with the other keys as constructor arguments.
 
@@ -55,11 +59,22 @@ def build_network(opt: Mapping[str, Any], key_path: str = "network_g") -> nn.Mod
         raise OptionError(problems[0] if len(problems) == 1 else
                           f"{len(problems)} problems in {key_path}:\n" + "\n".join(f"  {p}" for p in problems))
     try:
-        return cls(**kwargs)
+        with warnings.catch_warnings():  # the empty weight below is said once, as an error
+            warnings.filterwarnings("ignore", message="Initializing zero-element tensors")
+            net = cls(**kwargs)
     except ArchArgumentError as e:
         raise OptionError(f"{key_path}.{e.arg}: {e.detail}") from e
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, ZeroDivisionError, RuntimeError) as e:  # torch's own: negative sizes and such
         raise OptionError(f"{key_path}: cannot build {name} with {kwargs}: {e}") from e
+    # A width of 0 builds, and fails only in the first forward, deep in torch. Empty weights alone are no error (RGT's
+    # position bias is empty at small widths in the authors' code, and works): refused with an argument of 0 to name.
+    zeros = [k for k, v in kwargs.items() if isinstance(v, int) and not isinstance(v, bool) and v == 0
+             and not any(w in k for w in _NOT_SIZES)]
+    empty = next(((n, tuple(p.shape)) for n, p in net.named_parameters() if p.numel() == 0), None) if zeros else None
+    if empty is not None:
+        raise OptionError(f"{key_path}: {name} with these arguments has an empty weight {empty[0]} of shape "
+                          f"{list(empty[1])}: an argument is 0 ({', '.join(f'{key_path}.{k}=0' for k in zeros)})")
+    return net
 
 
 __all__ = ["ARCH_MODULES", "REQUIRED", "arch_kwargs", "build_network"]
