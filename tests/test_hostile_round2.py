@@ -279,3 +279,13 @@ def test_a_width_of_zero_ends_training_in_one_line(tmp_path: Path) -> None:
                    f"path.experiments_root={tmp_path / 'exp'}", "network_g.num_feat=0", cwd=tmp_path, check=False)
     assert proc.returncode == 2
     assert "empty weight conv_first.weight" in _one_line(proc.stderr)
+
+
+@pytest.mark.parametrize("suffix", ["../x", "a/b", ".."])
+def test_a_validation_suffix_cannot_leave_the_images_folder(tmp_path: Path, suffix: str) -> None:
+    """val.suffix names saved validation images ('{name}_{suffix}.png'): a separator would write elsewhere."""
+    opt = ROOT / "options" / "train" / "quickstart_EDSR_x2.yml"
+    proc = run_cli("train", "-opt", str(opt), "--force_yml", f"path.root={ROOT}",
+                   f"path.experiments_root={tmp_path / 'exp'}", f"val.suffix={suffix}", cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and "val.suffix: a part of a file name" in proc.stderr, proc.stderr
+    assert not (tmp_path / "exp").exists()

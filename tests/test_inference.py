@@ -114,6 +114,16 @@ def test_rgba_through_the_cli_with_a_network(tmp_path: Path) -> None:
     assert out[:20, :, 3].max() < out[40:, :, 3].max()  # the transparent top stays more transparent
 
 
+@pytest.mark.parametrize("suffix", ["/x", "../up", "a\\b", ".."])
+def test_a_suffix_cannot_leave_the_output_folder(tmp_path: Path, suffix: str) -> None:
+    """--suffix '/x' wrote into a new subfolder, '../up' beside the output folder: refused before any work."""
+    cv2.imwrite(str(tmp_path / "a.png"), _rgba()[:, :, :3])
+    proc = run_cli("infer", "--arch", "bicubic", "--scale", "2", "-i", str(tmp_path / "a.png"), "-o",
+                   str(tmp_path / "o"), "--suffix", suffix, cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and "--suffix" in proc.stderr and "without '/'" in proc.stderr, proc.stderr
+    assert not (tmp_path / "o").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["a.png"]
+
+
 def test_outscale_3_5_on_an_x4_network(tmp_path: Path) -> None:
     weights = _save(tmp_path, SRVGG_X4, "srvgg.safetensors")
     img = cv2.imread(str(DATASETS / "Set5" / "HR" / "bird.png"))[:37, :50]

@@ -155,6 +155,10 @@ def _save_formats(value: list[str]) -> str | None:
     return f"unknown format(s) {', '.join(map(repr, bad))}; choose from {', '.join(SAVE_FORMATS)}" if bad else None
 
 
+def _suffix(value: str) -> str | None:
+    return None if not value or _valid_name(value) else "a part of a file name: no '/' or '\\', not '.' or '..'"
+
+
 def _filename_tmpl(value: str) -> str | None:
     return None if value.count("{}") == 1 else "must contain '{}' exactly once (where the file stem goes)"
 
@@ -936,7 +940,8 @@ VAL = Section(
         "val_freq": Field((int, None), default=None, check=at_least(1), expect=_NUM_FREQ + " | null",
                           doc="Validate every N iterations; required when training with a val section."),
         "save_img": Field(bool, default=False, doc="Save the output images."),
-        "suffix": Field((str, None), default=None, doc="Suffix of saved image names."),
+        "suffix": Field((str, None), default=None, check=_suffix, expect="str without '/' | null",
+                        doc="Suffix of saved image names."),
         "tile": Field((int, None), default=None, check=at_least(1),
                       doc="Tile size (LQ pixels) for tiled inference; null: whole image."),
         "tile_pad": Field(int, default=10, check=at_least(0), doc="Overlap (LQ pixels) around each tile."),

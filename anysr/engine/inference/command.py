@@ -16,6 +16,7 @@ from anysr.engine.inference.images import (
     InferSettings,
     check_outscale,
     check_result_sizes,
+    check_suffix,
     infer_worker,
     inference_shape,
     list_inputs,
@@ -98,6 +99,7 @@ def plan_infer(req: InferRequest) -> InferJob:
                           "what it is), or --arch bicubic")
     if req.backend not in BACKENDS:
         raise OptionError(f"--backend {req.backend}: choose one of {', '.join(BACKENDS)}")
+    check_suffix(req.suffix)
     if wants_video(req):
         if req.backend not in ("torch", "auto"):
             raise OptionError(f"--backend {req.backend}: images only; videos run with --backend torch")

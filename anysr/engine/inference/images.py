@@ -259,6 +259,12 @@ def _output_ext(src: Path, ext: str, alpha: bool, deep: bool) -> tuple[str, str 
     return want, None
 
 
+def check_suffix(suffix: str | None) -> None:
+    """``--suffix`` is part of a file name: a separator in it would write outside the output folder."""
+    if suffix and (any(c in suffix for c in ("/", "\\", "\0")) or suffix in (".", "..")):
+        raise OptionError(f"--suffix {suffix!r}: a part of a file name, without '/' or '\\' (e.g. --suffix x4)")
+
+
 def output_paths(files: list[Path], out_dir: Path, suffix: str | None, ext: str = "png") -> list[Path]:
     """Where each input's result goes; refuses to overwrite an input or to write two results to one file.
 
