@@ -394,7 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "kept, 16-bit images stay 16-bit, any final scale (--outscale), weight interpolation between "
                        "two checkpoints (--dni).")
     p.add_argument("--weights", help=".safetensors or BasicSR .pth weights (an anysr file says which network it "
-                   "holds; other files need --arch or -opt, or anysr[spandrel] to recognise them)")
+                   "holds; other files are recognised from their tensors' names and shapes, or give --arch or -opt)")
     p.add_argument("--arch", help="architecture name (e.g. SRVGGNetCompact), or 'bicubic' for MATLAB bicubic")
     p.add_argument("--arch-opt", "--arch_opt", nargs="+", action="extend", default=[], metavar="K=V",
                    help="architecture arguments, e.g. num_conv=16 upscale=4 act_type=prelu")
