@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -295,3 +297,19 @@ def test_mosrv2_is_not_mosr() -> None:
     v2 = set(build_network(TINY["MoSRv2"]).state_dict())
     v1 = set(build_network({"type": "MoSR", "dim": 8, "n_block": 1, "upscale": 2}).state_dict())
     assert "to_img.MetaUpsample" in v2 and not v1 & v2
+
+
+def test_lkfmixer_bf16_channels_last_step_ends() -> None:
+    """oneDNN generated its kernel for LKFMixer's 1x31 depth-wise conv on bf16 channels_last input for minutes (on
+    AVX-512 CPUs, torch 2.13): training LKFMixer-B at precision auto did not get past its first step. A step under
+    bf16 autocast in channels_last now ends within seconds (a minute's limit here)."""
+    code = ("import torch\n"
+            "from anysr.archs import build_network\n"
+            "net = build_network({'type': 'lkfmixer_b', 'scale': 4}).to(memory_format=torch.channels_last)\n"
+            "x = torch.rand(1, 3, 32, 32).to(memory_format=torch.channels_last)\n"
+            "with torch.autocast('cpu', dtype=torch.bfloat16):\n"
+            "    y = net(x)\n"
+            "y.float().mean().backward()\n"
+            "assert y.shape == (1, 3, 128, 128) and torch.isfinite(y.float()).all()\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
