@@ -349,8 +349,9 @@ def test_sigkill_mid_epoch_then_resume_reads_every_sample_once(tmp_path: Path, s
     resumed = _reads_by_key(s3, url, mark)
     assert len(resumed) == 2 * (8 - saved)
     assert 2 * saved <= len(killed) <= 2 * (saved + 1)  # at most the batch being read when it was killed
-    # ... which the resumed run reads again (its ranks in either order)
-    assert sorted(killed[2 * saved:]) == sorted(resumed[: len(killed) - 2 * saved])
+    # ... which the resumed run reads again in its first step (its ranks in either order: with one pair of the
+    # batch read when the kill came, the other rank may read its own first; CI, 2026-12-05)
+    assert set(killed[2 * saved:]) <= set(resumed[:2])
     epoch = killed[: 2 * saved] + resumed
     assert sorted(epoch) == ShardBackend(url, storage_options=s3.storage_options).keys()  # each sample once
     for step in range(saved, 8):  # and each step saw the pair it sees in one process
