@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import cv2
@@ -137,3 +139,43 @@ def test_channels_last_option_is_auto_or_a_bool(tmp_path: Path, small_train_dir:
         load_options(path, ["train.channels_last=yes please"], is_train=True)
     assert load_options(path, [], is_train=True)["train"]["channels_last"] == "auto"
     assert load_options(path, ["train.channels_last=false"], is_train=True)["train"]["channels_last"] is False
+
+
+def test_wide_depthwise_convs_take_nchw_at_low_precision_on_cpu() -> None:
+    """A depth-wise conv 17+ wide becomes PlainLayoutDepthwiseConv2d (same keys, same values); narrower, full and
+    17x1 convs stay plain convs."""
+    from anysr.archs.arch_util import PlainLayoutDepthwiseConv2d, avoid_slow_cpu_kernels  # noqa: PLC0415
+    net = nn.Sequential(nn.Conv2d(8, 8, (1, 17), padding=(0, 8), groups=8), nn.Conv2d(8, 8, (1, 13), groups=8),
+                        nn.Conv2d(8, 8, (17, 1), groups=8), nn.Conv2d(8, 8, (17, 17), groups=2),
+                        nn.Conv2d(8, 16, (1, 31), groups=8))
+    plain = {k: v.clone() for k, v in net.state_dict().items()}
+    assert avoid_slow_cpu_kernels(net) == ["0"]
+    assert type(net[0]) is PlainLayoutDepthwiseConv2d and all(type(m) is nn.Conv2d for m in net[1:])
+    assert net.state_dict().keys() == plain.keys()
+    ref = nn.Conv2d(8, 8, (1, 17), padding=(0, 8), groups=8)
+    ref.load_state_dict({"weight": plain["0.weight"], "bias": plain["0.bias"]})
+    x = torch.rand(2, 8, 12, 40)
+    torch.testing.assert_close(net[0](x), ref(x), rtol=0, atol=0)  # fp32: the plain conv's own path
+    net[0].to(memory_format=NHWC)  # the reference stays NCHW: in NHWC it would hang here
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y, want = net[0](x.to(memory_format=NHWC)), ref(x)
+    torch.testing.assert_close(y.float(), want.float(), rtol=1e-2, atol=1e-2)
+
+
+def test_a_wide_depthwise_conv_at_bf16_channels_last_ends() -> None:
+    """oneDNN took minutes to generate the kernel of a 1x17 depth-wise conv on 8 bf16 channels_last channels (AVX-512
+    CPUs, torch 2.13): any network built by anysr with one now runs its step within seconds (a minute's limit)."""
+    code = ("import torch\n"
+            "from torch import nn\n"
+            "from anysr.archs.arch_util import avoid_slow_cpu_kernels\n"
+            "net = nn.Sequential(nn.Conv2d(8, 8, (1, 17), padding=(0, 8), groups=8),\n"
+            "                    nn.Conv2d(8, 8, (17, 17), padding=8, groups=8))\n"
+            "avoid_slow_cpu_kernels(net)\n"
+            "net = net.to(memory_format=torch.channels_last)\n"
+            "x = torch.rand(1, 8, 48, 48).to(memory_format=torch.channels_last)\n"
+            "with torch.autocast('cpu', dtype=torch.bfloat16):\n"
+            "    y = net(x)\n"
+            "y.float().mean().backward()\n"
+            "assert torch.isfinite(y.float()).all()\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]

@@ -11,7 +11,7 @@ from typing import Any
 
 from torch import nn
 
-from anysr.archs.arch_util import ArchArgumentError
+from anysr.archs.arch_util import ArchArgumentError, avoid_slow_cpu_kernels
 from anysr.errors import OptionError
 from anysr.presets import expand_preset, find_preset
 from anysr.registry import ARCH_REGISTRY, REQUIRED, argument_problems, constructor_args, plain_options
@@ -74,6 +74,7 @@ def build_network(opt: Mapping[str, Any], key_path: str = "network_g") -> nn.Mod
     if empty is not None:
         raise OptionError(f"{key_path}: {name} with these arguments has an empty weight {empty[0]} of shape "
                           f"{list(empty[1])}: an argument is 0 ({', '.join(f'{key_path}.{k}=0' for k in zeros)})")
+    avoid_slow_cpu_kernels(net)
     return net
 
 

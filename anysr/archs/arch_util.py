@@ -30,6 +30,38 @@ class ArchArgumentError(OptionError):
         self.detail = message
 
 
+# oneDNN (torch 2.13, AVX-512 CPUs) spends minutes generating its depth-wise kernel when the filter is 17 or more
+# wide and the input is bf16 channels_last with few channels (measured, 8-16 channels: 1x13 in 5 ms; 1x17, 1x20,
+# 1x31, 17x17 not done after 15 s; 17x1 and 24+ channels fast). The channel bound depends on the CPU's instruction
+# set, so every such conv takes NCHW on CPU at low precision: the same values in another memory layout.
+ONEDNN_SLOW_DW_WIDTH = 17
+
+
+class PlainLayoutDepthwiseConv2d(nn.Conv2d):
+    """A wide depth-wise ``nn.Conv2d`` that runs in NCHW on CPU below fp32 (see ``ONEDNN_SLOW_DW_WIDTH``);
+    elsewhere, and in its state dict, it is the plain conv."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type == "cpu" and (x.dtype != torch.float32 or torch.is_autocast_enabled("cpu")):
+            # Either operand in NHWC strides makes oneDNN choose NHWC. A (C, 1, 1, K) weight in NHWC strides counts
+            # as contiguous (its size-1 dims), so ``contiguous()`` would keep them: the copy sets NCHW strides.
+            return self._conv_forward(x.contiguous(), self.weight.clone(memory_format=torch.contiguous_format),
+                                      self.bias)
+        return super().forward(x)
+
+
+def avoid_slow_cpu_kernels(net: nn.Module) -> list[str]:
+    """Make every plain depth-wise ``nn.Conv2d`` of ``net`` with a filter ``ONEDNN_SLOW_DW_WIDTH`` or more wide a
+    ``PlainLayoutDepthwiseConv2d`` (same parameters and keys); returns the names of the convs changed."""
+    changed = []
+    for name, m in net.named_modules():
+        if (type(m) is nn.Conv2d and m.groups > 1 and m.groups == m.in_channels == m.out_channels
+                and m.kernel_size[1] >= ONEDNN_SLOW_DW_WIDTH):
+            m.__class__ = PlainLayoutDepthwiseConv2d
+            changed.append(name)
+    return changed
+
+
 @torch.no_grad()
 def default_init_weights(
     module_list: nn.Module | Iterable[nn.Module], scale: float = 1.0, bias_fill: float = 0.0, **kwargs

@@ -46,23 +46,8 @@ def bilinear_resize(x: torch.Tensor, h: int, w: int) -> torch.Tensor:
     return _linear_resize_matrix(h, x.shape[-2], x) @ x @ _linear_resize_matrix(w, x.shape[-1], x).T
 
 
-# oneDNN (torch 2.13, AVX-512 CPUs) takes minutes to generate its depth-wise kernel for a 1xK filter with K >= 17 on
-# bf16 channels_last input (measured: 1x13 in 11 ms, 1x17 / 1x21 / 1x25 / 1x31 not done after 40 s), so such a conv
-# takes NCHW input there (the same values in another memory layout).
-ONEDNN_SLOW_WIDTH = 17
-
-
-class _DepthwiseConv(nn.Conv2d):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if (self.kernel_size[0] == 1 and self.kernel_size[1] >= ONEDNN_SLOW_WIDTH and x.device.type == "cpu"
-                and (x.dtype != torch.float32 or torch.is_autocast_enabled("cpu"))):
-            return self._conv_forward(x.contiguous(), self.weight.clone(memory_format=torch.contiguous_format),
-                                      self.bias)  # either in NHWC strides makes the conv NHWC
-        return super().forward(x)
-
-
 def _dw(channels: int, kernel: tuple[int, int]) -> nn.Conv2d:
-    return _DepthwiseConv(channels, channels, kernel, 1, (kernel[0] // 2, kernel[1] // 2), groups=channels)
+    return nn.Conv2d(channels, channels, kernel, 1, (kernel[0] // 2, kernel[1] // 2), groups=channels)
 
 
 class PLKB(nn.Module):
