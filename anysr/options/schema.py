@@ -132,9 +132,18 @@ def _dataset_key(name: str) -> str | None:
 MAX_NAME_BYTES = 200  # folder names may have 255 bytes; log files add the date to the name
 
 
+def file_name_part_problem(value: str) -> str | None:
+    """Why ``value`` cannot be (part of) one file or folder name, or None: a separator, NUL, '.' or '..' would
+    write elsewhere, an empty or too long name fails later. The rule for ``name``, ``val.suffix`` and ``--suffix``."""
+    if not value.strip() or value in (".", "..") or any(c in value for c in ("/", "\\", "\0")):
+        return "a part of a file name: without '/', '\\' or NUL, not empty, '.' or '..'"
+    if len(value.encode("utf-8")) > MAX_NAME_BYTES:
+        return f"a part of a file name, at most {MAX_NAME_BYTES} bytes"
+    return None
+
+
 def _valid_name(value: str) -> bool:
-    return (bool(value.strip()) and "/" not in value and "\\" not in value and value not in (".", "..")
-            and len(value.encode("utf-8")) <= MAX_NAME_BYTES)
+    return file_name_part_problem(value) is None
 
 
 def _num_gpu(value: Any) -> str | None:
@@ -156,7 +165,7 @@ def _save_formats(value: list[str]) -> str | None:
 
 
 def _suffix(value: str) -> str | None:
-    return None if not value or _valid_name(value) else "a part of a file name: no '/' or '\\', not '.' or '..'"
+    return None if not value else file_name_part_problem(value)
 
 
 def _filename_tmpl(value: str) -> str | None:

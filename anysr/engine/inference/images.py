@@ -25,6 +25,7 @@ from anysr.errors import DataError, OptionError
 from anysr.ops.color import LUMA_RGB
 from anysr.ops.imresize import resize_taps, resize_weights
 from anysr.ops.tiling import aligned_tile, padded_index, plan_tiles, round_up, tile_multiple
+from anysr.options.schema import file_name_part_problem
 
 RESIZE_METHODS = ("bicubic", "area", "cubic", "lanczos")  # bicubic: MATLAB-exact (antialiased when shrinking)
 ALPHA_MODES = ("network", "bicubic")
@@ -261,8 +262,9 @@ def _output_ext(src: Path, ext: str, alpha: bool, deep: bool) -> tuple[str, str 
 
 def check_suffix(suffix: str | None) -> None:
     """``--suffix`` is part of a file name: a separator in it would write outside the output folder."""
-    if suffix and (any(c in suffix for c in ("/", "\\", "\0")) or suffix in (".", "..")):
-        raise OptionError(f"--suffix {suffix!r}: a part of a file name, without '/' or '\\' (e.g. --suffix x4)")
+    problem = file_name_part_problem(suffix) if suffix else None
+    if problem:
+        raise OptionError(f"--suffix {suffix!r}: {problem} (e.g. --suffix x4)")
 
 
 def output_paths(files: list[Path], out_dir: Path, suffix: str | None, ext: str = "png") -> list[Path]:
