@@ -1,6 +1,7 @@
 """Files that are either old or new, never half-written: temp file, fsync, rename, folder fsync.
 
-Every checkpoint, summary, options record and JSON file anysr writes goes through here."""
+Every checkpoint, summary, options record and JSON file anysr writes goes through here; and the one rule for a
+name that becomes part of a file name (``file_name_part_problem``)."""
 
 from __future__ import annotations
 
@@ -101,3 +102,16 @@ def clean_stale_temps(folder: PathLike) -> list[Path]:
             entry.unlink()
             removed.append(entry)
     return removed
+
+
+MAX_NAME_BYTES = 200  # folder names may have 255 bytes; log files add the date to the name
+
+
+def file_name_part_problem(value: str) -> str | None:
+    """Why ``value`` cannot be (part of) one file or folder name, or None: a separator, NUL, '.' or '..' would
+    write elsewhere, an empty or too long name fails later. The rule for ``name``, ``val.suffix`` and ``--suffix``."""
+    if not value.strip() or value in (".", "..") or any(c in value for c in ("/", "\\", "\0")):
+        return "a part of a file name: without '/', '\\' or NUL, not empty, '.' or '..'"
+    if len(value.encode("utf-8")) > MAX_NAME_BYTES:
+        return f"a part of a file name, at most {MAX_NAME_BYTES} bytes"
+    return None

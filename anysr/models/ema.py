@@ -57,8 +57,8 @@ class EMA:
 
         A copy is a lerp by 1 (``end - (end - start) * 0``: exactly ``end``): on XLA ``copy_`` would alias the
         trained weights' buffers, which the next optimizer step gives away. A tensor weight is data to every
-        backend: torch_xla bakes a Python number of 0 or +-1 into the graph as a constant and sends any other as
-        data, so Python-float weights made a warm-up's weight of 1 (or a switch) compile a graph of its own.
+        backend: XLA's graph builder bakes a Python number of 0 or +-1 in as a constant and sends any other as data,
+        so Python-float weights made a warm-up's weight of 1 (or a switch) compile a graph of its own.
         """
         by_kind: dict[tuple[torch.device, torch.dtype], list[int]] = {}
         for i, t in enumerate(start):

@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 from anysr.accelerators import Accelerator
 from anysr.archs.arch_util import input_channels
+from anysr.atomic import file_name_part_problem
 from anysr.data.imageio import IMAGE_EXTENSIONS, ImageInfo, list_images, probe_image, read_image, write_image
 from anysr.data.prepare import check_images
 from anysr.engine.evaluation.forward import CALIBRATION_SIDE, calibration_side, run_network
@@ -25,7 +26,6 @@ from anysr.errors import DataError, OptionError
 from anysr.ops.color import LUMA_RGB
 from anysr.ops.imresize import resize_taps, resize_weights
 from anysr.ops.tiling import aligned_tile, padded_index, plan_tiles, round_up, tile_multiple
-from anysr.options.schema import file_name_part_problem
 
 RESIZE_METHODS = ("bicubic", "area", "cubic", "lanczos")  # bicubic: MATLAB-exact (antialiased when shrinking)
 ALPHA_MODES = ("network", "bicubic")
