@@ -114,6 +114,7 @@ CONFIGS: dict[str, tuple[dict[str, Any], int, int]] = {
     "RetinexFormer": ({"type": "RetinexFormer"}, 1, 3),
     "HVI-CIDNet": ({"type": "HVICIDNet"}, 1, 3),
     "MixDehazeNet-S": ({"type": "MixDehazeNet"}, 1, 3),
+    "IPT (x4)": ({"type": "ipt", "scale": 4}, 4, 3),
 }
 
 

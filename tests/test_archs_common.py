@@ -125,6 +125,10 @@ GROUPS: dict[str, Group] = {
              "fdat_x1_unshuffle_nearest", "fdat_x2_lda"),
         bf16_input=1, grad_input=_input1),
     "hitsr": Group(one=("hit_sir_x4", "hit_sng_x4", "hit_srf_x4"), bf16_all=True),
+    "ipt": Group(one=("ipt_x2", "ipt_multitask_x3", "ipt_x1_no_mlp_no_norm"), bf16_all=True, bf16_input=1,
+                 grad_input=_input1,
+                 # without layer norms the tokens reach hundreds (rgb_range 255): measured 0.074 of the range
+                 bf16_bound={"ipt_x1_no_mlp_no_norm": 0.2}),
     "lightweight": Group(
         one=("mosr_x3_dys", "seemore_x4_exp_top2", "ditn_x2_bias_p4", "safmnbcie_f2", "moesr_x4_psdirect",
              "dctlsa_x2"),
@@ -270,6 +274,9 @@ TRAIN: dict[str, Train] = {
     # HiT-SR (every fresh network has ones in its first norm)
     **{a: Train({"type": a, **HIT}, moved="layers.0.residual_group.blocks.0.norm1.weight")
        for a in ("HiT_SIR", "HiT_SNG", "HiT_SRF")},
+    # IPT: one task of several (the others' heads and tails frozen)
+    "IPT": Train({"type": "IPT", "patch_size": 8, "patch_dim": 2, "n_feats": 8, "num_heads": 2, "num_layers": 1,
+                  "scale": [3, 2], "num_queries": 2, "scale_idx": 1}, batch=2),
     # lightweight
     "MoSR": Train({"type": "MoSR", "dim": 8, "n_block": 1, "upscale": 2, "kernel_size": 5}),
     "SeemoRe": Train({"type": "SeemoRe", "scale": 2, "embedding_dim": 8, "num_layers": 1, "num_experts": 2,
@@ -336,12 +343,13 @@ def test_training_run_saves_finite_weights_that_moved(arch: str, tmp_path: Path,
 
 # One network per family under DDP on 2 gloo ranks x batch 2 == 1 process x batch 4 (what each adds: HVICIDNet's
 # frozen unused module; ESCRealM's per-image kernels; FDAT, Swin2SR: windows with drop path off; HiT_SNG's n-gram
-# context; MoSR; PLKSR; DRUNet's noise-level channel; RTMoSR's re-parameterised branches and frozen derived convs).
+# context; MoSR; PLKSR; DRUNet's noise-level channel; RTMoSR's re-parameterised branches and frozen derived convs;
+# IPT's frozen heads and tails of the other tasks).
 # RestoreFormer (unused parameters: find_unused_parameters) is in test_archs_face.py.
 TWO_RANKS: dict[str, dict[str, Any]] = {
     "HVICIDNet": {"val": False}, "ESCRealM": {}, "FDAT": {"net": {"drop_path_rate": 0.0}}, "HiT_SNG": {"val": False},
     "MoSR": {}, "PLKSR": {"val": False}, "DRUNet": {"total_iter": 4}, "RTMoSR": {},
-    "Swin2SR": {"net": {"drop_path_rate": 0.0}},
+    "Swin2SR": {"net": {"drop_path_rate": 0.0}}, "IPT": {},
 }
 
 

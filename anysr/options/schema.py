@@ -13,6 +13,7 @@ from typing import Any
 
 from anysr.accelerators.hardware import PRECISION_CHOICES
 from anysr.accelerators.kinds import ACCELERATOR_HINTS, ACCELERATORS, LAUNCHERS
+from anysr.atomic import MAX_NAME_BYTES, file_name_part_problem
 from anysr.dataset_sources import provider_of
 from anysr.errors import OptionError, did_you_mean
 from anysr.options.augment import AUGMENT_TRAIN_FIELDS, augment_rule
@@ -126,19 +127,6 @@ def _dataset_key(name: str) -> str | None:
     if phase_of(name) is None:
         return (f"a dataset name must start with train, val or test (that is its phase), got '{name}'"
                 f"{did_you_mean(name, PHASES)}")
-    return None
-
-
-MAX_NAME_BYTES = 200  # folder names may have 255 bytes; log files add the date to the name
-
-
-def file_name_part_problem(value: str) -> str | None:
-    """Why ``value`` cannot be (part of) one file or folder name, or None: a separator, NUL, '.' or '..' would
-    write elsewhere, an empty or too long name fails later. The rule for ``name``, ``val.suffix`` and ``--suffix``."""
-    if not value.strip() or value in (".", "..") or any(c in value for c in ("/", "\\", "\0")):
-        return "a part of a file name: without '/', '\\' or NUL, not empty, '.' or '..'"
-    if len(value.encode("utf-8")) > MAX_NAME_BYTES:
-        return f"a part of a file name, at most {MAX_NAME_BYTES} bytes"
     return None
 
 
@@ -273,6 +261,16 @@ def _network_rule(out: dict[str, Any], path: str, ctx: Context, *, check_scale: 
     if params is None or not check_scale or ctx.scale is None:
         return
     arch = out["type"]
+    reader = getattr(registry("arch").get(arch), "scale_from_arguments", None)
+    if reader is not None:  # a network whose factor is not one argument (IPT: scale[scale_idx])
+        try:
+            value = reader({k: v for k, v in out.items() if k != "type"})
+        except OptionError:
+            return  # the build names the argument
+        if value != ctx.scale:
+            ctx.add(f"{path}.scale", f"{arch} with these arguments runs at x{value}, which differs from the top-level "
+                    f"scale ({ctx.scale}); make them the same factor")
+        return
     for name in ("upscale", "scale"):
         if name in out:
             value = out[name]

@@ -1,0 +1,171 @@
+"""IPT (the Image Processing Transformer; Chen et al., CVPR 2021) against spandrel 0.4.2.
+
+Fixtures come from spandrel 0.4.2 (``tests/fixtures/make_ipt_fixtures.py``): one task and several (a chosen
+``scale_idx``: its head, query embedding and tail), the position added once or in every layer, without the
+token MLP and layer norms, without position encoding, x1 to x4 and ``rgb_range`` 255 or 1. The reference takes
+exactly one ``patch_size`` square; anysr's IPT pads other sizes to squares, so that is checked separately. The
+common checks (channels_last, bf16, the meta device, gradients, a training run, 2 ranks = 1 process) are in
+tests/test_archs_common.py; here: strict loading and parity, recognition, the padded sizes, build errors, the
+published size, ONNX at unseen sizes and XLA:CPU compile-once without CPU fallbacks (``-m xla``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from arch_checks import load_case, manifest, stored_params
+from conftest import FIXTURE_TOL, tiny_train_options, write_options
+
+from anysr.archs import build_network
+from anysr.archs.arch_util import pad_to_multiple
+from anysr.archs.recognise import recognise
+from anysr.errors import OptionError
+from anysr.options import load_options
+
+CASES = sorted(manifest("ipt")["cases"])
+TINY = {"type": "IPT", "patch_size": 8, "patch_dim": 2, "n_feats": 8, "scale": 2, "num_heads": 2, "num_layers": 1}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_reference_weights_load_strictly_and_match(name: str) -> None:
+    case = manifest("ipt")["cases"][name]
+    params = stored_params("ipt", name)
+    net = build_network({"type": "IPT", **case["kwargs"]})
+    assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in params.items()}
+    net, io = load_case("ipt", name)
+    for inp, out, _ in case["compare"]:
+        with torch.no_grad():
+            got = net(io[inp])
+        tol = FIXTURE_TOL["atol"] * max(1.0, io[out].abs().max().item())
+        torch.testing.assert_close(got, io[out], rtol=FIXTURE_TOL["rtol"], atol=tol,
+                                   msg=f"{name} {out} differs from spandrel")
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_fixture_weights_are_recognised(name: str) -> None:
+    params = stored_params("ipt", name)
+    found = recognise(params)
+    assert found.opt["type"] == "IPT"
+    kwargs = manifest("ipt")["cases"][name]["kwargs"]
+    scale = kwargs["scale"]
+    assert found.opt["scale"] == (scale[0] if len(scale) == 1 else scale)
+    for key in ("patch_size", "patch_dim", "n_feats", "num_layers"):
+        assert found.opt[key] == kwargs[key], key
+    with torch.device("meta"):
+        layout = {k: v.shape for k, v in build_network(found.opt).state_dict().items()}
+    assert layout == {k: v.shape for k, v in params.items()}
+
+
+def test_any_size_is_padded_to_squares() -> None:
+    """Off the square: the input is padded (reflect, as ``pad_to_multiple``) to a multiple of patch_size, the body
+    runs on each square and the output is cropped; several squares at once give what each gives alone through the
+    body."""
+    net, io = load_case("ipt", "ipt_x2")
+    side = net.tile_multiple
+    assert side == 12
+    odd = torch.rand(2, 3, side + 5, 2 * side - 1)
+    padded, _, _ = pad_to_multiple(odd, side)
+    with torch.no_grad():
+        got = net(odd)
+        want = net(padded)[..., : 2 * (side + 5), : 2 * (2 * side - 1)]
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        squares = torch.rand(3, 8, side, side)
+        together = net.body(squares, 0)
+        alone = torch.cat([net.body(sq[None], 0) for sq in squares])
+    torch.testing.assert_close(together, alone, rtol=1e-5, atol=1e-5)
+
+
+def test_tasks_and_published_size() -> None:
+    with torch.device("meta"):
+        x4 = build_network({"type": "ipt", "scale": 4})
+        denoise = build_network({"type": "ipt"})
+        tasks = build_network({"type": "IPT", "scale": [2, 3, 4, 1, 1, 1], "num_queries": 6, "scale_idx": 2})
+    # the paper's 115.5 M parameters (the x4 model; the frozen mean shifts not counted)
+    assert sum(p.numel() for p in x4.parameters() if p.requires_grad) == 115_608_131
+    assert (x4.upscale, denoise.upscale, tasks.upscale) == (4, 1, 4)
+    assert x4.tile_multiple == 48
+    trained = {n.split(".")[0] + "." + n.split(".")[1] for n, p in tasks.named_parameters()
+               if p.requires_grad and n.startswith(("head.", "tail."))}
+    assert trained == {"head.2", "tail.2"}
+
+
+@pytest.mark.parametrize(("opt", "pattern"), [
+    ({"scale": [2, 5]}, r"network_g\.scale: IPT's heads upscale by a power of two or 3, got 5"),
+    ({"scale": "x2"}, r"network_g\.scale: IPT takes a task's factor or a list of them"),
+    ({"scale_idx": 1}, r"network_g\.scale_idx: picks one of the 1 task heads"),
+    ({"scale": [2, 4], "scale_idx": 1}, r"network_g\.num_queries: task 1 needs a query embedding"),
+    ({"patch_dim": 3}, r"network_g\.patch_dim: must divide patch_size \(8\)"),
+    ({"num_heads": 3}, r"network_g\.num_heads: must divide the token width"),
+    ({"n_colors": 1}, r"network_g\.n_colors: IPT's mean shift is RGB"),
+])
+def test_bad_argument_values(opt: dict, pattern: str) -> None:
+    with pytest.raises(OptionError, match=pattern):
+        build_network({**TINY, **opt})
+
+
+@pytest.mark.parametrize(("net", "scale", "problem"), [
+    ({"scale": [2, 3], "num_queries": 2, "scale_idx": 1}, 3, None),
+    ({"scale": [2, 3], "num_queries": 2}, 3, r"network_g\.scale: IPT with these arguments runs at x2, which differs "
+                                             r"from the top-level scale \(3\)"),
+    ({"scale": 4}, 2, r"network_g\.scale: IPT with these arguments runs at x4"),
+])
+def test_options_check_the_chosen_tasks_scale(tmp_path: Path, small_train_dir: Path, net: dict, scale: int,
+                                              problem: str | None) -> None:
+    opt = tiny_train_options("ipt", small_train_dir, None)
+    opt["scale"] = scale
+    opt["datasets"]["train"]["gt_size"] = 24 * scale
+    opt["network_g"] = {**TINY, **net}
+    path = write_options(tmp_path / "o.yml", opt)
+    if problem is None:
+        assert load_options(path, is_train=True, root=tmp_path).network_g["scale"] == [2, 3]
+    else:
+        with pytest.raises(OptionError, match=problem):
+            load_options(path, is_train=True, root=tmp_path)
+
+
+def test_onnx_runs_at_unseen_sizes(tmp_path: Path) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    from anysr.engine.inference.export import export_onnx  # noqa: PLC0415
+
+    net, io = load_case("ipt", "ipt_multitask_x3")
+    kwargs = manifest("ipt")["cases"]["ipt_multitask_x3"]["kwargs"]
+    rep = export_onnx(net, tmp_path / "m.onnx", scale=3, net_opt={"type": "IPT", **kwargs})
+    assert rep.dynamic is True, rep.note
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    for x in (torch.rand(1, 3, 13, 22), io["input1"]):
+        got = torch.from_numpy(session.run(None, {"input": x.numpy()})[0])
+        with torch.no_grad():
+            torch.testing.assert_close(got, net(x), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.xla
+@pytest.mark.parametrize("opt", [TINY, {**TINY, "pos_every": True, "scale": [1, 3], "num_queries": 2,
+                                        "scale_idx": 1}], ids=["x2", "pos-every-x3"])
+def test_xla_train_step_compiles_once(opt: dict) -> None:
+    os.environ.setdefault("PJRT_DEVICE", "CPU")
+    torch_xla = pytest.importorskip("torch_xla")
+    from torch_xla.debug import metrics  # noqa: PLC0415
+
+    torch.manual_seed(0)
+    dev = torch_xla.device()
+    net = build_network(opt).train().to(dev)
+    before = {n for n in metrics.counter_names() if n.startswith("aten::")}
+    x = torch.rand(2, 3, 16, 12).to(dev)
+    compiles, losses = [], []
+    for _ in range(2):
+        net.zero_grad(set_to_none=True)
+        loss = net(x).square().mean()
+        loss.backward()
+        torch_xla.sync()
+        compiles.append(metrics.metric_data("CompileTime")[0])
+        losses.append(loss.detach())
+    assert compiles[0] >= 1 and compiles[1] == compiles[0], f"recompiled: {compiles}"
+    grads = [p.grad for p in net.parameters() if p.requires_grad]
+    assert all(g is not None for g in grads)
+    assert torch.equal(losses[0].cpu(), losses[1].cpu())
+    fallbacks = {n for n in metrics.counter_names() if n.startswith("aten::")} - before
+    assert not fallbacks, f"ops fell back to the CPU: {fallbacks}"
+
