@@ -125,6 +125,7 @@ GROUPS: dict[str, Group] = {
              "fdat_x1_unshuffle_nearest", "fdat_x2_lda"),
         bf16_input=1, grad_input=_input1),
     "hitsr": Group(one=("hit_sir_x4", "hit_sng_x4", "hit_srf_x4"), bf16_all=True),
+    "mmrealsr": Group(one=("mmrealsr_x4", "mmrealsr_x4_three_tanh_gray"), bf16_all=True),
     "ipt": Group(one=("ipt_x2", "ipt_multitask_x3", "ipt_x1_no_mlp_no_norm"), bf16_all=True, bf16_input=1,
                  grad_input=_input1,
                  # without layer norms the tokens reach hundreds (rgb_range 255): measured 0.074 of the range
@@ -274,6 +275,9 @@ TRAIN: dict[str, Train] = {
     # HiT-SR (every fresh network has ones in its first norm)
     **{a: Train({"type": a, **HIT}, moved="layers.0.residual_group.blocks.0.norm1.weight")
        for a in ("HiT_SIR", "HiT_SNG", "HiT_SRF")},
+    # MMRealSR at x2 (the trunk and the degree estimator on the unshuffled input)
+    "MMRealSR": Train({"type": "MMRealSR", "num_feat": 8, "num_block": 1, "num_grow_ch": 4, "num_feats": [8, 16],
+                       "num_blocks": [1, 1], "downscales": [2, 1], "scale": 2}, batch=2),
     # IPT: one task of several (the others' heads and tails frozen)
     "IPT": Train({"type": "IPT", "patch_size": 8, "patch_dim": 2, "n_feats": 8, "num_heads": 2, "num_layers": 1,
                   "scale": [3, 2], "num_queries": 2, "scale_idx": 1}, batch=2),
@@ -344,12 +348,12 @@ def test_training_run_saves_finite_weights_that_moved(arch: str, tmp_path: Path,
 # One network per family under DDP on 2 gloo ranks x batch 2 == 1 process x batch 4 (what each adds: HVICIDNet's
 # frozen unused module; ESCRealM's per-image kernels; FDAT, Swin2SR: windows with drop path off; HiT_SNG's n-gram
 # context; MoSR; PLKSR; DRUNet's noise-level channel; RTMoSR's re-parameterised branches and frozen derived convs;
-# IPT's frozen heads and tails of the other tasks).
+# IPT's frozen heads and tails of the other tasks; MMRealSR's per-image degree estimates).
 # RestoreFormer (unused parameters: find_unused_parameters) is in test_archs_face.py.
 TWO_RANKS: dict[str, dict[str, Any]] = {
     "HVICIDNet": {"val": False}, "ESCRealM": {}, "FDAT": {"net": {"drop_path_rate": 0.0}}, "HiT_SNG": {"val": False},
     "MoSR": {}, "PLKSR": {"val": False}, "DRUNet": {"total_iter": 4}, "RTMoSR": {},
-    "Swin2SR": {"net": {"drop_path_rate": 0.0}}, "IPT": {},
+    "Swin2SR": {"net": {"drop_path_rate": 0.0}}, "IPT": {}, "MMRealSR": {},
 }
 
 

@@ -21,10 +21,11 @@ from safetensors.torch import load_file
 from torch.nn import functional as F
 
 from anysr.archs import build_network
+from anysr.archs.arch_util import nearest_upsample
 from anysr.archs.atd_arch import mirror_pad
 from anysr.archs.craft_arch import mirror_extend
 from anysr.archs.rgt_arch import reduction_steps
-from anysr.archs.swin2sr_arch import log_spaced_coords, nearest_x2
+from anysr.archs.swin2sr_arch import log_spaced_coords
 from anysr.errors import OptionError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -179,12 +180,15 @@ def test_swin2sr_temperature_is_clamped() -> None:
     torch.testing.assert_close(high, at_max)
 
 
-def test_swin2sr_nearest_x2_is_nearest_interpolation() -> None:
+@pytest.mark.parametrize("factor", [1, 2, 3, 4])
+def test_nearest_upsample_is_nearest_interpolation(factor: int) -> None:
+    """arch_util.nearest_upsample (Swin2SR, ATD, SwinIR's and ESRGAN's nearest+conv, ...): F.interpolate's values
+    and gradient."""
     x = torch.rand(2, 3, 5, 7, requires_grad=True)
-    ref = F.interpolate(x, scale_factor=2, mode="nearest")
-    assert torch.equal(nearest_x2(x), ref)
+    ref = F.interpolate(x, scale_factor=factor, mode="nearest")
+    assert torch.equal(nearest_upsample(x, factor), ref)
     g = torch.rand(ref.shape)
-    (a,) = torch.autograd.grad(nearest_x2(x), x, g)
+    (a,) = torch.autograd.grad(nearest_upsample(x, factor), x, g)
     (b,) = torch.autograd.grad(ref, x, g)
     torch.testing.assert_close(a, b)
 

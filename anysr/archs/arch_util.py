@@ -160,6 +160,27 @@ class Upsample(nn.Sequential):
         super().__init__(*layers)
 
 
+def nearest_upsample(x: torch.Tensor, factor: int) -> torch.Tensor:
+    """``F.interpolate(x, scale_factor=factor, mode="nearest")`` for an integer ``factor``, as a broadcast and a
+    reshape: the same values, and a backward (a sum) that XLA lowers, where ``upsample_nearest2d_backward`` falls
+    back to the CPU. Every network upsampling in its gradient path uses this."""
+    if factor == 1:
+        return x
+    b, c, h, w = x.shape
+    return x[:, :, :, None, :, None].expand(b, c, h, factor, w, factor).reshape(b, c, h * factor, w * factor)
+
+
+class NearestUpsample(nn.Module):
+    """``nn.Upsample(scale_factor=scale, mode="nearest")`` as ``nearest_upsample`` (no parameters)."""
+
+    def __init__(self, scale: int) -> None:
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nearest_upsample(x, self.scale)
+
+
 def pixel_unshuffle(x: torch.Tensor, scale: int) -> torch.Tensor:
     """Fold each ``scale x scale`` patch into channels: (b, c, h*s, w*s) -> (b, c*s*s, h, w).
 

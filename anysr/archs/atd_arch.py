@@ -34,6 +34,7 @@ from anysr.archs.arch_util import (
     PatchUnEmbed,
     SwinSRBase,
     check_upscale,
+    nearest_upsample,
     pad_to_min_size,
     relative_position_index,
     residual_conv,
@@ -47,7 +48,7 @@ from anysr.archs.arch_util import (
 )
 from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.archs.recognise_util import clean, reconstruction, resi_connection, square_side, window_from_index
-from anysr.archs.swin2sr_arch import LOGIT_SCALE_MAX, nearest_x2
+from anysr.archs.swin2sr_arch import LOGIT_SCALE_MAX
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
@@ -365,8 +366,8 @@ class ATD(SwinSRBase):
     def reconstruct(self, x: torch.Tensor) -> torch.Tensor:
         if self.upsampler == "nearest+conv":
             x = self.conv_before_upsample(self.deep_features(self.conv_first(x)))
-            x = self.lrelu(self.conv_up1(nearest_x2(x)))
-            x = self.lrelu(self.conv_up2(nearest_x2(x)))
+            x = self.lrelu(self.conv_up1(nearest_upsample(x, 2)))
+            x = self.lrelu(self.conv_up2(nearest_upsample(x, 2)))
             return self.conv_last(self.lrelu(self.conv_hr(x)))
         if not self.upsampler:
             return x + self.conv_last(self.deep_features(self.conv_first(x)))

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from anysr.archs.arch_util import ArchArgumentError
+from anysr.archs.arch_util import ArchArgumentError, NearestUpsample
 
 ACTIVATION_LETTERS = frozenset("BIRrLl")
 DOWNSAMPLE_MODES = ("avgpool", "maxpool", "strideconv")
@@ -41,7 +41,7 @@ def _one_layer(letter: str, cin: int, cout: int, kernel_size: int, stride: int, 
     if letter in "234":
         return nn.PixelShuffle(int(letter))
     if letter in "Uuv":
-        return nn.Upsample(scale_factor=float("Uuv".index(letter) + 2), mode="nearest")
+        return NearestUpsample("Uuv".index(letter) + 2)
     if letter == "M":
         return nn.MaxPool2d(kernel_size, stride)
     if letter == "A":

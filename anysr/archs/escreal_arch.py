@@ -22,8 +22,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, pad_to_min_size, pad_to_multiple
-from anysr.archs.moesr_arch import NearestUpsample
+from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, NearestUpsample, pad_to_min_size, pad_to_multiple
 from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.archs.recognise_util import clean, fitting_heads, head_mid, square_side
 from anysr.presets import register_presets

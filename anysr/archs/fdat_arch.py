@@ -28,8 +28,14 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.accelerators.hardware import resamples_by_gathers
-from anysr.archs.arch_util import ArchArgumentError, DropPath, LayerNorm2d, drop_path_rates, pad_bottom_right
-from anysr.archs.moesr_arch import NearestUpsample
+from anysr.archs.arch_util import (
+    ArchArgumentError,
+    DropPath,
+    LayerNorm2d,
+    NearestUpsample,
+    drop_path_rates,
+    pad_bottom_right,
+)
 from anysr.archs.plksr_arch import DySample
 from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
 from anysr.archs.recognise_util import clean, fitting_heads, head_mid, square_side

@@ -43,6 +43,7 @@ from anysr.archs.arch_util import (
     ArchArgumentError,
     DropPath,
     Mlp,
+    NearestUpsample,
     Upsample,
     check_upscale,
     drop_path_rates,
@@ -51,7 +52,6 @@ from anysr.archs.arch_util import (
     window_attention,
 )
 from anysr.archs.hat_arch import CAB
-from anysr.archs.moesr_arch import NearestUpsample
 from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY

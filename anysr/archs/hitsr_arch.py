@@ -35,6 +35,7 @@ from anysr.archs.arch_util import (
     DropPath,
     Mlp,
     check_upscale,
+    nearest_upsample,
     relative_position_index,
     run_checkpointed,
     swin_init_weights,
@@ -519,8 +520,8 @@ class _HiT(nn.Module):
             x = self.conv_last(self.upsample(self.conv_before_upsample(x)))
         else:
             x = self.conv_before_upsample(x)
-            x = self.lrelu(self.conv_up1(F.interpolate(x, scale_factor=2, mode="nearest")))
-            x = self.lrelu(self.conv_up2(F.interpolate(x, scale_factor=2, mode="nearest")))
+            x = self.lrelu(self.conv_up1(nearest_upsample(x, 2)))
+            x = self.lrelu(self.conv_up2(nearest_upsample(x, 2)))
             x = self.conv_last(self.lrelu(self.conv_hr(x)))
         return x / self.img_range + mean
 

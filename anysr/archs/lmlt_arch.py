@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, pad_to_multiple
+from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, nearest_upsample, pad_to_multiple
 from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
@@ -87,6 +87,8 @@ def _nearest_up(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     fh, fw = size[0] // h, size[1] // w
     if (h * fh, w * fw) != tuple(size):
         return F.interpolate(x, size=size, mode="nearest")
+    if fh == fw:
+        return nearest_upsample(x, fh)
     return x.reshape(b, c, h, 1, w, 1).expand(b, c, h, fh, w, fw).reshape(b, c, h * fh, w * fw)
 
 

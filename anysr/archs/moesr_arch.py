@@ -20,7 +20,7 @@ import math
 import torch
 from torch import nn
 
-from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, pad_to_multiple
+from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, NearestUpsample, pad_to_multiple
 from anysr.archs.plksr_arch import DySample, dysample_scale
 from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits, width_ratio
 from anysr.registry import ARCH_REGISTRY
@@ -30,20 +30,6 @@ SAMPLE_MODS = ("conv", "pixelshuffledirect", "pixelshuffle", "nearest+conv", "dy
 
 def _power_of_two_or_3(scale: int) -> bool:
     return scale == 3 or scale & (scale - 1) == 0
-
-
-class NearestUpsample(nn.Module):
-    """Integer-factor nearest upsampling as a broadcast (``nn.Upsample(scale_factor=s)``'s numbers; XLA has no
-    lowering of upsample_nearest2d's backward and would run it on the CPU)."""
-
-    def __init__(self, scale: int) -> None:
-        super().__init__()
-        self.scale = scale
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, c, h, w = x.shape
-        s = self.scale
-        return x[:, :, :, None, :, None].expand(b, c, h, s, w, s).reshape(b, c, h * s, w * s)
 
 
 class UniUpsample(nn.Sequential):

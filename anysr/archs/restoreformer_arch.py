@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from anysr.archs.arch_util import ArchArgumentError, pad_to_multiple
+from anysr.archs.arch_util import ArchArgumentError, nearest_upsample, pad_to_multiple
 from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.registry import ARCH_REGISTRY
 
@@ -98,8 +98,7 @@ class Upsample(nn.Module):
             self.conv = nn.Conv2d(in_channels, in_channels, 3, 1, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, c, h, w = x.shape  # nearest x2 as a broadcast (XLA has no lowering of upsample_nearest2d's gradient)
-        x = x[:, :, :, None, :, None].expand(b, c, h, 2, w, 2).reshape(b, c, 2 * h, 2 * w)
+        x = nearest_upsample(x, 2)
         return self.conv(x) if self.with_conv else x
 
 

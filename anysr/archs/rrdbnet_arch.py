@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
-from anysr.archs.arch_util import ArchArgumentError, default_init_weights, make_layer, pixel_unshuffle
+from anysr.archs.arch_util import ArchArgumentError, default_init_weights, make_layer, nearest_upsample, pixel_unshuffle
 from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
@@ -75,8 +74,8 @@ class RRDBNet(nn.Module):
         feat = pixel_unshuffle(x, self.unshuffle) if self.unshuffle > 1 else x
         feat = self.conv_first(feat)
         feat = feat + self.conv_body(self.body(feat))
-        feat = self.lrelu(self.conv_up1(F.interpolate(feat, scale_factor=2, mode="nearest")))
-        feat = self.lrelu(self.conv_up2(F.interpolate(feat, scale_factor=2, mode="nearest")))
+        feat = self.lrelu(self.conv_up1(nearest_upsample(feat, 2)))
+        feat = self.lrelu(self.conv_up2(nearest_upsample(feat, 2)))
         return self.conv_last(self.lrelu(self.conv_hr(feat)))
 
 

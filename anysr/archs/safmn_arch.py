@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, pad_to_min_size
+from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, nearest_upsample, pad_to_min_size
 from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
@@ -58,11 +58,8 @@ class SAFM(nn.Module):
                 continue
             f = 2**i
             if h % f == 0 and w % f == 0:
-                # The same bins as adaptive pooling as a plain pool, and nearest upsampling by f as a broadcast
-                # (same numbers; XLA has no lowering of upsample_nearest2d's backward and falls back to the CPU).
-                small = self.mfr[i](F.max_pool2d(chunk, f))
-                b, c = small.shape[:2]
-                up = small[:, :, :, None, :, None].expand(b, c, h // f, f, w // f, f).reshape(b, c, h, w)
+                # The same bins as adaptive pooling as a plain pool, and nearest upsampling by f (XLA-friendly).
+                up = nearest_upsample(self.mfr[i](F.max_pool2d(chunk, f)), f)
             else:
                 pooled = F.adaptive_max_pool2d(chunk, (h // f, w // f))
                 up = F.interpolate(self.mfr[i](pooled), size=(h, w), mode="nearest")

@@ -38,6 +38,7 @@ from anysr.archs.arch_util import (
     _PatchGeometry,
     check_upscale,
     drop_path_rates,
+    nearest_upsample,
     pad_to_multiple,
     relative_position_index,
     residual_conv,
@@ -66,13 +67,6 @@ def log_spaced_coords(window_size: tuple[int, int], pretrained_window_size: tupl
     cols = torch.arange(1 - ww, ww, dtype=torch.float32) / ((pw if pw > 0 else ww) - 1)
     table = torch.stack(torch.meshgrid(rows, cols, indexing="ij"), dim=-1).unsqueeze(0) * 8
     return torch.sign(table) * torch.log2(table.abs() + 1.0) / 3.0
-
-
-def nearest_x2(x: torch.Tensor) -> torch.Tensor:
-    """``F.interpolate(x, scale_factor=2, mode='nearest')`` as a broadcast and reshape: the same values, and a
-    backward (a sum) that XLA lowers natively, where ``upsample_nearest2d_backward`` falls back to the CPU."""
-    b, c, h, w = x.shape
-    return x[:, :, :, None, :, None].expand(b, c, h, 2, w, 2).reshape(b, c, 2 * h, 2 * w)
 
 
 class WindowAttentionV2(nn.Module):
@@ -334,8 +328,8 @@ class Swin2SR(SwinSRBase):
     def reconstruct(self, x: torch.Tensor) -> torch.Tensor:
         if self.upsampler == "nearest+conv":
             x = self.conv_before_upsample(self.deep_features(self.conv_first(x)))
-            x = self.lrelu(self.conv_up1(nearest_x2(x)))
-            x = self.lrelu(self.conv_up2(nearest_x2(x)))
+            x = self.lrelu(self.conv_up1(nearest_upsample(x, 2)))
+            x = self.lrelu(self.conv_up2(nearest_upsample(x, 2)))
             return self.conv_last(self.lrelu(self.conv_hr(x)))
         if not self.upsampler:
             return x + self.conv_last(self.deep_features(self.conv_first(x)))

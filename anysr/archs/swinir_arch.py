@@ -21,7 +21,6 @@ from typing import ClassVar
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from anysr.archs.arch_util import (
     ArchArgumentError,
@@ -34,6 +33,7 @@ from anysr.archs.arch_util import (
     WindowAttention,
     WindowBlockBase,
     drop_path_rates,
+    nearest_upsample,
     residual_conv,
     shifted_window_mask,
     to_2tuple,
@@ -249,8 +249,8 @@ class SwinIR(SwinSRBase):
     def reconstruct(self, x: torch.Tensor) -> torch.Tensor:
         if self.upsampler == "nearest+conv":
             x = self.conv_before_upsample(self.deep_features(self.conv_first(x)))
-            x = self.lrelu(self.conv_up1(F.interpolate(x, scale_factor=2, mode="nearest")))
-            x = self.lrelu(self.conv_up2(F.interpolate(x, scale_factor=2, mode="nearest")))
+            x = self.lrelu(self.conv_up1(nearest_upsample(x, 2)))
+            x = self.lrelu(self.conv_up2(nearest_upsample(x, 2)))
             return self.conv_last(self.lrelu(self.conv_hr(x)))
         if not self.upsampler:
             return x + self.conv_last(self.deep_features(self.conv_first(x)))
