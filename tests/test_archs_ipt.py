@@ -100,6 +100,8 @@ def test_tasks_and_published_size() -> None:
     ({"patch_dim": 3}, r"network_g\.patch_dim: must divide patch_size \(8\)"),
     ({"num_heads": 3}, r"network_g\.num_heads: must divide the token width"),
     ({"n_colors": 1}, r"network_g\.n_colors: IPT's mean shift is RGB"),
+    ({"num_heads": 0}, r"network_g\.num_heads: must divide the token width"),
+    ({"rgb_range": 0}, r"network_g\.rgb_range: the pixel range the network works in \(255, or 1\): > 0, got 0"),
 ])
 def test_bad_argument_values(opt: dict, pattern: str) -> None:
     with pytest.raises(OptionError, match=pattern):

@@ -218,7 +218,11 @@ class IPT(nn.Module):
             raise ArchArgumentError("n_colors", f"IPT's mean shift is RGB: n_colors must be 3, got {n_colors!r}")
         if patch_dim < 1 or patch_size % patch_dim:
             raise ArchArgumentError("patch_dim", f"must divide patch_size ({patch_size}), got {patch_dim!r}")
-        if (n_feats * patch_dim * patch_dim) % num_heads:
+        if isinstance(rgb_range, bool) or not isinstance(rgb_range, (int, float)) or not rgb_range > 0:
+            raise ArchArgumentError("rgb_range", f"the pixel range the network works in (255, or 1): > 0, got "
+                                    f"{rgb_range!r}")
+        if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1 or (
+                n_feats * patch_dim * patch_dim) % num_heads:
             raise ArchArgumentError("num_heads", f"must divide the token width n_feats * patch_dim**2 = "
                                     f"{n_feats * patch_dim * patch_dim}, got {num_heads!r}")
         if not 0 <= scale_idx < len(scales):
