@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -247,3 +248,33 @@ def check_two_ranks_match_one(tmp_path: Path, opt: dict[str, Any], *, batch: int
         vb = summary["validation"]["val"]["psnr"]["value"]
         assert math.isfinite(va) and va == pytest.approx(vb, abs=2e-3)
     return one, two
+
+
+# ----------------------------------------------------------------------------- XLA
+
+def check_xla_train_step(net_opt: dict[str, Any], shape: tuple[int, ...] = (2, 3, 16, 12)) -> None:
+    """Two training steps of ``net_opt`` on an XLA:CPU device: one compile (the second step reuses the graph),
+    the same loss twice, a gradient for every trainable parameter and no op fallen back to the CPU (the counters
+    are cleared first). Skips where torch_xla is not installed."""
+    os.environ.setdefault("PJRT_DEVICE", "CPU")
+    torch_xla = pytest.importorskip("torch_xla")
+    from torch_xla.debug import metrics  # noqa: PLC0415
+
+    torch.manual_seed(0)
+    dev = torch_xla.device()
+    net = build_network(net_opt).train().to(dev)
+    metrics.clear_counters()
+    x = torch.rand(shape).to(dev)
+    compiles, losses = [], []
+    for _ in range(2):
+        net.zero_grad(set_to_none=True)
+        loss = net(x).square().mean()
+        loss.backward()
+        torch_xla.sync()
+        compiles.append(metrics.metric_data("CompileTime")[0])
+        losses.append(loss.detach())
+    assert compiles[0] >= 1 and compiles[1] == compiles[0], f"recompiled: {compiles}"
+    assert all(p.grad is not None for p in net.parameters() if p.requires_grad)
+    assert torch.equal(losses[0].cpu(), losses[1].cpu())
+    fallbacks = {n for n in metrics.counter_names() if n.startswith("aten::")}
+    assert not fallbacks, f"ops fell back to the CPU: {fallbacks}"

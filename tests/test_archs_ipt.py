@@ -11,12 +11,11 @@ published size, ONNX at unseen sizes and XLA:CPU compile-once without CPU fallba
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 import torch
-from arch_checks import load_case, manifest, stored_params
+from arch_checks import check_xla_train_step, load_case, manifest, stored_params
 from conftest import FIXTURE_TOL, tiny_train_options, write_options
 
 from anysr.archs import build_network
@@ -147,27 +146,4 @@ def test_onnx_runs_at_unseen_sizes(tmp_path: Path) -> None:
 @pytest.mark.parametrize("opt", [TINY, {**TINY, "pos_every": True, "scale": [1, 3], "num_queries": 2,
                                         "scale_idx": 1}], ids=["x2", "pos-every-x3"])
 def test_xla_train_step_compiles_once(opt: dict) -> None:
-    os.environ.setdefault("PJRT_DEVICE", "CPU")
-    torch_xla = pytest.importorskip("torch_xla")
-    from torch_xla.debug import metrics  # noqa: PLC0415
-
-    torch.manual_seed(0)
-    dev = torch_xla.device()
-    net = build_network(opt).train().to(dev)
-    before = {n for n in metrics.counter_names() if n.startswith("aten::")}
-    x = torch.rand(2, 3, 16, 12).to(dev)
-    compiles, losses = [], []
-    for _ in range(2):
-        net.zero_grad(set_to_none=True)
-        loss = net(x).square().mean()
-        loss.backward()
-        torch_xla.sync()
-        compiles.append(metrics.metric_data("CompileTime")[0])
-        losses.append(loss.detach())
-    assert compiles[0] >= 1 and compiles[1] == compiles[0], f"recompiled: {compiles}"
-    grads = [p.grad for p in net.parameters() if p.requires_grad]
-    assert all(g is not None for g in grads)
-    assert torch.equal(losses[0].cpu(), losses[1].cpu())
-    fallbacks = {n for n in metrics.counter_names() if n.startswith("aten::")} - before
-    assert not fallbacks, f"ops fell back to the CPU: {fallbacks}"
-
+    check_xla_train_step(opt)

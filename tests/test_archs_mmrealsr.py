@@ -10,12 +10,11 @@ sizes and XLA:CPU compile-once without CPU fallbacks (``-m xla``).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 import torch
-from arch_checks import load_case, manifest, stored_params
+from arch_checks import check_xla_train_step, load_case, manifest, stored_params
 from conftest import FIXTURE_TOL
 
 from anysr.archs import build_network
@@ -153,25 +152,4 @@ XLA_NETS = {
 @pytest.mark.xla
 @pytest.mark.parametrize("arch", sorted(XLA_NETS))
 def test_xla_train_step_compiles_once(arch: str) -> None:
-    os.environ.setdefault("PJRT_DEVICE", "CPU")
-    torch_xla = pytest.importorskip("torch_xla")
-    from torch_xla.debug import metrics  # noqa: PLC0415
-
-    torch.manual_seed(0)
-    dev = torch_xla.device()
-    net = build_network(XLA_NETS[arch]).train().to(dev)
-    metrics.clear_counters()
-    x = torch.rand(2, 3, 16, 12).to(dev)
-    compiles, losses = [], []
-    for _ in range(2):
-        net.zero_grad(set_to_none=True)
-        loss = net(x).square().mean()
-        loss.backward()
-        torch_xla.sync()
-        compiles.append(metrics.metric_data("CompileTime")[0])
-        losses.append(loss.detach())
-    assert compiles[0] >= 1 and compiles[1] == compiles[0], f"recompiled: {compiles}"
-    assert all(p.grad is not None for p in net.parameters())
-    assert torch.equal(losses[0].cpu(), losses[1].cpu())
-    fallbacks = {n for n in metrics.counter_names() if n.startswith("aten::")}
-    assert not fallbacks, f"ops fell back to the CPU: {fallbacks}"
+    check_xla_train_step(XLA_NETS[arch])

@@ -25,6 +25,7 @@ from torch.nn import functional as F
 
 from anysr.archs.arch_util import (
     ArchArgumentError,
+    ResidualBlockNoBN,
     default_init_weights,
     nearest_upsample,
     pad_to_multiple,
@@ -53,19 +54,6 @@ class AffineModulate(nn.Module):
         return (1 + gamma) * x + beta
 
 
-class _ResBlock(nn.Module):
-    """conv, ReLU, conv plus the input (BasicSR's ResidualBlockNoBN names)."""
-
-    def __init__(self, num_feat: int) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(num_feat, num_feat, 3, 1, 1)
-        self.conv2 = nn.Conv2d(num_feat, num_feat, 3, 1, 1)
-        default_init_weights([self.conv1, self.conv2], 0.1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.conv2(F.relu(self.conv1(x)))
-
-
 class DEResNet(nn.Module):
     """The degree estimator: per degradation, a conv, residual stages (a stride-2 conv after a stage of
     downscale 2; a 1-stride conv where the width changes after a stage of downscale 1), global average pooling
@@ -80,7 +68,7 @@ class DEResNet(nn.Module):
         for _ in range(num_degradation):
             layers: list[nn.Module] = []
             for s in range(stages):
-                layers += [_ResBlock(num_feats[s]) for _ in range(num_blocks[s])]
+                layers += [ResidualBlockNoBN(num_feats[s]) for _ in range(num_blocks[s])]
                 nxt = num_feats[min(s + 1, stages - 1)]
                 if downscales[s] == 2:
                     layers.append(nn.Conv2d(num_feats[s], nxt, 3, 2, 1))
