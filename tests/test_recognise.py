@@ -28,6 +28,7 @@ NOT_RECOGNISED = {
     "UNetDiscriminatorSN": "a discriminator: not run by infer / test / export",
     "StyleGAN2Discriminator": "a discriminator: not run by infer / test / export",
     "DUnet": "a discriminator: not run by infer / test / export",
+    "HiFaceGANDiscriminator": "a discriminator: not run by infer / test / export",
 }
 
 

@@ -166,6 +166,9 @@ def nearest_upsample(x: torch.Tensor, factor: int) -> torch.Tensor:
     back to the CPU. Every network upsampling in its gradient path uses this."""
     if factor == 1:
         return x
+    # ONNX: Resize (the same values) keeps the channel count known to the exporter; a traced factor broadcasts
+    if isinstance(factor, int) and torch.onnx.is_in_onnx_export():
+        return F.interpolate(x, scale_factor=factor, mode="nearest")
     b, c, h, w = x.shape
     return x[:, :, :, None, :, None].expand(b, c, h, factor, w, factor).reshape(b, c, h * factor, w * factor)
 

@@ -27,6 +27,8 @@ from typing import Any
 import torch
 from safetensors.torch import save as safetensors_save
 from torch import nn
+from torch.nn.utils import remove_spectral_norm
+from torch.nn.utils.spectral_norm import SpectralNorm
 
 from anysr.archs import build_network
 from anysr.archs.arch_util import input_channels
@@ -199,6 +201,22 @@ def _with_metadata(data: bytes, meta: dict[str, str]) -> bytes:
     return bytes(model.SerializeToString())
 
 
+def _fixed_weights(net: nn.Module) -> nn.Module:
+    """``net``, or (when it has any) a copy with ``torch.nn.utils.spectral_norm``'s hooks folded into plain weights:
+    spectral normalisation computes each weight in the graph, which the exporter cannot always size for dynamic
+    shapes. In eval mode the folded weight is the one the network uses, so the export computes the same function
+    (and is checked against ``net``). (The ``parametrizations`` API is left as it is: its classes are shared with
+    ``net``, so removing it from a copy would break ``net``; the exporter handles it.)"""
+    if not any(isinstance(h, SpectralNorm) for m in net.modules() for h in m._forward_pre_hooks.values()):
+        return net
+    model = copy.deepcopy(net).eval()
+    for m in model.modules():
+        for h in list(m._forward_pre_hooks.values()):
+            if isinstance(h, SpectralNorm):
+                remove_spectral_norm(m, h.name)
+    return model
+
+
 def export_onnx(net: nn.Module, path: str | Path, *, scale: int, net_opt: dict[str, Any] | None = None,
                 fp16: bool = False, size: int | None = None, dynamic: bool = True, opset: int = ONNX_OPSET,
                 check: bool = True) -> ExportReport:
@@ -218,7 +236,8 @@ def export_onnx(net: nn.Module, path: str | Path, *, scale: int, net_opt: dict[s
     side = round_up(size or DEFAULT_ONNX_SIZE, multiple)
     channels = input_channels(net) or 3
     dtype = torch.float16 if fp16 else torch.float32
-    model = copy.deepcopy(net).to(dtype) if fp16 else net
+    model = _fixed_weights(net)
+    model = (copy.deepcopy(model) if model is net else model).to(dtype) if fp16 else model
     gen = torch.Generator().manual_seed(0)
     dummy = torch.rand(1, channels, side, side, generator=gen)
     other = torch.rand(2, channels, side // 2 + 3, side + 5, generator=gen)
