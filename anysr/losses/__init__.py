@@ -11,6 +11,7 @@ from anysr.losses.artifact import LDLLoss, artifact_map
 from anysr.losses.color import ChromaLoss, LumaLoss, OklabLoss
 from anysr.losses.frequency import FFLoss, FFTLoss
 from anysr.losses.gan import (
+    GANFeatLoss,
     GANLoss,
     MultiScaleGANLoss,
     gradient_penalty_loss,
@@ -34,8 +35,9 @@ def build_loss(opt: Mapping[str, Any], key_path: str) -> nn.Module:
     return cls(**kwargs)
 
 
-__all__ = ["CharbonnierLoss", "ChromaLoss", "ContextualLoss", "DISTSLoss", "FFLoss", "FFTLoss", "GANLoss",
-           "GradientVarianceLoss", "HSLuvLoss", "HuberLoss", "L1Loss", "LDLLoss", "LPIPSLoss", "LumaLoss", "MSELoss",
-           "MSSIMLoss", "MSSSIML1Loss", "MSSSIMLoss", "MultiScaleGANLoss", "OklabLoss", "PSNRLoss", "PerceptualLoss",
-           "SSIMLoss", "SobelLoss", "VGGFeatureExtractor", "WeightedTVLoss", "artifact_map", "build_loss",
-           "gradient_penalty_loss", "r1_penalty", "relativistic_discriminator_loss", "relativistic_generator_loss"]
+__all__ = ["CharbonnierLoss", "ChromaLoss", "ContextualLoss", "DISTSLoss", "FFLoss", "FFTLoss", "GANFeatLoss",
+           "GANLoss", "GradientVarianceLoss", "HSLuvLoss", "HuberLoss", "L1Loss", "LDLLoss", "LPIPSLoss", "LumaLoss",
+           "MSELoss", "MSSIMLoss", "MSSSIML1Loss", "MSSSIMLoss", "MultiScaleGANLoss", "OklabLoss", "PSNRLoss",
+           "PerceptualLoss", "SSIMLoss", "SobelLoss", "VGGFeatureExtractor", "WeightedTVLoss", "artifact_map",
+           "build_loss", "gradient_penalty_loss", "r1_penalty", "relativistic_discriminator_loss",
+           "relativistic_generator_loss"]

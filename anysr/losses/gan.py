@@ -75,6 +75,57 @@ class MultiScaleGANLoss(GANLoss):
         return total / len(input)  # type: ignore[return-value]
 
 
+_FEAT_CRITERIA = ("l1", "l2", "charbonnier")
+
+
+@LOSS_REGISTRY.register()
+class GANFeatLoss(nn.Module):
+    """Feature matching (pix2pixHD, SPADE, HiFaceGAN): the distance between the discriminator's intermediate
+    features of the generated and of the real image (real side detached), summed over layers, averaged over the
+    discriminators of a multi-scale one; the last entry of each list (the scores) is left out.
+
+    ``criterion``: l1, l2 (mean squared error) or charbonnier (eps 1e-12). ``loss_weight`` scales the sum once, as
+    the authors' ``lambda_feat``. (BasicSR <= 1.3's class of this name applied it twice, weight squared, and
+    1.4.2 no longer has the class, though its HiFaceGAN option file names it.)
+    """
+
+    role = "feature_matching"  # train.feature_matching_opt (HiFaceGANModel)
+
+    def __init__(self, criterion: str = "l1", loss_weight: float = 1.0, reduction: str = "mean") -> None:
+        super().__init__()
+        if criterion not in _FEAT_CRITERIA:
+            raise ValueError(f"criterion '{criterion}' is not supported; use one of {', '.join(_FEAT_CRITERIA)}")
+        if reduction not in ("mean", "sum"):
+            raise ValueError(f"reduction '{reduction}' is not supported; use mean or sum")
+        self.criterion = criterion
+        self.loss_weight = float(loss_weight)
+        self.reduction = reduction
+
+    def _distance(self, fake: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+        diff = fake.float() - real.float()
+        if self.criterion == "l1":
+            d = diff.abs()
+        elif self.criterion == "l2":
+            d = diff.square()
+        else:
+            d = torch.sqrt(diff.square() + 1e-12)
+        return d.mean() if self.reduction == "mean" else d.sum()
+
+    def forward(self, pred_fake: Sequence[Sequence[torch.Tensor]],
+                pred_real: Sequence[Sequence[torch.Tensor]]) -> torch.Tensor:
+        """The weighted feature distance; each argument is the discriminator's list (per scale) of feature lists."""
+        if len(pred_fake) != len(pred_real) or not pred_fake:
+            raise ValueError("GANFeatLoss needs the same non-empty number of discriminator outputs for both sides")
+        total = pred_fake[0][0].new_zeros((), dtype=torch.float32)
+        for fake, real in zip(pred_fake, pred_real, strict=True):
+            if isinstance(fake, torch.Tensor) or len(fake) < 2:
+                raise ValueError("GANFeatLoss needs the discriminator's intermediate features (a list per scale "
+                                 "ending with the scores); set keep_features: true on network_d")
+            for f, r in zip(fake[:-1], real[:-1], strict=True):
+                total = total + self._distance(f, r.detach()) / len(pred_fake)
+        return total * self.loss_weight
+
+
 def relativistic_generator_loss(gan: GANLoss, real_pred: torch.Tensor, fake_pred: torch.Tensor) -> torch.Tensor:
     """ESRGAN's relativistic average generator loss: the mean of ``gan(real - mean(fake), fake label)`` and
     ``gan(fake - mean(real), real label)``; ``real_pred`` is detached (the discriminator is not trained here)."""

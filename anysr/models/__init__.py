@@ -7,6 +7,7 @@ from typing import Any
 from anysr.accelerators import Accelerator
 from anysr.models.base import BaseModel
 from anysr.models.gan import ESRGANModel, SRGANModel
+from anysr.models.hifacegan import HiFaceGANModel
 from anysr.models.realesrgan import RealESRGANModel, RealESRNetModel
 from anysr.models.sr import DATModel, DRCTModel, HATModel, SRModel, SwinIRModel
 from anysr.models.video import EDVRModel, VideoBaseModel, VideoRecurrentGANModel, VideoRecurrentModel
@@ -19,6 +20,6 @@ def build_model(opt: Any, accelerator: Accelerator) -> BaseModel:
     return cls(opt, accelerator)
 
 
-__all__ = ["BaseModel", "DATModel", "DRCTModel", "EDVRModel", "ESRGANModel", "HATModel", "RealESRGANModel",
-           "RealESRNetModel", "SRGANModel", "SRModel", "SwinIRModel", "VideoBaseModel", "VideoRecurrentGANModel",
-           "VideoRecurrentModel", "build_model"]
+__all__ = ["BaseModel", "DATModel", "DRCTModel", "EDVRModel", "ESRGANModel", "HATModel", "HiFaceGANModel",
+           "RealESRGANModel", "RealESRNetModel", "SRGANModel", "SRModel", "SwinIRModel", "VideoBaseModel",
+           "VideoRecurrentGANModel", "VideoRecurrentModel", "build_model"]

@@ -93,10 +93,12 @@ class SRGANModel(SRModel):
         del gt
         return self.cri_gan(fake_pred, True, is_disc=False)
 
-    def discriminator_backward(self, output: torch.Tensor, gt: torch.Tensor, scale: float,
+    def discriminator_backward(self, output: torch.Tensor, batch: dict[str, Any], scale: float,
                                sync: bool) -> dict[str, torch.Tensor]:
-        """Backpropagate the discriminator losses (real, then fake: one backward per forward, as DDP wants);
-        return ``l_d_real``, ``l_d_fake`` and the mean logits ``out_d_real``, ``out_d_fake``."""
+        """Backpropagate the discriminator losses of the micro-batch ``batch`` whose (detached) generator output
+        is ``output`` (real, then fake: one backward per forward, as DDP wants); return ``l_d_real``,
+        ``l_d_fake`` and the mean logits ``out_d_real``, ``out_d_fake``."""
+        gt = batch["gt"]
         net_d = self.nets["net_d"]
         with self.acc.strategy.no_sync(net_d):
             with self.acc.precision.autocast():
@@ -162,7 +164,7 @@ class SRGANModel(SRModel):
         _set_requires_grad(bare_d, True)
         opt_d.zero_grad(set_to_none=True)
         for k, (batch, output) in enumerate(zip(batches, outputs)):
-            d_losses = self.discriminator_backward(output, batch["gt"], 1.0 / n, sync=k == n - 1)
+            d_losses = self.discriminator_backward(output, batch, 1.0 / n, sync=k == n - 1)
             add(d_losses)
         self.acc.optimizer_step(opt_d)
         self.update_emas()
@@ -177,8 +179,9 @@ class ESRGANModel(SRGANModel):
     def generator_adv_loss(self, fake_pred: torch.Tensor, gt: torch.Tensor) -> torch.Tensor:
         return relativistic_generator_loss(self.cri_gan, self.bare("net_d")(gt), fake_pred)
 
-    def discriminator_backward(self, output: torch.Tensor, gt: torch.Tensor, scale: float,
+    def discriminator_backward(self, output: torch.Tensor, batch: dict[str, Any], scale: float,
                                sync: bool) -> dict[str, torch.Tensor]:
+        gt = batch["gt"]
         net_d = self.nets["net_d"]
         with torch.no_grad(), self.acc.precision.autocast():
             fake_mean = self.bare("net_d")(output).float().mean()

@@ -17,7 +17,10 @@ from anysr.metrics.info import standard_weights
 from anysr.models.base import WeightNeed
 from anysr.registry import LOSS_REGISTRY, constructor_args, plain_options
 
-OPT_KEYS = {"pixel_opt": "pix", "perceptual_opt": "percep", "gan_opt": "gan"}  # BasicSR's keys and log names
+# BasicSR's keys and their log names
+OPT_KEYS = {"pixel_opt": "pix", "perceptual_opt": "percep", "gan_opt": "gan", "feature_matching_opt": "feat"}
+# Roles of losses on the discriminator's outputs: the GAN models build and call them, not ``SRModel.loss_terms``.
+DISCRIMINATOR_ROLES = ("gan", "feature_matching")
 
 StateDicts = list[Mapping[str, torch.Tensor]]
 

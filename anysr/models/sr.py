@@ -14,7 +14,14 @@ from anysr.archs.arch_util import unit_range
 from anysr.data.batch_augment import MIXING, BatchAugment
 from anysr.errors import OptionError
 from anysr.models.base import BaseModel, WeightNeed
-from anysr.models.loss_set import LossSpec, StateDicts, build_losses, loss_specs, loss_weight_needs
+from anysr.models.loss_set import (
+    DISCRIMINATOR_ROLES,
+    LossSpec,
+    StateDicts,
+    build_losses,
+    loss_specs,
+    loss_weight_needs,
+)
 from anysr.registry import MODEL_REGISTRY
 
 
@@ -89,7 +96,7 @@ class SRModel(BaseModel):
         train = self.opt["train"]
         net.train()
         self.add_ema("net_g", float(train["ema_decay"]), train)
-        specs = [s for s in self.loss_specs if s.role != "gan"]
+        specs = [s for s in self.loss_specs if s.role not in DISCRIMINATOR_ROLES]
         if any(s.role == "artifact" for s in specs) and "net_g" not in self.emas:
             raise OptionError(f"{next(s.key_path for s in specs if s.role == 'artifact')}: LDL compares with the EMA "
                               "generator's output; set train.ema_decay (e.g. 0.999)")
@@ -105,13 +112,13 @@ class SRModel(BaseModel):
 
     def loss_terms(self, output: torch.Tensor, lq: torch.Tensor,
                    target: Callable[[str], torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Every built loss but the adversarial one, as ``{<loss_prefix><name>: value}`` in the options' order;
-        ``target(role)`` is the GT a loss of that role compares with."""
+        """Every built loss but those on the discriminator's outputs, as ``{<loss_prefix><name>: value}`` in the
+        options' order; ``target(role)`` is the GT a loss of that role compares with."""
         out: dict[str, torch.Tensor] = {}
         ema_out = None
         p = self.loss_prefix
         for spec in self.loss_specs:
-            if spec.role == "gan":
+            if spec.role in DISCRIMINATOR_ROLES:
                 continue
             loss = self.losses[spec.name]
             if spec.role == "perceptual":
@@ -135,7 +142,7 @@ class SRModel(BaseModel):
                 loss = self.losses[spec.name]
                 names += [self.loss_prefix + spec.name] if loss.perceptual_weight > 0 else []
                 names += [self.loss_prefix + spec.style_name] if loss.style_weight > 0 else []
-            elif spec.role != "gan":
+            elif spec.role not in DISCRIMINATOR_ROLES:
                 names.append(self.loss_prefix + spec.name)
         return names
 

@@ -29,12 +29,13 @@ _TYPED_SECTIONS = {
     ("train", "optim_g"): ("optimizer", ("params",)), ("train", "optim_d"): ("optimizer", ("params",)),
     ("train", "scheduler"): ("scheduler", ("optimizer", "warmup_iter")),
     ("train", "pixel_opt"): ("loss", ()), ("train", "perceptual_opt"): ("loss", ("vgg_state_dict",)),
-    ("train", "gan_opt"): ("loss", ()),
+    ("train", "gan_opt"): ("loss", ()), ("train", "feature_matching_opt"): ("loss", ()),
 }
 _NOT_ARGUMENTS = ("vgg_weights_path",)
 # Required arguments the options checker fills when absent (a schedule's length defaults to train.total_iter).
 _FILLED = {"scheduler": ("total_iter", "total_steps", "T_max")}  # section keys that are not constructor arguments
-_ROLES = {("train", "pixel_opt"): "pixel", ("train", "perceptual_opt"): "perceptual", ("train", "gan_opt"): "gan"}
+_ROLES = {("train", "pixel_opt"): "pixel", ("train", "perceptual_opt"): "perceptual", ("train", "gan_opt"): "gan",
+          ("train", "feature_matching_opt"): "feature_matching"}
 _REGISTRY_KEYS = {("model_type",): "model", ("datasets", "*", "type"): "dataset",
                   ("val", "metrics", "*", "type"): "metric"}
 

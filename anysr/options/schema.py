@@ -393,7 +393,8 @@ def _loss_entry_rule(out: dict[str, Any], path: str, ctx: Context, key: str | No
                not_arguments=("name",), fill_defaults=True)
 
 
-LOSS_OPTS = ("pixel_opt", "perceptual_opt", "gan_opt")  # BasicSR's keys; train.losses is the list form
+# BasicSR's keys (train.losses is the list form)
+LOSS_OPTS = ("pixel_opt", "perceptual_opt", "gan_opt", "feature_matching_opt")
 
 
 def loss_label(entry: dict[str, Any]) -> str:
@@ -823,6 +824,13 @@ GAN_LOSS = Section(
     doc="GAN loss: `type` and the loss's arguments (gan_type, real_label_val, fake_label_val, loss_weight).",
 )
 
+FEATURE_MATCHING_LOSS = Section(
+    {"type": Field(str, required=True, doc="Loss class in LOSS_REGISTRY (GANFeatLoss).")},
+    extra=True,
+    rule=_loss_rule("feature_matching"),
+    doc="Feature-matching loss: `type` and the loss's arguments (criterion, loss_weight, reduction).",
+)
+
 LOSS_ENTRY = Section(
     {
         "type": Field(str, required=True, expect="a registered loss (any case: l1loss is L1Loss)",
@@ -899,6 +907,8 @@ TRAIN = Section(
         "perceptual_opt": Field((PERCEPTUAL_LOSS, None), default=None,
                                 doc="Perceptual loss ({type: PerceptualLoss, layer_weights: ..., ...})."),
         "gan_opt": Field((GAN_LOSS, None), default=None, doc="GAN loss (GAN models)."),
+        "feature_matching_opt": Field((FEATURE_MATCHING_LOSS, None), default=None,
+                                      doc="Discriminator feature matching ({type: GANFeatLoss}; HiFaceGANModel)."),
         "losses": Field((ListOf(LOSS_ENTRY), None), default=None,
                         doc="The list form (traiNNer-redux's): [{type, loss_weight, ...}, ...], each logged under "
                             "its name; builds the same losses as pixel_opt / perceptual_opt / gan_opt (not both)."),
