@@ -116,6 +116,7 @@ CONFIGS: dict[str, tuple[dict[str, Any], int, int]] = {
     "MixDehazeNet-S": ({"type": "MixDehazeNet"}, 1, 3),
     "IPT (x4)": ({"type": "ipt", "scale": 4}, 4, 3),
     "MMRealSR (x4)": ({"type": "mmrealsr", "scale": 4}, 4, 3),
+    "HiFaceGAN": ({"type": "hifacegan"}, 1, 3),
 }
 
 
