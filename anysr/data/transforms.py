@@ -5,6 +5,7 @@ Randomness always comes from an explicit ``numpy.random.Generator``; nothing her
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TypeVar
 
@@ -204,3 +205,17 @@ def normalize(t: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> t
     m = torch.as_tensor(list(mean), dtype=t.dtype).reshape(-1, 1, 1)
     s = torch.as_tensor(list(std), dtype=t.dtype).reshape(-1, 1, 1)
     return (t - m) / s
+
+
+def image_grid(images: torch.Tensor, nrow: int | None = None, padding: int = 2) -> torch.Tensor:
+    """(N, C, H, W) images as one (C, H', W') grid, ``nrow`` per row (default: ceil(sqrt(N))), ``padding`` black
+    pixels around each (torchvision's ``make_grid`` layout)."""
+    n, c, h, w = images.shape
+    per_row = nrow or math.ceil(math.sqrt(n))
+    rows = math.ceil(n / per_row)
+    grid = images.new_zeros(c, rows * (h + padding) + padding, per_row * (w + padding) + padding)
+    for k in range(n):
+        y, x = divmod(k, per_row)
+        top, left = y * (h + padding) + padding, x * (w + padding) + padding
+        grid[:, top:top + h, left:left + w] = images[k]
+    return grid

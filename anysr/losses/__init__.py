@@ -15,6 +15,7 @@ from anysr.losses.gan import (
     GANLoss,
     MultiScaleGANLoss,
     gradient_penalty_loss,
+    path_length_penalty,
     r1_penalty,
     relativistic_discriminator_loss,
     relativistic_generator_loss,
@@ -39,5 +40,5 @@ __all__ = ["CharbonnierLoss", "ChromaLoss", "ContextualLoss", "DISTSLoss", "FFLo
            "GANLoss", "GradientVarianceLoss", "HSLuvLoss", "HuberLoss", "L1Loss", "LDLLoss", "LPIPSLoss", "LumaLoss",
            "MSELoss", "MSSIMLoss", "MSSSIML1Loss", "MSSSIMLoss", "MultiScaleGANLoss", "OklabLoss", "PSNRLoss",
            "PerceptualLoss", "SSIMLoss", "SobelLoss", "VGGFeatureExtractor", "WeightedTVLoss", "artifact_map",
-           "build_loss", "gradient_penalty_loss", "r1_penalty", "relativistic_discriminator_loss",
-           "relativistic_generator_loss"]
+           "build_loss", "gradient_penalty_loss", "path_length_penalty", "r1_penalty",
+           "relativistic_discriminator_loss", "relativistic_generator_loss"]

@@ -3,6 +3,7 @@ the relativistic average form ESRGAN trains with, and the R1 / WGAN-GP gradient 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -150,6 +151,20 @@ def r1_penalty(real_pred: torch.Tensor, real_img: torch.Tensor) -> torch.Tensor:
     penalty can be back-propagated. Scale it (gamma / 2) at the caller."""
     grad = autograd.grad(outputs=real_pred.sum(), inputs=real_img, create_graph=True)[0]
     return grad.pow(2).reshape(grad.shape[0], -1).sum(1).mean()
+
+
+def path_length_penalty(fake_img: torch.Tensor, latents: torch.Tensor, mean_path_length: torch.Tensor,
+                        noise: torch.Tensor, decay: float = 0.01) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """StyleGAN2's path length regulariser (Karras et al. 2020, eq. 4) as BasicSR's ``g_path_regularize``:
+    ``(|J^T y| - a)^2`` with ``J`` the Jacobian of the image w.r.t. the per-layer latents, ``y`` = ``noise``
+    (standard normal, the image's shape; divided here by sqrt(H * W)) and ``a`` the running mean of the lengths
+    (``mean_path_length``, updated with ``decay``). Returns ``(penalty, mean length, new running mean)``; the graph
+    is kept so the penalty can be back-propagated."""
+    y = noise / math.sqrt(fake_img.shape[2] * fake_img.shape[3])
+    grad = autograd.grad(outputs=(fake_img * y).sum(), inputs=latents, create_graph=True)[0]
+    lengths = torch.sqrt(grad.pow(2).sum(2).mean(1))
+    path_mean = mean_path_length + decay * (lengths.mean() - mean_path_length)
+    return (lengths - path_mean).pow(2).mean(), lengths.detach().mean(), path_mean.detach()
 
 
 def gradient_penalty_loss(discriminator: Callable[[torch.Tensor], torch.Tensor], real_data: torch.Tensor,

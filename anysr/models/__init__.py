@@ -10,6 +10,7 @@ from anysr.models.gan import ESRGANModel, SRGANModel
 from anysr.models.hifacegan import HiFaceGANModel
 from anysr.models.realesrgan import RealESRGANModel, RealESRNetModel
 from anysr.models.sr import DATModel, DRCTModel, HATModel, SRModel, SwinIRModel
+from anysr.models.stylegan2 import StyleGAN2Model
 from anysr.models.video import EDVRModel, VideoBaseModel, VideoRecurrentGANModel, VideoRecurrentModel
 from anysr.registry import MODEL_REGISTRY
 
@@ -21,5 +22,5 @@ def build_model(opt: Any, accelerator: Accelerator) -> BaseModel:
 
 
 __all__ = ["BaseModel", "DATModel", "DRCTModel", "EDVRModel", "ESRGANModel", "HATModel", "HiFaceGANModel",
-           "RealESRGANModel", "RealESRNetModel", "SRGANModel", "SRModel", "SwinIRModel", "VideoBaseModel",
-           "VideoRecurrentGANModel", "VideoRecurrentModel", "build_model"]
+           "RealESRGANModel", "RealESRNetModel", "SRGANModel", "SRModel", "StyleGAN2Model", "SwinIRModel",
+           "VideoBaseModel", "VideoRecurrentGANModel", "VideoRecurrentModel", "build_model"]

@@ -221,6 +221,9 @@ def _dataset_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None)
         realesrgan_dataset_rule(out, path, ctx, phase)
     elif is_degradation_source(kind):
         bsrgan_dataset_rule(out, path, ctx, phase)
+    elif dataset_role(kind) == "image_source":
+        if "dataroot_gt" in out and out["dataroot_gt"] is None:
+            ctx.add(f"{path}.dataroot_gt", f"required by {kind} (the images)")
     elif kind == "SingleImageDataset" and "dataroot_lq" in out and out["dataroot_lq"] is None:
         ctx.add(f"{path}.dataroot_lq", "required by SingleImageDataset (the folder of input images)")
     check_gt_size(out.get("gt_size"), f"{path}.gt_size", ctx)
@@ -579,6 +582,12 @@ def _top_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> 
         if len(train_sets) > 1:
             ctx.add("datasets", f"{len(train_sets)} train datasets ({', '.join(train_sets)}); "
                     "training reads exactly one, keep one")
+        model = registered("model", out.get("model_type"))
+        for k in train_sets:
+            kind = datasets[k].get("type") if isinstance(datasets[k], dict) else None
+            if dataset_role(kind) == "image_source" and model is not None and not getattr(model, "generative", False):
+                ctx.add(f"datasets.{k}.type", f"{kind} gives images alone (no LQ) for generative models "
+                        f"(StyleGAN2Model); model_type {model.__name__} trains on pairs: use PairedImageDataset")
     if not ctx.is_train and out.get("val") is None and "val" in out:
         out["val"] = validate_section(VAL, {}, "val", ctx)  # a test without a val section: the defaults
     tile, val = out.get("tile"), out.get("val")
@@ -831,6 +840,21 @@ FEATURE_MATCHING_LOSS = Section(
     doc="Feature-matching loss: `type` and the loss's arguments (criterion, loss_weight, reduction).",
 )
 
+STYLEGAN2_TRAIN_FIELDS = {
+    "r1_reg_weight": Field(float, default=10.0, check=at_least(0),
+                           doc="StyleGAN2Model: weight of the discriminator's R1 penalty (gamma)."),
+    "path_reg_weight": Field(float, default=2.0, check=at_least(0),
+                             doc="StyleGAN2Model: weight of the generator's path length penalty."),
+    "path_batch_shrink": Field(int, default=2, check=at_least(1),
+                               doc="StyleGAN2Model: the path length penalty runs on batch // this images."),
+    "net_g_reg_every": Field(int, default=4, check=at_least(1),
+                             doc="StyleGAN2Model: iterations between path length penalties (lazy regularisation)."),
+    "net_d_reg_every": Field(int, default=16, check=at_least(1),
+                             doc="StyleGAN2Model: iterations between R1 penalties (lazy regularisation)."),
+    "mixing_prob": Field(float, default=0.9, check=between(0, 1),
+                         doc="StyleGAN2Model: chance of style mixing (two codes) per generated batch."),
+}
+
 LOSS_ENTRY = Section(
     {
         "type": Field(str, required=True, expect="a registered loss (any case: l1loss is L1Loss)",
@@ -915,6 +939,7 @@ TRAIN = Section(
         "net_d_iters": Field(int, default=1, check=at_least(1), doc="Discriminator update interval (GAN)."),
         "net_d_init_iters": Field(int, default=0, check=at_least(0), doc="Discriminator-only warm-up (GAN)."),
         "optim_d": Field((OPTIM, None), default=None, doc="Discriminator optimizer (GAN models)."),
+        **STYLEGAN2_TRAIN_FIELDS,
         **VIDEO_TRAIN_FIELDS,
         **AUGMENT_TRAIN_FIELDS,
         **TRAINNER_TRAIN_FIELDS,
@@ -957,6 +982,8 @@ VAL = Section(
         "val_freq": Field((int, None), default=None, check=at_least(1), expect=_NUM_FREQ + " | null",
                           doc="Validate every N iterations; required when training with a val section."),
         "save_img": Field(bool, default=False, doc="Save the output images."),
+        "num_val_samples": Field(int, default=16, check=at_least(1),
+                                 doc="StyleGAN2Model: images of fixed codes drawn at each validation (one grid)."),
         "suffix": Field((str, None), default=None, check=_suffix, expect="str without '/' | null",
                         doc="Suffix of saved image names."),
         "tile": Field((int, None), default=None, check=at_least(1),
@@ -1072,6 +1099,8 @@ def validate(opt: dict[str, Any], *, is_train: bool, root: Path,
     ``check_paths=False`` resolves input paths without requiring them to exist (for commands that read none).
     """
     ctx = Context(is_train=is_train, root=root, check_paths=check_paths)
+    if "scale" not in opt and getattr(registered("model", opt.get("model_type")), "generative", False):
+        opt = {**opt, "scale": 1}  # a generator of images from codes (StyleGAN2Model): no input to upscale
     scale = opt.get("scale")
     if not isinstance(scale, bool) and isinstance(scale, (int, float, str)):
         value = validate_field(OPTIONS.fields["scale"], scale, "scale", Context(is_train=is_train, root=root))

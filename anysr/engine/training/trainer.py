@@ -18,7 +18,8 @@ from anysr.accelerators.process import Interrupted, signal_name
 from anysr.archs.arch_util import input_channels
 from anysr.atomic import atomic_write_bytes, atomic_write_json
 from anysr.data import build_dataset, build_eval_loader, build_train_loader
-from anysr.data.transforms import lq_patch_size
+from anysr.data.imageio import write_image
+from anysr.data.transforms import image_grid, lq_patch_size, tensor2img
 from anysr.engine import checkpoint as ckpt
 from anysr.engine.evaluation.evaluator import EvalResult, evaluate
 from anysr.engine.evaluation.run_report import REPORT_NAME, write_report
@@ -657,11 +658,29 @@ class Trainer:
             if writer is not None:
                 writer.scalars({f"metrics/{name}/{k}": v for k, v in res.metrics.items()}, it)
                 writer.images({f"val/{name}/{c.name}": c.side_by_side() for c in res.crops}, it)
+        if self.acc.is_main:
+            self._save_samples(it, writer)
         self.write_summary(it, None, None, final=False)
         if self.acc.is_main:
             self._save_training_pairs(it)
             self.history.save(self.exp_dir)
         return results
+
+    def _save_samples(self, it: int, writer: MetricWriter | None) -> None:
+        """A generative model's samples (StyleGAN2Model: fixed codes through the EMA generator) as one grid:
+        ``visualization/samples/samples_<iter>.png`` (with ``val.save_img``) and TensorBoard's ``samples``."""
+        draw = getattr(self.model, "sample_images", None)
+        if draw is None:
+            return
+        assert self.val_opt is not None
+        grid = tensor2img(image_grid(draw()))  # BGR (HW gray)
+        if self.val_opt.save_img:
+            path = self.vis_dir / "samples" / f"samples_{it}.png"
+            write_image(path, grid)
+            self.log.info("samples at iter %d: %s", it, path)
+        if writer is not None:
+            rgb = grid[:, :, ::-1] if grid.ndim == 3 else grid[:, :, None].repeat(3, axis=2)
+            writer.images({"samples": rgb.copy()}, it)
 
     def _save_training_pairs(self, it: int) -> None:
         """A few crops of the last micro-batch trained on (main rank; already on the device: no data loading)."""
