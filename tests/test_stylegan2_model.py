@@ -85,6 +85,15 @@ def test_lazy_regularisation_scales_lr_and_betas_as_stylegan2() -> None:
     assert BASICSR_EMA_DECAY == pytest.approx(0.5 ** (32 / 10000))
 
 
+def test_mixing_layer_as_a_tensor_equals_the_sliced_mix() -> None:
+    from anysr.archs.stylegan2_arch import mix_latents  # noqa: PLC0415
+
+    a, b = torch.randn(2, 5), torch.randn(2, 5)
+    for k in range(1, 8):
+        torch.testing.assert_close(mix_latents([a, b], 8, torch.tensor(k)), mix_latents([a, b], 8, k), rtol=0, atol=0)
+    torch.testing.assert_close(mix_latents([a, b], 8, torch.tensor(8)), mix_latents([a], 8, None), rtol=0, atol=0)
+
+
 # ----------------------------------------------------------------------------- the dataset
 
 def _dataset(root: Path, **extra: object) -> FFHQDataset:
@@ -153,8 +162,10 @@ def test_codes_are_counter_based(tmp_path: Path, faces: Path) -> None:
     c = model.codes(3, 1)
     assert not torch.equal(a["noise"][0], c["noise"][0])
     assert [n.shape[-1] for n in a["noise"]] == [4, 8, 8, 16, 16, 32, 32, 64, 64]
-    mixed = [len(model.codes(2, 2, k)["styles"]) == 2 for k in range(40)]
+    draws = [model.codes(2, 2, k) for k in range(40)]
+    mixed = [d["mixed"] for d in draws]
     assert 0.7 < sum(mixed) / 40 <= 1.0  # mixing_prob 0.9
+    assert all((int(d["inject_index"]) < model.num_latent) == d["mixed"] for d in draws)
 
 
 def test_model_refuses_other_generators_and_other_image_sizes(tmp_path: Path, faces: Path) -> None:
@@ -226,3 +237,30 @@ def test_ffhq_dataset_with_a_pair_model_is_refused_in_one_line(tmp_path: Path, s
     with pytest.raises(OptionError, match=r"datasets\.train\.type: FFHQDataset gives images alone \(no LQ\) for "
                                           r"generative models \(StyleGAN2Model\); model_type SRModel trains on pairs"):
         load_options(path, [f"path.root={tmp_path}"], is_train=True)
+
+
+@pytest.mark.xla
+def test_xla_trains_without_cpu_fallbacks_and_stops_compiling(tmp_path: Path, faces: Path) -> None:
+    """BasicSR's file on one XLA:CPU device (a narrow 32-pixel network, both regularisers every 3 iterations):
+    no op falls back to the CPU, and the last 3 iterations (every step kind seen before, mixing or not) add at most
+    one graph (the validation's samples)."""
+    small = tmp_path / "ffhq32"
+    small.mkdir()
+    for p in faces.iterdir():
+        cv2.imwrite(str(small / p.name), cv2.resize(cv2.imread(str(p)), (32, 32), interpolation=cv2.INTER_AREA))
+    over = [f"path.root={tmp_path}", f"datasets.train.dataroot_gt={small}", "datasets.train.io_backend.type=disk",
+            "num_gpu=1", "accelerator=xla", "network_g.out_size=32", "network_d.out_size=32",
+            "network_g.narrow=0.03125", "network_d.narrow=0.03125", "network_g.num_style_feat=16",
+            "network_g.num_mlp=2", "train.total_iter=9", "val.val_freq=9", "logger.print_freq=3",
+            "logger.save_checkpoint_freq=9", "datasets.train.num_worker_per_gpu=0", "logger.use_tb_logger=false",
+            "train.net_d_reg_every=3", "train.net_g_reg_every=3", "datasets.train.batch_size_per_gpu=2"]
+    run_cli("train", "-opt", str(BASICSR_FILE), "--force_yml", *over, cwd=tmp_path, env={"PJRT_DEVICE": "CPU"},
+            timeout=600)
+    exp = tmp_path / "experiments" / "501_StyleGAN2_256_Cmul2_FFHQ_800k_B24G8_scratch"
+    log = "\n".join(p.read_text() for p in (exp / "log").glob("train_*.log"))
+    stats = re.findall(r"xla stats: \{'compiles': (\d+),.*'cpu_fallbacks': (\{[^}]*\})", log)
+    assert len(stats) == 3, log[-3000:]
+    assert all(fallbacks == "{}" for _, fallbacks in stats), stats
+    compiles = [int(c) for c, _ in stats]
+    assert compiles[2] - compiles[1] <= 1, compiles
+    assert (exp / "visualization" / "samples" / "samples_9.png").is_file()

@@ -54,9 +54,12 @@ def stylegan_channels(channel_multiplier: float, narrow: float) -> dict[str, int
 
 
 def mix_latents(styles: Sequence[torch.Tensor] | torch.Tensor, num_latent: int,
-                inject_index: int | None) -> torch.Tensor:
+                inject_index: int | torch.Tensor | None) -> torch.Tensor:
     """Per-layer latents (b, num_latent, c) from one code (repeated; a (b, n, c) code is used as it is) or two
-    codes (style mixing: the first for layers before ``inject_index``, random in [1, num_latent) when None)."""
+    codes (style mixing: the first for layers before ``inject_index``, random in [1, num_latent) when None).
+
+    ``inject_index`` as a 0-d integer tensor selects by a mask instead of slicing: one graph for every index
+    (XLA compiles once), and ``num_latent`` means no mixing (the first code everywhere)."""
     if isinstance(styles, torch.Tensor):
         styles = [styles]
     if len(styles) == 1:
@@ -64,6 +67,9 @@ def mix_latents(styles: Sequence[torch.Tensor] | torch.Tensor, num_latent: int,
         return code if code.ndim == 3 else code.unsqueeze(1).expand(-1, num_latent, -1)
     if len(styles) != 2:
         raise ValueError(f"StyleGAN2 mixes at most two style codes, got {len(styles)}")
+    if isinstance(inject_index, torch.Tensor):
+        before = torch.arange(num_latent, device=styles[0].device) < inject_index.to(styles[0].device)
+        return torch.where(before[None, :, None], styles[0].unsqueeze(1), styles[1].unsqueeze(1))
     if inject_index is None:
         inject_index = random.randint(1, num_latent - 1)
     first = styles[0].unsqueeze(1).expand(-1, inject_index, -1)
@@ -403,7 +409,7 @@ class StyleGeneratorBase(nn.Module):
     def forward(self, styles: Sequence[torch.Tensor] | torch.Tensor, input_is_latent: bool = False,
                 noise: Sequence[torch.Tensor | None] | None = None, randomize_noise: bool = True,
                 truncation: float = 1, truncation_latent: torch.Tensor | None = None,
-                inject_index: int | None = None, return_latents: bool = False
+                inject_index: int | torch.Tensor | None = None, return_latents: bool = False
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(image, latents or None) from a list of one or two style codes (b, num_style_feat) (or a tensor)."""
         latent = self.latents(styles, input_is_latent, truncation, truncation_latent, inject_index)

@@ -135,15 +135,18 @@ class StyleGAN2Model(BaseModel):
                                       self.acc.rank if rank else 0])
 
     def codes(self, batch: int, purpose: int, micro: int = 0) -> dict[str, Any]:
-        """The generator's inputs for ``batch`` images of this iteration's step ``purpose``: one or two (style
-        mixing) code batches, the mixing layer, the per-layer noise maps; on the device."""
+        """The generator's inputs for ``batch`` images of this iteration's step ``purpose``: two code batches and
+        the layer the second starts at (style mixing; ``num_latent`` when this draw does not mix), the per-layer
+        noise maps; on the device."""
         rng = self._rng(purpose, micro)
         gen = torch.Generator().manual_seed(int(rng.integers(2**62)))
         mix = rng.random() < self.mixing_prob
-        styles = [torch.randn(batch, self.num_style_feat, generator=gen) for _ in range(2 if mix else 1)]
-        inject = int(rng.integers(1, self.num_latent)) if mix else None
+        # Two codes always, the mixing layer as data (num_latent: no mixing): one graph for every draw (XLA).
+        styles = [torch.randn(batch, self.num_style_feat, generator=gen) for _ in range(2)]
+        inject = torch.tensor(int(rng.integers(1, self.num_latent)) if mix else self.num_latent)
         noise = [torch.randn(batch, 1, s, s, generator=gen) for s in self.noise_sides]
-        out = {"styles": self.acc.to_device(styles), "inject_index": inject, "noise": self.acc.to_device(noise)}
+        out = {"styles": self.acc.to_device(styles), "inject_index": self.acc.to_device(inject),
+               "mixed": mix, "noise": self.acc.to_device(noise)}
         if purpose == _PATH:  # the path length's random image-space direction
             out["projection"] = self.acc.to_device(torch.randn(batch, 3, self.out_size, self.out_size, generator=gen))
         return out
