@@ -127,6 +127,42 @@ def test_options_check_the_chosen_tasks_scale(tmp_path: Path, small_train_dir: P
             load_options(path, is_train=True, root=tmp_path)
 
 
+def test_plain_export_of_a_multitask_file_is_the_running_task_alone(tmp_path: Path) -> None:
+    """``anysr export`` of a 4-task IPT running task 1 (x3) writes a single-task IPT: head, tail and query
+    embedding of that task as task 0 (spandrel runs task 0 and reads the scale from the first tail), the same
+    output, recognised as x3 without being told."""
+    from safetensors import safe_open  # noqa: PLC0415
+
+    from anysr.engine.inference.export import export_weights  # noqa: PLC0415
+
+    net, io = load_case("ipt", "ipt_multitask_x3")
+    kwargs = manifest("ipt")["cases"]["ipt_multitask_x3"]["kwargs"]
+    src = tmp_path / "multi.pth"
+    torch.save({"params": stored_params("ipt", "ipt_multitask_x3")}, src)
+    out = tmp_path / "single.safetensors"
+    export_weights(str(src), [str(out)], network_opt={"type": "IPT", **kwargs})
+    with safe_open(str(out), "pt") as f:
+        keys = set(f.keys())
+        opt = __import__("json").loads(f.metadata()["network_g"])
+    assert not any(k.startswith(("head.1.", "tail.1.")) for k in keys) and "tail.0.1.weight" in keys
+    assert (opt["scale"], opt["scale_idx"], opt["num_queries"]) == (3, 0, 1)
+    from safetensors.torch import load_file  # noqa: PLC0415
+
+    sd = load_file(str(out))
+    assert sd["body.query_embed.weight"].shape[0] == 1
+    torch.testing.assert_close(sd["body.query_embed.weight"][0], stored_params("ipt", "ipt_multitask_x3")[
+        "body.query_embed.weight"][1].float(), rtol=0, atol=0)
+    single = build_network(opt).eval()
+    single.load_state_dict(sd, strict=True)
+    with torch.no_grad():
+        torch.testing.assert_close(single(io["input0"]), net(io["input0"]), rtol=0, atol=0)
+    found = recognise(sd).opt
+    assert found["scale"] in (3, [3]) and found.get("scale_idx", 0) == 0
+    spandrel = pytest.importorskip("spandrel")
+    model = spandrel.ModelLoader().load_from_file(str(out))
+    assert model.scale == 3
+
+
 def test_onnx_runs_at_unseen_sizes(tmp_path: Path) -> None:
     ort = pytest.importorskip("onnxruntime")
     from anysr.engine.inference.export import export_onnx  # noqa: PLC0415

@@ -251,6 +251,26 @@ class IPT(nn.Module):
                 for p in (*self.head[i].parameters(), *self.tail[i].parameters()):
                     p.requires_grad = False
 
+    def reparameterize(self) -> IPT:
+        """The deployment form, in place: the task that runs alone (its head, tail and query embedding become
+        task 0; the other tasks' are dropped), so a plain export is a single-task IPT that any loader runs as
+        this task (spandrel runs task 0 and reads the scale from the first tail). ``deployed_arguments`` gives
+        the constructor arguments that rebuild it."""
+        i = self.scale_idx
+        self.head = nn.ModuleList([self.head[i]])
+        self.tail = nn.ModuleList([self.tail[i]])
+        if self.body.mlp and self.body.query_embed.num_embeddings > 1:
+            row = self.body.query_embed.weight.detach()[i: i + 1].clone()
+            self.body.query_embed = nn.Embedding.from_pretrained(row, freeze=False)
+        self.scale_idx = 0
+        for p in self.parameters():
+            p.requires_grad_(True)
+        return self
+
+    def deployed_arguments(self) -> dict[str, Any]:
+        """What ``reparameterize`` changed in the constructor's arguments: one task at this scale."""
+        return {"scale": self.upscale, "scale_idx": 0, "num_queries": 1}
+
     @staticmethod
     def scale_from_arguments(args: Mapping[str, Any]) -> int:
         """The factor a network built with ``args`` runs at (the chosen task's), for the options checker."""

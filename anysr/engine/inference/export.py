@@ -96,12 +96,16 @@ class ExportReport:
 # --------------------------------------------------------------------------------------------- plain state dicts
 def deploy_form(net: nn.Module, net_opt: dict[str, Any] | None) -> tuple[nn.Module, dict[str, Any] | None]:
     """The network in its deployment form (``reparameterize()`` where the architecture has one: ECBSR's plain
-    convs, SPAN's folded convs) and the options that rebuild that form (ECBSR: ``reparameterized: true``)."""
+    convs, SPAN's folded convs, a multi-task IPT's running task alone) and the options that rebuild that form
+    (ECBSR: ``reparameterized: true``; IPT: its ``deployed_arguments()``)."""
     fold = getattr(net, "reparameterize", None)
     if callable(fold):
         fold()
         if net_opt is not None and "reparameterized" in inspect.signature(type(net)).parameters:
             net_opt = {**net_opt, "reparameterized": True}
+        changed = getattr(net, "deployed_arguments", None)
+        if net_opt is not None and callable(changed):
+            net_opt = {**net_opt, **changed()}
     return net, net_opt
 
 
