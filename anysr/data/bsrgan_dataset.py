@@ -62,11 +62,7 @@ class BSRGANDataset(GTImageDataset):
         return {"type": self.pipeline.name, **self.draws(seed).as_dict()}
 
     def __getitem__(self, index: Any) -> dict[str, Any]:
-        i, seed = self._split_index(index)
-        seed = i if seed is None else seed
-        name = self.items[i].gt
-        assert name is not None
-        img = self.gt_backend.read(name)
+        i, seed, img = self._read_gt(index)
         rng = np.random.default_rng([seed, _TAG_IMAGE])
         img = augment(img, self.use_hflip, self.use_rot, rng)
         img = pad_or_crop(img, int(self.settings.degrade_size or self.settings.gt_size), rng)

@@ -69,10 +69,6 @@ class FFHQDataset(GTImageDataset):
         return problems
 
     def __getitem__(self, index: Any) -> dict[str, Any]:
-        i, seed = self._split_index(index)
-        seed = i if seed is None else seed
-        name = self.items[i].gt
-        assert name is not None
-        img = self.gt_backend.read(name)
+        i, seed, img = self._read_gt(index)
         img = augment(img, self.use_hflip, False, np.random.default_rng([seed, _TAG_FLIP]))
         return {"gt": self._to_tensor(np.ascontiguousarray(img)), "gt_path": self.path(i)}

@@ -50,8 +50,8 @@ def pad_or_crop(img: np.ndarray, size: int, rng: np.random.Generator) -> np.ndar
 
 
 class GTImageDataset(_ImageDataset):
-    """A dataset of GT images only, degraded into LQ on the fly (Real-ESRGAN's, BSRGAN's): an image needs two
-    pixels a side to be reflect-padded to the patch."""
+    """A dataset of GT images only (degraded into LQ on the fly: Real-ESRGAN's, BSRGAN's; whole images: FFHQ's):
+    an image needs two pixels a side to be reflect-padded to the patch."""
 
     def _check_item(self, i: int, decode: bool) -> str | None:
         name = self.items[i].gt
@@ -65,6 +65,14 @@ class GTImageDataset(_ImageDataset):
         name = self.items[i].gt
         assert name is not None
         return self._path(self.gt_root, name)
+
+    def _read_gt(self, index: Any) -> tuple[int, int, np.ndarray]:
+        """Item ``index`` (``i``, or ``(i, seed)`` from the sampler): its position, its seed (``i`` when not
+        given) and its GT image as read."""
+        i, seed = self._split_index(index)
+        name = self.items[i].gt
+        assert name is not None
+        return i, i if seed is None else seed, self.gt_backend.read(name)
 
 
 @DATASET_REGISTRY.register()
@@ -108,11 +116,7 @@ class RealESRGANDataset(GTImageDataset):
                                               final_kernel_range=self.final_kernel_range)
 
     def __getitem__(self, index: Any) -> dict[str, Any]:
-        i, seed = self._split_index(index)
-        seed = i if seed is None else seed
-        name = self.items[i].gt
-        assert name is not None
-        img = self.gt_backend.read(name)
+        i, seed, img = self._read_gt(index)
         rng = np.random.default_rng([seed, _TAG_IMAGE])
         img = augment(img, self.use_hflip, self.use_rot, rng)
         img = pad_or_crop(img, self.crop_pad_size, rng)

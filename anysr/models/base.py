@@ -75,6 +75,14 @@ class BaseModel(ABC):
             required=not self.is_train and any(True for _ in net_g.parameters()),
             missing="a test needs trained weights; set it to a .safetensors or .pth file")]
 
+    def discriminator_weight_need(self) -> WeightNeed:
+        """The discriminator's pretrained weights (``path.pretrain_network_d``, fresh runs), for GAN models."""
+        paths = self.opt["path"]
+        net_d = self.nets["net_d"]
+        return WeightNeed("net_d", "path.pretrain_network_d", paths["pretrain_network_d"],
+                          lambda sd, load: load(net_d, sd), param_key=paths["param_key_d"] or "params",
+                          key_option="path.param_key_d", strict=bool(paths["strict_load_d"]))
+
     def input_shape(self, batch: int, channels: int, size: int) -> tuple[int, ...]:
         """The shape of a batch of ``size`` x ``size`` inputs (video models add the frames), for timing runs."""
         return (batch, channels, size, size)

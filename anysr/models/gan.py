@@ -52,12 +52,8 @@ class SRGANModel(SRModel):
         needs = super().weight_needs()
         if not self.is_train:
             return needs
-        paths = self.opt["path"]
-        net_d = self.nets["net_d"]
-        loss_needs = needs[1:]  # the generator's, then the losses' (SRModel.weight_needs)
-        return needs[:1] + [WeightNeed("net_d", "path.pretrain_network_d", paths["pretrain_network_d"],
-                                       lambda sd, load: load(net_d, sd), param_key=paths["param_key_d"] or "params",
-                                       key_option="path.param_key_d", strict=bool(paths["strict_load_d"]))] + loss_needs
+        # the generator's, the discriminator's, then the losses' (SRModel.weight_needs)
+        return needs[:1] + [self.discriminator_weight_need()] + needs[1:]
 
     def update_learning_rate(self, current_iter: int) -> None:
         self.current_iter = current_iter
@@ -119,9 +115,13 @@ class SRGANModel(SRModel):
         output = output.float()
         gt = batch["gt"]
         losses = self.loss_terms(output, batch["lq"], lambda role: gt)
-        # The generator step does not update the discriminator: call the bare module (no DDP reduction).
-        losses[self.gan_name] = self.generator_adv_loss(self.bare("net_d")(output), gt)
+        losses.update(self.adversarial_terms(batch, output))
         return output, losses
+
+    def adversarial_terms(self, batch: dict[str, Any], output: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The generator's losses on the discriminator's view of ``output`` (``batch['gt']`` is the real side).
+        The generator step does not update the discriminator: the bare module is called (no DDP reduction)."""
+        return {self.gan_name: self.generator_adv_loss(self.bare("net_d")(output), batch["gt"])}
 
     # ---------------------------------------------------------------- the step
     def train_step(self, batches: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:

@@ -82,19 +82,15 @@ class HiFaceGANModel(SRGANModel):
             lq = nearest_upsample(lq, factor)
         return torch.cat([torch.cat([lq, output], dim=1), torch.cat([lq, gt], dim=1)], dim=0)
 
-    def generator_losses(self, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        with self.acc.precision.autocast():
-            output = self.forward_g(batch["lq"])
-        output = output.float()
-        gt = batch["gt"]
-        losses = self.loss_terms(output, batch["lq"], lambda role: gt)
+    def adversarial_terms(self, batch: dict[str, Any], output: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The GAN loss on the fake half and feature matching against the real half of one discriminator pass."""
         with self.acc.precision.autocast():  # the bare module: the generator step does not update the discriminator
-            pred = self.bare("net_d")(self.discriminator_input(batch["lq"], output, gt))
+            pred = self.bare("net_d")(self.discriminator_input(batch["lq"], output, batch["gt"]))
         fake, real = _halves(_float(pred))
-        losses[self.gan_name] = self.cri_gan(fake, True, is_disc=False)
+        terms = {self.gan_name: self.cri_gan(fake, True, is_disc=False)}
         if self.cri_feat is not None:
-            losses[self.feat_name] = self.cri_feat(fake, real)
-        return output, losses
+            terms[self.feat_name] = self.cri_feat(fake, real)
+        return terms
 
     def discriminator_backward(self, output: torch.Tensor, batch: dict[str, Any], scale: float,
                                sync: bool) -> dict[str, torch.Tensor]:

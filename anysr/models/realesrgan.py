@@ -246,6 +246,5 @@ class RealESRGANModel(_Synthesis, SRGANModel):
         # pixel-like losses (pixel, artifact) against l1_gt; perceptual and learned ones against percep_gt
         losses = self.loss_terms(output, batch["lq"], lambda role: batch["percep_gt" if role in (
             "perceptual", "learned") else "l1_gt"])
-        # The generator step does not update the discriminator: call the bare module (no DDP reduction).
-        losses[self.gan_name] = self.generator_adv_loss(self.bare("net_d")(output), batch["gt"])
+        losses.update(self.adversarial_terms(batch, output))
         return output, losses

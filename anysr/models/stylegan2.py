@@ -92,11 +92,7 @@ class StyleGAN2Model(BaseModel):
         needs = super().weight_needs()
         if not self.is_train:
             return needs
-        paths = self.opt["path"]
-        net_d = self.nets["net_d"]
-        return needs + [WeightNeed("net_d", "path.pretrain_network_d", paths["pretrain_network_d"],
-                                   lambda sd, load: load(net_d, sd), param_key=paths["param_key_d"] or "params",
-                                   key_option="path.param_key_d", strict=bool(paths["strict_load_d"]))]
+        return needs + [self.discriminator_weight_need()]
 
     def input_shape(self, batch: int, channels: int, size: int) -> tuple[int, ...]:
         return (batch, channels, self.out_size, self.out_size)
