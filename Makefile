@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
-PYTEST_ARGS ?= -q -m "not xla and not cuda"
+# -n auto: one test process per core (pytest-xdist), each with one thread (tests/conftest.py)
+PYTEST_ARGS ?= -q -n auto -m "not xla and not cuda"
 # How a CPU without AVX-512 computes (torch's and oneDNN's kernels capped at AVX2), on any x86 machine.
 AVX2_ENV = ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2
 
@@ -27,7 +28,7 @@ test: $(VENV)/.installed
 # The suite again with AVX2 kernels (no slow runs): fixture comparisons must hold on every instruction set (the
 # modules that compare numbers; tests/conftest.py: ANYSR_TEST_KERNELS_ONLY).
 test-avx2: $(VENV)/.installed
-	$(AVX2_ENV) ANYSR_TEST_KERNELS_ONLY=1 $(PY) -m pytest -q -m "not xla and not cuda and not slow"
+	$(AVX2_ENV) ANYSR_TEST_KERNELS_ONLY=1 $(PY) -m pytest -q -n auto -m "not xla and not cuda and not slow"
 
 test-xla:
 	bash .ci/xla.sh

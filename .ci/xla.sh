@@ -6,6 +6,7 @@
 #   XLA_VENV=/path .ci/xla.sh  use another venv location (an existing one is reused if its marker matches)
 #   PYTEST_ARGS="-x -k spmd"   extra pytest arguments
 #   XLA_BUILD_ONLY=1 .ci/xla.sh  build (or reuse) the venv and stop (.ci/run builds it while the main suite runs)
+#   XLA_JOBS=1 .ci/xla.sh      one test module at a time (default: as many as the cores)
 #
 # The venv is rebuilt only when the pinned requirements below change (the marker file holds them).
 set -euo pipefail
@@ -43,14 +44,36 @@ fi
 
 "$VENV/bin/python" -c "import torch, torch_xla; print('torch', torch.__version__, '| torch_xla', torch_xla.__version__)"
 # One pytest process per test module: in one process, torch_xla 2.9's XLA:CPU segfaulted inside a later module's
-# sync after the hundreds of graphs the architecture modules compile (tests that passed alone).
+# sync after the hundreds of graphs the architecture modules compile (tests that passed alone). XLA_JOBS modules
+# run at once (default: the cores), each with one host thread (two processes with a thread per core each slow each
+# other several times over: benchmarks/contention.md); each module's output is shown when it ends.
+jobs="${XLA_JOBS:-$(nproc 2>/dev/null || echo 1)}"
+logs="$(mktemp -d)"
+trap 'rm -rf "$logs"' EXIT
+thread_env=()
+[[ "$jobs" -gt 1 ]] && thread_env=(OMP_NUM_THREADS=1 ANYSR_THREADS=1)
+run_module() {
+    local f="$1" log="$logs/$(basename "$1").log" rc=0
+    # shellcheck disable=SC2086
+    env PJRT_DEVICE=CPU "${thread_env[@]}" "$VENV/bin/python" -m pytest -m xla -q -p no:cacheprovider "$f" \
+        ${PYTEST_ARGS:-} > "$log" 2>&1 || rc=$?
+    echo "== $f (exit $rc)"
+    cat "$log"
+    [[ $rc -eq 0 || $rc -eq 5 ]] || { echo "xla.sh: $f failed (exit $rc)" >&2; return 1; }
+}
 status=0
+running=0
 for f in tests/test_*.py; do
     grep -q "mark.xla" "$f" || continue
-    # shellcheck disable=SC2086
-    PJRT_DEVICE=CPU "$VENV/bin/python" -m pytest -m xla -q -p no:cacheprovider "$f" ${PYTEST_ARGS:-} || {
-        rc=$?
-        [[ $rc -eq 5 ]] || { echo "xla.sh: $f failed (exit $rc)" >&2; status=1; }
-    }
+    if [[ $running -ge $jobs ]]; then
+        wait -n || status=1
+        running=$((running - 1))
+    fi
+    run_module "$f" &
+    running=$((running + 1))
+done
+while [[ $running -gt 0 ]]; do
+    wait -n || status=1
+    running=$((running - 1))
 done
 exit $status

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 import yaml
 
 from anysr.plugins import load_plugins
@@ -46,6 +47,11 @@ DATASETS = ROOT / "datasets"
 # machine runs at that moment (cpu_share.py): runs compared bit for bit must use the same count. The tests of that
 # choice (tests/test_cpu_share.py) set ANYSR_THREADS=auto themselves.
 os.environ.setdefault("ANYSR_THREADS", "fair")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # pytest -n N: N test processes share the cores, so each (and every run it starts) takes one thread; two
+    # processes with a thread per core each would slow each other several times over (benchmarks/contention.md).
+    os.environ["ANYSR_THREADS"] = os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
 FIXTURE_TOL = {"rtol": 1e-5, "atol": 1e-5}  # fp32 results vs fixtures made with other kernels (see above)
 PSNR_TOL = 1e-4  # dB
 
