@@ -146,15 +146,12 @@ class StyleGAN2GeneratorClean(StyleGeneratorBase):
             in_ch = out_ch
 
 
-class StyleGAN2GeneratorCSFT(StyleGAN2GeneratorClean):
-    """The clean generator whose features after each upsampling conv are modulated by (scale, shift) condition
-    maps (spatial feature transform); ``sft_half`` modulates only the second half of the channels."""
+class SFTGenerator(StyleGeneratorBase):
+    """What GFPGAN's two decoders share: their features after each upsampling conv are modulated by (scale, shift)
+    condition maps (spatial feature transform; ``sft_half``: only the second half of the channels), and ``forward``
+    takes the conditions after the style codes."""
 
-    def __init__(self, out_size: int, num_style_feat: int = 512, num_mlp: int = 8, channel_multiplier: int = 2,
-                 narrow: float = 1, sft_half: bool = False) -> None:
-        super().__init__(out_size, num_style_feat=num_style_feat, num_mlp=num_mlp,
-                         channel_multiplier=channel_multiplier, narrow=narrow)
-        self.sft_half = sft_half
+    sft_half: bool = False
 
     def apply_sft(self, out: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
         if not self.sft_half:
@@ -170,6 +167,16 @@ class StyleGAN2GeneratorCSFT(StyleGAN2GeneratorClean):
         latent = self.latents(styles, input_is_latent, truncation, truncation_latent, inject_index)
         image = self.synthesize(latent, self.layer_noise(noise, randomize_noise), conditions)
         return image, (latent if return_latents else None)
+
+
+class StyleGAN2GeneratorCSFT(SFTGenerator, StyleGAN2GeneratorClean):
+    """The clean generator with SFT conditions (``SFTGenerator``): GFPGANv1Clean's decoder."""
+
+    def __init__(self, out_size: int, num_style_feat: int = 512, num_mlp: int = 8, channel_multiplier: int = 2,
+                 narrow: float = 1, sft_half: bool = False) -> None:
+        super().__init__(out_size, num_style_feat=num_style_feat, num_mlp=num_mlp,
+                         channel_multiplier=channel_multiplier, narrow=narrow)
+        self.sft_half = sft_half
 
 
 class ResBlock(nn.Module):
@@ -195,6 +202,16 @@ class ResBlock(nn.Module):
         out = F.leaky_relu(self.conv1(x), 0.2)
         out = F.leaky_relu(self.conv2(self.resize(out)), 0.2)
         return out + self.skip(self.resize(x))
+
+
+def fit_face(x: torch.Tensor, out_size: int, owner: str) -> torch.Tensor:
+    """``x`` grown to ``out_size`` x ``out_size`` (bottom / right, as ``pad_to_min_size``); ValueError when a side is
+    larger (the U-Net's bottleneck is a fixed 4x4)."""
+    h, w = x.shape[-2:]
+    if h > out_size or w > out_size:
+        raise ValueError(f"{owner}(out_size={out_size}) restores {out_size}x{out_size} faces, got {h}x{w}: resize "
+                         "or crop the face first")
+    return pad_to_min_size(x, out_size)
 
 
 def sft_head(channels: int, out_channels: int) -> nn.Sequential:
@@ -227,6 +244,7 @@ class GFPGANv1Clean(nn.Module):
         self.log_size = check_out_size(out_size, "GFPGANv1Clean")
         self.out_size = out_size
         self.tile_multiple = out_size
+        self.max_input_side = out_size  # larger faces are refused (fit_face)
         self.different_w, self.input_is_latent, self.num_style_feat = different_w, input_is_latent, num_style_feat
         self.randomize_noise = True
         ch = stylegan_channels(channel_multiplier, narrow * 0.5)
@@ -282,10 +300,7 @@ class GFPGANv1Clean(nn.Module):
         for their pyramid loss). ``randomize_noise`` None: the network's ``randomize_noise`` attribute.
         ``return_latents`` is accepted for the authors' signature and, as there, changes nothing."""
         h, w = x.shape[-2:]
-        if h > self.out_size or w > self.out_size:
-            raise ValueError(f"GFPGANv1Clean(out_size={self.out_size}) restores {self.out_size}x{self.out_size} "
-                             f"faces, got {h}x{w}: resize or crop the face first")
-        x = pad_to_min_size(x, self.out_size)
+        x = fit_face(x, self.out_size, "GFPGANv1Clean")
         style, conditions, rgbs = self.encode(x, with_rgb=return_rgb)
         noise = self.randomize_noise if randomize_noise is None else randomize_noise
         image, _ = self.stylegan_decoder([style], conditions, input_is_latent=self.input_is_latent,
@@ -294,7 +309,7 @@ class GFPGANv1Clean(nn.Module):
         return (image, rgbs) if return_rgb else image
 
 
-__all__ = ["GFPGANv1Clean", "StyleGAN2GeneratorCSFT", "StyleGAN2GeneratorClean"]
+__all__ = ["GFPGANv1Clean", "SFTGenerator", "StyleGAN2GeneratorCSFT", "StyleGAN2GeneratorClean", "fit_face"]
 
 
 def _recognise(s: StateShapes) -> list[dict]:

@@ -365,6 +365,8 @@ def inference_shape(net: nn.Module, tile: int | None, tile_pad: int) -> tuple[in
         side = calibration_side(tile, tile_pad, multiple)
     else:
         side = round_up(CALIBRATION_SIDE, multiple)
+    largest = getattr(net, "max_input_side", None)  # a network of bounded inputs (GFPGAN: its out_size faces)
+    side = min(side, int(largest)) if largest else side
     return 1, input_channels(net, default=None) or 3, side, side
 
 
