@@ -3,6 +3,7 @@
 from anysr.data.bsrgan_dataset import BSRGANDataset
 from anysr.data.degradation.bicubic import bicubic_degrade
 from anysr.data.ffhq_dataset import FFHQDataset
+from anysr.data.ffhq_degradation_dataset import FFHQDegradationDataset
 from anysr.data.file_backends import DiskBackend, FileBackend, LmdbBackend, build_backend, decode_uint8
 from anysr.data.imageio import decode_image, read_image, write_image
 from anysr.data.loaders import build_dataset, build_eval_loader, build_train_loader, collate, eval_indices
@@ -22,11 +23,11 @@ from anysr.data.video_datasets import (
 )
 
 __all__ = [
-    "BSRGANDataset", "DiskBackend", "FFHQDataset", "FileBackend", "LmdbBackend", "PairedImageDataset",
-    "RealESRGANDataset", "RealESRGANPairedDataset", "ShardBackend", "SingleImageDataset", "TrainSampler",
-    "augment", "bicubic_degrade", "build_backend", "build_dataset", "build_eval_loader", "build_train_loader",
-    "collate", "decode_image", "decode_uint8", "eval_indices", "img2tensor", "mod_crop", "paired_random_crop",
-    "read_image", "sample_seed", "tensor2img", "write_image",
+    "BSRGANDataset", "DiskBackend", "FFHQDataset", "FFHQDegradationDataset", "FileBackend", "LmdbBackend",
+    "PairedImageDataset", "RealESRGANDataset", "RealESRGANPairedDataset", "ShardBackend", "SingleImageDataset",
+    "TrainSampler", "augment", "bicubic_degrade", "build_backend", "build_dataset", "build_eval_loader",
+    "build_train_loader", "collate", "decode_image", "decode_uint8", "eval_indices", "img2tensor", "mod_crop",
+    "paired_random_crop", "read_image", "sample_seed", "tensor2img", "write_image",
     "REDSDataset", "REDSRecurrentDataset", "Vimeo90KDataset", "Vimeo90KRecurrentDataset", "VideoRecurrentTestDataset",
     "VideoTestDataset", "VideoTestVimeo90KDataset",
 ]

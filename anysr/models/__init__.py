@@ -7,6 +7,7 @@ from typing import Any
 from anysr.accelerators import Accelerator
 from anysr.models.base import BaseModel
 from anysr.models.gan import ESRGANModel, SRGANModel
+from anysr.models.gfpgan import GFPGANModel
 from anysr.models.hifacegan import HiFaceGANModel
 from anysr.models.realesrgan import RealESRGANModel, RealESRNetModel
 from anysr.models.sr import DATModel, DRCTModel, HATModel, SRModel, SwinIRModel
@@ -21,6 +22,6 @@ def build_model(opt: Any, accelerator: Accelerator) -> BaseModel:
     return cls(opt, accelerator)
 
 
-__all__ = ["BaseModel", "DATModel", "DRCTModel", "EDVRModel", "ESRGANModel", "HATModel", "HiFaceGANModel",
-           "RealESRGANModel", "RealESRNetModel", "SRGANModel", "SRModel", "StyleGAN2Model", "SwinIRModel",
-           "VideoBaseModel", "VideoRecurrentGANModel", "VideoRecurrentModel", "build_model"]
+__all__ = ["BaseModel", "DATModel", "DRCTModel", "EDVRModel", "ESRGANModel", "GFPGANModel", "HATModel",
+           "HiFaceGANModel", "RealESRGANModel", "RealESRNetModel", "SRGANModel", "SRModel", "StyleGAN2Model",
+           "SwinIRModel", "VideoBaseModel", "VideoRecurrentGANModel", "VideoRecurrentModel", "build_model"]

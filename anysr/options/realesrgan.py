@@ -145,18 +145,23 @@ REALESRGAN_FIELDS: dict[str, Field] = {
 }
 
 
+def _ffhq(suffix: str, default: str) -> str:
+    return "" if suffix else f" FFHQDegradationDataset: the same, for its one blur ({default}, GFPGAN v1)."
+
+
 def _kernel_fields(suffix: str, which: str) -> dict[str, Field]:
     return {
         f"kernel_list{suffix}": Field((ListOf(str, min_len=1), None), default=None,
                                       default_doc="all six kinds (Real-ESRGAN x4plus)",
                                       expect=lambda: f"list of {' | '.join(kernel_types())} | null",
-                                      doc=f"RealESRGANDataset, {which} blur: the kernel kinds to mix."),
+                                      doc=f"RealESRGANDataset, {which} blur: the kernel kinds to mix."
+                                          + _ffhq(suffix, "default iso, aniso")),
         f"kernel_prob{suffix}": Field((ListOf(float, min_len=1), None), default=None,
                                       default_doc=_x4(f"kernel_prob{suffix}"),
                                       doc=f"RealESRGANDataset, {which} blur: the weight of each kind of kernel_list"
-                                          f"{suffix}."),
-        f"blur_sigma{suffix}": _pair(f"RealESRGANDataset, {which} blur: sigma range (both axes), low > 0.",
-                                     f"blur_sigma{suffix}"),
+                                          f"{suffix}." + _ffhq(suffix, "default 0.5, 0.5")),
+        f"blur_sigma{suffix}": _pair(f"RealESRGANDataset, {which} blur: sigma range (both axes), low > 0."
+                                     + _ffhq(suffix, "default [0.1, 10]"), f"blur_sigma{suffix}"),
         f"betag_range{suffix}": _pair(f"RealESRGANDataset, {which} blur: generalized Gaussian shape range.",
                                       f"betag_range{suffix}"),
         f"betap_range{suffix}": _pair(f"RealESRGANDataset, {which} blur: plateau shape range.",
@@ -166,9 +171,11 @@ def _kernel_fields(suffix: str, which: str) -> dict[str, Field]:
         f"kernel_range{suffix}": Field((ListOf(int, length=2), None), default=None, default_doc="[7, 21] (BasicSR)",
                                        doc=f"RealESRGANDataset, {which} blur: the odd kernel sizes [min, max] drawn "
                                            "from (traiNNer-redux; every kernel is padded to 21x21, so max <= 21)."),
-        f"blur_kernel_size{suffix}": Field(int, keep=False,
-                                           doc="Accepted (BasicSR reads it and ignores it: kernel sizes are drawn "
-                                               "from 7 to 21 and padded to 21)."),
+        f"blur_kernel_size{suffix}": Field(int, keep=bool(not suffix),
+                                           doc="RealESRGANDataset: accepted (BasicSR reads it and ignores it: kernel "
+                                               "sizes are drawn from 7 to 21 and padded to 21)."
+                                               + ("" if suffix else " FFHQDegradationDataset: the size of its blur "
+                                                  "kernel, odd (default 41, GFPGAN v1).")),
     }
 
 
@@ -242,6 +249,7 @@ def realesrgan_dataset_rule(out: dict[str, Any], path: str, ctx: Context, phase:
     """Cross-key checks of a synthesis source's section (RealESRGANDataset); its x4plus defaults filled."""
     kind = out["type"]
     kinds = list(registered("dataset", kind).kernel_types)
+    out.pop("blur_kernel_size", None)  # read and ignored, as BasicSR does
     _fill(out, {**X4PLUS_KERNELS, "kernel_list": kinds, "kernel_list2": kinds})
     if phase != "train":
         ctx.add(f"{path}.type", f"{kind} is a training set (it has GT images only); validate with "

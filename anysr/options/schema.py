@@ -29,6 +29,11 @@ from anysr.options.common import (
     registered,
     registry,
 )
+from anysr.options.ffhq_degradation import (
+    FFHQ_DEGRADATION_DATASET_FIELDS,
+    ffhq_degradation_dataset_rule,
+    is_face_degradation_source,
+)
 from anysr.options.fields import (
     Check,
     Context,
@@ -193,6 +198,7 @@ def _dataset_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None)
         for root_key in ("dataroot_gt", "dataroot_lq"):
             _existing(out, root_key, path, ctx, kind="file or folder")
     _existing(out, "meta_info_file", path, ctx, kind="file")
+    _existing(out, "component_path", path, ctx, kind="file")
     for root_key in ("dataroot_gt", "dataroot_lq") if io_kind != "shards" else ():
         roots = out.get(root_key) if isinstance(out.get(root_key), list) else [out.get(root_key)]
         for i, root in enumerate(roots):
@@ -221,6 +227,8 @@ def _dataset_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None)
         realesrgan_dataset_rule(out, path, ctx, phase)
     elif is_degradation_source(kind):
         bsrgan_dataset_rule(out, path, ctx, phase)
+    elif is_face_degradation_source(kind):
+        ffhq_degradation_dataset_rule(out, path, ctx, phase)
     elif dataset_role(kind) == "image_source":
         if "dataroot_gt" in out and out["dataroot_gt"] is None:
             ctx.add(f"{path}.dataroot_gt", f"required by {kind} (the images)")
@@ -520,9 +528,14 @@ def _val_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> 
                 "iterations, e.g. 5000); or remove the val section")
 
 
+FACE_PARTS = ("left_eye", "right_eye", "mouth")
+FACE_WEIGHT_PATHS = (*(f"pretrain_network_d_{p}" for p in FACE_PARTS), "pretrain_network_identity")
+FACE_NETWORKS = (*(f"network_d_{p}" for p in FACE_PARTS), "network_identity")  # GFPGANModel's other networks
+
+
 def _path_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
     out["root"] = str(ctx.root)
-    for name in ("pretrain_network_g", "pretrain_network_d", "resume_state"):
+    for name in ("pretrain_network_g", "pretrain_network_d", *FACE_WEIGHT_PATHS, "resume_state"):
         _existing(out, name, path, ctx, kind="file")
 
 
@@ -569,6 +582,29 @@ def _plateau_rule(out: dict[str, Any], ctx: Context) -> None:
         ctx.add("train.scheduler.metric", f"'{sched['metric']}' is not one of val.metrics ({', '.join(metrics)})")
 
 
+def _face_rule(out: dict[str, Any], ctx: Context) -> None:
+    """GFPGANModel's extra networks only with a model that trains them; its datasets' mean / std 0.5 (the
+    authors' [-1, 1], which the model applies itself to the [0, 1] images) taken out, other values refused."""
+    model = registered("model", out.get("model_type"))
+    takes = getattr(model, "extra_networks", ())
+    for key in FACE_NETWORKS:
+        if out.get(key) is not None and key not in takes:
+            ctx.add(key, f"is trained by model_type GFPGANModel only (model_type is {out.get('model_type')}); "
+                    "remove it or use GFPGANModel")
+    datasets = out.get("datasets")
+    if not getattr(model, "signed_images", False) or not isinstance(datasets, dict):
+        return
+    for name, ds in datasets.items():
+        if not isinstance(ds, dict) or not good(ds, "mean") or not good(ds, "std"):
+            continue
+        if list(ds["mean"]) == [0.5] * 3 and list(ds["std"]) == [0.5] * 3:
+            ds["mean"] = ds["std"] = None
+        else:
+            ctx.add(f"datasets.{name}.mean", f"{model.__name__} maps images to [-1, 1] itself (mean / std 0.5, "
+                    f"the authors' files); got mean {list(ds['mean'])}, std {list(ds['std'])}: remove both or set "
+                    "them to 0.5")
+
+
 def _top_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
     out["is_train"] = ctx.is_train
     if good(out, "model_type"):
@@ -600,6 +636,7 @@ def _top_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> 
         ctx.add("train", "required when training (at least total_iter, optim_g and a loss such as pixel_opt)")
     _plateau_rule(out, ctx)
     realesrgan_rule(out, ctx)
+    _face_rule(out, ctx)
     check_loss_roles(out, ctx)
     paths = out.get("path")
     if isinstance(paths, dict) and good(out, "name"):
@@ -676,6 +713,7 @@ DATASET = Section(
                             doc="Make LQ from GT with MATLAB bicubic (then dataroot_lq is not needed)."),
         **REALESRGAN_DATASET_FIELDS,
         **BSRGAN_DATASET_FIELDS,
+        **FFHQ_DEGRADATION_DATASET_FIELDS,
         "task": Field((str, None), keep=False, doc="Accepted (the DAT authors' option files: SR) and ignored."),
         "phase": Field(str, choices=PHASES, default_doc="from the key prefix (train, val, test)",
                        doc="Set by the loader from the dataset key."),
@@ -711,11 +749,19 @@ PATH = Section(
         "param_key_g": Field((str, None), default="params",
                              doc="Weights group: 'params', 'params_ema' (falls back to 'params'), or 'auto' "
                                  "('params_ema', then 'params', then a bare state dict)."),
-        "strict_load_g": Field(bool, default=True, doc="Require every weight to match."),
+        "strict_load_g": Field((bool, None), default=True,
+                               doc="Require every weight to match (null, as BasicSR reads it: false)."),
         "pretrain_network_d": Field((str, None), default=None,
                                     doc="Discriminator weights; an existing file."),
         "param_key_d": Field((str, None), default="params", doc="Key in the discriminator weights file."),
         "strict_load_d": Field(bool, default=True, doc="Require every discriminator weight to match."),
+        **{f"pretrain_network_d_{part}": Field((str, None), default=None,
+                                               doc=f"GFPGANModel: {part.replace('_', ' ')} discriminator weights; "
+                                                   "an existing file.")
+           for part in FACE_PARTS},
+        "pretrain_network_identity": Field((str, None), default=None,
+                                           doc="GFPGANModel: the identity network's weights (ArcFace, GFPGAN's "
+                                               "arcface_resnet18.pth); an existing file."),
         "resume_state": Field((str, None), default=None,
                               doc="Training state to resume from; an existing file."),
         "root": Field((str, None), default_doc="the root argument, else the current directory",
@@ -855,6 +901,26 @@ STYLEGAN2_TRAIN_FIELDS = {
                          doc="StyleGAN2Model: chance of style mixing (two codes) per generated batch."),
 }
 
+GFPGAN_TRAIN_FIELDS = {
+    "L1_opt": Field((PIXEL_LOSS, None), default=None,
+                    doc="GFPGANModel: the L1 loss of the pyramid, component style and identity terms (default "
+                        "{type: L1Loss, loss_weight: 1})."),
+    "pyramid_loss_weight": Field(float, default=0.0, check=at_least(0),
+                                 doc="GFPGANModel: weight of the U-Net's RGB image pyramid loss (0: off)."),
+    "remove_pyramid_loss": Field((int, None), default=None, check=at_least(0),
+                                 expect="int >= 0 (a float like 5e4 is accepted) or null",
+                                 doc="GFPGANModel: after this iteration the pyramid loss weighs 1e-12 (null: never)."),
+    "gan_component_opt": Field((GAN_LOSS, None), default=None,
+                               doc="GFPGANModel: GAN loss of the facial component discriminators."),
+    "comp_style_weight": Field(float, default=0.0, check=at_least(0),
+                               doc="GFPGANModel: weight of the facial components' Gram-matrix style loss."),
+    "identity_weight": Field(float, default=0.0, check=at_least(0),
+                             doc="GFPGANModel: weight of the identity loss (needs network_identity)."),
+    "optim_component": Field((OPTIM, None), default=None,
+                             doc="GFPGANModel: optimizer of each facial component discriminator (betas (0.9, 0.99) "
+                                 "unless given)."),
+}
+
 LOSS_ENTRY = Section(
     {
         "type": Field(str, required=True, expect="a registered loss (any case: l1loss is L1Loss)",
@@ -940,6 +1006,7 @@ TRAIN = Section(
         "net_d_init_iters": Field(int, default=0, check=at_least(0), doc="Discriminator-only warm-up (GAN)."),
         "optim_d": Field((OPTIM, None), default=None, doc="Discriminator optimizer (GAN models)."),
         **STYLEGAN2_TRAIN_FIELDS,
+        **GFPGAN_TRAIN_FIELDS,
         **VIDEO_TRAIN_FIELDS,
         **AUGMENT_TRAIN_FIELDS,
         **TRAINNER_TRAIN_FIELDS,
@@ -1067,6 +1134,13 @@ OPTIONS = Section(
         "datasets": Field(MapOf(DATASET, key_check=_dataset_key), default={}, doc="Datasets by name."),
         "network_g": Field(NETWORK_G, required=True, doc="Generator network."),
         "network_d": Field((NETWORK_D, None), default=None, doc="Discriminator network (GAN models)."),
+        **{f"network_d_{part}": Field((NETWORK_D, None), default=None,
+                                      doc=f"GFPGANModel: the {part.replace('_', ' ')} discriminator "
+                                          "(FacialComponentDiscriminator; the three come together).")
+           for part in FACE_PARTS},
+        "network_identity": Field((NETWORK_D, None), default=None,
+                                  doc="GFPGANModel: the identity network of the identity loss (ResNetArcFace; its "
+                                      "weights: path.pretrain_network_identity)."),
         "path": Field(PATH, default={}, doc="Input weights and output folders."),
         "train": Field((TRAIN, None), default=None, doc="Training settings (required when training)."),
         "val": Field((VAL, None), default=None, doc="Validation / test settings (null: no validation)."),
@@ -1099,8 +1173,11 @@ def validate(opt: dict[str, Any], *, is_train: bool, root: Path,
     ``check_paths=False`` resolves input paths without requiring them to exist (for commands that read none).
     """
     ctx = Context(is_train=is_train, root=root, check_paths=check_paths)
-    if "scale" not in opt and getattr(registered("model", opt.get("model_type")), "generative", False):
-        opt = {**opt, "scale": 1}  # a generator of images from codes (StyleGAN2Model): no input to upscale
+    model = registered("model", opt.get("model_type")) if "scale" not in opt else None
+    if model is not None and (getattr(model, "generative", False) or getattr(model, "default_scale", None)):
+        # a generator of images from codes (StyleGAN2Model: no input to upscale), or a model that restores at one
+        # scale (GFPGANModel: faces at their size; the authors' files set none)
+        opt = {**opt, "scale": getattr(model, "default_scale", None) or 1}
     scale = opt.get("scale")
     if not isinstance(scale, bool) and isinstance(scale, (int, float, str)):
         value = validate_field(OPTIONS.fields["scale"], scale, "scale", Context(is_train=is_train, root=root))

@@ -12,6 +12,8 @@ One module per model or family, the tensor operators they call in :mod:`anysr.op
   pipeline, in the training step or the loader workers).
 * :mod:`~anysr.data.degradation.bsrgan`: BSRGAN's shuffled degradation and its plus variant (KAIR), degraded in
   the loader workers by ``BSRGANDataset``.
+* :mod:`~anysr.data.degradation.gfpgan`: GFPGAN's face degradation (blur, downsampling, noise, JPEG, colour jitter,
+  gray), same-size pairs made by ``FFHQDegradationDataset`` in the loader workers.
 * :mod:`~anysr.data.degradation.draws`: helpers the random draws share.
 
 Randomness comes only from the generators passed in, never from the global RNGs.

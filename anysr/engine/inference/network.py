@@ -22,6 +22,7 @@ from anysr.archs.tof_arch import TOFlow
 from anysr.engine import checkpoint as ckpt
 from anysr.engine.logger import get_logger
 from anysr.errors import AnysrError, CheckpointError, OptionError
+from anysr.models.gfpgan import DECODER_PATH_ARGS
 from anysr.models.video import WEIGHT_PATH_ARGS
 from anysr.ops.tiling import round_up, tile_multiple
 from anysr.registry import ARCH_REGISTRY, plain_options
@@ -78,8 +79,9 @@ def default_scale(net: nn.Module) -> int | None:
 
 
 def without_weight_paths(net_opt: dict[str, Any]) -> dict[str, Any]:
-    """network_g options without ``spynet_path`` / ``edvr_path`` (whole-network weights include those parts)."""
-    return {k: v for k, v in net_opt.items() if k not in WEIGHT_PATH_ARGS}
+    """network_g options without ``spynet_path`` / ``edvr_path`` / ``decoder_load_path`` (whole-network weights
+    include those parts)."""
+    return {k: v for k, v in net_opt.items() if k not in WEIGHT_PATH_ARGS + DECODER_PATH_ARGS}
 
 
 def network_type(arch: str | None, network_opt: Any | None, weights: str | None) -> str | None:
