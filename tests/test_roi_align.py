@@ -6,10 +6,10 @@ import json
 
 import pytest
 import torch
+from conftest import FIXTURE_TOL, ROOT
 from safetensors.torch import load_file
 
 from anysr.ops.roi_align import roi_align, static_grid
-from tests.conftest import FIXTURE_TOL, ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures" / "roi_align"
 CASES = json.loads((FIXTURES / "manifest.json").read_text())["cases"]

@@ -27,6 +27,32 @@ def conv3x3(in_channels: int, out_channels: int, stride: int = 1) -> nn.Conv2d:
     return nn.Conv2d(in_channels, out_channels, 3, stride=stride, padding=1, bias=False)
 
 
+def _frozen_batch_norm(bn: nn.modules.batchnorm._BatchNorm, x: torch.Tensor) -> torch.Tensor:
+    """Eval-mode batch norm as its affine map of the running statistics (what ``F.batch_norm`` computes): the
+    identity loss backpropagates through the frozen network to its input, and XLA lowers this map's gradient
+    (torch_xla 2.9 fails on the batch-norm backward of a network without trainable parameters)."""
+    shape = (1, -1) + (1,) * (x.dim() - 2)
+    scale = torch.rsqrt(bn.running_var + bn.eps)
+    if bn.weight is not None:
+        scale = scale * bn.weight
+    shift = -bn.running_mean * scale + (bn.bias if bn.bias is not None else 0)
+    return x * scale.view(shape).to(x.dtype) + shift.view(shape).to(x.dtype)
+
+
+class _BatchNorm2d(nn.BatchNorm2d):
+    """BatchNorm2d (same keys) whose eval mode is ``_frozen_batch_norm``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x) if self.training or self.running_var is None else _frozen_batch_norm(self, x)
+
+
+class _BatchNorm1d(nn.BatchNorm1d):
+    """BatchNorm1d (same keys) whose eval mode is ``_frozen_batch_norm``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x) if self.training or self.running_var is None else _frozen_batch_norm(self, x)
+
+
 class SEBlock(nn.Module):
     """Squeeze-and-excitation: channel weights from the spatial mean (Linear, PReLU, Linear, sigmoid in ``fc``)."""
 
@@ -49,12 +75,12 @@ class IRBlock(nn.Module):
     def __init__(self, inplanes: int, planes: int, stride: int = 1, downsample: nn.Module | None = None,
                  use_se: bool = True) -> None:
         super().__init__()
-        self.bn0 = nn.BatchNorm2d(inplanes)
+        self.bn0 = _BatchNorm2d(inplanes)
         self.conv1 = conv3x3(inplanes, inplanes)
-        self.bn1 = nn.BatchNorm2d(inplanes)
+        self.bn1 = _BatchNorm2d(inplanes)
         self.prelu = nn.PReLU()
         self.conv2 = conv3x3(inplanes, planes, stride)
-        self.bn2 = nn.BatchNorm2d(planes)
+        self.bn2 = _BatchNorm2d(planes)
         self.downsample = downsample
         self.stride = stride
         self.use_se = use_se
@@ -81,10 +107,10 @@ class BasicBlock(nn.Module):
         super().__init__()
         del use_se
         self.conv1 = conv3x3(inplanes, planes, stride)
-        self.bn1 = nn.BatchNorm2d(planes)
+        self.bn1 = _BatchNorm2d(planes)
         self.relu = nn.ReLU()
         self.conv2 = conv3x3(planes, planes)
-        self.bn2 = nn.BatchNorm2d(planes)
+        self.bn2 = _BatchNorm2d(planes)
         self.downsample = downsample
         self.stride = stride
 
@@ -118,17 +144,17 @@ class ResNetArcFace(nn.Module):
         self.block_type, self.use_se = BLOCKS[block], use_se
         self.inplanes = 64
         self.conv1 = nn.Conv2d(1, 64, kernel_size=3, padding=1, bias=False)
-        self.bn1 = nn.BatchNorm2d(64)
+        self.bn1 = _BatchNorm2d(64)
         self.prelu = nn.PReLU()
         self.maxpool = nn.MaxPool2d(kernel_size=2, stride=2)
         self.layer1 = self._make_layer(64, layers[0])
         self.layer2 = self._make_layer(128, layers[1], stride=2)
         self.layer3 = self._make_layer(256, layers[2], stride=2)
         self.layer4 = self._make_layer(512, layers[3], stride=2)
-        self.bn4 = nn.BatchNorm2d(512)
+        self.bn4 = _BatchNorm2d(512)
         self.dropout = nn.Dropout()
         self.fc5 = nn.Linear(512 * 8 * 8, 512)
-        self.bn5 = nn.BatchNorm1d(512)
+        self.bn5 = _BatchNorm1d(512)
         for m in self.modules():
             if isinstance(m, (nn.Conv2d, nn.Linear)):
                 nn.init.xavier_normal_(m.weight)
@@ -144,7 +170,7 @@ class ResNetArcFace(nn.Module):
         if stride != 1 or self.inplanes != planes * block.expansion:
             downsample = nn.Sequential(
                 nn.Conv2d(self.inplanes, planes * block.expansion, kernel_size=1, stride=stride, bias=False),
-                nn.BatchNorm2d(planes * block.expansion))
+                _BatchNorm2d(planes * block.expansion))
         blocks = [block(self.inplanes, planes, stride, downsample, use_se=self.use_se)]
         self.inplanes = planes
         blocks += [block(self.inplanes, planes, use_se=self.use_se) for _ in range(1, num_blocks)]

@@ -56,10 +56,29 @@ def gram(x: torch.Tensor) -> torch.Tensor:
     return f @ f.transpose(1, 2) / (c * h * w)
 
 
+def bilinear_matrix(n_in: int, n_out: int) -> torch.Tensor:
+    """The ``(n_out, n_in)`` matrix of ``F.interpolate(mode='bilinear', align_corners=False)`` (no antialias) along
+    one axis: resizing by two products with it is the same map, and its gradient lowers on every device (XLA has
+    no bilinear-upsampling backward; it fell back to the CPU)."""
+    src = ((torch.arange(n_out, dtype=torch.float64) + 0.5) * (n_in / n_out) - 0.5).clamp(min=0)
+    low = src.floor().clamp(max=n_in - 1)
+    frac = src - low
+    low_i = low.long()
+    high_i = (low_i + 1).clamp(max=n_in - 1)
+    m = torch.zeros(n_out, n_in, dtype=torch.float64)
+    rows = torch.arange(n_out)
+    m.index_put_((rows, low_i), 1 - frac, accumulate=True)
+    m.index_put_((rows, high_i), frac, accumulate=True)
+    return m.float()
+
+
 def gray_for_identity(x: torch.Tensor, size: int = 128) -> torch.Tensor:
-    """The authors' identity input: an RGB face's luma (0.2989, 0.5870, 0.1140), bilinearly resized to ``size``."""
+    """The authors' identity input: an RGB face's luma (0.2989, 0.5870, 0.1140), bilinearly resized to ``size``
+    (their ``F.interpolate``, as two matrix products)."""
     luma = 0.2989 * x[:, 0:1] + 0.5870 * x[:, 1:2] + 0.1140 * x[:, 2:3]
-    return F.interpolate(luma, (size, size), mode="bilinear", align_corners=False)
+    my = bilinear_matrix(x.shape[-2], size).to(x.device, x.dtype)
+    mx = bilinear_matrix(x.shape[-1], size).to(x.device, x.dtype)
+    return my @ luma @ mx.T
 
 
 def _with_default_betas(opt: Any, betas: tuple[float, float], key_path: str) -> dict[str, Any]:
@@ -390,4 +409,4 @@ class GFPGANModel(SRGANModel):
                 self.acc.optimizer_step(self.optimizers[f"net_d_{p}"])
         return totals
 
-__all__ = ["GFPGANModel", "gram", "gray_for_identity"]
+__all__ = ["GFPGANModel", "bilinear_matrix", "gram", "gray_for_identity"]
