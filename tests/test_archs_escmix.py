@@ -72,7 +72,12 @@ def test_reference_weights_load_strictly_and_match(name: str) -> None:
         with torch.no_grad():
             got = net(io[inp])
         assert got.shape == io[out].shape
-        torch.testing.assert_close(got, io[out], **FIXTURE_TOL, msg=f"{name} {out} ({mode}) differs")
+        # A training-mode pass normalises by the batch's own statistics: rounding grows with the output's scale
+        # (Sebica x2 reaches 8; with one thread and AVX2 kernels one value was 1.6e-5 off), so absolute error
+        # is measured against that scale.
+        tol = FIXTURE_TOL if mode == "eval" else {
+            "rtol": FIXTURE_TOL["rtol"], "atol": FIXTURE_TOL["atol"] * max(1.0, float(io[out].abs().max()))}
+        torch.testing.assert_close(got, io[out], **tol, msg=f"{name} {out} ({mode}) differs")
 
 
 def test_moesr2_is_moesr() -> None:
