@@ -117,6 +117,9 @@ CONFIGS: dict[str, tuple[dict[str, Any], int, int]] = {
     "IPT (x4)": ({"type": "ipt", "scale": 4}, 4, 3),
     "MMRealSR (x4)": ({"type": "mmrealsr", "scale": 4}, 4, 3),
     "HiFaceGAN": ({"type": "hifacegan"}, 1, 3),
+    # GFPGAN's train_gfpgan_v1.yml network (512-pixel faces: the cells' smaller inputs are padded to 512)
+    "GFPGANv1 (512)": ({"type": "GFPGANv1", "out_size": 512, "channel_multiplier": 1, "input_is_latent": True,
+                        "different_w": True, "sft_half": True, "fix_decoder": True}, 1, 3),
 }
 
 
