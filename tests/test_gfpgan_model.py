@@ -25,7 +25,8 @@ from test_gan import fake_vgg19_state_dict
 
 from anysr.archs import build_network
 from anysr.errors import OptionError
-from anysr.models.gfpgan import gram, gray_for_identity
+from anysr.losses.perceptual import gram_matrix
+from anysr.models.gfpgan import gray_for_identity
 from anysr.options import load_options
 
 OPTION_FILES = ROOT / "tests" / "fixtures" / "gfpgan_options"
@@ -95,7 +96,7 @@ def train_gfpgan(root: Path, file: Path, sub: str, *extra: str, resume: bool = F
 def test_gram_and_identity_input_follow_their_definitions() -> None:
     x = torch.randn(2, 3, 4, 5)
     f = x.reshape(2, 3, 20)
-    torch.testing.assert_close(gram(x), torch.einsum("nci,ndi->ncd", f, f) / 60)
+    torch.testing.assert_close(gram_matrix(x), torch.einsum("nci,ndi->ncd", f, f) / 60)
     for side in (64, 512, 100):  # up, down by 4 (GFPGAN's 512-pixel faces), a fraction
         face = torch.rand(2, 3, side, side) * 2 - 1
         luma = 0.2989 * face[:, 0:1] + 0.5870 * face[:, 1:2] + 0.1140 * face[:, 2:3]

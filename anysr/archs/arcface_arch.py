@@ -30,7 +30,7 @@ def conv3x3(in_channels: int, out_channels: int, stride: int = 1) -> nn.Conv2d:
 def _frozen_batch_norm(bn: nn.modules.batchnorm._BatchNorm, x: torch.Tensor) -> torch.Tensor:
     """Eval-mode batch norm as its affine map of the running statistics (what ``F.batch_norm`` computes): the
     identity loss backpropagates through the frozen network to its input, and XLA lowers this map's gradient
-    (torch_xla 2.9 fails on the batch-norm backward of a network without trainable parameters)."""
+    (the XLA backend's batch-norm backward failed for a network without trainable parameters)."""
     shape = (1, -1) + (1,) * (x.dim() - 2)
     scale = torch.rsqrt(bn.running_var + bn.eps)
     if bn.weight is not None:

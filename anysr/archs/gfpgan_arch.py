@@ -220,8 +220,55 @@ def sft_head(channels: int, out_channels: int) -> nn.Sequential:
                          nn.Conv2d(channels, out_channels, 3, 1, 1))
 
 
+class GFPGANFace:
+    """What GFPGAN's two variants (``GFPGANv1Clean``, ``GFPGANv1``) share: the U-Net pass and the forward. A variant
+    (listed before ``nn.Module``) builds the same module names and gives ``stem`` (the first conv and its
+    activation) and ``bottom`` (the 4x4 conv and its activation)."""
+
+    out_size: int
+    num_style_feat: int
+    different_w: bool
+    input_is_latent: bool
+    randomize_noise: bool
+
+    def encode(self, x: torch.Tensor, with_rgb: bool = True) -> tuple[torch.Tensor, list[torch.Tensor],
+                                                                    list[torch.Tensor]]:
+        """The U-Net: (style code, SFT conditions [scale, shift per level], RGB image per level if ``with_rgb``)."""
+        feat = self.stem(x)  # type: ignore[attr-defined]
+        skips = []
+        for down in self.conv_body_down:  # type: ignore[attr-defined]
+            feat = down(feat)
+            skips.append(feat)
+        feat = self.bottom(feat)  # type: ignore[attr-defined]
+        style = self.final_linear(feat.flatten(1))  # type: ignore[attr-defined]
+        if self.different_w:
+            style = style.view(style.shape[0], -1, self.num_style_feat)
+        conditions, rgbs = [], []
+        for i, up in enumerate(self.conv_body_up):  # type: ignore[attr-defined]
+            feat = up(feat + skips[-1 - i])
+            conditions += [self.condition_scale[i](feat), self.condition_shift[i](feat)]  # type: ignore[attr-defined]
+            if with_rgb:
+                rgbs.append(self.toRGB[i](feat))  # type: ignore[attr-defined]
+        return style, conditions, rgbs
+
+    def forward(self, x: torch.Tensor, return_latents: bool = False, return_rgb: bool = False,
+                randomize_noise: bool | None = None) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
+        """The restored face, like every anysr network (inference, export); with ``return_rgb`` also the U-Net's RGB
+        image per level (the authors' tuple, for their pyramid loss; their forward always returns the tuple).
+        ``randomize_noise`` None: the network's ``randomize_noise`` attribute (True: fresh noise, as the authors'
+        default). ``return_latents`` is accepted for the authors' signature and, as there, changes nothing."""
+        h, w = x.shape[-2:]
+        x = fit_face(x, self.out_size, type(self).__name__)
+        style, conditions, rgbs = self.encode(x, with_rgb=return_rgb)
+        noise = self.randomize_noise if randomize_noise is None else randomize_noise
+        image, _ = self.stylegan_decoder([style], conditions,  # type: ignore[attr-defined]
+                                         input_is_latent=self.input_is_latent, randomize_noise=noise)
+        image = image[..., :h, :w]
+        return (image, rgbs) if return_rgb else image
+
+
 @ARCH_REGISTRY.register()
-class GFPGANv1Clean(nn.Module):
+class GFPGANv1Clean(GFPGANFace, nn.Module):
     """GFPGAN v1 (clean): U-Net encoder + SFT-conditioned StyleGAN2 decoder; (b, 3, s, s) -> (b, 3, s, s),
     s = ``out_size``, images in [-1, 1].
 
@@ -274,42 +321,15 @@ class GFPGANv1Clean(nn.Module):
         self.condition_scale = nn.ModuleList(sft_head(ch[str(2**i)], ch[str(2**i)] * sft_factor) for i in levels)
         self.condition_shift = nn.ModuleList(sft_head(ch[str(2**i)], ch[str(2**i)] * sft_factor) for i in levels)
 
-    def encode(self, x: torch.Tensor, with_rgb: bool = True) -> tuple[torch.Tensor, list[torch.Tensor],
-                                                                    list[torch.Tensor]]:
-        """The U-Net: (style code, SFT conditions [scale, shift per level], RGB image per level if ``with_rgb``)."""
-        feat = F.leaky_relu(self.conv_body_first(x), 0.2)
-        skips = []
-        for down in self.conv_body_down:
-            feat = down(feat)
-            skips.append(feat)
-        feat = F.leaky_relu(self.final_conv(feat), 0.2)
-        style = self.final_linear(feat.flatten(1))
-        if self.different_w:
-            style = style.view(style.shape[0], -1, self.num_style_feat)
-        conditions, rgbs = [], []
-        for i, up in enumerate(self.conv_body_up):
-            feat = up(feat + skips[-1 - i])
-            conditions += [self.condition_scale[i](feat), self.condition_shift[i](feat)]
-            if with_rgb:
-                rgbs.append(self.toRGB[i](feat))
-        return style, conditions, rgbs
+    def stem(self, x: torch.Tensor) -> torch.Tensor:
+        return F.leaky_relu(self.conv_body_first(x), 0.2)
 
-    def forward(self, x: torch.Tensor, return_latents: bool = False, return_rgb: bool = False,
-                randomize_noise: bool | None = None) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
-        """The restored face; with ``return_rgb`` also the U-Net's RGB image per level (the authors' tuple,
-        for their pyramid loss). ``randomize_noise`` None: the network's ``randomize_noise`` attribute.
-        ``return_latents`` is accepted for the authors' signature and, as there, changes nothing."""
-        h, w = x.shape[-2:]
-        x = fit_face(x, self.out_size, "GFPGANv1Clean")
-        style, conditions, rgbs = self.encode(x, with_rgb=return_rgb)
-        noise = self.randomize_noise if randomize_noise is None else randomize_noise
-        image, _ = self.stylegan_decoder([style], conditions, input_is_latent=self.input_is_latent,
-                                         randomize_noise=noise)
-        image = image[..., :h, :w]
-        return (image, rgbs) if return_rgb else image
+    def bottom(self, feat: torch.Tensor) -> torch.Tensor:
+        return F.leaky_relu(self.final_conv(feat), 0.2)
 
 
-__all__ = ["GFPGANv1Clean", "SFTGenerator", "StyleGAN2GeneratorCSFT", "StyleGAN2GeneratorClean", "fit_face"]
+__all__ = ["GFPGANFace", "GFPGANv1Clean", "SFTGenerator", "StyleGAN2GeneratorCSFT", "StyleGAN2GeneratorClean",
+           "fit_face"]
 
 
 def _recognise(s: StateShapes) -> list[dict]:

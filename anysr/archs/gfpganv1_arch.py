@@ -27,7 +27,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.discriminator_arch import upsample2x
-from anysr.archs.gfpgan_arch import SFTGenerator, fit_face
+from anysr.archs.gfpgan_arch import GFPGANFace, SFTGenerator
 from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.archs.stylegan2_arch import (
     ConvLayer,
@@ -105,7 +105,7 @@ def sft_head(channels: int, out_channels: int, bias_init_val: float) -> nn.Seque
 
 
 @ARCH_REGISTRY.register()
-class GFPGANv1(nn.Module):
+class GFPGANv1(GFPGANFace, nn.Module):
     """GFPGAN v1 as trained by its authors: StyleGAN2-layer U-Net + SFT-conditioned StyleGAN2 decoder;
     (b, 3, s, s) -> ((b, 3, s, s), [U-Net RGB per level, 8 ... s pixels]), s = ``out_size``, images in [-1, 1].
 
@@ -161,40 +161,11 @@ class GFPGANv1(nn.Module):
         self.condition_scale = nn.ModuleList(sft_head(ch[str(2**i)], ch[str(2**i)] * sft_factor, 1) for i in levels)
         self.condition_shift = nn.ModuleList(sft_head(ch[str(2**i)], ch[str(2**i)] * sft_factor, 0) for i in levels)
 
-    def encode(self, x: torch.Tensor, with_rgb: bool = True) -> tuple[torch.Tensor, list[torch.Tensor],
-                                                                    list[torch.Tensor]]:
-        """The U-Net: (style code, SFT conditions [scale, shift per level], RGB image per level if ``with_rgb``)."""
-        feat = self.conv_body_first(x)
-        skips = []
-        for down in self.conv_body_down:
-            feat = down(feat)
-            skips.append(feat)
-        feat = self.final_conv(feat)
-        style = self.final_linear(feat.flatten(1))
-        if self.different_w:
-            style = style.view(style.shape[0], -1, self.num_style_feat)
-        conditions, rgbs = [], []
-        for i, up in enumerate(self.conv_body_up):
-            feat = up(feat + skips[-1 - i])
-            conditions += [self.condition_scale[i](feat), self.condition_shift[i](feat)]
-            if with_rgb:
-                rgbs.append(self.toRGB[i](feat))
-        return style, conditions, rgbs
+    def stem(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv_body_first(x)  # ConvLayer: the activation is inside
 
-    def forward(self, x: torch.Tensor, return_latents: bool = False, return_rgb: bool = False,
-                randomize_noise: bool | None = None) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
-        """The restored face, like every anysr network (inference, export); with ``return_rgb`` also the U-Net's RGB
-        image per level (the authors' tuple, for their pyramid loss; their forward always returns the tuple).
-        ``randomize_noise`` None: the network's ``randomize_noise`` attribute (True: fresh noise, as the authors'
-        default). ``return_latents`` is accepted for the authors' signature and, as there, changes nothing."""
-        h, w = x.shape[-2:]
-        x = fit_face(x, self.out_size, "GFPGANv1")
-        style, conditions, rgbs = self.encode(x, with_rgb=return_rgb)
-        noise = self.randomize_noise if randomize_noise is None else randomize_noise
-        image, _ = self.stylegan_decoder([style], conditions, input_is_latent=self.input_is_latent,
-                                         randomize_noise=noise, return_latents=return_latents)
-        image = image[..., :h, :w]
-        return (image, rgbs) if return_rgb else image
+    def bottom(self, feat: torch.Tensor) -> torch.Tensor:
+        return self.final_conv(feat)
 
 
 @ARCH_REGISTRY.register()

@@ -126,7 +126,9 @@ class VGGFeatureExtractor(nn.Module):
         return out
 
 
-def _gram(x: torch.Tensor) -> torch.Tensor:
+def gram_matrix(x: torch.Tensor) -> torch.Tensor:
+    """The Gram matrix of ``(n, c, h, w)`` features, normalised by ``c * h * w`` (BasicSR's style loss, GFPGAN's
+    facial-component style loss)."""
     n, c, h, w = x.shape
     f = x.reshape(n, c, h * w)
     return f.bmm(f.transpose(1, 2)) / (c * h * w)
@@ -187,7 +189,7 @@ class PerceptualLoss(nn.Module):
             percep = sum(self._dist(fx[k], fg[k]) * w for k, w in self.layer_weights.items())
             percep = percep * self.perceptual_weight  # type: ignore[operator]
         if self.style_weight > 0:
-            style = sum(self._dist(_gram(fx[k]), _gram(fg[k])) * w for k, w in self.layer_weights.items())
+            style = sum(self._dist(gram_matrix(fx[k]), gram_matrix(fg[k])) * w for k, w in self.layer_weights.items())
             style = style * self.style_weight  # type: ignore[operator]
         return percep, style  # type: ignore[return-value]
 

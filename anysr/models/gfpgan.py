@@ -35,50 +35,28 @@ from torch.nn import functional as F
 
 from anysr.accelerators import Accelerator
 from anysr.archs import build_network
+from anysr.archs.resize_util import resize_bilinear
+from anysr.data.ffhq_degradation_dataset import COMPONENTS
 from anysr.errors import DataError, OptionError
 from anysr.losses import build_loss, r1_penalty
+from anysr.losses.perceptual import gram_matrix
 from anysr.models.base import WeightNeed
 from anysr.models.gan import SRGANModel, _set_requires_grad
 from anysr.models.stylegan2 import BASICSR_EMA_DECAY, _lazy_regularised
 from anysr.ops.roi_align import roi_align, static_grid
 from anysr.registry import MODEL_REGISTRY, OPTIMIZER_REGISTRY, constructor_args, plain_options
 
-PARTS = ("left_eye", "right_eye", "mouth")
+PARTS = COMPONENTS  # the facial components, in GFPGAN's order
 EYE_SIZE, MOUTH_SIZE = 80, 120  # RoIAlign output sides at a 512-pixel face (the authors')
 DECODER_PATH_ARGS = ("decoder_load_path",)  # network_g keys naming weight files the engine reads
 PYRAMID_OFF_WEIGHT = 1e-12  # the authors' weight after remove_pyramid_loss: a gradient for every parameter (DDP)
 
 
-def gram(x: torch.Tensor) -> torch.Tensor:
-    """The Gram matrix of ``(n, c, h, w)`` features, normalised by ``c * h * w``."""
-    n, c, h, w = x.shape
-    f = x.reshape(n, c, h * w)
-    return f @ f.transpose(1, 2) / (c * h * w)
-
-
-def bilinear_matrix(n_in: int, n_out: int) -> torch.Tensor:
-    """The ``(n_out, n_in)`` matrix of ``F.interpolate(mode='bilinear', align_corners=False)`` (no antialias) along
-    one axis: resizing by two products with it is the same map, and its gradient lowers on every device (XLA has
-    no bilinear-upsampling backward; it fell back to the CPU)."""
-    src = ((torch.arange(n_out, dtype=torch.float64) + 0.5) * (n_in / n_out) - 0.5).clamp(min=0)
-    low = src.floor().clamp(max=n_in - 1)
-    frac = src - low
-    low_i = low.long()
-    high_i = (low_i + 1).clamp(max=n_in - 1)
-    m = torch.zeros(n_out, n_in, dtype=torch.float64)
-    rows = torch.arange(n_out)
-    m.index_put_((rows, low_i), 1 - frac, accumulate=True)
-    m.index_put_((rows, high_i), frac, accumulate=True)
-    return m.float()
-
-
 def gray_for_identity(x: torch.Tensor, size: int = 128) -> torch.Tensor:
     """The authors' identity input: an RGB face's luma (0.2989, 0.5870, 0.1140), bilinearly resized to ``size``
-    (their ``F.interpolate``, as two matrix products)."""
+    (their ``F.interpolate``; ``resize_bilinear``, whose gradient XLA lowers)."""
     luma = 0.2989 * x[:, 0:1] + 0.5870 * x[:, 1:2] + 0.1140 * x[:, 2:3]
-    my = bilinear_matrix(x.shape[-2], size).to(x.device, x.dtype)
-    mx = bilinear_matrix(x.shape[-1], size).to(x.device, x.dtype)
-    return my @ luma @ mx.T
+    return resize_bilinear(luma, (size, size), align_corners=False)
 
 
 def _with_default_betas(opt: Any, betas: tuple[float, float], key_path: str) -> dict[str, Any]:
@@ -301,8 +279,8 @@ class GFPGANModel(SRGANModel):
                 if self.comp_style_weight > 0:
                     with torch.no_grad(), self.acc.precision.autocast():
                         _, real_feats = d(real_parts[p], return_feats=True)
-                    style.append(self.cri_l1(gram(feats[0].float()), gram(real_feats[0].float())) * 0.5
-                                 + self.cri_l1(gram(feats[1].float()), gram(real_feats[1].float())))
+                    style.append(self.cri_l1(gram_matrix(feats[0].float()), gram_matrix(real_feats[0].float())) * 0.5
+                                 + self.cri_l1(gram_matrix(feats[1].float()), gram_matrix(real_feats[1].float())))
             if style:
                 losses["l_g_comp_style_loss"] = sum(style) * self.comp_style_weight  # type: ignore[assignment]
             parts.update({f"real_{p}": v for p, v in real_parts.items()})
@@ -409,4 +387,4 @@ class GFPGANModel(SRGANModel):
                 self.acc.optimizer_step(self.optimizers[f"net_d_{p}"])
         return totals
 
-__all__ = ["GFPGANModel", "bilinear_matrix", "gram", "gray_for_identity"]
+__all__ = ["GFPGANModel", "gray_for_identity"]
