@@ -53,17 +53,19 @@ trap 'rm -rf "$logs"' EXIT
 thread_env=()
 [[ "$jobs" -gt 1 ]] && thread_env=(OMP_NUM_THREADS=1 ANYSR_THREADS=1)
 run_module() {
-    local f="$1" log="$logs/$(basename "$1").log" rc=0
+    local f="$1" log="$logs/$(basename "$1").log" rc=0 start=$SECONDS
     # shellcheck disable=SC2086
     env PJRT_DEVICE=CPU "${thread_env[@]}" "$VENV/bin/python" -m pytest -m xla -q -p no:cacheprovider "$f" \
         ${PYTEST_ARGS:-} > "$log" 2>&1 || rc=$?
-    echo "== $f (exit $rc)"
+    echo "== $f (exit $rc, $((SECONDS - start)) s)"
     cat "$log"
     [[ $rc -eq 0 || $rc -eq 5 ]] || { echo "xla.sh: $f failed (exit $rc)" >&2; return 1; }
 }
 status=0
 running=0
-for f in tests/test_*.py; do
+# Reverse name order: the test_xla_*.py modules (whole training runs, the longest) start first and the short
+# one-test architecture modules fill the lanes at the end, so no long module starts last.
+for f in $(printf '%s\n' tests/test_*.py | sort -r); do
     grep -q "mark.xla" "$f" || continue
     if [[ $running -ge $jobs ]]; then
         wait -n || status=1
