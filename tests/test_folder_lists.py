@@ -85,3 +85,21 @@ def test_gt_only_lists_with_lq_from_gt_train_through_the_cli(tmp_path: Path,
     path = write_options(tmp_path / "lists.yml", opt)
     run_cli("train", "-opt", str(path), cwd=tmp_path)
     assert (tmp_path / "experiments" / "lists" / "models" / "net_g_latest.safetensors").is_file()
+
+
+def test_lq_only_lists_run_in_anysr_test(tmp_path: Path, two_pairs: dict[str, list[Path]]) -> None:
+    """traiNNer-redux's test files: ``singleimagedataset`` with several ``dataroot_lq`` folders and no GT."""
+    opt = _options(tmp_path, dataroot_gt=[str(p) for p in two_pairs["gt"]], lq_from_gt=True)
+    opt["path"].pop("root")
+    run_cli("train", "-opt", str(write_options(tmp_path / "lists.yml", opt)), cwd=tmp_path)
+    weights = tmp_path / "experiments" / "lists" / "models" / "net_g_latest.safetensors"
+    test_opt = {"name": "lists_test", "scale": 2, "num_gpu": "auto", "network_g": opt["network_g"],
+                "path": {"pretrain_network_g": str(weights)}, "val": {"save_img": True},
+                "datasets": {"val": {"name": "both", "type": "singleimagedataset",
+                                     "dataroot_lq": [str(p) for p in two_pairs["lq"]],
+                                     "io_backend": {"type": "disk"}}}}
+    run_cli("test", "-opt", str(write_options(tmp_path / "test.yml", test_opt)), cwd=tmp_path)
+    written = sorted(p.stem for p in (tmp_path / "results" / "lists_test").rglob("*.png"))
+    names = sorted(p.stem for lq in two_pairs["lq"] for p in lq.glob("*.png"))
+    assert len(written) == len(names) == 8
+    assert all(any(w.startswith(n) for w in written) for n in names)

@@ -34,6 +34,8 @@ def split_folders(opt: Mapping[str, Any], key_path: str) -> list[dict[str, Any]]
     gts, lqs = roots
     if lqs == [None]:
         lqs = [None] * len(gts)
+    if gts == [None]:  # LQ folders alone (SingleImageDataset)
+        gts = [None] * len(lqs)
     if len(gts) != len(lqs):
         raise DataError(f"{key_path}: dataroot_gt lists {len(gts)} folders and dataroot_lq {len(lqs)}; give one LQ "
                         "folder per GT folder, in the same order")

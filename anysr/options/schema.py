@@ -660,9 +660,9 @@ def _several_folders_rule(out: dict[str, Any], path: str, ctx: Context) -> None:
     gt, lq = out.get("dataroot_gt"), out.get("dataroot_lq")
     if not isinstance(gt, list) and not isinstance(lq, list):
         return
-    n_gt = len(gt) if isinstance(gt, list) else 1
+    n_gt = len(gt) if isinstance(gt, list) else (0 if gt is None else 1)
     n_lq = len(lq) if isinstance(lq, list) else (0 if lq is None else 1)
-    if n_lq and n_lq != n_gt:
+    if n_lq and n_gt and n_lq != n_gt:  # LQ folders alone (SingleImageDataset) pair with nothing
         ctx.add(f"{path}.dataroot_lq", f"lists {n_lq} folder(s) for the {n_gt} of dataroot_gt; give one LQ folder "
                 "per GT folder, in the same order")
     if good(out, "meta_info_file") and max(n_gt, n_lq) > 1:
