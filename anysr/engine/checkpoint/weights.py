@@ -309,6 +309,33 @@ def _check_zip_crcs(path: Path) -> None:
 _FOREIGN_GROUPS = ("state_dict", "model", "net_g", "netG", "generator")
 
 
+class _LightningCallbackKey:
+    """Stands for a Lightning callback class, which Lightning before 1.5 pickled as the key of a checkpoint's
+    ``callbacks`` entry (``{ModelCheckpoint: {...}}``; RestoreFormer++'s release, Lightning 1.0.8): the weights-only
+    unpickler may name it; nothing of Lightning is imported or run."""
+
+
+_LIGHTNING_CALLBACK_KEYS = [(_LightningCallbackKey, f"pytorch_lightning.callbacks.{module}.{name}")
+                            for module, name in (("model_checkpoint", "ModelCheckpoint"),
+                                                 ("early_stopping", "EarlyStopping"))]
+_LIGHTNING_LOSSES = "loss."
+
+
+def _lightning_network(sd: dict[str, Any], path: Path) -> dict[str, Any]:
+    """A Lightning module's ``state_dict`` without its training losses (``loss.*``: taming-transformers' layout, as
+    RestoreFormer(++)'s: discriminators, LPIPS, ArcFace) and, when the rest sits under one module attribute that is
+    a known wrapper (``vqvae.``, ``model.``, ...: ``_CONTAINER_PREFIXES``), without that prefix; unchanged when it
+    has no ``loss.`` entries besides others."""
+    rest = {k: v for k, v in sd.items() if not k.startswith(_LIGHTNING_LOSSES)}
+    if not rest or len(rest) == len(sd):
+        return sd
+    head = next((p for p in _CONTAINER_PREFIXES if all(k.startswith(p) for k in rest)), "")
+    logger.info("%s: a Lightning checkpoint: its %d '%s' tensors (the training losses' networks) are not the network "
+                "and are ignored%s", path, len(sd) - len(rest), _LIGHTNING_LOSSES,
+                f"; the network is its '{head}' entries (prefix removed)" if head else "")
+    return {k[len(head):]: v for k, v in rest.items()}
+
+
 def _load_torch_weights(path: Path, param_key: str,
                         key_option: str = "path.param_key_g") -> tuple[dict[str, torch.Tensor], str | None]:
     stamp, mappable = _scan_torch_file(path)
@@ -321,7 +348,8 @@ def _load_torch_weights(path: Path, param_key: str,
     try:
         # torch.save archives are memory-mapped: tensors are views of the page cache, shared by every process
         # reading the file, and only the group loaded into the net is ever touched.
-        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=mappable)
+        with torch.serialization.safe_globals(_LIGHTNING_CALLBACK_KEYS):
+            obj = torch.load(path, map_location="cpu", weights_only=True, mmap=mappable)
     except Exception as exc:  # any unpickler failure means an unusable file
         raise CheckpointError(f"weights {path} cannot be loaded: {describe_load_error(exc)}. "
                               f"{_WEIGHTS_FIX}") from exc
@@ -334,7 +362,8 @@ def _load_torch_weights(path: Path, param_key: str,
         raise _training_state_given(path)
     available = [str(k) for k, v in obj.items() if _is_state_dict(v)]
     group = _pick_group(available, param_key, path, extra=_FOREIGN_GROUPS, key_option=key_option)
-    return dict(obj[group]), group
+    sd = dict(obj[group])
+    return (_lightning_network(sd, path) if group == "state_dict" else sd), group
 
 
 def _training_state_given(path: Path) -> CheckpointError:
@@ -365,12 +394,13 @@ def load_weights(path: PathLike, param_key: str = "params", *,
 
     ``.safetensors`` (ours: the ``param_key`` group, verified; any other: all tensors) are memory-mapped
     through ``safe_open``; ``.pth``/``.pt``/``.ckpt`` (BasicSR ``{'params', 'params_ema'}``, a bare state dict,
-    or a ``state_dict`` entry) go through ``torch.load(weights_only=True, mmap=True)``, legacy pre-1.6 files
-    without ``mmap``. The tensors are views of the file's pages: copy them into the net (``load_into``) and
-    drop them. ``params_ema`` falls back to ``params`` (one info line); ``auto`` takes ``params_ema``, then
-    ``params``, then a bare state dict. Leading ``module.`` / ``_orig_mod.`` are stripped from the names.
-    Foreign ``.pth`` archives are checked against their zip CRCs, and weights holding NaN or infinity are
-    refused. ``key_option`` names the option that sets ``param_key`` in errors.
+    or a ``state_dict`` entry: a Lightning checkpoint's without its ``loss.*`` part, ``_lightning_network``) go
+    through ``torch.load(weights_only=True, mmap=True)``, legacy pre-1.6 files without ``mmap``. The tensors are
+    views of the file's pages: copy them into the net (``load_into``) and drop them. ``params_ema`` falls back to
+    ``params`` (one info line); ``auto`` takes ``params_ema``, then ``params``, then a bare state dict. Leading
+    ``module.`` / ``_orig_mod.`` are stripped from the names. Foreign ``.pth`` archives are checked against their
+    zip CRCs, and weights holding NaN or infinity are refused. ``key_option`` names the option that sets
+    ``param_key`` in errors.
     """
     sd, meta, _ = read_weights(path, param_key, key_option=key_option)
     return sd, meta
@@ -392,7 +422,19 @@ def read_weights(path: PathLike, param_key: str = "params", *, key_option: str =
     else:
         (sd, group), meta = _load_torch_weights(path, param_key, key_option), {}
     _check_finite(sd, path)
-    return _drop_profiler_counters(_strip_wrapper_prefixes(sd, path), path), meta, group
+    return _known_layout(_drop_profiler_counters(_strip_wrapper_prefixes(sd, path), path), path), meta, group
+
+
+def _known_layout(sd: dict[str, Any], path: Path) -> dict[str, Any]:
+    """``sd`` under anysr's names when it is in another layout an arch module registered (``anysr.archs.layouts``:
+    e.g. the original ESRGAN code's ``model.N`` names)."""
+    import anysr.archs  # noqa: F401, PLC0415 - the arch modules register their layouts when imported
+    from anysr.archs.layouts import to_known_layout  # noqa: PLC0415
+
+    out, layout = to_known_layout(sd)
+    if layout is not None:
+        logger.info("%s: %s, renamed to %s's names", path, layout.what, layout.arch)
+    return out
 
 
 _PROFILER_COUNTERS = ("total_ops", "total_params")  # one-element buffers thop's profiler leaves in every module
@@ -420,12 +462,13 @@ def read_weights_metadata(path: PathLike) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------- into a network
-_CONTAINER_PREFIXES = ("module.", "netG.", "net_g.", "model.", "generator.", "_orig_mod.")
+_CONTAINER_PREFIXES = ("module.", "netG.", "net_g.", "model.", "generator.", "_orig_mod.", "vqvae.")
 
 
 def strip_container_prefix(sd: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
     """Drop a prefix that every name shares (``netG.``, ``model.``, ``module.``, ...: the network was saved inside
-    a wrapper); returns the state dict and the prefix removed ('' when none)."""
+    a wrapper; ``vqvae.``: RestoreFormer(++)'s Lightning module); returns the state dict and the prefix removed
+    ('' when none)."""
     out, removed = dict(sd), ""
     for _ in range(3):  # nested wrappers, e.g. model.module.
         names = list(out)
