@@ -354,8 +354,8 @@ def test_published_configurations() -> None:
     ({"type": "StyleGAN2Generator"}, r"network_g\.out_size: required argument of StyleGAN2Generator is missing"),
     ({"type": "RestoreFormer", "ch": 48}, r"network_g\.ch: RestoreFormer normalises with 32 groups"),
     ({"type": "RestoreFormer", "head_size": 3}, r"network_g\.head_size: RestoreFormer: 512 channels cannot be split"),
-    ({"type": "RestoreFormer", "attn_resolutions": [16, 32]},
-     r"network_g\.attn_resolutions: RestoreFormer: the decoder attends to the encoder's middle features"),
+    ({"type": "RestoreFormer", "ex_multi_scale_num": 6},  # more: tests/test_archs_restoreformerpp.py
+     r"network_g\.ex_multi_scale_num: RestoreFormer\+\+: ex_multi_scale_num 6 puts the extra attention at size 1024"),
     ({"type": "RestoreFormer", "enable_mid": False},
      r"network_g\.attn_resolutions: .*resolution 16 is level 5"),
     ({"type": "RestoreFormer", "double_z": True}, r"network_g\.double_z: RestoreFormer quantises z_channels"),

@@ -1,18 +1,22 @@
-"""RestoreFormer: blind face restoration with multi-head cross-attention over a face codebook.
+"""RestoreFormer and RestoreFormer++: blind face restoration with multi-head cross-attention over a face codebook.
 
 "RestoreFormer: High-Quality Blind Face Restoration from Undegraded Key-Value Pairs" (Wang, Wu, Li, Dong, Shan,
-Lin; CVPR 2022). Module names and constructor arguments follow the authors' code as spandrel 0.4.2 carries it,
-so the released checkpoint loads with ``strict=True`` and gives the same output. (spandrel 0.4.2 has no
-RestoreFormer++, so neither has this module.)
+Lin; CVPR 2022) and "RestoreFormer++: Towards Real-World Blind Face Restoration from Undegraded Key-Value Pairs"
+(Wang, Li, Zhang, Wu, Shan, Lin; TPAMI 2023). Module names and constructor arguments follow the authors' code
+(RestoreFormer as spandrel 0.4.2 carries it; RestoreFormer++ as wzhouxiff/RestoreFormerPlusPlus's
+``VQVAEGANMultiHeadTransformer``, of which the 2022 model is the case ``ex_multi_scale_num=0``), so the released
+checkpoints load with ``strict=True`` and give the same output.
 
 A VQGAN-style encoder (GroupNorm-Swish residual blocks, strided-conv downsampling, multi-head self-attention at
 ``attn_resolutions`` and in the middle) maps the degraded face to a latent grid that is snapped to the nearest
 entries of a learned codebook (``n_embed`` x ``embed_dim``, frozen by default). The decoder mirrors the encoder;
-its attention blocks are cross-attentions whose queries come from the encoder's (degraded) features and whose
-keys / values come from the quantised high-quality priors.
+its attention blocks are cross-attentions whose queries come from the encoder's (degraded) features at the same
+level and whose keys / values come from the decoded high-quality priors. RestoreFormer++ adds cross-attentions at
+a larger size (``ex_multi_scale_num``: the authors' rule replaces the decoder's sizes by ``[attn_resolutions[0],
+attn_resolutions[-1] * 2 ** ex_multi_scale_num]``, 16 and 32 in the released model).
 
 Images are in [-1, 1] (the authors normalise with mean 0.5, std 0.5). Size requirement: a multiple of
-``2 ** (len(ch_mult) - 1)`` (32 for the released 512x512 model); other sizes are padded by reflection /
+``2 ** (len(ch_mult) - 1)`` (32 for the released 512x512 models); other sizes are padded by reflection /
 replication inside ``forward`` and the output cropped.
 """
 
@@ -253,7 +257,8 @@ class MultiHeadEncoder(nn.Module):
 
 
 class MultiHeadDecoderTransformer(nn.Module):
-    """The decoder: its attention blocks attend from the encoder's features (``hs``) to the decoded priors."""
+    """The decoder: its attention blocks attend from the encoder's features (``hs``) at the same level to the
+    decoded priors."""
 
     def __init__(self, ch: int, out_ch: int, ch_mult: Sequence[int] = (1, 2, 4, 8), num_res_blocks: int = 2,
                  attn_resolutions: Sequence[int] = (16,), dropout: float = 0.0, resamp_with_conv: bool = True,
@@ -270,18 +275,19 @@ class MultiHeadDecoderTransformer(nn.Module):
         if enable_mid:
             self.mid = _middle(width, dropout, head_size)
         levels: list[nn.Module] = []
+        last = self.num_resolutions - 1
         for i in reversed(range(self.num_resolutions)):
             out_w = ch * ch_mult[i]
             blocks, attns = [], []
+            if res in attn_resolutions and i == last and not enable_mid:
+                raise ArchArgumentError(
+                    "attn_resolutions", f"RestoreFormer: the decoder's attention at the lowest level attends to the "
+                    f"encoder's middle features, which exist only with enable_mid; resolution {res} is level {i}: "
+                    "remove it from attn_resolutions or set enable_mid: true")
             for _ in range(num_res_blocks + 1):
                 blocks.append(ResnetBlock(in_channels=width, out_channels=out_w, temb_channels=0, dropout=dropout))
                 width = out_w
                 if res in attn_resolutions:
-                    if i != self.num_resolutions - 1 or not enable_mid:
-                        raise ArchArgumentError(
-                            "attn_resolutions", f"RestoreFormer: the decoder attends to the encoder's middle "
-                            f"features, which exist only at the lowest level and with enable_mid; resolution {res} is "
-                            f"level {i}: remove it from attn_resolutions")
                     attns.append(MultiHeadAttnBlock(width, head_size))
             level = _level(blocks, attns)
             if i != 0:
@@ -296,12 +302,16 @@ class MultiHeadDecoderTransformer(nn.Module):
         h = self.conv_in(z)
         if self.enable_mid:
             h = self.mid.block_2(self.mid.attn_1(self.mid.block_1(h), hs["mid_atten"]))
+        last = self.num_resolutions - 1
         for i in reversed(range(self.num_resolutions)):
             level = self.up[i]
+            # the encoder's features at this level: after the middle's first block at the lowest, else the level's
+            # output before its downsampling (the authors' choice, by which names the encoder stored)
+            query = hs[f"block_{i}_atten" if i == last else f"block_{i}"] if len(level.attn) > 0 else None
             for j, block in enumerate(level.block):
                 h = block(h)
-                if len(level.attn) > 0:
-                    h = level.attn[j](h, hs[f"block_{i}_atten"])
+                if query is not None:
+                    h = level.attn[j](h, query)
             if i != 0:
                 h = level.upsample(h)
         if self.give_pre_end:
@@ -309,18 +319,29 @@ class MultiHeadDecoderTransformer(nn.Module):
         return self.conv_out(swish(self.norm_out(h)))
 
 
+def decoder_attn_resolutions(attn_resolutions: Sequence[int], ex_multi_scale_num: int) -> tuple[int, ...]:
+    """The sizes at which RestoreFormer++'s decoder attends: the authors' rule, applied ``ex_multi_scale_num`` times,
+    replaces the list by its first entry and twice its last (``[16]`` -> ``[16, 32]`` -> ``[16, 64]``)."""
+    out = tuple(attn_resolutions)
+    for _ in range(ex_multi_scale_num):
+        out = (out[0], out[-1] * 2)
+    return out
+
+
 @ARCH_REGISTRY.register()
 class RestoreFormer(nn.Module):
     """RestoreFormer: encoder, codebook quantiser, cross-attending decoder; (b, 3, h, w) -> (b, 3, h, w) in
     [-1, 1].
 
-    Args (keyword-only; defaults of the released model):
+    Args (keyword-only; defaults of the released RestoreFormer; the authors' ``VQVAEGANMultiHeadTransformer``):
         n_embed / embed_dim: codebook entries / width. ch: base width; ch_mult: width factor per level (one
         level per entry, halving the size between them). num_res_blocks: blocks per level. attn_resolutions:
         sizes (relative to ``resolution``) with attention. dropout: in the residual blocks. in_channels /
         out_ch: image channels. resolution: the training face size. z_channels: latent width; double_z: the
         encoder outputs twice that (the authors keep False). enable_mid: middle blocks with attention.
-        fix_decoder / fix_codebook / fix_encoder: freeze parts (the codebook by default). head_size: heads.
+        fix_decoder / fix_codebook / fix_encoder: freeze parts (the codebook by default; fix_encoder also freezes
+        quant_conv, as the authors' RestoreFormer++ code). head_size: heads.
+        ex_multi_scale_num: RestoreFormer++'s extra decoder attention (``decoder_attn_resolutions``); 0: none.
     """
 
     image_range = (-1.0, 1.0)  # the authors' images; anysr's pipeline feeds [0, 1] (arch_util.unit_range)
@@ -330,7 +351,7 @@ class RestoreFormer(nn.Module):
                  attn_resolutions: Sequence[int] = (16,), dropout: float = 0.0, in_channels: int = 3,
                  resolution: int = 512, z_channels: int = 256, double_z: bool = False, enable_mid: bool = True,
                  fix_decoder: bool = False, fix_codebook: bool = True, fix_encoder: bool = False,
-                 head_size: int = 8) -> None:
+                 head_size: int = 8, ex_multi_scale_num: int = 0) -> None:
         super().__init__()
         if not ch_mult:
             raise ArchArgumentError("ch_mult", "RestoreFormer needs at least one level in ch_mult")
@@ -338,11 +359,12 @@ class RestoreFormer(nn.Module):
             raise ArchArgumentError("double_z", "RestoreFormer quantises z_channels features: with double_z the "
                                     "encoder's 2 * z_channels outputs do not fit quant_conv (the original fails too)")
         ch_mult, attn_resolutions = tuple(ch_mult), tuple(attn_resolutions)
-        common = dict(ch=ch, out_ch=out_ch, ch_mult=ch_mult, num_res_blocks=num_res_blocks,
-                      attn_resolutions=attn_resolutions, dropout=dropout, in_channels=in_channels,
-                      resolution=resolution, z_channels=z_channels, enable_mid=enable_mid, head_size=head_size)
-        self.encoder = MultiHeadEncoder(double_z=double_z, **common)
-        self.decoder = MultiHeadDecoderTransformer(**common)
+        dec_attn = self._decoder_attn(attn_resolutions, ex_multi_scale_num, resolution, len(ch_mult))
+        common = dict(ch=ch, out_ch=out_ch, ch_mult=ch_mult, num_res_blocks=num_res_blocks, dropout=dropout,
+                      in_channels=in_channels, resolution=resolution, z_channels=z_channels, enable_mid=enable_mid,
+                      head_size=head_size)
+        self.encoder = MultiHeadEncoder(double_z=double_z, attn_resolutions=attn_resolutions, **common)
+        self.decoder = MultiHeadDecoderTransformer(attn_resolutions=dec_attn, **common)
         self.quantize = VectorQuantizer(n_embed, embed_dim, beta=0.25)
         self.quant_conv = nn.Conv2d(z_channels, embed_dim, 1)
         self.post_quant_conv = nn.Conv2d(embed_dim, z_channels, 1)
@@ -354,7 +376,29 @@ class RestoreFormer(nn.Module):
         elif fix_codebook:
             self.quantize.requires_grad_(False)
         if fix_encoder:
-            self.encoder.requires_grad_(False)
+            for module in (self.encoder, self.quant_conv):
+                module.requires_grad_(False)
+
+    @staticmethod
+    def _decoder_attn(attn_resolutions: tuple[int, ...], ex_multi_scale_num: int, resolution: int,
+                      levels: int) -> tuple[int, ...]:
+        """The decoder's attention sizes, refused in one line when ``ex_multi_scale_num`` adds none."""
+        if ex_multi_scale_num < 0:
+            raise ArchArgumentError("ex_multi_scale_num", f"RestoreFormer: ex_multi_scale_num must be 0 or more, "
+                                    f"got {ex_multi_scale_num}")
+        if not ex_multi_scale_num:
+            return attn_resolutions
+        if not attn_resolutions:
+            raise ArchArgumentError("ex_multi_scale_num", "RestoreFormer++: the extra attention doubles the last "
+                                    "entry of attn_resolutions, which is empty: give attn_resolutions or set "
+                                    "ex_multi_scale_num: 0")
+        sizes = [(resolution // 2 ** (levels - 1)) * 2 ** i for i in range(levels)]
+        dec_attn = decoder_attn_resolutions(attn_resolutions, ex_multi_scale_num)
+        if dec_attn[-1] not in sizes:
+            raise ArchArgumentError("ex_multi_scale_num", f"RestoreFormer++: ex_multi_scale_num {ex_multi_scale_num} "
+                                    f"puts the extra attention at size {dec_attn[-1]}, where the decoder has no level "
+                                    f"(its levels: {sizes[::-1]}); lower ex_multi_scale_num")
+        return dec_attn
 
     def encode(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...],
                                                 dict[str, torch.Tensor]]:
@@ -376,23 +420,71 @@ class RestoreFormer(nn.Module):
         return out[..., :h, :w] if (pad_h or pad_w) else out
 
 
+@ARCH_REGISTRY.register()
+class RestoreFormerPlusPlus(RestoreFormer):
+    """RestoreFormer++ (TPAMI 2023): ``RestoreFormer`` with the defaults of the authors'
+    ``VQVAEGANMultiHeadTransformer`` and of their released model (``head_size`` 4, ``ex_multi_scale_num`` 1: the
+    decoder also cross-attends at size 32, with the encoder's features there); the same arguments and names."""
+
+    def __init__(self, *, n_embed: int = 1024, embed_dim: int = 256, ch: int = 64, out_ch: int = 3,
+                 ch_mult: Sequence[int] = (1, 2, 2, 4, 4, 8), num_res_blocks: int = 2,
+                 attn_resolutions: Sequence[int] = (16,), dropout: float = 0.0, in_channels: int = 3,
+                 resolution: int = 512, z_channels: int = 256, double_z: bool = False, enable_mid: bool = True,
+                 fix_decoder: bool = False, fix_codebook: bool = True, fix_encoder: bool = False,
+                 head_size: int = 4, ex_multi_scale_num: int = 1) -> None:
+        super().__init__(n_embed=n_embed, embed_dim=embed_dim, ch=ch, out_ch=out_ch, ch_mult=ch_mult,
+                         num_res_blocks=num_res_blocks, attn_resolutions=attn_resolutions, dropout=dropout,
+                         in_channels=in_channels, resolution=resolution, z_channels=z_channels, double_z=double_z,
+                         enable_mid=enable_mid, fix_decoder=fix_decoder, fix_codebook=fix_codebook,
+                         fix_encoder=fix_encoder, head_size=head_size, ex_multi_scale_num=ex_multi_scale_num)
+
+
 __all__ = ["MultiHeadAttnBlock", "MultiHeadDecoderTransformer", "MultiHeadEncoder", "RestoreFormer",
-           "VectorQuantizer"]
+           "RestoreFormerPlusPlus", "VectorQuantizer", "decoder_attn_resolutions"]
 
 
-def _recognise(s: StateShapes) -> dict:
-    """RestoreFormer from its tensors: codebook size and width from the quantiser, image channels, base width,
-    the widths of the levels and their blocks from the encoder, the levels with attention (given as sizes of a
-    512 input: ``attn_resolutions``), the latent width and whether the middle blocks exist. The attention's head
-    count shows in no tensor (the class's default, the published one, is proposed)."""
+def _attended(s: StateShapes, part: str, levels: list[int]) -> list[int]:
+    """The sizes (of a 512 input, largest first) of the levels of ``encoder.down`` / ``decoder.up`` with attention."""
+    return [512 >> i for i in levels if s.count(f"{part}.{i}.attn.")]
+
+
+def _common(s: StateShapes) -> dict:
+    """The arguments RestoreFormer and RestoreFormer++ show alike: codebook size and width from the quantiser, image
+    channels, base width, the widths of the levels and their blocks from the encoder, the sizes the encoder attends
+    at (of a 512 input: ``attn_resolutions``), the latent width and whether the middle blocks exist."""
     ch = s.dim("encoder.conv_in.weight", 0)
     levels = s.indices("encoder.down.")
     return {"n_embed": s.dim("quantize.embedding.weight", 0), "embed_dim": s.dim("quantize.embedding.weight", 1),
             "ch": ch, "in_channels": s.dim("encoder.conv_in.weight", 1), "out_ch": s.dim("decoder.conv_out.weight", 0),
             "ch_mult": [s.dim(f"encoder.down.{i}.block.0.conv1.weight", 0) // ch for i in levels],
             "num_res_blocks": s.count("encoder.down.0.block."),
-            "attn_resolutions": [512 >> i for i in levels if s.count(f"encoder.down.{i}.attn.")],
+            "attn_resolutions": _attended(s, "encoder.down", levels),
             "z_channels": s.dim("encoder.conv_out.weight", 0), "enable_mid": "encoder.mid.block_1.conv1.weight" in s}
 
 
+def _recognise(s: StateShapes) -> dict | None:
+    """RestoreFormer: the decoder attends at the encoder's sizes. The head count shows in no tensor (the class's
+    default, the published 8, is proposed)."""
+    args = _common(s)
+    if _attended(s, "decoder.up", s.indices("encoder.down.")) != args["attn_resolutions"]:
+        return None  # RestoreFormer++
+    return args
+
+
+def _recognise_plus_plus(s: StateShapes) -> list[dict]:
+    """RestoreFormer++: the decoder attends at other sizes than the encoder (``ex_multi_scale_num``, read as the
+    number of doublings that give the decoder's sizes; both orders of ``attn_resolutions`` tried, its first and last
+    entries decide). The head count shows in no tensor (the class's default, the published 4, is proposed)."""
+    args = _common(s)
+    levels = s.indices("encoder.down.")
+    decoder, sizes = set(_attended(s, "decoder.up", levels)), {512 >> i for i in levels}
+    enc = args["attn_resolutions"]
+    if not enc or decoder == set(enc):
+        return []
+    return [{**args, "type": "RestoreFormerPlusPlus", "attn_resolutions": order, "ex_multi_scale_num": n}
+            for n in range(1, len(levels)) for order in ([enc, enc[::-1]] if len(enc) > 1 else [enc])
+            if set(decoder_attn_resolutions(order, n)) & sizes == decoder]
+
+
 register_recogniser("RestoreFormer", _recognise)
+register_recogniser("RestoreFormerPlusPlus", _recognise_plus_plus)
