@@ -141,12 +141,32 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     setup_logging()
     network_opt = None
+    weights, outputs = args.weights, list(args.to or [])
+    settings = {"fp16": args.fp16, "size": args.size, "dynamic": not args.static, "opset": args.opset,
+                "check": not args.no_check}
     if args.opt:
-        network_opt = load_command_options(args.opt, args.force_yml, is_train=False, check_paths=False)["network_g"]
-    reports = export_weights(args.weights, args.to, param_key=args.param_key, arch=args.arch,
-                             arch_opts=_kv_list(args.arch_opt, "--arch-opt"), network_opt=network_opt,
-                             fp16=args.fp16, size=args.size, dynamic=not args.static, opset=args.opset,
-                             check=not args.no_check)
+        from anysr.engine.inference.export import onnx_file_settings
+
+        opts = load_command_options(args.opt, args.force_yml, is_train=False, check_paths=False)
+        network_opt = opts["network_g"]
+        if weights is None:
+            weights = opts["path"].get("pretrain_network_g")
+            if not weights:
+                raise OptionError(f"{args.opt}: no weights to export: give WEIGHTS or set path.pretrain_network_g")
+        if not outputs and opts.get("onnx") is not None:  # traiNNer-redux's ONNX file: its settings, its name
+            plan = onnx_file_settings(dict(opts["onnx"]), opts["name"])
+            for note in plan.notes:
+                logging.getLogger("anysr").warning("%s: %s", args.opt, note)
+            plan.output.parent.mkdir(parents=True, exist_ok=True)
+            outputs = [str(plan.output)]
+            settings = {"fp16": plan.fp16, "size": plan.size, "dynamic": plan.dynamic, "opset": plan.opset,
+                        "check": plan.check}
+    if weights is None:
+        raise OptionError("anysr export: give WEIGHTS (or -opt FILE with path.pretrain_network_g)")
+    if not outputs:
+        raise OptionError("anysr export: give --to OUT... (or -opt FILE with an onnx section)")
+    reports = export_weights(str(weights), outputs, param_key=args.param_key, arch=args.arch,
+                             arch_opts=_kv_list(args.arch_opt, "--arch-opt"), network_opt=network_opt, **settings)
     for rep in reports:
         print(rep.summary())
     return 0
@@ -456,9 +476,13 @@ def build_parser() -> argparse.ArgumentParser:
                        "network allows it, else the fixed --size) checked against onnxruntime (needs anysr[onnx]). "
                        "ECBSR and SPAN are exported in their deployed (folded) form. The format follows each --to "
                        "suffix.")
-    p.add_argument("weights", help="weights file (.safetensors from anysr, or a .pth)")
-    p.add_argument("--to", required=True, nargs="+", metavar="OUT",
-                   help="output files: plain.pth, plain.safetensors, model.onnx (several at once)")
+    p.add_argument("weights", nargs="?", default=None,
+                   help="weights file (.safetensors from anysr, or a .pth); default: -opt FILE's "
+                        "path.pretrain_network_g")
+    p.add_argument("--to", nargs="+", metavar="OUT",
+                   help="output files: plain.pth, plain.safetensors, model.onnx (several at once); default with "
+                        "-opt FILE holding traiNNer-redux's onnx section: onnx/<name>_<shape>_<dtype>_op<opset>.onnx "
+                        "with that section's settings")
     p.add_argument("--arch", help="architecture name, when the file does not say it (anysr files do)")
     p.add_argument("--arch-opt", "--arch_opt", nargs="+", action="extend", default=[], metavar="K=V",
                    help="architecture arguments")

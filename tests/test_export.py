@@ -128,6 +128,37 @@ def _ort() -> None:
     pytest.importorskip("onnxruntime")
 
 
+def test_trainner_onnx_option_file_exports_as_it_asks(tmp_path: Path) -> None:
+    """traiNNer-redux's ONNX files (``onnx:`` section, weights in path.pretrain_network_g): ``anysr export -opt``
+    writes its file name and settings; bf16 (TensorRT's strongly typed graph) is written as fp32 with a note."""
+    _ort()
+    import onnx
+
+    src, _, _ = _saved(tmp_path, EDSR)
+    base = {"name": "2x_edsr", "scale": 2, "num_gpu": "auto",
+            "network_g": {k: v for k, v in EDSR.items() if k != "upscale"},
+            "path": {"pretrain_network_g": str(src)}}
+    dyn = dict(base, onnx={"dynamo": False, "dtype": "bf16", "bf16_exclude_depthwise": True, "opset": 17,
+                           "shape": "1x3xHxW", "wrap_5d_to_4d": True, "verify": True, "optimize": False})
+    proc = run_cli("export", "-opt", str(write_options(tmp_path / "dyn.yml", dyn)), cwd=tmp_path)
+    out = tmp_path / "onnx" / "2x_edsr_1x3xHxW_dyn-HW_fp32_op17.onnx"
+    assert out.is_file() and "onnx.dtype bf16: anysr writes fp32" in proc.stdout + proc.stderr
+    model = onnx.load(str(out))
+    assert model.opset_import[0].version == 17
+    assert model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    static = dict(base, onnx={"dtype": "fp16", "opset": 17, "shape": "1x3x32x32", "verify": True})
+    run_cli("export", "-opt", str(write_options(tmp_path / "st.yml", static)), cwd=tmp_path)
+    out16 = tmp_path / "onnx" / "2x_edsr_1x3x32x32_static_strong_fp16_op17.onnx"
+    dims = onnx.load(str(out16)).graph.input[0].type.tensor_type
+    assert dims.elem_type == onnx.TensorProto.FLOAT16 and [d.dim_value for d in dims.shape.dim] == [1, 3, 32, 32]
+    bad = dict(base, onnx={"shape": "1x3x32x48"})
+    proc = run_cli("export", "-opt", str(write_options(tmp_path / "bad.yml", bad)), cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and "square (H = W)" in proc.stderr and "Traceback" not in proc.stderr
+    none = {k: v for k, v in dyn.items() if k != "path"}
+    proc = run_cli("export", "-opt", str(write_options(tmp_path / "none.yml", none)), cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and "path.pretrain_network_g" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_onnx_window_arch_has_dynamic_sizes(tmp_path: Path) -> None:
     _ort()
     import onnxruntime as ort

@@ -15,12 +15,12 @@ from __future__ import annotations
 from typing import Any
 
 from anysr.options.common import phase_of, registered
-from anysr.options.fields import Check, Context, Field, at_least, between, greater_than
+from anysr.options.fields import Check, Context, Field, Section, at_least, between, greater_than
 from anysr.registry import constructor_args
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 # Keys only traiNNer-redux writes: top level, then (section, key).
-TRAINNER_MARKERS = ("use_amp", "amp_bf16", "use_channels_last", "use_compile", "fast_matmul", "compile_mode")
+TRAINNER_MARKERS = ("use_amp", "amp_bf16", "use_channels_last", "use_compile", "fast_matmul", "compile_mode", "onnx")
 _SECTION_MARKERS = (("val", "val_enabled"), ("logger", "save_checkpoint_format"))
 _DATASET_MARKERS = ("lq_size", "accum_iter")
 # traiNNer-redux's perceptual loss names (any case) -> anysr's class computing it; BasicSR's PerceptualLoss keys in
@@ -66,6 +66,29 @@ def _eco(value: dict[str, Any]) -> str | None:
     return None
 
 
+def _onnx_shape(value: Any) -> str | None:
+    parts = str(value).lower().split("x")
+    if len(parts) not in (4, 5) or not all(p.isdigit() or p.isalpha() for p in parts):
+        return "NxCxHxW (numbers fixed, letters dynamic), e.g. 1x3xHxW"
+    return None
+
+
+ONNX_SECTION = Section({
+    "dtype": Field(str, default="fp32", choices=("fp32", "fp16", "bf16"),
+                   doc="fp32 or fp16 ONNX; bf16 (traiNNer-redux's TensorRT mixed-precision graph) is written as "
+                       "fp32 with a note: TensorRT builds bf16 engines from it (--bf16)."),
+    "opset": Field(int, default=17, check=at_least(13), doc="ONNX opset."),
+    "shape": Field(str, default="1x3xHxW", check=_onnx_shape,
+                   doc="Input shape NxCxHxW: letters for H and W make height / width dynamic (batch too, in "
+                       "anysr's export); numbers a fixed size (square: H = W)."),
+    "verify": Field(bool, default=True, doc="Compare the ONNX model with PyTorch in onnxruntime."),
+    "dynamo": Field(bool, default=False, doc="Accepted (traiNNer-redux) and ignored: anysr's exporter is fixed."),
+    "optimize": Field(bool, default=False, doc="Accepted (traiNNer-redux: OnnxSlim) and ignored (noted)."),
+    "bf16_exclude_depthwise": Field(bool, default=True, doc="Accepted (traiNNer-redux, with dtype bf16)."),
+    "wrap_5d_to_4d": Field(bool, default=True, doc="Accepted (traiNNer-redux's video networks) and ignored."),
+}, doc="traiNNer-redux's ONNX export settings (`anysr export -opt FILE`).")
+
+
 TRAINNER_TOP_FIELDS: dict[str, Field] = {
     "use_amp": Field(bool, keep=False,
                      doc="traiNNer-redux: true -> train.precision auto (bf16 where the device runs it natively, "
@@ -95,8 +118,9 @@ TRAINNER_TOP_FIELDS: dict[str, Field] = {
                                  doc="Accepted (traiNNer-redux) when rgb: anysr's networks give RGB."),
     "auto_resume": Field((bool, None), keep=False,
                          doc="Accepted (traiNNer-redux) and ignored; the command line's --auto_resume decides."),
-    "onnx": Field((dict, None), keep=False,
-                  doc="Accepted (traiNNer-redux's ONNX export settings) and ignored; use `anysr export`."),
+    "onnx": Field((ONNX_SECTION, None), default=None,
+                  doc="traiNNer-redux's ONNX export settings, read by `anysr export -opt FILE` (the weights: "
+                      "path.pretrain_network_g; the file: onnx/<name>_<shape>_<dtype>_op<opset>.onnx)."),
     "blur_prob2": Field(float, keep=False, check=between(0, 1),
                         doc="traiNNer-redux: second_blur_prob (the chance of the second blur)."),
 }
@@ -435,6 +459,42 @@ def _map_otf(m: _Mapper, trainner: bool) -> None:
             m.notes.append(f"queue_size {queue} -> {opt['queue_size']} (a multiple of batch_size_per_gpu {batch})")
 
 
+VIDEO_WINDOW_DATASETS = ("pairedvideodataset",)  # traiNNer-redux's clip datasets (LQ window -> GT centre frame)
+
+
+def _map_video(m: _Mapper) -> None:
+    """traiNNer-redux's video training: a dataset's ``clip_size`` -> ``num_frame``; a ``pairedvideodataset`` training
+    set -> model_type VideoBaseModel (VideoGANModel where a GAN loss made it SRGANModel); OTF degradation with a
+    clip network is refused (it makes single LQ images, which traiNNer-redux's temporal networks cannot take)."""
+    opt = m.opt
+    sets = opt.get("datasets")
+    for name, data in (sets.items() if isinstance(sets, dict) else ()):
+        if not isinstance(data, dict) or "clip_size" not in data:
+            continue
+        given = data.get("num_frame")
+        if given is not None and given != data["clip_size"]:
+            m.ctx.add(f"datasets.{name}.clip_size", f"means num_frame: {data['clip_size']}, but num_frame is also set "
+                      f"to {given!r}; keep one of them")
+            continue
+        data["num_frame"] = data.pop("clip_size")
+        m.notes.append(f"datasets.{name}.clip_size -> num_frame {data['num_frame']}")
+    net = opt.get("network_g")
+    cls = registered("arch", net.get("type")) if isinstance(net, dict) else None
+    if opt.get("high_order_degradation") is True and getattr(cls, "video_window", False):
+        m.ctx.add("high_order_degradation", f"on-the-fly degradation makes single LQ images, but {cls.__name__} "
+                  "takes clips (b, t, c, h, w) and OTF clips are not implemented (traiNNer-redux cannot train this "
+                  "either); train on LQ / GT frame folders: a train dataset of type pairedvideodataset")
+        return
+    train = [d for k, d in sets.items() if phase_of(str(k)) == "train" and isinstance(d, dict)] \
+        if isinstance(sets, dict) else []
+    if not any(str(d.get("type", "")).lower() in VIDEO_WINDOW_DATASETS for d in train) or not m.ctx.is_train:
+        return
+    model = {None: "VideoBaseModel", "SRGANModel": "VideoGANModel"}.get(opt.get("model_type"))
+    if model is not None:
+        opt["model_type"] = model
+        m.notes.append(f"pairedvideodataset -> model_type {model}")
+
+
 def map_trainner(opt: dict[str, Any], ctx: Context) -> list[str]:
     """Write what traiNNer-redux's keys of ``opt`` mean into anysr's keys, in place (before validation); problems
     go to ``ctx``. Returns the notes (empty for a file without such keys), the ignored keys last."""
@@ -451,6 +511,7 @@ def map_trainner(opt: dict[str, Any], ctx: Context) -> list[str]:
         _map_losses(m)
         _map_model(m)
         _map_network_scale(m)
+    _map_video(m)
     if m.ignored:
         m.notes.append(f"ignored: {', '.join(m.ignored)}")
     return m.notes

@@ -348,3 +348,52 @@ def export_weights(weights: str, outputs: list[str], *, param_key: str = "auto",
             rep = ExportReport(Path(out), kind, group, arch_name, "fp16" if fp16 else "fp32", tensors=len(sd))
         reports.append(rep)
     return reports
+
+
+# --------------------------------------------------------------------------- traiNNer-redux's ONNX option files
+@dataclass
+class OnnxFileSettings:
+    """What an options file's ``onnx`` section (traiNNer-redux's) asks ``anysr export`` for."""
+
+    output: Path
+    fp16: bool
+    dynamic: bool
+    size: int | None
+    opset: int
+    check: bool
+    notes: list[str] = field(default_factory=list)
+
+
+def onnx_file_settings(onnx: dict[str, Any], name: str, folder: Path = Path("onnx")) -> OnnxFileSettings:
+    """The export an ``onnx`` section describes, written as traiNNer-redux names it
+    (``onnx/<name>_<shape>_<dtype>_op<opset>.onnx``). ``shape`` NxCxHxW: letters for H and W make the model
+    dynamic (anysr's dynamic export: batch, height and width), numbers a fixed square size."""
+    parts = str(onnx["shape"]).lower().split("x")
+    labels = ["n", "c", "h", "w"] if len(parts) == 4 else ["n", "t", "c", "h", "w"]
+    h, w = parts[-2], parts[-1]
+    notes: list[str] = []
+    if h.isdigit() != w.isdigit():
+        raise OptionError(f"onnx.shape {onnx['shape']!r}: height and width must both be fixed or both dynamic")
+    if h.isdigit() and h != w:
+        raise OptionError(f"onnx.shape {onnx['shape']!r}: anysr exports a fixed size as a square (H = W); make "
+                          "them equal or dynamic (letters)")
+    dynamic = not h.isdigit()
+    if len(parts) == 5:
+        notes.append("onnx.shape has a time axis: anysr exports video networks as they take frames (NxTxCxHxW); "
+                     "wrap_5d_to_4d is not applied")
+    dyn_labels = [lab.upper() for lab, p in zip(labels, parts, strict=True) if not p.isdigit()]
+    shape_text = "x".join(p if p.isdigit() else lab.upper() for lab, p in zip(labels, parts, strict=True))
+    shape_text += f"_dyn-{''.join(dyn_labels)}" if dyn_labels else "_static"
+    dtype = onnx["dtype"]
+    if dtype == "bf16":
+        notes.append("onnx.dtype bf16: anysr writes fp32 ONNX (TensorRT builds a bf16 engine from it with --bf16); "
+                     "traiNNer-redux's strongly typed bf16 graph is not made")
+        dtype = "fp32"
+    if onnx.get("optimize"):
+        notes.append("onnx.optimize: OnnxSlim is not run (the graph is written as exported)")
+    if onnx.get("dynamo"):
+        notes.append("onnx.dynamo: anysr's exporter is used")
+    dtype_text = dtype if dtype == "fp32" else f"strong_{dtype}"
+    out = folder / f"{name}_{shape_text}_{dtype_text}_op{onnx['opset']}.onnx"
+    return OnnxFileSettings(out, dtype == "fp16", dynamic, None if dynamic else int(h), int(onnx["opset"]),
+                            bool(onnx["verify"]), notes)
