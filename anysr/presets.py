@@ -10,7 +10,8 @@ passes the top-level ``scale`` to the preset's scale argument unless that is giv
 
 A name that is exactly a registered class (``SPAN``) is the class with its own defaults; a preset's name wins
 over the same class name in other letter case (``span`` is traiNNer-redux's ``span`` preset: 52 channels, no
-normalisation), and a class name in other case is the class (``rcan``). Nothing here imports torch.
+normalisation; ``rcan`` its RCAN, anysr's ``RCANOriginal``, where ``RCAN`` is BasicSR's), and a class name in
+other case is the class (``msrresnet``). Nothing here imports torch.
 """
 
 from __future__ import annotations
