@@ -1,0 +1,150 @@
+"""Restormer (the authors' code as spandrel-extra-arches carries it) and traiNNer-redux's DocRes (a Restormer-shaped
+document restorer with coordinate planes) against their references, tests/fixtures/restormer
+(``make_restormer_fixtures.py``): strict loading and equal outputs (also sizes the network pads), the recognisers,
+published sizes, DocRes's GAN discriminator, ONNX at unseen sizes and an XLA:CPU train step that compiles once
+with no CPU fallback. The shared checks (channels_last, bf16, meta device, training runs, 2 gloo ranks == 1
+process) run from tests/test_archs_common.py."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import FIXTURE_TOL
+from safetensors.torch import load_file
+
+from anysr.archs import build_network
+from anysr.archs.recognise import recognise
+from anysr.errors import OptionError
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "restormer"
+CASES = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
+TINY = {
+    "Restormer": {"type": "Restormer", "dim": 4, "num_blocks": [1, 1, 1, 1], "num_refinement_blocks": 1,
+                  "heads": [1, 1, 2, 2]},
+    "DocRes": {"type": "DocRes", "dim": 4, "num_blocks": [1, 1, 1, 1], "num_refinement_blocks": 1,
+               "heads": [1, 1, 2, 2]},
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_reference_weights_load_strictly_and_match(name: str) -> None:
+    case = CASES[name]
+    params = load_file(str(FIXTURES / f"{name}_params.safetensors"))
+    net = build_network({"type": case["type"], **case["kwargs"]}).eval()
+    assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in params.items()}
+    net.load_state_dict(params, strict=True)
+    io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    for inp, out, _ in case["compare"]:
+        with torch.no_grad():
+            got = net(io[inp])
+        torch.testing.assert_close(got, io[out], **FIXTURE_TOL, msg=f"{name} {out}")
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_recognised_from_the_reference_weights(name: str) -> None:
+    case = CASES[name]
+    found = recognise(load_file(str(FIXTURES / f"{name}_params.safetensors")))
+    assert found.opt["type"] == case["type"]
+    net = build_network(dict(found.opt))
+    net.load_state_dict(load_file(str(FIXTURES / f"{name}_params.safetensors")), strict=True)
+    for key, value in case["kwargs"].items():
+        assert found.opt[key] == value, (name, key)
+
+
+def test_restormer_pads_any_size_like_the_reference_on_padded_input() -> None:
+    """A side that is not a multiple of 8: reflect-padded at the bottom / right, the output cropped."""
+    case = CASES["restormer"]
+    net = build_network({"type": "Restormer", **case["kwargs"]}).eval()
+    net.load_state_dict(load_file(str(FIXTURES / "restormer_params.safetensors")))
+    x = torch.rand(1, 3, 13, 7)
+    padded = torch.nn.functional.pad(x, (0, 1, 0, 3), mode="reflect")
+    with torch.no_grad():
+        torch.testing.assert_close(net(x), net(padded)[:, :, :13, :7], rtol=0, atol=0)
+
+
+def test_published_sizes_and_presets() -> None:
+    def count(opt: dict) -> int:
+        with torch.device("meta"):
+            return sum(p.numel() for p in build_network(opt).parameters())
+
+    assert count({"type": "Restormer"}) == 26_126_644  # the authors' default (as the reference counts)
+    assert count({"type": "Restormer", "inp_channels": 6, "dual_pixel_task": True}) == 26_132_548
+    assert count({"type": "docres_base"}) == 14_682_400  # traiNNer-redux's builders
+    assert count({"type": "docres_large"}) == 34_568_500
+
+
+def test_docres_discriminator_takes_the_template_arguments() -> None:
+    """traiNNer-redux's DocRes GAN template: ``num_blocks: 4``, ``norm_type: spectral`` (a count; a list's length)."""
+    d = build_network({"type": "docres_discriminator", "inp_channels": 3, "out_channels": 1, "dim": 8,
+                       "num_blocks": 4, "norm_type": "spectral"})
+    convs = [m for m in d.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert len(convs) == 5 and all(hasattr(c, "weight_orig") for c in convs)
+    assert d(torch.rand(2, 3, 12, 10)).shape == (2, 1, 12, 10)
+    plain = build_network({"type": "docres_discriminator", "dim": 8, "num_blocks": [1, 2, 2]})
+    assert len([m for m in plain.modules() if isinstance(m, torch.nn.Conv2d)]) == 4
+
+
+@pytest.mark.parametrize("opt, pattern", [
+    ({"type": "Restormer", "heads": [1, 5, 4, 8]}, r"network_g\.heads: .*multiple of their heads"),
+    ({"type": "Restormer", "num_blocks": [1, 1, 1]}, r"network_g\.num_blocks: Restormer needs 4"),
+    ({"type": "Restormer", "LayerNorm_type": "Batch"}, r"network_g\.LayerNorm_type: must be 'WithBias'"),
+    ({"type": "Restormer", "out_channels": 1}, r"network_g\.out_channels: Restormer adds the input"),
+    ({"type": "docres_discriminator", "norm_type": "batch"}, r"network_g\.norm_type: must be 'spectral'"),
+])
+def test_bad_argument_values(opt: dict, pattern: str) -> None:
+    with pytest.raises(OptionError, match=pattern):
+        build_network(opt)
+
+
+@pytest.mark.parametrize("arch", sorted(TINY))
+def test_onnx_export_runs_at_sizes_it_never_saw(arch: str, tmp_path: Path) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    from anysr.engine import checkpoint as ck
+    from anysr.engine.inference.export import export_weights
+
+    opt = TINY[arch]
+    torch.manual_seed(0)
+    net = build_network(opt).eval()
+    src = tmp_path / "w.safetensors"
+    ck.save_weights(src, {"params": net.state_dict()}, {"network_g": opt, "scale": 1})
+    (rep,) = export_weights(str(src), [str(tmp_path / "m.onnx")])
+    assert rep.dynamic, rep.note
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    x = torch.rand(1, 3, 45, 70)
+    got = torch.from_numpy(session.run(None, {"input": x.numpy()})[0])
+    with torch.no_grad():
+        want = net(x)
+    assert got.shape == want.shape == (1, 3, 45, 70)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.xla
+@pytest.mark.parametrize("arch", sorted(TINY))
+def test_xla_train_step_compiles_once_without_cpu_fallback(arch: str) -> None:
+    os.environ.setdefault("PJRT_DEVICE", "CPU")
+    torch_xla = pytest.importorskip("torch_xla")
+    from torch_xla.debug import metrics
+
+    metrics.clear_all()
+    torch.manual_seed(0)
+    dev = torch_xla.device()
+    net = build_network(dict(TINY[arch])).train().to(dev)
+    x = torch.rand(1, 3, 8, 8).to(dev)
+    compiles, losses = [], []
+    for _ in range(2):
+        net.zero_grad(set_to_none=True)
+        loss = net(x).square().mean()
+        loss.backward()
+        torch_xla.sync()
+        compiles.append(metrics.metric_data("CompileTime")[0])
+        losses.append(loss.detach())
+    assert compiles[0] >= 1 and compiles[1] == compiles[0], f"{arch} recompiled: {compiles}"
+    grads = [p.grad for p in net.parameters() if p.requires_grad]
+    assert all(g is not None for g in grads)
+    assert torch.equal(losses[0].cpu(), losses[1].cpu())
+    fallbacks = [c for c in metrics.counter_names() if c.startswith("aten::")]
+    assert not fallbacks and not metrics.executed_fallback_ops(), f"{arch}: ops run on the CPU: {fallbacks}"
