@@ -26,7 +26,8 @@ def build_dataset(opt: Mapping[str, Any], key_path: str) -> Dataset:
     ``key_path`` (e.g. 'datasets.train') is used in error messages.
     """
     cls = DATASET_REGISTRY.get(str(opt["type"]), f"{key_path}.type")
-    if root_lists(opt) is not None:  # several folders (traiNNer-redux's lists): one dataset each, as one
+    if root_lists(opt) is not None and not getattr(cls, "reads_folder_lists", False):
+        # several folders (traiNNer-redux's lists): one dataset each, as one (unless the class reads the lists)
         parts = split_folders(opt, key_path)
         return FolderUnion([cls(part, key_path=key_path) for part in parts], key_path)
     return cls(opt, key_path=key_path)

@@ -223,4 +223,13 @@ class VideoRecurrentGANModel(VideoRecurrentModel, SRGANModel):
         return super().train_step(frames)
 
 
-__all__ = ["EDVRModel", "VideoBaseModel", "VideoRecurrentGANModel", "VideoRecurrentModel"]
+@MODEL_REGISTRY.register()
+class VideoGANModel(VideoBaseModel, SRGANModel):
+    """A window generator (clip in, centre frame out: EDVR, traiNNer-redux's temporal networks) against an image
+    discriminator on its output frames: pixel, perceptual, learned image (the output is an image batch) and GAN
+    losses, as SRGANModel."""
+
+    loss_roles = ("pixel", "perceptual", "learned", "gan")
+
+
+__all__ = ["EDVRModel", "VideoBaseModel", "VideoGANModel", "VideoRecurrentGANModel", "VideoRecurrentModel"]

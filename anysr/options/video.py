@@ -125,7 +125,7 @@ def video_dataset_rule(out: dict[str, Any], path: str, ctx: Context, phase: str,
     if "dataroot_gt" in out and out["dataroot_gt"] is None:
         ctx.add(f"{path}.dataroot_gt", f"required by {name} (the folder of ground-truth clips)")
     for key in ("dataroot_gt", "dataroot_lq"):
-        if isinstance(out.get(key), list):
+        if isinstance(out.get(key), list) and not getattr(cls, "reads_folder_lists", False):
             ctx.add(f"{path}.{key}", f"{name} reads one folder of clips; give one path (several folders: link "
                     "their clips into one)")
     lq_from_gt = out.get("lq_from_gt") is True

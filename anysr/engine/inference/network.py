@@ -38,7 +38,7 @@ def arch_kind(net_or_type: nn.Module | type | str) -> str:
         cls = ARCH_REGISTRY.get(net_or_type) if net_or_type in ARCH_REGISTRY else object
     if issubclass(cls, RECURRENT_ARCHS):
         return "recurrent"
-    if issubclass(cls, WINDOW_ARCHS):
+    if issubclass(cls, WINDOW_ARCHS) or getattr(cls, "video_window", False):  # clip in, centre frame out
         return "window"
     return "image"
 
