@@ -1,4 +1,5 @@
-"""Every image architecture at a published size: parameters, FLOPs, one training step and a 256x256 inference.
+"""Every image architecture (and clip network, on 5-frame clips) at a published size: parameters, FLOPs, one
+training step and a 256x256 inference.
 
     PYTHONPATH=. python benchmarks/bench_all_archs.py [--accelerator cpu|cuda|mps|xla] [--iters 3] [--only HAT DAT-S]
 
@@ -106,21 +107,45 @@ CONFIGS: dict[str, tuple[dict[str, Any], int, int]] = {
     "SRFormer-light": ({"type": "srformer_light", "scale": 4}, 4, 3),
     "Swin2SR-S": ({"type": "swin2sr_s", "scale": 4}, 4, 3),
     "SwiftSRGAN": ({"type": "SwiftSRGAN"}, 4, 3),
+    "FlexNet": ({"type": "flexnet", "scale": 4}, 4, 3),
+    "MetaFlexNet": ({"type": "metaflexnet", "scale": 4}, 4, 3),
+    "DWT": ({"type": "dwt", "scale": 4}, 4, 3),
+    "DWT-S": ({"type": "dwt_s", "scale": 4}, 4, 3),
+    "EMT": ({"type": "emt", "scale": 4}, 4, 3),
+    "RCAN (traiNNer-redux)": ({"type": "rcan", "scale": 4}, 4, 3),
+    "RCAN-unshuffle (x2)": ({"type": "rcan_unshuffle", "scale": 2}, 2, 3),
+    "GateRV3-S": ({"type": "gaterv3_s", "scale": 4}, 4, 3),
+    "GateRV3-R": ({"type": "gaterv3_r", "scale": 4}, 4, 3),
+    "SCUNet_aaf6aa (x4)": ({"type": "scunet_aaf6aa", "scale": 4}, 4, 3),
     "Real-CUGAN x2": ({"type": "UpCunet2x"}, 2, 3),
     "DnCNN (gray)": ({"type": "DnCNN"}, 1, 1),
     "DRUNet": ({"type": "DRUNet"}, 1, 1),
     "FBCNN": ({"type": "FBCNN"}, 1, 3),
     "FFTformer": ({"type": "FFTformer"}, 1, 3),
+    "Restormer": ({"type": "Restormer"}, 1, 3),
+    "DocRes-base": ({"type": "docres_base"}, 1, 3),
     "RetinexFormer": ({"type": "RetinexFormer"}, 1, 3),
     "HVI-CIDNet": ({"type": "HVICIDNet"}, 1, 3),
     "MixDehazeNet-S": ({"type": "MixDehazeNet"}, 1, 3),
+    "CascadedGaze": ({"type": "cascadedgaze"}, 1, 3),
     "IPT (x4)": ({"type": "ipt", "scale": 4}, 4, 3),
     "MMRealSR (x4)": ({"type": "mmrealsr", "scale": 4}, 4, 3),
     "HiFaceGAN": ({"type": "hifacegan"}, 1, 3),
     # GFPGAN's train_gfpgan_v1.yml network (512-pixel faces: the cells' smaller inputs are padded to 512)
     "GFPGANv1 (512)": ({"type": "GFPGANv1", "out_size": 512, "channel_multiplier": 1, "input_is_latent": True,
                         "different_w": True, "sft_half": True, "fix_decoder": True}, 1, 3),
+    # traiNNer-redux's temporal networks (clip in, centre frame out): their builders' defaults, 5-frame clips
+    "TemporalSPAN": ({"type": "temporalspan", "scale": 4}, 4, 3),
+    "TemporalSPANv2": ({"type": "temporalspanv2", "scale": 4}, 4, 3),
+    "TSCUNet": ({"type": "tscunet", "scale": 4}, 4, 3),
+    "TFDAT": ({"type": "tfdat", "scale": 4}, 4, 3),
 }
+FRAMES = {"TemporalSPAN": 5, "TemporalSPANv2": 5, "TSCUNet": 5, "TFDAT": 5}  # clip networks: frames per input
+
+
+def _input(in_ch: int, side: int, frames: int = 0) -> tuple[int, ...]:
+    """One image (1, c, side, side), or one clip (1, frames, c, side, side) for a clip network."""
+    return (1, frames, in_ch, side, side) if frames else (1, in_ch, side, side)
 
 
 def _precision(device: torch.device, bf16: bool) -> contextlib.AbstractContextManager:
@@ -141,11 +166,11 @@ def _timed(fn: Callable[[], Any], acc: Accelerator, iters: int, warmup: int) -> 
 
 
 def _train_times(net: nn.Module, acc: Accelerator, scale: int, in_ch: int, iters: int, warmup: int,
-                 bf16: bool) -> list[float]:
+                 bf16: bool, frames: int = 0) -> list[float]:
     net.train()
     optim = torch.optim.Adam([p for p in net.parameters() if p.requires_grad], lr=1e-4)
     gen = torch.Generator().manual_seed(0)
-    lq = acc.to_device(torch.rand(1, in_ch, GT_CROP // scale, GT_CROP // scale, generator=gen))
+    lq = acc.to_device(torch.rand(_input(in_ch, GT_CROP // scale, frames), generator=gen))
     gt = acc.to_device(torch.rand(1, in_ch, GT_CROP, GT_CROP, generator=gen))
 
     def step() -> None:
@@ -220,11 +245,13 @@ def main() -> None:
         params = sum(p.numel() for p in net.parameters() if p.requires_grad) / 1e6
         deployed = _deployed(net)
         in_size = OUT_SIZE // scale
-        params_dep = _used_params(deployed, torch.rand(1, in_ch, 64 // scale, 64 // scale)) / 1e6
-        flops, _ = forward_flops(deployed, (1, in_ch, in_size, in_size))
+        frames = FRAMES.get(name, 0)
+        params_dep = _used_params(deployed, torch.rand(_input(in_ch, 64 // scale, frames))) / 1e6
+        flops, _ = forward_flops(deployed, _input(in_ch, in_size, frames))
         net, deployed = net.to(acc.device), deployed.to(acc.device)
-        x = acc.to_device(torch.rand(1, in_ch, in_size, in_size, generator=torch.Generator().manual_seed(1)))
-        train = [_cell(_train_times(net, acc, scale, in_ch, args.iters, args.warmup, bf16)) for bf16 in (False, True)]
+        x = acc.to_device(torch.rand(_input(in_ch, in_size, frames), generator=torch.Generator().manual_seed(1)))
+        train = [_cell(_train_times(net, acc, scale, in_ch, args.iters, args.warmup, bf16, frames))
+                 for bf16 in (False, True)]
         infer = [_cell(_infer_times(deployed, x, acc, args.iters, args.warmup, bf16)) for bf16 in (False, True)]
         shown = f"{params:.3f}" if abs(params - params_dep) < 5e-4 else f"{params:.3f} / {params_dep:.3f}"
         print(f"| {name} | x{scale} | {shown} | {flops / 1e9:.1f} | {train[0]} | {train[1]} | {infer[0]} | "

@@ -51,7 +51,7 @@ def test_every_preset_is_checked_against_the_reference() -> None:
     assert trainner <= set(FIXTURE), trainner - set(FIXTURE)
     others = {p.name: p.source for p in ARCH_PRESETS.values() if p.source != "traiNNer-redux"}
     assert set(others) == {"edsr_m", "edsr_l", "ecbsr_m4c8", "ecbsr_m4c16", "ecbsr_m10c32", "ecbsr_m16c64", "ipt",
-                           "mmrealsr", "hifacegan"}, others
+                           "mmrealsr", "hifacegan", "docres_discriminator"}, others
     assert {"hat_s", "hat_l", "dat_light", "span_s", "esrgan_lite", "swinir_m", "compact", "realplksr_tiny"} \
         <= set(preset_names())
 
@@ -61,8 +61,11 @@ def test_exact_class_name_is_the_class_and_other_case_the_preset() -> None:
     span = _meta_net({"type": "span"})  # traiNNer-redux's span: 52 channels, no normalisation
     assert not span.is_norm and span.conv_1.sk.out_channels == 52
     assert _meta_net({"type": "Span_S"}).conv_1.sk.out_channels == 48
-    assert type(_meta_net({"type": "rcan", "num_in_ch": 3, "num_out_ch": 3, "num_group": 1, "num_block": 1,
+    assert type(_meta_net({"type": "msrresnet", "num_block": 1})).__name__ == "MSRResNet"  # no preset: the class
+    # RCAN: the exact name is BasicSR's layout; traiNNer-redux's rcan the authors' (RCANOriginal)
+    assert type(_meta_net({"type": "RCAN", "num_in_ch": 3, "num_out_ch": 3, "num_group": 1, "num_block": 1,
                                          "num_feat": 16})).__name__ == "RCAN"
+    assert type(_meta_net({"type": "rcan", "n_resgroups": 1})).__name__ == "RCANOriginal"
 
 
 def test_overrides_under_either_spelling() -> None:

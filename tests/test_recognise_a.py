@@ -19,9 +19,10 @@ from anysr.registry import ARCH_REGISTRY
 from tests.test_recognise import _layout
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-FAMILIES = ("ATD", "ArtCNN", "BasicVSR", "BasicVSRPlusPlus", "CRAFT", "DAT", "DCTLSA", "DIS", "DITN", "DRCT", "DRUNet",
-            "DUF", "DnCNN", "ECBSR", "EDSR", "EDVR", "EIMN", "ELAN", "ESCRealM", "FBCNN", "FDAT", "FFTformer",
-            "GFPGANv1Clean", "HAT", "HVICIDNet", "HiT_SIR", "HiT_SNG", "HiT_SRF", "IconVSR", "LKFMixer", "LMLT")
+FAMILIES = ("ATD", "ArtCNN", "BasicVSR", "BasicVSRPlusPlus", "CRAFT", "CascadedGaze", "DAT", "DCTLSA", "DIS", "DITN",
+            "DRCT", "DRUNet", "DUF", "DWT", "DnCNN", "ECBSR", "EDSR", "EDVR", "EIMN", "ELAN", "EMT", "ESCRealM",
+            "FBCNN", "FDAT", "FFTformer", "FlexNet", "GFPGANv1Clean", "HAT", "HVICIDNet", "HiT_SIR", "HiT_SNG",
+            "HiT_SRF", "IconVSR", "LKFMixer", "LMLT")
 
 CONFIGS: list[dict] = [
     {"type": "EDSR", "num_in_ch": 3, "num_out_ch": 3},
@@ -78,6 +79,19 @@ CONFIGS: list[dict] = [
     {"type": "ELAN", "scale": 2, "colors": 1, "m_elan": 4, "c_elan": 24, "n_share": 1, "r_expand": 3},
     {"type": "ELAN", "scale": 3, "norm": True, "m_elan": 3, "c_elan": 12, "n_share": 2},
     {"type": "HVICIDNet", "channels": [16, 16, 32, 64], "heads": [1, 2, 2, 4], "norm": True},
+    {"type": "CascadedGaze", "img_channel": 1, "width": 8, "middle_blk_num": 2, "enc_blk_nums": [1, 0, 2],
+     "dec_blk_nums": [1, 1, 0], "GCE_CONVS_nums": [2, 3, 3]},
+    {"type": "CascadedGaze", "width": 12, "middle_blk_num": 0, "enc_blk_nums": [3], "dec_blk_nums": [2],
+     "GCE_CONVS_nums": [3]},
+    {"type": "FlexNet", "inp_channels": 1, "out_channels": 1, "dim": 12, "num_blocks": [2, 0, 1], "hidden_rate": 1.5,
+     "scale": 3, "upsampler": "nearest+conv", "channel_norm": True},
+    {"type": "FlexNet", "dim": 8, "num_blocks": [1, 1], "scale": 8, "upsampler": "nearest+conv"},
+    {"type": "FlexNet", "dim": 8, "num_blocks": [1], "scale": 3, "upsampler": "dysample", "out_channels": 1},
+    {"type": "FlexNet", "inp_channels": 4, "out_channels": 3, "dim": 8, "num_blocks": [1], "scale": 1},
+    {"type": "FlexNet", "dim": 16, "num_blocks": [2, 1, 0, 1], "hidden_rate": 2, "scale": 2, "pipeline_type": "meta",
+     "upsampler": "dysample"},
+    {"type": "FlexNet", "dim": 6, "num_blocks": [1, 1, 1, 1], "scale": 1, "pipeline_type": "meta",
+     "channel_norm": True},
     {"type": "FFTformer", "inp_channels": 1, "out_channels": 1, "dim": 16, "num_blocks": [1, 2, 1],
      "num_refinement_blocks": 1, "ffn_expansion_factor": 2, "bias": True},
     {"type": "GFPGANv1Clean", "out_size": 128, "num_style_feat": 64, "channel_multiplier": 1, "narrow": 0.5,
@@ -88,6 +102,15 @@ CONFIGS: list[dict] = [
      "upscale": 3, "qkv_bias": False, "resi_connection": "identity"},
     {"type": "HAT", "embed_dim": 16, "depths": [1], "num_heads": [2], "window_size": 8, "img_size": 16,
      "compress_ratio": 2, "squeeze_factor": 8, "upscale": 1, "ape": True, "patch_norm": False},
+    # DWT with layer kinds SwinIR cannot build (masks on even blocks; a window shrunk to the patch, masked)
+    {"type": "DWT", "in_chans": 1, "img_size": 16, "embed_dim": 12, "depths": [3, 2], "num_heads": [3, 2],
+     "window_size": 4, "mlp_ratio": 1.5, "upscale": 3, "resi_connection": "3conv", "qkv_bias": False,
+     "layer_kinds": [[-1, -1, 0], [2, 2]]},
+    {"type": "DWT", "embed_dim": 8, "depths": [2], "num_heads": [2], "window_size": 8, "img_size": 8, "upscale": 1,
+     "layer_kinds": [[1, 0]], "ape": True, "patch_norm": False},
+    {"type": "EMT", "dim": 20, "n_blocks": 2, "n_layers": 4, "num_heads": 2, "mlp_ratio": 3, "n_GTLs": 3, "scale": 8},
+    {"type": "EMT", "dim": 10, "n_blocks": 1, "n_layers": 1, "num_heads": 1, "mlp_ratio": 1, "n_GTLs": 0, "scale": 3,
+     "upsampler": "pixelshuffledirect"},
     {"type": "DRCT", "in_chans": 1, "embed_dim": 24, "depths": [6, 6], "num_heads": [3, 4], "window_size": 4,
      "img_size": 20, "mlp_ratio": 1.5, "upscale": 8, "gc": 16, "resi_connection": "identity"},
     {"type": "DRCT", "embed_dim": 16, "depths": [6], "num_heads": [2], "window_size": 8, "img_size": 8,

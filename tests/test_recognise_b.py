@@ -92,6 +92,17 @@ EXTRA: dict[str, list[dict]] = {
                       {"n_embed": 8, "embed_dim": 4, "ch": 32, "out_ch": 1, "in_channels": 1, "ch_mult": (1, 1, 2),
                        "num_res_blocks": 2, "attn_resolutions": (), "z_channels": 8, "enable_mid": False}],
     "SCUNet": [{"in_nc": 1, "config": (0, 2, 1, 2, 1, 0, 2), "dim": 64}, {"config": (1,) * 7, "dim": 128}],
+    "SCUNet_aaf6aa": [{"config": (1, 0, 0, 2, 0, 0, 1), "scale": sc, "residual": sc != 2, "input_resolution": 64}
+                      for sc in (1, 2, 8)] + [{"in_nc": 1, "out_nc": 3, "config": (0,) * 7}],
+    "RCANOriginal": [{"scale": sc, "n_resgroups": 2, "n_resblocks": 1, "n_feats": 16, "unshuffle_mod": u}
+                     for sc, u in ((1, True), (2, True), (1, False), (3, False), (8, False))]
+    + [{"n_colors": 1, "n_feats": 24, "reduction": 5, "kernel_size": 5, "n_resgroups": 1, "n_resblocks": 1},
+       {"norm": True, "n_resgroups": 1, "n_resblocks": 2, "n_feats": 16, "scale": 2}],
+    "GateRV3": [{"dim": 16, "enc_blocks": (1, 2), "dec_blocks": (2, 1), "num_latent": 1, "sisr_blocks": 1,
+                 "scale": sc, "upsample": up} for sc, up in ((2, "pixelshuffle"), (3, "pixelshuffledirect"),
+                                                             (4, "nearest+conv"), (2, "dysample"), (1, "conv"))]
+    + [{"in_ch": 1, "dim": 8, "enc_blocks": (1,), "dec_blocks": (1,), "attention": True, "upsample_mid_dim": 16,
+        "scale": 4}],
     "UpCunet2x": [{"pro": True}, {"in_channels": 1, "out_channels": 1}],
     "UpCunet3x": [{"pro": True}, {"in_channels": 1, "out_channels": 3}],
     "UpCunet4x": [{"pro": True}, {"in_channels": 4, "out_channels": 4}],
@@ -175,6 +186,7 @@ SAME_NETWORK = {
     ("restoreformer_mid", "attn_resolutions"): "the same level: given for a 16 input there, a 512 one here",
     ("moesr_x1_conv", "upsampler"): "at x1 both heads are the one conv",
     ("srformer_x3_direct_3conv", "img_size"): "the class rounds img_size up to the window (8)",
+    ("rcan_x8_gray", "reduction"): "only n_feats // reduction shows (and counts): 8 // 5 == 8 // 8",
 }
 
 

@@ -102,9 +102,13 @@ WINDOWED = {
     "ESCRealM": {"dim": 8, "pdim": 4, "kernel_size": 5, "n_blocks": 1, "conv_blocks": 1, "window_size": 4,
                  "num_heads": 2, "mid_dim": 8},
     "FDAT": {"embed_dim": 16, "num_groups": 1, "depth_per_group": 2, "num_heads": 2, "window_size": 4, "mid_dim": 8},
+    "TFDAT": {"embed_dim": 16, "num_groups": 1, "depth_per_group": 2, "num_heads": 2, "window_size": 4, "mid_dim": 8},
     "GRL": {"embed_dim": 8, "depths": [2], "num_heads_window": [2], "num_heads_stripe": [2], "window_size": 4,
             "stripe_size": [8, 4], "anchor_window_down_factor": 2},
     "SRFormer": {"img_size": 8, "embed_dim": 16, "depths": [2], "num_heads": [2], "window_size": 4, "mlp_ratio": 2.0},
+    "FlexNet": {"dim": 8, "num_blocks": [1], "hidden_rate": 2},
+    "DWT": {"img_size": 8, "embed_dim": 8, "depths": [2, 2], "num_heads": [2, 2], "window_size": 2,
+            "mlp_ratio": 2.0},
 }
 
 

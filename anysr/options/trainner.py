@@ -118,7 +118,7 @@ TRAINNER_TOP_FIELDS: dict[str, Field] = {
                                  doc="Accepted (traiNNer-redux) when rgb: anysr's networks give RGB."),
     "auto_resume": Field((bool, None), keep=False,
                          doc="Accepted (traiNNer-redux) and ignored; the command line's --auto_resume decides."),
-    "onnx": Field((ONNX_SECTION, None), default=None,
+    "onnx": Field((ONNX_SECTION, None),
                   doc="traiNNer-redux's ONNX export settings, read by `anysr export -opt FILE` (the weights: "
                       "path.pretrain_network_g; the file: onnx/<name>_<shape>_<dtype>_op<opset>.onnx)."),
     "blur_prob2": Field(float, keep=False, check=between(0, 1),
@@ -469,6 +469,11 @@ def _map_video(m: _Mapper) -> None:
     opt = m.opt
     sets = opt.get("datasets")
     for name, data in (sets.items() if isinstance(sets, dict) else ()):
+        if isinstance(data, dict) and str(data.get("type", "")).lower() == "singlevideodataset":
+            m.ctx.add(f"datasets.{name}.type", "singlevideodataset (LQ clips without GT) is not in anysr: run "
+                      "`anysr infer --weights W -i <frame folder> -o <out>` (a clip network runs over the folder's "
+                      "frames as one sequence: one scene per folder), or give dataroot_gt and use pairedvideodataset")
+            continue
         if not isinstance(data, dict) or "clip_size" not in data:
             continue
         given = data.get("num_frame")
