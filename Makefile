@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
-# -n auto: one test process per core (pytest-xdist), each with one thread (tests/conftest.py)
-PYTEST_ARGS ?= -q -n auto -m "not xla and not cuda"
+# -n auto: one test process per core (pytest-xdist), each with one thread (tests/conftest.py); --durations: the
+# slowest tests are listed at the end (what to cut when the suite grows)
+PYTEST_ARGS ?= -q -n auto -m "not xla and not cuda" --durations=25
 # How a CPU without AVX-512 computes (torch's and oneDNN's kernels capped at AVX2), on any x86 machine.
 AVX2_ENV = ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2
 
