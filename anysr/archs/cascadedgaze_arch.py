@@ -24,7 +24,7 @@ from torch.nn import functional as F
 
 from anysr.accelerators.hardware import resamples_by_gathers
 from anysr.archs.arch_util import ArchArgumentError
-from anysr.archs.nafnet_arch import LayerNorm2d, NAFBlock, SimpleGate
+from anysr.archs.nafnet_arch import LayerNorm2d, NAFBlock, SimpleGate, block_counts
 from anysr.archs.recognise import NotThisFamily, StateShapes, register_recogniser
 from anysr.registry import ARCH_REGISTRY
 
@@ -128,13 +128,6 @@ class CascadedGazeBlock(nn.Module):
         return y + self.dropout2(x) * self.gamma
 
 
-def _counts(value: Sequence[int], arg: str) -> list[int]:
-    counts = list(value)
-    if any(not isinstance(n, int) or isinstance(n, bool) or n < 0 for n in counts):
-        raise ArchArgumentError(arg, f"CascadedGaze needs a list of block counts >= 0, got {value!r}")
-    return counts
-
-
 @ARCH_REGISTRY.register()
 class CascadedGaze(nn.Module):
     """CascadedGaze U-Net: ``intro`` conv, per level (CascadedGaze blocks, 2x2 stride-2 conv doubling the
@@ -152,8 +145,8 @@ class CascadedGaze(nn.Module):
         super().__init__()
         if scale != 1:
             raise ArchArgumentError("scale", f"CascadedGaze restores at scale 1 only, got {scale!r}")
-        enc = _counts(enc_blk_nums, "enc_blk_nums")
-        dec = _counts(dec_blk_nums, "dec_blk_nums")
+        enc = block_counts(enc_blk_nums, "enc_blk_nums", "CascadedGaze")
+        dec = block_counts(dec_blk_nums, "dec_blk_nums", "CascadedGaze")
         gce = list(GCE_CONVS_nums)
         if len(dec) != len(enc):
             raise ArchArgumentError("dec_blk_nums", f"CascadedGaze needs one decoder level per encoder level: "

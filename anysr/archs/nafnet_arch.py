@@ -89,10 +89,11 @@ class NAFBlock(nn.Module):
         return y + self.dropout2(x) * self.gamma
 
 
-def _block_counts(value: Sequence[int], arg: str) -> list[int]:
+def block_counts(value: Sequence[int], arg: str, family: str = "NAFNet") -> list[int]:
+    """A U-Net's per-level block counts (``enc_blk_nums`` / ``dec_blk_nums``): ints >= 0, else a one-line error."""
     counts = list(value)
     if any(not isinstance(n, int) or isinstance(n, bool) or n < 0 for n in counts):
-        raise ArchArgumentError(arg, f"NAFNet needs a list of block counts >= 0, got {value!r}")
+        raise ArchArgumentError(arg, f"{family} needs a list of block counts >= 0, got {value!r}")
     return counts
 
 
@@ -109,8 +110,8 @@ class NAFNet(nn.Module):
     def __init__(self, img_channel: int = 3, width: int = 16, middle_blk_num: int = 1,
                  enc_blk_nums: Sequence[int] = (), dec_blk_nums: Sequence[int] = ()) -> None:
         super().__init__()
-        enc = _block_counts(enc_blk_nums, "enc_blk_nums")
-        dec = _block_counts(dec_blk_nums, "dec_blk_nums")
+        enc = block_counts(enc_blk_nums, "enc_blk_nums")
+        dec = block_counts(dec_blk_nums, "dec_blk_nums")
         if len(enc) != len(dec):
             raise ArchArgumentError("dec_blk_nums", f"NAFNet needs one decoder level per encoder level: "
                                     f"enc_blk_nums has {len(enc)} entries, dec_blk_nums {len(dec)}")
