@@ -5,6 +5,8 @@ families; ``anysr infer`` runs a bare state dict with no --arch."""
 
 from __future__ import annotations
 
+import functools
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -34,12 +36,20 @@ NOT_RECOGNISED = {
 
 
 def _layout(opt: dict) -> dict[str, tuple[int, ...]] | None:
+    built = _built(json.dumps(opt, sort_keys=True))
+    return None if built is None else built[1]
+
+
+@functools.cache
+def _built(opt_json: str) -> tuple[type, dict[str, tuple[int, ...]]] | None:
+    """The class and layout ``opt`` builds on the meta device (once per options: a large transformer takes a
+    second), None for options the class refuses."""
     try:
         with torch.device("meta"):
-            net = build_network(dict(opt))
+            net = build_network(json.loads(opt_json))
     except OptionError:
         return None
-    return {k: tuple(v.shape) for k, v in net.state_dict().items()}
+    return type(net), {k: tuple(v.shape) for k, v in net.state_dict().items()}
 
 
 # Classes whose constructor needs arguments and that have no named preset: a published size each.
@@ -86,8 +96,7 @@ def test_recognised_from_names_and_shapes(arch: str) -> None:
         layout = _layout(opt)
         if layout is None:
             continue  # a class that needs arguments, or a preset that has no such scale
-        with torch.device("meta"):
-            built = type(build_network(dict(opt)))  # a preset may pick another class (realcugan at x2)
+        built = _built(json.dumps(opt, sort_keys=True))[0]  # a preset may pick another class (realcugan at x2)
         found = recognise(layout, source=str(opt))
         if arch in LOOK_ALIKES:
             assert found.opt["type"] == LOOK_ALIKES[arch] and arch in found.others, found

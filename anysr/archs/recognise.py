@@ -13,7 +13,9 @@ Pure torch: no file, device or process knowledge (the engine reads the file and 
 
 from __future__ import annotations
 
+import json
 import re
+import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -166,17 +168,30 @@ def _proposals(recogniser: Recogniser, view: StateShapes) -> list[dict[str, Any]
     return [dict(p) for p in got]
 
 
-def _meta_layout(opt: Mapping[str, Any]) -> dict[str, tuple[int, ...]] | None:
-    """Names and shapes of the network ``opt`` builds (on the meta device), or None when it cannot be built."""
+_LAYOUTS: dict[str, Mapping[str, tuple[int, ...]] | None] = {}
+
+
+def _meta_layout(opt: Mapping[str, Any]) -> Mapping[str, tuple[int, ...]] | None:
+    """Names and shapes of the network ``opt`` builds (on the meta device; read-only), or None when it cannot be
+    built. Remembered per options (up to 256): building a large transformer's modules takes a second even on the
+    meta device, and the same proposals come back (another file of the family, the closest-family scan)."""
     from anysr.archs import build_network  # noqa: PLC0415 - archs/__init__ imports every arch module (and this one)
 
+    key = json.dumps(opt, sort_keys=True, default=repr)
+    if key in _LAYOUTS:
+        return _LAYOUTS[key]
     try:
         with torch.device("meta"):
-            net = build_network(opt, key_path="recognised")
+            net = build_network(dict(opt), key_path="recognised")
+        layout: Mapping[str, tuple[int, ...]] | None = types.MappingProxyType(
+            {k: tuple(v.shape) for k, v in net.state_dict().items()})
     except (OptionError, TypeError, ValueError, RuntimeError, NotImplementedError, AssertionError, IndexError,
             KeyError, ZeroDivisionError, AttributeError):
-        return None
-    return {k: tuple(v.shape) for k, v in net.state_dict().items()}
+        layout = None
+    if len(_LAYOUTS) >= 256:
+        _LAYOUTS.clear()
+    _LAYOUTS[key] = layout
+    return layout
 
 
 def layout_fits(opt: Mapping[str, Any], view: StateShapes) -> bool:
