@@ -17,8 +17,9 @@ import json
 import math
 import os
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -250,31 +251,87 @@ def check_two_ranks_match_one(tmp_path: Path, opt: dict[str, Any], *, batch: int
     return one, two
 
 
+# ----------------------------------------------------------------------------- ONNX
+
+def check_onnx_at_unseen_size(net: torch.nn.Module, opt: dict[str, Any], scale: int, tmp_path: Path, *,
+                              size: tuple[int, int] = (45, 70), channels: int = 3,
+                              tol: float = 1e-4) -> Any:
+    """``anysr export`` of ``net``'s weights writes a dynamic ONNX file that onnxruntime runs at ``size`` (not a
+    size the exporter traced or checked, nor a multiple of any tile) with the output of ``net`` in eval mode.
+    Returns the exporter's report (its own checks: ``rep.checks``). Skips where onnxruntime is not installed."""
+    ort = pytest.importorskip("onnxruntime")
+    from anysr.engine import checkpoint as ck  # noqa: PLC0415
+    from anysr.engine.inference.export import export_weights  # noqa: PLC0415
+
+    net = net.eval()
+    src = tmp_path / "w.safetensors"
+    ck.save_weights(src, {"params": net.state_dict()}, {"network_g": dict(opt), "scale": scale})
+    (rep,) = export_weights(str(src), [str(tmp_path / "m.onnx")])
+    assert rep.dynamic, rep.note
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    x = torch.rand(1, channels, *size)
+    got = torch.from_numpy(session.run(None, {"input": x.numpy()})[0])
+    with torch.no_grad():
+        want = net(x)
+    assert got.shape == want.shape == (1, want.shape[1], size[0] * scale, size[1] * scale)
+    torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+    return rep
+
+
 # ----------------------------------------------------------------------------- XLA
 
-def check_xla_train_step(net_opt: dict[str, Any], shape: tuple[int, ...] = (2, 3, 16, 12)) -> None:
+def check_xla_train_step(net_opt: dict[str, Any], shape: tuple[int, ...] = (2, 3, 16, 12), *,
+                         eval_form: bool = False, scale: int | None = None, steps: int = 2,
+                         eval_shape: tuple[int, ...] | None = None, allowed_fallbacks: Collection[str] = (),
+                         same_loss: bool = True,
+                         prepare: Callable[[torch.nn.Module], object] | None = None) -> SimpleNamespace:
     """Two training steps of ``net_opt`` on an XLA:CPU device: one compile (the second step reuses the graph),
-    the same loss twice, a gradient for every trainable parameter and no op fallen back to the CPU (the counters
-    are cleared first). Skips where torch_xla is not installed."""
+    the same loss twice, a finite gradient for every trainable parameter and no op fallen back to the CPU (the
+    counters are cleared first). ``eval_form``: an eval-mode forward lowers too (re-parameterised networks);
+    ``scale``: so does it, and its output's height and width are ``scale`` times the input's. ``eval_shape``: so
+    does it, on an input of that shape (another graph). ``steps``: that many steps, the last two compiling nothing
+    new and step 2 at most ``steps - 2`` graphs more than step 1 (torch_xla compiles a network with batch norms
+    twice: their running statistics turn from initial values into step outputs); every step's loss is the same
+    (``same_loss=False``: not asked of a network that draws noise in training).
+    ``allowed_fallbacks``: ``aten::`` ops known to run on the CPU (not a failure). ``prepare``: called on the built
+    network (on the CPU, before it moves to the device). Returns ``net`` (on the device, in the mode the check
+    left it), ``x``, ``compiles`` (the compile count after each step) and ``losses`` (on the device) for a caller's
+    own checks. Skips where torch_xla is not installed."""
     os.environ.setdefault("PJRT_DEVICE", "CPU")
     torch_xla = pytest.importorskip("torch_xla")
     from torch_xla.debug import metrics  # noqa: PLC0415
 
+    metrics.clear_all()
     torch.manual_seed(0)
     dev = torch_xla.device()
-    net = build_network(net_opt).train().to(dev)
-    metrics.clear_counters()
+    net = build_network(dict(net_opt)).train()
+    if prepare is not None:
+        prepare(net)
+    net = net.to(dev)
     x = torch.rand(shape).to(dev)
     compiles, losses = [], []
-    for _ in range(2):
+    for _ in range(steps):
         net.zero_grad(set_to_none=True)
         loss = net(x).square().mean()
         loss.backward()
         torch_xla.sync()
         compiles.append(metrics.metric_data("CompileTime")[0])
         losses.append(loss.detach())
-    assert compiles[0] >= 1 and compiles[1] == compiles[0], f"recompiled: {compiles}"
-    assert all(p.grad is not None for p in net.parameters() if p.requires_grad)
-    assert torch.equal(losses[0].cpu(), losses[1].cpu())
-    fallbacks = {n for n in metrics.counter_names() if n.startswith("aten::")}
-    assert not fallbacks, f"ops fell back to the CPU: {fallbacks}"
+    assert compiles[0] >= 1 and compiles[-1] == compiles[-2], f"{net_opt['type']} recompiled: {compiles}"
+    assert compiles[1] <= compiles[0] + steps - 2, f"{net_opt['type']} recompiled: {compiles}"
+    grads = [p.grad for p in net.parameters() if p.requires_grad]
+    assert grads and all(g is not None for g in grads), "a trainable parameter got no gradient"
+    assert torch.isfinite(torch.stack([g.abs().sum() for g in grads]).cpu()).all(), "a gradient is not finite"
+    assert not same_loss or all(torch.equal(losses[0].cpu(), v.cpu()) for v in losses[1:]), "the loss changed"
+    if eval_form or scale is not None or eval_shape is not None:
+        x_eval = x if eval_shape is None else torch.rand(eval_shape).to(dev)
+        with torch.no_grad():
+            out = net.eval()(x_eval)
+            torch_xla.sync()
+        if scale is not None:
+            want = (scale * x_eval.shape[-2], scale * x_eval.shape[-1])
+            assert out.shape[-2:] == want, f"eval output {tuple(out.shape)}, not {want}"
+    fallbacks = {n for n in metrics.counter_names() if n.startswith("aten::")} - set(allowed_fallbacks)
+    executed = set(metrics.executed_fallback_ops()) - set(allowed_fallbacks)
+    assert not fallbacks and not executed, f"ops fell back to the CPU: {fallbacks or executed}"
+    return SimpleNamespace(net=net, x=x, compiles=compiles, losses=losses)
