@@ -17,7 +17,7 @@ import json
 import math
 import os
 import zlib
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -282,8 +282,7 @@ def check_onnx_at_unseen_size(net: torch.nn.Module, opt: dict[str, Any], scale: 
 
 def check_xla_train_step(net_opt: dict[str, Any], shape: tuple[int, ...] = (2, 3, 16, 12), *,
                          eval_form: bool = False, scale: int | None = None, steps: int = 2,
-                         eval_shape: tuple[int, ...] | None = None, allowed_fallbacks: Collection[str] = (),
-                         same_loss: bool = True,
+                         eval_shape: tuple[int, ...] | None = None, same_loss: bool = True,
                          prepare: Callable[[torch.nn.Module], object] | None = None) -> SimpleNamespace:
     """Two training steps of ``net_opt`` on an XLA:CPU device: one compile (the second step reuses the graph),
     the same loss twice, a finite gradient for every trainable parameter and no op fallen back to the CPU (the
@@ -293,7 +292,7 @@ def check_xla_train_step(net_opt: dict[str, Any], shape: tuple[int, ...] = (2, 3
     new and step 2 at most ``steps - 2`` graphs more than step 1 (torch_xla compiles a network with batch norms
     twice: their running statistics turn from initial values into step outputs); every step's loss is the same
     (``same_loss=False``: not asked of a network that draws noise in training).
-    ``allowed_fallbacks``: ``aten::`` ops known to run on the CPU (not a failure). ``prepare``: called on the built
+    ``prepare``: called on the built
     network (on the CPU, before it moves to the device). Returns ``net`` (on the device, in the mode the check
     left it), ``x``, ``compiles`` (the compile count after each step) and ``losses`` (on the device) for a caller's
     own checks. Skips where torch_xla is not installed."""
@@ -331,7 +330,7 @@ def check_xla_train_step(net_opt: dict[str, Any], shape: tuple[int, ...] = (2, 3
         if scale is not None:
             want = (scale * x_eval.shape[-2], scale * x_eval.shape[-1])
             assert out.shape[-2:] == want, f"eval output {tuple(out.shape)}, not {want}"
-    fallbacks = {n for n in metrics.counter_names() if n.startswith("aten::")} - set(allowed_fallbacks)
-    executed = set(metrics.executed_fallback_ops()) - set(allowed_fallbacks)
+    fallbacks = {n for n in metrics.counter_names() if n.startswith("aten::")}
+    executed = set(metrics.executed_fallback_ops())
     assert not fallbacks and not executed, f"ops fell back to the CPU: {fallbacks or executed}"
     return SimpleNamespace(net=net, x=x, compiles=compiles, losses=losses)

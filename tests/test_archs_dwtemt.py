@@ -12,11 +12,11 @@ The checks every architecture gets (channels_last, bf16 autocast, the meta devic
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 import torch
+from arch_checks import check_onnx_at_unseen_size, check_xla_train_step
 from conftest import FIXTURE_TOL
 from safetensors.torch import load_file
 
@@ -214,24 +214,9 @@ def test_published_sizes() -> None:
 
 @pytest.mark.parametrize("arch", sorted(TINY))
 def test_onnx_export_runs_at_sizes_it_never_saw(arch: str, tmp_path: Path) -> None:
-    ort = pytest.importorskip("onnxruntime")
-    from anysr.engine import checkpoint as ck
-    from anysr.engine.inference.export import export_weights
-
-    opt = TINY[arch]
     torch.manual_seed(0)
-    net = build_network(opt).eval()
-    src = tmp_path / "w.safetensors"
-    ck.save_weights(src, {"params": net.state_dict()}, {"network_g": opt, "scale": 2})
-    (rep,) = export_weights(str(src), [str(tmp_path / "m.onnx")])
-    assert rep.dynamic, rep.note
-    session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
-    x = torch.rand(1, 3, 23, 30)  # not a window multiple, not a size the exporter traced
-    got = torch.from_numpy(session.run(None, {"input": x.numpy()})[0])
-    with torch.no_grad():
-        want = net(x)
-    assert got.shape == want.shape == (1, 3, 46, 60)
-    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(want.abs().max())))
+    net = build_network(TINY[arch])
+    check_onnx_at_unseen_size(net, TINY[arch], 2, tmp_path, size=(23, 30))  # not a window multiple
 
 
 # ----------------------------------------------------------------------------- XLA:CPU
@@ -239,35 +224,7 @@ def test_onnx_export_runs_at_sizes_it_never_saw(arch: str, tmp_path: Path) -> No
 @pytest.mark.xla
 @pytest.mark.parametrize("arch", sorted(TINY))
 def test_xla_train_step_compiles_once_without_cpu_fallback(arch: str) -> None:
-    os.environ.setdefault("PJRT_DEVICE", "CPU")
-    torch_xla = pytest.importorskip("torch_xla")
-    from torch_xla.debug import metrics
-
-    metrics.clear_all()
-    torch.manual_seed(0)
-    dev = torch_xla.device()
-    net = build_network(dict(TINY[arch])).train().to(dev)
-    x = torch.rand(2, 3, 10, 9).to(dev)  # window padding inside, batch of two
-    # EMT's batch norms: torch_xla compiles a plain nn.BatchNorm2d twice (num_batches_tracked starts as a constant,
-    # then is step output), then never again: 3 steps, nothing new after the second.
-    steps = 3 if arch == "EMT" else 2
-    compiles, losses = [], []
-    for _ in range(steps):
-        net.zero_grad(set_to_none=True)
-        loss = net(x).square().mean()
-        loss.backward()
-        torch_xla.sync()
-        compiles.append(metrics.metric_data("CompileTime")[0])
-        losses.append(loss.detach())
-    assert compiles[0] >= 1 and compiles[-1] == compiles[-2], f"{arch} recompiled: {compiles}"
-    assert compiles[1] <= compiles[0] + (arch == "EMT"), f"{arch} recompiled: {compiles}"
-    grads = [p.grad for p in net.parameters() if p.requires_grad]
-    assert all(g is not None for g in grads)
-    assert torch.isfinite(torch.stack([g.abs().sum() for g in grads]).cpu()).all()
-    assert torch.equal(losses[0].cpu(), losses[1].cpu())
-    with torch.no_grad():
-        out = net.eval()(x)
-        torch_xla.sync()
-    assert out.shape[-2:] == (20, 18)
-    fallbacks = [c for c in metrics.counter_names() if c.startswith("aten::")]
-    assert not fallbacks and not metrics.executed_fallback_ops(), f"{arch}: ops run on the CPU: {fallbacks}"
+    # window padding inside, batch of two. EMT's batch norms: torch_xla compiles a plain nn.BatchNorm2d twice
+    # (num_batches_tracked starts as a constant, then is step output), then never again: 3 steps, nothing new after
+    # the second.
+    check_xla_train_step(TINY[arch], (2, 3, 10, 9), scale=2, steps=3 if arch == "EMT" else 2)

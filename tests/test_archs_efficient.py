@@ -10,11 +10,11 @@ gradients, training runs, 2 gloo ranks == 1 process) run from ``tests/test_archs
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 import torch
+from arch_checks import check_xla_train_step
 from conftest import FIXTURE_TOL
 from safetensors.torch import load_file
 from torch.nn import functional as F
@@ -232,25 +232,4 @@ XLA_NETS = {
 @pytest.mark.xla
 @pytest.mark.parametrize("arch", sorted(XLA_NETS))
 def test_xla_train_step_compiles_once(arch: str) -> None:
-    os.environ.setdefault("PJRT_DEVICE", "CPU")
-    torch_xla = pytest.importorskip("torch_xla")
-    from torch_xla.debug import metrics
-
-    opt, shape = XLA_NETS[arch]
-    torch.manual_seed(0)
-    dev = torch_xla.device()
-    net = build_network(dict(opt)).train().to(dev)
-    x = torch.rand(shape).to(dev)
-    compiles, losses = [], []
-    for _ in range(2):
-        net.zero_grad(set_to_none=True)
-        loss = net(x).square().mean()
-        loss.backward()
-        torch_xla.sync()
-        compiles.append(metrics.metric_data("CompileTime")[0])
-        losses.append(loss.detach())
-    assert compiles[0] >= 1 and compiles[1] == compiles[0], f"{arch} recompiled: {compiles}"
-    grads = [p.grad for p in net.parameters() if p.requires_grad]
-    assert all(g is not None for g in grads)
-    assert torch.isfinite(torch.stack([g.abs().sum() for g in grads]).cpu()).all()
-    assert torch.equal(losses[0].cpu(), losses[1].cpu())
+    check_xla_train_step(*XLA_NETS[arch])

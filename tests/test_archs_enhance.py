@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 import pytest
 import torch
+from arch_checks import check_xla_train_step
 from conftest import FIXTURE_TOL
 from safetensors.torch import load_file
 from torch.nn import functional as F
@@ -249,35 +249,13 @@ XLA_SHAPES = {"RetinexFormer": (1, 3, 16, 16), "HVICIDNet": (1, 3, 16, 16), "FFT
 @pytest.mark.xla
 @pytest.mark.parametrize("arch", sorted(TINY))
 def test_xla_train_step_compiles_once_without_cpu_fallback(arch: str) -> None:
-    os.environ.setdefault("PJRT_DEVICE", "CPU")
-    torch_xla = pytest.importorskip("torch_xla")
-    from torch_xla.debug import metrics
-
-    metrics.clear_all()
+    # the CPU twin: the shared check seeds 0, builds, then draws its input, the same weights and input
     torch.manual_seed(0)
-    dev = torch_xla.device()
     cpu_net = build_network(dict(TINY[arch])).train()
-    net = build_network(dict(TINY[arch])).train()
-    net.load_state_dict(cpu_net.state_dict())
-    net = net.to(dev)
     x_cpu = torch.rand(XLA_SHAPES[arch])
-    x = x_cpu.to(dev)
     # MixDehazeNet's batch norms: torch_xla compiles a plain nn.BatchNorm2d twice (its running statistics change
     # from initial values to step outputs), then never again: 3 steps, nothing new after the second.
-    steps = 3 if arch == "MixDehazeNet" else 2
-    compiles, losses = [], []
-    for _ in range(steps):
-        net.zero_grad(set_to_none=True)
-        loss = net(x).square().mean()
-        loss.backward()
-        torch_xla.sync()
-        compiles.append(metrics.metric_data("CompileTime")[0])
-        losses.append(loss.detach())
-    assert compiles[0] >= 1 and compiles[-1] == compiles[-2], f"{arch} recompiled: {compiles}"
-    fallbacks = [n for n in metrics.counter_names() if n.startswith("aten::")]
-    assert not fallbacks, f"{arch}: ops ran on the CPU: {fallbacks}"
-    grads = [p.grad for p in net.parameters() if p.requires_grad]
-    assert all(g is not None for g in grads)
-    assert torch.isfinite(torch.stack([g.abs().sum() for g in grads]).cpu()).all()
+    run = check_xla_train_step(TINY[arch], XLA_SHAPES[arch], steps=3 if arch == "MixDehazeNet" else 2)
+    assert torch.equal(run.x.cpu(), x_cpu)
     # the XLA graph (gather resizes, DFT matrices) computes what the CPU computes
-    torch.testing.assert_close(losses[0].cpu(), cpu_net(x_cpu).square().mean().detach(), rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(run.losses[0].cpu(), cpu_net(x_cpu).square().mean().detach(), rtol=1e-4, atol=1e-6)

@@ -10,11 +10,11 @@ runs, 2 gloo ranks == 1 process) run from ``tests/test_archs_common.py``.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 import torch
+from arch_checks import check_xla_train_step
 from conftest import FIXTURE_TOL
 from safetensors.torch import load_file
 
@@ -257,29 +257,4 @@ XLA_NETS = {
 @pytest.mark.xla
 @pytest.mark.parametrize("arch", sorted(XLA_NETS))
 def test_xla_train_step_compiles_once_without_cpu_fallback(arch: str) -> None:
-    os.environ.setdefault("PJRT_DEVICE", "CPU")
-    torch_xla = pytest.importorskip("torch_xla")
-    from torch_xla.debug import metrics
-
-    opt, shape = XLA_NETS[arch]
-    torch.manual_seed(0)
-    dev = torch_xla.device()
-    net = build_network(dict(opt)).train().to(dev)
-    x = torch.rand(shape).to(dev)
-    torch_xla.sync()
-    metrics.clear_counters()
-    compiles, losses = [], []
-    for _ in range(2):
-        net.zero_grad(set_to_none=True)
-        loss = net(x).square().mean()
-        loss.backward()
-        torch_xla.sync()
-        compiles.append(metrics.metric_data("CompileTime")[0])
-        losses.append(loss.detach())
-    assert compiles[0] >= 1 and compiles[1] == compiles[0], f"{arch} recompiled: {compiles}"
-    fallbacks = [n for n in metrics.counter_names() if n.startswith("aten::")]
-    assert not fallbacks and not metrics.executed_fallback_ops(), f"{arch} fell back to the CPU: {fallbacks}"
-    grads = [p.grad for p in net.parameters() if p.requires_grad]
-    assert all(g is not None for g in grads)
-    assert torch.isfinite(torch.stack([g.abs().sum() for g in grads]).cpu()).all()
-    assert torch.equal(losses[0].cpu(), losses[1].cpu())
+    check_xla_train_step(*XLA_NETS[arch])

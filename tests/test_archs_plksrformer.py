@@ -10,12 +10,12 @@ The checks every architecture gets (channels_last, bf16 autocast, the meta devic
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from arch_checks import check_xla_train_step
 from conftest import FIXTURE_TOL
 from safetensors.torch import load_file
 
@@ -251,30 +251,6 @@ def test_onnx_export_runs_at_unseen_sizes(arch: str, tmp_path: Path) -> None:
 @pytest.mark.xla
 @pytest.mark.parametrize("arch", sorted(TINY))
 def test_xla_train_step_compiles_once_without_cpu_fallback(arch: str) -> None:
-    os.environ.setdefault("PJRT_DEVICE", "CPU")
-    torch_xla = pytest.importorskip("torch_xla")
-    from torch_xla.debug import metrics
-
-    opt, shape = TINY[arch]
-    torch.manual_seed(0)
-    dev = torch_xla.device()
-    net = build_network(dict(opt)).train().to(dev)
-    x = torch.rand(shape).to(dev)
-    metrics.clear_counters()
     # ELAN's batch norms: torch_xla compiles a plain nn.BatchNorm2d twice (its running statistics change from
     # initial values to step outputs), then never again: 3 steps, nothing new after the second.
-    compiles, losses = [], []
-    for _ in range(3 if arch == "ELAN" else 2):
-        net.zero_grad(set_to_none=True)
-        loss = net(x).square().mean()
-        loss.backward()
-        torch_xla.sync()
-        compiles.append(metrics.metric_data("CompileTime")[0])
-        losses.append(loss.detach())
-    assert compiles[0] >= 1 and compiles[-1] == compiles[-2], f"{arch} recompiled: {compiles}"
-    grads = [p.grad for p in net.parameters() if p.requires_grad]
-    assert all(g is not None for g in grads)
-    assert torch.isfinite(torch.stack([g.abs().sum() for g in grads]).cpu()).all()
-    assert torch.equal(losses[-2].cpu(), losses[-1].cpu())
-    fallbacks = [n for n in metrics.counter_names() if n.startswith("aten::")]
-    assert not fallbacks, f"{arch}: ops ran on the CPU: {fallbacks}"
+    check_xla_train_step(*TINY[arch], steps=3 if arch == "ELAN" else 2)

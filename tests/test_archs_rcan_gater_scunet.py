@@ -13,12 +13,11 @@ that compiles once with no aten op left to the CPU (``-m xla``). The checks ever
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 import torch
-from arch_checks import stored_params
+from arch_checks import check_onnx_at_unseen_size, check_xla_train_step, stored_params
 from conftest import FIXTURE_TOL
 from safetensors.torch import load_file
 
@@ -223,24 +222,8 @@ def test_bad_argument_values(opt: dict, pattern: str) -> None:
 
 @pytest.mark.parametrize("arch", ["RCANOriginal", "GateRV3"])
 def test_onnx_export_runs_at_sizes_it_never_saw(arch: str, tmp_path: Path) -> None:
-    ort = pytest.importorskip("onnxruntime")
-    from anysr.engine import checkpoint as ck
-    from anysr.engine.inference.export import export_weights
-
-    opt = TINY[arch]
     torch.manual_seed(0)
-    net = build_network(opt).eval()
-    src = tmp_path / "w.safetensors"
-    ck.save_weights(src, {"params": net.state_dict()}, {"network_g": opt, "scale": 2})
-    (rep,) = export_weights(str(src), [str(tmp_path / "m.onnx")])
-    assert rep.dynamic, rep.note
-    session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
-    x = torch.rand(1, 3, 45, 70)
-    got = torch.from_numpy(session.run(None, {"input": x.numpy()})[0])
-    with torch.no_grad():
-        want = net(x)
-    assert got.shape == want.shape == (1, 3, 90, 140)
-    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    check_onnx_at_unseen_size(build_network(TINY[arch]), TINY[arch], 2, tmp_path)
 
 
 # ----------------------------------------------------------------------------- XLA:CPU
@@ -248,32 +231,6 @@ def test_onnx_export_runs_at_sizes_it_never_saw(arch: str, tmp_path: Path) -> No
 @pytest.mark.xla
 @pytest.mark.parametrize("arch", ARCHS)
 def test_xla_train_step_compiles_once_without_cpu_fallback(arch: str) -> None:
-    os.environ.setdefault("PJRT_DEVICE", "CPU")
-    torch_xla = pytest.importorskip("torch_xla")
-    from torch_xla.debug import metrics
-
-    metrics.clear_all()
-    torch.manual_seed(0)
-    dev = torch_xla.device()
-    net = build_network(dict(TINY[arch])).train().to(dev)
-    _silence(net)  # the noise would make the two losses differ
-    x = torch.rand(1, 3, 8, 8).to(dev)
-    compiles, losses = [], []
-    for _ in range(2):
-        net.zero_grad(set_to_none=True)
-        loss = net(x).square().mean()
-        loss.backward()
-        torch_xla.sync()
-        compiles.append(metrics.metric_data("CompileTime")[0])
-        losses.append(loss.detach())
-    assert compiles[0] >= 1 and compiles[1] == compiles[0], f"{arch} recompiled: {compiles}"
-    grads = [p.grad for p in net.parameters() if p.requires_grad]
-    assert all(g is not None for g in grads)
-    assert torch.isfinite(torch.stack([g.abs().sum() for g in grads]).cpu()).all()
-    assert torch.equal(losses[0].cpu(), losses[1].cpu())
-    with torch.no_grad():  # the eval form (folds GateRV3's convs; SCUNet_aaf6aa pads more) lowers too
-        out = net.eval()(x)
-        torch_xla.sync()
-    assert out.shape[-1] == 2 * x.shape[-1]
-    fallbacks = [c for c in metrics.counter_names() if c.startswith("aten::")]
-    assert not fallbacks and not metrics.executed_fallback_ops(), f"{arch}: ops run on the CPU: {fallbacks}"
+    # _silence: the noise would make the two losses differ; the eval form (folds GateRV3's convs; SCUNet_aaf6aa pads
+    # more) lowers too
+    check_xla_train_step(TINY[arch], (1, 3, 8, 8), scale=2, prepare=_silence)

@@ -12,13 +12,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from arch_checks import synthetic_state_dict
+from arch_checks import check_onnx_at_unseen_size, check_xla_train_step, synthetic_state_dict
 from conftest import FIXTURE_TOL, run_cli
 from safetensors.torch import load_file
 
@@ -259,22 +258,13 @@ ONNX_NETS = {
 def test_onnx_export_runs_at_unseen_sizes(name: str, tmp_path: Path) -> None:
     """``anysr export weights --to m.onnx``'s path (the network rebuilt from the file's metadata), then
     onnxruntime at a size the export never traced or checked."""
-    ort = pytest.importorskip("onnxruntime")
-    from anysr.engine.inference.export import export_weights
-
     net, io = _case(name)
     case = CASES[name]
     scale = io["output0"].shape[-1] // io["input0"].shape[-1]
-    src = ck.save_weights(tmp_path / "w.safetensors", {"params": _params(name)},
-                          {"network_g": {"type": case["type"], **case["kwargs"]}, "scale": scale})
-    (rep,) = export_weights(str(src), [str(tmp_path / "m.onnx")])
-    assert rep.dynamic, rep.note
+    # not a size the export saw, not a multiple of 8; gray networks get gray input
+    rep = check_onnx_at_unseen_size(net, {"type": case["type"], **case["kwargs"]}, scale, tmp_path, size=(37, 50),
+                                    channels=input_channels(net))
     assert max(c.max_diff for c in rep.checks) < 1e-4
-    session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
-    x = torch.rand(1, input_channels(net), 37, 50)  # not a size the export saw, not a multiple of 8
-    got = torch.from_numpy(session.run(None, {"input": x.numpy()})[0])
-    with torch.no_grad():
-        torch.testing.assert_close(got, net(x), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.slow
@@ -333,33 +323,9 @@ XLA_NETS = {
 @pytest.mark.xla
 @pytest.mark.parametrize("arch", sorted(XLA_NETS))
 def test_xla_train_step_compiles_once_without_cpu_fallback(arch: str) -> None:
-    os.environ.setdefault("PJRT_DEVICE", "CPU")
-    torch_xla = pytest.importorskip("torch_xla")
-    from torch_xla.debug import metrics
-
     opt, shape = XLA_NETS[arch]
-    torch.manual_seed(0)
-    dev = torch_xla.device()
-    net = build_network(dict(opt)).train().to(dev)
-    x = torch.rand(shape).to(dev)
-    metrics.clear_all()
     # Batch norm updates its running statistics in place: the second step's graph aliases those buffers
     # (input = output), which the first cannot, so it compiles once more; from then on nothing recompiles.
-    warmup = 2 if any(isinstance(m, torch.nn.BatchNorm2d) for m in net.modules()) else 1
-    compiles, losses = [], []
-    for _ in range(warmup + 1):
-        net.zero_grad(set_to_none=True)
-        loss = net(x).square().mean()
-        loss.backward()
-        torch_xla.sync()
-        compiles.append(metrics.metric_data("CompileTime")[0])
-        losses.append(loss.detach())
-    assert compiles[warmup - 1] == warmup and compiles[-1] == compiles[warmup - 1], f"{arch} recompiled: {compiles}"
-    assert torch.equal(losses[0].cpu(), losses[-1].cpu())
-    grads = [p.grad for p in net.parameters() if p.requires_grad]
-    assert all(g is not None for g in grads)
-    assert torch.isfinite(torch.stack([g.abs().sum() for g in grads]).cpu()).all()
-    fallbacks = [c for c in metrics.counter_names() if c.startswith("aten::")]
-    assert not fallbacks, f"{arch}: ops fell back to the CPU: {fallbacks}"
-    executed = getattr(metrics, "executed_fallback_ops", None)
-    assert not (executed() if executed else []), f"{arch}: {executed()}"
+    warmup = 2 if any(isinstance(m, torch.nn.BatchNorm2d) for m in build_network(dict(opt)).modules()) else 1
+    compiles = check_xla_train_step(opt, shape, steps=warmup + 1).compiles
+    assert compiles[warmup - 1] == warmup, f"{arch}: {compiles}"

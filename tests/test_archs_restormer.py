@@ -8,11 +8,11 @@ process) run from tests/test_archs_common.py."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 import torch
+from arch_checks import check_onnx_at_unseen_size, check_xla_train_step
 from conftest import FIXTURE_TOL
 from safetensors.torch import load_file
 
@@ -102,49 +102,11 @@ def test_bad_argument_values(opt: dict, pattern: str) -> None:
 
 @pytest.mark.parametrize("arch", sorted(TINY))
 def test_onnx_export_runs_at_sizes_it_never_saw(arch: str, tmp_path: Path) -> None:
-    ort = pytest.importorskip("onnxruntime")
-    from anysr.engine import checkpoint as ck
-    from anysr.engine.inference.export import export_weights
-
-    opt = TINY[arch]
     torch.manual_seed(0)
-    net = build_network(opt).eval()
-    src = tmp_path / "w.safetensors"
-    ck.save_weights(src, {"params": net.state_dict()}, {"network_g": opt, "scale": 1})
-    (rep,) = export_weights(str(src), [str(tmp_path / "m.onnx")])
-    assert rep.dynamic, rep.note
-    session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
-    x = torch.rand(1, 3, 45, 70)
-    got = torch.from_numpy(session.run(None, {"input": x.numpy()})[0])
-    with torch.no_grad():
-        want = net(x)
-    assert got.shape == want.shape == (1, 3, 45, 70)
-    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    check_onnx_at_unseen_size(build_network(TINY[arch]), TINY[arch], 1, tmp_path)
 
 
 @pytest.mark.xla
 @pytest.mark.parametrize("arch", sorted(TINY))
 def test_xla_train_step_compiles_once_without_cpu_fallback(arch: str) -> None:
-    os.environ.setdefault("PJRT_DEVICE", "CPU")
-    torch_xla = pytest.importorskip("torch_xla")
-    from torch_xla.debug import metrics
-
-    metrics.clear_all()
-    torch.manual_seed(0)
-    dev = torch_xla.device()
-    net = build_network(dict(TINY[arch])).train().to(dev)
-    x = torch.rand(1, 3, 8, 8).to(dev)
-    compiles, losses = [], []
-    for _ in range(2):
-        net.zero_grad(set_to_none=True)
-        loss = net(x).square().mean()
-        loss.backward()
-        torch_xla.sync()
-        compiles.append(metrics.metric_data("CompileTime")[0])
-        losses.append(loss.detach())
-    assert compiles[0] >= 1 and compiles[1] == compiles[0], f"{arch} recompiled: {compiles}"
-    grads = [p.grad for p in net.parameters() if p.requires_grad]
-    assert all(g is not None for g in grads)
-    assert torch.equal(losses[0].cpu(), losses[1].cpu())
-    fallbacks = [c for c in metrics.counter_names() if c.startswith("aten::")]
-    assert not fallbacks and not metrics.executed_fallback_ops(), f"{arch}: ops run on the CPU: {fallbacks}"
+    check_xla_train_step(TINY[arch], (1, 3, 8, 8))

@@ -11,12 +11,11 @@ to the CPU (``-m xla``). Training through the command line on a folder of frames
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 import torch
-from arch_checks import check_bf16_autocast, check_finite_gradients, check_meta_device
+from arch_checks import check_bf16_autocast, check_finite_gradients, check_meta_device, check_xla_train_step
 from conftest import FIXTURE_TOL
 from safetensors.torch import load_file
 
@@ -244,31 +243,7 @@ def test_onnx_export_runs_at_sizes_it_never_saw(arch: str, tmp_path: Path) -> No
 @pytest.mark.xla
 @pytest.mark.parametrize("arch", ARCHS)
 def test_xla_train_step_compiles_once_without_cpu_fallback(arch: str) -> None:
-    os.environ.setdefault("PJRT_DEVICE", "CPU")
-    torch_xla = pytest.importorskip("torch_xla")
-    from torch_xla.debug import metrics
-
-    metrics.clear_all()
-    torch.manual_seed(0)
-    dev = torch_xla.device()
-    opt = dict(TINY[arch])
-    net = build_network(opt).train().to(dev)
-    x = torch.rand(1, 3, 3, 16, 16).to(dev)
-    compiles = []
-    for _ in range(2):
-        net.zero_grad(set_to_none=True)
-        out = net(x)
-        loss = out.square().mean()
-        loss.backward()
-        torch_xla.sync()
-        compiles.append(metrics.metric_data("CompileTime")[0])
-    assert compiles[0] >= 1 and compiles[1] == compiles[0], f"{arch} recompiled: {compiles}"
-    grads = [p.grad for p in net.parameters() if p.requires_grad]
-    assert all(g is not None for g in grads)
-    assert torch.isfinite(torch.stack([g.abs().sum() for g in grads]).cpu()).all()
+    # a clip of three 16x16 frames; TSCUNet's blocks add noise in training, so its two losses differ
+    run = check_xla_train_step(TINY[arch], (1, 3, 3, 16, 16), scale=2, same_loss=arch != "TSCUNet")
     with torch.no_grad():
-        out = net.eval()(x)
-        torch_xla.sync()
-    assert out.shape == (1, 3, 32, 32)
-    fallbacks = [c for c in metrics.counter_names() if c.startswith("aten::")]
-    assert not fallbacks and not metrics.executed_fallback_ops(), f"{arch}: ops run on the CPU: {fallbacks}"
+        assert run.net(run.x).shape == (1, 3, 32, 32)  # the shape only: nothing runs

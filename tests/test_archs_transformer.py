@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 import pytest
 import torch
+from arch_checks import check_xla_train_step
 from conftest import FIXTURE_TOL
 from safetensors.torch import load_file
 from torch.nn import functional as F
@@ -381,36 +381,7 @@ XLA_NETS = {
 @pytest.mark.xla
 @pytest.mark.parametrize("arch", sorted(XLA_NETS))
 def test_xla_train_step_compiles_once(arch: str) -> None:
-    os.environ.setdefault("PJRT_DEVICE", "CPU")
-    torch_xla = pytest.importorskip("torch_xla")
-    from torch_xla.debug import metrics
-
     opt, shape = XLA_NETS[arch]
-    torch.manual_seed(0)
-    dev = torch_xla.device()
-    net = build_network({**opt, **({"drop_path_rate": 0.0} if arch in ("Swin2SR", "RGT") else {})}).train().to(dev)
-    before = {n for n in metrics.counter_names() if n.startswith("aten::")}
-    x = torch.rand(shape).to(dev)
-    compiles, losses = [], []
-    for _ in range(2):
-        net.zero_grad(set_to_none=True)
-        loss = net(x).square().mean()
-        loss.backward()
-        torch_xla.sync()
-        compiles.append(metrics.metric_data("CompileTime")[0])
-        losses.append(loss.detach())
-    assert compiles[0] >= 1 and compiles[1] == compiles[0], f"{arch} recompiled: {compiles}"
-    grads = [p.grad for p in net.parameters() if p.requires_grad]
-    assert all(g is not None for g in grads)
-    assert torch.isfinite(torch.stack([g.abs().sum() for g in grads]).cpu()).all()
-    assert torch.equal(losses[0].cpu(), losses[1].cpu())
-    fallbacks = {n for n in metrics.counter_names() if n.startswith("aten::")} - before
-    assert not fallbacks, f"{arch}: ops fell back to the CPU: {fallbacks}"
+    opt = {**opt, **({"drop_path_rate": 0.0} if arch in ("Swin2SR", "RGT") else {})}
     # and the eval graph at another size
-    net.eval()
-    with torch.no_grad():
-        out = net(torch.rand(1, 3, 16, 20).to(dev))
-        torch_xla.sync()
-    assert out.shape[-2:] == (16 * net.upscale, 20 * net.upscale)
-    fallbacks = {n for n in metrics.counter_names() if n.startswith("aten::")} - before
-    assert not fallbacks, f"{arch}: ops fell back to the CPU in eval: {fallbacks}"
+    check_xla_train_step(opt, shape, eval_shape=(1, 3, 16, 20), scale=build_network(dict(opt)).upscale)

@@ -22,6 +22,7 @@ from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, pad_to_min_size
 from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
+from anysr.archs.resize_util import resize_bilinear
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
@@ -296,7 +297,7 @@ class ESA(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         reduced = self.conv1(x)
         pooled = F.max_pool2d(self.conv2(reduced), kernel_size=7, stride=3)
-        coarse = F.interpolate(self.conv3(pooled), size=x.shape[-2:], mode="bilinear", align_corners=False)
+        coarse = resize_bilinear(self.conv3(pooled), (x.shape[-2], x.shape[-1]), False)  # XLA: a backward too
         return x * torch.sigmoid(self.conv4(coarse + self.conv_f(reduced)))
 
 
