@@ -31,12 +31,22 @@ def test_original_layout_is_recognised_and_equals_spandrel(name: str) -> None:
     assert not any(k.startswith("model.") for k in sd)
     found = recognise(sd)
     assert found.opt["type"] == "RRDBNet" and found.opt["scale"] == CASES[name]["scale"]
+    assert found.opt.get("plus", False) == CASES[name]["kwargs"].get("plus", False)  # ESRGAN+'s conv1x1 blocks
     net = build_network(dict(found.opt)).eval()
     net.load_state_dict(sd, strict=True)
     io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
     with torch.no_grad():
         out = net(io["input"])
     torch.testing.assert_close(out, io["output"], **FIXTURE_TOL)
+
+
+def test_esrgan_plus_paths_train() -> None:
+    """ESRGAN+'s 1x1 convs (BasicSR's names) take part: every parameter gets a gradient, the 1x1 convs too."""
+    net = build_network({"type": "RRDBNet", "num_in_ch": 3, "num_out_ch": 3, "num_feat": 4, "num_block": 1,
+                         "num_grow_ch": 2, "scale": 4, "plus": True})
+    assert [k for k in net.state_dict() if "conv1x1" in k] == [f"body.0.rdb{i}.conv1x1.weight" for i in (1, 2, 3)]
+    net(torch.rand(1, 3, 4, 5)).square().mean().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in net.parameters())
 
 
 def test_upsample_steps_and_bad_arguments() -> None:

@@ -1,5 +1,6 @@
 """RRDBNet: the ESRGAN / Real-ESRGAN generator (Wang et al., 2018), with x1/x2 via pixel-unshuffle (BasicSR's) or
-with as many nearest+conv steps as the scale needs (the original ESRGAN code's, ``num_upsample``).
+with as many nearest+conv steps as the scale needs (the original ESRGAN code's, ``num_upsample``); ``plus``: ESRGAN+'s
+extra residual paths in the dense blocks (Rakotonirina and Rasoanaivo, ICASSP 2020).
 
 Weights in the original ESRGAN layout (``model.0``, ``model.1.sub.N.RDBk.convj.0``, ``model.3``, ...: most community
 ESRGAN models, as chaiNNer and spandrel load them) are renamed to BasicSR's names on reading (``register_layout``).
@@ -22,10 +23,12 @@ from anysr.registry import ARCH_REGISTRY
 
 
 class ResidualDenseBlock(nn.Module):
-    """Five densely connected convs; the output is scaled by 0.2 and added to the input."""
+    """Five densely connected convs; the output is scaled by 0.2 and added to the input. ``plus`` (ESRGAN+): a
+    bias-free 1x1 conv of the input is added to the second conv's features, and those to the fourth's."""
 
-    def __init__(self, num_feat: int = 64, num_grow_ch: int = 32) -> None:
+    def __init__(self, num_feat: int = 64, num_grow_ch: int = 32, plus: bool = False) -> None:
         super().__init__()
+        self.conv1x1 = nn.Conv2d(num_feat, num_grow_ch, 1, bias=False) if plus else None
         for i in range(1, 5):
             setattr(self, f"conv{i}", nn.Conv2d(num_feat + (i - 1) * num_grow_ch, num_grow_ch, 3, 1, 1))
         self.conv5 = nn.Conv2d(num_feat + 4 * num_grow_ch, num_feat, 3, 1, 1)
@@ -34,19 +37,22 @@ class ResidualDenseBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         feats = [x]
-        for conv in (self.conv1, self.conv2, self.conv3, self.conv4):
-            feats.append(self.lrelu(conv(torch.cat(feats, 1))))
+        for i, conv in enumerate((self.conv1, self.conv2, self.conv3, self.conv4), 1):
+            f = self.lrelu(conv(torch.cat(feats, 1)))
+            if self.conv1x1 is not None and i in (2, 4):
+                f = f + (self.conv1x1(x) if i == 2 else feats[2])
+            feats.append(f)
         return self.conv5(torch.cat(feats, 1)) * 0.2 + x
 
 
 class RRDB(nn.Module):
     """Residual-in-residual dense block: three ResidualDenseBlocks, scaled by 0.2, plus identity."""
 
-    def __init__(self, num_feat: int, num_grow_ch: int = 32) -> None:
+    def __init__(self, num_feat: int, num_grow_ch: int = 32, plus: bool = False) -> None:
         super().__init__()
-        self.rdb1 = ResidualDenseBlock(num_feat, num_grow_ch)
-        self.rdb2 = ResidualDenseBlock(num_feat, num_grow_ch)
-        self.rdb3 = ResidualDenseBlock(num_feat, num_grow_ch)
+        self.rdb1 = ResidualDenseBlock(num_feat, num_grow_ch, plus)
+        self.rdb2 = ResidualDenseBlock(num_feat, num_grow_ch, plus)
+        self.rdb3 = ResidualDenseBlock(num_feat, num_grow_ch, plus)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.rdb3(self.rdb2(self.rdb1(x))) * 0.2 + x
@@ -63,10 +69,12 @@ class RRDBNet(nn.Module):
         num_in_ch, num_out_ch: image channels. scale: 1, 2 or 4 (BasicSR's layout), 2**num_upsample otherwise.
         num_feat: trunk channels. num_block: RRDB blocks. num_grow_ch: growth channels of the dense blocks.
         num_upsample: None (BasicSR's layout) or 0-3 upsampling steps.
+        plus: ESRGAN+'s dense blocks (``conv1x1`` in each; ESRGAN+'s training-time noise is not part of it).
     """
 
     def __init__(self, num_in_ch: int, num_out_ch: int, scale: int = 4, num_feat: int = 64,
-                 num_block: int = 23, num_grow_ch: int = 32, num_upsample: int | None = None) -> None:
+                 num_block: int = 23, num_grow_ch: int = 32, num_upsample: int | None = None,
+                 plus: bool = False) -> None:
         super().__init__()
         if num_upsample is None:
             unshuffle = {4: 1, 2: 2, 1: 4}
@@ -84,7 +92,7 @@ class RRDBNet(nn.Module):
         self.scale = scale
         self.num_in_ch = num_in_ch  # the image's channels (input_channels reads it)
         self.conv_first = nn.Conv2d(num_in_ch * self.unshuffle**2, num_feat, 3, 1, 1)
-        self.body = make_layer(RRDB, num_block, num_feat=num_feat, num_grow_ch=num_grow_ch)
+        self.body = make_layer(RRDB, num_block, num_feat=num_feat, num_grow_ch=num_grow_ch, plus=bool(plus))
         self.conv_body = nn.Conv2d(num_feat, num_feat, 3, 1, 1)
         self.up_names = [f"conv_up{i}" for i in range(1, steps + 1)]
         for name in self.up_names:
@@ -126,6 +134,8 @@ def _recognise(s: StateShapes) -> list[dict]:
     out = s.dim("conv_last.weight", 0)
     common = {"num_out_ch": out, "num_feat": feat, "num_block": s.count("body."),
               "num_grow_ch": s.dim("body.0.rdb1.conv1.weight", 0)}
+    if "body.0.rdb1.conv1x1.weight" in s.keys():
+        common["plus"] = True
     steps = sum(1 for k in s.keys() if _UP_WEIGHT.fullmatch(k))
     if steps != 2:
         return [{"num_in_ch": cin, "scale": 2**steps, "num_upsample": steps, **common}]
@@ -138,21 +148,20 @@ register_recogniser("RRDBNet", _recognise)
 
 
 # ------------------------------------------------------------- the original ESRGAN layout (model.N names)
-_OLD_BLOCK = re.compile(r"model\.1\.sub\.(\d+)\.RDB(\d)\.conv(\d)\.0\.(weight|bias)")
+_OLD_BLOCK = re.compile(r"model\.1\.sub\.(\d+)\.RDB(\d)\.(conv\d\.0|conv1x1)\.(weight|bias)")
 _OLD_TOP = re.compile(r"model\.(\d+)\.(weight|bias)")
 
 
 def _is_original_esrgan(sd: Mapping[str, Any]) -> bool:
-    """The original ESRGAN code's names (not ESRGAN+'s ``conv1x1``, which RRDBNet does not build)."""
-    return ("model.0.weight" in sd and "model.1.sub.0.RDB1.conv1.0.weight" in sd
-            and not any(".conv1x1." in k for k in sd))
+    """The original ESRGAN code's names (ESRGAN+'s ``conv1x1`` too)."""
+    return "model.0.weight" in sd and "model.1.sub.0.RDB1.conv1.0.weight" in sd
 
 
 def _from_original_esrgan(sd: Mapping[str, Any]) -> dict[str, Any]:
-    """Rename ``model.N`` names to BasicSR's: ``model.0`` conv_first, ``model.1.sub.i.RDBk.convj.0`` the dense
-    blocks, ``model.1.sub.<blocks>`` conv_body, ``model.{3k}`` the k-th upsampling conv, then the two HR convs
-    (``model.{3n+2}``, ``model.{3n+4}``: conv_hr, conv_last). A name that fits none is kept (the strict load
-    then names it)."""
+    """Rename ``model.N`` names to BasicSR's: ``model.0`` conv_first, ``model.1.sub.i.RDBk.convj.0`` (and ESRGAN+'s
+    ``RDBk.conv1x1``) the dense blocks, ``model.1.sub.<blocks>`` conv_body, ``model.{3k}`` the k-th upsampling
+    conv, then the two HR convs (``model.{3n+2}``, ``model.{3n+4}``: conv_hr, conv_last). A name that fits none is
+    kept (the strict load then names it)."""
     tops = sorted({int(m.group(1)) for k in sd if (m := _OLD_TOP.fullmatch(k))})
     last = max(tops)
     steps = (last + 1 - 5) // 3
@@ -162,7 +171,7 @@ def _from_original_esrgan(sd: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in sd.items():
         if m := _OLD_BLOCK.fullmatch(k):
-            out[f"body.{m.group(1)}.rdb{m.group(2)}.conv{m.group(3)}.{m.group(4)}"] = v
+            out[f"body.{m.group(1)}.rdb{m.group(2)}.{m.group(3).removesuffix('.0')}.{m.group(4)}"] = v
         elif (m := _OLD_TOP.fullmatch(k)) and int(m.group(1)) in top_names:
             out[f"{top_names[int(m.group(1))]}.{m.group(2)}"] = v
         elif blocks and k in (f"model.1.sub.{max(blocks) + 1}.weight", f"model.1.sub.{max(blocks) + 1}.bias"):
