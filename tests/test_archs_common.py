@@ -157,6 +157,14 @@ GROUPS: dict[str, Group] = {
         one=("rcan_x4", "gaterv3_x2_ps", "scunet_aaf6aa_x1"),
         bf16_extra=("rcan_x2_unshuffle", "spandrel_rcan_x1_norm", "gaterv3_x4_dysample_flash"),
         meta_extra=("rcan_x1_unshuffle_k5_silu", "gaterv3_x2_3stages"), grad_extra=("rcan_x3_norm_gelu",)),
+    "neosr_cnn": Group(
+        one=("ninasr_x2", "plainusr_x2_v2"), cl_extra=("plainusr_x2_ultra",), bf16_all=True,
+        meta_extra=("ninasr_x3_gray", "plainusr_x3_v4"), grad_extra=("plainusr_x2_ultra", "plainusr_x3_v4"),
+        grad_nonzero=_every),
+    "neosr_transformer": Group(
+        one=("hma_rgb", "grformer_x2"), cl_extra=("hma_ape", "grformer_x4_longshift"), bf16_all=True,
+        meta_extra=("hma_gray_noshift", "hma_ape", "grformer_x3_gray"),
+        grad_extra=("hma_gray_noshift", "grformer_x3_gray")),
     "restormer": Group(one=("restormer", "docres"), cl_extra=("restormer_dual_pixel", "docres_gray"),
                        bf16_extra=("restormer_biasfree_bias",), grad_extra=("restormer_dual_pixel", "docres_gray")),
     "trainner_archs": Group(
@@ -361,9 +369,16 @@ TRAIN: dict[str, Train] = {
                   "window_list": [[8, 4], [4, 8]], "shift_list": [[4, 2], [2, 4]], "scale": 2}, batch=2),
     "CascadedGaze": Train({"type": "CascadedGaze", "width": 4, "middle_blk_num": 1, "enc_blk_nums": [1, 1],
                            "dec_blk_nums": [1, 1], "GCE_CONVS_nums": [3, 2]}, scale=1, moved="encoders.0.0.beta"),
+    "NinaSR": Train({"type": "NinaSR", "n_resblocks": 2, "n_feats": 8, "scale": 2}, moved="head.0.bias"),
+    "PlainUSR": Train({"type": "PlainUSR", "n_feat": 33, "im_feat": [6, 4, 2], "attn_feat": 2, "scale": 2},
+                      moved="block1.body.0.se.tensor"),
     "FlexNet": Train({"type": "FlexNet", "dim": 8, "num_blocks": [1], "hidden_rate": 2, "scale": 2},
                      moved="pipeline.att.0.t_blocks.0.gamma1"),
     # transformers
+    "HMA": Train({"type": "HMA", "img_size": 8, "embed_dim": 32, "depths": [2], "num_heads": [4], "window_size": 4,
+                  "interval_size": 2, "upscale": 2}, batch=2, moved="layers.0.residual_group.blocks.1.norm1.weight"),
+    "GRFormer": Train({"type": "GRFormer", "img_size": 8, "embed_dim": 8, "depths": [2], "num_heads": [2],
+                       "window_size": [2, 4], "upscale": 2}, batch=2, moved="layers.0.blocks.0.norm1.weight"),
     "Swin2SR": Train({"type": "Swin2SR", "img_size": 8, "window_size": 4, "embed_dim": 12, "depths": [2],
                       "num_heads": [2], "mlp_ratio": 2.0, "upscale": 2, "upsampler": "pixelshuffledirect"}, batch=2),
     "RGT": Train({"type": "RGT", "img_size": 16, "embed_dim": 32, "depth": [2], "num_heads": [2], "mlp_ratio": 2.0,

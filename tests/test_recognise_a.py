@@ -21,8 +21,8 @@ from tests.test_recognise import _layout
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FAMILIES = ("ATD", "ArtCNN", "BasicVSR", "BasicVSRPlusPlus", "CRAFT", "CascadedGaze", "DAT", "DCTLSA", "DIS", "DITN",
             "DRCT", "DRUNet", "DUF", "DWT", "DnCNN", "ECBSR", "EDSR", "EDVR", "EIMN", "ELAN", "EMT", "ESCRealM",
-            "FBCNN", "FDAT", "FFTformer", "FlexNet", "GFPGANv1Clean", "HAT", "HVICIDNet", "HiT_SIR", "HiT_SNG",
-            "HiT_SRF", "IconVSR", "LKFMixer", "LMLT")
+            "FBCNN", "FDAT", "FFTformer", "FlexNet", "GFPGANv1Clean", "GRFormer", "HAT", "HMA", "HVICIDNet",
+            "HiT_SIR", "HiT_SNG", "HiT_SRF", "IconVSR", "LKFMixer", "LMLT")
 
 CONFIGS: list[dict] = [
     {"type": "EDSR", "num_in_ch": 3, "num_out_ch": 3},
@@ -102,6 +102,16 @@ CONFIGS: list[dict] = [
      "upscale": 3, "qkv_bias": False, "resi_connection": "identity"},
     {"type": "HAT", "embed_dim": 16, "depths": [1], "num_heads": [2], "window_size": 8, "img_size": 16,
      "compress_ratio": 2, "squeeze_factor": 8, "upscale": 1, "ape": True, "patch_norm": False},
+    # HMA: odd depths (a fused conv before each even step), groups of other depths and heads, x3 / x8 / x1
+    {"type": "HMA", "in_chans": 1, "img_size": 16, "embed_dim": 16, "depths": [3, 2], "num_heads": [4, 2],
+     "window_size": 4, "mlp_ratio": 1.5, "upscale": 3, "resi_connection": "identity", "qkv_bias": False},
+    {"type": "HMA", "embed_dim": 8, "depths": [1], "num_heads": [2], "window_size": 8, "img_size": 8, "upscale": 8,
+     "ape": True, "patch_norm": False, "interval_size": 2},
+    {"type": "HMA", "embed_dim": 12, "depths": [4], "num_heads": [6], "window_size": 2, "img_size": 4, "upscale": 1},
+    # GRFormer: square and turned windows, no shifted block (img_size unseen: the default), x1 / x3
+    {"type": "GRFormer", "in_chans": 1, "img_size": 16, "embed_dim": 12, "depths": [3, 2], "num_heads": [3, 2],
+     "window_size": [4, 8], "mlp_ratio": 1.5, "upscale": 3},
+    {"type": "GRFormer", "embed_dim": 8, "depths": [1], "num_heads": [2], "window_size": [4, 4], "upscale": 1},
     # DWT with layer kinds SwinIR cannot build (masks on even blocks; a window shrunk to the patch, masked)
     {"type": "DWT", "in_chans": 1, "img_size": 16, "embed_dim": 12, "depths": [3, 2], "num_heads": [3, 2],
      "window_size": 4, "mlp_ratio": 1.5, "upscale": 3, "resi_connection": "3conv", "qkv_bias": False,

@@ -36,6 +36,10 @@ EXTRA: dict[str, list[dict]] = {
     "SwiftSRGAN": [{"num_channels": 20, "num_blocks": 3, "upscale_factor": s} for s in (1, 2, 8)]
     + [{"in_channels": 1, "num_channels": 8, "num_blocks": 1}],
     "TOFlow": [{"adapt_official_weights": True}],
+    "NinaSR": [{"n_resblocks": 3, "n_feats": 12, "scale": s, "expansion": e} for s, e in ((1, 1.5), (3, 2.0), (8, 0.5))]
+    + [{"n_resblocks": 1, "n_feats": 6, "n_colors": 1, "scale": 2, "expansion": 1.3}],
+    "PlainUSR": [{"n_feat": 24, "im_feat": (24, 8), "scale": 3}, {"n_feat": 40, "im_feat": (40, 40, 8), "scale": 1},
+                 {"n_feat": 96, "im_feat": (64, 32, 32), "attn_feat": 5, "scale": 2}],
     "NAFNet": [{"img_channel": 1, "width": 8, "middle_blk_num": 0, "enc_blk_nums": (1, 0, 3),
                 "dec_blk_nums": (2, 1, 0)},
                {"width": 12, "middle_blk_num": 2, "enc_blk_nums": (1,), "dec_blk_nums": (1,)}],

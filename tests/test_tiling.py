@@ -109,6 +109,8 @@ WINDOWED = {
     "FlexNet": {"dim": 8, "num_blocks": [1], "hidden_rate": 2},
     "DWT": {"img_size": 8, "embed_dim": 8, "depths": [2, 2], "num_heads": [2, 2], "window_size": 2,
             "mlp_ratio": 2.0},
+    "HMA": {"img_size": 8, "embed_dim": 8, "depths": [2], "num_heads": [2], "window_size": 4, "interval_size": 3},
+    "GRFormer": {"img_size": 12, "embed_dim": 8, "depths": [2], "num_heads": [2], "window_size": [3, 4]},
 }
 
 
