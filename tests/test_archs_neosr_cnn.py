@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from arch_checks import check_onnx_at_unseen_size, check_xla_train_step
+from arch_checks import check_onnx_at_unseen_size, check_xla_train_step, load_case
 from conftest import FIXTURE_TOL
 from safetensors.torch import load_file
 
@@ -34,13 +34,6 @@ TINY = {
     "NinaSR": {"type": "NinaSR", "n_resblocks": 2, "n_feats": 8, "scale": 2},
     "PlainUSR": {"type": "PlainUSR", "n_feat": 33, "im_feat": [6, 4, 2], "attn_feat": 2, "scale": 2},
 }
-
-
-def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
-    case = MANIFEST[name]
-    net = build_network({"type": case["type"], **case["kwargs"]}).eval()
-    net.load_state_dict(load_file(str(FIXTURES / f"{name}_params.safetensors")), strict=True)
-    return net, load_file(str(FIXTURES / f"{name}_io.safetensors"))
 
 
 # ----------------------------------------------------------------------------- neosr parity
@@ -73,7 +66,7 @@ def test_reference_weights_load_strictly_and_match(name: str) -> None:
 def test_training_gradients_match_reference(name: str) -> None:
     """Gradients of ``mean(output ** 2)``: PlainUSR's MBConvs and PConvs train as folded 3x3 convs (neosr: three
     convs, an SE and a 1x1 each)."""
-    net, io = _case(name)
+    net, io = load_case("neosr_cnn", name)
     x = io["input0"].clone().requires_grad_(True)
     net.train()(x).square().mean().backward()
     assert x.grad is not None
@@ -87,7 +80,7 @@ def test_training_gradients_match_reference(name: str) -> None:
 
 
 def test_reparameterize_freezes_the_folds_and_keeps_the_keys() -> None:
-    net, io = _case("plainusr_x3_v4")
+    net, io = load_case("neosr_cnn", "plainusr_x3_v4")
     keys = set(net.state_dict())
     net.reparameterize()
     assert set(net.state_dict()) == keys

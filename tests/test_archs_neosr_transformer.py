@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from arch_checks import check_onnx_at_unseen_size, check_xla_train_step
+from arch_checks import check_onnx_at_unseen_size, check_xla_train_step, load_case
 from conftest import FIXTURE_TOL
 from safetensors.torch import load_file
 
@@ -36,14 +36,6 @@ TINY = {
                  "window_size": [2, 4], "upscale": 2, "drop_path_rate": 0.0},
 }
 SCALES = {"HMA": 2, "GRFormer": 2}
-
-
-def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
-    """The fixture network (eval mode, weights loaded strictly) and its inputs / outputs."""
-    case = MANIFEST[name]
-    net = build_network({"type": case["type"], **case["kwargs"]}).eval()
-    net.load_state_dict(load_file(str(FIXTURES / f"{name}_params.safetensors")), strict=True)
-    return net, load_file(str(FIXTURES / f"{name}_io.safetensors"))
 
 
 # ----------------------------------------------------------------------------- neosr parity
@@ -73,7 +65,7 @@ def test_reference_weights_load_strictly_and_match(name: str) -> None:
 @pytest.mark.parametrize("name", ["hma_rgb", "grformer_x2"])
 def test_training_gradients_match_reference(name: str) -> None:
     """Gradients of ``mean(output ** 2)`` in training mode (drop path off, as the fixture)."""
-    net, io = _case(name)
+    net, io = load_case("neosr_transformer", name)
     x = io["input0"].clone().requires_grad_(True)
     net.train()(x).square().mean().backward()
     assert x.grad is not None
