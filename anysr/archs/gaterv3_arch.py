@@ -32,7 +32,7 @@ from anysr.archs.arch_util import ArchArgumentError, NearestUpsample, pad_to_mul
 from anysr.archs.moesr_arch import SAMPLE_MODS, InceptionDWConv2d, UniUpsample, uniupsample_heads
 from anysr.archs.recognise import NotThisFamily, StateShapes, register_recogniser
 from anysr.archs.rtmosr_arch import RMSNorm
-from anysr.archs.span_arch import Conv3XC
+from anysr.archs.span_arch import Conv3XC, fold_conv3xc
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
@@ -237,10 +237,7 @@ class GateRV3(nn.Module):
     def reparameterize(self) -> GateRV3:
         """The deployment form: every Conv3XC folded into its ``eval_conv`` once (what ONNX export traces; see
         SPAN.reparameterize). The state dict is unchanged; do not train it further."""
-        for module in self.modules():
-            if isinstance(module, Conv3XC):
-                module.update_params()
-                module.folded = True
+        fold_conv3xc(self)
         return self
 
     def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any) -> None:

@@ -13,7 +13,7 @@ traiNNer's ``norm`` switch), so released checkpoints load with ``strict=True`` a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -24,6 +24,12 @@ from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_spli
 from anysr.ops.autocast import autocast_off
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
+
+
+def check_int(arch: str, name: str, value: object, low: int) -> None:
+    """Raise ArchArgumentError unless ``value`` is an integer (not a bool) of at least ``low``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ArchArgumentError(name, f"{arch} needs an integer {name} >= {low}, got {value!r}")
 
 
 class Conv3XC(nn.Module):
@@ -90,30 +96,50 @@ class Conv3XC(nn.Module):
         return F.leaky_relu(out, 0.05) if self.has_relu else out
 
 
+def fold_conv3xc(net: nn.Module) -> None:
+    """Fold every Conv3XC of ``net`` into its ``eval_conv`` once and stop refolding on each eval call (the
+    deployment form of the networks built of them: their ``reparameterize()``)."""
+    for module in net.modules():
+        if isinstance(module, Conv3XC):
+            module.update_params()
+            module.folded = True
+
+
 class SPAB(nn.Module):
-    """Swift parameter-free attention block: three Conv3XC (SiLU between), attention ``sigmoid(y) - 0.5``.
+    """Swift parameter-free attention block: three convs (``conv``: Conv3XC) with ``act`` (SiLU) between,
+    attention ``attention(y)`` (``sigmoid(y) - 0.5``) applied to ``y + x``.
 
     Returns ``(block output, first activated features, attention map)``; SPAN concatenates the second of
-    the last block.
+    the last block. A block that changes the width (SPANF's first) has no ``x`` to add: it returns the last
+    conv's output and no attention (None), as SPANF's. Subclasses change the convs, the activation or the
+    attention (SPANF3's ``SPABV2``).
     """
 
     def __init__(self, in_channels: int, mid_channels: int | None = None, out_channels: int | None = None,
-                 bias: bool = False) -> None:
+                 bias: bool = False, *, conv: Callable[..., nn.Module] = Conv3XC,
+                 act: Callable[[], nn.Module] = nn.SiLU) -> None:
         super().__init__()
         del bias  # accepted for the original signature; the convs always have biases
         mid_channels = mid_channels or in_channels
         out_channels = out_channels or in_channels
         self.in_channels = in_channels
-        self.c1_r = Conv3XC(in_channels, mid_channels, gain1=2, s=1)
-        self.c2_r = Conv3XC(mid_channels, mid_channels, gain1=2, s=1)
-        self.c3_r = Conv3XC(mid_channels, out_channels, gain1=2, s=1)
-        self.act1 = nn.SiLU()
+        self.out_channels = out_channels
+        self.c1_r = conv(in_channels, mid_channels, gain1=2, s=1)
+        self.c2_r = conv(mid_channels, mid_channels, gain1=2, s=1)
+        self.c3_r = conv(mid_channels, out_channels, gain1=2, s=1)
+        self.act1 = act()
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        # The original's in-place SiLU also changes the first conv's output it returns: return it activated.
+    def attention(self, y: torch.Tensor) -> torch.Tensor:
+        """SPAN's parameter-free attention of the last conv's output."""
+        return torch.sigmoid(y) - 0.5
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        # The original's in-place activation also changes the first conv's output it returns: return it activated.
         out1 = self.act1(self.c1_r(x))
         out3 = self.c3_r(self.act1(self.c2_r(out1)))
-        att = torch.sigmoid(out3) - 0.5
+        if self.out_channels != self.in_channels:
+            return out3, out1, None
+        att = self.attention(out3)
         return (out3 + x) * att, out1, att
 
 
@@ -134,8 +160,7 @@ class SPAN(nn.Module):
                  bias: bool = True, norm: bool = True, img_range: float = 255.0,
                  rgb_mean: Sequence[float] = (0.4488, 0.4371, 0.4040)) -> None:
         super().__init__()
-        if isinstance(upscale, bool) or not isinstance(upscale, int) or upscale < 1:
-            raise ArchArgumentError("upscale", f"SPAN needs an integer upscale >= 1, got {upscale!r}")
+        check_int("SPAN", "upscale", upscale, 1)
         if norm and len(rgb_mean) != num_in_ch:
             raise ArchArgumentError(
                 "rgb_mean", f"SPAN has num_in_ch={num_in_ch} but rgb_mean has {len(rgb_mean)} values; give "
@@ -163,10 +188,7 @@ class SPAN(nn.Module):
     def reparameterize(self) -> SPAN:
         """The deployment form: fold every Conv3XC into its ``eval_conv`` once, and stop refolding on each eval
         call (what ONNX export traces). The state dict is unchanged; do not train it further."""
-        for module in self.modules():
-            if isinstance(module, Conv3XC):
-                module.update_params()
-                module.folded = True
+        fold_conv3xc(self)
         return self
 
     @property
@@ -187,7 +209,7 @@ class SPAN(nn.Module):
         return self.upsampler(out)
 
 
-__all__ = ["SPAN", "SPAB", "Conv3XC"]
+__all__ = ["SPAN", "SPAB", "Conv3XC", "check_int", "fold_conv3xc"]
 
 
 # Published variants by name (traiNNer-redux's names); tests/test_presets.py checks each against the network

@@ -22,7 +22,7 @@ from torch import nn
 from anysr.archs.arch_util import ArchArgumentError
 from anysr.archs.plksr_arch import DySample, dysample_scale
 from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
-from anysr.archs.span_arch import Conv3XC
+from anysr.archs.span_arch import Conv3XC, check_int, fold_conv3xc
 from anysr.ops.dcn import sample_bilinear
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
@@ -117,8 +117,7 @@ class SpanPlus(nn.Module):
         super().__init__()
         blocks = [4] if blocks is None else list(blocks)
         s = upscale
-        if isinstance(s, bool) or not isinstance(s, int) or s < 1:
-            raise ArchArgumentError("upscale", f"SpanPlus needs an integer upscale >= 1, got {s!r}")
+        check_int("SpanPlus", "upscale", s, 1)
         if upsampler not in UPSAMPLERS:
             raise ArchArgumentError("upsampler", f"SpanPlus has no upsampler {upsampler!r}; use one of "
                                     f"{', '.join(UPSAMPLERS)}")
@@ -145,10 +144,7 @@ class SpanPlus(nn.Module):
     def reparameterize(self) -> SpanPlus:
         """The deployment form: fold every Conv3XC into its ``eval_conv`` once (what export traces). The state
         dict keeps its keys; do not train it further."""
-        for module in self.modules():
-            if isinstance(module, Conv3XC):
-                module.update_params()
-                module.folded = True
+        fold_conv3xc(self)
         return self
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -21,19 +21,14 @@ from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, run_checkpointed
 from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
-from anysr.archs.span_arch import SPAB, Conv3XC
+from anysr.archs.span_arch import SPAB, Conv3XC, check_int, fold_conv3xc
 from anysr.registry import ARCH_REGISTRY
 
 PAD_MULTIPLE = 64  # TemporalSPANv2 / TSCUNet pad frames to this multiple
 
 
-def _check_int(arch: str, name: str, value: object, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ArchArgumentError(name, f"{arch} needs an integer {name} >= {low}, got {value!r}")
-
-
 def _check_frames(arch: str, name: str, frames: object) -> None:
-    _check_int(arch, name, frames, 1)
+    check_int(arch, name, frames, 1)
     if frames % 2 == 0:  # type: ignore[operator]
         raise ArchArgumentError(name, f"{arch} predicts the centre frame: {name} must be odd, got {frames}")
 
@@ -102,13 +97,6 @@ class NormSPAB(nn.Module):
         return (out3 + x) * att, out1, att
 
 
-def _reparameterize(net: nn.Module) -> None:
-    for module in net.modules():
-        if isinstance(module, Conv3XC):
-            module.update_params()
-            module.folded = True
-
-
 @ARCH_REGISTRY.register()
 class TemporalSPAN(nn.Module):
     """TemporalSPAN (see the module docstring). ``bias`` is accepted for the original signature (the convs always
@@ -121,9 +109,9 @@ class TemporalSPAN(nn.Module):
                  scale: int = 4, bias: bool = True, history_channels: int = 12) -> None:
         super().__init__()
         del bias
-        _check_int("TemporalSPAN", "scale", scale, 1)
+        check_int("TemporalSPAN", "scale", scale, 1)
         _check_frames("TemporalSPAN", "num_frames", num_frames)
-        _check_int("TemporalSPAN", "history_channels", history_channels, 1)
+        check_int("TemporalSPAN", "history_channels", history_channels, 1)
         if feature_channels < 8 or feature_channels % 8:
             raise ArchArgumentError("feature_channels", f"TemporalSPAN's GroupNorm has 8 groups: feature_channels "
                                     f"must be a positive multiple of 8, got {feature_channels}")
@@ -145,7 +133,7 @@ class TemporalSPAN(nn.Module):
 
     def reparameterize(self) -> TemporalSPAN:
         """The deployment form: every Conv3XC folded once (see SPAN.reparameterize)."""
-        _reparameterize(self)
+        fold_conv3xc(self)
         return self
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -206,9 +194,9 @@ class TemporalSPANv2(nn.Module):
                  img_range: float = 255.0, use_checkpoint: bool = False,
                  rgb_mean: tuple[float, float, float] = (0.4488, 0.4371, 0.4040)) -> None:
         super().__init__()
-        _check_int("TemporalSPANv2", "scale", scale, 1)
+        check_int("TemporalSPANv2", "scale", scale, 1)
         _check_frames("TemporalSPANv2", "num_frames", num_frames)
-        _check_int("TemporalSPANv2", "num_blocks", num_blocks, 6)
+        check_int("TemporalSPANv2", "num_blocks", num_blocks, 6)
         if num_in_ch != 3 or num_out_ch != 3 or len(rgb_mean) != 3:
             raise ArchArgumentError("num_in_ch", "TemporalSPANv2 normalises RGB frames by an RGB mean: num_in_ch and "
                                     f"num_out_ch must be 3, got {num_in_ch} and {num_out_ch}")
@@ -226,7 +214,7 @@ class TemporalSPANv2(nn.Module):
 
     def reparameterize(self) -> TemporalSPANv2:
         """The deployment form: every Conv3XC folded once (see SPAN.reparameterize)."""
-        _reparameterize(self)
+        fold_conv3xc(self)
         return self
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
