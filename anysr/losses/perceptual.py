@@ -43,12 +43,15 @@ class VGGFeatureExtractor(nn.Module):
     ``load_torchvision_state_dict`` (torchvision's ``features.N.*`` keys; classifier keys are ignored).
     The parameters are frozen and the module stays in eval mode (batch norm uses its running statistics).
     ``first_padding``: the padding mode of the first conv (``replicate`` as traiNNer-redux's VGG; the others pad
-    with zeros).
+    with zeros). ``widths``: the five blocks' conv widths (VGG19's 64, 128, 256, 512, 512; DFDNet scales them).
     """
 
     def __init__(self, layer_name_list: list[str], vgg_type: str = "vgg19", use_input_norm: bool = True,
-                 range_norm: bool = False, first_padding: str = "zeros") -> None:
+                 range_norm: bool = False, first_padding: str = "zeros",
+                 widths: tuple[int, ...] = _VGG19_WIDTHS) -> None:
         super().__init__()
+        if len(widths) != len(_VGG19_BLOCKS) or any(int(c) < 1 for c in widths):
+            raise ValueError(f"widths must be {len(_VGG19_BLOCKS)} positive conv widths, got {widths!r}")
         if vgg_type not in VGG_NAMES:
             raise ValueError(f"vgg_type '{vgg_type}' is not supported; use one of {', '.join(VGG_NAMES)}")
         all_names = VGG_NAMES[vgg_type]
@@ -67,7 +70,7 @@ class VGGFeatureExtractor(nn.Module):
         c_in = 3
         for name in all_names[: last + 1]:
             if name.startswith("conv"):
-                c_out = _VGG19_WIDTHS[int(name[4]) - 1]
+                c_out = int(widths[int(name[4]) - 1])
                 pad = first_padding if name == "conv1_1" else "zeros"
                 layers.append((name, nn.Conv2d(c_in, c_out, 3, 1, 1, padding_mode=pad)))
                 c_in = c_out
