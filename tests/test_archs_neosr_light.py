@@ -1,0 +1,218 @@
+"""neosr's lightweight CNNs: CFSR (``cfsr``), HASN (``hasn``), KRGN (``krgn``) and MSDAN (``msdan``).
+
+Fixtures come from neosr's own source (``tests/fixtures/make_neosr_light_fixtures.py``): the state dicts (HASN's
+seeded, at the width of 52 its code needs) load strictly and give neosr's outputs in eval and in training mode (the
+same computation: none of them has batch norm or dropout; CFSR's folded edge filters and KRGN's unused
+re-parameterised conv leave no training-only branch), at sizes that are no multiple of any pooling stride, and its
+training gradients. Also: neosr's lower-case names and published sizes, recognition from the state dict, MSDAN's
+resampling by gathers (XLA's and ONNX's path) equal to PyTorch's, bad arguments, ONNX through anysr's exporter, and
+an XLA:CPU train step that compiles once with no aten op left to the CPU (``-m xla``). The checks every architecture
+gets (channels_last, bf16 autocast, the meta device, gradients, training runs) run from
+``tests/test_archs_common.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from arch_checks import (
+    FIXTURES,
+    check_onnx_at_unseen_size,
+    check_xla_train_step,
+    load_case,
+    manifest,
+    stored_params,
+)
+from conftest import FIXTURE_TOL
+from torch.nn import functional as F
+
+from anysr.archs import build_network
+from anysr.archs import msdan_arch as msdan
+from anysr.archs.recognise import recognise, recognise_all
+from anysr.errors import OptionError
+
+GROUP = "neosr_light"
+MANIFEST = manifest(GROUP)["cases"]
+FAMILIES = ("CFSR", "HASN", "KRGN", "MSDAN")
+NEOSR_NAMES = {"CFSR": "cfsr", "HASN": "hasn", "KRGN": "krgn", "MSDAN": "msdan"}
+SCALE_ARG = {"CFSR": "upscale", "HASN": "upscale", "KRGN": "scale", "MSDAN": "upscale_factor"}
+
+# Tiny networks of each kind (ONNX, XLA, the training rows in test_archs_common.py)
+TINY = {
+    "CFSR": {"type": "CFSR", "embed_dim": 8, "depths": [1, 1], "dw_size": 5, "upscale": 2},
+    "HASN": {"type": "HASN", "feature_channels": 30, "upscale": 2},
+    "KRGN": {"type": "KRGN", "n_feats": 32, "n_resgroups": 1, "scale": 2},
+    "MSDAN": {"type": "MSDAN", "channels": 8, "num_DFEB": 1, "upscale_factor": 2},
+}
+
+
+# ----------------------------------------------------------------------------- neosr parity
+
+def test_fixtures_cover_every_arch() -> None:
+    assert {c["type"] for c in MANIFEST.values()} == set(FAMILIES)
+    assert all(p.stat().st_size < 200_000 for p in (FIXTURES / GROUP).iterdir())
+    scales = {(c["type"], c["kwargs"][SCALE_ARG[c["type"]]]) for c in MANIFEST.values()}
+    assert {(f, s) for f in ("HASN", "MSDAN") for s in (2, 3, 4)} <= scales
+
+
+@pytest.mark.parametrize("name", sorted(MANIFEST))
+def test_reference_weights_load_strictly_and_match(name: str) -> None:
+    case = MANIFEST[name]
+    params = stored_params(GROUP, name)
+    net = build_network({"type": NEOSR_NAMES[case["type"]], **case["kwargs"]})  # neosr's lower-case name
+    assert type(net).__name__ == case["type"]
+    assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in params.items()}
+    net.load_state_dict(params, strict=True)
+    _, io = load_case(GROUP, name)
+    for mode in ("eval", "train"):
+        net.train(mode == "train")
+        for inp, out, _ in case["compare"]:
+            with torch.no_grad():
+                got = net(io[inp])
+            torch.testing.assert_close(got, io[out], **FIXTURE_TOL, msg=f"{name} {out} ({mode}) differs")
+
+
+@pytest.mark.parametrize("name", ["cfsr_x1_conv_last", "cfsr_x2", "hasn_x2", "krgn_x2", "msdan_x2"])
+def test_training_gradients_match_reference(name: str) -> None:
+    """Gradients of ``mean(output ** 2)`` in training mode (HASN: the stored subset of its parameters; MSDAN: the
+    upsampler's layers of other scales get none, in neosr too, and do not train here)."""
+    net, io = load_case(GROUP, name)
+    x = io["input0"].clone().requires_grad_(True)
+    net.train()(x).square().mean().backward()
+    assert x.grad is not None
+    torch.testing.assert_close(x.grad, io["grad_input0"], rtol=1e-4, atol=1e-5 * io["grad_input0"].abs().max().item())
+    grads = {k[len("grad."):]: v for k, v in io.items() if k.startswith("grad.")}
+    trained = {n for n, p in net.named_parameters() if p.requires_grad}
+    if "synthetic" in MANIFEST[name]:
+        assert len(grads) > 10 and set(grads) < trained
+    else:
+        assert set(grads) == trained
+    for n, p in net.named_parameters():
+        if n in grads:
+            assert p.grad is not None, n
+            bound = 1e-5 * max(grads[n].abs().max().item(), 1e-3)
+            torch.testing.assert_close(p.grad, grads[n], rtol=1e-4, atol=bound, msg=f"{name}: {n}")
+
+
+def test_small_inputs_are_padded_and_cropped() -> None:
+    """HASN below 15 pixels and MSDAN below 8 (where neosr's pooling fails): the network sees the input grown by
+    reflect padding; the output is cropped back (MSDAN's bicubic skip on the unpadded input)."""
+    from anysr.archs.arch_util import pad_to_min_size
+
+    torch.manual_seed(0)
+    for opt, need in ((TINY["HASN"], 15), (TINY["MSDAN"], 8)):
+        net = build_network(opt).eval()
+        x = torch.rand(1, 3, need - 3, need + 2)
+        with torch.no_grad():
+            got = net(x)
+            full = net(pad_to_min_size(x, need))
+        assert got.shape == (1, 3, 2 * (need - 3), 2 * (need + 2))
+        if opt["type"] == "HASN":
+            torch.testing.assert_close(got, full[..., : got.shape[-2], :], **FIXTURE_TOL)
+
+
+# ----------------------------------------------------------------------------- MSDAN's resampling
+
+@pytest.mark.parametrize(("h", "w"), [(8, 8), (9, 23), (17, 11), (45, 70)])
+def test_msdan_gathers_equal_pytorchs_resampling(h: int, w: int) -> None:
+    """The gather forms (XLA, ONNX) of adaptive max pooling and nearest upsampling give PyTorch's values exactly;
+    the bicubic upscaling (every device) within float rounding."""
+    x = torch.rand(2, 3, h, w)
+    for f in (2, 4, 8):
+        pooled = F.adaptive_max_pool2d(x, (h // f, w // f))
+        assert torch.equal(msdan._adaptive_max_1d(msdan._adaptive_max_1d(x, 2, h // f, f), 3, w // f, f), pooled)
+        want = F.interpolate(pooled, size=(h, w), mode="nearest")
+        assert torch.equal(msdan._nearest_1d(msdan._nearest_1d(pooled, 2, h), 3, w), want)
+    for s in (2, 3, 4):
+        torch.testing.assert_close(msdan.bicubic_upscale(x, s), F.interpolate(x, scale_factor=s, mode="bicubic"),
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_msdan_gather_path_matches_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(msdan, "_by_gathers", lambda x: True)
+    net, io = load_case(GROUP, "msdan_x2")
+    x = io["input0"].clone().requires_grad_(True)
+    out = net.train()(x)
+    torch.testing.assert_close(out.detach(), io["output0"], **FIXTURE_TOL)
+    out.square().mean().backward()
+    torch.testing.assert_close(x.grad, io["grad_input0"], rtol=1e-4, atol=1e-5 * io["grad_input0"].abs().max().item())
+
+
+# ----------------------------------------------------------------------------- names, sizes, recognition
+
+@pytest.mark.parametrize(("family", "scale", "params"), [
+    # neosr's classes at their defaults (counted with them)
+    ("CFSR", 4, 306_912), ("CFSR", 2, 291_324), ("HASN", 4, 435_272), ("HASN", 3, 425_423),
+    ("KRGN", 4, 610_960), ("KRGN", 2, 590_188), ("MSDAN", 4, 231_258), ("MSDAN", 3, 231_258),
+])
+def test_published_sizes(family: str, scale: int, params: int) -> None:
+    with torch.device("meta"):
+        net = build_network({"type": NEOSR_NAMES[family], SCALE_ARG[family]: scale})
+    assert type(net).__name__ == family
+    assert sum(p.numel() for p in net.parameters()) == params
+
+
+@pytest.mark.parametrize("name", sorted(MANIFEST))
+def test_fixture_files_are_recognised_as_their_family(name: str) -> None:
+    case = MANIFEST[name]
+    found = recognise(stored_params(GROUP, name))
+    assert found.opt["type"] == case["type"]
+    if case["type"] != "MSDAN":  # MSDAN's files hold every scale's layers: the scale is in no tensor
+        want = case["kwargs"][SCALE_ARG[case["type"]]]
+        if case["kwargs"].get("upsampler", "pixelshuffledirect") != "pixelshuffledirect":
+            want = 1  # CFSR without its sub-pixel head: a same-size network whatever upscale says
+        assert found.opt[SCALE_ARG[case["type"]]] == want
+    with torch.device("meta"):
+        net = build_network(found.opt)
+    assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape
+                                                                 for k, v in stored_params(GROUP, name).items()}
+
+
+def test_no_other_fixture_is_recognised_as_these_families() -> None:
+    others = [p for p in sorted((FIXTURES).glob("*/*_params.safetensors")) if p.parent.name != GROUP]
+    from safetensors.torch import load_file
+
+    for path in others[::6]:  # a sixth of the other groups' files (load time)
+        got = {r.opt["type"] for r in recognise_all(load_file(str(path)))}
+        assert not got & set(FAMILIES), f"{path.name}: {got & set(FAMILIES)}"
+
+
+# ----------------------------------------------------------------------------- arguments
+
+@pytest.mark.parametrize(("opt", "pattern"), [
+    ({"type": "CFSR", "dw_size": 8}, r"network_g\.dw_size: CFSR needs an odd dw_size"),
+    ({"type": "CFSR", "depths": []}, r"network_g\.depths: CFSR needs a non-empty list"),
+    ({"type": "CFSR", "mlp_ratio": 0.5}, r"network_g\.mlp_ratio: CFSR needs mlp_ratio >= 1"),
+    ({"type": "CFSR", "in_chans": 4, "mean_norm": True}, r"network_g\.mean_norm: .*3 or 1 image channels"),
+    ({"type": "CFSR", "upscale": 0}, r"network_g\.upscale: CFSR needs an integer upscale >= 1"),
+    ({"type": "HASN", "feature_channels": 16}, r"network_g\.feature_channels: HASN needs an integer .* >= 30"),
+    ({"type": "HASN", "upscale": 1.5}, r"network_g\.upscale: HASN needs an integer upscale >= 1"),
+    ({"type": "KRGN", "n_colors": 1}, r"network_g\.n_colors: KRGN's mean shifts are RGB"),
+    ({"type": "KRGN", "n_feats": 48}, r"network_g\.n_feats: .*multiple of 32"),
+    ({"type": "KRGN", "act": "gelu"}, r"network_g\.act: KRGN's act is one of"),
+    ({"type": "MSDAN", "channels": 10}, r"network_g\.channels: MSDAN needs channels a positive multiple of 4"),
+    ({"type": "MSDAN", "upscale_factor": 8}, r"network_g\.upscale_factor: MSDAN's upsampler is x2, x3 or x4"),
+])
+def test_bad_argument_values(opt: dict, pattern: str) -> None:
+    with pytest.raises(OptionError, match=pattern) as err:
+        build_network(opt)
+    assert "\n" not in str(err.value)
+
+
+# ----------------------------------------------------------------------------- ONNX
+
+@pytest.mark.parametrize("arch", FAMILIES)
+def test_onnx_export_runs_at_sizes_it_never_saw(arch: str, tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    net = build_network(TINY[arch]).eval()
+    check_onnx_at_unseen_size(net, TINY[arch], TINY[arch][SCALE_ARG[arch]], tmp_path)
+
+
+# ----------------------------------------------------------------------------- XLA:CPU
+
+@pytest.mark.xla
+@pytest.mark.parametrize("arch", FAMILIES)
+def test_xla_train_step_compiles_once_without_cpu_fallback(arch: str) -> None:
+    check_xla_train_step(TINY[arch], (1, 3, 17, 15), eval_form=True, scale=TINY[arch][SCALE_ARG[arch]])
