@@ -171,7 +171,7 @@ def test_arch_kwargs_lists_defaults_in_order() -> None:
                         "img_range", "rgb_mean"]
     assert kw["num_in_ch"] is REQUIRED and kw["img_range"] == 255.0
     assert arch_kwargs(ARCH_REGISTRY.get("RRDBNet"))["scale"] == 4
-    assert list(arch_kwargs("SwinIR"))[-3:] == ["img_range", "upsampler", "resi_connection"]
+    assert list(arch_kwargs("SwinIR"))[-4:] == ["img_range", "upsampler", "resi_connection", "rgb_mean"]
 
 
 def test_unknown_type() -> None:

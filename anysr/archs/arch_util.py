@@ -301,10 +301,11 @@ def relative_position_index(window_size: int | tuple[int, int]) -> torch.Tensor:
 
 
 def window_partition(x: torch.Tensor, window_size: int) -> torch.Tensor:
-    """(b, h, w, c) -> (b * h/ws * w/ws, ws, ws, c), windows in row-major order."""
+    """(b, h, w, c) -> (b * h/ws * w/ws, ws, ws, c), windows in row-major order; contiguous (callers ``view`` it:
+    with one image and one row of windows a bare ``reshape`` would return a strided view)."""
     b, h, w, c = x.shape
     x = x.view(b, h // window_size, window_size, w // window_size, window_size, c)
-    return x.permute(0, 1, 3, 2, 4, 5).reshape(-1, window_size, window_size, c)
+    return x.permute(0, 1, 3, 2, 4, 5).contiguous().view(-1, window_size, window_size, c)
 
 
 def window_reverse(windows: torch.Tensor, window_size: int, h: int, w: int) -> torch.Tensor:
@@ -591,6 +592,16 @@ class UpsampleOneStep(nn.Sequential):
 DIV2K_RGB_MEAN = (0.4488, 0.4371, 0.4040)
 
 
+def rgb_mean_of(rgb_mean: Sequence[float] | None) -> tuple[float, ...]:
+    """An RGB network's input mean: ``rgb_mean`` (three numbers; neosr's transformers use 0.5 each), by default
+    DIV2K's."""
+    if rgb_mean is None:
+        return DIV2K_RGB_MEAN
+    if isinstance(rgb_mean, str) or len(rgb_mean) != 3 or not all(isinstance(v, (int, float)) for v in rgb_mean):
+        raise ArchArgumentError("rgb_mean", f"needs three numbers (one per RGB channel), got {rgb_mean!r}")
+    return tuple(float(v) for v in rgb_mean)
+
+
 class SwinSRBase(SwinWeightsMixin):
     """The skeleton the Swin-family SR networks share (SwinIR's layout, kept by HAT, DRCT, DAT and their
     relatives): mean shift and ``img_range`` scaling, a shallow ``conv_first``, the deep features
@@ -607,11 +618,11 @@ class SwinSRBase(SwinWeightsMixin):
     tile_multiple: int
 
     def init_shallow(self, in_chans: int, embed_dim: int, num_layers: int, img_range: float, upscale: int,
-                     upsampler: str) -> None:
-        """The mean buffer (DIV2K's RGB mean; zero for other channel counts), scaling attributes and
-        ``conv_first``."""
+                     upsampler: str, rgb_mean: Sequence[float] | None = None) -> None:
+        """The mean buffer (``rgb_mean``, by default DIV2K's RGB mean; zero for other channel counts), scaling
+        attributes and ``conv_first``."""
         self.img_range = img_range
-        mean = torch.tensor(DIV2K_RGB_MEAN) if in_chans == 3 else torch.zeros(1)
+        mean = torch.tensor(rgb_mean_of(rgb_mean)) if in_chans == 3 else torch.zeros(1)
         self.register_buffer("mean", mean.view(1, -1, 1, 1), persistent=False)
         self.upscale = upscale
         self.upsampler = upsampler
@@ -749,6 +760,71 @@ class LayerNorm2d(nn.Module):
         return f"{self.weight.shape[0]}, eps={self.eps}"
 
 
+class ImageLayerNorm(nn.Module):
+    """i-LN (image restoration transformer tailored layer norm; Lee et al. 2025, traiNNer-redux's ``iLN``): one mean
+    and one standard deviation per image over all its tokens and channels (the tokens' relative magnitudes survive),
+    then the per-channel ``weight`` / ``bias``. ``forward`` returns ``(normed, scale)``: the block multiplies its
+    residual branch by ``scale`` (b, 1, 1), the image's standard deviation, to put the lost magnitude back.
+
+    ``scale`` is clamped to twice ``std_ema`` (a non-persistent buffer: a loaded network starts at 0, meaning
+    unclamped), an EMA of the batch's mean standard deviation that each training-mode forward updates first: copied
+    on the first one, then ``lerp`` by 1e-3 towards it, the batch value itself clamped to twice the EMA (a spike
+    guard). Branch-free (``where``, no host read), so it runs as one graph on XLA. Statistics in float32.
+    """
+
+    def __init__(self, normalized_shape: int, eps: float = 1e-4) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(normalized_shape))
+        self.bias = nn.Parameter(torch.zeros(normalized_shape))
+        self.register_buffer("std_ema", torch.zeros(1), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        xf = x.to(torch.promote_types(x.dtype, torch.float32))
+        var, mean = torch.var_mean(xf.reshape(x.shape[0], -1), dim=1, correction=0, keepdim=True)
+        stat_shape = (x.shape[0],) + (1,) * (x.ndim - 1)
+        std = torch.sqrt(var + self.eps).view(stat_shape)
+        if self.training:
+            with torch.no_grad():
+                ema = self.std_ema
+                batch = std.mean().to(ema.dtype)
+                fresh = ema < self.eps
+                target = torch.where(fresh, batch, torch.minimum(batch, ema * 2.0))
+                weight = torch.where(fresh, torch.ones_like(ema), torch.full_like(ema, 1e-3))
+                self.std_ema.lerp_(target, weight)
+        ema = self.std_ema.detach().to(std.dtype)
+        scale = torch.where(ema < self.eps, std, torch.minimum(std, ema * 2.0))
+        normed = (xf - mean.view(stat_shape)) / std
+        out = self.weight.to(xf.dtype) * normed + self.bias.to(xf.dtype)
+        return out.to(x.dtype), scale.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}"
+
+
+class AffineTransform(nn.Module):
+    """``weight * x + bias`` over the last dimension, no normalisation (the i-LN networks' entry and final norm)."""
+
+    def __init__(self, normalized_shape: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(normalized_shape))
+        self.bias = nn.Parameter(torch.zeros(normalized_shape))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weight * x + self.bias
+
+
+def pre_norm(norm: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A block's pre-norm: ``(norm(x), None)`` for a plain norm, ``(normed, scale)`` for ``ImageLayerNorm``."""
+    out = norm(x)
+    return out if isinstance(out, tuple) else (out, None)
+
+
+def rescaled(branch: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
+    """A residual branch times the i-LN ``scale`` (unchanged after a plain norm)."""
+    return branch if scale is None else scale * branch
+
+
 def pad_to_min_size(x: torch.Tensor, min_size: int) -> torch.Tensor:
     """Grow the bottom / right of an NCHW tensor to at least ``min_size`` per side (unchanged if large enough).
 
@@ -760,9 +836,11 @@ def pad_to_min_size(x: torch.Tensor, min_size: int) -> torch.Tensor:
 
 
 __all__ = [
+    "AffineTransform",
     "ArchArgumentError",
     "DCNv2Pack",
     "DropPath",
+    "ImageLayerNorm",
     "LayerNorm2d",
     "MeanShiftSR",
     "Mlp",
@@ -788,8 +866,11 @@ __all__ = [
     "pad_to_min_size",
     "pad_to_multiple",
     "pixel_unshuffle",
+    "pre_norm",
     "refuse_weights_path",
     "relative_position_index",
+    "rgb_mean_of",
+    "rescaled",
     "residual_conv",
     "run_checkpointed",
     "shifted_window_blocked",

@@ -13,24 +13,32 @@ Any height/width works as in the authors' code: the spatial attention zero-pads 
 a multiple of the windows inside each block and crops back, so no padding happens around the network.
 ``tile_multiple`` is the side multiple for which that padding is empty. Training on one image per batch
 works too (the authors' pooled batch norm refuses it; see ``PooledBatchNorm2d``).
+
+``DAT_iLN`` (traiNNer-redux's i-LN variant) is the same network built with ``ImageLayerNorm`` as the blocks'
+norm (each residual branch rescaled by the norm's scale), affine transforms around the body and no mean shift.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import ClassVar
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import (
+    AffineTransform,
     ArchArgumentError,
     DropPath,
+    ImageLayerNorm,
     SwinSRBase,
     check_upscale,
     drop_path_rates,
+    pre_norm,
     relative_position_index,
+    rescaled,
     residual_conv,
     run_checkpointed,
     shifted_window_mask,
@@ -59,6 +67,17 @@ class _ToTokens(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return to_tokens(x)
+
+
+class _AffineTokens(nn.Module):
+    """DAT_iLN's ``before_RG``: tokens, then an affine transform (``norm``; traiNNer-redux's names)."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.norm = AffineTransform(dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(to_tokens(x))
 
 
 class PooledBatchNorm2d(nn.BatchNorm2d):
@@ -318,7 +337,8 @@ class Adaptive_Channel_Attention(nn.Module):  # noqa: N801 - the authors' class 
 
 
 class DATB(nn.Module):
-    """Dual aggregation block: spatial (even ``b_idx``) or channel attention, then the SGFN; pre-normed."""
+    """Dual aggregation block: spatial (even ``b_idx``) or channel attention, then the SGFN; pre-normed. With
+    ``ImageLayerNorm`` as ``norm_layer`` (DAT_iLN) each residual branch is multiplied by its norm's scale."""
 
     def __init__(self, dim: int, num_heads: int, reso: int = 64, split_size: Sequence[int] = (2, 4),
                  shift_size: Sequence[int] = (1, 2), expansion_factor: float = 4.0, qkv_bias: bool = False,
@@ -341,8 +361,10 @@ class DATB(nn.Module):
 
     def forward(self, x: torch.Tensor, x_size: tuple[int, int]) -> torch.Tensor:
         h, w = x_size
-        x = x + self.drop_path(self.attn(self.norm1(x), h, w))
-        return x + self.drop_path(self.ffn(self.norm2(x), h, w))
+        normed, scale = pre_norm(self.norm1, x)
+        x = x + rescaled(self.drop_path(self.attn(normed, h, w)), scale)
+        normed, scale = pre_norm(self.norm2, x)
+        return x + rescaled(self.drop_path(self.ffn(normed, h, w)), scale)
 
 
 class ResidualGroup(nn.Module):
@@ -382,7 +404,7 @@ class DAT(SwinSRBase):
     num_heads (one per group; even), expansion_factor (SGFN width), qkv_bias, qk_scale, drop_rate,
     attn_drop_rate, drop_path_rate, act_layer, norm_layer, use_chk (recompute each block in backward),
     upscale (1, 2**n or 3), img_range, resi_connection ('1conv' or '3conv'), upsampler ('pixelshuffle' or
-    'pixelshuffledirect').
+    'pixelshuffledirect'), rgb_mean (RGB input mean, by default DIV2K's; neosr's: 0.5 each).
 
     DAT: embed_dim 180, depth/num_heads 6 x 6, split_size [8, 32], expansion_factor 4. DAT-S: split_size
     [8, 16], expansion_factor 2. DAT-2: DAT with expansion_factor 2. DAT-light: embed_dim 60, depth [18],
@@ -393,6 +415,7 @@ class DAT(SwinSRBase):
     no_weight_decay_names = frozenset()  # no absolute or tabled position bias (the bias is computed by an MLP)
     no_weight_decay_fragments = frozenset()
     pads_input = False  # the spatial attention pads inside each block
+    affine_ends: ClassVar[bool] = False  # DAT_iLN: affine transforms instead of layer norms before and after the body
 
     def __init__(self, img_size: int = 64, in_chans: int = 3, embed_dim: int = 180, split_size: Sequence[int] = (2, 4),
                  depth: Sequence[int] = (2, 2, 2, 2), num_heads: Sequence[int] = (2, 2, 2, 2),
@@ -400,15 +423,16 @@ class DAT(SwinSRBase):
                  drop_rate: float = 0.0, attn_drop_rate: float = 0.0, drop_path_rate: float = 0.1,
                  act_layer: type[nn.Module] = nn.GELU, norm_layer: type[nn.Module] = nn.LayerNorm,
                  use_chk: bool = False, upscale: int = 2, img_range: float = 1.0, resi_connection: str = "1conv",
-                 upsampler: str = "pixelshuffle") -> None:
+                 upsampler: str = "pixelshuffle", rgb_mean: Sequence[float] | None = None) -> None:
         super().__init__()
         split_size = list(to_2tuple(split_size))
         _check_dat_args(embed_dim, split_size, depth, num_heads, upscale, resi_connection, upsampler)
         self.split_size = split_size
         self.tile_multiple: int = math.lcm(split_size[0], split_size[1])
-        self.init_shallow(in_chans, embed_dim, len(depth), img_range, upscale, upsampler)
+        self.init_shallow(in_chans, embed_dim, len(depth), img_range, upscale, upsampler, rgb_mean)
         self.use_chk = use_chk
-        self.before_RG = nn.Sequential(_ToTokens(), nn.LayerNorm(embed_dim))
+        self.before_RG = _AffineTokens(embed_dim) if self.affine_ends else nn.Sequential(_ToTokens(),
+                                                                                          nn.LayerNorm(embed_dim))
         rates = drop_path_rates(drop_path_rate, sum(depth))
         self.layers = nn.ModuleList()
         for i, blocks in enumerate(depth):
@@ -419,7 +443,7 @@ class DAT(SwinSRBase):
                                              drop_paths=rates[start:start + blocks], act_layer=act_layer,
                                              norm_layer=norm_layer, depth=blocks, use_chk=use_chk,
                                              resi_connection=resi_connection, rg_idx=i))
-        self.norm = norm_layer(embed_dim)
+        self.norm = AffineTransform(embed_dim) if self.affine_ends else norm_layer(embed_dim)
         self.conv_after_body = residual_conv(embed_dim, resi_connection)
         self.init_reconstruction(embed_dim, in_chans, upscale, (img_size, img_size))
         self.init_swin_weights()
@@ -431,6 +455,33 @@ class DAT(SwinSRBase):
         for layer in self.layers:
             x = layer(x, (h, w))
         return to_feature_map(self.norm(x), h, w)
+
+
+@ARCH_REGISTRY.register()
+class DAT_iLN(DAT):  # noqa: N801 - traiNNer-redux's class name
+    """DAT with i-LN (traiNNer-redux's ``DAT_iLN``; Lee et al. 2025, arXiv 2504.06629): ``ImageLayerNorm`` before
+    each block's attention and SGFN (the branch rescaled by its scale), affine transforms (``AffineTransform``)
+    instead of the layer norms before and after the residual groups, and no mean shift / ``img_range``. Otherwise
+    DAT: the same blocks, arguments (but ``img_range``) and state-dict keys but ``before_RG.norm.*`` (DAT's
+    ``before_RG.1.*``).
+    """
+
+    swin_init_norms = (nn.LayerNorm, nn.BatchNorm2d, nn.GroupNorm, nn.InstanceNorm2d, ImageLayerNorm, AffineTransform)
+    affine_ends = True
+
+    def __init__(self, img_size: int = 64, in_chans: int = 3, embed_dim: int = 180, split_size: Sequence[int] = (2, 4),
+                 depth: Sequence[int] = (2, 2, 2, 2), num_heads: Sequence[int] = (2, 2, 2, 2),
+                 expansion_factor: float = 4.0, qkv_bias: bool = True, qk_scale: float | None = None,
+                 drop_rate: float = 0.0, attn_drop_rate: float = 0.0, drop_path_rate: float = 0.1,
+                 act_layer: type[nn.Module] = nn.GELU, norm_layer: type[nn.Module] = ImageLayerNorm,
+                 use_chk: bool = False, upscale: int = 2, resi_connection: str = "1conv",
+                 upsampler: str = "pixelshuffle") -> None:
+        super().__init__(img_size=img_size, in_chans=in_chans, embed_dim=embed_dim, split_size=split_size, depth=depth,
+                         num_heads=num_heads, expansion_factor=expansion_factor, qkv_bias=qkv_bias, qk_scale=qk_scale,
+                         drop_rate=drop_rate, attn_drop_rate=attn_drop_rate, drop_path_rate=drop_path_rate,
+                         act_layer=act_layer, norm_layer=norm_layer, use_chk=use_chk, upscale=upscale,
+                         img_range=1.0, resi_connection=resi_connection, upsampler=upsampler)
+        self.register_buffer("mean", torch.zeros(1, 1, 1, 1), persistent=False)  # no mean shift
 
 
 def _check_dat_args(embed_dim: int, split_size: Sequence[int], depth: Sequence[int], num_heads: Sequence[int],
@@ -458,7 +509,7 @@ def _check_dat_args(embed_dim: int, split_size: Sequence[int], depth: Sequence[i
 
 # Published variants by name (traiNNer-redux's names); tests/test_presets.py checks each against the network
 # traiNNer-redux builds.
-register_presets("DAT", scale_arg="upscale", fixed={"unshuffle_mod": False}, presets={
+PRESETS: dict[str, dict] = {
     "dat": {"upscale": 4, "split_size": (8, 32), "depth": (6,) * 6, "num_heads": (6,) * 6},  # 14.80 M parameters at x4
     # 11.21 M parameters at x4
     "dat_2": {"upscale": 4, "split_size": (8, 32), "depth": (6,) * 6, "num_heads": (6,) * 6, "expansion_factor": 2},
@@ -471,16 +522,29 @@ register_presets("DAT", scale_arg="upscale", fixed={"unshuffle_mod": False}, pre
     },
     # 11.21 M parameters at x4
     "dat_s": {"upscale": 4, "split_size": (8, 16), "depth": (6,) * 6, "num_heads": (6,) * 6, "expansion_factor": 2},
+}
+register_presets("DAT", PRESETS, scale_arg="upscale", fixed={"unshuffle_mod": False})
+# traiNNer-redux's i-LN builders: DAT's sizes (the same parameter counts), no dat_iln_2_l.
+register_presets("DAT_iLN", {name.replace("dat", "dat_iln", 1): PRESETS[name] for name in ("dat", "dat_2", "dat_light",
+                                                                                           "dat_s")},
+                 scale_arg="upscale", fixed={"unshuffle_mod": False})
+
+# neosr's name (tests/test_neosr_names.py checks it against the network neosr builds)
+register_presets("DAT", scale_arg="upscale", source="neosr", presets={
+    # 14.80 M parameters at x4
+    "dat_m": {"split_size": (8, 32), "depth": (6,) * 6, "num_heads": (6,) * 6, "expansion_factor": 4.0,
+              "rgb_mean": (0.5,) * 3},
 })
 
 
-def _recognise(s: StateShapes) -> list[dict]:
-    """DAT from its tensors: width and channels from the first conv, blocks per group, heads from the channel
-    attention's temperature (or twice a spatial branch's), the window (``split_size``) from the spatial branch's
-    index and bias rows, ``img_size`` from a shifted block's mask, the expansion factor, switches, the
-    reconstruction (the two window orders build the same tensors: the smaller side first, as published)."""
+def _recognise(s: StateShapes, entry_norm: str = "before_RG.1.weight") -> list[dict]:
+    """DAT from its tensors (DAT_iLN: with ``entry_norm`` ``before_RG.norm.weight``, its affine entry transform):
+    width and channels from the first conv, blocks per group, heads from the channel attention's temperature (or
+    twice a spatial branch's), the window (``split_size``) from the spatial branch's index and bias rows,
+    ``img_size`` from a shifted block's mask, the expansion factor, switches, the reconstruction (the two window
+    orders build the same tensors: the smaller side first, as published)."""
     embed, cin = s.dim("conv_first.weight", 0), s.dim("conv_first.weight", 1)
-    if "before_RG.1.weight" not in s:
+    if entry_norm not in s:
         return []
     groups = s.indices("layers.")
     branch = "layers.0.blocks.0.attn.attns.0"
@@ -503,3 +567,4 @@ def _recognise(s: StateShapes) -> list[dict]:
 
 
 register_recogniser("DAT", _recognise)
+register_recogniser("DAT_iLN", lambda s: _recognise(s, entry_norm="before_RG.norm.weight"))

@@ -8,6 +8,7 @@ from torch.nn import functional as F
 from torch.nn.utils import spectral_norm
 
 from anysr.archs.arch_util import ArchArgumentError
+from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
 
@@ -125,3 +126,9 @@ class UNetDiscriminatorSN(nn.Module):
             x6 = x6 + x0
         out = act(self.conv8(act(self.conv7(x6))))
         return self.conv9(out)
+
+
+# neosr's name for Real-ESRGAN's discriminator (tests/test_neosr_names.py checks it against the one neosr builds)
+register_presets("UNetDiscriminatorSN", scale_arg=None, source="neosr", presets={
+    "unet": {"num_in_ch": 3},  # 4.38 M parameters
+})

@@ -95,8 +95,9 @@ class DRCT(SwinSRBase):
     blocks), num_heads (one per group), window_size, mlp_ratio, qkv_bias, qk_scale, drop_rate,
     attn_drop_rate, drop_path_rate, norm_layer, ape, patch_norm, use_checkpoint (recompute each group in
     backward), upscale (1, 2**n or 3), img_range, upsampler ('pixelshuffle'), resi_connection ('1conv' or
-    'identity'), gc (growth channels). compress_ratio, squeeze_factor, conv_scale and overlap_ratio are
-    accepted and unused, as in the authors' code (their option files set them).
+    'identity'), gc (growth channels), rgb_mean (RGB input mean, by default DIV2K's; neosr's: 0.5 each).
+    compress_ratio, squeeze_factor, conv_scale and overlap_ratio are accepted and unused, as in the authors' code
+    (their option files set them).
 
     DRCT: embed_dim 180, depths/num_heads 6 x 6, window 16, mlp_ratio 2, gc 32. DRCT-L: 12 groups.
     """
@@ -108,7 +109,8 @@ class DRCT(SwinSRBase):
                  qk_scale: float | None = None, drop_rate: float = 0.0, attn_drop_rate: float = 0.0,
                  drop_path_rate: float = 0.1, norm_layer: type[nn.Module] = nn.LayerNorm, ape: bool = False,
                  patch_norm: bool = True, use_checkpoint: bool = False, upscale: int = 2, img_range: float = 1.0,
-                 upsampler: str = "pixelshuffle", resi_connection: str = "1conv", gc: int = 32) -> None:
+                 upsampler: str = "pixelshuffle", resi_connection: str = "1conv", gc: int = 32,
+                 rgb_mean: Sequence[float] | None = None) -> None:
         super().__init__()
         del compress_ratio, squeeze_factor, conv_scale  # unused by the authors' DRCT too
         _check_drct_args(embed_dim, depths, num_heads, window_size, gc, upscale, upsampler, resi_connection)
@@ -116,7 +118,7 @@ class DRCT(SwinSRBase):
         self.shift_size = window_size // 2
         self.overlap_ratio = overlap_ratio
         self.use_checkpoint = use_checkpoint
-        self.init_shallow(in_chans, embed_dim, len(depths), img_range, upscale, upsampler)
+        self.init_shallow(in_chans, embed_dim, len(depths), img_range, upscale, upsampler, rgb_mean)
         self.mlp_ratio = mlp_ratio
         resolution = self.init_token_embed(img_size, patch_size, embed_dim, norm_layer, patch_norm, ape, drop_rate)
 
@@ -181,6 +183,13 @@ register_presets("DRCT", scale_arg="upscale", presets={
         "upscale": 4, "window_size": 16, "depths": (6,) * 14, "embed_dim": 180, "num_heads": (6,) * 14,
         "mlp_ratio": 2.0
     },
+})
+
+# neosr's name (tests/test_neosr_names.py checks it against the network neosr builds)
+register_presets("DRCT", scale_arg="upscale", source="neosr", presets={
+    # 2.46 M parameters at x4
+    "drct_s": {"window_size": 16, "depths": (2,) * 4, "embed_dim": 48, "num_heads": (6,) * 4, "mlp_ratio": 2.0,
+               "rgb_mean": (0.5,) * 3},
 })
 
 

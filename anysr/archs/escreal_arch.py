@@ -7,8 +7,10 @@ branch feed ``n_blocks`` blocks; each runs one window self-attention (relative p
 ``conv_blocks`` convolutional "attention emulation" units: on the first ``pdim`` channels a large kernel
 shared by every block (the mean of the kernel's eight flips / rotations) plus a 3x3 depth-wise kernel predicted
 per image from its pooled features. A long shortcut and one of the heads "conv", "pixelshuffledirect",
-"pixelshuffle", "nearest+conv" or "transpose+conv" follow. traiNNer-redux's three attention back-ends ("Naive",
-"SDPA", "Flex") compute the same softmax; here all run as ``F.scaled_dot_product_attention``.
+"pixelshuffle", "nearest+conv" or "transpose+conv" follow, or "dysample_direct": a DySample straight on the
+features (``to_img.offset`` / ``scope`` / ``end_conv``, no ``MetaUpsample``), neosr's ``esc`` layout.
+traiNNer-redux's three attention back-ends ("Naive", "SDPA", "Flex") compute the same softmax; here all run as
+``F.scaled_dot_product_attention``.
 
 Size requirement: none for the caller. Each attention pads its input to a multiple of ``window_size`` (reflect,
 then edge replication past one side length) and crops back; with ``unshuffle_mod`` (scale 1 or 2) the input is
@@ -18,11 +20,14 @@ needs it). ``tile_multiple`` is the window size (times the unshuffle factor), wh
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, NearestUpsample, pad_to_min_size, pad_to_multiple
+from anysr.archs.plksr_arch import DySample, dysample_scale
 from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.archs.recognise_util import clean, fitting_heads, head_mid, square_side
 from anysr.presets import register_presets
@@ -31,6 +36,7 @@ from anysr.registry import ARCH_REGISTRY
 # traiNNer-redux's SampleMods3 order; the index is stored in the MetaUpsample buffer.
 HEADS = ("conv", "pixelshuffledirect", "pixelshuffle", "nearest+conv", "dysample", "transpose+conv", "lda", "pa_up")
 SUPPORTED_HEADS = ("conv", "pixelshuffledirect", "pixelshuffle", "nearest+conv", "transpose+conv")
+DIRECT_HEAD = "dysample_direct"  # neosr's esc head: not a UniUpsampleV3 (no MetaUpsample record)
 ATTN_TYPES = ("Naive", "SDPA", "Flex")
 DYN_K = 3  # side of the predicted depth-wise kernel
 
@@ -212,10 +218,10 @@ class ESCRealM(nn.Module):
             raise ArchArgumentError("scale", f"ESCRealM needs an integer scale >= 1, got {scale!r}")
         if attn_type not in ATTN_TYPES:
             raise ArchArgumentError("attn_type", f"ESCRealM: attn_type {attn_type!r} is not one of {ATTN_TYPES}")
-        if upsampler not in SUPPORTED_HEADS:
+        if upsampler not in (*SUPPORTED_HEADS, DIRECT_HEAD):
             why = " (not implemented in anysr)" if upsampler in HEADS else ""
             raise ArchArgumentError("upsampler", f"ESCRealM: upsampler {upsampler!r}{why}; use one of "
-                                                 f"{SUPPORTED_HEADS}")
+                                                 f"{(*SUPPORTED_HEADS, DIRECT_HEAD)}")
         if not isinstance(pdim, int) or not 2 <= pdim <= dim:
             raise ArchArgumentError("pdim", f"ESCRealM needs 2 <= pdim <= dim ({dim}), got {pdim!r}")
         if not isinstance(kernel_size, int) or kernel_size < 1 or kernel_size % 2 == 0:
@@ -250,13 +256,19 @@ class ESCRealM(nn.Module):
             raise ArchArgumentError("scale", f"ESCRealM's transpose+conv head supports scale 2, 3 or 4, not {scale}")
         if upsampler in ("pixelshuffle", "nearest+conv") and head_scale & (head_scale - 1) and head_scale != 3:
             raise ArchArgumentError("scale", f"ESCRealM's {upsampler} head needs a power of two or 3, not {scale}")
-        self.to_img = UniUpsampleV3(upsampler, head_scale, dim, 3, mid_dim, 4)
+        self.to_img: nn.Module
+        if upsampler == DIRECT_HEAD:  # neosr's esc: 4 sampling groups on the features, a 1x1 conv to RGB
+            if dim % 4:
+                raise ArchArgumentError("dim", f"ESCRealM's dysample_direct head needs a dim divisible by 4, not {dim}")
+            self.to_img = DySample(dim, 3, head_scale, groups=4, end_convolution=True)
+        else:
+            self.to_img = UniUpsampleV3(upsampler, head_scale, dim, 3, mid_dim, 4)
         self.tile_multiple = window_size * max(self.padding, 1)
 
     def _load_from_state_dict(self, state_dict: dict, prefix: str, *args, **kwargs) -> None:  # noqa: ANN002
         # the head's record comes from the constructor arguments (traiNNer-redux overwrites it on load too)
         key = prefix + "to_img.MetaUpsample"
-        if key in state_dict:
+        if key in state_dict and isinstance(self.to_img, UniUpsampleV3):
             state_dict[key] = self.to_img.MetaUpsample
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
@@ -281,12 +293,30 @@ register_presets("ESCRealM", scale_arg="scale", presets={
 })
 
 
+def _neosr_attn_type(args: dict[str, Any]) -> dict[str, Any]:
+    """neosr's lower-case ``attn_type`` spellings (``sdpa``, ``flex``, ``naive``) -> anysr's."""
+    spelled = {t.lower(): t for t in ATTN_TYPES}
+    attn = args.get("attn_type")
+    return {**args, "attn_type": spelled.get(attn.lower(), attn)} if isinstance(attn, str) else args
+
+
+# neosr's names (tests/test_neosr_names.py checks them against the networks neosr builds): its ``esc`` is the
+# ESC-Real layout with a DySample head; ``realsr``, ``is_fp`` and ``use_dysample`` name that layout
+register_presets("ESCRealM", scale_arg="scale", renames={"upscaling_factor": "scale"},
+                 fixed={"realsr": True, "is_fp": False, "use_dysample": True}, translate=_neosr_attn_type,
+                 source="neosr", presets={
+    "esc": {"n_blocks": 5, "exp_ratio": 1.25, "attn_type": "SDPA", "upsampler": "dysample_direct"},  # 0.97 M at x4
+    "esc_light": {"n_blocks": 3, "exp_ratio": 1.25, "attn_type": "SDPA", "upsampler": "dysample_direct"},  # 0.63 M
+    "esc_large": {"n_blocks": 10, "exp_ratio": 2.0, "attn_type": "SDPA", "upsampler": "dysample_direct"},  # 2.17 M
+})
+
+
 def _recognise(s: StateShapes) -> list[dict]:
     """ESCRealM from its tensors: width, the large-kernel filter (``pdim`` x ``kernel_size``), blocks and
     conv blocks per block, heads and window from the attention's bias, the ConvFFN ratio, the pixel-unshuffled
     stem (x1 / x2), and the head (kind, scale and mid width: the candidates whose head builds the file's tensors;
-    a nearest+conv head is the same at x2 and x3: x2 is proposed first). The attention kernel choice changes no
-    tensor (the default is kept)."""
+    a nearest+conv head is the same at x2 and x3: x2 is proposed first; neosr's DySample head by its offset conv).
+    The attention kernel choice changes no tensor (the default is kept)."""
     pdim, _, kernel, _ = s.shape("plk_filter")
     dim = s.dim("blocks.0.ln_proj.weight", 0)
     bias = s.shape("blocks.0.attn.relative_position_bias")
@@ -301,6 +331,12 @@ def _recognise(s: StateShapes) -> list[dict]:
         if fold not in (2, 4):
             return []
         scales = (4,)
+    if "to_img.offset.weight" in s:  # neosr's esc: a DySample straight on the features
+        head_scale = dysample_scale(s, "to_img.")
+        if unshuffle and head_scale != 4:
+            return []
+        return [{**common, "scale": 4 // fold if unshuffle else head_scale, "upsampler": DIRECT_HEAD,
+                 "unshuffle_mod": unshuffle}]
     heads = fitting_heads(s, "to_img", lambda kind, scale, out, mid: UniUpsampleV3(kind, scale, dim, out, mid, 4),
                           ("transpose+conv", *(h for h in SUPPORTED_HEADS if h != "transpose+conv")), scales, (3,),
                           lambda kind: head_mid(s, "to_img", kind, dim))

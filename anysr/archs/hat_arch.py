@@ -14,19 +14,26 @@ Differences from the authors' code, none of which changes the output of a valid 
   their ``HATModel`` does around the network; replicate beyond what reflect can reach) and crops;
 * ``upsampler`` must be 'pixelshuffle' (their code silently returns the input for anything else) and
   ``resi_connection`` '1conv' or 'identity'; values their code cannot run are refused when building.
+
+``HAT_iLN`` (traiNNer-redux's i-LN variant) is the same network built with ``ImageLayerNorm`` as the blocks'
+norm (each residual branch rescaled by the norm's scale), affine transforms as the patch and final norms and no
+mean shift. Its state dict has HAT's names and shapes exactly, so its files cannot be told from HAT's by them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import (
+    AffineTransform,
     ArchArgumentError,
     DropPath,
+    ImageLayerNorm,
     Mlp,
     ShiftedWindowStage,
     SwinSRBase,
@@ -34,7 +41,9 @@ from anysr.archs.arch_util import (
     WindowBlockBase,
     check_swin_sr_args,
     drop_path_rates,
+    pre_norm,
     relative_position_index,
+    rescaled,
     residual_conv,
     shifted_window_mask,
     to_2tuple,
@@ -103,7 +112,8 @@ class CAB(nn.Module):
 
 
 class HAB(WindowBlockBase):
-    """Hybrid attention block: (shifted-)window attention + ``conv_scale`` * CAB, then an MLP; pre-normed."""
+    """Hybrid attention block: (shifted-)window attention + ``conv_scale`` * CAB, then an MLP; pre-normed. With
+    ``ImageLayerNorm`` (HAT_iLN) both branches together, and the MLP, are multiplied by their norm's scale."""
 
     def __init__(self, dim: int, input_resolution: tuple[int, int], num_heads: int, window_size: int = 7,
                  shift_size: int = 0, compress_ratio: int = 3, squeeze_factor: int = 30, conv_scale: float = 0.01,
@@ -129,7 +139,8 @@ class HAB(WindowBlockBase):
         b, _, c = x.shape
         ws, shift = self.window_size, self.shift_size
         shortcut = x
-        x = self.norm1(x).view(b, h, w, c)
+        x, scale = pre_norm(self.norm1, x)
+        x = x.view(b, h, w, c)
         conv_x = self.conv_block(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1).reshape(b, h * w, c)
         if shift:
             x = torch.roll(x, shifts=(-shift, -shift), dims=(1, 2))
@@ -138,8 +149,12 @@ class HAB(WindowBlockBase):
         x = window_reverse(windows.view(-1, ws, ws, c), ws, h, w)
         if shift:
             x = torch.roll(x, shifts=(shift, shift), dims=(1, 2))
-        x = shortcut + self.drop_path(x.reshape(b, h * w, c)) + conv_x * self.conv_scale
-        return x + self.drop_path(self.mlp(self.norm2(x)))
+        if scale is None:
+            x = shortcut + self.drop_path(x.reshape(b, h * w, c)) + conv_x * self.conv_scale
+        else:
+            x = shortcut + scale * (self.drop_path(x.reshape(b, h * w, c)) + conv_x * self.conv_scale)
+        normed, scale = pre_norm(self.norm2, x)
+        return x + rescaled(self.drop_path(self.mlp(normed)), scale)
 
 
 class OCAB(nn.Module):
@@ -170,7 +185,8 @@ class OCAB(nn.Module):
         b, _, c = x.shape
         ws, ows, heads = self.window_size, self.overlap_win_size, self.num_heads
         shortcut = x
-        qkv = self.qkv(self.norm1(x)).view(b, h, w, 3 * c)
+        normed, scale = pre_norm(self.norm1, x)
+        qkv = self.qkv(normed).view(b, h, w, 3 * c)
         q = window_partition(qkv[..., :c], ws).reshape(-1, ws * ws, heads, c // heads).transpose(1, 2)
         kv = overlapping_windows(qkv[..., c:], ws, (ows - ws) // 2)  # (b*nw, ows*ows, 2c)
         kv = kv.reshape(kv.shape[0], ows * ows, 2, heads, c // heads).permute(2, 0, 3, 1, 4)  # (2, b*nw, heads, n, d)
@@ -178,8 +194,9 @@ class OCAB(nn.Module):
         bias = self.relative_position_bias_table[index].view(ws * ws, ows * ows, -1).permute(2, 0, 1)
         out = window_attention(q, kv[0], kv[1], bias, scale=self.scale)
         out = window_reverse(out.transpose(1, 2).reshape(-1, ws, ws, c), ws, h, w).reshape(b, h * w, c)
-        x = self.proj(out) + shortcut
-        return x + self.mlp(self.norm2(x))
+        x = rescaled(self.proj(out), scale) + shortcut
+        normed, scale = pre_norm(self.norm2, x)
+        return x + rescaled(self.mlp(normed), scale)
 
 
 class AttenBlocks(ShiftedWindowStage):
@@ -246,6 +263,8 @@ class HAT(SwinSRBase):
     HAT: embed_dim 180, the same but compress_ratio 3, squeeze_factor 30. HAT-L: HAT with 12 groups.
     """
 
+    affine_ends: ClassVar[bool] = False  # HAT_iLN: affine transforms as the patch and final norms
+
     def __init__(self, img_size: int | Sequence[int] = 64, patch_size: int | Sequence[int] = 1, in_chans: int = 3,
                  embed_dim: int = 96, depths: Sequence[int] = (6, 6, 6, 6), num_heads: Sequence[int] = (6, 6, 6, 6),
                  window_size: int = 16, compress_ratio: int = 3, squeeze_factor: int = 30, conv_scale: float = 0.01,
@@ -266,7 +285,8 @@ class HAT(SwinSRBase):
         overlap = int(overlap_ratio * window_size) + window_size
         self.register_buffer("relative_position_index_OCA", overlap_position_index(window_size, overlap))
         self.mlp_ratio = mlp_ratio
-        resolution = self.init_token_embed(img_size, patch_size, embed_dim, norm_layer, patch_norm, ape, drop_rate)
+        end_norm = AffineTransform if self.affine_ends else norm_layer
+        resolution = self.init_token_embed(img_size, patch_size, embed_dim, end_norm, patch_norm, ape, drop_rate)
 
         rates = drop_path_rates(drop_path_rate, sum(depths))
         self.layers = nn.ModuleList()
@@ -278,7 +298,7 @@ class HAT(SwinSRBase):
                                     attn_drop=attn_drop_rate, drop_path=rates[start:start + depth],
                                     norm_layer=norm_layer, use_checkpoint=use_checkpoint,
                                     resi_connection=resi_connection))
-        self.norm = norm_layer(self.num_features)
+        self.norm = end_norm(self.num_features)
         self.conv_after_body = residual_conv(embed_dim, resi_connection)
         self.init_reconstruction(embed_dim, in_chans, upscale)
         self.init_swin_weights()
@@ -296,6 +316,35 @@ class HAT(SwinSRBase):
         for layer in self.layers:
             x = layer(x, x_size, params)
         return to_feature_map(self.norm(x), *x_size)
+
+
+@ARCH_REGISTRY.register()
+class HAT_iLN(HAT):  # noqa: N801 - traiNNer-redux's class name
+    """HAT with i-LN (traiNNer-redux's ``HAT_iLN``; Lee et al. 2025, arXiv 2504.06629): ``ImageLayerNorm`` before
+    each block's attention and MLP (the branches rescaled by its scale), ``AffineTransform`` as the patch-embedding
+    and final norms, and no mean shift / ``img_range``. Otherwise HAT: the same blocks, arguments (but
+    ``img_range``) and state-dict names and shapes.
+    """
+
+    swin_init_norms = (nn.LayerNorm, ImageLayerNorm)
+    affine_ends = True
+
+    def __init__(self, img_size: int | Sequence[int] = 64, patch_size: int | Sequence[int] = 1, in_chans: int = 3,
+                 embed_dim: int = 96, depths: Sequence[int] = (6, 6, 6, 6), num_heads: Sequence[int] = (6, 6, 6, 6),
+                 window_size: int = 16, compress_ratio: int = 3, squeeze_factor: int = 30, conv_scale: float = 0.01,
+                 overlap_ratio: float = 0.5, mlp_ratio: float = 4.0, qkv_bias: bool = True,
+                 qk_scale: float | None = None, drop_rate: float = 0.0, attn_drop_rate: float = 0.0,
+                 drop_path_rate: float = 0.1, norm_layer: type[nn.Module] = ImageLayerNorm, ape: bool = False,
+                 patch_norm: bool = True, use_checkpoint: bool = False, upscale: int = 2,
+                 upsampler: str = "pixelshuffle", resi_connection: str = "1conv") -> None:
+        super().__init__(img_size=img_size, patch_size=patch_size, in_chans=in_chans, embed_dim=embed_dim,
+                         depths=depths, num_heads=num_heads, window_size=window_size, compress_ratio=compress_ratio,
+                         squeeze_factor=squeeze_factor, conv_scale=conv_scale, overlap_ratio=overlap_ratio,
+                         mlp_ratio=mlp_ratio, qkv_bias=qkv_bias, qk_scale=qk_scale, drop_rate=drop_rate,
+                         attn_drop_rate=attn_drop_rate, drop_path_rate=drop_path_rate, norm_layer=norm_layer, ape=ape,
+                         patch_norm=patch_norm, use_checkpoint=use_checkpoint, upscale=upscale, img_range=1.0,
+                         upsampler=upsampler, resi_connection=resi_connection)
+        self.register_buffer("mean", torch.zeros(1, 1, 1, 1), persistent=False)  # no mean shift
 
 
 def _check_hat_args(img_size: int | Sequence[int], patch_size: int | Sequence[int], embed_dim: int,
@@ -323,12 +372,12 @@ def _check_hat_args(img_size: int | Sequence[int], patch_size: int | Sequence[in
                                     f"got {factor!r}")
 
 
-__all__ = ["HAB", "HAT", "OCAB", "RHAG", "overlap_position_index", "overlapping_windows"]
+__all__ = ["HAB", "HAT", "HAT_iLN", "OCAB", "RHAG", "overlap_position_index", "overlapping_windows"]
 
 
 # Published variants by name (traiNNer-redux's names); tests/test_presets.py checks each against the network
 # traiNNer-redux builds.
-register_presets("HAT", scale_arg="upscale", fixed={"num_feat": 64}, presets={
+PRESETS: dict[str, dict] = {
     # 40.85 M parameters at x4
     "hat_l": {"upscale": 4, "embed_dim": 180, "depths": (6,) * 12, "num_heads": (6,) * 12, "mlp_ratio": 2.0},
     # 46.33 M parameters at x4
@@ -342,7 +391,11 @@ register_presets("HAT", scale_arg="upscale", fixed={"num_feat": 64}, presets={
         "upscale": 4, "embed_dim": 144, "depths": (6,) * 6, "num_heads": (6,) * 6, "compress_ratio": 24,
         "squeeze_factor": 24, "mlp_ratio": 2.0
     },
-})
+}
+register_presets("HAT", PRESETS, scale_arg="upscale", fixed={"num_feat": 64})
+# traiNNer-redux's i-LN builders: HAT's sizes (the same parameter counts).
+register_presets("HAT_iLN", {name.replace("hat", "hat_iln", 1): kwargs for name, kwargs in PRESETS.items()},
+                 scale_arg="upscale", fixed={"num_feat": 64})
 
 
 def _recognise(s: StateShapes) -> list[dict]:

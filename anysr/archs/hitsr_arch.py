@@ -37,6 +37,7 @@ from anysr.archs.arch_util import (
     check_upscale,
     nearest_upsample,
     relative_position_index,
+    rgb_mean_of,
     run_checkpointed,
     swin_init_weights,
     to_2tuple,
@@ -402,7 +403,8 @@ class PatchEmbed(nn.Module):
 
 
 class _HiT(nn.Module):
-    """The body HiT_SIR, HiT_SNG and HiT_SRF share (see the module docstring)."""
+    """The body HiT_SIR, HiT_SNG and HiT_SRF share (see the module docstring; ``rgb_mean``: the RGB input mean, by
+    default DIV2K's, neosr's 0.5 each)."""
 
     variant = ""
     tile_multiple: int = 1
@@ -413,7 +415,8 @@ class _HiT(nn.Module):
                  value_drop_rate: float = 0.0, drop_path_rate: float = 0.0, ape: bool = False,
                  patch_norm: bool = True, use_checkpoint: bool = False, upscale: int = 4, img_range: float = 1.0,
                  upsampler: str | None = "pixelshuffledirect", resi_connection: str = "1conv",
-                 hier_win_ratios: Sequence[float] | None = None, expansion_factor: float | None = None) -> None:
+                 hier_win_ratios: Sequence[float] | None = None, expansion_factor: float | None = None,
+                 rgb_mean: Sequence[float] | None = None) -> None:
         super().__init__()
         depths = list(depths if depths is not None else (6, 6, 6, 6))
         num_heads = list(num_heads if num_heads is not None else (6, 6, 6, 6))
@@ -438,7 +441,7 @@ class _HiT(nn.Module):
         self.upsampler = upsampler
         self.base_win_size = base
         self.mean: torch.Tensor
-        self.register_buffer("mean", torch.tensor([0.4488, 0.4371, 0.4040]).view(1, 3, 1, 1) if in_chans == 3
+        self.register_buffer("mean", torch.tensor(rgb_mean_of(rgb_mean)).view(1, 3, 1, 1) if in_chans == 3
                              else torch.zeros(1, 1, 1, 1), persistent=False)
 
         self.conv_first = nn.Conv2d(in_chans, embed_dim, 3, 1, 1)
@@ -551,6 +554,18 @@ class HiT_SRF(_HiT):  # noqa: N801
 # is swallowed by the classes; anysr accepts it when it equals mlp_ratio)
 for _cls in ("HiT_SIR", "HiT_SNG", "HiT_SRF"):
     register_presets(_cls, scale_arg="upscale", presets={_cls.lower(): {}})  # x4: 791,540 / 1,032,060 / 866,420
+
+# neosr's names (tests/test_neosr_names.py checks them against the networks neosr builds)
+register_presets("HiT_SRF", scale_arg="upscale", source="neosr", presets={
+    # 10.75 M parameters at x4
+    "hit_srf_medium": {"img_size": 48, "base_win_size": (16, 16), "depths": (6,) * 6, "embed_dim": 180,
+                       "num_heads": (6,) * 6, "upsampler": "pixelshuffle",
+                       "rgb_mean": (0.5,) * 3},
+    # 20.81 M parameters at x4
+    "hit_srf_large": {"img_size": 48, "base_win_size": (24, 24), "depths": (6,) * 12, "embed_dim": 180,
+                      "num_heads": (6,) * 12, "upsampler": "pixelshuffle",
+                      "rgb_mean": (0.5,) * 3},
+})
 
 
 def _recognise(variant: str) -> Callable[[StateShapes], list[dict]]:

@@ -177,6 +177,12 @@ register_presets("LMLT", scale_arg="scale", presets={
     "lmlt_large": {"dim": 84},  # 1.30 M
 })
 
+# neosr's ``lmlt`` (its class, with a default width; tests/test_neosr_names.py checks it against neosr's network)
+register_presets("LMLT", scale_arg="scale", renames={"upscaling_factor": "scale"}, fixed={"window_size": WINDOW},
+                 source="neosr", presets={
+    "lmlt": {"dim": 60},  # 0.67 M parameters at x4
+})
+
 
 def _recognise(s: StateShapes) -> dict:
     """LMLT from its tensors: width from the stem, depth from the blocks, the channel mixer's factor from its

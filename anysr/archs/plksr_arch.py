@@ -403,6 +403,14 @@ register_presets("PLKSR", scale_arg="upscaling_factor", presets={
     "plksr_tiny": {"n_blocks": 12, "kernel_size": 13, "use_ea": False, "ccm_type": "DCCM"},  # 2.37 M at x4
 })
 
+# neosr's names (tests/test_neosr_names.py checks them against the networks neosr builds): neosr's RealPLKSR ends
+# each block with the GroupNorm (``layer_norm=False``; its ``realplksr`` name here is traiNNer-redux's)
+register_presets("RealPLKSR", scale_arg="upscaling_factor", fixed={"in_ch": 3, "out_ch": 3}, source="neosr",
+                 presets={
+    "realplksr_s": {"n_blocks": 12, "kernel_size": 13, "use_ea": False},  # 2.37 M parameters at x4
+    "realplksr_l": {"dim": 96},  # 16.59 M parameters at x4
+})
+
 
 def dysample_scale(s: StateShapes, prefix: str, groups: int = 4) -> int:
     """The scale of a DySample at ``prefix`` from its offset conv (``2 * groups * scale**2`` outputs)."""

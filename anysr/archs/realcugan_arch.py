@@ -287,6 +287,21 @@ register_presets("UpCunet4x", scale_arg="scale", translate=_trainner_realcugan, 
 })
 
 
+def _neosr_cugan(args: dict[str, Any]) -> dict[str, Any]:
+    """neosr's one ``cugan`` name picks the class by ``scale``, with the "pro" marker buffer by default."""
+    scale = args.pop("scale", 4)
+    kinds = {2: "UpCunet2x", 3: "UpCunet3x", 4: "UpCunet4x"}
+    if scale not in kinds:
+        raise ValueError(f"cugan: scale {scale} is not available; Real-CUGAN has x2, x3 and x4 networks")
+    return {"type": kinds[scale], **args}
+
+
+# neosr's name (tests/test_neosr_names.py checks it against the network neosr builds)
+register_presets("UpCunet4x", scale_arg="scale", translate=_neosr_cugan, source="neosr", presets={
+    "cugan": {"pro": True},  # 1.41 M parameters at x4
+})
+
+
 __all__ = ["SEBlock", "UNet1", "UNet2", "UNetConv", "UpCunet2x", "UpCunet2x_fast", "UpCunet3x", "UpCunet4x"]
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -73,9 +74,13 @@ class PSA(nn.Module):
     width) regrouped onto a half-resolution grid, relative-position bias, projection (``proj``)."""
 
     def __init__(self, dim: int, window_size: tuple[int, int], num_heads: int, qkv_bias: bool = True,
-                 qk_scale: float | None = None, attn_drop: float = 0.0, proj_drop: float = 0.0) -> None:
+                 qk_scale: float | None = None, attn_drop: float = 0.0, proj_drop: float = 0.0,
+                 squeeze_dim: int | None = None) -> None:
         super().__init__()
         self.dim = dim
+        # the width of each token's keys / values (SRFormerV2's ``squeeze_dim``; SRFormer's is a quarter of dim):
+        # a 2x2 patch's keys are 4 of them, so attention runs at 4 * squeeze_dim channels
+        self.squeeze_dim = dim // 4 if squeeze_dim is None else squeeze_dim
         self.window_size = window_size
         self.permuted_window_size = (window_size[0] // 2, window_size[1] // 2)
         self.num_heads = num_heads
@@ -87,26 +92,28 @@ class PSA(nn.Module):
         rows, cols = torch.arange(2 * ph) // 2, torch.arange(2 * pw) // 2
         self.register_buffer("aligned_relative_position_index",
                              base[rows[:, None], cols[None, :]].reshape(4 * ph * pw, ph * pw))
-        self.kv = nn.Linear(dim, dim // 2, bias=qkv_bias)
-        self.q = nn.Linear(dim, dim, bias=qkv_bias)
+        width = 4 * self.squeeze_dim
+        self.kv = nn.Linear(dim, 2 * self.squeeze_dim, bias=qkv_bias)
+        self.q = nn.Linear(dim, width, bias=qkv_bias)
         self.attn_drop = nn.Dropout(attn_drop)
-        self.proj = nn.Linear(dim, dim)
+        self.proj = nn.Linear(width, dim)
         self.proj_drop = nn.Dropout(proj_drop)
         nn.init.trunc_normal_(self.relative_position_bias_table, std=0.02)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        bw, n, c = x.shape
-        heads, d = self.num_heads, c // self.num_heads
+        bw, n, _ = x.shape
+        sq = self.squeeze_dim
+        heads, d = self.num_heads, 4 * sq // self.num_heads
         ph, pw = self.permuted_window_size
-        # (bw, 2ph*2pw, c/2) -> per 2x2 patch of tokens: [k | v] each of its 4 tokens' c/4 channels -> c channels
-        kv = self.kv(x).view(bw, ph, 2, pw, 2, 2, c // 4).permute(5, 0, 1, 3, 2, 4, 6)
+        # (bw, 2ph*2pw, 2sq) -> per 2x2 patch of tokens: [k | v] each of its 4 tokens' sq channels -> 4sq channels
+        kv = self.kv(x).view(bw, ph, 2, pw, 2, 2, sq).permute(5, 0, 1, 3, 2, 4, 6)
         kv = kv.reshape(2, bw, ph * pw, heads, d).transpose(2, 3)
         q = self.q(x).view(bw, n, heads, d).transpose(1, 2)
         bias = self.relative_position_bias_table[self.aligned_relative_position_index.view(-1)]
         bias = bias.view(n, ph * pw, heads).permute(2, 0, 1)
         out = window_attention(q, kv[0], kv[1], bias, mask, scale=self.scale,
                                dropout_p=self.attn_drop.p if self.training else 0.0)
-        return self.proj_drop(self.proj(out.transpose(1, 2).reshape(bw, n, c)))
+        return self.proj_drop(self.proj(out.transpose(1, 2).reshape(bw, n, 4 * sq)))
 
 
 class dwconv(nn.Module):  # noqa: N801 (the checkpoints' module name)
@@ -144,15 +151,17 @@ class ConvFFN(nn.Module):
 
 class PSABlock(WindowBlockBase):
     """Pre-norm (shifted-)window PSA and ConvFFN, each with a residual. A window not smaller than
-    ``input_resolution`` shrinks to it, without shift (as the original; this decides the parameter shapes)."""
+    ``input_resolution`` shrinks to it, without shift (as the original; this decides the parameter shapes), unless
+    ``shrink_window`` is off (SRFormerV2 keeps window and shift). ``squeeze_dim``: see ``PSA``."""
 
     def __init__(self, dim: int, input_resolution: tuple[int, int], num_heads: int, window_size: int = 7,
                  shift_size: int = 0, mlp_ratio: float = 4.0, qkv_bias: bool = True, qk_scale: float | None = None,
                  drop: float = 0.0, attn_drop: float = 0.0, drop_path: float = 0.0,
-                 act_layer: type[nn.Module] = nn.GELU, norm_layer: type[nn.Module] = nn.LayerNorm) -> None:
+                 act_layer: type[nn.Module] = nn.GELU, norm_layer: type[nn.Module] = nn.LayerNorm,
+                 squeeze_dim: int | None = None, shrink_window: bool = True) -> None:
         super().__init__()
         self.init_block_attrs(dim, input_resolution, num_heads, window_size, shift_size, mlp_ratio)
-        if min(input_resolution) <= window_size:
+        if shrink_window and min(input_resolution) <= window_size:
             self.shift_size = 0
             self.window_size = min(input_resolution)
         if self.window_size % 2:
@@ -160,7 +169,7 @@ class PSABlock(WindowBlockBase):
                                     f"{self.window_size}")
         self.norm1 = norm_layer(dim)
         self.attn = PSA(dim, to_2tuple(self.window_size), num_heads, qkv_bias=qkv_bias, qk_scale=qk_scale,
-                        attn_drop=attn_drop, proj_drop=drop)
+                        attn_drop=attn_drop, proj_drop=drop, squeeze_dim=squeeze_dim)
         self.drop_path = DropPath(drop_path) if drop_path > 0.0 else nn.Identity()
         self.norm2 = norm_layer(dim)
         self.mlp = ConvFFN(dim, int(dim * mlp_ratio), drop=drop, act_layer=act_layer)
@@ -194,13 +203,14 @@ class PSALayer(ShiftedWindowStage):
     def __init__(self, dim: int, input_resolution: tuple[int, int], depth: int, num_heads: int, window_size: int,
                  mlp_ratio: float = 4.0, qkv_bias: bool = True, qk_scale: float | None = None, drop: float = 0.0,
                  attn_drop: float = 0.0, drop_path: float | Sequence[float] = 0.0,
-                 norm_layer: type[nn.Module] = nn.LayerNorm, use_checkpoint: bool = False) -> None:
+                 norm_layer: type[nn.Module] = nn.LayerNorm, use_checkpoint: bool = False,
+                 squeeze_dim: int | None = None) -> None:
         super().__init__()
         self.init_blocks(dim, input_resolution, depth, window_size, drop_path, use_checkpoint,
                          lambda shift, rate: PSABlock(
                              dim, input_resolution, num_heads, window_size=window_size, shift_size=shift,
                              mlp_ratio=mlp_ratio, qkv_bias=qkv_bias, qk_scale=qk_scale, drop=drop,
-                             attn_drop=attn_drop, drop_path=rate, norm_layer=norm_layer))
+                             attn_drop=attn_drop, drop_path=rate, norm_layer=norm_layer, squeeze_dim=squeeze_dim))
         self.downsample = None
 
     def forward(self, x: torch.Tensor, x_size: tuple[int, int]) -> torch.Tensor:
@@ -208,21 +218,26 @@ class PSALayer(ShiftedWindowStage):
 
 
 class PSA_Group(nn.Module):  # noqa: N801 (the original's name)
-    """Residual group: PSA blocks, a conv on the feature map, and a shortcut (SwinIR's RSTB keys)."""
+    """Residual group: PSA blocks, a conv on the feature map, and a shortcut (SwinIR's RSTB keys). The blocks are a
+    ``layer_class`` (SRFormerV2's interleaves Swin blocks), given ``squeeze_dim`` (see ``PSA``)."""
+
+    layer_class: ClassVar[type[nn.Module]] = PSALayer
 
     def __init__(self, dim: int, input_resolution: tuple[int, int], depth: int, num_heads: int, window_size: int,
                  mlp_ratio: float = 4.0, qkv_bias: bool = True, qk_scale: float | None = None, drop: float = 0.0,
                  attn_drop: float = 0.0, drop_path: float | Sequence[float] = 0.0,
                  norm_layer: type[nn.Module] = nn.LayerNorm, downsample: type[nn.Module] | None = None,
                  use_checkpoint: bool = False, img_size: int | Sequence[int] = 224,
-                 patch_size: int | Sequence[int] = 4, resi_connection: str = "1conv") -> None:
+                 patch_size: int | Sequence[int] = 4, resi_connection: str = "1conv",
+                 squeeze_dim: int | None = None) -> None:
         super().__init__()
         del downsample  # SRFormer has none
         self.dim = dim
         self.input_resolution = input_resolution
-        self.residual_group = PSALayer(dim, input_resolution, depth, num_heads, window_size, mlp_ratio=mlp_ratio,
-                                       qkv_bias=qkv_bias, qk_scale=qk_scale, drop=drop, attn_drop=attn_drop,
-                                       drop_path=drop_path, norm_layer=norm_layer, use_checkpoint=use_checkpoint)
+        self.residual_group = self.layer_class(
+            dim, input_resolution, depth, num_heads, window_size, mlp_ratio=mlp_ratio, qkv_bias=qkv_bias,
+            qk_scale=qk_scale, drop=drop, attn_drop=attn_drop, drop_path=drop_path, norm_layer=norm_layer,
+            use_checkpoint=use_checkpoint, squeeze_dim=squeeze_dim)
         self.conv = residual_conv(dim, resi_connection)
         self.patch_embed = PatchEmbed(img_size, patch_size, in_chans=0, embed_dim=dim, norm_layer=None)
         self.patch_unembed = PatchUnEmbed(img_size, patch_size, in_chans=0, embed_dim=dim, norm_layer=None)
@@ -245,7 +260,8 @@ class SRFormer(SwinIR):
                  mlp_ratio: float = 4.0, qkv_bias: bool = True, qk_scale: float | None = None, drop_rate: float = 0.0,
                  attn_drop_rate: float = 0.0, drop_path_rate: float = 0.1, norm_layer: type[nn.Module] = nn.LayerNorm,
                  ape: bool = False, patch_norm: bool = True, use_checkpoint: bool = False, upscale: int = 1,
-                 img_range: float = 1.0, upsampler: str = "", resi_connection: str = "1conv") -> None:
+                 img_range: float = 1.0, upsampler: str = "", resi_connection: str = "1conv",
+                 rgb_mean: Sequence[float] | None = None) -> None:
         if not isinstance(window_size, int) or window_size < 2:
             raise ArchArgumentError("window_size", f"SRFormer needs an even window_size >= 2, got {window_size!r}")
         if embed_dim % 4 or any(embed_dim % h for h in num_heads):
@@ -263,7 +279,7 @@ class SRFormer(SwinIR):
                          qkv_bias=qkv_bias, qk_scale=qk_scale, drop_rate=drop_rate, attn_drop_rate=attn_drop_rate,
                          drop_path_rate=drop_path_rate, norm_layer=norm_layer, ape=ape, patch_norm=patch_norm,
                          use_checkpoint=use_checkpoint, upscale=upscale, img_range=img_range, upsampler=upsampler,
-                         resi_connection=resi_connection)
+                         resi_connection=resi_connection, rgb_mean=rgb_mean)
 
 
 __all__ = ["SRFormer", "PSA", "PSABlock", "PSA_Group", "permuted_window_mask"]
@@ -274,6 +290,14 @@ register_presets("SRFormer", scale_arg="upscale", presets={
                  "upsampler": "pixelshuffle"},
     "srformer_light": {**_SRF, "img_size": 64, "depths": (6,) * 4, "num_heads": (6,) * 4, "window_size": 16,
                        "upsampler": "pixelshuffledirect"},
+})
+
+# neosr's name (tests/test_neosr_names.py checks it against the network neosr builds)
+register_presets("SRFormer", scale_arg="upscale", source="neosr", presets={
+    # 10.54 M parameters at x4
+    "srformer_medium": {"img_size": 48, "embed_dim": 180, "depths": (6,) * 6, "num_heads": (6,) * 6,
+                        "window_size": 24, "mlp_ratio": 2.0, "upsampler": "pixelshuffle",
+                        "rgb_mean": (0.5,) * 3},
 })
 
 

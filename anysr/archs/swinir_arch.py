@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -165,7 +165,8 @@ class SwinIR(SwinSRBase):
     shrinks the window when not larger than it), patch_size, in_chans, embed_dim, depths, num_heads,
     window_size, mlp_ratio, qkv_bias, qk_scale, drop_rate, attn_drop_rate, drop_path_rate, norm_layer,
     ape (absolute position embedding; needs inputs of exactly ``img_size``), patch_norm, use_checkpoint,
-    upscale, img_range, upsampler, resi_connection ('1conv' or '3conv').
+    upscale, img_range, upsampler, resi_connection ('1conv' or '3conv'), rgb_mean (RGB input mean, by default
+    DIV2K's; neosr's: 0.5 each).
     """
 
     stage_class: ClassVar[type[nn.Module]] = RSTB  # the residual group (SRFormer swaps in its own)
@@ -177,7 +178,8 @@ class SwinIR(SwinSRBase):
                  attn_drop_rate: float = 0.0, drop_path_rate: float = 0.1,
                  norm_layer: type[nn.Module] = nn.LayerNorm, ape: bool = False, patch_norm: bool = True,
                  use_checkpoint: bool = False, upscale: int = 2, img_range: float = 1.0,
-                 upsampler: str | None = "", resi_connection: str = "1conv") -> None:
+                 upsampler: str | None = "", resi_connection: str = "1conv",
+                 rgb_mean: Sequence[float] | None = None) -> None:
         super().__init__()
         upsampler = upsampler or ""
         if upsampler not in UPSAMPLERS:
@@ -200,7 +202,7 @@ class SwinIR(SwinSRBase):
         num_out_ch = in_chans
         num_feat = 64
         self.window_size = window_size
-        self.init_shallow(in_chans, embed_dim, len(depths), img_range, upscale, upsampler)
+        self.init_shallow(in_chans, embed_dim, len(depths), img_range, upscale, upsampler, rgb_mean)
         self.mlp_ratio = mlp_ratio
         resolution = self.init_token_embed(img_size, patch_size, embed_dim, norm_layer, patch_norm, ape, drop_rate)
         self.patch_unembed = PatchUnEmbed(img_size, patch_size, in_chans=embed_dim, embed_dim=embed_dim)
@@ -209,7 +211,7 @@ class SwinIR(SwinSRBase):
         self.layers = nn.ModuleList()
         for i, depth in enumerate(depths):
             start = sum(depths[:i])
-            self.layers.append(self.stage_class(embed_dim, resolution, depth, num_heads[i], window_size,
+            self.layers.append(self.make_stage(embed_dim, resolution, depth, num_heads[i], window_size,
                                     mlp_ratio=mlp_ratio, qkv_bias=qkv_bias, qk_scale=qk_scale, drop=drop_rate,
                                     attn_drop=attn_drop_rate, drop_path=rates[start:start + depth],
                                     norm_layer=norm_layer, downsample=None, use_checkpoint=use_checkpoint,
@@ -232,11 +234,15 @@ class SwinIR(SwinSRBase):
             self.init_reconstruction(embed_dim, num_out_ch, upscale, resolution, num_feat)
         self.init_swin_weights()
 
+    def make_stage(self, *args: Any, **kwargs: Any) -> nn.Module:
+        """One residual group (``stage_class`` with SwinIR's arguments; a subclass may add its own)."""
+        return self.stage_class(*args, **kwargs)
+
     @property
     def tile_multiple(self) -> int:
-        """Inputs are padded to a multiple of this (the largest window the blocks use; ``ops.tiling.TiledNetwork``)."""
-        sizes = [blk.window_size for layer in self.layers for blk in layer.residual_group.blocks]
-        return max(sizes, default=1)
+        """Inputs are padded to a multiple of this (of every window the blocks use; ``ops.tiling.TiledNetwork``)."""
+        sizes = {blk.window_size for layer in self.layers for blk in layer.residual_group.blocks}
+        return math.lcm(*sizes) if sizes else 1
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """Transformer body on a (b, embed_dim, h, w) map whose size is a multiple of the window."""
@@ -275,6 +281,22 @@ register_presets("SwinIR", scale_arg="upscale", fixed={"start_unshuffle": 1}, pr
     },
     # 0.93 M parameters at x4
     "swinir_s": {"upscale": 4, "embed_dim": 60, "window_size": 8, "mlp_ratio": 2.0, "upsampler": "pixelshuffledirect"},
+})
+
+# neosr's names (tests/test_neosr_names.py checks them against the networks neosr builds)
+register_presets("SwinIR", scale_arg="upscale", fixed={"start_unshuffle": 1}, source="neosr", presets={
+    # 0.93 M parameters at x4
+    "swinir_small": {"img_size": 64, "embed_dim": 60, "window_size": 8, "mlp_ratio": 2.0,
+                     "upsampler": "pixelshuffledirect",
+                     "rgb_mean": (0.5,) * 3},
+    # 11.90 M parameters at x4
+    "swinir_medium": {"img_size": 48, "embed_dim": 180, "depths": (6,) * 6, "num_heads": (6,) * 6, "window_size": 8,
+                      "mlp_ratio": 2.0, "upsampler": "pixelshuffle",
+                      "rgb_mean": (0.5,) * 3},
+    # 28.01 M parameters at x4
+    "swinir_large": {"img_size": 64, "embed_dim": 240, "depths": (6,) * 9, "num_heads": (8,) * 9, "window_size": 8,
+                     "mlp_ratio": 2.0, "upsampler": "nearest+conv", "resi_connection": "3conv",
+                     "rgb_mean": (0.5,) * 3},
 })
 
 
