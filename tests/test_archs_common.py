@@ -66,6 +66,12 @@ def _not_experts(name: str) -> bool:  # SeemoRe: the unchosen experts get zero, 
     return ".experts." not in name
 
 
+def _not_hasn_squeeze(name: str) -> bool:
+    """HASN's channel attention squeezes 52 channels to one (52 // 30) before a ReLU: with seeded weights that one
+    unit is off over a whole image in some blocks (zero gradient there, as in neosr)."""
+    return ".cab.cab.3.attention." not in name
+
+
 # Transformers: the characteristic branches take part (RGT: RG-SA's reduction and positional conv, L-SA's value
 # conv, the layer scale; Swin2SR: the position-bias MLP and the temperature; not CRAFT's pos_proj: its 1-wide
 # position MLP layer-norms a single value, a constant, as in the original).
@@ -133,6 +139,8 @@ GROUPS: dict[str, Group] = {
                        # instance norm re-normalises bf16 rounding at the 64-pixel fixtures' bottleneck (2x2 or 2x1
                        # values per channel, random weights): measured 0.146 / 0.127 of the range (batch norm: 0.007)
                        bf16_bound={"g_instance_k5_vae": 0.3, "g_spectral_syncbatch": 0.3}),
+    # DFDNet at its default FFHQ boxes (input0 / output0); its VGG19 is frozen, as BasicSR's
+    "dfdnet": Group(one=("nf2_128",), frozen={"DFDNet": "vgg_extractor."}),
     "ipt": Group(one=("ipt_x2", "ipt_multitask_x3", "ipt_x1_no_mlp_no_norm"), bf16_all=True, bf16_input=1,
                  grad_input=_input1,
                  # without layer norms the tokens reach hundreds (rgb_range 255): measured 0.074 of the range
@@ -143,6 +151,13 @@ GROUPS: dict[str, Group] = {
         bf16_extra=("mosr_x4_ps", "seemore_x2", "moesr_x3_nearest"),
         grad_nonzero=_not_experts, no_drop_path=True),
     "plksrformer": Group(one=("plksr_x4_sparse_max_idt", "srformer_x2", "elan_x4")),
+    # SRFormerV2: the stored cases (the pixelshuffle / nearest+conv ones seed their reconstruction:
+    # tests/test_archs_srformerv2.py)
+    "srformerv2": Group(
+        one=("srformerv2_x2_direct",), cl_extra=("srformerv2_x3_direct_3conv", "srformerv2_x1_gray_ape"),
+        bf16_extra=("srformerv2_x3_direct_3conv", "srformerv2_x1_gray_ape"),
+        meta_extra=("srformerv2_x3_direct_3conv", "srformerv2_x1_gray_ape"),
+        grad_extra=("srformerv2_x3_direct_3conv", "srformerv2_x1_gray_ape"), grad_nonzero=_every, no_drop_path=True),
     "dwtemt": Group(
         one=("dwt_x2", "emt_x4"), cl_extra=("dwt_x1_3conv_ape", "emt_x2_psdirect"),
         meta_extra=("dwt_x1_window2", "dwt_x1_gray_smallimg", "emt_x3"),
@@ -165,6 +180,25 @@ GROUPS: dict[str, Group] = {
         one=("hma_rgb", "grformer_x2"), cl_extra=("hma_ape", "grformer_x4_longshift"), bf16_all=True,
         meta_extra=("hma_gray_noshift", "hma_ape", "grformer_x3_gray"),
         grad_extra=("hma_gray_noshift", "grformer_x3_gray")),
+    "neosr_light": Group(
+        one=("cfsr_x2", "hasn_x3", "krgn_x2", "msdan_x2"), cl_extra=("msdan_x3", "krgn_x1_prelu_2groups"),
+        bf16_all=True, meta_extra=("cfsr_x3_gray_meannorm", "hasn_x4", "krgn_x1_prelu_2groups", "msdan_x4"),
+        grad_extra=("cfsr_x1_conv_last", "krgn_x3_dil2_relu", "msdan_x3", "msdan_x4"),
+        grad_nonzero=_not_hasn_squeeze),
+    # neosr's ASID and Light-SAFMN++: the gradient checks on flash_attn=False cases (neosr's flash path trains no
+    # channel attention)
+    "neosr_families": Group(one=("asid_pe_x4", "light_safmnpp_x4"), cl_extra=("asid_x2", "asid_d8_x3"),
+                            bf16_all=True, meta_extra=("asid_x2", "asid_d8_x3", "light_safmnpp_x2_3blocks"),
+                            grad_extra=("light_safmnpp_x2_3blocks",)),
+    "spanf": Group(
+        one=("spanf_x4", "spanf3_x2_unshuffle"), cl_extra=("spanf3_x1_unshuffle", "spanf_x3_width3"), bf16_all=True,
+        meta_extra=("spanf3_x1_unshuffle", "spanf3_x2_noblocks_rgb2gray", "spanf_x1_gray"),
+        grad_extra=("spanf3_x4", "spanf3_x3_gray", "spanf_x3_width3"), grad_nonzero=_every),
+    "iln": Group(
+        one=("dat_iln_x2_direct", "hat_iln_x1"), cl_extra=("dat_iln_x3_gray_3conv", "hat_iln_x1_gray_2groups"),
+        bf16_all=True, meta_extra=("dat_iln_x3_gray_3conv", "dat_iln_x1_pixelshuffle", "hat_iln_x1_gray_2groups"),
+        grad_extra=("dat_iln_x3_gray_3conv", "hat_iln_x1_gray_2groups"),
+        grad_nonzero=lambda n: ".pos." not in n),  # DAT's position MLP is 1 wide at width 32: a constant
     "restormer": Group(one=("restormer", "docres"), cl_extra=("restormer_dual_pixel", "docres_gray"),
                        bf16_extra=("restormer_biasfree_bias",), grad_extra=("restormer_dual_pixel", "docres_gray")),
     "trainner_archs": Group(
@@ -319,6 +353,9 @@ TRAIN: dict[str, Train] = {
     # HiFaceGAN (BasicSR's batch-norm SPADE; its instance norms need 64-pixel crops)
     "HiFaceGAN": Train({"type": "HiFaceGAN", "num_feat": 2, "norm_g": "spectralspadebatch3x3"}, scale=1,
                        total_iter=2, batch=2, gt_size=64),
+    # DFDNet (default FFHQ boxes at the crop's size; the tiny fixture dictionary, path from the repository root)
+    "DFDNet": Train({"type": "DFDNet", "num_feat": 2, "dict_path": "tests/fixtures/dfdnet/dict_nf2.pth"}, scale=1,
+                    total_iter=2, batch=2, gt_size=64, extra=_FACE),
     # IPT: one task of several (the others' heads and tails frozen)
     "IPT": Train({"type": "IPT", "patch_size": 8, "patch_dim": 2, "n_feats": 8, "num_heads": 2, "num_layers": 1,
                   "scale": [3, 2], "num_queries": 2, "scale_idx": 1}, batch=2),
@@ -336,6 +373,9 @@ TRAIN: dict[str, Train] = {
                     "ccm_type": "DCCM"}, total_iter=2, batch=2),
     "SRFormer": Train({"type": "SRFormer", "img_size": 16, "embed_dim": 8, "depths": [2], "num_heads": [2],
                        "window_size": 4, "upscale": 2, "upsampler": "pixelshuffledirect"}, total_iter=2, batch=2),
+    "SRFormerv2": Train({"type": "SRFormerv2", "img_size": 8, "embed_dim": 8, "squeeze_dim": 2, "depths": [2],
+                         "num_heads": [2], "window_size": 8, "upscale": 2, "upsampler": "pixelshuffledirect"},
+                        total_iter=2, batch=2),
     "ELAN": Train({"type": "ELAN", "scale": 2, "m_elan": 2, "c_elan": 6, "n_share": 1, "r_expand": 1,
                    "window_sizes": [2, 4, 4]}, total_iter=2, batch=2),
     # restore
@@ -369,6 +409,9 @@ TRAIN: dict[str, Train] = {
                   "window_list": [[8, 4], [4, 8]], "shift_list": [[4, 2], [2, 4]], "scale": 2}, batch=2),
     "CascadedGaze": Train({"type": "CascadedGaze", "width": 4, "middle_blk_num": 1, "enc_blk_nums": [1, 1],
                            "dec_blk_nums": [1, 1], "GCE_CONVS_nums": [3, 2]}, scale=1, moved="encoders.0.0.beta"),
+    "SPANF": Train({"type": "SPANF", "feature_channels": 8, "upscale": 2}),
+    "SPANF3": Train({"type": "SPANF3", "feature_channels": 8, "num_blocks": 2, "upscale": 2, "unshuffle_mod": True},
+                    moved="block_1.att_conv.weight"),  # zero in every fresh network
     "NinaSR": Train({"type": "NinaSR", "n_resblocks": 2, "n_feats": 8, "scale": 2}, moved="head.0.bias"),
     "PlainUSR": Train({"type": "PlainUSR", "n_feat": 33, "im_feat": [6, 4, 2], "attn_feat": 2, "scale": 2},
                       moved="block1.body.0.se.tensor"),
@@ -377,8 +420,23 @@ TRAIN: dict[str, Train] = {
     # transformers
     "HMA": Train({"type": "HMA", "img_size": 8, "embed_dim": 32, "depths": [2], "num_heads": [4], "window_size": 4,
                   "interval_size": 2, "upscale": 2}, batch=2, moved="layers.0.residual_group.blocks.1.norm1.weight"),
+    "DAT_iLN": Train({"type": "DAT_iLN", "img_size": 8, "embed_dim": 32, "split_size": [2, 4], "depth": [2],
+                      "num_heads": [2], "expansion_factor": 1.0, "upscale": 2, "upsampler": "pixelshuffledirect"},
+                     batch=2, moved="layers.0.blocks.0.norm1.weight"),
+    "HAT_iLN": Train({"type": "HAT_iLN", "img_size": 8, "embed_dim": 12, "depths": [2], "num_heads": [2],
+                      "window_size": 4, "squeeze_factor": 4, "mlp_ratio": 2.0, "upscale": 2}, batch=2,
+                     moved="layers.0.residual_group.blocks.0.norm1.weight"),
     "GRFormer": Train({"type": "GRFormer", "img_size": 8, "embed_dim": 8, "depths": [2], "num_heads": [2],
                        "window_size": [2, 4], "upscale": 2}, batch=2, moved="layers.0.blocks.0.norm1.weight"),
+    # neosr's lightweight CNNs
+    "CFSR": Train({"type": "CFSR", "embed_dim": 8, "depths": [1, 1], "dw_size": 5, "upscale": 2},
+                  moved="layers.0.blocks.0.layer_scale_1"),
+    "HASN": Train({"type": "HASN", "feature_channels": 30, "upscale": 2}, batch=2, moved="block_1.ln.weight"),
+    "KRGN": Train({"type": "KRGN", "n_feats": 32, "n_resgroups": 1, "scale": 2}, batch=2, moved="sub_mean.weight"),
+    "MSDAN": Train({"type": "MSDAN", "channels": 8, "num_DFEB": 1, "upscale_factor": 2}),
+    "ASID": Train({"type": "ASID", "num_feat": 8, "window_size": 4, "scale": 2},
+                  moved="block0.residual_layer.0.SLA1.norm.weight"),
+    "LightSAFMNPP": Train({"type": "LightSAFMNPP", "dim": 8, "n_blocks": 1, "upscaling_factor": 2}),
     "Swin2SR": Train({"type": "Swin2SR", "img_size": 8, "window_size": 4, "embed_dim": 12, "depths": [2],
                       "num_heads": [2], "mlp_ratio": 2.0, "upscale": 2, "upsampler": "pixelshuffledirect"}, batch=2),
     "RGT": Train({"type": "RGT", "img_size": 16, "embed_dim": 32, "depth": [2], "num_heads": [2], "mlp_ratio": 2.0,

@@ -54,7 +54,12 @@ def test_every_preset_is_checked_against_the_reference() -> None:
                            "mmrealsr", "hifacegan", "docres_discriminator", "ninasr_b0", "ninasr_b2",
                            "plainusr_ultra", "plainusr_large",  # neosr's: tests/test_archs_neosr_cnn.py
                            # neosr's: tests/test_archs_neosr_transformer.py
-                           "hma_medium", "hma_large", "grformer_medium", "grformer_large"}, others
+                           "hma_medium", "hma_large", "grformer_medium", "grformer_large",
+                           # neosr's: tests/test_neosr_names.py
+                           "cugan", "dat_m", "drct_s", "esc", "esc_light", "esc_large", "hit_srf_medium",
+                           "hit_srf_large", "lmlt", "realplksr_s", "realplksr_l", "srformer_medium", "swinir_small",
+                           "swinir_medium", "swinir_large", "unet", "asid", "asid_d8",
+                           "light_safmnpp"}, others
     assert {"hat_s", "hat_l", "dat_light", "span_s", "esrgan_lite", "swinir_m", "compact", "realplksr_tiny"} \
         <= set(preset_names())
 

@@ -32,6 +32,8 @@ NOT_RECOGNISED = {
     "DUnet": "a discriminator: not run by infer / test / export",
     "HiFaceGANDiscriminator": "a discriminator: not run by infer / test / export",
     "DocResDiscriminator": "a discriminator: not run by infer / test / export",
+    "HAT_iLN": "HAT's names and shapes exactly (i-LN has a layer norm's weight and bias, its EMA is not saved): read "
+               "as HAT; name it (--arch HAT_iLN, hat_iln_*)",
 }
 
 

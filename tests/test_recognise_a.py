@@ -20,7 +20,10 @@ from tests.test_recognise import _layout
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FAMILIES = ("ATD", "ArtCNN", "BasicVSR", "BasicVSRPlusPlus", "CRAFT", "CascadedGaze", "DAT", "DCTLSA", "DIS", "DITN",
-            "DRCT", "DRUNet", "DUF", "DWT", "DnCNN", "ECBSR", "EDSR", "EDVR", "EIMN", "ELAN", "EMT", "ESCRealM",
+            "DFDNet",  # tests/test_archs_dfdnet.py
+            "DAT_iLN", "DRCT", "DRUNet", "DUF", "DWT", "DnCNN", "ECBSR", "EDSR", "EDVR", "EIMN", "ELAN", "EMT",
+            "ESCRealM",
+            "CFSR", "HASN", "KRGN",  # neosr's: tests/test_archs_neosr_light.py
             "FBCNN", "FDAT", "FFTformer", "FlexNet", "GFPGANv1Clean", "GRFormer", "HAT", "HMA", "HVICIDNet",
             "HiT_SIR", "HiT_SNG", "HiT_SRF", "IconVSR", "LKFMixer", "LMLT")
 
@@ -74,6 +77,7 @@ CONFIGS: list[dict] = [
      "ffn_expansion_factor": 1.5, "bias": True, "upscale": 3},
     {"type": "DCTLSA", "in_nc": 1, "out_nc": 1, "nf": 30, "upscale": 2},
     {"type": "DCTLSA", "nf": 24, "num_head": 4, "upscale": 3},
+    {"type": "DFDNet", "num_feat": 3},  # a narrower VGG (no dictionary: not in the weights)
     {"type": "EIMN", "embed_dims": 32, "scale": 3, "depths": 2, "num_stages": 3, "mlp_ratios": 2.0},
     {"type": "EIMN", "embed_dims": 48, "scale": 4, "num_stages": 2},
     {"type": "ELAN", "scale": 2, "colors": 1, "m_elan": 4, "c_elan": 24, "n_share": 1, "r_expand": 3},
@@ -129,6 +133,10 @@ CONFIGS: list[dict] = [
      "expansion_factor": 1.5, "upscale": 3, "img_size": 32, "resi_connection": "3conv"},
     {"type": "DAT", "embed_dim": 48, "split_size": [4, 4], "depth": [4], "num_heads": [6], "upscale": 2,
      "upsampler": "pixelshuffledirect", "qkv_bias": False},
+    {"type": "DAT_iLN", "in_chans": 1, "embed_dim": 36, "split_size": [2, 8], "depth": [2, 1], "num_heads": [2, 4],
+     "expansion_factor": 1.5, "upscale": 3, "img_size": 32, "resi_connection": "3conv"},
+    {"type": "DAT_iLN", "embed_dim": 48, "split_size": [4, 4], "depth": [4], "num_heads": [6], "upscale": 2,
+     "upsampler": "pixelshuffledirect", "qkv_bias": False},
     {"type": "ATD", "in_chans": 1, "embed_dim": 24, "depths": [2, 1], "num_heads": [2, 3], "window_size": 4,
      "num_tokens": 16, "reducted_dim": 6, "convffn_kernel_size": 3, "mlp_ratio": 1.5, "upscale": 4,
      "upsampler": "nearest+conv", "norm": False},
@@ -149,6 +157,11 @@ CONFIGS: list[dict] = [
     {"type": "ESCRealM", "dim": 16, "pdim": 4, "n_blocks": 1, "conv_blocks": 2, "num_heads": 2, "scale": 1,
      "unshuffle_mod": True},
     {"type": "ESCRealM", "dim": 16, "pdim": 4, "n_blocks": 1, "conv_blocks": 1, "num_heads": 2, "scale": 3},
+    # neosr's esc: a DySample head straight on the features
+    {"type": "ESCRealM", "dim": 12, "pdim": 4, "n_blocks": 2, "conv_blocks": 1, "num_heads": 3, "scale": 3,
+     "exp_ratio": 1.25, "upsampler": "dysample_direct"},
+    {"type": "ESCRealM", "dim": 16, "pdim": 4, "n_blocks": 1, "conv_blocks": 2, "num_heads": 2, "scale": 1,
+     "unshuffle_mod": True, "upsampler": "dysample_direct"},
     {"type": "FDAT", "num_in_ch": 1, "num_out_ch": 1, "embed_dim": 24, "num_groups": 2, "depth_per_group": 1,
      "num_heads": 2, "window_size": 4, "ffn_expansion_ratio": 1.5, "aim_reduction_ratio": 4,
      "group_block_pattern": ["channel", "spatial", "spatial"], "scale": 3, "upsampler_type": "pixelshuffledirect"},
@@ -156,6 +169,14 @@ CONFIGS: list[dict] = [
      "upsampler_type": "pa_up", "mid_dim": 16},
     {"type": "FDAT", "embed_dim": 24, "num_groups": 1, "depth_per_group": 1, "num_heads": 3, "scale": 1,
      "unshuffle_mod": True, "upsampler_type": "dysample", "mid_dim": 16},
+    {"type": "CFSR", "in_chans": 1, "embed_dim": 12, "depths": [2, 0, 1], "dw_size": 7, "mlp_ratio": 3.0,
+     "upscale": 3},
+    {"type": "CFSR", "embed_dim": 16, "depths": [1], "upsampler": "", "upscale": 1},
+    {"type": "CFSR", "in_chans": 4, "embed_dim": 8, "depths": [0], "upscale": 8},
+    {"type": "HASN", "feature_channels": 40, "upscale": 2},
+    {"type": "HASN", "in_channels": 1, "out_channels": 3, "feature_channels": 30, "upscale": 1},
+    {"type": "KRGN", "n_feats": 32, "n_resgroups": 2, "scale": 3, "act": "prelu"},
+    {"type": "KRGN", "n_feats": 96, "n_resgroups": 0, "scale": 1},
 ]
 
 

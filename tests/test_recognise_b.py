@@ -40,6 +40,11 @@ EXTRA: dict[str, list[dict]] = {
     + [{"n_resblocks": 1, "n_feats": 6, "n_colors": 1, "scale": 2, "expansion": 1.3}],
     "PlainUSR": [{"n_feat": 24, "im_feat": (24, 8), "scale": 3}, {"n_feat": 40, "im_feat": (40, 40, 8), "scale": 1},
                  {"n_feat": 96, "im_feat": (64, 32, 32), "attn_feat": 5, "scale": 2}],
+    "MSDAN": [{"channels": 12, "num_DFEB": 3}, {"channels": 4, "num_DFEB": 0}],  # the scale is in no tensor
+    "ASID": [{"num_feat": 12, "window_size": 4, "scale": s, "pe": True, "bias": False} for s in (1, 3)]
+    + [{"num_in_ch": 1, "num_out_ch": 1, "num_feat": 16, "d8": True, "res_num": 8, "scale": 2}],
+    "LightSAFMNPP": [{"dim": 12, "n_blocks": 3, "ffn_scale": 2.0, "upscaling_factor": s} for s in (1, 3)]
+    + [{"dim": 6, "n_blocks": 0}],
     "NAFNet": [{"img_channel": 1, "width": 8, "middle_blk_num": 0, "enc_blk_nums": (1, 0, 3),
                 "dec_blk_nums": (2, 1, 0)},
                {"width": 12, "middle_blk_num": 2, "enc_blk_nums": (1,), "dec_blk_nums": (1,)}],
@@ -55,6 +60,14 @@ EXTRA: dict[str, list[dict]] = {
     + [{"num_in_ch": 1, "num_out_ch": 1, "feature_channels": 16, "upsampler": "ps", "upscale": 2},
        {"feature_channels": 8, "blocks": [1], "upsampler": "conv", "upscale": 1},
        {"num_in_ch": 3, "num_out_ch": 1, "feature_channels": 8, "blocks": [3]}],
+    "SPANF": [{"feature_channels": 20, "upscale": s} for s in (1, 2, 3)]
+    + [{"num_in_ch": 1, "num_out_ch": 1, "feature_channels": 1, "upscale": 2},
+       {"num_in_ch": 4, "num_out_ch": 4, "feature_channels": 8, "upscale": 8}],
+    "SPANF3": [{"feature_channels": 12, "num_blocks": n, "upscale": s, "unshuffle_mod": u}
+               for n, s, u in ((1, 1, True), (2, 2, True), (3, 1, False), (0, 3, False), (4, 8, True))]
+    + [{"num_in_ch": 1, "num_out_ch": 1, "feature_channels": 8, "num_blocks": 2, "upscale": 2, "unshuffle_mod": True},
+       {"num_in_ch": 4, "num_out_ch": 3, "feature_channels": 8, "num_blocks": 1, "upscale": 1, "unshuffle_mod": True},
+       {"num_in_ch": 3, "num_out_ch": 1, "feature_channels": 8, "num_blocks": 7, "upscale": 4}],
     "MoSR": [{"in_ch": 1, "n_block": 2, "dim": 16, "upsampler": u, "upscale": sc, "kernel_size": 5,
               "expansion_ratio": 8 / 3, "conv_ratio": 0.5} for u, sc in (("ps", 3), ("gps", 2), ("dys", 1))]
     + [{"in_ch": 3, "out_ch": 1, "n_block": 0, "dim": 8, "upsampler": "dys", "upscale": 2}],
@@ -131,6 +144,18 @@ EXTRA: dict[str, list[dict]] = {
                                     (4, "nearest+conv", "1conv"), (1, "", "3conv"))]
     + [{"in_chans": 1, "img_size": 20, "embed_dim": 8, "depths": (2,), "num_heads": (4,), "window_size": 6,
         "ape": True, "qkv_bias": False, "upsampler": ""}],
+    # SRFormerV2: the first group without a shifted block (the mask in the second), every upsampler; the Swin window
+    # shrunk to the patch (no mask anywhere); an unseen patch (the default); ape without qkv bias
+    "SRFormerv2": [{"img_size": 32, "embed_dim": 12, "squeeze_dim": 3, "depths": (1, 2), "num_heads": (2, 3),
+                    "window_size": 8, "mlp_ratio": 1.5, "upscale": sc, "upsampler": up, "resi_connection": rc}
+                   for sc, up, rc in ((3, "pixelshuffle", "1conv"), (2, "pixelshuffledirect", "3conv"),
+                                      (4, "nearest+conv", "1conv"), (1, "", "3conv"), (8, "pixelshuffle", "1conv"))]
+    + [{"img_size": 8, "embed_dim": 8, "squeeze_dim": 2, "depths": (1,), "num_heads": (2,), "window_size": 4,
+        "upscale": 2, "upsampler": "pixelshuffledirect", "patch_norm": False},
+       {"embed_dim": 8, "squeeze_dim": 5, "depths": (1, 1), "num_heads": (1, 2), "window_size": 12, "upscale": 4,
+        "upsampler": "pixelshuffle"},
+       {"in_chans": 1, "img_size": 12, "embed_dim": 8, "squeeze_dim": 4, "depths": (2,), "num_heads": (4,),
+        "window_size": 6, "ape": True, "qkv_bias": False, "upsampler": ""}],
     "Swin2SR": [{"img_size": 32, "embed_dim": 12, "depths": (2, 1), "num_heads": (2, 3), "window_size": 4,
                  "mlp_ratio": 1.5, "upscale": sc, "upsampler": up, "resi_connection": rc}
                 for sc, up, rc in ((3, "pixelshuffle", "1conv"), (2, "pixelshuffledirect", "3conv"),

@@ -89,6 +89,10 @@ WINDOWED = {
             "mlp_ratio": 2.0},
     "DAT": {"img_size": 8, "embed_dim": 32, "depth": [2], "num_heads": [2], "split_size": [2, 6],
             "expansion_factor": 2.0},
+    "DAT_iLN": {"img_size": 8, "embed_dim": 32, "depth": [2], "num_heads": [2], "split_size": [2, 6],
+                "expansion_factor": 2.0},
+    "HAT_iLN": {"img_size": 8, "embed_dim": 12, "depths": [2], "num_heads": [2], "window_size": 4,
+                "squeeze_factor": 4, "mlp_ratio": 2.0},
     "DRCT": {"img_size": 8, "embed_dim": 12, "depths": [1], "num_heads": [2], "window_size": 4, "gc": 4,
              "mlp_ratio": 2.0},
     "OmniSR": {"num_feat": 8, "window_size": 6, "up_scale": 2},
@@ -106,11 +110,14 @@ WINDOWED = {
     "GRL": {"embed_dim": 8, "depths": [2], "num_heads_window": [2], "num_heads_stripe": [2], "window_size": 4,
             "stripe_size": [8, 4], "anchor_window_down_factor": 2},
     "SRFormer": {"img_size": 8, "embed_dim": 16, "depths": [2], "num_heads": [2], "window_size": 4, "mlp_ratio": 2.0},
+    "SRFormerv2": {"img_size": 16, "embed_dim": 8, "squeeze_dim": 2, "depths": [2], "num_heads": [2], "window_size": 8,
+                   "mlp_ratio": 2.0},  # PSA window 8, Swin window 12: tile multiple 24
     "FlexNet": {"dim": 8, "num_blocks": [1], "hidden_rate": 2},
     "DWT": {"img_size": 8, "embed_dim": 8, "depths": [2, 2], "num_heads": [2, 2], "window_size": 2,
             "mlp_ratio": 2.0},
     "HMA": {"img_size": 8, "embed_dim": 8, "depths": [2], "num_heads": [2], "window_size": 4, "interval_size": 3},
     "GRFormer": {"img_size": 12, "embed_dim": 8, "depths": [2], "num_heads": [2], "window_size": [3, 4]},
+    "ASID": {"num_feat": 8, "window_size": 4},
 }
 
 
