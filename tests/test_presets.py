@@ -59,7 +59,10 @@ def test_every_preset_is_checked_against_the_reference() -> None:
                            "cugan", "dat_m", "drct_s", "esc", "esc_light", "esc_large", "hit_srf_medium",
                            "hit_srf_large", "lmlt", "realplksr_s", "realplksr_l", "srformer_medium", "swinir_small",
                            "swinir_medium", "swinir_large", "unet", "asid", "asid_d8",
-                           "light_safmnpp"}, others
+                           "light_safmnpp",
+                           # neosr's names of families whose defaults are neosr's (the top-level scale passed on;
+                           # tests/test_neosr_names.py: neosr's network at x4)
+                           "ninasr", "plainusr", "hma", "grformer", "cfsr", "hasn", "krgn", "msdan"}, others
     assert {"hat_s", "hat_l", "dat_light", "span_s", "esrgan_lite", "swinir_m", "compact", "realplksr_tiny"} \
         <= set(preset_names())
 
@@ -123,6 +126,14 @@ def test_option_file_expands_the_preset_with_the_files_scale(tmp_path: Path) -> 
     assert (net["type"], net["norm"], net["upscale"]) == ("SPAN", False, 2)
     assert net.get("feature_channels", 48) == 48
     assert any(n.startswith("network_g.type span_s -> SPAN(") for n in opts["mapped_keys"])
+
+
+@pytest.mark.parametrize(("name", "cls", "arg"), [("cfsr", "CFSR", "upscale"), ("msdan", "MSDAN", "upscale_factor"),
+                                                 ("krgn", "KRGN", "scale"), ("hma", "HMA", "upscale")])
+def test_neosr_file_gives_the_network_its_top_level_scale(tmp_path: Path, name: str, cls: str, arg: str) -> None:
+    """neosr's option files name the network in lower case and give the scale only at the top level."""
+    opts = validate_options(_file(tmp_path, {"type": name}, scale=3), is_train=False, root=tmp_path)
+    assert (opts["network_g"]["type"], opts["network_g"][arg]) == (cls, 3)
 
 
 def test_option_file_with_a_bad_preset_override_names_it(tmp_path: Path) -> None:

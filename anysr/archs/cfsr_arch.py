@@ -22,6 +22,7 @@ from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d
 from anysr.archs.recognise import NotThisFamily, StateShapes, register_recogniser, shuffle_splits
+from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
 RGB_MEAN = (0.4488, 0.4371, 0.4040)  # DIV2K's, used when mean_norm is set
@@ -195,3 +196,5 @@ def _recognise(s: StateShapes) -> list[dict] | None:
 
 
 register_recogniser("CFSR", _recognise)
+# neosr's name: the class defaults (neosr's), the option file's top-level scale
+register_presets("CFSR", scale_arg="upscale", source="neosr", presets={"cfsr": {}})

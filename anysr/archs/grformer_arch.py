@@ -332,6 +332,7 @@ __all__ = ["FFN", "GRFormer", "GRSA", "GRSAB", "GRSAB_Group", "grformer_mask", "
 
 
 register_presets("GRFormer", scale_arg="upscale", source="neosr", presets={
+    "grformer": {},  # neosr's name: the class defaults, the top-level scale
     "grformer_medium": {"img_size": 64, "depths": (6,) * 6, "embed_dim": 180, "num_heads": (6,) * 6},
     "grformer_large": {"img_size": 64, "depths": (6,) * 12, "embed_dim": 180, "num_heads": (6,) * 12},
 })

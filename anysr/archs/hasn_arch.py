@@ -23,6 +23,7 @@ from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, pad_to_min_siz
 from anysr.archs.hat_arch import CAB
 from anysr.archs.omnisr_arch import ESA
 from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
+from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
 MIN_SIZE = 15  # the ESA's stride-2 conv and 7x7 pooling need 15 pixels per side
@@ -117,3 +118,5 @@ def _recognise(s: StateShapes) -> list[dict] | None:
 
 
 register_recogniser("HASN", _recognise)
+# neosr's name: the class defaults (neosr's), the option file's top-level scale
+register_presets("HASN", scale_arg="upscale", source="neosr", presets={"hasn": {}})

@@ -427,6 +427,7 @@ __all__ = ["FAB", "GAB", "HMA", "RHTB", "FusedConv", "GridAttention", "grid_shuf
 
 
 register_presets("HMA", scale_arg="upscale", source="neosr", presets={
+    "hma": {},  # neosr's name: the class defaults, the top-level scale
     # 69.87 M parameters at x4 (as neosr builds it)
     "hma_medium": {"img_size": 64, "window_size": 16, "depths": (6,) * 6, "embed_dim": 180, "num_heads": (6,) * 6},
     # 139.67 M parameters at x4

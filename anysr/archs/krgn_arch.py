@@ -25,6 +25,7 @@ from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError
 from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
+from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
 GROUPS = 32  # the residual groups' convs are grouped by 32
@@ -168,3 +169,5 @@ def _recognise(s: StateShapes) -> list[dict] | None:
 
 
 register_recogniser("KRGN", _recognise)
+# neosr's name: the class defaults (neosr's), the option file's top-level scale
+register_presets("KRGN", scale_arg="scale", source="neosr", presets={"krgn": {}})

@@ -29,6 +29,7 @@ from torch.nn import functional as F
 from anysr.accelerators.hardware import resamples_by_gathers
 from anysr.archs.arch_util import ArchArgumentError, pad_to_min_size
 from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
 MIN_SIZE = 8  # EMSSA pools to 1/8 of the size
@@ -253,3 +254,5 @@ def _recognise(s: StateShapes) -> list[dict] | None:
 
 
 register_recogniser("MSDAN", _recognise)
+# neosr's name: the class defaults (neosr's), the option file's top-level scale
+register_presets("MSDAN", scale_arg="upscale_factor", source="neosr", presets={"msdan": {}})

@@ -112,6 +112,7 @@ __all__ = ["NinaSR"]
 
 # neosr's named variants (its builders ignore every argument but the scale, which comes from the options file).
 register_presets("NinaSR", scale_arg="scale", source="neosr", presets={
+    "ninasr": {},  # neosr's name: the class defaults, the top-level scale
     "ninasr_b0": {"n_resblocks": 10, "n_feats": 16},
     "ninasr_b2": {"n_resblocks": 84, "n_feats": 56},
 })

@@ -280,6 +280,7 @@ __all__ = ["PlainUSR"]
 
 # neosr's named variants (its builders pass the scale on).
 register_presets("PlainUSR", scale_arg="scale", source="neosr", presets={
+    "plainusr": {},  # neosr's name: the class defaults, the top-level scale
     "plainusr_ultra": {"n_feat": 32, "im_feat": (32, 16), "attn_feat": 4},
     "plainusr_large": {"n_feat": 80, "im_feat": (80, 64, 48), "attn_feat": 16},
 })
