@@ -158,6 +158,8 @@ CONFIGS: dict[str, tuple[dict[str, Any], int, int]] = {
     "TemporalSPANv2": ({"type": "temporalspanv2", "scale": 4}, 4, 3),
     "TSCUNet": ({"type": "tscunet", "scale": 4}, 4, 3),
     "TFDAT": ({"type": "tfdat", "scale": 4}, 4, 3),
+    # traiNNer-redux's LAWFFT at its class defaults (whole-image blocks: torch.fft on CPU / CUDA, DFT matmuls on XLA)
+    "LAWFFT": ({"type": "LAWFFT", "scale": 4}, 4, 3),
 }
 FRAMES = {"TemporalSPAN": 5, "TemporalSPANv2": 5, "TSCUNet": 5, "TFDAT": 5}  # clip networks: frames per input
 

@@ -72,6 +72,12 @@ def _not_hasn_squeeze(name: str) -> bool:
     return ".cab.cab.3.attention." not in name
 
 
+def _not_lawfft_kernel_gen(name: str) -> bool:
+    """LAWFFT's dynamic kernels come from the map's mean through a ReLU of 2 to 4 units in the fixtures' local
+    branches: with seeded weights all are off in some blocks (zero gradients before the ReLU, as in traiNNer-redux)."""
+    return not any(k in name for k in ("kernel_gen.1.", "kernel_gen.3.weight"))
+
+
 # Transformers: the characteristic branches take part (RGT: RG-SA's reduction and positional conv, L-SA's value
 # conv, the layer scale; Swin2SR: the position-bias MLP and the temperature; not CRAFT's pos_proj: its 1-wide
 # position MLP layer-norms a single value, a constant, as in the original).
@@ -158,6 +164,12 @@ GROUPS: dict[str, Group] = {
         bf16_extra=("srformerv2_x3_direct_3conv", "srformerv2_x1_gray_ape"),
         meta_extra=("srformerv2_x3_direct_3conv", "srformerv2_x1_gray_ape"),
         grad_extra=("srformerv2_x3_direct_3conv", "srformerv2_x1_gray_ape"), grad_nonzero=_every, no_drop_path=True),
+    # LAWFFT (traiNNer-redux; tests/test_archs_lawfft.py)
+    "lawfft": Group(
+        one=("lawfft_x2_ps",), cl_extra=("lawfft_x3_w6_direct", "lawfft_x2_unshuffle"), bf16_all=True,
+        meta_extra=("lawfft_x3_w6_direct", "lawfft_x4_gray_tconv", "lawfft_x2_unshuffle"),
+        grad_extra=("lawfft_x3_w6_direct", "lawfft_x4_gray_tconv", "lawfft_x2_unshuffle"),
+        grad_nonzero=_not_lawfft_kernel_gen),
     "dwtemt": Group(
         one=("dwt_x2", "emt_x4"), cl_extra=("dwt_x1_3conv_ape", "emt_x2_psdirect"),
         meta_extra=("dwt_x1_window2", "dwt_x1_gray_smallimg", "emt_x3"),
@@ -190,6 +202,10 @@ GROUPS: dict[str, Group] = {
     "neosr_families": Group(one=("asid_pe_x4", "light_safmnpp_x4"), cl_extra=("asid_x2", "asid_d8_x3"),
                             bf16_all=True, meta_extra=("asid_x2", "asid_d8_x3", "light_safmnpp_x2_3blocks"),
                             grad_extra=("light_safmnpp_x2_3blocks",)),
+    # neosr's CATANet: first centres from the tokens (x2, x1) and from the means buffer (the "initted" cases)
+    "catanet": Group(one=("catanet_x2",), cl_extra=("catanet_x4_initted",), bf16_all=True,
+                     meta_extra=("catanet_x3_gray_initted", "catanet_x1"), grad_extra=("catanet_x4_initted",),
+                     grad_nonzero=_every),
     "spanf": Group(
         one=("spanf_x4", "spanf3_x2_unshuffle"), cl_extra=("spanf3_x1_unshuffle", "spanf_x3_width3"), bf16_all=True,
         meta_extra=("spanf3_x1_unshuffle", "spanf3_x2_noblocks_rgb2gray", "spanf_x1_gray"),
@@ -376,6 +392,8 @@ TRAIN: dict[str, Train] = {
     "SRFormerv2": Train({"type": "SRFormerv2", "img_size": 8, "embed_dim": 8, "squeeze_dim": 2, "depths": [2],
                          "num_heads": [2], "window_size": 8, "upscale": 2, "upsampler": "pixelshuffledirect"},
                         total_iter=2, batch=2),
+    "LAWFFT": Train({"type": "LAWFFT", "dim": 8, "n_rblock": 1, "n_mblock": 2, "window_size": 4, "mlp_factor": 1.5,
+                     "scale": 2, "mid_dim": 8}, total_iter=2, batch=2),
     "ELAN": Train({"type": "ELAN", "scale": 2, "m_elan": 2, "c_elan": 6, "n_share": 1, "r_expand": 1,
                    "window_sizes": [2, 4, 4]}, total_iter=2, batch=2),
     # restore
@@ -437,6 +455,9 @@ TRAIN: dict[str, Train] = {
     "ASID": Train({"type": "ASID", "num_feat": 8, "window_size": 4, "scale": 2},
                   moved="block0.residual_layer.0.SLA1.norm.weight"),
     "LightSAFMNPP": Train({"type": "LightSAFMNPP", "dim": 8, "n_blocks": 1, "upscaling_factor": 2}),
+    "CATANet": Train({"type": "CATANet", "dim": 8, "block_num": 1, "qk_dim": 8, "mlp_dim": 8, "heads": 2,
+                      "patch_size": [6], "n_iters": [2], "num_tokens": [4], "group_size": [16], "upscale": 2},
+                     batch=2, moved="blocks.0.0.norm.weight"),
     "Swin2SR": Train({"type": "Swin2SR", "img_size": 8, "window_size": 4, "embed_dim": 12, "depths": [2],
                       "num_heads": [2], "mlp_ratio": 2.0, "upscale": 2, "upsampler": "pixelshuffledirect"}, batch=2),
     "RGT": Train({"type": "RGT", "img_size": 16, "embed_dim": 32, "depth": [2], "num_heads": [2], "mlp_ratio": 2.0,

@@ -3,7 +3,8 @@
 
 The fixtures (``tests/fixtures/make_neosr_names_fixtures.py``, run against neosr's source) hold the list of names
 neosr registers, the parameter count and state-dict layout (keys and shapes) of each at neosr's defaults at x4, and
-per preset anysr adds for neosr a shrunk network's state dict (or a seed for one too large to store) with neosr's
+per preset anysr adds for neosr (and for hat_s, rgt_s and craft, traiNNer-redux's presets, with neosr's
+``rgb_mean: [0.5, 0.5, 0.5]``) a shrunk network's state dict (or a seed for one too large to store) with neosr's
 outputs: they load strictly and give neosr's outputs. ``tests/fixtures/neosr_families/``: the families anysr adds
 for neosr's names (ASID: ``asid``, ``asid_d8``; Light-SAFMN++: ``light_safmnpp``), with neosr's gradients, file
 recognition, ONNX at unseen sizes and an XLA:CPU train step (``-m xla``); tests/test_archs_common.py runs the
@@ -25,6 +26,7 @@ from conftest import FIXTURE_TOL
 from safetensors.torch import load_file
 
 from anysr.archs import arch_kwargs, build_network
+from anysr.archs.arch_util import DIV2K_RGB_MEAN
 from anysr.archs.recognise import recognise
 from anysr.errors import OptionError
 from anysr.presets import ARCH_PRESETS, find_preset
@@ -39,13 +41,10 @@ ASID_CASES = {n: c for n, c in FAMILY_CASES.items() if c["type"] == "ASID"}
 
 # neosr's names anysr does not build, and why
 NOT_SUPPORTED = {
-    "catanet": "CATANet: no such family in anysr",
     "ea2fpn": "EA2FPN (a segmentation-style FPN; neosr's needs torchvision's ResNet): no such family in anysr",
     "dct": "DCT (Dual Compression Transformer): no such family in anysr",
     "esc_fp": "ESC-FP (decomposed large kernels, pixel-shuffle head): not in anysr; neosr's esc_fp does not build "
               "with its defaults either (use_dysample=True is refused without realsr)",
-    "metagan": "MetaGAN discriminator (gated CNN and attention blocks): no such discriminator in anysr",
-    "patchgan": "PatchGAN discriminator (spectral-norm NLayer): no such discriminator in anysr",
     "VGGFeatureExtractor": "neosr's perceptual-loss feature extractor, no network type (anysr's perceptual loss "
                            "builds its own VGG)",
 }
@@ -53,8 +52,9 @@ NOT_SUPPORTED = {
 DIFFERENT = {
     "atd": "neosr's state dict has an extra 'no_norm' buffer",
     "atd_light": "traiNNer-redux's atd_light (4 window-attention heads in neosr, 6 here)",
-    "dunet": "neosr's spectral norms are torch's parametrizations (parametrizations.weight.original / 0._u / 0._v); "
-             "anysr's DUnet has traiNNer-redux's weight_orig / weight_u / weight_v",
+    "dunet": "neosr's spectral norms are torch's old hooks (weight_orig / weight_u / weight_v); anysr's DUnet has "
+             "traiNNer-redux's parametrisation (parametrizations.weight.original / 0._u / 0._v): neosr's files are "
+             "renamed on reading and load (tests/test_archs_discriminators_more.py)",
     "flexnet": "neosr's state dict has an extra 'flash_attn' buffer",
     "metaflexnet": "traiNNer-redux's metaflexnet (64 channels; neosr's: 48)",
     "man": "anysr's MAN keeps the mean shift (sub_mean / add_mean) in its state dict; neosr's has none",
@@ -71,7 +71,7 @@ DIFFERENT = {
 # mean: neosr's weights load strictly and give slightly other outputs. ``rgb_mean: [0.5, 0.5, 0.5]`` in the option
 # file builds neosr's network where the class has the argument (anysr's neosr presets of those classes set it).
 MEAN_DIFFERS = {"dat_s": True, "dat_2": True, "drct": True, "drct_l": True, "drct_xl": True, "hit_srf": True,
-                "hat_s": False, "hat_m": False, "hat_l": False, "rgt": False, "rgt_s": False, "craft": False}
+                "hat_s": True, "hat_m": True, "hat_l": True, "rgt": True, "rgt_s": True, "craft": True}
 SCALE_ARGS = ("upscale", "scale", "upscaling_factor", "upscale_factor", "up_scale", "sr_rate")
 
 
@@ -126,7 +126,7 @@ def test_default_network_is_neosrs(name: str) -> None:
 def test_neosr_presets_are_neosrs_names() -> None:
     ours = {p.name for p in ARCH_PRESETS.values() if p.source == "neosr"}
     assert ours <= set(NAMES) - set(DIFFERENT) - set(NOT_SUPPORTED)
-    assert {c["type"] for c in CASES.values()} <= ours
+    assert {c["type"] for c in CASES.values()} <= ours | set(MEAN_DIFFERS)
 
 
 def test_neosrs_input_mean() -> None:
@@ -143,6 +143,22 @@ def test_neosrs_input_mean() -> None:
     assert net.mean.flatten().tolist() == [0.5, 0.5, 0.5]
     with pytest.raises(OptionError, match=r"network_g\.rgb_mean: needs three numbers"):
         build_network({"type": "SwinIR", "rgb_mean": [0.5]})
+
+
+@pytest.mark.parametrize("name", sorted(n for n, c in CASES.items() if c["type"] in MEAN_DIFFERS))
+def test_trainner_presets_with_neosrs_mean_are_neosrs(name: str) -> None:
+    """hat_s, rgt_s and craft (traiNNer-redux's presets) build neosr's networks with ``rgb_mean: [0.5, 0.5, 0.5]``
+    (the case compares them above); with the default, DIV2K's mean, neosr's weights give other outputs."""
+    case = CASES[name]
+    assert case["kwargs"]["rgb_mean"] == [0.5, 0.5, 0.5]
+    net, io = _case(name)
+    assert net.mean.flatten().tolist() == [0.5, 0.5, 0.5]
+    opt = {"type": case["type"], **{k: v for k, v in case["kwargs"].items() if k != "rgb_mean"}}
+    div2k = build_network(opt).eval()
+    div2k.load_state_dict(net.state_dict(), strict=True)
+    assert torch.allclose(div2k.mean.flatten(), torch.tensor(DIV2K_RGB_MEAN))
+    with torch.no_grad():
+        assert not torch.allclose(div2k(io["input0"]), io["output0"], **FIXTURE_TOL)
 
 
 def _state(case: dict, name: str, net: torch.nn.Module) -> dict[str, torch.Tensor]:

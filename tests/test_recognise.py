@@ -32,6 +32,12 @@ NOT_RECOGNISED = {
     "DUnet": "a discriminator: not run by infer / test / export",
     "HiFaceGANDiscriminator": "a discriminator: not run by infer / test / export",
     "DocResDiscriminator": "a discriminator: not run by infer / test / export",
+    "MetaGan2": "a discriminator: not run by infer / test / export",
+    "MetaGAN3": "a discriminator: not run by infer / test / export",
+    "MetaGAN": "a discriminator: not run by infer / test / export",
+    "PatchGAN": "a discriminator: not run by infer / test / export",
+    "PatchGANDiscriminatorSN": "a discriminator: not run by infer / test / export",
+    "MultiscalePatchGANDiscriminatorSN": "a discriminator: not run by infer / test / export",
     "HAT_iLN": "HAT's names and shapes exactly (i-LN has a layer norm's weight and bias, its EMA is not saved): read "
                "as HAT; name it (--arch HAT_iLN, hat_iln_*)",
 }

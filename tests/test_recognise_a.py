@@ -24,8 +24,10 @@ FAMILIES = ("ATD", "ArtCNN", "BasicVSR", "BasicVSRPlusPlus", "CRAFT", "CascadedG
             "DAT_iLN", "DRCT", "DRUNet", "DUF", "DWT", "DnCNN", "ECBSR", "EDSR", "EDVR", "EIMN", "ELAN", "EMT",
             "ESCRealM",
             "CFSR", "HASN", "KRGN",  # neosr's: tests/test_archs_neosr_light.py
+            "CATANet",  # neosr's: tests/test_archs_catanet.py
             "FBCNN", "FDAT", "FFTformer", "FlexNet", "GFPGANv1Clean", "GRFormer", "HAT", "HMA", "HVICIDNet",
-            "HiT_SIR", "HiT_SNG", "HiT_SRF", "IconVSR", "LKFMixer", "LMLT")
+            "HiT_SIR", "HiT_SNG", "HiT_SRF", "IconVSR", "LKFMixer", "LMLT",
+            "LAWFFT")  # tests/test_archs_lawfft.py
 
 CONFIGS: list[dict] = [
     {"type": "EDSR", "num_in_ch": 3, "num_out_ch": 3},
@@ -177,6 +179,15 @@ CONFIGS: list[dict] = [
     {"type": "HASN", "in_channels": 1, "out_channels": 3, "feature_channels": 30, "upscale": 1},
     {"type": "KRGN", "n_feats": 32, "n_resgroups": 2, "scale": 3, "act": "prelu"},
     {"type": "KRGN", "n_feats": 96, "n_resgroups": 0, "scale": 1},
+    {"type": "CATANet", "in_chans": 1, "dim": 12, "block_num": 3, "qk_dim": 6, "mlp_dim": 20, "heads": 2,
+     "num_tokens": [3, 9, 4], "upscale": 3},
+    {"type": "CATANet", "dim": 8, "block_num": 1, "qk_dim": 8, "mlp_dim": 8, "num_tokens": [5], "upscale": 1},
+    {"type": "CATANet", "in_chans": 4, "dim": 6, "block_num": 2, "qk_dim": 3, "mlp_dim": 6, "heads": 1,
+     "upscale": 2},
+    {"type": "LAWFFT", "dim": 16, "n_rblock": 2, "n_mblock": 1, "scale": 3, "upsampler": "pa_up", "mid_dim": 12},
+    {"type": "LAWFFT", "in_ch": 1, "dim": 12, "split": 0.5, "n_rblock": 1, "n_mblock": 3, "t_mid_factor": 2.0,
+     "mlp_factor": 1.0, "scale": 1, "unshuffle_mod": True, "upsampler": "dysample", "mid_dim": 8},
+    {"type": "LAWFFT", "dim": 8, "n_rblock": 1, "n_mblock": 2, "scale": 8, "upsampler": "pixelshuffledirect"},
 ]
 
 

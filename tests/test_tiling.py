@@ -118,6 +118,8 @@ WINDOWED = {
     "HMA": {"img_size": 8, "embed_dim": 8, "depths": [2], "num_heads": [2], "window_size": 4, "interval_size": 3},
     "GRFormer": {"img_size": 12, "embed_dim": 8, "depths": [2], "num_heads": [2], "window_size": [3, 4]},
     "ASID": {"num_feat": 8, "window_size": 4},
+    "LAWFFT": {"dim": 8, "n_rblock": 1, "n_mblock": 2, "window_size": 4, "scale": 2, "unshuffle_mod": True,
+               "mid_dim": 8},  # the padding multiple: the window times the unshuffle factor (8)
 }
 
 

@@ -273,14 +273,15 @@ class CRAFT(SwinSRBase):
     """CRAFT (arguments and defaults of spandrel 0.4.2's class): in_chans, window_size (the padding multiple; both
     split sizes must divide it), embed_dim, depths (stages per group), num_heads, split_size_0 / split_size_1
     (window rows / columns of the first branch), mlp_ratio, qkv_bias, qk_scale, norm_layer, upscale (one
-    pixel-shuffle step), img_range, resi_connection ('1conv' / 'identity').
+    pixel-shuffle step), img_range, resi_connection ('1conv' / 'identity'), rgb_mean (RGB input mean, by default
+    DIV2K's; neosr's: 0.5 each).
     """
 
     def __init__(self, *, in_chans: int = 3, window_size: int = 16, embed_dim: int = 48,
                  depths: Sequence[int] = (2, 2, 2, 2), num_heads: Sequence[int] = (6, 6, 6, 6), split_size_0: int = 4,
                  split_size_1: int = 16, mlp_ratio: float = 2.0, qkv_bias: bool = True, qk_scale: float | None = None,
                  norm_layer: type[nn.Module] = nn.LayerNorm, upscale: int = 4, img_range: float = 1.0,
-                 resi_connection: str = "1conv") -> None:
+                 resi_connection: str = "1conv", rgb_mean: Sequence[float] | None = None) -> None:
         super().__init__()
         _check_args(window_size, embed_dim, depths, num_heads, split_size_0, split_size_1, upscale, resi_connection)
         self.window_size = window_size
@@ -292,7 +293,7 @@ class CRAFT(SwinSRBase):
         self.register_buffer("relative_position_index_v", relative_position_index(v_win))
         self.register_buffer("biases_v", offset_table(v_win))
         self.register_buffer("biases_h", offset_table(h_win))
-        self.init_shallow(in_chans, embed_dim, len(depths), img_range, upscale, "pixelshuffledirect")
+        self.init_shallow(in_chans, embed_dim, len(depths), img_range, upscale, "pixelshuffledirect", rgb_mean)
         self.mlp_ratio = mlp_ratio
         self.layers = nn.ModuleList([
             RCRFG(embed_dim, depths[i], num_heads[i], mlp_ratio, qkv_bias, qk_scale, split_size_0, split_size_1,

@@ -16,11 +16,15 @@ them; other sizes (which traiNNer-redux rejects) are padded at the bottom/right 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 from torch import nn
 from torch.nn.utils import parametrizations, parametrize
 
 from anysr.archs.arch_util import ArchArgumentError, pad_to_multiple
+from anysr.archs.layouts import register_layout
 from anysr.archs.plksr_arch import DySample
 from anysr.registry import ARCH_REGISTRY
 
@@ -105,5 +109,27 @@ class DUnet(nn.Module):
         y = self.up3(y) + s0
         return self.end_conv(y)[..., :h, :w]
 
+
+# neosr's ``dunet`` is the same network with torch's old spectral-norm hooks: ``weight_orig`` / ``weight_u`` /
+# ``weight_v`` (the same tensors and shapes as the parametrisation's ``original`` / ``0._u`` / ``0._v``)
+_OLD_SN = {"weight_orig": "parametrizations.weight.original", "weight_u": "parametrizations.weight.0._u",
+           "weight_v": "parametrizations.weight.0._v"}
+
+
+def _is_old_spectral_norm_dunet(sd: Mapping[str, Any]) -> bool:
+    return "in_to_dim.weight" in sd and "e_x1.0.weight_orig" in sd and "end_conv.4.weight" in sd
+
+
+def _from_old_spectral_norm(sd: Mapping[str, Any]) -> dict[str, Any]:
+    """``<module>.weight_orig`` / ``weight_u`` / ``weight_v`` to the parametrisation's names; others kept."""
+    out: dict[str, Any] = {}
+    for k, v in sd.items():
+        module, _, leaf = k.rpartition(".")
+        out[f"{module}.{_OLD_SN[leaf]}" if module and leaf in _OLD_SN else k] = v
+    return out
+
+
+register_layout("DUnet", "neosr's dunet layout (old spectral-norm weight_orig / weight_u / weight_v names)",
+                _is_old_spectral_norm_dunet, _from_old_spectral_norm)
 
 __all__ = ["DUnet"]

@@ -45,35 +45,42 @@ def _float32_math(x: torch.Tensor) -> contextlib.AbstractContextManager:
     return contextlib.nullcontext()
 
 
-def dft_bases(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The real 2-D DFT of an 8x8 patch as matrices (float32, on ``device``).
-
-    ``forward`` (64, 80): pixels (row-major) -> spectrum ``[real (8 x 5), imag (8 x 5)]`` (``torch.fft.rfft2``);
-    ``inverse`` (80, 64): spectrum -> pixels (``torch.fft.irfft2(., s=(8, 8))``: columns 1..3 count twice, the
-    imaginary parts of columns 0 and 4 contribute nothing).
-    """
-    i = torch.arange(PATCH, device=device)
-    m, n = i.view(-1, 1, 1, 1), i.view(1, -1, 1, 1)
-    u, v = i.view(1, 1, -1, 1), i[: PATCH // 2 + 1].view(1, 1, 1, -1)
-    angle = ((u * m + v * n) % PATCH).float() * (2 * math.pi / PATCH)
+def unit_circle(k: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cos`` / ``sin`` of ``2 pi k / n`` (float32) for integer ``k``: reduced modulo ``n`` first, so large
+    products stay exact, with exact zeros at quarter turns."""
+    angle = (k % n).float() * (2 * math.pi / n)
     cos, sin = angle.cos(), angle.sin()
-    cos = torch.where(cos.abs() < 1e-6, 0.0, cos)  # exact zeros at quarter turns
-    sin = torch.where(sin.abs() < 1e-6, 0.0, sin)
-    weight = torch.where((v == 0) | (v == PATCH // 2), 1.0, 2.0) / (PATCH * PATCH)
-    forward = torch.cat([cos.reshape(PATCH * PATCH, N_FREQ), -sin.reshape(PATCH * PATCH, N_FREQ)], 1)
-    inverse = torch.cat([(cos * weight).reshape(PATCH * PATCH, N_FREQ).t(),
-                         (-sin * weight).reshape(PATCH * PATCH, N_FREQ).t()], 0)
+    return torch.where(cos.abs() < 1e-6, 0.0, cos), torch.where(sin.abs() < 1e-6, 0.0, sin)
+
+
+def dft_bases(device: torch.device, size: int = PATCH) -> tuple[torch.Tensor, torch.Tensor]:
+    """The real 2-D DFT of a ``size`` x ``size`` patch as matrices (float32, on ``device``; 8 by default).
+
+    ``forward`` (s*s, 2 * s * (s // 2 + 1)): pixels (row-major) -> spectrum ``[real (s x f), imag (s x f)]``
+    (``torch.fft.rfft2``); ``inverse``: spectrum -> pixels (``torch.fft.irfft2(., s=(s, s))``: the columns
+    between DC and Nyquist count twice, the imaginary parts of the DC and (even ``s``) Nyquist columns contribute
+    nothing).
+    """
+    n_freq = size * (size // 2 + 1)
+    i = torch.arange(size, device=device)
+    m, n = i.view(-1, 1, 1, 1), i.view(1, -1, 1, 1)
+    u, v = i.view(1, 1, -1, 1), i[: size // 2 + 1].view(1, 1, 1, -1)
+    cos, sin = unit_circle(u * m + v * n, size)
+    weight = torch.where((v == 0) | (2 * v == size), 1.0, 2.0) / (size * size)
+    forward = torch.cat([cos.reshape(size * size, n_freq), -sin.reshape(size * size, n_freq)], 1)
+    inverse = torch.cat([(cos * weight).reshape(size * size, n_freq).t(),
+                         (-sin * weight).reshape(size * size, n_freq).t()], 0)
     return forward, inverse
 
 
-def to_patches(x: torch.Tensor) -> torch.Tensor:
-    """(b, c, h, w) -> (b, c, h / 8, w / 8, 64) float32 (sizes left symbolic, for a dynamic ONNX graph)."""
-    return x.float().unflatten(3, (-1, PATCH)).unflatten(2, (-1, PATCH)).transpose(3, 4).flatten(-2)
+def to_patches(x: torch.Tensor, size: int = PATCH) -> torch.Tensor:
+    """(b, c, h, w) -> (b, c, h / s, w / s, s * s) float32 (sizes left symbolic, for a dynamic ONNX graph)."""
+    return x.float().unflatten(3, (-1, size)).unflatten(2, (-1, size)).transpose(3, 4).flatten(-2)
 
 
-def from_patches(p: torch.Tensor) -> torch.Tensor:
+def from_patches(p: torch.Tensor, size: int = PATCH) -> torch.Tensor:
     """Inverse of ``to_patches``."""
-    return p.unflatten(-1, (PATCH, PATCH)).transpose(3, 4).flatten(4, 5).flatten(2, 3)
+    return p.unflatten(-1, (size, size)).transpose(3, 4).flatten(4, 5).flatten(2, 3)
 
 
 class LayerNorm(nn.Module):
@@ -276,7 +283,7 @@ class FFTformer(nn.Module):
         return (self.output(dec1) + x)[..., :h, :w]
 
 
-__all__ = ["DFFN", "FFTformer", "FSAS", "dft_bases"]
+__all__ = ["DFFN", "FFTformer", "FSAS", "dft_bases", "from_patches", "to_patches", "unit_circle"]
 
 
 def _recognise(s: StateShapes) -> dict:

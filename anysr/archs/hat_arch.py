@@ -257,7 +257,7 @@ class HAT(SwinSRBase):
     conv_scale (its weight), overlap_ratio (OCAB window enlargement), mlp_ratio, qkv_bias, qk_scale,
     drop_rate, attn_drop_rate, drop_path_rate, norm_layer, ape, patch_norm, use_checkpoint (recompute each
     block in backward), upscale (1, 2**n or 3), img_range, upsampler ('pixelshuffle'), resi_connection
-    ('1conv' or 'identity').
+    ('1conv' or 'identity'), rgb_mean (RGB input mean, by default DIV2K's; neosr's: 0.5 each).
 
     HAT-S: embed_dim 144, depths/num_heads 6 x 6, window 16, compress_ratio 24, squeeze_factor 24, mlp_ratio 2.
     HAT: embed_dim 180, the same but compress_ratio 3, squeeze_factor 30. HAT-L: HAT with 12 groups.
@@ -272,7 +272,8 @@ class HAT(SwinSRBase):
                  qk_scale: float | None = None, drop_rate: float = 0.0, attn_drop_rate: float = 0.0,
                  drop_path_rate: float = 0.1, norm_layer: type[nn.Module] = nn.LayerNorm, ape: bool = False,
                  patch_norm: bool = True, use_checkpoint: bool = False, upscale: int = 2, img_range: float = 1.0,
-                 upsampler: str = "pixelshuffle", resi_connection: str = "1conv") -> None:
+                 upsampler: str = "pixelshuffle", resi_connection: str = "1conv",
+                 rgb_mean: Sequence[float] | None = None) -> None:
         super().__init__()
         _check_hat_args(img_size, patch_size, embed_dim, depths, num_heads, window_size, compress_ratio,
                         squeeze_factor, overlap_ratio, upscale, upsampler, resi_connection)
@@ -280,7 +281,7 @@ class HAT(SwinSRBase):
         self.shift_size = window_size // 2
         self.overlap_ratio = overlap_ratio
         self.tile_multiple: int = window_size
-        self.init_shallow(in_chans, embed_dim, len(depths), img_range, upscale, upsampler)
+        self.init_shallow(in_chans, embed_dim, len(depths), img_range, upscale, upsampler, rgb_mean)
         self.register_buffer("relative_position_index_SA", relative_position_index(window_size))
         overlap = int(overlap_ratio * window_size) + window_size
         self.register_buffer("relative_position_index_OCA", overlap_position_index(window_size, overlap))

@@ -236,7 +236,8 @@ class RGT(SwinSRBase):
     ``attn_mask_*`` buffers are always for 64 x 64 maps, as in the authors' code), in_chans, embed_dim, depth
     (blocks per group), num_heads, mlp_ratio, qkv_bias, qk_scale, drop_rate, attn_drop_rate, drop_path_rate,
     act_layer, norm_layer, use_chk (activation checkpointing), upscale (1, 2**n or 3), img_range, resi_connection
-    ('1conv' / '3conv'), split_size (window rows, columns), c_ratio (RG-SA's key width relative to dim).
+    ('1conv' / '3conv'), split_size (window rows, columns), c_ratio (RG-SA's key width relative to dim), rgb_mean
+    (RGB input mean, by default DIV2K's; neosr's: 0.5 each).
     """
 
     pads_input = False  # L-SA pads inside each block
@@ -247,11 +248,11 @@ class RGT(SwinSRBase):
                  attn_drop_rate: float = 0.0, drop_path_rate: float = 0.1, act_layer: type[nn.Module] = nn.GELU,
                  norm_layer: type[nn.Module] = nn.LayerNorm, use_chk: bool = False, upscale: int = 2,
                  img_range: float = 1.0, resi_connection: str = "1conv", split_size: Sequence[int] = (8, 8),
-                 c_ratio: float = 0.5) -> None:
+                 c_ratio: float = 0.5, rgb_mean: Sequence[float] | None = None) -> None:
         super().__init__()
         _check_args(embed_dim, depth, num_heads, upscale, resi_connection, split_size)
         num_feat = 64
-        self.init_shallow(in_chans, embed_dim, len(depth), img_range, upscale, "pixelshuffle")
+        self.init_shallow(in_chans, embed_dim, len(depth), img_range, upscale, "pixelshuffle", rgb_mean)
         self.tile_multiple: int = max(split_size)  # sides for which L-SA's padding is empty
         self.use_chk = use_chk
         self.before_RG = nn.Sequential(_ToTokens(), nn.LayerNorm(embed_dim))
