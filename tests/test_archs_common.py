@@ -72,6 +72,12 @@ def _not_hasn_squeeze(name: str) -> bool:
     return ".cab.cab.3.attention." not in name
 
 
+def _not_dct_position_mlp(name: str) -> bool:
+    """DCT's position-bias MLP is embed_dim / 64 wide: at 64 channels its layer norms see a single value (a
+    constant: the layers before them get no gradient, the last ones none where ReLU(bias) is 0, as in neosr)."""
+    return ".pos." not in name
+
+
 def _not_lawfft_kernel_gen(name: str) -> bool:
     """LAWFFT's dynamic kernels come from the map's mean through a ReLU of 2 to 4 units in the fixtures' local
     branches: with seeded weights all are off in some blocks (zero gradients before the ReLU, as in traiNNer-redux)."""
@@ -197,6 +203,10 @@ GROUPS: dict[str, Group] = {
         bf16_all=True, meta_extra=("cfsr_x3_gray_meannorm", "hasn_x4", "krgn_x1_prelu_2groups", "msdan_x4"),
         grad_extra=("cfsr_x1_conv_last", "krgn_x3_dil2_relu", "msdan_x3", "msdan_x4"),
         grad_nonzero=_not_hasn_squeeze),
+    # neosr's DCT: windows shifted in an odd group (x2), attention / compression / shifted attention (x2_compress)
+    "neosr_dct": Group(one=("dct_x2_compress",), cl_extra=("dct_x2", "dct_x3"), bf16_all=True,
+                       meta_extra=("dct_x2", "dct_x1_gray_1conv", "dct_x1_pixelshuffle"),
+                       grad_extra=("dct_x1_gray_1conv",), grad_nonzero=_not_dct_position_mlp),
     # neosr's ASID and Light-SAFMN++: the gradient checks on flash_attn=False cases (neosr's flash path trains no
     # channel attention)
     "neosr_families": Group(one=("asid_pe_x4", "light_safmnpp_x4"), cl_extra=("asid_x2", "asid_d8_x3"),
@@ -455,6 +465,8 @@ TRAIN: dict[str, Train] = {
     "ASID": Train({"type": "ASID", "num_feat": 8, "window_size": 4, "scale": 2},
                   moved="block0.residual_layer.0.SLA1.norm.weight"),
     "LightSAFMNPP": Train({"type": "LightSAFMNPP", "dim": 8, "n_blocks": 1, "upscaling_factor": 2}),
+    "DCT": Train({"type": "DCT", "img_size": 8, "embed_dim": 64, "depth": [2], "num_heads": [4],
+                  "expansion_factor": 0.5, "upscale": 2}, batch=2, moved="layers.0.blocks.0.norm1.weight"),
     "CATANet": Train({"type": "CATANet", "dim": 8, "block_num": 1, "qk_dim": 8, "mlp_dim": 8, "heads": 2,
                       "patch_size": [6], "n_iters": [2], "num_tokens": [4], "group_size": [16], "upscale": 2},
                      batch=2, moved="blocks.0.0.norm.weight"),

@@ -63,7 +63,7 @@ def test_every_preset_is_checked_against_the_reference() -> None:
                            "catanet",  # neosr's: tests/test_archs_catanet.py
                            # neosr's names of families whose defaults are neosr's (the top-level scale passed on;
                            # tests/test_neosr_names.py: neosr's network at x4)
-                           "ninasr", "plainusr", "hma", "grformer", "cfsr", "hasn", "krgn", "msdan"}, others
+                           "ninasr", "plainusr", "hma", "grformer", "cfsr", "hasn", "krgn", "msdan", "dct"}, others
     assert {"hat_s", "hat_l", "dat_light", "span_s", "esrgan_lite", "swinir_m", "compact", "realplksr_tiny"} \
         <= set(preset_names())
 
@@ -131,7 +131,7 @@ def test_option_file_expands_the_preset_with_the_files_scale(tmp_path: Path) -> 
 
 @pytest.mark.parametrize(("name", "cls", "arg"), [("cfsr", "CFSR", "upscale"), ("msdan", "MSDAN", "upscale_factor"),
                                                  ("krgn", "KRGN", "scale"), ("hma", "HMA", "upscale"),
-                                                 ("catanet", "CATANet", "upscale")])
+                                                 ("catanet", "CATANet", "upscale"), ("dct", "DCT", "upscale")])
 def test_neosr_file_gives_the_network_its_top_level_scale(tmp_path: Path, name: str, cls: str, arg: str) -> None:
     """neosr's option files name the network in lower case and give the scale only at the top level."""
     opts = validate_options(_file(tmp_path, {"type": name}, scale=3), is_train=False, root=tmp_path)

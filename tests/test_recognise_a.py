@@ -25,6 +25,7 @@ FAMILIES = ("ATD", "ArtCNN", "BasicVSR", "BasicVSRPlusPlus", "CRAFT", "CascadedG
             "ESCRealM",
             "CFSR", "HASN", "KRGN",  # neosr's: tests/test_archs_neosr_light.py
             "CATANet",  # neosr's: tests/test_archs_catanet.py
+            "DCT",  # neosr's: tests/test_archs_neosr_dct.py
             "FBCNN", "FDAT", "FFTformer", "FlexNet", "GFPGANv1Clean", "GRFormer", "HAT", "HMA", "HVICIDNet",
             "HiT_SIR", "HiT_SNG", "HiT_SRF", "IconVSR", "LKFMixer", "LMLT",
             "LAWFFT")  # tests/test_archs_lawfft.py
@@ -175,6 +176,10 @@ CONFIGS: list[dict] = [
      "upscale": 3},
     {"type": "CFSR", "embed_dim": 16, "depths": [1], "upsampler": "", "upscale": 1},
     {"type": "CFSR", "in_chans": 4, "embed_dim": 8, "depths": [0], "upscale": 8},
+    {"type": "DCT", "in_chans": 1, "embed_dim": 64, "split_size": [2, 8], "depth": [3, 2], "num_heads": [4, 8],
+     "expansion_factor": 1.5, "qkv_bias": False, "resi_connection": "1conv", "upscale": 3, "img_size": 48},
+    {"type": "DCT", "embed_dim": 128, "split_size": [4, 4], "depth": [1], "num_heads": [16], "upscale": 1,
+     "upsampler": "pixelshuffle"},
     {"type": "HASN", "feature_channels": 40, "upscale": 2},
     {"type": "HASN", "in_channels": 1, "out_channels": 3, "feature_channels": 30, "upscale": 1},
     {"type": "KRGN", "n_feats": 32, "n_resgroups": 2, "scale": 3, "act": "prelu"},

@@ -91,6 +91,8 @@ WINDOWED = {
             "expansion_factor": 2.0},
     "DAT_iLN": {"img_size": 8, "embed_dim": 32, "depth": [2], "num_heads": [2], "split_size": [2, 6],
                 "expansion_factor": 2.0},
+    "DCT": {"img_size": 8, "embed_dim": 64, "depth": [2], "num_heads": [4], "split_size": [2, 6],
+            "expansion_factor": 0.5},
     "HAT_iLN": {"img_size": 8, "embed_dim": 12, "depths": [2], "num_heads": [2], "window_size": 4,
                 "squeeze_factor": 4, "mlp_ratio": 2.0},
     "DRCT": {"img_size": 8, "embed_dim": 12, "depths": [1], "num_heads": [2], "window_size": 4, "gc": 4,

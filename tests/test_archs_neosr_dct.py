@@ -1,0 +1,158 @@
+"""neosr's DCT (``dct``, Dual Compression Transformer).
+
+Fixtures come from neosr's own source (``tests/fixtures/make_neosr_dct_fixtures.py``): the state dicts (float16-
+exact seeded weights and neosr's buffers) load strictly and give neosr's outputs in eval and in training mode (the
+same computation at drop_path_rate 0), at sizes that are no multiple of the windows (shifted windows in even and
+odd groups, neosr's stored masks where the padded size is ``img_size``), and its training gradients. Also: neosr's
+name and published size, recognition from the state dict (and no confusion with DAT / DAT_iLN), the pieces shared
+with DAT, bad arguments, ONNX through anysr's exporter and an XLA:CPU train step that compiles once with no aten
+op left to the CPU (``-m xla``). The checks every architecture gets run from ``tests/test_archs_common.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from arch_checks import (
+    FIXTURES,
+    check_onnx_at_unseen_size,
+    check_xla_train_step,
+    load_case,
+    manifest,
+    stored_params,
+)
+from conftest import FIXTURE_TOL
+from safetensors.torch import load_file
+
+from anysr.archs import build_network, dat_arch, dct_arch
+from anysr.archs.recognise import recognise, recognise_all
+from anysr.errors import OptionError
+
+GROUP = "neosr_dct"
+MANIFEST = manifest(GROUP)["cases"]
+TINY = {"type": "DCT", "embed_dim": 64, "depth": [2], "num_heads": [4], "expansion_factor": 0.5, "upscale": 2,
+        "drop_path_rate": 0.0}
+
+
+def test_fixtures_cover_the_layouts() -> None:
+    assert all(p.stat().st_size < 200_000 for p in (FIXTURES / GROUP).iterdir())
+    kwargs = [c["kwargs"] for c in MANIFEST.values()]
+    assert {k["upscale"] for k in kwargs} == {1, 2, 3, 4}
+    assert {k.get("upsampler", "pixelshuffledirect") for k in kwargs} == set(dct_arch.UPSAMPLERS)
+    assert {k.get("resi_connection", "3conv") for k in kwargs} == {"1conv", "3conv"}
+
+
+@pytest.mark.parametrize("name", sorted(MANIFEST))
+def test_reference_weights_load_strictly_and_match(name: str) -> None:
+    case = MANIFEST[name]
+    params = stored_params(GROUP, name)
+    net = build_network({"type": "dct", **case["kwargs"]})  # neosr's lower-case name
+    assert type(net).__name__ == "DCT"
+    assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in params.items()}
+    _, io = load_case(GROUP, name)
+    net.load_state_dict({k: v.to(net.state_dict()[k].dtype) for k, v in params.items()}, strict=True)
+    for mode in ("eval", "train"):
+        net.train(mode == "train")
+        for inp, out, _ in case["compare"]:
+            with torch.no_grad():
+                got = net(io[inp])
+            torch.testing.assert_close(got, io[out], **FIXTURE_TOL, msg=f"{name} {out} ({mode}) differs")
+
+
+@pytest.mark.parametrize("name", ["dct_x1_gray_1conv", "dct_x2_compress"])
+def test_training_gradients_match_reference(name: str) -> None:
+    """Gradients of ``mean(output ** 2)`` in training mode (the stored subset of the parameters)."""
+    net, io = load_case(GROUP, name)
+    x = io["input0"].clone().requires_grad_(True)
+    net.train()(x).square().mean().backward()
+    assert x.grad is not None
+    torch.testing.assert_close(x.grad, io["grad_input0"], rtol=1e-4, atol=1e-5 * io["grad_input0"].abs().max().item())
+    grads = {k[len("grad."):]: v for k, v in io.items() if k.startswith("grad.")}
+    assert len(grads) > 20 and set(grads) < {n for n, p in net.named_parameters()}
+    params = dict(net.named_parameters())
+    for n, want in grads.items():
+        got = params[n].grad
+        assert got is not None, n
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5 * max(want.abs().max().item(), 1e-3),
+                                   msg=f"{name}: {n}")
+
+
+def test_reuses_dats_pieces() -> None:
+    net = build_network(TINY)
+    block = net.layers[0].blocks[0]
+    assert isinstance(block.swsa.attns[0], dat_arch.Spatial_Attention)
+    assert isinstance(block.ffn, dat_arch.SGFN) and isinstance(block.ffn.sg, dat_arch.SpatialGate)
+    assert isinstance(block.swsa.attns[0].pos, dat_arch.DynamicPosBias)
+    assert not hasattr(net.layers[0].blocks[1], "swsa") and hasattr(net.layers[0].blocks[1], "eca")
+
+
+# ----------------------------------------------------------------------------- names, sizes, recognition
+
+@pytest.mark.parametrize(("scale", "params"), [(4, 1_123_758), (2, 1_097_802)])
+def test_neosr_name_and_published_size(scale: int, params: int) -> None:
+    with torch.device("meta"):
+        net = build_network({"type": "dct", "scale": scale})
+    assert type(net).__name__ == "DCT" and net.upscale == scale
+    assert sum(p.numel() for p in net.parameters()) == params
+
+
+@pytest.mark.parametrize("name", sorted(MANIFEST))
+def test_fixture_files_are_recognised(name: str) -> None:
+    case = MANIFEST[name]
+    params = stored_params(GROUP, name)
+    found = recognise(params)
+    assert found.opt["type"] == "DCT"
+    for key in ("upscale", "in_chans", "depth", "num_heads", "split_size", "img_size", "qkv_bias"):
+        if key in case["kwargs"] and (key != "img_size" or "img_size" in found.opt):  # img_size: shifted masks
+            got = found.opt[key]
+            assert (list(got) if isinstance(got, (list, tuple)) else got) == case["kwargs"][key], key
+    with torch.device("meta"):
+        net = build_network(found.opt)
+    assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in params.items()}
+
+
+def test_dat_and_dct_are_not_confused() -> None:
+    torch.manual_seed(0)
+    dct = build_network(TINY).state_dict()
+    assert {r.opt["type"] for r in recognise_all(dct)} == {"DCT"}
+    for opt in ({"type": "DAT", "embed_dim": 32, "depth": [2], "num_heads": [2], "upscale": 2},
+                {"type": "DAT_iLN", "embed_dim": 32, "depth": [2], "num_heads": [2], "upscale": 2}):
+        got = {r.opt["type"] for r in recognise_all(build_network(opt).state_dict())}
+        assert "DCT" not in got and opt["type"] in got
+
+
+def test_no_other_fixture_is_recognised_as_dct() -> None:
+    others = [p for p in sorted(FIXTURES.glob("*/*_params.safetensors")) if p.parent.name != GROUP]
+    for path in others[::6]:  # a sixth of the other groups' files (load time)
+        assert "DCT" not in {r.opt["type"] for r in recognise_all(load_file(str(path)))}, path.name
+
+
+# ----------------------------------------------------------------------------- arguments
+
+@pytest.mark.parametrize(("opt", "pattern"), [
+    ({"embed_dim": 48}, r"network_g\.embed_dim: DCT: embed_dim must be a multiple of 16 and at least 64"),
+    ({"num_heads": [6]}, r"network_g\.num_heads: DCT: each head count must be a multiple of 4"),
+    ({"num_heads": [4, 4]}, r"network_g\.num_heads: DCT: num_heads has 2 entries"),
+    ({"upsampler": "nearest+conv"}, r"network_g\.upsampler: DCT: unknown upsampler"),
+    ({"resi_connection": "identity"}, r"network_g\.resi_connection: DCT: unknown resi_connection"),
+    ({"split_size": [0, 4]}, r"network_g\.split_size"),
+])
+def test_bad_argument_values(opt: dict, pattern: str) -> None:
+    with pytest.raises(OptionError, match=pattern) as err:
+        build_network({**TINY, **opt})
+    assert "\n" not in str(err.value)
+
+
+# ----------------------------------------------------------------------------- ONNX, XLA:CPU
+
+def test_onnx_export_runs_at_sizes_it_never_saw(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    net = build_network(TINY).eval()
+    check_onnx_at_unseen_size(net, TINY, TINY["upscale"], tmp_path)
+
+
+@pytest.mark.xla
+def test_xla_train_step_compiles_once_without_cpu_fallback() -> None:
+    check_xla_train_step(TINY, (1, 3, 17, 15), eval_form=True, scale=TINY["upscale"])
