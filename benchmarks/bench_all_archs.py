@@ -129,6 +129,7 @@ CONFIGS: dict[str, tuple[dict[str, Any], int, int]] = {
     "ASID-D8 (neosr)": ({"type": "asid_d8", "scale": 4}, 4, 3),
     "Light-SAFMN++ (neosr)": ({"type": "light_safmnpp", "scale": 4}, 4, 3),
     "CATANet (neosr)": ({"type": "catanet", "scale": 4}, 4, 3),
+    "DCT (neosr)": ({"type": "dct", "scale": 4}, 4, 3),
     "DAT-iLN-light": ({"type": "dat_iln_light", "scale": 4}, 4, 3),
     "HAT-iLN-S": ({"type": "hat_iln_s", "scale": 4}, 4, 3),
     "EMT": ({"type": "emt", "scale": 4}, 4, 3),
