@@ -218,9 +218,11 @@ def _is_shifted(rg_idx: int, b_idx: int) -> bool:
     return b_idx % 4 == 0
 
 
-class Adaptive_Spatial_Attention(nn.Module):  # noqa: N801 - the authors' class name
-    """Spatial window attention on two channel halves (window and transposed window) + a depth-wise conv
-    branch; each modulates the other (channel map onto the attention, spatial map onto the conv)."""
+class ShiftedWindowPair(nn.Module):
+    """Spatial window attention on two channel halves (window and transposed window, shifted in the blocks DAT
+    shifts) and an output projection: DAT's attention without its conv interaction (neosr's DCT uses it so)."""
+
+    family = "DAT"  # named in argument errors
 
     def __init__(self, dim: int, num_heads: int, reso: int = 64, split_size: Sequence[int] = (8, 8),
                  shift_size: Sequence[int] = (1, 2), qkv_bias: bool = False, qk_scale: float | None = None,
@@ -236,8 +238,8 @@ class Adaptive_Spatial_Attention(nn.Module):  # noqa: N801 - the authors' class 
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
         for i in (0, 1):
             if not 0 <= shift_size[i] < split_size[i]:
-                raise ArchArgumentError("split_size", f"DAT: shift {shift_size[i]} must be in [0, split_size[{i}]="
-                                        f"{split_size[i]})")
+                raise ArchArgumentError("split_size", f"{self.family}: shift {shift_size[i]} must be in "
+                                        f"[0, split_size[{i}]={split_size[i]})")
         self.branch_num = 2
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(drop)
@@ -255,7 +257,6 @@ class Adaptive_Spatial_Attention(nn.Module):  # noqa: N801 - the authors' class 
             masks = self.calculate_mask(side, side)
         self.register_buffer("attn_mask_0", masks[0])
         self.register_buffer("attn_mask_1", masks[1])
-        self.dwconv, self.channel_interaction, self.spatial_interaction = _interaction_branches(dim)
 
     @property
     def multiple(self) -> int:
@@ -269,12 +270,10 @@ class Adaptive_Spatial_Attention(nn.Module):  # noqa: N801 - the authors' class 
         return (shifted_window_mask(h, w, (s0, s1), (t0, t1), device, dtype),
                 shifted_window_mask(h, w, (s1, s0), (t1, t0), device, dtype))
 
-    def forward(self, x: torch.Tensor, h: int, w: int) -> torch.Tensor:
-        """x: (b, h*w, c) -> (b, h*w, c)."""
-        b, n, c = x.shape
+    def attend(self, qkv: torch.Tensor, h: int, w: int) -> torch.Tensor:
+        """qkv: (3, b, n, c) -> the two halves' window attention, (b, n, c), before the projection."""
+        _, b, n, c = qkv.shape
         half = c // 2
-        qkv = self.qkv(x).view(b, n, 3, c).permute(2, 0, 1, 3)  # (3, b, n, c)
-        v = to_feature_map(qkv[2], h, w)
         multiple = self.multiple
         pad_b, pad_r = (-h) % multiple, (-w) % multiple
         hp, wp = h + pad_b, w + pad_r
@@ -283,7 +282,7 @@ class Adaptive_Spatial_Attention(nn.Module):  # noqa: N801 - the authors' class 
         if self.shifted:
             (t0, t1) = self.shift_size
             shifts = ((t0, t1), (t1, t0))
-            masks: Sequence[torch.Tensor | None] = self.calculate_mask(hp, wp, x.device, x.dtype)
+            masks: Sequence[torch.Tensor | None] = self.calculate_mask(hp, wp, qkv.device, qkv.dtype)
             parts = [torch.roll(p, shifts=(-s[0], -s[1]), dims=(2, 3)) for p, s in zip(parts, shifts, strict=True)]
         else:
             shifts, masks = ((0, 0), (0, 0)), (None, None)
@@ -293,8 +292,32 @@ class Adaptive_Spatial_Attention(nn.Module):  # noqa: N801 - the authors' class 
             if self.shifted:
                 y = torch.roll(y, shifts=shift, dims=(1, 2))
             outs.append(y[:, :h, :w, :].reshape(b, n, half))
-        attended = torch.cat(outs, dim=2)
+        return torch.cat(outs, dim=2)
 
+    def forward(self, x: torch.Tensor, h: int, w: int) -> torch.Tensor:
+        """x: (b, h*w, c) -> (b, h*w, c)."""
+        b, n, c = x.shape
+        qkv = self.qkv(x).view(b, n, 3, c).permute(2, 0, 1, 3)  # (3, b, n, c)
+        return self.proj_drop(self.proj(self.attend(qkv, h, w)))
+
+
+class Adaptive_Spatial_Attention(ShiftedWindowPair):  # noqa: N801 - the authors' class name
+    """Spatial window attention on two channel halves (window and transposed window) + a depth-wise conv
+    branch; each modulates the other (channel map onto the attention, spatial map onto the conv)."""
+
+    def __init__(self, dim: int, num_heads: int, reso: int = 64, split_size: Sequence[int] = (8, 8),
+                 shift_size: Sequence[int] = (1, 2), qkv_bias: bool = False, qk_scale: float | None = None,
+                 drop: float = 0.0, attn_drop: float = 0.0, rg_idx: int = 0, b_idx: int = 0) -> None:
+        super().__init__(dim, num_heads, reso, split_size, shift_size, qkv_bias, qk_scale, drop, attn_drop, rg_idx,
+                         b_idx)
+        self.dwconv, self.channel_interaction, self.spatial_interaction = _interaction_branches(dim)
+
+    def forward(self, x: torch.Tensor, h: int, w: int) -> torch.Tensor:
+        """x: (b, h*w, c) -> (b, h*w, c)."""
+        b, n, c = x.shape
+        qkv = self.qkv(x).view(b, n, 3, c).permute(2, 0, 1, 3)  # (3, b, n, c)
+        v = to_feature_map(qkv[2], h, w)
+        attended = self.attend(qkv, h, w)
         conv_x = self.dwconv(v)
         channel_map = self.channel_interaction(conv_x).view(b, 1, c)
         spatial_map = self.spatial_interaction(to_feature_map(attended, h, w))
@@ -484,20 +507,27 @@ class DAT_iLN(DAT):  # noqa: N801 - traiNNer-redux's class name
         self.register_buffer("mean", torch.zeros(1, 1, 1, 1), persistent=False)  # no mean shift
 
 
-def _check_dat_args(embed_dim: int, split_size: Sequence[int], depth: Sequence[int], num_heads: Sequence[int],
-                    upscale: int, resi_connection: str, upsampler: str) -> None:
-    """Refuse arguments the authors' DAT cannot run (it would fail later with a shape error)."""
-    if upsampler not in UPSAMPLERS:
-        raise ArchArgumentError("upsampler", f"DAT: unknown upsampler {upsampler!r}; use one of {UPSAMPLERS}")
+def check_window_groups(family: str, split_size: Sequence[int], depth: Sequence[int], num_heads: Sequence[int],
+                        upscale: int, resi_connection: str, upsampler: str,
+                        upsamplers: Sequence[str] = UPSAMPLERS) -> None:
+    """The argument checks DAT-style networks share (head, residual connection, windows, a head count per group)."""
+    if upsampler not in upsamplers:
+        raise ArchArgumentError("upsampler", f"{family}: unknown upsampler {upsampler!r}; use one of {upsamplers}")
     if resi_connection not in ("1conv", "3conv"):
-        raise ArchArgumentError("resi_connection", f"DAT: unknown resi_connection {resi_connection!r}; "
+        raise ArchArgumentError("resi_connection", f"{family}: unknown resi_connection {resi_connection!r}; "
                                 "use '1conv' or '3conv'")
     check_upscale(upscale)
     if min(split_size) < 1:
-        raise ArchArgumentError("split_size", f"DAT: split_size must be two positive integers, got {split_size}")
+        raise ArchArgumentError("split_size", f"{family}: split_size must be two positive integers, got {split_size}")
     if len(num_heads) != len(depth):
-        raise ArchArgumentError("num_heads", f"DAT: num_heads has {len(num_heads)} entries but depth has "
+        raise ArchArgumentError("num_heads", f"{family}: num_heads has {len(num_heads)} entries but depth has "
                                 f"{len(depth)}; give one head count per residual group")
+
+
+def _check_dat_args(embed_dim: int, split_size: Sequence[int], depth: Sequence[int], num_heads: Sequence[int],
+                    upscale: int, resi_connection: str, upsampler: str) -> None:
+    """Refuse arguments the authors' DAT cannot run (it would fail later with a shape error)."""
+    check_window_groups("DAT", split_size, depth, num_heads, upscale, resi_connection, upsampler)
     if embed_dim < 32 or embed_dim % 2:
         raise ArchArgumentError("embed_dim", f"DAT: embed_dim must be even and at least 32 (position-bias MLP "
                                 f"width embed_dim/32), got {embed_dim}")

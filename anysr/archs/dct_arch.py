@@ -27,15 +27,13 @@ from anysr.archs.arch_util import (
     ArchArgumentError,
     DropPath,
     SwinSRBase,
-    check_upscale,
     drop_path_rates,
     residual_conv,
-    shifted_window_mask,
     to_2tuple,
     to_feature_map,
     to_tokens,
 )
-from anysr.archs.dat_arch import SGFN, Spatial_Attention, _is_shifted, _ToTokens
+from anysr.archs.dat_arch import SGFN, ShiftedWindowPair, _ToTokens, check_window_groups
 from anysr.archs.recognise import StateShapes, register_recogniser
 from anysr.archs.recognise_util import (
     PUBLISHED_IMG_SIZE,
@@ -52,72 +50,11 @@ from anysr.registry import ARCH_REGISTRY
 UPSAMPLERS = ("pixelshuffle", "pixelshuffledirect")
 
 
-class Adaptive_Window_Attention(nn.Module):  # noqa: N801 - neosr's class name
+class Adaptive_Window_Attention(ShiftedWindowPair):  # noqa: N801 - neosr's class name
     """DAT's spatial window attention without its conv interaction: q/k/v, two channel halves in a window and the
     transposed window (shifted where DAT shifts), a projection."""
 
-    def __init__(self, dim: int, num_heads: int, reso: int = 64, split_size: Sequence[int] = (8, 8),
-                 shift_size: Sequence[int] = (1, 2), qkv_bias: bool = False, qk_scale: float | None = None,
-                 drop: float = 0.0, attn_drop: float = 0.0, rg_idx: int = 0, b_idx: int = 0) -> None:
-        super().__init__()
-        for i in (0, 1):
-            if not 0 <= shift_size[i] < split_size[i]:
-                raise ArchArgumentError("split_size", f"DCT: shift {shift_size[i]} must be in [0, split_size[{i}]="
-                                        f"{split_size[i]})")
-        self.dim = dim
-        self.num_heads = num_heads
-        self.split_size = split_size
-        self.shift_size = shift_size
-        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
-        self.proj = nn.Linear(dim, dim)
-        self.proj_drop = nn.Dropout(drop)
-        self.attns = nn.ModuleList([
-            Spatial_Attention(dim // 2, idx=i, split_size=split_size, num_heads=num_heads // 2, dim_out=dim // 2,
-                              qk_scale=qk_scale, attn_drop=attn_drop, proj_drop=drop, position_bias=True)
-            for i in (0, 1)
-        ])
-        self.shifted = _is_shifted(rg_idx, b_idx)
-        masks: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None)
-        if self.shifted:  # kept for neosr's keys (at reso rounded up to the windows); forward computes its own
-            side = math.ceil(reso / self.multiple) * self.multiple
-            masks = self.calculate_mask(side, side)
-        self.register_buffer("attn_mask_0", masks[0])
-        self.register_buffer("attn_mask_1", masks[1])
-
-    @property
-    def multiple(self) -> int:
-        """Both window shapes tile a map whose sides are multiples of this."""
-        return math.lcm(self.split_size[0], self.split_size[1])
-
-    def calculate_mask(self, h: int, w: int, device: torch.device | None = None,
-                       dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
-        """Shifted-window masks of both branches on an ``h x w`` map (multiples of the windows)."""
-        (s0, s1), (t0, t1) = self.split_size, self.shift_size
-        return (shifted_window_mask(h, w, (s0, s1), (t0, t1), device, dtype),
-                shifted_window_mask(h, w, (s1, s0), (t1, t0), device, dtype))
-
-    def forward(self, x: torch.Tensor, h: int, w: int) -> torch.Tensor:
-        """x: (b, h*w, c) -> (b, h*w, c)."""
-        b, n, c = x.shape
-        half = c // 2
-        qkv = self.qkv(x).view(b, h, w, 3, c).permute(3, 0, 1, 2, 4)  # (3, b, h, w, c)
-        pad_b, pad_r = (-h) % self.multiple, (-w) % self.multiple
-        hp, wp = h + pad_b, w + pad_r
-        qkv = F.pad(qkv, (0, 0, 0, pad_r, 0, pad_b))
-        parts = [qkv[..., :half], qkv[..., half:]]
-        masks: Sequence[torch.Tensor | None] = (None, None)
-        t0, t1 = self.shift_size
-        shifts = ((t0, t1), (t1, t0))
-        if self.shifted:
-            masks = self.calculate_mask(hp, wp, x.device, x.dtype)
-            parts = [torch.roll(p, shifts=(-s[0], -s[1]), dims=(2, 3)) for p, s in zip(parts, shifts, strict=True)]
-        outs = []
-        for attn, part, shift, mask in zip(self.attns, parts, shifts, masks, strict=True):
-            y = attn(part.reshape(3, b, hp * wp, half), hp, wp, mask=mask)
-            if self.shifted:
-                y = torch.roll(y, shifts=shift, dims=(1, 2))
-            outs.append(y[:, :h, :w, :].reshape(b, n, half))
-        return self.proj_drop(self.proj(torch.cat(outs, dim=2)))
+    family = "DCT"
 
 
 class Linear_Attention(nn.Module):  # noqa: N801 - neosr's class name
@@ -276,17 +213,8 @@ class DCT(SwinSRBase):
 def _check_args(embed_dim: int, split_size: Sequence[int], depth: Sequence[int], num_heads: Sequence[int],
                 upscale: int, resi_connection: str, upsampler: str) -> None:
     """Refuse arguments neosr's DCT cannot run (it would fail later, or build no head)."""
-    if upsampler not in UPSAMPLERS:
-        raise ArchArgumentError("upsampler", f"DCT: unknown upsampler {upsampler!r}; use one of {UPSAMPLERS}")
-    if resi_connection not in ("1conv", "3conv"):
-        raise ArchArgumentError("resi_connection", f"DCT: unknown resi_connection {resi_connection!r}; "
-                                "use '1conv' or '3conv'")
-    check_upscale(upscale)
-    if min(split_size) < 1:
-        raise ArchArgumentError("split_size", f"DCT: split_size must be two positive integers, got {split_size}")
-    if len(num_heads) != len(depth):
-        raise ArchArgumentError("num_heads", f"DCT: num_heads has {len(num_heads)} entries but depth has "
-                                f"{len(depth)}; give one head count per residual group")
+    check_window_groups("DCT", split_size, depth, num_heads, upscale, resi_connection, upsampler,
+                        UPSAMPLERS)
     if embed_dim < 64 or embed_dim % 16:
         raise ArchArgumentError("embed_dim", f"DCT: embed_dim must be a multiple of 16 and at least 64 "
                                 f"(position-bias MLP width embed_dim/64), got {embed_dim}")

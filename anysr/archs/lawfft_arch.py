@@ -40,6 +40,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, pad_bottom_right
+from anysr.archs.ditn_arch import FeedForward  # Restormer's gated FFN
 from anysr.archs.fdat_arch import SAMPLE_MODS3, UniUpsampleV3
 from anysr.archs.fftformer_arch import dft_bases, from_patches, to_patches, unit_circle
 from anysr.archs.recognise import StateShapes, register_recogniser, width_ratio
@@ -100,21 +101,6 @@ def circular_conv2d(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     if uses_fft_kernels(q):
         return torch.fft.irfft2(torch.fft.rfft2(q.float()) * torch.fft.rfft2(k.float()), s=tuple(q.shape[-2:]))
     return circular_conv2d_dft(q, k)
-
-
-class FeedForward(nn.Module):
-    """1x1 conv to 2 x hidden, 3x3 depth-wise conv, GELU gate, 1x1 conv back."""
-
-    def __init__(self, dim: int = 64, ffn_expansion_factor: float = 2.66, bias: bool = True) -> None:
-        super().__init__()
-        hidden = int(dim * ffn_expansion_factor)
-        self.project_in = nn.Conv2d(dim, hidden * 2, 1, bias=bias)
-        self.dwconv = nn.Conv2d(hidden * 2, hidden * 2, 3, 1, 1, groups=hidden * 2, bias=bias)
-        self.project_out = nn.Conv2d(hidden, dim, 1, bias=bias)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x1, x2 = self.dwconv(self.project_in(x)).chunk(2, dim=1)
-        return self.project_out(F.gelu(x1) * x2)
 
 
 class DynamicLocal(nn.Module):
