@@ -31,6 +31,7 @@ from torch.nn import functional as F
 from anysr.archs import build_network
 from anysr.archs import msdan_arch as msdan
 from anysr.archs.recognise import recognise, recognise_all
+from anysr.archs.resize_util import adaptive_max_gather
 from anysr.errors import OptionError
 
 GROUP = "neosr_light"
@@ -122,7 +123,8 @@ def test_msdan_gathers_equal_pytorchs_resampling(h: int, w: int) -> None:
     x = torch.rand(2, 3, h, w)
     for f in (2, 4, 8):
         pooled = F.adaptive_max_pool2d(x, (h // f, w // f))
-        assert torch.equal(msdan._adaptive_max_1d(msdan._adaptive_max_1d(x, 2, h // f, f), 3, w // f, f), pooled)
+        taps = 2 * f + 1  # MSDAN's and Light-SAFMN++'s (17 at f = 8) pools share resize_util's gather
+        assert torch.equal(adaptive_max_gather(adaptive_max_gather(x, 2, h // f, taps), 3, w // f, taps), pooled)
         want = F.interpolate(pooled, size=(h, w), mode="nearest")
         assert torch.equal(msdan._nearest_1d(msdan._nearest_1d(pooled, 2, h), 3, w), want)
     for s in (2, 3, 4):

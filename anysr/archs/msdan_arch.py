@@ -29,6 +29,7 @@ from torch.nn import functional as F
 from anysr.accelerators.hardware import resamples_by_gathers
 from anysr.archs.arch_util import ArchArgumentError, pad_to_min_size
 from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.archs.resize_util import adaptive_max_gather
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
@@ -43,28 +44,13 @@ def _by_gathers(x: torch.Tensor) -> bool:
     return resamples_by_gathers(x.device) or torch.onnx.is_in_onnx_export()
 
 
-def _adaptive_max_1d(x: torch.Tensor, dim: int, out: int, factor: int) -> torch.Tensor:
-    """Adaptive max pooling of ``dim`` (size n) to ``out = n // factor`` bins ``[floor(i n / out), ceil((i + 1) n /
-    out))`` as one gather of ``2 factor + 1`` taps per bin (the longest bin; shorter ones repeat their last
-    element) and a max."""
-    n = x.shape[dim]
-    i = torch.arange(out, device=x.device)
-    start = (i * n) // out
-    end = ((i + 1) * n + out - 1) // out
-    taps = 2 * factor + 1
-    idx = torch.minimum(start[:, None] + torch.arange(taps, device=x.device), end[:, None] - 1)
-    picked = x.index_select(dim, idx.reshape(-1))
-    shape = list(x.shape)
-    shape[dim:dim + 1] = [out, taps]
-    return picked.reshape(shape).amax(dim + 1)
-
-
 def adaptive_max_pool(x: torch.Tensor, factor: int) -> torch.Tensor:
     """``F.adaptive_max_pool2d(x, (h // factor, w // factor))`` (gathers on XLA and in ONNX export)."""
     h, w = x.shape[-2:]
     if not _by_gathers(x):
         return F.adaptive_max_pool2d(x, (h // factor, w // factor))
-    return _adaptive_max_1d(_adaptive_max_1d(x, 2, h // factor, factor), 3, w // factor, factor)
+    taps = 2 * factor + 1  # the widest cell of a pool to n // factor cells, plus one
+    return adaptive_max_gather(adaptive_max_gather(x, 2, h // factor, taps), 3, w // factor, taps)
 
 
 def _nearest_1d(x: torch.Tensor, dim: int, out: int) -> torch.Tensor:

@@ -49,4 +49,22 @@ def resize_bilinear(x: torch.Tensor, size: tuple[int, int], align_corners: bool)
     return F.interpolate(x, size=size, mode="bilinear", align_corners=align_corners)
 
 
-__all__ = ["resize_bilinear", "resize_bilinear_gather"]
+def adaptive_max_gather(x: torch.Tensor, dim: int, n_out: torch.Tensor | int, taps: int) -> torch.Tensor:
+    """``adaptive_max_pool1d`` of ``dim`` (size n) to ``n_out`` cells by one gather and a max.
+
+    Cell ``i`` is the max over ``[floor(i n / n_out), ceil((i + 1) n / n_out))``, gathered with ``taps`` indices
+    (at least the widest cell; a shorter cell repeats its last index). ``n_out`` may be a traced size (dynamic ONNX
+    export). Pooling to ``n // f`` cells needs ``2 f + 1`` taps.
+    """
+    n = x.shape[dim]
+    cells = torch.arange(n_out, device=x.device)
+    start = cells * n // n_out
+    end = ((cells + 1) * n + n_out - 1) // n_out
+    idx = torch.minimum(start[:, None] + torch.arange(taps, device=x.device), end[:, None] - 1)
+    picked = x.index_select(dim, idx.flatten())
+    shape = list(x.shape)
+    shape[dim:dim + 1] = [-1, taps]
+    return picked.reshape(shape).amax(dim + 1)
+
+
+__all__ = ["adaptive_max_gather", "resize_bilinear", "resize_bilinear_gather"]

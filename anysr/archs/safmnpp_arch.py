@@ -21,26 +21,12 @@ from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, pad_to_min_size
 from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits, width_ratio
-from anysr.archs.resize_util import resize_bilinear
+from anysr.archs.resize_util import adaptive_max_gather, resize_bilinear
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
 POOL = 8  # the modulation pools to an eighth of each side
 _TAPS = 17  # the widest window an adaptive pool to n // 8 cells can have (below 16 pixels), plus one
-
-
-def _adaptive_max(x: torch.Tensor, dim: int, n_out: torch.Tensor | int) -> torch.Tensor:
-    """``adaptive_max_pool1d`` along ``dim``: cell ``i`` of ``n_out`` is the max over [floor(i n / n_out),
-    ceil((i + 1) n / n_out)), gathered with a fixed number of taps (the window's last index repeated)."""
-    n = x.shape[dim]
-    cells = torch.arange(n_out, device=x.device)
-    start = cells * n // n_out
-    end = ((cells + 1) * n + n_out - 1) // n_out
-    idx = torch.minimum(start[:, None] + torch.arange(_TAPS, device=x.device), end[:, None] - 1)
-    taps = x.index_select(dim, idx.flatten())
-    shape = list(x.shape)
-    shape[dim:dim + 1] = [-1, _TAPS]
-    return taps.reshape(shape).amax(dim + 1)
 
 
 class SimpleSAFM(nn.Module):
@@ -55,7 +41,7 @@ class SimpleSAFM(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h, w = x.shape[-2:]
         x0, x1 = self.proj(x).chunk(2, dim=1)
-        pooled = _adaptive_max(_adaptive_max(x0, 2, h // POOL), 3, w // POOL)
+        pooled = adaptive_max_gather(adaptive_max_gather(x0, 2, h // POOL, _TAPS), 3, w // POOL, _TAPS)
         mod = F.gelu(resize_bilinear(self.dwconv(pooled), (h, w), align_corners=False)) * x0
         return self.out(F.gelu(torch.cat([x1, mod], dim=1)))
 
