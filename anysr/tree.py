@@ -19,35 +19,46 @@ def tree_map(fn: Callable[..., Any], obj: Any, *, leaf: Callable[..., Any] | Non
     of ``obj``, e.g. ``'state'``), the callbacks are called as ``f(value, where)`` with ``where`` like
     ``state['rng'][0]``, for error messages that name the place.
     """
-    def call(f: Callable[..., Any], value: Any, where: str | None) -> Any:
-        return f(value) if path is None else f(value, where)
+    return _Walk(fn, leaf, container, with_path=path is not None).walk(obj, path)
 
-    def walk(x: Any, where: str | None) -> Any:
+
+class _Walk:
+    """``tree_map``'s recursion. A class rather than a self-referencing closure: a closure that calls itself is a
+    reference cycle, which would keep ``fn`` and everything it holds (tensors, XLA tensors with pending graphs)
+    alive until the garbage collector runs, at a time that varies from run to run."""
+
+    def __init__(self, fn: Callable[..., Any], leaf: Callable[..., Any] | None,
+                 container: Callable[..., Any] | None, *, with_path: bool) -> None:
+        self.fn, self.leaf, self.container, self.with_path = fn, leaf, container, with_path
+
+    def call(self, f: Callable[..., Any], value: Any, where: str | None) -> Any:
+        return f(value, where) if self.with_path else f(value)
+
+    def walk(self, x: Any, where: str | None) -> Any:
         def sub(suffix: str) -> str | None:
             return None if where is None else where + suffix
 
         if isinstance(x, torch.Tensor):
-            return call(fn, x, where)
-        if container is not None and isinstance(x, (dict, list, tuple, set, frozenset)) \
+            return self.call(self.fn, x, where)
+        if self.container is not None and isinstance(x, (dict, list, tuple, set, frozenset)) \
                 and not isinstance(x, torch.Size):
-            call(container, x, where)
+            self.call(self.container, x, where)
+        leaf = self.leaf
         if isinstance(x, dict):
             if leaf is not None:
                 for k in x:
-                    call(leaf, k, sub(f" key {k!r}"))
-            items = [(k, walk(v, sub(f"[{k!r}]"))) for k, v in x.items()]
+                    self.call(leaf, k, sub(f" key {k!r}"))
+            items = [(k, self.walk(v, sub(f"[{k!r}]"))) for k, v in x.items()]
             return OrderedDict(items) if isinstance(x, OrderedDict) else dict(items)
         if isinstance(x, torch.Size):
-            return x if leaf is None else call(leaf, x, where)
+            return x if leaf is None else self.call(leaf, x, where)
         if isinstance(x, tuple) and hasattr(x, "_fields"):
-            return type(x)(*(walk(v, sub(f"[{i}]")) for i, v in enumerate(x)))
+            return type(x)(*(self.walk(v, sub(f"[{i}]")) for i, v in enumerate(x)))
         if isinstance(x, (list, tuple)):
-            return type(x)(walk(v, sub(f"[{i}]")) for i, v in enumerate(x))
+            return type(x)(self.walk(v, sub(f"[{i}]")) for i, v in enumerate(x))
         if isinstance(x, (set, frozenset)):
-            return type(x)(walk(v, sub(" element")) for v in x)
-        return x if leaf is None else call(leaf, x, where)
-
-    return walk(obj, path)
+            return type(x)(self.walk(v, sub(" element")) for v in x)
+        return x if leaf is None else self.call(leaf, x, where)
 
 
 def tree_tensors(obj: Any) -> list[torch.Tensor]:
