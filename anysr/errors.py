@@ -6,7 +6,7 @@ import difflib
 import errno
 import os
 from collections.abc import Iterable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 
 class AnysrError(Exception):
@@ -108,3 +108,9 @@ def did_you_mean(name: str, candidates: Iterable[str]) -> str:
     """' (did you mean 'x'?)' or '' when nothing is close."""
     hit = nearest(name, candidates)
     return f" (did you mean '{hit}'?)" if hit else ""
+
+
+def short_repr(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters (then '...'), for one-line messages quoting a user's value."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."

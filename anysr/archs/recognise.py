@@ -6,7 +6,9 @@ reads a ``StateShapes`` view of the file and proposes the constructor arguments 
 proposal, several to try in order, or None when the file is not of its family; reading a name the file lacks is
 the same as None). A proposal counts only when the network it builds (on the meta device: no memory, no
 initialisation) has exactly the file's names and shapes, so a recogniser may guess cheaply and the check decides.
-A file that fits none gets one line naming the families whose names come closest.
+A file that fits none gets one line naming the families whose names come closest. Constructor arguments a file
+records itself (traiNNer-redux's ``metadata``) are merged in afterwards (``with_hyperparameters``): they settle what
+shapes cannot show (``img_range``, an activation without weights), never what they contradict.
 
 Pure torch: no file, device or process knowledge (the engine reads the file and loads the weights).
 """
@@ -17,12 +19,12 @@ import json
 import re
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
-from anysr.errors import OptionError
+from anysr.errors import OptionError, short_repr
 
 Proposal = Mapping[str, Any]
 Recogniser = Callable[["StateShapes"], "Proposal | Iterable[Proposal] | None"]
@@ -34,6 +36,10 @@ _RECORD_SIZE = 16  # integer tensors up to this many values are kept for StateSh
 
 class NotThisFamily(Exception):  # noqa: N818 - a control-flow signal, not an error a user sees
     """Raised (or caused by reading a missing name) inside a recogniser: the file is not of its family."""
+
+
+class RecordedValueError(OptionError):
+    """A constructor argument recorded in a file's metadata has a value the recognised class refuses."""
 
 
 class StateShapes:
@@ -144,15 +150,28 @@ def register_recogniser(arch: str, recogniser: Recogniser) -> None:
 @dataclass(frozen=True)
 class Recognised:
     """The architecture a file is: ``opt`` builds it (``{"type": ..., **arguments}``); ``inferred``: the arguments
-    read from the file (the rest are the class's defaults); ``others``: other families that fit too."""
+    read from the file's shapes (the rest are the class's defaults); ``others``: other families that fit too.
+
+    With the file's recorded hyperparameters (``recognise(..., hyperparameters=...)``: traiNNer-redux's
+    ``metadata``): ``from_metadata``, the arguments taken from them (values shapes cannot reveal); ``overruled``,
+    argument -> (recorded value, value kept) where the shapes contradict the record; ``ignored``, the recorded
+    names the class does not take; ``agreed``, the recorded arguments that only confirm what ``opt`` holds."""
 
     opt: dict[str, Any]
     inferred: dict[str, Any]
     others: tuple[str, ...] = ()
+    from_metadata: dict[str, Any] = field(default_factory=dict)
+    overruled: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    ignored: tuple[str, ...] = ()
+    agreed: tuple[str, ...] = ()
 
     def describe(self) -> str:
-        """One line for the log: the class and the arguments read from the file."""
+        """One line for the log: the class, the arguments read from the shapes and those from the metadata."""
         args = ", ".join(f"{k}={v!r}" for k, v in self.inferred.items()) or "the class's defaults"
+        if self.from_metadata:
+            args += "; from the file's metadata: " + ", ".join(f"{k}={v!r}" for k, v in self.from_metadata.items())
+        elif self.agreed:
+            args += "; the file's metadata agrees"
         return f"{self.opt['type']} ({args})"
 
 
@@ -242,10 +261,95 @@ def closest_families(state: Mapping[str, Any], n: int = 3) -> list[tuple[str, fl
     return [s for s in scores[:n] if s[1] > 0]
 
 
-def recognise(state: Mapping[str, Any], source: str = "the weights") -> Recognised:
-    """The one architecture ``state`` is (the first registered family that fits when several do), else
-    OptionError naming the closest families and how to name the network instead."""
+def _same(a: Any, b: Any) -> bool:
+    """Equal as option values: a list equals the tuple of its items (JSON has no tuples); a bool only a bool."""
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError, RuntimeError):
+        return False
+
+
+def _layout_or_error(opt: Mapping[str, Any]) -> Mapping[str, tuple[int, ...]] | OptionError:
+    """``_meta_layout`` that returns the OptionError (naming the argument, as ``metadata.<arg>``) instead of None
+    when the class refuses the arguments."""
+    from anysr.archs import build_network  # noqa: PLC0415 - archs/__init__ imports every arch module (and this one)
+
+    try:
+        with torch.device("meta"):
+            net = build_network(dict(opt), key_path="metadata")
+        return {k: tuple(v.shape) for k, v in net.state_dict().items()}
+    except OptionError as exc:
+        return exc
+    except (TypeError, ValueError, RuntimeError, NotImplementedError, AssertionError, IndexError, KeyError,
+            ZeroDivisionError, AttributeError) as exc:
+        return OptionError(f"metadata: {opt['type']} cannot be built with {short_repr(dict(opt), 200)}: "
+                           f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+
+
+def with_hyperparameters(found: Recognised, hyperparameters: Mapping[str, Any], state: Mapping[str, Any],
+                         source: str = "the weights") -> Recognised:
+    """``found`` with the constructor arguments a file records (traiNNer-redux's ``metadata``: keyword arguments
+    only) merged in: only names the class takes (the others are listed in ``ignored``); a recorded value replaces
+    ``found``'s when the network it builds still has exactly the file's names and shapes (the shapes cannot tell
+    the two apart: ``img_range``, an activation without weights), else the shapes win (``overruled``). A value
+    the class refuses for an argument the shapes do not decide raises its OptionError, naming the argument and
+    ``source``."""
+    from anysr.archs import arch_kwargs  # noqa: PLC0415 - archs/__init__ imports every arch module (and this one)
+
+    params = arch_kwargs(str(found.opt["type"]))
+    taken = {k: v for k, v in hyperparameters.items() if k in params and k != "type"}
+    ignored = tuple(k for k in hyperparameters if k not in taken)
+    changes = {k: v for k, v in taken.items() if not _same(found.opt.get(k, params[k]), v)}
+    agreed = tuple(k for k in taken if k not in changes)
+    if not changes:
+        return replace(found, ignored=ignored, agreed=agreed)
+    shapes = StateShapes(state).shapes
+    opt = dict(found.opt)
+    accepted: dict[str, Any] = {}
+    overruled: dict[str, tuple[Any, Any]] = {}
+    if _layout_or_error({**opt, **changes}) == shapes:  # the usual case: one build
+        accepted = dict(changes)
+    else:
+        for k, v in changes.items():
+            layout = _layout_or_error({**opt, **accepted, k: v})
+            if layout == shapes:
+                accepted[k] = v
+            elif isinstance(layout, OptionError) and k not in found.inferred:
+                raise RecordedValueError(f"{source}: {str(layout).splitlines()[0]} (the value recorded in the file's "
+                                  "metadata); name the network with --arch NAME [--arch-opt k=v ...] or "
+                                  "-opt FILE.yml") from None
+            else:  # the tensors say otherwise: they are what gets loaded
+                overruled[k] = (v, opt.get(k, params[k]))
+    opt.update(accepted)
+    inferred = {k: v for k, v in found.inferred.items() if k not in accepted}
+    return Recognised(opt, inferred, found.others, accepted, overruled, ignored, agreed)
+
+
+def _prefer_takers(found: list[Recognised], hyperparameters: Mapping[str, Any]) -> list[Recognised]:
+    """``found`` with the families whose constructors take the most of the recorded argument names first (stable:
+    registration order among equals)."""
+    from anysr.archs import arch_kwargs  # noqa: PLC0415 - archs/__init__ imports every arch module (and this one)
+
+    def taken(r: Recognised) -> int:
+        params = arch_kwargs(str(r.opt["type"]))
+        return sum(1 for k in hyperparameters if k in params)
+
+    return sorted(found, key=lambda r: -taken(r))
+
+
+def recognise(state: Mapping[str, Any], source: str = "the weights",
+              hyperparameters: Mapping[str, Any] | None = None) -> Recognised:
+    """The one architecture ``state`` is (the first registered family that fits when several do; with
+    ``hyperparameters``, the file's recorded constructor arguments, the fitting families that take the most of
+    their names come first, and they are merged in: ``with_hyperparameters``), else OptionError naming the
+    closest families and how to name the network instead."""
     found = recognise_all(state)
+    if found and hyperparameters:
+        found = _prefer_takers(found, hyperparameters)
     if not found:
         close = closest_families(state)
         near = ", ".join(f"{a} ({s:.0%} of its names)" for a, s in close) or "none shares its names"
@@ -253,9 +357,10 @@ def recognise(state: Mapping[str, Any], source: str = "the weights") -> Recognis
                           f"architectures (closest: {near}); name the network with --arch NAME [--arch-opt k=v ...] "
                           "or -opt FILE.yml")
     first = found[0]
-    return Recognised(first.opt, first.inferred, tuple(str(r.opt["type"]) for r in found[1:]))
+    first = Recognised(first.opt, first.inferred, tuple(str(r.opt["type"]) for r in found[1:]))
+    return with_hyperparameters(first, hyperparameters, state, source) if hyperparameters else first
 
 
-__all__ = ["RECOGNISERS", "NotThisFamily", "Recognised", "StateShapes", "closest_families", "layout_fits",
-           "recognise", "recognise_all", "register_recogniser", "shuffle_splits", "upsample_scale",
-           "width_ratio"]
+__all__ = ["RECOGNISERS", "NotThisFamily", "Recognised", "RecordedValueError", "StateShapes", "closest_families",
+           "layout_fits", "recognise", "recognise_all", "register_recogniser", "shuffle_splits", "upsample_scale",
+           "width_ratio", "with_hyperparameters"]

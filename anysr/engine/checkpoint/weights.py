@@ -336,8 +336,14 @@ def _lightning_network(sd: dict[str, Any], path: Path) -> dict[str, Any]:
     return {k[len(head):]: v for k, v in rest.items()}
 
 
-def _load_torch_weights(path: Path, param_key: str,
-                        key_option: str = "path.param_key_g") -> tuple[dict[str, torch.Tensor], str | None]:
+_TRAINNER_META = "metadata"  # traiNNer-redux's record of the network's constructor arguments, beside the groups
+
+
+def _load_torch_weights(path: Path, param_key: str, key_option: str = "path.param_key_g"
+                        ) -> tuple[dict[str, torch.Tensor], str | None, dict[str, Any]]:
+    """``(state dict, group read, metadata)``: the metadata is ``{"metadata": ...}`` when the file is a container
+    with traiNNer-redux's ``metadata`` entry (the network's hyperparameters; plain values, read weights-only like
+    the rest), else ``{}``."""
     stamp, mappable = _scan_torch_file(path)
     if stamp != "absent" and stamp != "ok":
         what = "checksum mismatch" if stamp == "mismatch" else "truncated or corrupt end of archive"
@@ -354,7 +360,7 @@ def _load_torch_weights(path: Path, param_key: str,
         raise CheckpointError(f"weights {path} cannot be loaded: {describe_load_error(exc)}. "
                               f"{_WEIGHTS_FIX}") from exc
     if _is_state_dict(obj):
-        return dict(obj), None
+        return dict(obj), None, {}
     if not isinstance(obj, Mapping):
         raise CheckpointError(f"weights {path} hold a {type(obj).__name__}, not a state dict. "
                               f"{_WEIGHTS_FIX}")
@@ -363,7 +369,8 @@ def _load_torch_weights(path: Path, param_key: str,
     available = [str(k) for k, v in obj.items() if _is_state_dict(v)]
     group = _pick_group(available, param_key, path, extra=_FOREIGN_GROUPS, key_option=key_option)
     sd = dict(obj[group])
-    return (_lightning_network(sd, path) if group == "state_dict" else sd), group
+    meta = {_TRAINNER_META: obj[_TRAINNER_META]} if _TRAINNER_META in obj and group != _TRAINNER_META else {}
+    return (_lightning_network(sd, path) if group == "state_dict" else sd), group, meta
 
 
 def _training_state_given(path: Path) -> CheckpointError:
@@ -395,7 +402,8 @@ def load_weights(path: PathLike, param_key: str = "params", *,
     ``.safetensors`` (ours: the ``param_key`` group, verified; any other: all tensors) are memory-mapped
     through ``safe_open``; ``.pth``/``.pt``/``.ckpt`` (BasicSR ``{'params', 'params_ema'}``, a bare state dict,
     or a ``state_dict`` entry: a Lightning checkpoint's without its ``loss.*`` part, ``_lightning_network``) go
-    through ``torch.load(weights_only=True, mmap=True)``, legacy pre-1.6 files without ``mmap``. The tensors are
+    through ``torch.load(weights_only=True, mmap=True)``, legacy pre-1.6 files without ``mmap`` (a container's
+    ``metadata`` entry, traiNNer-redux's hyperparameters, is returned as ``{"metadata": ...}``). The tensors are
     views of the file's pages: copy them into the net (``load_into``) and drop them. ``params_ema`` falls back to
     ``params`` (one info line); ``auto`` takes ``params_ema``, then ``params``, then a bare state dict. Leading
     ``module.`` / ``_orig_mod.`` are stripped from the names. Foreign ``.pth`` archives are checked against their
@@ -420,7 +428,7 @@ def read_weights(path: PathLike, param_key: str = "params", *, key_option: str =
     if _weights_kind(path) == "safetensors":
         sd, meta, group = _load_safetensors(path, param_key, key_option)
     else:
-        (sd, group), meta = _load_torch_weights(path, param_key, key_option), {}
+        sd, group, meta = _load_torch_weights(path, param_key, key_option)
     _check_finite(sd, path)
     return _known_layout(_drop_profiler_counters(_strip_wrapper_prefixes(sd, path), path), path), meta, group
 

@@ -17,11 +17,11 @@ from anysr.archs.basicvsr_arch import BasicVSR, IconVSR
 from anysr.archs.basicvsrpp_arch import BasicVSRPlusPlus
 from anysr.archs.duf_arch import DUF
 from anysr.archs.edvr_arch import EDVR
-from anysr.archs.recognise import Recognised, recognise, recognise_all
+from anysr.archs.recognise import Recognised, RecordedValueError, recognise, recognise_all
 from anysr.archs.tof_arch import TOFlow
 from anysr.engine import checkpoint as ckpt
 from anysr.engine.logger import get_logger
-from anysr.errors import AnysrError, CheckpointError, OptionError
+from anysr.errors import AnysrError, CheckpointError, OptionError, short_repr
 from anysr.models.gfpgan import DECODER_PATH_ARGS
 from anysr.models.video import WEIGHT_PATH_ARGS
 from anysr.ops.tiling import round_up, tile_multiple
@@ -107,7 +107,7 @@ def metadata_network(meta: dict[str, Any], weights: str | Path) -> dict[str, Any
         return None
     net_opt = meta["network_g"]
     if not isinstance(net_opt, dict) or not isinstance(net_opt.get("type"), str):
-        raise CheckpointError(f"weights {weights}: the metadata's network_g is {_short(net_opt)}, not a mapping "
+        raise CheckpointError(f"weights {weights}: the metadata's network_g is {short_repr(net_opt)}, not a mapping "
                               f"with the architecture's 'type'; {_SAY_THE_NETWORK}")
     return dict(net_opt)
 
@@ -116,11 +116,6 @@ def _metadata_scale(meta: dict[str, Any]) -> int | None:
     """The ``scale`` a weights file's metadata records, when it is a positive integer (else None: measured)."""
     value = meta.get("scale")
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _refuse_misfit(net_opt: dict[str, Any], state: Any, weights: str, key_path: str, fix: str, *,
@@ -176,19 +171,57 @@ class SpandrelNetwork(nn.Module):
         return self._descriptor(x)  # type: ignore[no-any-return]
 
 
-def _recognise_file(state: dict[str, torch.Tensor], source: str) -> Recognised:
-    """``recognise``, also through a wrapper prefix every name shares (``netG.``, ``model.``: the loader strips
-    it too); the error of the names as they are when neither fits."""
+TRAINNER_METADATA = "metadata"
+
+
+def recorded_hyperparameters(meta: dict[str, Any], weights: str | Path) -> dict[str, Any] | None:
+    """The network's constructor arguments a file saved by traiNNer-redux records (its ``metadata``: safetensors
+    metadata ``{"metadata": "<JSON>"}``, or a ``.pth`` container's ``metadata`` entry beside ``params``), None
+    when there are none; a record that is not a JSON mapping of argument names is ignored with one warning. Names
+    of sub-network weight files (``spynet_path``, ``decoder_load_path``: the file holds the whole network) are
+    left out: a file's record never makes anysr open another file."""
+    if TRAINNER_METADATA not in meta:
+        return None
+    value = meta[TRAINNER_METADATA]
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        get_logger().warning("weights %s: the 'metadata' entry is %s, not a JSON mapping of the network's "
+                             "constructor arguments (traiNNer-redux's hyperparameters); ignored", weights,
+                             short_repr(value))
+        return None
+    return without_weight_paths(value) or None
+
+
+def _recognise_file(state: dict[str, torch.Tensor], source: str,
+                    hyperparameters: dict[str, Any] | None = None) -> Recognised:
+    """``recognise`` (with the file's recorded ``hyperparameters``), also through a wrapper prefix every name
+    shares (``netG.``, ``model.``: the loader strips it too); the error of the names as they are when neither
+    fits."""
     try:
-        return recognise(state, source=source)
+        return recognise(state, source=source, hyperparameters=hyperparameters)
+    except RecordedValueError:  # a recorded value the class refuses: said as it is
+        raise
     except OptionError:
         stripped, prefix = ckpt.strip_container_prefix(state)
         if prefix:
             try:
-                return recognise(stripped, source=source)
+                return recognise(stripped, source=source, hyperparameters=hyperparameters)
             except OptionError:
                 pass
         raise
+
+
+def _log_recognised(found: Recognised, source: str) -> None:
+    """The "recognised" info line, a warning per recorded argument the tensors contradict, and (debug) the
+    recorded names the class does not take."""
+    log = get_logger()
+    also = f" (also fits: {', '.join(found.others)})" if found.others else ""
+    log.info("network recognised from the weights' names and shapes: %s%s", found.describe(), also)
+    for k, (recorded, kept) in found.overruled.items():
+        log.warning("weights %s: the file's metadata says %s=%s but its tensors fit %s=%r; the tensors win",
+                    source, k, short_repr(recorded), k, kept)
+    if found.ignored:
+        log.debug("weights %s: metadata arguments %s does not take, ignored: %s", source, found.opt["type"],
+                  ", ".join(found.ignored))
 
 
 def recognisable(state: dict[str, torch.Tensor]) -> bool:
@@ -196,29 +229,35 @@ def recognisable(state: dict[str, torch.Tensor]) -> bool:
     return bool(recognise_all(state) or recognise_all(ckpt.strip_container_prefix(state)[0]))
 
 
-def _recognised_network(state: dict[str, torch.Tensor], weights: str) -> dict[str, Any] | None:
-    """The ``network_g`` options of the architecture anysr recognises in ``state`` (names and shapes alone), None
-    when it fits none of them and spandrel is installed (it may know the file); without spandrel, the one-line
-    error naming the closest families."""
+def _recognised_network(state: dict[str, torch.Tensor], weights: str,
+                        meta: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The ``network_g`` options of the architecture anysr recognises in ``state`` (names and shapes, with the
+    constructor arguments traiNNer-redux records in ``meta``), None when it fits none of them and spandrel is
+    installed (it may know the file); without spandrel, the one-line error naming the closest families."""
     try:
-        found = _recognise_file(state, weights)
+        found = _recognise_file(state, weights, recorded_hyperparameters(meta or {}, weights))
+    except RecordedValueError:
+        raise
     except OptionError:
         if importlib.util.find_spec("spandrel") is not None:
             return None
         raise
-    also = f" (also fits: {', '.join(found.others)})" if found.others else ""
-    get_logger().info("network recognised from the weights' names and shapes: %s%s", found.describe(), also)
+    _log_recognised(found, weights)
     return dict(found.opt)
 
 
 def network_options_from_weights(weights: Path, param_key: str) -> dict[str, Any]:
     """The ``network_g`` options a weights file holds (``network_g.type: auto`` in an options file): its anysr
-    metadata's, else what anysr recognises in its names and shapes, else a one-line error."""
+    metadata's, else what anysr recognises in its names and shapes (with traiNNer-redux's recorded
+    hyperparameters), else a one-line error."""
     state, meta, _ = ckpt.read_weights(weights, param_key, key_option="path.param_key_g")
     recorded = metadata_network(meta, str(weights))
     if recorded is not None:
         return recorded
-    return dict(_recognise_file(dict(state), f"path.pretrain_network_g {weights}").opt)
+    source = f"path.pretrain_network_g {weights}"
+    found = _recognise_file(dict(state), source, recorded_hyperparameters(meta, weights))
+    _log_recognised(found, str(weights))
+    return dict(found.opt)
 
 
 def _spandrel_network(state: dict[str, torch.Tensor], weights: str) -> nn.Module:
@@ -293,7 +332,7 @@ def resolve_network(*, weights: str | None, arch: str | None, arch_opts: dict[st
     elif metadata_network(meta, str(weights)) is not None:
         net_opt = metadata_network(meta, str(weights))
     elif state is not None:  # None: not one of anysr's (spandrel, when installed, may know it)
-        net_opt = recognised = _recognised_network(dict(state), str(weights))
+        net_opt = recognised = _recognised_network(dict(state), str(weights), meta)
     else:
         raise OptionError("no network given: pass --arch NAME [--arch-opt k=v ...] or -opt FILE.yml "
                           "(and --weights FILE)")
