@@ -12,6 +12,7 @@ import cv2
 import numpy as np
 import pytest
 import torch
+from arch_checks import check_two_ranks_match_one
 from conftest import run_cli, saved_weights, write_options
 
 from anysr.data.loaders import build_dataset
@@ -180,3 +181,26 @@ def test_template_trains_and_validates_through_the_cli(gan: bool, tmp_path: Path
     assert weights and all(torch.isfinite(v).all() for v in weights.values() if v.is_floating_point())
     # validation: per scene (two folder pairs, 4 + 2 scored middle frames each), then over scenes
     assert "Val Dataset 1:beta" in log and "validation Val Dataset (12 images) at iter 4: psnr" in log, log
+
+
+# ---------------------------------------------------------------- 2 gloo ranks = 1 process
+
+TSPAN_TINY = {"type": "temporalspan", "num_frames": 3, "feature_channels": 8, "history_channels": 4}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("net", "atol"), [(TSPAN_TINY, 3e-4), ({**TFDAT_TINY, "drop_path_rate": 0.0}, 1e-5)],
+                         ids=["TemporalSPAN", "TFDAT"])
+def test_two_gloo_ranks_train_the_temporal_networks_as_one_process(net: dict[str, Any], atol: float,
+                                                                    tmp_path: Path) -> None:
+    """traiNNer-redux's video template (pairedvideodataset clips): 2 ranks x 2 clips == 1 process x 4 clips, the
+    same weights (both groups) and the same validation PSNR. SGD: at initialisation some of these networks' conv
+    biases get gradients of float-noise size, which Adam would scale up to full steps of either sign. TemporalSPAN
+    at 8 channels: GroupNorm(8) normalises single channels of small, mostly padded frames, and its 1 / std scales
+    the kernels' rounding (other summation orders at batch 2 and 4) up to ~3e-4 of the weights after 4 steps; a
+    rank without the gradient all-reduce would be off by the steps themselves. (TSCUNet: its smallest network,
+    dim 64, takes 90 s here; tests/test_archs_temporal.py trains it.)"""
+    opt = _template(tmp_path, network_g=dict(net))
+    opt["train"]["optim_g"] = {"type": "SGD", "lr": 1e-2}
+    opt["datasets"]["val"]["name"] = "val"  # the name the check reads the PSNR under
+    check_two_ranks_match_one(tmp_path, opt, atol=atol)
