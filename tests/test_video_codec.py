@@ -337,3 +337,22 @@ def test_training_with_compression_on_two_gloo_ranks_equals_one_process(train_da
     assert a.keys() == b.keys()
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=k)
+
+
+@pytest.mark.parametrize("codec", ["libx264", "h264"])
+def test_a_draw_gives_one_result_whatever_was_encoded_before(codec: str) -> None:
+    """libx264 (PyAV 18's FFmpeg) reads heap memory it never wrote: without compress_clip's zero-filled heap the
+    same 32- or 96-pixel clip came out in up to 4 ways over 12 calls with other encodes in between."""
+    pytest.importorskip("av")
+    img = cv2.imread(str(ROOT / "datasets" / "Set5" / "HR" / "butterfly.png"))
+
+    def clip(side: int) -> list[np.ndarray]:
+        return [np.ascontiguousarray(img[3 * i: 3 * i + side, 2 * i: 2 * i + side]) for i in range(5)]
+
+    others = [clip(s) for s in (16, 24, 64, 128)]
+    for side in (32, 96):
+        first = compress_clip(clip(side), codec, bitrate=10000)
+        for k in range(6):
+            compress_clip(others[k % 4], "libx264", bitrate=30000 + 1000 * k)
+            again = compress_clip(clip(side), codec, bitrate=10000)
+            assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True)), (side, k)

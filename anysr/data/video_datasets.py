@@ -27,6 +27,7 @@ from torch.nn import functional as F
 from torch.utils.data import Dataset
 
 from anysr.data.degradation.bicubic import bicubic_degrade
+from anysr.data.degradation.realbasicvsr import RealBasicVSRDegradation, RealBasicVSRSettings
 from anysr.data.degradation.video_codec import (
     VideoCompressionSettings,
     clip_rng,
@@ -44,7 +45,7 @@ from anysr.data.file_backends import (
 from anysr.data.imageio import ImageInfo, probe_bytes, probe_image
 from anysr.data.transforms import augment, img2tensor, lq_patch_size, mod_crop, paired_random_crop
 from anysr.errors import DataError
-from anysr.registry import DATASET_REGISTRY
+from anysr.registry import DATASET_REGISTRY, DEGRADATION_REGISTRY
 
 REDS4_CLIPS = ("000", "011", "015", "020")
 REDS_OFFICIAL_VAL = tuple(f"{v:03d}" for v in range(240, 270))
@@ -160,6 +161,15 @@ class _VideoDataset(Dataset):
         comp = opt.get("video_compression")
         self.compression = None if comp is None else VideoCompressionSettings.from_options(
             comp, f"{self.key_path}.video_compression")
+        self.clip_degradation: RealBasicVSRDegradation | None = None
+        if self.degradation == "realbasicvsr":
+            if self.video_kind != "recurrent" or self.phase != "train" or not self.lq_from_gt:
+                raise DataError(f"{self.key_path}.degradation: realbasicvsr degrades the GT clips of recurrent "
+                                "training datasets with lq_from_gt: true")
+            lq = lq_patch_size(self.gt_size, self.scale)
+            settings = RealBasicVSRSettings(opt.get("degradation_params"), lq_size=(lq, lq), gt_size=self.gt_size,
+                                            where=f"{self.key_path}.degradation_params")
+            self.clip_degradation = DEGRADATION_REGISTRY.get("realbasicvsr")(settings)
 
     @classmethod
     def sample_frames(cls, opt: Mapping[str, Any]) -> int | None:
@@ -212,6 +222,29 @@ class _VideoDataset(Dataset):
         if draw.codec is None:
             return lqs
         return compress_clip(lqs, draw.codec, bitrate=draw.bitrate, crf=draw.crf)
+
+    def _degrade_clip(self, gts: list[np.ndarray], rng: np.random.Generator, seed: int, gt_key: str,
+                      mirror: bool = False) -> dict[str, torch.Tensor]:
+        """``degradation: realbasicvsr``: crop and flip the GT clip (``mirror``: append it reversed), then degrade it
+        (RealBasicVSR's order): the LQ clip and the GT (unsharp-masked with ``gt_usm``), float in [0, 1]."""
+        h, w = gts[0].shape[:2]
+        p = self.gt_size
+        if h < p or w < p:
+            raise DataError(f"{self.describe('gt', gt_key)} is {w}x{h}, smaller than gt_size {p}; lower gt_size")
+        top, left = int(rng.integers(0, h - p + 1)), int(rng.integers(0, w - p + 1))
+        gts = augment([g[top: top + p, left: left + p] for g in gts], self.use_hflip, self.use_rot, rng)
+        if mirror:
+            gts = gts + gts[::-1]
+        assert self.clip_degradation is not None
+        rgb = [np.ascontiguousarray(g[:, :, ::-1]) for g in gts]
+        lqs, usm = self.clip_degradation(rgb, seed)
+        target = usm if self.clip_degradation.settings.gt_usm else rgb
+
+        def stack(frames: list[np.ndarray]) -> torch.Tensor:
+            x = torch.from_numpy(np.stack([np.asarray(f, dtype=np.float32) for f in frames]))
+            return (x / 255.0).permute(0, 3, 1, 2).contiguous()
+
+        return {"lq": stack(lqs), "gt": stack(target)}
 
     def _crop_and_augment(self, gts: list[np.ndarray], lqs: list[np.ndarray], rng: np.random.Generator,
                           gt_key: str, lq_key: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -403,6 +436,9 @@ class REDSRecurrentDataset(_REDSBase):
         if self.random_reverse and rng.random() < 0.5:
             order.reverse()
         keys = [clip.frames[j] for j in order]
+        if self.clip_degradation is not None:
+            pair = self._degrade_clip([self._read("gt", k) for k in keys], rng, i if seed is None else seed, keys[-1])
+            return {**pair, "key": clip.frames[order[0]]}
         gts, lqs = self._crop_and_augment([self._read("gt", k) for k in keys], [self._read("lq", k) for k in keys],
                                           rng, keys[-1], keys[-1])
         lqs = self._compress(lqs, i if seed is None else seed)
@@ -479,6 +515,10 @@ class Vimeo90KRecurrentDataset(_VimeoBase):
         if self.random_reverse and rng.random() < 0.5:
             order.reverse()
         keys = [f"{key}/im{j}" for j in order]
+        if self.clip_degradation is not None:
+            pair = self._degrade_clip([self._read("gt", k) for k in keys], rng, i if seed is None else seed, keys[-1],
+                                      mirror=bool(self.opt["flip_sequence"]))
+            return {**pair, "key": key}
         gts, lqs = self._crop_and_augment([self._read("gt", k) for k in keys], [self._read("lq", k) for k in keys],
                                           rng, keys[-1], keys[-1])
         if self.opt["flip_sequence"]:  # the mirrored clip is what is compressed (RealBasicVSR's order)

@@ -40,7 +40,7 @@ def bsrgan_dataset_rule(out: dict[str, Any], path: str, ctx: Context, phase: str
     for key, value in _DEFAULTS.items():
         if out.get(key) is None:
             out[key] = value
-    names = known_names("degradation")
+    names = [n for n in known_names("degradation") if n != "realbasicvsr"]  # realbasicvsr degrades clips
     if out["degradation_type"] not in names:
         ctx.add(f"{path}.degradation_type", f"unknown degradation '{out['degradation_type']}'; choose from "
                 f"{', '.join(names)}")

@@ -13,7 +13,10 @@ from anysr.registry import Registry
 
 FRAME_PADDINGS = ("replicate", "reflection", "reflection_circle", "circle")
 VAL_PARTITIONS = ("REDS4", "official")
-DEGRADATIONS = ("BI", "BD")
+DEGRADATIONS = ("BI", "BD", "realbasicvsr")
+# anysr.data.degradation.realbasicvsr.STAGES plus gt_usm (the options import no data module; a test keeps them equal)
+RBVSR_KEYS = ("unsharp", "blur", "resize", "noise", "jpeg", "video", "blur2", "resize2", "noise2", "jpeg2", "video2",
+              "final_resize", "final_blur", "gt_usm")
 # anysr.data.degradation.video_codec.CODECS (the options import no data module; a test keeps the two equal)
 VIDEO_CODECS = ("libx264", "h264", "mpeg4", "libx265")
 
@@ -65,7 +68,15 @@ VIDEO_DATASET_FIELDS: dict[str, Field] = {
     "degradation": Field(str, default="BI", choices=DEGRADATIONS,
                          doc="Video datasets with lq_from_gt: how LQ frames are made from GT frames. BI: MATLAB "
                              "bicubic; BD: 13x13 Gaussian blur (sigma 0.4 * scale) then every scale-th pixel "
-                             "(BasicSR's duf_downsample)."),
+                             "(BasicSR's duf_downsample); realbasicvsr: RealBasicVSR's degradation of the cropped "
+                             "GT clip (recurrent training datasets; blur, resize, noise, JPEG and video codec in two "
+                             "orders, a shuffled final resize; needs PyAV), see degradation_params."),
+    "degradation_params": Field((dict, None), default=None,
+                                doc="degradation realbasicvsr: overrides of its stages, {stage: {param: value}} with "
+                                    "mmagic's parameter names (stages unsharp, blur, resize, noise, jpeg, video, "
+                                    "blur2, resize2, noise2, jpeg2, video2, final_resize, final_blur; e.g. "
+                                    "{noise: {gaussian_sigma: [1, 20]}}), and gt_usm (default true: train towards "
+                                    "the unsharp-masked GT, as RealBasicVSR). null: RealBasicVSR's values."),
     "video_compression": Field((VIDEO_COMPRESSION, None), default=None,
                                doc="Video training datasets: compress every LQ clip (after cropping) with a codec "
                                    "drawn per clip, RealBasicVSR's RandomVideoCompression (needs PyAV: pip install "
@@ -117,6 +128,9 @@ def video_dataset_rule(out: dict[str, Any], path: str, ctx: Context, phase: str,
         if cls is not None and _given(out, "video_compression"):
             ctx.add(f"{path}.video_compression", f"{kind_name} is not a video dataset; video_compression compresses "
                     "the clips of REDS / Vimeo-90K training datasets: remove it")
+        if cls is not None and (_given(out, "degradation_params") or out.get("degradation") == "realbasicvsr"):
+            ctx.add(f"{path}.degradation", f"{kind_name} is not a video dataset; realbasicvsr degrades the clips of "
+                    "REDS / Vimeo-90K recurrent training datasets: remove it (and degradation_params)")
         return
     name = out["type"]
     if _given(out, "dataroot_flow"):
@@ -132,6 +146,8 @@ def video_dataset_rule(out: dict[str, Any], path: str, ctx: Context, phase: str,
     if "dataroot_lq" in out and out["dataroot_lq"] is None and not lq_from_gt:
         ctx.add(f"{path}.dataroot_lq", f"{name} needs dataroot_lq (the folder of LQ clips) or lq_from_gt: true "
                 "(LQ frames made from the GT frames, see degradation)")
+    if out.get("degradation") == "realbasicvsr" or _given(out, "degradation_params"):
+        _realbasicvsr_rule(out, path, ctx, kind, phase, lq_from_gt)
     if out.get("degradation") == "BD" and not lq_from_gt:
         ctx.add(f"{path}.degradation", "BD is applied when the LQ frames are made from the GT frames; set "
                 "lq_from_gt: true, or remove it (dataroot_lq frames are read as they are)")
@@ -151,6 +167,32 @@ def video_dataset_rule(out: dict[str, Any], path: str, ctx: Context, phase: str,
     compression = out.get("video_compression")
     if isinstance(compression, dict):
         _video_compression_rule(compression, out, f"{path}.video_compression", ctx, kind, phase)
+
+
+def _realbasicvsr_rule(out: dict[str, Any], path: str, ctx: Context, kind: str, phase: str, lq_from_gt: bool) -> None:
+    """degradation: realbasicvsr against the dataset; its stage parameters are checked when the dataset is built."""
+    params = out.get("degradation_params")
+    if out.get("degradation") != "realbasicvsr":
+        ctx.add(f"{path}.degradation_params", "configures degradation: realbasicvsr; set it, or remove "
+                "degradation_params")
+        return
+    if kind != "recurrent" or phase != "train":
+        ctx.add(f"{path}.degradation", f"realbasicvsr degrades the GT clips of recurrent training datasets "
+                f"(REDSRecurrentDataset, Vimeo90KRecurrentDataset); {out.get('type')} ({phase}) takes BI or BD")
+    if not lq_from_gt:
+        ctx.add(f"{path}.lq_from_gt", "realbasicvsr makes the LQ clip from the GT clip; set lq_from_gt: true")
+    if _given(out, "video_compression"):
+        ctx.add(f"{path}.video_compression", "realbasicvsr compresses the clip itself (its video and video2 stages); "
+                "remove video_compression (set degradation_params.video instead)")
+    if isinstance(params, dict):
+        unknown = [k for k in params if k not in RBVSR_KEYS]
+        if unknown:
+            ctx.add(f"{path}.degradation_params", f"unknown stage(s) {', '.join(map(repr, unknown))}; choose from "
+                    f"{', '.join(RBVSR_KEYS)}")
+    gt_size, scale = out.get("gt_size"), out.get("scale", ctx.scale)
+    if isinstance(gt_size, int) and isinstance(scale, int) and scale > 0 and (gt_size % 2 or (gt_size // scale) % 2):
+        ctx.add(f"{path}.gt_size", f"yuv420p video needs even frame sizes; realbasicvsr compresses frames of the "
+                f"GT crop ({gt_size}) and LQ ({gt_size // scale}) sizes: use a gt_size with both even")
 
 
 def _video_compression_rule(comp: dict[str, Any], out: dict[str, Any], path: str, ctx: Context, kind: str,

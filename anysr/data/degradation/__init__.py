@@ -8,6 +8,8 @@ One module per model or family, the tensor operators they call in :mod:`anysr.op
 * :mod:`~anysr.data.degradation.jpeg`: the real JPEG codec (OpenCV), fixed or random quality.
 * :mod:`~anysr.data.degradation.video_codec`: video codecs (H.264, H.265, MPEG-4 through PyAV) on whole clips at a
   random bitrate or CRF, RealBasicVSR's ``RandomVideoCompression`` (in the video datasets' loader workers).
+* :mod:`~anysr.data.degradation.realbasicvsr`: RealBasicVSR's degradation of whole clips (blur, resize, noise,
+  JPEG, video codec in two orders with per-frame drift, a shuffled final resize), in the video datasets' workers.
 * :mod:`~anysr.data.degradation.realesrgan`: Real-ESRGAN's second-order degradation (its settings, draws and
   pipeline, in the training step or the loader workers).
 * :mod:`~anysr.data.degradation.bsrgan`: BSRGAN's shuffled degradation and its plus variant (KAIR), degraded in

@@ -41,18 +41,22 @@ def kernel_grid(kernel_size: int) -> np.ndarray:
     return np.stack(np.meshgrid(ax, ax), axis=-1)
 
 
-def sigma_matrix(sig_x: float, sig_y: float, theta: float) -> np.ndarray:
-    """The 2x2 covariance ``R diag(sig_x^2, sig_y^2) R^T`` with ``R`` the rotation by ``theta`` radians."""
+def sigma_matrix(sig_x: float, sig_y: float, theta: float, dtype: type = np.float64) -> np.ndarray:
+    """The 2x2 covariance ``R diag(sig_x^2, sig_y^2) R^T`` with ``R`` the rotation by ``theta`` radians, computed
+    in ``dtype`` (float32: mmagic's kernels, RealBasicVSR's)."""
     c, s = math.cos(theta), math.sin(theta)
-    rot = np.array([[c, -s], [s, c]], dtype=np.float64)
-    return rot @ np.diag([sig_x * sig_x, sig_y * sig_y]) @ rot.T
+    rot = np.array([[c, -s], [s, c]], dtype=dtype)
+    return rot @ np.diag(np.array([sig_x * sig_x, sig_y * sig_y], dtype=dtype)) @ rot.T
 
 
-def _quadratic_form(kernel_size: int, sig_x: float, sig_y: float, theta: float, isotropic: bool) -> np.ndarray:
-    """``p^T Sigma^-1 p`` at every kernel offset ``p`` (the squared Mahalanobis distance)."""
+def _quadratic_form(kernel_size: int, sig_x: float, sig_y: float, theta: float, isotropic: bool,
+                    cov_dtype: type = np.float64) -> np.ndarray:
+    """``p^T Sigma^-1 p`` at every kernel offset ``p`` (the squared Mahalanobis distance; the covariance in
+    ``cov_dtype``, the rest in float64)."""
     if sig_x <= 0 or (not isotropic and sig_y <= 0):
         raise OptionError(f"blur kernel: sigmas must be positive, got sig_x={sig_x}, sig_y={sig_y}")
-    cov = np.diag([sig_x * sig_x] * 2) if isotropic else sigma_matrix(sig_x, sig_y, theta)
+    cov = np.diag(np.array([sig_x * sig_x] * 2, dtype=cov_dtype)) if isotropic \
+        else sigma_matrix(sig_x, sig_y, theta, cov_dtype)
     p = kernel_grid(kernel_size)
     return np.einsum("...i,ij,...j->...", p, np.linalg.inv(cov), p)
 
@@ -62,23 +66,23 @@ def _normalised(k: np.ndarray) -> np.ndarray:
 
 
 def bivariate_gaussian(kernel_size: int, sig_x: float, sig_y: float | None = None, theta: float = 0.0,
-                       isotropic: bool = True) -> np.ndarray:
+                       isotropic: bool = True, cov_dtype: type = np.float64) -> np.ndarray:
     """Normalised Gaussian kernel ``exp(-q / 2)``; isotropic uses ``sig_x`` only (``sig_y``/``theta`` ignored)."""
-    q = _quadratic_form(kernel_size, sig_x, sig_x if sig_y is None else sig_y, theta, isotropic)
+    q = _quadratic_form(kernel_size, sig_x, sig_x if sig_y is None else sig_y, theta, isotropic, cov_dtype)
     return _normalised(np.exp(-0.5 * q))
 
 
 def bivariate_generalized_gaussian(kernel_size: int, sig_x: float, sig_y: float | None, theta: float, beta: float,
-                                   isotropic: bool = True) -> np.ndarray:
+                                   isotropic: bool = True, cov_dtype: type = np.float64) -> np.ndarray:
     """Normalised generalized Gaussian ``exp(-q^beta / 2)`` (``beta = 1`` is the Gaussian)."""
-    q = _quadratic_form(kernel_size, sig_x, sig_x if sig_y is None else sig_y, theta, isotropic)
+    q = _quadratic_form(kernel_size, sig_x, sig_x if sig_y is None else sig_y, theta, isotropic, cov_dtype)
     return _normalised(np.exp(-0.5 * np.power(q, beta)))
 
 
 def bivariate_plateau(kernel_size: int, sig_x: float, sig_y: float | None, theta: float, beta: float,
-                      isotropic: bool = True) -> np.ndarray:
+                      isotropic: bool = True, cov_dtype: type = np.float64) -> np.ndarray:
     """Normalised plateau kernel ``1 / (1 + q^beta)``."""
-    q = _quadratic_form(kernel_size, sig_x, sig_x if sig_y is None else sig_y, theta, isotropic)
+    q = _quadratic_form(kernel_size, sig_x, sig_x if sig_y is None else sig_y, theta, isotropic, cov_dtype)
     return _normalised(1.0 / (np.power(q, beta) + 1.0))
 
 

@@ -10,7 +10,11 @@ one draw (codec, bitrate or CRF), as in RealBasicVSR.
   (:func:`clip_rng` of the sample seed), so a clip's compression depends on ``(seed, epoch, index)`` only.
 * :func:`compress_clip`: the codec itself. Its encoders run on one thread: libx265 and FFmpeg's MPEG-4 encoder
   give different streams with different thread counts, so a fixed count keeps a draw's result the same on every
-  machine (RealBasicVSR leaves it to FFmpeg, which picks it from the CPU count).
+  machine (RealBasicVSR leaves it to FFmpeg, which picks it from the CPU count). libx264 (PyAV 18's FFmpeg 8.1)
+  also reads heap memory it never wrote: the same clip came out in up to 4 ways in one process, depending on what
+  was encoded before (measured at 32 and 96 pixels, libx264 and h264). On glibc the encodes run with freshly
+  allocated memory zero-filled (``mallopt(M_PERTURB)``, set and restored around each), as in a fresh process: the
+  result of a draw is then the same whatever ran before it (every worker, rank and resume).
 
 PyAV is an optional dependency (``pip install 'anysr[video]'``); it is imported when a clip is compressed or
 the codecs are listed.
@@ -18,13 +22,17 @@ the codecs are listed.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import functools
 import io
 import math
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import cv2
 import numpy as np
 
 from anysr.data.degradation.draws import categorical, check_range
@@ -180,7 +188,7 @@ def draw_video_compression(rng: np.random.Generator, settings: VideoCompressionS
     return CompressionDraw(codec, bitrate=value)
 
 
-def _check_frames(frames: Sequence[np.ndarray]) -> tuple[int, int]:
+def _check_frames(frames: Sequence[np.ndarray], rescale: bool = False) -> tuple[int, int]:
     if len(frames) == 0:
         raise DataError("compress_clip: the clip has no frames")
     shape = np.asarray(frames[0]).shape
@@ -189,7 +197,7 @@ def _check_frames(frames: Sequence[np.ndarray]) -> tuple[int, int]:
         if arr.dtype != np.uint8 or arr.ndim != 3 or arr.shape[2] != 3:
             raise DataError(f"compress_clip: frames must be uint8 HWC with 3 channels (BGR), got {arr.dtype} "
                             f"{arr.shape}")
-        if arr.shape != shape:
+        if arr.shape != shape and not rescale:
             raise DataError(f"compress_clip: frames of one clip must share one size, got {shape} and {arr.shape}")
     h, w = shape[:2]
     if h % 2 or w % 2:
@@ -199,7 +207,7 @@ def _check_frames(frames: Sequence[np.ndarray]) -> tuple[int, int]:
 
 
 def compress_clip(frames: Sequence[np.ndarray], codec: str, *, bitrate: int | None = None,
-                  crf: int | None = None) -> list[np.ndarray]:
+                  crf: int | None = None, rescale: bool = False) -> list[np.ndarray]:
     """Encode ``frames`` (uint8 HWC, BGR as anysr reads them) as one MP4 video with ``codec`` at ``bitrate``
     (bits per second) or ``crf``, decode it and return the decoded frames (same shapes, BGR).
 
@@ -207,10 +215,14 @@ def compress_clip(frames: Sequence[np.ndarray], codec: str, *, bitrate: int | No
     default settings of the encoder besides the rate), with the encoder on one thread; libx265 sees frames reflected
     up to :data:`PAD_TO` (its small-frame results are not reproducible otherwise) and clips of at least
     :data:`MIN_FRAMES` frames (FFmpeg's wrapper fails at random on shorter ones).
+
+    ``rescale``: frames may differ in size; each is first resized to the first frame's size (OpenCV, bilinear).
+    RealBasicVSR's clips, whose resize drifts from frame to frame, are compressed so; mmagic hands such frames to the
+    encoder, whose FFmpeg scaler (PyAV 18's build) gives other pixels from call to call, so anysr scales them itself.
     """
     av = import_av()
     _check_codec(codec, "compress_clip")
-    h, w = _check_frames(frames)
+    h, w = _check_frames(frames, rescale)
     if (bitrate is None) == (crf is None):
         raise OptionError("compress_clip: give exactly one of bitrate and crf")
     options: dict[str, str] = {}
@@ -222,12 +234,17 @@ def compress_clip(frames: Sequence[np.ndarray], codec: str, *, bitrate: int | No
         options["x265-params"] = "log-level=none"  # x265 writes its own log lines to stderr otherwise
     least = PAD_TO.get(codec, 0)
     size = (max(h, least), max(w, least))
+    if rescale:
+        frames = [f if np.asarray(f).shape[:2] == (h, w) else cv2.resize(np.asarray(f), (w, h),
+                                                                          interpolation=cv2.INTER_LINEAR)
+                  for f in frames]
     if size != (h, w):  # reflected past the bottom and right edges, cropped off after decoding
         frames = [np.pad(np.asarray(f), ((0, size[0] - h), (0, size[1] - w), (0, 0)), mode="reflect") for f in frames]
     n = len(frames)
     frames = list(frames) + [frames[-1]] * (MIN_FRAMES.get(codec, 0) - n)  # repeats dropped after decoding
     try:
-        out = _encode_decode(av, frames, codec, size[0], size[1], bitrate, options)
+        with zero_filled_heap():
+            out = _encode_decode(av, frames, codec, size[0], size[1], bitrate, options)
     except av.FFmpegError as err:
         rate = f"bitrate {bitrate}" if crf is None else f"crf {crf}"
         raise DataError(f"compress_clip: FFmpeg failed on {n} frames of {h}x{w} with {codec} at {rate}: "
@@ -236,6 +253,37 @@ def compress_clip(frames: Sequence[np.ndarray], codec: str, *, bitrate: int | No
         raise DataError(f"compress_clip: {codec} gave back {len(out)} frames for {n}")
     out = out[:n]
     return out if size == (h, w) else [np.ascontiguousarray(f[:h, :w]) for f in out]
+
+
+_M_PERTURB = -6  # glibc's mallopt parameter: fill allocated memory with ~byte, freed memory with byte
+
+
+@functools.cache
+def _mallopt() -> Any:
+    """glibc's ``mallopt`` (None elsewhere: macOS, Windows, musl)."""
+    try:
+        fn = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError, TypeError):
+        return None
+    fn.argtypes, fn.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return fn
+
+
+@contextlib.contextmanager
+def zero_filled_heap() -> Iterator[None]:
+    """Inside: memory the C heap hands out is zero-filled (glibc; elsewhere nothing changes), so a library that
+    reads memory it never wrote (libx264) gives what it gives in a fresh process. The setting is restored after
+    (``MALLOC_PERTURB_``'s value when the process was started with one, else off)."""
+    mallopt = _mallopt()
+    if mallopt is None:
+        yield
+        return
+    mallopt(_M_PERTURB, 0xFF)  # allocations get 0xFF ^ 0xFF = 0
+    try:
+        yield
+    finally:
+        before = os.environ.get("MALLOC_PERTURB_", "0")
+        mallopt(_M_PERTURB, int(before) if before.isdigit() else 0)
 
 
 def _encode_decode(av: Any, frames: Sequence[np.ndarray], codec: str, h: int, w: int, bitrate: int | None,
