@@ -21,7 +21,8 @@ HAS_PO = importlib.util.find_spec("pytorch_optimizer") is not None
 HAS_SF = importlib.util.find_spec("schedulefree") is not None
 
 TORCH_OPTIMIZERS = [n for n in OPTIMIZER_REGISTRY.keys() if not getattr(OPTIMIZER_REGISTRY.get(n), "unsupported", None)
-                    and n != "Muon"]  # Muon takes 2-D weights only (conv weights are 4-D): refused by torch
+                    and n != "Muon"  # Muon takes 2-D weights only (conv weights are 4-D): refused by torch
+                    and hasattr(torch.optim, n)]  # anysr's own (AdanScheduleFree) have their own tests
 TORCH_ARGS: dict[str, dict[str, Any]] = {"SGD": {"momentum": 0.9}}
 
 # One valid argument set per schedule (total_iter / total_steps / T_max come from train.total_iter).

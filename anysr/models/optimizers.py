@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from anysr.errors import OptionError
+from anysr.models import adan_schedulefree  # registers anysr's own optimizers (AdanScheduleFree)
 from anysr.registry import OPTIMIZER_REGISTRY, Registry, plain_options
 
 # What some torch.optim classes need that a training step does not give: refused with the reason.
@@ -127,6 +128,8 @@ def build_optimizer(params: list[nn.Parameter] | list[dict[str, Any]], opt: Any,
     kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in kwargs.items()}  # betas, etas, step_sizes
     try:
         optimizer = cls(params, **kwargs)
+    except adan_schedulefree.OptimizerArgumentError as exc:  # anysr's own optimizers name the argument
+        raise OptionError(f"{key_path}.{exc.arg}: {exc.detail}") from None
     except (TypeError, ValueError, KeyError) as exc:
         raise OptionError(f"{key_path}: {exc}") from None
     except (RuntimeError, AttributeError, ImportError) as exc:  # some take a model, 2-D weights, or an extra
