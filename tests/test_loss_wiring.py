@@ -62,8 +62,9 @@ def test_trainner_lower_case_names_resolve(given: str, expected: str) -> None:
 
 
 def test_unknown_loss_name_lists_what_we_have() -> None:
-    with pytest.raises(OptionError, match=r"train.losses\[0\].type: unknown loss 'cosimloss'.*known: .*L1Loss"):
-        LOSS_REGISTRY.get("cosimloss", "train.losses[0].type")
+    with pytest.raises(OptionError,
+                       match=r"train.losses\[0\].type: unknown loss 'bcewithlogitsdiceloss'.*known: .*L1Loss"):
+        LOSS_REGISTRY.get("bcewithlogitsdiceloss", "train.losses[0].type")
 
 
 # ---------------------------------------------------------------- options
@@ -88,19 +89,19 @@ def test_losses_list_validates_like_the_opt_keys(tmp_path: Path) -> None:
     opt = _validate({"losses": [{"type": "l1loss", "loss_weight": 1.0},
                                 {"type": "charbonnierloss", "loss_weight": 0.5},
                                 {"type": "ldlloss", "loss_weight": 1.0},
-                                {"type": "cosimloss", "loss_weight": 0}]}, tmp_path)
+                                {"type": "bcewithlogitsdiceloss", "loss_weight": 0}]}, tmp_path)
     losses = opt["train"]["losses"].to_dict() if hasattr(opt["train"]["losses"], "to_dict") else [
         dict(e) if not hasattr(e, "to_dict") else e.to_dict() for e in opt["train"]["losses"]]
-    assert [e["type"] for e in losses] == ["L1Loss", "CharbonnierLoss", "LDLLoss", "cosimloss"]
+    assert [e["type"] for e in losses] == ["L1Loss", "CharbonnierLoss", "LDLLoss", "bcewithlogitsdiceloss"]
     assert losses[1]["eps"] == 1e-12 and losses[1]["reduction"] == "mean"  # the class's defaults filled in
     assert losses[2]["ksize"] == 7
 
 
 def test_losses_list_errors_name_the_entry(tmp_path: Path) -> None:
     msg = _problems({"losses": [{"type": "l1loss"}, {"type": "MSELoss", "eps": 1.0},
-                                {"type": "cosimloss", "loss_weight": 1.0}]}, tmp_path)
+                                {"type": "bcewithlogitsdiceloss", "loss_weight": 1.0}]}, tmp_path)
     assert "train.losses[1].eps: unknown argument of MSELoss" in msg
-    assert "train.losses[2].type: unknown loss 'cosimloss'" in msg and "L1Loss" in msg
+    assert "train.losses[2].type: unknown loss 'bcewithlogitsdiceloss'" in msg and "L1Loss" in msg
     msg = _problems({"pixel_opt": {"type": "L1Loss"}, "losses": [{"type": "l1loss"}]}, tmp_path)
     assert "train.losses: set together with train.pixel_opt" in msg
     msg = _problems({"losses": [{"type": "l1loss"}, {"type": "L1Loss", "loss_weight": 2}]}, tmp_path)

@@ -951,8 +951,8 @@ def test_registry_checks(root: Path) -> None:
                                "'PairedImageDataset'?); known: ")
     assert lines[1].startswith("network_g.type: unknown arch 'MSRResNett' (did you mean 'MSRResNet'?); known: ")
     assert lines[2].startswith("train.optim_g.type: unknown optimizer 'Adamm' (did you mean 'Adam'?); known: ASGD")
-    assert lines[3].startswith("train.pixel_opt.type: unknown pixel loss 'GANLoss' (did you mean 'PSNRLoss'?); "
-                               "known: CharbonnierLoss, ChromaLoss, ")
+    assert lines[3].startswith("train.pixel_opt.type: unknown pixel loss 'GANLoss' (did you mean 'NCCLoss'?); "
+                               "known: AverageLoss, BicubicLoss, ")
     assert lines[4].startswith("val.metrics.ssim.type: unknown metric 'calculate_ssimm' (did you mean "
                                "'calculate_ssim'?)")
     assert lines[5].startswith("model_type: unknown model_type 'SRModle' (did you mean 'SRModel'?)")

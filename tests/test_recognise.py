@@ -65,6 +65,7 @@ REQUIRED_ARGS: dict[str, dict] = {
     "RCAN": {"num_in_ch": 3, "num_out_ch": 3, "upscale": 4},
     "RIDNet": {"in_channels": 3, "mid_channels": 64, "out_channels": 3},
     "SAFMNBCIE": {"dim": 36},
+    "AutoEncoder": {"decoder_opt": {"type": "compact", "num_feat": 16, "num_conv": 4}},
     "StyleGAN2Generator": {"out_size": 256},
     "StyleGAN2GeneratorClean": {"out_size": 256},
 }

@@ -7,8 +7,12 @@ from typing import Any
 
 from torch import nn
 
+from anysr.losses.adists import ADISTSLoss
 from anysr.losses.artifact import LDLLoss, artifact_map
 from anysr.losses.color import ChromaLoss, LumaLoss, OklabLoss
+from anysr.losses.downscaled import AverageLoss, BicubicLoss, ColorLoss, CosimLoss, NCCLoss
+from anysr.losses.feature_nets import AESOPLoss, LineDistillerLoss, PerceptualAnimeLoss
+from anysr.losses.flip import FLIPLoss
 from anysr.losses.frequency import FFLoss, FFTLoss
 from anysr.losses.gan import (
     GANFeatLoss,
@@ -25,6 +29,7 @@ from anysr.losses.learned import ContextualLoss, DISTSLoss, LPIPSLoss
 from anysr.losses.perceptual import PerceptualLoss, VGGFeatureExtractor
 from anysr.losses.pixel import CharbonnierLoss, HuberLoss, L1Loss, MSELoss, WeightedTVLoss
 from anysr.losses.structure import MSSSIML1Loss, MSSSIMLoss, SSIMLoss
+from anysr.losses.structure_texture import StructureTextureLoss
 from anysr.losses.trainner import HSLuvLoss, MSSIMLoss, PSNRLoss
 from anysr.registry import LOSS_REGISTRY, plain_options
 
@@ -36,7 +41,9 @@ def build_loss(opt: Mapping[str, Any], key_path: str) -> nn.Module:
     return cls(**kwargs)
 
 
-__all__ = ["CharbonnierLoss", "ChromaLoss", "ContextualLoss", "DISTSLoss", "FFLoss", "FFTLoss", "GANFeatLoss",
+__all__ = ["AESOPLoss", "LineDistillerLoss", "PerceptualAnimeLoss", "ADISTSLoss", "FLIPLoss",
+           "AverageLoss", "BicubicLoss", "ColorLoss", "CosimLoss", "NCCLoss", "StructureTextureLoss",
+           "CharbonnierLoss", "ChromaLoss", "ContextualLoss", "DISTSLoss", "FFLoss", "FFTLoss", "GANFeatLoss",
            "GANLoss", "GradientVarianceLoss", "HSLuvLoss", "HuberLoss", "L1Loss", "LDLLoss", "LPIPSLoss", "LumaLoss",
            "MSELoss", "MSSIMLoss", "MSSSIML1Loss", "MSSSIMLoss", "MultiScaleGANLoss", "OklabLoss", "PSNRLoss",
            "PerceptualLoss", "SSIMLoss", "SobelLoss", "VGGFeatureExtractor", "WeightedTVLoss", "artifact_map",

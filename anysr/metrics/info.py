@@ -102,7 +102,8 @@ def metric_info(name: str) -> MetricInfo | None:
 # The standard files each learned metric reads when none are given, by the names of the engine's table
 # (``anysr.engine.checkpoint.hub.KNOWN``), which finds or downloads them.
 _STANDARD = {("lpips", "alex"): ("alexnet", "lpips_alex"), ("lpips", "vgg"): ("vgg16", "lpips_vgg"),
-             ("dists", None): ("vgg16", "dists"), ("fid", None): ("fid_inception",)}
+             ("dists", None): ("vgg16", "dists"), ("adists", None): ("vgg16",),
+             ("fid", None): ("fid_inception",)}
 
 
 def standard_weights(name: str, net: str | None = None) -> tuple[str, ...]:

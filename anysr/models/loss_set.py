@@ -95,12 +95,13 @@ def loss_weight_needs(specs: Sequence[LossSpec], store: dict[str, StateDicts]) -
                 missing=f"the {vgg_type.upper()} weights file is required (torchvision's {vgg_type} state dict)",
                 known=vgg_type if vgg_type in VGG_NAMES else None))
         elif _takes(spec, "weight_state_dicts"):
-            files = spec.options.get("weights") or []
+            files = spec.options.get("weights") or spec.options.get("pretrain_network_ae") or []  # AESOPLoss
             files = [files] if isinstance(files, str) else list(files)
             metric = getattr(LOSS_REGISTRY.get(spec.options["type"]), "metric_name", None)
             standard = standard_weights(metric, spec.options.get("net")) if metric else ()
             if not files and not standard:
-                needs.append(WeightNeed(spec.name, f"{spec.key_path}.weights", None, keep(spec.name), required=True,
+                option = "pretrain_network_ae" if _takes(spec, "pretrain_network_ae") else "weights"  # AESOPLoss
+                needs.append(WeightNeed(spec.name, f"{spec.key_path}.{option}", None, keep(spec.name), required=True,
                                         fresh_only=False, missing=f"{spec.options['type']} needs its weight files"))
             for known in standard if not files else ():
                 needs.append(WeightNeed(f"{spec.name} ({known})", f"{spec.key_path}.weights", None, keep(spec.name),

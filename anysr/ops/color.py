@@ -15,7 +15,7 @@ from anysr.errors import DataError
 __all__ = [
     "rgb2ycbcr", "bgr2ycbcr", "ycbcr2rgb", "ycbcr2bgr", "rgb2ycbcr_torch", "to_y_channel",
     "full_range_luma", "LUMA_RGB", "Y_WEIGHTS_255", "GRAY_RGB_PIL", "gray_pil_torch", "adjust_brightness",
-    "adjust_contrast", "adjust_saturation", "adjust_hue", "rgb_to_hsv", "hsv_to_rgb",
+    "adjust_contrast", "adjust_saturation", "adjust_hue", "rgb_to_hsv", "hsv_to_rgb", "srgb_to_linear",
 ]
 
 # Rows: R, G, B (input on [0, 1]); columns: Y, Cb, Cr (output on [0, 255]) - MATLAB's rgb2ycbcr matrix.
@@ -211,3 +211,9 @@ def adjust_hue(x: Tensor, factor: float) -> Tensor:
         raise DataError(f"adjust_hue: factor must be in [-0.5, 0.5] (turns of the hue circle), got {factor}")
     h, s, v = rgb_to_hsv(x).unbind(-3)
     return hsv_to_rgb(torch.stack((torch.remainder(h + factor, 1.0), s, v), dim=-3))
+
+
+def srgb_to_linear(x: Tensor) -> Tensor:
+    """sRGB-encoded values -> linear light (IEC 61966-2-1): ``x / 12.92`` up to 0.04045, else
+    ``((x + 0.055) / 1.055) ** 2.4``; the power sees at least 0.04045, so the gradient is finite everywhere."""
+    return torch.where(x <= 0.04045, x / 12.92, ((x.clamp_min(0.04045) + 0.055) / 1.055) ** 2.4)

@@ -384,6 +384,8 @@ def _loss_entry_rule(out: dict[str, Any], path: str, ctx: Context, key: str | No
     if not good(out, "type") or not _check_registered("loss", "loss", out["type"], f"{path}.type", ctx):
         return
     params, _ = constructor_args(registry("loss").get(out["type"]))
+    if "pretrain_network_ae" in params:  # AESOPLoss: traiNNer-redux's name for its weights file
+        _existing(out, "pretrain_network_ae", path, ctx, kind="file")
     if good(out, "weights") and "weight_state_dicts" in params:  # LPIPS / DISTS: files (MS-SSIM: its exponents)
         files = [out["weights"]] if isinstance(out["weights"], str) else list(out["weights"])
         items = {f"weights[{i}]": f for i, f in enumerate(files)}
