@@ -31,15 +31,12 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from anysr.losses.pixel import _PixelLoss
-from anysr.metrics.backbones import VGG16_SLICES, FrozenMetricNet, build_slices, run_slices, vgg16_layers
-from anysr.metrics.dists import L2pooling, dists_state_dict
+from anysr.metrics.dists import CHANNELS, DISTSTrunk, dists_state_dict
 from anysr.ops.autocast import autocast_off
 from anysr.registry import LOSS_REGISTRY
 
 StateDicts = Sequence[Mapping[str, Tensor]]
 
-_CHANNELS = (3, 64, 128, 256, 512, 512)
-_POOLS = {4: 64, 9: 128, 16: 256, 23: 512}
 _C0 = 1e-12  # A-DISTS' guard against division by zero
 _C = 1e-6  # the DISTS terms' constants
 _IGNORED = ("alpha", "beta", "windows.")  # DISTS' learned weights; A-DISTS' own (fixed) Gaussian windows
@@ -103,17 +100,12 @@ def _entropy_weights(feat: Tensor) -> Tensor:
     return h / (h.sum(dim=1, keepdim=True) + _C0) * c
 
 
-class ADISTS(FrozenMetricNet):
+class ADISTS(DISTSTrunk):
     """A-DISTS between two batches of RGB images on [0, 1] -> a scalar, one minus the batch mean (lower is
     better). ``window_size`` (a multiple of 3): the Gaussian window's taps. Load VGG16 with ``load_weights``."""
 
     def __init__(self, window_size: int = 21) -> None:
         super().__init__()
-        pools = {i: L2pooling(channels=c) for i, c in _POOLS.items()}
-        for k, block in enumerate(build_slices(vgg16_layers(), VGG16_SLICES, replace=pools), start=1):
-            self.add_module(f"stage{k}", block)
-        self.register_buffer("mean", torch.tensor([0.485, 0.456, 0.406]).view(1, -1, 1, 1))
-        self.register_buffer("std", torch.tensor([0.229, 0.224, 0.225]).view(1, -1, 1, 1))
         self.window_size = int(window_size)
         self.register_buffer("taps", gaussian_taps(self.window_size, self.window_size // 3), persistent=False)
         self.freeze()
@@ -128,11 +120,6 @@ class ADISTS(FrozenMetricNet):
         missing = sorted(name for name, _ in self.named_parameters() if name not in merged)
         self.load_checked(merged, missing, "A-DISTS", "give torchvision's vgg16 state dict (features.N.*)")
         return self
-
-    def features(self, x: Tensor) -> list[Tensor]:
-        """The image and the five VGG stages' outputs."""
-        stages = [self.stage1, self.stage2, self.stage3, self.stage4, self.stage5]
-        return [x, *run_slices((x - self.mean) / self.std, stages)]
 
     def _windowed(self, f: Tensor) -> bool:
         return min(f.shape[-2:]) >= self.window_size
@@ -169,7 +156,7 @@ class ADISTS(FrozenMetricNet):
         sd = (w - mu).square().mean(dim=(1, 2), keepdim=True).sqrt()
         w = w.clamp(min=mu - 0.5 * sd, max=mu + 0.5 * sd)
         w = w / w.sum(dim=(1, 2), keepdim=True)
-        weights = torch.split(w, list(_CHANNELS), dim=1)
+        weights = torch.split(w, list(CHANNELS), dim=1)
         d: Tensor | float = 0.0
         for k in reversed(range(len(feats))):
             a, b = F.normalize(fx[k], dim=(2, 3)), F.normalize(fy[k], dim=(2, 3))

@@ -36,12 +36,12 @@ from anysr.metrics.backbones import (
 )
 from anysr.metrics.info import DISTS_INFO
 
-__all__ = ["DISTS", "L2pooling", "dists_state_dict", "METRIC_INFO", "BETTER"]
+__all__ = ["CHANNELS", "DISTS", "DISTSTrunk", "L2pooling", "dists_state_dict", "METRIC_INFO", "BETTER"]
 
 METRIC_INFO = DISTS_INFO
 BETTER = METRIC_INFO.better
 
-_CHANNELS = (3, 64, 128, 256, 512, 512)
+CHANNELS = (3, 64, 128, 256, 512, 512)  # the image's and each VGG stage's channels
 _POOLS = {4: 64, 9: 128, 16: 256, 23: 512}  # VGG16 max-pool index -> channels of the L2 pooling there
 _C1 = 1e-6
 _C2 = 1e-6
@@ -71,7 +71,25 @@ class L2pooling(nn.Module):
         return (out + 1e-12).sqrt()
 
 
-class DISTS(FrozenMetricNet):
+class DISTSTrunk(FrozenMetricNet):
+    """DISTS' VGG16 (five stages, max pools replaced by L2 pooling) behind ImageNet normalisation: what DISTS and
+    A-DISTS (``anysr.losses.adists``) compare. Subclasses add their heads and freeze."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        pools = {i: L2pooling(channels=c) for i, c in _POOLS.items()}
+        for k, block in enumerate(build_slices(vgg16_layers(), VGG16_SLICES, replace=pools), start=1):
+            self.add_module(f"stage{k}", block)
+        self.register_buffer("mean", torch.tensor([0.485, 0.456, 0.406]).view(1, -1, 1, 1))
+        self.register_buffer("std", torch.tensor([0.229, 0.224, 0.225]).view(1, -1, 1, 1))
+
+    def features(self, x: Tensor) -> list[Tensor]:
+        """The image and the five stages' outputs (``CHANNELS`` channels)."""
+        stages = [self.stage1, self.stage2, self.stage3, self.stage4, self.stage5]
+        return [x, *run_slices((x - self.mean) / self.std, stages)]
+
+
+class DISTS(DISTSTrunk):
     """DISTS between two batches of RGB images on [0, 1] -> tensor ``(N,)`` (lower is better).
 
     ``vgg``: torchvision vgg16 state dict; ``alpha_beta``: DISTS' ``weights.pt`` (``alpha``, ``beta``);
@@ -81,14 +99,9 @@ class DISTS(FrozenMetricNet):
 
     def __init__(self, vgg: Mapping[str, Tensor] | None = None, alpha_beta: Mapping[str, Tensor] | None = None) -> None:
         super().__init__()
-        pools = {i: L2pooling(channels=c) for i, c in _POOLS.items()}
-        for k, block in enumerate(build_slices(vgg16_layers(), VGG16_SLICES, replace=pools), start=1):
-            self.add_module(f"stage{k}", block)
-        self.register_buffer("mean", torch.tensor([0.485, 0.456, 0.406]).view(1, -1, 1, 1))
-        self.register_buffer("std", torch.tensor([0.229, 0.224, 0.225]).view(1, -1, 1, 1))
-        self.chns = list(_CHANNELS)
-        self.alpha = nn.Parameter(torch.full((1, sum(_CHANNELS), 1, 1), 0.1))
-        self.beta = nn.Parameter(torch.full((1, sum(_CHANNELS), 1, 1), 0.1))
+        self.chns = list(CHANNELS)
+        self.alpha = nn.Parameter(torch.full((1, sum(CHANNELS), 1, 1), 0.1))
+        self.beta = nn.Parameter(torch.full((1, sum(CHANNELS), 1, 1), 0.1))
         self.freeze()
         if vgg is not None or alpha_beta is not None:
             self.load_weights(*(sd for sd in (vgg, alpha_beta) if sd is not None))
@@ -104,16 +117,12 @@ class DISTS(FrozenMetricNet):
                           "DISTS' weights.pt (alpha, beta)")
         return self
 
-    def _features(self, x: Tensor) -> list[Tensor]:
-        stages = [self.stage1, self.stage2, self.stage3, self.stage4, self.stage5]
-        return [x, *run_slices((x - self.mean) / self.std, stages)]
-
     def forward(self, x: Tensor, y: Tensor) -> Tensor:
         if x.dim() != 4 or x.shape != y.shape or x.shape[1] != 3:
             raise DataError(f"DISTS: expected two RGB batches (N, 3, H, W) of the same shape on [0, 1], got "
                             f"{tuple(x.shape)} and {tuple(y.shape)}")
         n = x.shape[0]
-        feats = self._features(torch.cat([x, y]))
+        feats = self.features(torch.cat([x, y]))
         alpha = self.alpha.to(torch.float32)
         beta = self.beta.to(torch.float32)
         total = alpha.sum() + beta.sum()
