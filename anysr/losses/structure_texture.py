@@ -32,7 +32,7 @@ from torch.nn import functional as F
 
 from anysr.losses.perceptual import VGG19_NAMES, VGGFeatureExtractor
 from anysr.losses.structure import MS_SSIM_WEIGHTS
-from anysr.losses.trainner import _LUMA, _mix
+from anysr.losses.trainner import _LUMA, _mix, ssim_cs_maps
 from anysr.ops.autocast import autocast_off
 from anysr.registry import LOSS_REGISTRY
 
@@ -57,22 +57,12 @@ def _filter(x: torch.Tensor, win: torch.Tensor) -> torch.Tensor:
 def weighted_ms_ssim(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, win: torch.Tensor,
                      include_luminance: bool = False) -> torch.Tensor:
     """Per-image (N,) MS-SSIM with each scale's map averaged under ``weight`` (N, 1, H, W), as traiNNer-redux's."""
-    c1, c2 = 0.01**2, 0.03**2
     size = win.shape[-1]
     terms = []
     w = weight
     for level in range(len(MS_SSIM_WEIGHTS)):
-        xs, ys = x, y
-        if x.shape[-1] < size:  # narrower than the window: 'same' filtering on zero padding
-            pad = (size // 2,) * 4
-            xs, ys = F.pad(x, pad), F.pad(y, pad)
-        mu_x, mu_y = _filter(xs, win), _filter(ys, win)
-        var_x = _filter(xs * xs, win) - mu_x**2
-        var_y = _filter(ys * ys, win) - mu_y**2
-        cov = _filter(xs * ys, win) - mu_x * mu_y
-        value = torch.relu((2 * cov + c2) / (var_x + var_y + c2))
-        if include_luminance and level == len(MS_SSIM_WEIGHTS) - 1:
-            value = (2 * mu_x * mu_y + c1) / (mu_x**2 + mu_y**2 + c1) * value
+        last = level == len(MS_SSIM_WEIGHTS) - 1
+        value, _ = ssim_cs_maps(x, y, lambda t: _filter(t, win), size, include_luminance and last)
         w_map = F.interpolate(w, size=value.shape[-2:], mode="bilinear", align_corners=False)
         terms.append((w_map * value).sum((1, 2, 3)) / (w_map.sum((1, 2, 3)) + 1e-8))
         pad2 = (x.shape[2] % 2, x.shape[3] % 2)

@@ -18,6 +18,7 @@ All are computed in fp32 under autocast.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch.nn import functional as F
@@ -41,22 +42,32 @@ def _mix(x: torch.Tensor, weights: tuple[float, float, float], offset: float = 0
     return x[:, 0:1] * weights[0] + x[:, 1:2] * weights[1] + x[:, 2:3] * weights[2] + offset
 
 
+def ssim_cs_maps(x: torch.Tensor, y: torch.Tensor, blur: Callable[[torch.Tensor], torch.Tensor], size: int,
+                 include_luminance: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """One scale's SSIM and contrast-structure maps in IQA-PyTorch's form (traiNNer-redux's MSSIMLoss and
+    StructureTextureLoss): 'valid' filtering by ``blur`` (a window of ``size`` taps), zero-padded 'same' filtering
+    on images narrower than the window, the contrast-structure term clamped at 0; the SSIM map is that term alone
+    unless ``include_luminance``."""
+    c1, c2 = 0.01**2, 0.03**2
+    if x.shape[-1] < size:  # narrower than the window: 'same' filtering on zero padding
+        pad = (size // 2,) * 4
+        x, y = F.pad(x, pad), F.pad(y, pad)
+    mu_x, mu_y = blur(x), blur(y)
+    var_x = blur(x * x) - mu_x**2
+    var_y = blur(y * y) - mu_y**2
+    cov = blur(x * y) - mu_x * mu_y
+    cs_map = torch.relu((2 * cov + c2) / (var_x + var_y + c2))
+    ssim_map = (2 * mu_x * mu_y + c1) / (mu_x**2 + mu_y**2 + c1) * cs_map if include_luminance else cs_map
+    return ssim_map, cs_map
+
+
 def _ssim_level(x: torch.Tensor, y: torch.Tensor, win: torch.Tensor, downsample: bool,
                 include_luminance: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-image SSIM and contrast-structure means at one scale (contrast-structure clamped at 0)."""
-    c1, c2 = 0.01**2, 0.03**2
     f = max(1, round(min(x.shape[-2:]) / 256))  # Python's rounding, as the reference
     if f > 1 and downsample:
         x, y = F.avg_pool2d(x, f), F.avg_pool2d(y, f)
-    if x.shape[-1] < _WIN:  # narrower than the window: 'same' filtering on zero padding
-        pad = (_WIN // 2,) * 4
-        x, y = F.pad(x, pad), F.pad(y, pad)
-    mu_x, mu_y = _blur(x, win), _blur(y, win)
-    var_x = _blur(x * x, win) - mu_x**2
-    var_y = _blur(y * y, win) - mu_y**2
-    cov = _blur(x * y, win) - mu_x * mu_y
-    cs_map = torch.relu((2 * cov + c2) / (var_x + var_y + c2))
-    ssim_map = (2 * mu_x * mu_y + c1) / (mu_x**2 + mu_y**2 + c1) * cs_map if include_luminance else cs_map
+    ssim_map, cs_map = ssim_cs_maps(x, y, lambda t: _blur(t, win), _WIN, include_luminance)
     return ssim_map.mean((1, 2, 3)), cs_map.mean((1, 2, 3))
 
 
