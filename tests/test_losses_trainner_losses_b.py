@@ -39,7 +39,9 @@ VGG = _make.vgg16_random(MANIFEST["vgg_seed"])
 # 1 - d with d near 1 from separable rather than 2-D windows: observed 1.2e-7 absolute on the value (float32's
 # step at 1), gradients within 1.7e-8 of a 6e-4 scale.
 LOSS_TOL = {"FLIPLoss": {"rtol": 1e-5, "atol": 1e-7}, "ADISTSLoss": {"rtol": 0.0, "atol": 1e-6}}
-GRAD_RTOL = 1e-4  # elementwise, plus an absolute 1e-4 of the gradient's largest magnitude
+GRAD_RTOL = 1e-4  # elementwise, plus an absolute share of the gradient's largest magnitude:
+# 1e-4, A-DISTS 1e-3 (its VGG16 and windowed statistics on AVX2 kernels: 2.2e-4 of the largest entry, measured)
+GRAD_ATOL_REL = {"FLIPLoss": 1e-4, "ADISTSLoss": 1e-3}
 
 
 def _loss(type_name: str, **kwargs: object) -> torch.nn.Module:
@@ -65,7 +67,8 @@ def test_loss_and_gradient_match_trainner(case: str, k: int) -> None:
     if spec["grad"]:
         value.backward()
         want = DATA[f"{case}.{k}.grad"]
-        torch.testing.assert_close(pred.grad, want, rtol=GRAD_RTOL, atol=1e-4 * want.abs().max().item())
+        torch.testing.assert_close(pred.grad, want, rtol=GRAD_RTOL,
+                                   atol=GRAD_ATOL_REL[spec["type"]] * want.abs().max().item())
 
 
 @pytest.mark.parametrize(("name", "cls"), [("fliploss", FLIPLoss), ("adistsloss", ADISTSLoss)])
