@@ -88,6 +88,12 @@ def loss_cases(batch: int, gt: int, device: torch.device) -> dict[str, Case]:
                            "weight_state_dicts": [LPIPS(net="alex").state_dict()]},
         "LPIPSLoss vgg": {"type": "LPIPSLoss", "net": "vgg", "weight_state_dicts": [LPIPS(net="vgg").state_dict()]},
         "DISTSLoss": {"type": "DISTSLoss", "weight_state_dicts": [DISTS().state_dict()]},
+        # traiNNer-redux's own
+        "ColorLoss": {"type": "ColorLoss"}, "AverageLoss": {"type": "AverageLoss"},
+        "BicubicLoss": {"type": "BicubicLoss"}, "CosimLoss": {"type": "CosimLoss"}, "NCCLoss": {"type": "NCCLoss"},
+        "FLIPLoss": {"type": "FLIPLoss"},
+        "StructureTextureLoss (VGG19 to conv5_4)": {"type": "StructureTextureLoss", "vgg_state_dict": vgg},
+        "ADISTSLoss": {"type": "ADISTSLoss", "weight_state_dicts": [DISTS().state_dict()]},
     }
     cases: dict[str, Case] = {}
 
@@ -133,7 +139,7 @@ def augment_cases(batch: int, gt: int, device: torch.device) -> dict[str, Case]:
 
 OPTIMIZERS = [("SGD", {"lr": 1e-3, "momentum": 0.9}), ("Adam", {"lr": 1e-4}), ("AdamW", {"lr": 1e-4}),
               ("AdamWScheduleFree", {"lr": 1e-4}), ("Lion", {"lr": 1e-5}), ("ADOPT", {"lr": 1e-4}),
-              ("Prodigy", {"lr": 1.0})]
+              ("Prodigy", {"lr": 1.0}), ("AdanScheduleFree", {"lr": 1e-3, "warmup_steps": 100})]
 
 
 def optimizer_cases(params_by_set: dict[str, list[nn.Parameter]]) -> tuple[dict[str, Case], dict[str, int]]:
