@@ -352,7 +352,8 @@ def test_xla_dunet_train_step_compiles_once() -> None:
 
 @pytest.mark.xla
 @pytest.mark.parametrize(("name", "extra"), [("mssimloss", {}), ("hsluvloss", {}), ("psnrloss", {"to_y": True}),
-                                           ("hsluvloss", {"blur_strength": 1, "criterion": "charbonnier"})])
+                                           ("hsluvloss", {"blur_strength": 1, "criterion": "charbonnier"}),
+                                           ("hsluvloss", {"downscale_factor": 2})])
 def test_xla_losses_compile_once_without_fallback(name: str, extra: dict) -> None:
     os.environ.setdefault("PJRT_DEVICE", "CPU")
     torch_xla = pytest.importorskip("torch_xla")

@@ -23,6 +23,7 @@ from collections.abc import Callable
 import torch
 from torch.nn import functional as F
 
+from anysr.losses.downscaled import bicubic_shrink
 from anysr.losses.pixel import _PixelLoss, check_criterion, elementwise
 from anysr.losses.structure import MS_SSIM_WEIGHTS, _blur, gaussian_window
 from anysr.ops.autocast import autocast_off
@@ -247,7 +248,7 @@ class HSLuvLoss(_PixelLoss):
 
     def _hsl(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if self.downscale_factor > 1:
-            x = F.interpolate(x, scale_factor=1 / self.downscale_factor, mode="bicubic", antialias=True).clamp(0, 1)
+            x = bicubic_shrink(x, self.downscale_factor).clamp(0, 1)  # F.interpolate's antialias: CPU on XLA
         hsl = rgb_to_hsluv(x)
         return hsl[:, 0] / 360, hsl[:, 1] / 100, hsl[:, 2] / 100
 
