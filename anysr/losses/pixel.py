@@ -30,6 +30,14 @@ def elementwise(criterion: str, a: torch.Tensor, b: torch.Tensor, eps: float = 1
     return torch.sqrt((a - b) ** 2 + eps)
 
 
+def huber(a: torch.Tensor, b: torch.Tensor, delta: float = 1.0) -> torch.Tensor:
+    """Unreduced ``F.huber_loss(a, b, delta=delta)`` written out (aten's huber_loss falls back to the CPU on XLA):
+    ``0.5 d^2`` where ``|d| < delta``, else ``delta (|d| - delta / 2)``, with ``d = a - b``."""
+    d = a - b
+    ad = d.abs()
+    return torch.where(ad < delta, 0.5 * d * d, delta * (ad - 0.5 * delta))
+
+
 class _PixelLoss(nn.Module):
     """Shared by the pixel losses: ``loss_weight`` and ``reduction`` as BasicSR's."""
 
@@ -104,7 +112,7 @@ class HuberLoss(_PixelLoss):
         self.delta = float(delta)
 
     def forward(self, pred: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
-        loss = F.huber_loss(pred, target, reduction="none", delta=self.delta)
+        loss = huber(pred, target, self.delta)
         return self.loss_weight * self._reduce(loss, weight)
 
 
