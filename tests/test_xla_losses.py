@@ -18,7 +18,7 @@ from test_xla import TinySR, make_batches  # noqa: E402
 
 from anysr.accelerators.base import LaunchPlan  # noqa: E402
 from anysr.accelerators.launcher import create_accelerator  # noqa: E402
-from anysr.losses import CharbonnierLoss, HuberLoss, LDLLoss, SobelLoss  # noqa: E402
+from anysr.losses import CharbonnierLoss, FFLoss, FFTLoss, HuberLoss, LDLLoss, SobelLoss  # noqa: E402
 
 pytestmark = pytest.mark.xla
 
@@ -68,3 +68,30 @@ def test_ldl_and_pixel_losses_compile_once_and_match_eager() -> None:
     assert abs(xla["total"] - eager["total"]) < 1e-3 * max(1.0, abs(eager["total"]))
     for k in eager["weights"]:
         assert torch.allclose(xla["weights"][k], eager["weights"][k], atol=1e-4, rtol=0), k
+
+
+@pytest.mark.parametrize("loss", [FFLoss(alpha=2.0, patch_factor=2, log_matrix=True), FFLoss(ave_spectrum=True),
+                                  FFTLoss(amplitude_weight=1.0, phase_weight=0.5)], ids=["ffl", "ffl_ave", "fft"])
+def test_frequency_losses_compile_once_without_fallback(loss: torch.nn.Module) -> None:
+    """FFLoss / FFTLoss take their spectra as matrix products (anysr.ops.dft): torch.fft's kernels fell back to the
+    CPU on XLA and FFLoss's complex batch mean did not compile."""
+    from torch_xla.debug import metrics
+
+    dev = torch_xla.device()
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.rand(2, 3, 20, 24, generator=gen), torch.rand(2, 3, 20, 24, generator=gen)
+    cpu_value = loss(x, y)
+    before = {n: metrics.counter_value(n) for n in metrics.counter_names() if n.startswith("aten::")}
+    on_dev = loss.to(dev)
+    compiles = []
+    for _ in range(2):
+        pred = x.to(dev).requires_grad_(True)
+        value = on_dev(pred, y.to(dev))
+        value.backward()
+        torch_xla.sync()
+        compiles.append(metrics.metric_data("CompileTime")[0])
+        assert torch.isfinite(pred.grad.cpu()).all()
+    assert compiles[1] == compiles[0], compiles
+    torch.testing.assert_close(value.detach().cpu(), cpu_value, rtol=1e-4, atol=1e-6)
+    new = {n for n in metrics.counter_names() if n.startswith("aten::") and metrics.counter_value(n) != before.get(n)}
+    assert not new, new

@@ -1,5 +1,6 @@
 """Frequency losses: amplitude / phase distance of the 2-D FFT, and the focal frequency loss (Jiang et al.,
-"Focal Frequency Loss for Image Reconstruction and Synthesis", ICCV 2021). FFTs run in fp32 (autocast off)."""
+"Focal Frequency Loss for Image Reconstruction and Synthesis", ICCV 2021). Spectra in fp32 (autocast off), as
+matrix products (``anysr.ops.dft``: no CPU fallback on XLA)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import torch
 
 from anysr.losses.pixel import _PixelLoss
 from anysr.ops.autocast import autocast_off
+from anysr.ops.dft import dft2
 from anysr.registry import LOSS_REGISTRY
 
 _EPS = 1e-12
@@ -29,13 +31,13 @@ class FFTLoss(_PixelLoss):
 
     def forward(self, pred: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
         with autocast_off(pred):
-            p = torch.fft.fft2(pred.float(), norm="ortho")
-            t = torch.fft.fft2(target.float(), norm="ortho")
-            amp_p = torch.sqrt(p.real**2 + p.imag**2 + _EPS)
-            amp_t = torch.sqrt(t.real**2 + t.imag**2 + _EPS)
+            pr, pi = dft2(pred.float(), "ortho")
+            tr, ti = dft2(target.float(), "ortho")
+            amp_p = torch.sqrt(pr**2 + pi**2 + _EPS)
+            amp_t = torch.sqrt(tr**2 + ti**2 + _EPS)
             loss = self.amplitude_weight * (amp_p - amp_t).abs()
             if self.phase_weight > 0:
-                cos = (p.real * t.real + p.imag * t.imag) / (amp_p * amp_t)
+                cos = (pr * tr + pi * ti) / (amp_p * amp_t)
                 loss = loss + self.phase_weight * (1 - cos)
         return self.loss_weight * self._reduce(loss, weight)
 
@@ -60,29 +62,36 @@ class FFLoss(_PixelLoss):
         self.log_matrix = bool(log_matrix)
         self.batch_matrix = bool(batch_matrix)
 
-    def _spectrum(self, x: torch.Tensor) -> torch.Tensor:
+    def _spectrum(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Real and imaginary parts of the orthonormal DFT of each channel of each patch (batch-averaged with
+        ``ave_spectrum``)."""
         n, c, h, w = x.shape
         f = self.patch_factor
         if h % f or w % f:
-            raise ValueError(f"FFLoss: {h}x{w} images do not split into patch_factor={f} patches per side")
+            raise ValueError(f"{type(self).__name__}: {h}x{w} images do not split into patch_factor={f} patches "
+                             "per side")
         ph, pw = h // f, w // f
-        patches = x.reshape(n, c, f, ph, f, pw).permute(0, 2, 4, 1, 3, 5).reshape(n, f * f, c, ph, pw)
-        return torch.fft.fft2(patches, norm="ortho")
+        re, im = dft2(x.reshape(n, c, f, ph, f, pw).permute(0, 2, 4, 1, 3, 5).reshape(n, f * f, c, ph, pw), "ortho")
+        if self.ave_spectrum:
+            re, im = re.mean(0, keepdim=True), im.mean(0, keepdim=True)
+        return re, im
+
+    def focal(self, pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """The unreduced loss: each frequency's squared distance times its detached focal weight."""
+        pr, pi = self._spectrum(pred)
+        tr, ti = self._spectrum(target)
+        dist = (pr - tr) ** 2 + (pi - ti) ** 2
+        with torch.no_grad():
+            m = torch.sqrt(dist) ** self.alpha
+            if self.log_matrix:
+                m = torch.log(m + 1.0)
+            top = m.amax() if self.batch_matrix else m.amax(dim=(-2, -1), keepdim=True)
+            m = torch.nan_to_num(m / top, nan=0.0).clamp(0.0, 1.0)
+        return m * dist
 
     def forward(self, pred: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
         if weight is not None:
             raise ValueError("FFLoss takes no weight")
         with autocast_off(pred):
-            p = self._spectrum(pred.float())
-            t = self._spectrum(target.float())
-            if self.ave_spectrum:
-                p, t = p.mean(0, keepdim=True), t.mean(0, keepdim=True)
-            dist = (p.real - t.real) ** 2 + (p.imag - t.imag) ** 2
-            with torch.no_grad():
-                m = torch.sqrt(dist) ** self.alpha
-                if self.log_matrix:
-                    m = torch.log(m + 1.0)
-                top = m.amax() if self.batch_matrix else m.amax(dim=(-2, -1), keepdim=True)
-                m = torch.nan_to_num(m / top, nan=0.0).clamp(0.0, 1.0)
-            loss = m * dist
+            loss = self.focal(pred.float(), target.float())
         return self.loss_weight * self._reduce(loss)
