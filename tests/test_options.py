@@ -723,7 +723,7 @@ def test_wrong_types(root: Path) -> None:
         "network_g: expected mapping, got 'EDSR' (str)",
         "train.total_iter: expected int >= 1 (a float like 5e3 is accepted), got 'lots' (str)",
         "train.optim_g.lr: expected float >= 0, got 'fast' (str)",
-        "train.optim_g.betas: expected a list of 2 float, got 1 items",
+        "train.optim_g.betas: expected at least 2 items, got 1",
     ]
 
 
@@ -907,7 +907,8 @@ def test_val_rules(root: Path) -> None:
         "val.metrics.psnr.crop_border: must be >= 0, got -1 (int)",
         "val.metrics.psnr.type: unknown metric 'calculate_pnsr' (did you mean 'calculate_psnr'?); known: "
         "calculate_dists, calculate_fid, calculate_lpips, calculate_niqe, calculate_psnr, calculate_psnr_pt, "
-        "calculate_ssim, calculate_ssim_pt, dists, fid, lpips, niqe, psnr, ssim",
+        "calculate_raw_dists, calculate_ssim, calculate_ssim_pt, calculate_topiq, dists, fid, lpips, niqe, psnr, "
+        "raw_dists, ssim, topiq",
         "val.metrics.lpips: expected a mapping, got 'yes' (str)",
         "val.val_freq: required when training with a val section (validate every N iterations, e.g. 5000); "
         "or remove the val section",
@@ -952,7 +953,7 @@ def test_registry_checks(root: Path) -> None:
     assert lines[1].startswith("network_g.type: unknown arch 'MSRResNett' (did you mean 'MSRResNet'?); known: ")
     assert lines[2].startswith("train.optim_g.type: unknown optimizer 'Adamm' (did you mean 'Adam'?); known: ASGD")
     assert lines[3].startswith("train.pixel_opt.type: unknown pixel loss 'GANLoss' (did you mean 'NCCLoss'?); "
-                               "known: AverageLoss, BicubicLoss, ")
+                               "known: ArtifactWeightedLoss, AverageLoss, BicubicLoss, ")
     assert lines[4].startswith("val.metrics.ssim.type: unknown metric 'calculate_ssimm' (did you mean "
                                "'calculate_ssim'?)")
     assert lines[5].startswith("model_type: unknown model_type 'SRModle' (did you mean 'SRModel'?)")

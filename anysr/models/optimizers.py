@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from anysr.errors import OptionError
-from anysr.models import adan_schedulefree  # registers anysr's own optimizers (AdanScheduleFree)
+from anysr.models import adan_schedulefree, neosr_optimizers  # noqa: F401 - register anysr's own optimizers
 from anysr.registry import OPTIMIZER_REGISTRY, Registry, plain_options
 
 # What some torch.optim classes need that a training step does not give: refused with the reason.
@@ -44,6 +44,10 @@ def _torch_optimizers() -> dict[str, Any]:
 for _name, _cls in sorted(_torch_optimizers().items()):
     OPTIMIZER_REGISTRY.register(_refusal(_name, _UNSUPPORTED[_name]) if _name in _UNSUPPORTED else _cls,
                                 name=_name)
+# neosr's optimizers anysr has not (the others: anysr/models/neosr_optimizers.py); SOAP_SF too (case-insensitive)
+OPTIMIZER_REGISTRY.register(_refusal("soap_sf", "neosr's schedule-free SOAP is not implemented in anysr; use adan_sf "
+                                                "or adamw_sf (schedule-free), or pytorch-optimizer's SOAP"),
+                            name="soap_sf")
 
 
 def _closure_only(cls: type) -> bool:
