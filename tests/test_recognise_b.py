@@ -226,7 +226,8 @@ def _reference_cases() -> list[tuple[str, Path, dict]]:
         if not manifest.is_file():
             continue
         listed = json.loads(manifest.read_text())
-        for name, case in listed.get("cases", listed).items():
+        listed = listed.get("cases", listed)
+        for name, case in listed.items() if isinstance(listed, dict) else ():  # loss fixtures list their cases
             if not isinstance(case, dict) or case.get("type") not in EXTRA:
                 continue
             for file in (folder / f"{name}_params.safetensors", folder / f"{name}.pth"):

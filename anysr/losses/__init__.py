@@ -11,6 +11,7 @@ from anysr.losses.adists import ADISTSLoss
 from anysr.losses.artifact import LDLLoss, artifact_map
 from anysr.losses.color import ChromaLoss, LumaLoss, OklabLoss
 from anysr.losses.downscaled import AverageLoss, BicubicLoss, ColorLoss, CosimLoss, NCCLoss
+from anysr.losses.fdl import FrequencyDistributionLoss
 from anysr.losses.feature_nets import AESOPLoss, LineDistillerLoss, PerceptualAnimeLoss
 from anysr.losses.flip import FLIPLoss
 from anysr.losses.frequency import FFLoss, FFTLoss
@@ -26,6 +27,17 @@ from anysr.losses.gan import (
 )
 from anysr.losses.gradient import GradientVarianceLoss, SobelLoss
 from anysr.losses.learned import ContextualLoss, DISTSLoss, LPIPSLoss
+from anysr.losses.neosr_basic import (
+    ArtifactWeightedLoss,
+    CHCLoss,
+    ConsistencyLoss,
+    FocalFrequencyLoss,
+    KLDivergenceLoss,
+    LabelledGANLoss,
+    MSSWDLoss,
+    PaddedMSSSIMLoss,
+)
+from anysr.losses.neosr_perceptual import RawDISTSLoss, VGGPerceptualLoss
 from anysr.losses.perceptual import PerceptualLoss, VGGFeatureExtractor
 from anysr.losses.pixel import CharbonnierLoss, HuberLoss, L1Loss, MSELoss, WeightedTVLoss
 from anysr.losses.structure import MSSSIML1Loss, MSSSIMLoss, SSIMLoss
@@ -48,4 +60,6 @@ __all__ = ["AESOPLoss", "LineDistillerLoss", "PerceptualAnimeLoss", "ADISTSLoss"
            "MSELoss", "MSSIMLoss", "MSSSIML1Loss", "MSSSIMLoss", "MultiScaleGANLoss", "OklabLoss", "PSNRLoss",
            "PerceptualLoss", "SSIMLoss", "SobelLoss", "VGGFeatureExtractor", "WeightedTVLoss", "artifact_map",
            "build_loss", "gradient_penalty_loss", "path_length_penalty", "r1_penalty",
-           "relativistic_discriminator_loss", "relativistic_generator_loss"]
+           "relativistic_discriminator_loss", "relativistic_generator_loss", "RawDISTSLoss", "VGGPerceptualLoss",
+           "ArtifactWeightedLoss", "CHCLoss", "ConsistencyLoss", "FocalFrequencyLoss", "KLDivergenceLoss",
+           "LabelledGANLoss", "MSSWDLoss", "PaddedMSSSIMLoss", "FrequencyDistributionLoss"]

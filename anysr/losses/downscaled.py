@@ -127,6 +127,8 @@ class NCCLoss(_PixelLoss):
     a batch of one (larger batches are cut into ``C`` equal runs of the NCHW memory order), and a constant row
     gives NaN (its variance is 0)."""
 
+    other_names = ("ncc_loss",)  # neosr's name: the same maths (checked on fixtures from its source)
+
     def __init__(self, loss_weight: float = 1.0) -> None:
         super().__init__(loss_weight, "mean")
 

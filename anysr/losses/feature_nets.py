@@ -128,13 +128,14 @@ class _Bottleneck(nn.Module):
         return parts
 
 
-def _resnet50_body() -> nn.Sequential:
+def _resnet50_body(stages: tuple[tuple[int, int, int], ...] = _STAGES) -> nn.Sequential:
     """torchvision's resnet50 without avgpool / fc, as ``nn.Sequential(*children[:-2])`` numbers it: 0 conv1,
-    1 bn1, 2 relu, 3 maxpool, 4-7 layer1-layer4."""
+    1 bn1, 2 relu, 3 maxpool, 4-7 layer1-layer4 (``stages``: their width, blocks, stride; fewer stop early,
+    other block counts give resnet101 / resnet152)."""
     layers: list[nn.Module] = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), _FrozenBN(64), nn.ReLU(),
                                nn.MaxPool2d(3, 2, 1)]
     cin = 64
-    for width, blocks, stride in _STAGES:
+    for width, blocks, stride in stages:
         stage = []
         for j in range(blocks):
             stage.append(_Bottleneck(cin, width, stride if j == 0 else 1))

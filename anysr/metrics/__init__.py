@@ -11,6 +11,8 @@ from anysr.metrics.info import METRIC_INFOS, MetricInfo, metric_info
 from anysr.metrics.lpips import LPIPS
 from anysr.metrics.niqe import calculate_niqe
 from anysr.metrics.psnr_ssim import calculate_psnr, calculate_ssim, psnr_torch, ssim_torch
+from anysr.metrics.raw_dists import RawDISTS
+from anysr.metrics.topiq import TOPIQ
 from anysr.registry import METRIC_REGISTRY
 
 for _name, _fn in (
@@ -26,6 +28,10 @@ for _name, _fn in (
     ("lpips", LPIPS),
     ("calculate_dists", DISTS),
     ("dists", DISTS),
+    ("calculate_raw_dists", RawDISTS),
+    ("raw_dists", RawDISTS),
+    ("calculate_topiq", TOPIQ),
+    ("topiq", TOPIQ),
     ("calculate_fid", calculate_fid),
     ("fid", calculate_fid),
 ):
@@ -43,4 +49,4 @@ TORCH_METRICS = {
 }
 
 __all__ = ["calculate_psnr", "calculate_ssim", "psnr_torch", "ssim_torch", "TORCH_METRICS", "calculate_niqe",
-           "calculate_fid", "LPIPS", "DISTS", "METRIC_INFOS", "MetricInfo", "metric_info"]
+           "calculate_fid", "LPIPS", "DISTS", "RawDISTS", "TOPIQ", "METRIC_INFOS", "MetricInfo", "metric_info"]

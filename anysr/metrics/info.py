@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 __all__ = ["MetricInfo", "WeightFile", "METRIC_INFOS", "PSNR_INFO", "SSIM_INFO", "NIQE_INFO", "LPIPS_INFO",
-           "DISTS_INFO", "FID_INFO", "metric_info", "standard_weights"]
+           "DISTS_INFO", "RAW_DISTS_INFO", "TOPIQ_INFO", "FID_INFO", "metric_info", "standard_weights"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,7 @@ class MetricInfo:
     per_image: bool
     input: str
     weights: tuple[WeightFile, ...] = field(default_factory=tuple)
+    user_weights: tuple[WeightFile, ...] = field(default_factory=tuple)  # files the user names (none found by name)
 
     @property
     def lower_is_better(self) -> bool:
@@ -48,7 +49,7 @@ class MetricInfo:
 
     @property
     def needs_weights(self) -> bool:
-        return bool(self.weights)
+        return bool(self.weights or self.user_weights)
 
 
 _TV = "https://download.pytorch.org/models/"
@@ -80,12 +81,21 @@ LPIPS_INFO = MetricInfo("lpips", ("calculate_lpips",), "lower", True, True,
                         (ALEXNET_WEIGHTS, VGG16_WEIGHTS, LPIPS_ALEX_HEAD, LPIPS_VGG_HEAD))
 DISTS_INFO = MetricInfo("dists", ("calculate_dists",), "lower", True, True,
                         "two RGB NCHW tensors on [0, 1]", (VGG16_WEIGHTS, DISTS_HEAD))
+RAW_DISTS_INFO = MetricInfo("raw_dists", ("calculate_raw_dists",), "lower", True, True,
+                            "two RGB NCHW tensors on [0, 1] (not ImageNet-normalised: neosr's calculate_dists)",
+                            (VGG16_WEIGHTS, DISTS_HEAD))
+TOPIQ_FR_WEIGHTS = WeightFile("TOPIQ-FR (IQA-PyTorch's CFANet, KADID-10k, ResNet-50)",
+                              "cfanet_fr_kadid_res50-2c4cc61d.pth",
+                              "https://huggingface.co/chaofengc/IQA-PyTorch-Weights/resolve/main/"
+                              "cfanet_fr_kadid_res50-2c4cc61d.pth", "IQA-PyTorch: params (semantic_model.*, ...)")
+TOPIQ_INFO = MetricInfo("topiq", ("calculate_topiq",), "higher", True, True,
+                        "two RGB NCHW tensors on [0, 1] (distorted, reference)", (), (TOPIQ_FR_WEIGHTS,))
 FID_INFO = MetricInfo("fid", ("calculate_fid",), "lower", True, False,
                       "a set of RGB NCHW tensors on [0, 1] (or a folder) against reference statistics (mu, sigma)",
                       (FID_INCEPTION,))
 
 METRIC_INFOS: dict[str, MetricInfo] = {i.name: i for i in (PSNR_INFO, SSIM_INFO, NIQE_INFO, LPIPS_INFO, DISTS_INFO,
-                                                           FID_INFO)}
+                                                           FID_INFO, RAW_DISTS_INFO, TOPIQ_INFO)}
 
 
 def metric_info(name: str) -> MetricInfo | None:
@@ -103,6 +113,7 @@ def metric_info(name: str) -> MetricInfo | None:
 # (``anysr.engine.checkpoint.hub.KNOWN``), which finds or downloads them.
 _STANDARD = {("lpips", "alex"): ("alexnet", "lpips_alex"), ("lpips", "vgg"): ("vgg16", "lpips_vgg"),
              ("dists", None): ("vgg16", "dists"), ("adists", None): ("vgg16",),
+             ("raw_dists", None): ("vgg16", "dists"),
              ("fid", None): ("fid_inception",)}
 
 

@@ -27,12 +27,15 @@ StateDicts = list[Mapping[str, torch.Tensor]]
 
 @dataclass(frozen=True)
 class LossSpec:
-    """One loss to build: logged as ``l_<name>`` (``l_g_<name>`` in GAN models), from ``key_path``."""
+    """One loss to build: logged as ``l_<name>`` (``l_g_<name>`` in GAN models), from ``key_path``; ``target``:
+    what it compares the output with, ``gt`` (the model's GT for its role) or ``lq`` (the LQ upscaled to the
+    output's size: ``train.match_lq_colors`` for loss classes whose ``matches_lq_colors`` is true)."""
 
     name: str
     key_path: str
     options: dict[str, Any]
     role: str
+    target: str = "gt"
 
     @property
     def style_name(self) -> str:
@@ -58,13 +61,16 @@ def loss_specs(train: Mapping[str, Any], model: str, roles: Sequence[str]) -> li
             label = opts.pop("name", None) or str(opts["type"]).lower().replace("loss", "")
             raw.append((label, f"train.losses[{i}]", opts))
     specs = []
+    match_lq = bool(train.get("match_lq_colors"))
     for name, key_path, opts in raw:
         cls = LOSS_REGISTRY.get(opts["type"], f"{key_path}.type")
         role = getattr(cls, "role", "pixel")
         if role not in roles:
             raise OptionError(f"{key_path}.type: {opts['type']} (role {role}) is not trained by {model} "
                               f"(roles {', '.join(roles)}); change model_type or remove it")
-        specs.append(LossSpec(name, key_path, {**opts, "type": LOSS_REGISTRY.canonical(opts["type"])}, role))
+        target = "lq" if match_lq and getattr(cls, "matches_lq_colors", False) else "gt"
+        specs.append(LossSpec(name, key_path, {**opts, "type": LOSS_REGISTRY.canonical(opts["type"])}, role,
+                              target))
     names = [s.name for s in specs]
     for s in specs:
         if names.count(s.name) > 1:
@@ -74,6 +80,12 @@ def loss_specs(train: Mapping[str, Any], model: str, roles: Sequence[str]) -> li
 
 def _takes(spec: LossSpec, argument: str) -> bool:
     return argument in constructor_args(LOSS_REGISTRY.get(spec.options["type"]))[0]
+
+
+def _missing_weights(spec: LossSpec) -> str:
+    """The message when a loss's weight files are not named: the class's own (``weights_needed(options)``), if any."""
+    hint = getattr(LOSS_REGISTRY.get(spec.options["type"]), "weights_needed", None)
+    return hint(spec.options) if hint else f"{spec.options['type']} needs its weight files"
 
 
 def loss_weight_needs(specs: Sequence[LossSpec], store: dict[str, StateDicts]) -> list[WeightNeed]:
@@ -102,7 +114,7 @@ def loss_weight_needs(specs: Sequence[LossSpec], store: dict[str, StateDicts]) -
             if not files and not standard:
                 option = "pretrain_network_ae" if _takes(spec, "pretrain_network_ae") else "weights"  # AESOPLoss
                 needs.append(WeightNeed(spec.name, f"{spec.key_path}.{option}", None, keep(spec.name), required=True,
-                                        fresh_only=False, missing=f"{spec.options['type']} needs its weight files"))
+                                        fresh_only=False, missing=_missing_weights(spec)))
             for known in standard if not files else ():
                 needs.append(WeightNeed(f"{spec.name} ({known})", f"{spec.key_path}.weights", None, keep(spec.name),
                                         required=True, fresh_only=False, known=known))

@@ -38,6 +38,8 @@ from anysr.metrics.fid import calculate_fid, feature_statistics, fid_from_featur
 from anysr.metrics.info import MetricInfo, standard_weights
 from anysr.metrics.lpips import LPIPS
 from anysr.metrics.niqe import calculate_niqe
+from anysr.metrics.raw_dists import RawDISTS
+from anysr.metrics.topiq import TOPIQ
 
 __all__ = ["ValMetrics", "build_metric_module", "read_metric_weights", "read_fid_reference"]
 
@@ -65,6 +67,9 @@ def build_metric_module(info: MetricInfo, files: Sequence[PathLike], *, net: str
     if not files:
         standard = standard_weights(info.name, net)
         if not standard:
+            if info.user_weights:  # TOPIQ: the user's file, none found by name
+                wanted = ", ".join(f"{w.file_name} ({w.url})" for w in info.user_weights)
+                raise OptionError(f"{option}: {info.name} needs its weight file {wanted}; name it there")
             raise OptionError(f"{where}: {info.name} takes no weight files")
         files = [resolve_weights(name, option) for name in standard]
     sds = read_metric_weights(files, option)
@@ -74,6 +79,10 @@ def build_metric_module(info: MetricInfo, files: Sequence[PathLike], *, net: str
             return LPIPS(net=net or "alex").load_weights(*sds)
         if info.name == "dists":
             return DISTS().load_weights(*sds)
+        if info.name == "raw_dists":  # neosr's DISTS (no ImageNet normalisation)
+            return RawDISTS().load_weights(*sds)
+        if info.name == "topiq":
+            return TOPIQ().load_weights(*sds)
         if info.name == "fid":
             merged: dict[str, Tensor] = {}
             for sd in sds:
@@ -236,7 +245,7 @@ class ValMetrics:
             value = fn(out_c, gt, crop_border=m.border, test_y_channel=bool(m.opt["test_y_channel"]),
                        gray=gray.bool(), peak=peak if per_image is None else per_image)
             m.values.append(value.float().reshape(-1))
-        elif name in ("lpips", "dists"):
+        elif name in ("lpips", "dists", "raw_dists", "topiq"):
             assert gt is not None and m.module is not None
             x, y = _rgb3(_shave(out_c, m.border)), _rgb3(_shave(gt, m.border))
             with torch.no_grad():
