@@ -194,6 +194,9 @@ GROUPS: dict[str, Group] = {
         one=("ninasr_x2", "plainusr_x2_v2"), cl_extra=("plainusr_x2_ultra",), bf16_all=True,
         meta_extra=("ninasr_x3_gray", "plainusr_x3_v4"), grad_extra=("plainusr_x2_ultra", "plainusr_x3_v4"),
         grad_nonzero=_every),
+    # neosr's esc_fp (tests/test_neosr_archs.py)
+    "neosr_archs": Group(one=("esc_fp_x2",), cl_extra=("esc_fp_x4",), bf16_all=True,
+                         meta_extra=("esc_fp_x3_naive", "esc_fp_x4"), grad_extra=("esc_fp_x4",), grad_nonzero=_every),
     "neosr_transformer": Group(
         one=("hma_rgb", "grformer_x2"), cl_extra=("hma_ape", "grformer_x4_longshift"), bf16_all=True,
         meta_extra=("hma_gray_noshift", "hma_ape", "grformer_x3_gray"),
@@ -359,6 +362,8 @@ TRAIN: dict[str, Train] = {
     "ESCRealM": Train({"type": "ESCRealM", "dim": 8, "pdim": 4, "kernel_size": 5, "n_blocks": 1, "conv_blocks": 1,
                        "window_size": 4, "num_heads": 2, "scale": 2, "mid_dim": 8},
                       moved="blocks.0.pconvs.0.plk.dwc_proj.3.weight"),  # the zero-initialised kernel predictor
+    "ESCFP": Train({"type": "ESCFP", "dim": 8, "pdim": 4, "kernel_size": 5, "n_blocks": 1, "conv_blocks": 1,
+                    "window_size": 4, "num_heads": 2, "upscaling_factor": 2}),
     "LKFMixer": Train({"type": "LKFMixer", "in_channels": 3, "channels": 8, "out_channels": 3, "upscale": 2,
                        "num_block": 1, "large_kernel": 7, "split_factor": 0.25}),
     "Sebica": Train({"type": "Sebica", "scale": 2, "N": 4}, cli=True),

@@ -41,9 +41,6 @@ ASID_CASES = {n: c for n, c in FAMILY_CASES.items() if c["type"] == "ASID"}
 
 # neosr's names anysr does not build, and why
 NOT_SUPPORTED = {
-    "ea2fpn": "EA2FPN (a segmentation-style FPN; neosr's needs torchvision's ResNet): no such family in anysr",
-    "esc_fp": "ESC-FP (decomposed large kernels, pixel-shuffle head): not in anysr; neosr's esc_fp does not build "
-              "with its defaults either (use_dysample=True is refused without realsr)",
     "VGGFeatureExtractor": "neosr's perceptual-loss feature extractor, no network type (anysr's perceptual loss "
                            "builds its own VGG)",
 }

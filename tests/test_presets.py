@@ -61,6 +61,7 @@ def test_every_preset_is_checked_against_the_reference() -> None:
                            "swinir_medium", "swinir_large", "unet", "asid", "asid_d8",
                            "light_safmnpp",
                            "catanet",  # neosr's: tests/test_archs_catanet.py
+                           "esc_fp",  # neosr's: tests/test_neosr_archs.py
                            # neosr's names of families whose defaults are neosr's (the top-level scale passed on;
                            # tests/test_neosr_names.py: neosr's network at x4)
                            "ninasr", "plainusr", "hma", "grformer", "cfsr", "hasn", "krgn", "msdan", "dct"}, others

@@ -36,6 +36,7 @@ NOT_RECOGNISED = {
     "MetaGAN3": "a discriminator: not run by infer / test / export",
     "MetaGAN": "a discriminator: not run by infer / test / export",
     "PatchGAN": "a discriminator: not run by infer / test / export",
+    "EA2FPN": "a discriminator: not run by infer / test / export",
     "PatchGANDiscriminatorSN": "a discriminator: not run by infer / test / export",
     "MultiscalePatchGANDiscriminatorSN": "a discriminator: not run by infer / test / export",
     "HAT_iLN": "HAT's names and shapes exactly (i-LN has a layer norm's weight and bias, its EMA is not saved): read "

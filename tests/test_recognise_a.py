@@ -22,7 +22,7 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FAMILIES = ("ATD", "ArtCNN", "BasicVSR", "BasicVSRPlusPlus", "CRAFT", "CascadedGaze", "DAT", "DCTLSA", "DIS", "DITN",
             "DFDNet",  # tests/test_archs_dfdnet.py
             "DAT_iLN", "DRCT", "DRUNet", "DUF", "DWT", "DnCNN", "ECBSR", "EDSR", "EDVR", "EIMN", "ELAN", "EMT",
-            "ESCRealM",
+            "ESCRealM", "ESCFP",  # ESCFP: neosr's esc_fp, tests/test_neosr_archs.py
             "CFSR", "HASN", "KRGN",  # neosr's: tests/test_archs_neosr_light.py
             "CATANet",  # neosr's: tests/test_archs_catanet.py
             "DCT",  # neosr's: tests/test_archs_neosr_dct.py
@@ -165,6 +165,11 @@ CONFIGS: list[dict] = [
      "exp_ratio": 1.25, "upsampler": "dysample_direct"},
     {"type": "ESCRealM", "dim": 16, "pdim": 4, "n_blocks": 1, "conv_blocks": 2, "num_heads": 2, "scale": 1,
      "unshuffle_mod": True, "upsampler": "dysample_direct"},
+    # neosr's esc_fp: decomposed large-kernel units, a pixel-shuffle head plus the bicubic input
+    {"type": "ESCFP", "dim": 12, "pdim": 4, "n_blocks": 2, "conv_blocks": 1, "num_heads": 3, "window_size": 4,
+     "upscaling_factor": 3},
+    {"type": "ESCFP", "dim": 8, "pdim": 8, "kernel_size": 5, "n_blocks": 1, "conv_blocks": 2, "num_heads": 2,
+     "window_size": 4, "upscaling_factor": 2},
     {"type": "FDAT", "num_in_ch": 1, "num_out_ch": 1, "embed_dim": 24, "num_groups": 2, "depth_per_group": 1,
      "num_heads": 2, "window_size": 4, "ffn_expansion_ratio": 1.5, "aim_reduction_ratio": 4,
      "group_block_pattern": ["channel", "spatial", "spatial"], "scale": 3, "upsampler_type": "pixelshuffledirect"},
@@ -219,7 +224,8 @@ def _reference_cases() -> list[tuple[str, str, Path, dict]]:
     """(fixture folder, case, manifest folder, case) of every reference-implementation fixture of these families."""
     cases = []
     for manifest in sorted(FIXTURES.glob("*/manifest.json")):
-        for name, case in json.loads(manifest.read_text()).get("cases", {}).items():
+        listed = json.loads(manifest.read_text()).get("cases", {})
+        for name, case in listed.items() if isinstance(listed, dict) else ():  # loss fixtures list their cases
             if isinstance(case, dict) and case.get("type") in FAMILIES:
                 cases.append((manifest.parent.name, name, manifest.parent, case))
     return cases

@@ -107,6 +107,8 @@ WINDOWED = {
             "num_tokens": 8, "reducted_dim": 4},
     "ESCRealM": {"dim": 8, "pdim": 4, "kernel_size": 5, "n_blocks": 1, "conv_blocks": 1, "window_size": 4,
                  "num_heads": 2, "mid_dim": 8},
+    "ESCFP": {"dim": 8, "pdim": 4, "kernel_size": 5, "n_blocks": 1, "conv_blocks": 1, "window_size": 4,
+              "num_heads": 2},
     "FDAT": {"embed_dim": 16, "num_groups": 1, "depth_per_group": 2, "num_heads": 2, "window_size": 4, "mid_dim": 8},
     "TFDAT": {"embed_dim": 16, "num_groups": 1, "depth_per_group": 2, "num_heads": 2, "window_size": 4, "mid_dim": 8},
     "GRL": {"embed_dim": 8, "depths": [2], "num_heads_window": [2], "num_heads_stripe": [2], "window_size": 4,

@@ -374,9 +374,10 @@ class OmniSR(nn.Module):
 __all__ = ["OmniSR", "OSABlock", "OSAG", "ESA"]
 
 
-# Published variants by name (traiNNer-redux's names); tests/test_presets.py checks each against the network
+# Published variants by name (traiNNer-redux's and neosr's names); tests/test_presets.py checks each against the network
 # traiNNer-redux builds.
-register_presets("OmniSR", scale_arg="up_scale", presets={
+# neosr's omnisr names the scale `upsampling`.
+register_presets("OmniSR", scale_arg="up_scale", renames={"upsampling": "up_scale"}, presets={
     "omnisr": {"res_num": 5},  # 0.81 M parameters at x4
 })
 

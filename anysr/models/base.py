@@ -42,6 +42,7 @@ class WeightNeed:
     missing: str = ""
     stand_in: Callable[[], Mapping[str, torch.Tensor]] | None = None
     known: str | None = None
+    unset: str = ""  # a start-up log line when ``path`` is not set (what the network starts from instead)
 
 
 class BaseModel(ABC):
@@ -82,6 +83,22 @@ class BaseModel(ABC):
         return WeightNeed("net_d", "path.pretrain_network_d", paths["pretrain_network_d"],
                           lambda sd, load: load(net_d, sd), param_key=paths["param_key_d"] or "params",
                           key_option="path.param_key_d", strict=bool(paths["strict_load_d"]))
+
+    def discriminator_backbone_needs(self) -> list[WeightNeed]:
+        """A discriminator encoder's pretrained weights, for GAN models whose ``network_d`` has ``backbone_weights``
+        (neosr's ea2fpn: a torchvision ``resnet18`` state dict; fresh runs). Read before ``path.pretrain_network_d``,
+        which, when set, holds the whole discriminator and wins."""
+        net_d = self.nets["net_d"]
+        backbone = getattr(net_d, "backbone", None)
+        if not callable(backbone) or not hasattr(net_d, "backbone_weights"):
+            return []
+        encoder = backbone()
+        unset = "" if self.opt["path"]["pretrain_network_d"] else (
+            f"net_d encoder: random weights (network_d.backbone_weights not set; neosr starts {type(net_d).__name__}'s "
+            "from torchvision's ImageNet file)")
+        return [WeightNeed("net_d encoder", "network_d.backbone_weights", net_d.backbone_weights,
+                           lambda sd, load: load(encoder, sd), param_key="auto",
+                           key_option="network_d.backbone_weights (a torchvision state dict)", unset=unset)]
 
     def input_shape(self, batch: int, channels: int, size: int) -> tuple[int, ...]:
         """The shape of a batch of ``size`` x ``size`` inputs (video models add the frames), for timing runs."""

@@ -615,6 +615,8 @@ def load_model_weights(model: Any, *, fresh: bool, stand_ins: bool = False) -> l
                 done.append(f"{need.name}: random stand-in weights ({need.option} not set; timing only)")
             elif need.required:
                 raise OptionError(f"{need.option}: {need.missing or 'required'}")
+            elif need.unset and not stand_ins:
+                done.append(need.unset)
             continue
         sd, _ = load_weights(path, need.param_key, key_option=need.key_option)
         need.apply(sd, _loader(need, path))
