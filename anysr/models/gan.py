@@ -16,6 +16,7 @@ from anysr.losses import relativistic_discriminator_loss, relativistic_generator
 from anysr.models.base import WeightNeed
 from anysr.models.loss_set import build_losses
 from anysr.models.sr import SRModel
+from anysr.ops.wavelet import WaveletGuide
 from anysr.registry import MODEL_REGISTRY
 
 
@@ -37,6 +38,8 @@ class SRGANModel(SRModel):
     uses_perceptual = True
     loss_roles = ("pixel", "perceptual", "learned", "artifact", "gan")
     loss_prefix = "l_g_"
+    wavelet_discriminator = True  # train.wavelet_guided: its discriminator may judge wavelet bands instead
+    clips_discriminator = True  # train.grad_clip_norm_d clips the discriminator's gradient norm
 
     def __init__(self, opt: dict[str, Any], accelerator: Accelerator) -> None:
         super().__init__(opt, accelerator)
@@ -53,7 +56,7 @@ class SRGANModel(SRModel):
         if not self.is_train:
             return needs
         # the generator's, the discriminator's, then the losses' (SRModel.weight_needs)
-        return needs[:1] + [self.discriminator_weight_need()] + needs[1:]
+        return needs[:1] + self.discriminator_backbone_needs() + [self.discriminator_weight_need()] + needs[1:]
 
     def update_learning_rate(self, current_iter: int) -> None:
         self.current_iter = current_iter
@@ -82,6 +85,17 @@ class SRGANModel(SRModel):
         self.add_optimizer("net_d", self.nets["net_d"], train["optim_d"], "train.optim_d")
         self.net_d_iters = int(train["net_d_iters"])
         self.net_d_init_iters = int(train["net_d_init_iters"])
+        self.grad_clip_norm_d = train.get("grad_clip_norm_d")
+        self.wavelet_guide = WaveletGuide().to(self.acc.device) if train.get("wavelet_guided") else None
+        self.wavelet_init = int(train.get("wavelet_init") or 0)
+
+    def discriminator_view(self, images: torch.Tensor) -> torch.Tensor:
+        """What the discriminator judges of ``images`` (outputs or GTs): the images, or from ``train.wavelet_init``
+        on with ``train.wavelet_guided`` their wavelet bands (neosr's ``wavelet_guided``; differentiable, so the
+        generator's adversarial loss reaches the output through them)."""
+        if self.wavelet_guide is None or self.current_iter < self.wavelet_init:
+            return images
+        return self.wavelet_guide(images)
 
     # ---------------------------------------------------------------- losses
     def generator_adv_loss(self, fake_pred: torch.Tensor, gt: torch.Tensor) -> torch.Tensor:
@@ -94,7 +108,8 @@ class SRGANModel(SRModel):
         """Backpropagate the discriminator losses of the micro-batch ``batch`` whose (detached) generator output
         is ``output`` (real, then fake: one backward per forward, as DDP wants); return ``l_d_real``,
         ``l_d_fake`` and the mean logits ``out_d_real``, ``out_d_fake``."""
-        gt = batch["gt"]
+        with torch.no_grad():
+            gt, output = self.discriminator_view(batch["gt"]), self.discriminator_view(output)
         net_d = self.nets["net_d"]
         with self.acc.strategy.no_sync(net_d):
             with self.acc.precision.autocast():
@@ -112,7 +127,7 @@ class SRGANModel(SRModel):
     def generator_losses(self, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         with self.acc.precision.autocast():
             output = self.forward_g(batch["lq"])
-        output = output.float()
+        output = self.training_output(output)
         gt = batch["gt"]
         losses = self.loss_terms(output, batch["lq"], lambda role: gt)
         losses.update(self.adversarial_terms(batch, output))
@@ -121,7 +136,8 @@ class SRGANModel(SRModel):
     def adversarial_terms(self, batch: dict[str, Any], output: torch.Tensor) -> dict[str, torch.Tensor]:
         """The generator's losses on the discriminator's view of ``output`` (``batch['gt']`` is the real side).
         The generator step does not update the discriminator: the bare module is called (no DDP reduction)."""
-        return {self.gan_name: self.generator_adv_loss(self.bare("net_d")(output), batch["gt"])}
+        fake_pred = self.bare("net_d")(self.discriminator_view(output))
+        return {self.gan_name: self.generator_adv_loss(fake_pred, batch["gt"])}
 
     # ---------------------------------------------------------------- the step
     def train_step(self, batches: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
@@ -157,7 +173,7 @@ class SRGANModel(SRModel):
             with torch.no_grad():
                 for batch in batches:
                     with self.acc.precision.autocast():
-                        outputs.append(self.forward_g(batch["lq"]).float())
+                        outputs.append(self.training_output(self.forward_g(batch["lq"])))
             zero = torch.zeros((), device=self.acc.device)
             totals.update({name: zero for name in [*self.loss_names(), self.gan_name]})
 
@@ -166,7 +182,7 @@ class SRGANModel(SRModel):
         for k, (batch, output) in enumerate(zip(batches, outputs)):
             d_losses = self.discriminator_backward(output, batch, 1.0 / n, sync=k == n - 1)
             add(d_losses)
-        self.acc.optimizer_step(opt_d)
+        self.acc.optimizer_step(opt_d, self.grad_clip_norm_d)
         self.update_emas()
         return totals
 
@@ -177,11 +193,14 @@ class ESRGANModel(SRGANModel):
     logit of the other (real vs. mean fake, fake vs. mean real), both halves weighted 0.5."""
 
     def generator_adv_loss(self, fake_pred: torch.Tensor, gt: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            gt = self.discriminator_view(gt)
         return relativistic_generator_loss(self.cri_gan, self.bare("net_d")(gt), fake_pred)
 
     def discriminator_backward(self, output: torch.Tensor, batch: dict[str, Any], scale: float,
                                sync: bool) -> dict[str, torch.Tensor]:
-        gt = batch["gt"]
+        with torch.no_grad():
+            gt, output = self.discriminator_view(batch["gt"]), self.discriminator_view(output)
         net_d = self.nets["net_d"]
         with torch.no_grad(), self.acc.precision.autocast():
             fake_mean = self.bare("net_d")(output).float().mean()

@@ -364,7 +364,7 @@ class GFPGANModel(SRGANModel):
                 add({"l_d_r1": l_r1})
             else:
                 add({"l_d_r1": zero})
-        self.acc.optimizer_step(opt_d)
+        self.acc.optimizer_step(opt_d, self.grad_clip_norm_d)
 
         if self.use_components:
             for p in PARTS:

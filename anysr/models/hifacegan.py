@@ -51,6 +51,7 @@ class HiFaceGANModel(SRGANModel):
     """
 
     loss_roles = ("pixel", "perceptual", "learned", "artifact", "gan", "feature_matching")
+    wavelet_discriminator = False  # its discriminator sees fake and real in one batch (train.wavelet_guided: no)
 
     def setup(self) -> None:
         super().setup()

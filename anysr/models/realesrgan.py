@@ -242,7 +242,7 @@ class RealESRGANModel(_Synthesis, SRGANModel):
     def generator_losses(self, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         with self.acc.precision.autocast():
             output = self.forward_g(batch["lq"])
-        output = output.float()
+        output = self.training_output(output)
         # pixel-like losses (pixel, artifact) against l1_gt; perceptual and learned ones against percep_gt
         losses = self.loss_terms(output, batch["lq"], lambda role: batch["percep_gt" if role in (
             "perceptual", "learned") else "l1_gt"])

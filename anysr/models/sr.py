@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -13,6 +14,7 @@ from anysr.archs import build_network
 from anysr.archs.arch_util import unit_range
 from anysr.data.batch_augment import MIXING, BatchAugment
 from anysr.errors import OptionError
+from anysr.losses.downscaled import bicubic_shrink
 from anysr.models.base import BaseModel, WeightNeed
 from anysr.models.loss_set import (
     DISCRIMINATOR_ROLES,
@@ -22,7 +24,30 @@ from anysr.models.loss_set import (
     loss_specs,
     loss_weight_needs,
 )
+from anysr.ops.augment import resize_matrix
 from anysr.registry import MODEL_REGISTRY
+
+LOW_CLAMP = 1 / 255  # neosr's lower bound of a clamped output and of the upscaled LQ (train.clamp, match_lq_colors)
+
+
+def upscale_lq(lq: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """``lq`` upscaled to ``height`` x ``width`` as ``F.interpolate(mode='bicubic', antialias=True)`` (Keys' cubic
+    with a = -0.5, not plain bicubic's -0.75) done as two small matrix products (no XLA fallback), in float32,
+    clamped to [1/255, 1]: what ``train.match_lq_colors`` losses compare with (neosr's ``lq_interp``)."""
+    h, w = lq.shape[-2:]
+    zero = torch.zeros(1, device=lq.device)
+    rows = resize_matrix(zero, zero + height, height, h)[0]
+    cols = resize_matrix(zero, zero + width, width, w)[0]
+    t = torch.einsum("hy,ncyx->nchx", rows, lq.detach().float())
+    return torch.einsum("nchx,wx->nchw", t, cols).clamp(LOW_CLAMP, 1)
+
+
+def eco_weight(current_iter: int, eco_iters: int, schedule: str) -> float:
+    """ECO's weight of the real pair at ``current_iter`` (neosr's ``eco_strategy``): ``sigmoid``, a logistic curve
+    with slope 10 centred at a quarter of ``eco_iters``; ``linear``, ``min(current_iter / eco_iters, 1)``."""
+    if schedule == "sigmoid":
+        return 1 / (1 + math.exp(-1 * (10 * (current_iter / eco_iters - 0.25))))
+    return min(current_iter / eco_iters, 1.0)
 
 
 @MODEL_REGISTRY.register()
@@ -32,6 +57,8 @@ class SRModel(BaseModel):
     def __init__(self, opt: dict[str, Any], accelerator: Accelerator) -> None:
         super().__init__(opt, accelerator)
         self.nets["net_g"] = unit_range(build_network(self.generator_options()))
+        if self.is_train:
+            self._check_step_options(self.opt["train"])
         if self.is_train and self.opt["train"]["perceptual_opt"] and not type(self).uses_perceptual:
             raise OptionError(f"train.perceptual_opt: model_type {type(self).__name__} trains with pixel losses "
                               "only; use model_type: SRGANModel or ESRGANModel, or remove it")
@@ -41,14 +68,32 @@ class SRModel(BaseModel):
         self.current_iter = 0
         self.batch_augment = self._batch_augment() if self.is_train and self.opt["train"]["use_moa"] else None
         self.trained_pair: tuple[torch.Tensor, torch.Tensor] | None = None  # the last micro-batch trained on
+        self.clamp_output = bool(self.is_train and self.opt["train"].get("clamp"))
+        train = self.opt["train"] if self.is_train else {}
+        # ECO (train.eco_enabled): its first and last iterations and schedule; from the start when fine-tuning
+        self.eco = (0 if self.opt["path"]["pretrain_network_g"] else int(train["eco_init"]), int(train["eco_iters"]),
+                    str(train["eco_schedule"])) if train.get("eco_enabled") else None
 
     uses_perceptual = False  # whether train.perceptual_opt is used (GAN models); a pixel model refuses it
     image_batches = True  # whether batches are (B, C, H, W) images (train.use_moa); video models: clips
+    wavelet_discriminator = False  # whether train.wavelet_guided applies (GAN models whose discriminator sees images)
     loss_roles: tuple[str, ...] = ("pixel", "learned", "artifact")  # loss roles it trains with (options read it)
     loss_prefix = "l_"  # losses are logged as <prefix><name>: l_pix (BasicSR's SRModel)
 
     def weight_needs(self) -> list[WeightNeed]:
         return super().weight_needs() + loss_weight_needs(self.loss_specs, self.loss_state_dicts)
+
+    def _check_step_options(self, train: dict[str, Any]) -> None:
+        """neosr's step options (train.clamp, match_lq_colors, eco_enabled, wavelet_guided): only where the model
+        honours them."""
+        name = type(self).__name__
+        plain = type(self).image_batches and not getattr(type(self), "signed_images", False)
+        for key in ("clamp", "match_lq_colors", "eco_enabled"):
+            if train.get(key) and not plain:
+                raise OptionError(f"train.{key}: {name} does not train on [0, 1] image batches; set it to false")
+        if train.get("wavelet_guided") and not (type(self).wavelet_discriminator and plain):
+            raise OptionError(f"train.wavelet_guided: {name} has no discriminator that judges images; use SRGANModel, "
+                              "ESRGANModel or RealESRGANModel, or set it to false")
 
     def _batch_augment(self) -> BatchAugment:
         """``train.use_moa``: the batch augmentations, checked against the model and the batch size."""
@@ -74,9 +119,32 @@ class SRModel(BaseModel):
         if self.batch_augment is not None:
             batches = [self.batch_augment(b, self.current_iter, k, self.acc.rank * int(b["lq"].shape[0]), gt_keys)
                        for k, b in enumerate(batches)]
+        if self.eco is not None and self.eco[0] <= self.current_iter <= self.eco[1]:
+            batches = [self.eco_batch(b, eco_weight(self.current_iter, self.eco[1], self.eco[2]), gt_keys)
+                       for b in batches]
         if batches and "lq" in batches[-1] and "gt" in batches[-1]:
             self.trained_pair = (batches[-1]["lq"], batches[-1]["gt"])
         return batches
+
+    def eco_batch(self, batch: dict[str, Any], weight: float, gt_keys: Sequence[str]) -> dict[str, Any]:
+        """ECO (Empirical Centroid-oriented Optimization, neosr's ``eco_strategy``): the generator's output ``sr`` on
+        the LQ (no gradient) pulls the pair towards itself: GT ``(1 - w) sr + w gt`` (clamped to [1/255, 1] with
+        ``train.clamp``), LQ ``(1 - w) shrink(sr) + w lq`` (antialiased bicubic, clamped to [0, 1]); ``w`` grows with
+        the schedule, so the pairs move from the network's own towards the real ones."""
+        lq = batch["lq"]
+        with torch.no_grad():
+            with self.acc.precision.autocast():
+                sr = self.forward_g(lq)
+            sr = sr.float()
+            w = torch.tensor(weight, dtype=torch.float32).to(sr.device)  # device data: one graph for every weight
+            out = dict(batch)
+            for key in gt_keys:
+                if key in batch:
+                    gt = (1 - w) * sr + w * batch[key].float()
+                    out[key] = gt.clamp(LOW_CLAMP, 1) if self.clamp_output else gt
+            scale = sr.shape[-1] // lq.shape[-1]
+            out["lq"] = ((1 - w) * bicubic_shrink(sr, scale).clamp(0, 1) + w * lq.float()).to(lq.dtype)
+        return out
 
     def update_learning_rate(self, current_iter: int) -> None:
         self.current_iter = current_iter
@@ -110,28 +178,46 @@ class SRModel(BaseModel):
         with torch.no_grad(), self.acc.precision.autocast():
             return self.emas["net_g"].module(lq).float()
 
+    def training_output(self, output: torch.Tensor) -> torch.Tensor:
+        """The generator's output as the losses and the discriminator see it: float32, clamped to [1/255, 1] with
+        ``train.clamp`` (neosr's; no gradient where it clamps)."""
+        output = output.float()
+        return output.clamp(LOW_CLAMP, 1) if self.clamp_output else output
+
     def loss_terms(self, output: torch.Tensor, lq: torch.Tensor,
                    target: Callable[[str], torch.Tensor]) -> dict[str, torch.Tensor]:
         """Every built loss but those on the discriminator's outputs, as ``{<loss_prefix><name>: value}`` in the
-        options' order; ``target(role)`` is the GT a loss of that role compares with."""
+        options' order; ``target(role)`` is the GT a loss of that role compares with, or for a loss whose spec's
+        target is ``lq`` (``train.match_lq_colors``) the upscaled LQ (:func:`upscale_lq`, computed once)."""
         out: dict[str, torch.Tensor] = {}
         ema_out = None
+        lq_up: list[torch.Tensor] = []
         p = self.loss_prefix
+
+        def compare_with(spec: LossSpec) -> torch.Tensor:
+            if spec.target != "lq":
+                return target(spec.role)
+            if not lq_up:
+                lq_up.append(upscale_lq(lq, *output.shape[-2:]))
+            return lq_up[0]
+
         for spec in self.loss_specs:
             if spec.role in DISCRIMINATOR_ROLES:
                 continue
             loss = self.losses[spec.name]
+            if hasattr(loss, "at_iteration"):  # a loss drawing random numbers (MSSWDLoss): keyed by seed, iteration
+                loss.at_iteration(self.current_iter, int(self.opt.get("manual_seed") or 0))
             if spec.role == "perceptual":
-                percep, style = loss(output, target(spec.role))
+                percep, style = loss(output, compare_with(spec))
                 if percep is not None:
                     out[p + spec.name] = percep
                 if style is not None:
                     out[p + spec.style_name] = style
             elif spec.role == "artifact":
                 ema_out = self.ema_output(lq) if ema_out is None else ema_out
-                out[p + spec.name] = loss(output, ema_out, target(spec.role))
+                out[p + spec.name] = loss(output, ema_out, compare_with(spec))
             else:
-                out[p + spec.name] = loss(output, target(spec.role))
+                out[p + spec.name] = loss(output, compare_with(spec))
         return out
 
     def loss_names(self) -> list[str]:
@@ -149,7 +235,7 @@ class SRModel(BaseModel):
     def compute_losses(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         with self.acc.precision.autocast():
             output = self.forward_g(batch["lq"])
-        output = output.float()
+        output = self.training_output(output)
         return self.loss_terms(output, batch["lq"], lambda role: batch["gt"])
 
     def train_step(self, batches: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
