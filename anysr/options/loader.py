@@ -14,6 +14,7 @@ import yaml
 from anysr.errors import OptionError
 from anysr.options.common import dataset_role, phase_of, registered
 from anysr.options.fields import Context, show, validate_section
+from anysr.options.neosr import map_neosr, read_toml
 from anysr.options.schema import DATASET, OPTIONS, resolve_path, validate
 from anysr.options.typed import Options, plain, typed
 
@@ -143,6 +144,21 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def read_options_file(path: str | Path) -> dict[str, Any]:
+    """An options file's mapping in anysr's layout: YAML as it is; a ``.toml`` file is read as neosr's dialect and
+    rewritten (``anysr.options.neosr.map_neosr``), what was mapped kept in ``mapped_keys`` (logged at start)."""
+    p = Path(path)
+    if p.suffix.lower() != ".toml":
+        return read_yaml(p)
+    if not p.is_file():
+        read_yaml(p)  # the same messages for a missing file or a folder
+    try:
+        data, notes = map_neosr(read_toml(p))
+    except OptionError as err:
+        raise OptionError(f"options file '{p}': {err}") from None
+    return {**data, "mapped_keys": notes}
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     """``'a.b.c=value'`` -> ``(['a', 'b', 'c'], value)``; the value is read as YAML (``yaml_value``)."""
     if not isinstance(text, str) or "=" not in text:
@@ -247,7 +263,7 @@ def data_overrides(path: str | Path, folder: str | Path) -> list[str]:
     """``--data DIR``: the overrides that train the file's one train dataset on the images of ``folder`` (ground
     truth; the LQ made from it as the file's dataset does: MATLAB bicubic for paired sets, the file's degradations
     for Real-ESRGAN's), every other setting of the file kept. Validation sets are left as the file gives them."""
-    datasets = read_yaml(path).get("datasets")
+    datasets = read_options_file(path).get("datasets")
     keys = [k for k in datasets if isinstance(k, str) and phase_of(k) == "train"] if isinstance(datasets, dict) else []
     if len(keys) != 1:
         raise OptionError(f"--data: options file '{path}' has {len(keys)} train datasets; --data replaces the one "
@@ -301,14 +317,15 @@ def network_from_weights(data: dict[str, Any], read: NetworkFromWeights, root: s
 def load_options(path: str | Path, overrides: Sequence[str] = (), *, is_train: bool,
                  root: str | Path | None = None, check_paths: bool = True,
                  read_network: NetworkFromWeights | None = None) -> Options:
-    """Read a BasicSR-style YAML file, apply ``key.path=value`` overrides, validate, fill defaults.
+    """Read a BasicSR-style YAML file (or neosr's TOML: ``read_options_file``), apply ``key.path=value`` overrides,
+    validate, fill defaults.
 
     Returns frozen ``Options`` (``opt.train.ema_decay``; ``opt['train']['ema_decay']`` too) with ``is_train``
     set, every dataset's ``phase`` and ``scale`` set and every path absolute. ``read_network``: how
     ``network_g.type: auto`` is read from ``path.pretrain_network_g`` (the commands pass the engine's recogniser;
     without it ``auto`` is an unknown architecture).
     """
-    data = read_yaml(path)
+    data = read_options_file(path)
     data = apply_overrides(data, overrides)
     source = f"options file '{path}'"
     if overrides:

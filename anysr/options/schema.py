@@ -323,6 +323,7 @@ def _network_g_rule(out: dict[str, Any], path: str, ctx: Context, key: str | Non
 
 def _network_d_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
     _network_rule(out, path, ctx, check_scale=False)
+    _existing(out, "backbone_weights", path, ctx, kind="file")  # EA2FPN's encoder weights: from path.root, checked
 
 
 def _unsupported(kind: str, out: dict[str, Any], path: str, ctx: Context) -> None:
@@ -335,6 +336,9 @@ def _optim_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -
     _arguments("optimizer", "optimizer", out, path, ctx, skip=("params",), not_arguments=("param_groups",))
     _unsupported("optimizer", out, path, ctx)
     cls = registered("optimizer", out.get("type"))
+    betas = constructor_args(cls)[0].get("betas") if cls is not None else None
+    if isinstance(betas, tuple) and isinstance(out.get("betas"), list) and len(out["betas"]) != len(betas):
+        ctx.add(f"{path}.betas", f"{out['type']} takes {len(betas)} betas, got {len(out['betas'])}")
     for i, group in enumerate(out.get("param_groups") or []):
         where = f"{path}.param_groups[{i}]"
         if not isinstance(group, dict) or not group.get("params"):
@@ -488,7 +492,8 @@ def _train_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -
 
 
 # Keys of a metric section that only some metrics read: key -> short metric names (MetricInfo.name).
-_METRIC_ONLY = {"convert_to": ("niqe",), "net": ("lpips",), "stats": ("fid",), "weights": ("lpips", "dists", "fid")}
+_METRIC_ONLY = {"convert_to": ("niqe",), "net": ("lpips",), "stats": ("fid",),
+                "weights": ("lpips", "dists", "fid", "raw_dists", "topiq")}
 _METRIC_DEFAULTS = {"niqe": {"convert_to": "y"}, "lpips": {"net": "alex"}}
 
 
@@ -520,7 +525,9 @@ def _metric_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) 
         ctx.add(f"{path}.better", f"{out['type']} is {info.better}-is-better, got {out['better']!r}; remove "
                 f"better (it follows the metric) or set {info.better}")
     out["better"] = info.better
-    if out.get("test_y_channel") is True and info.name in ("lpips", "dists", "fid"):
+    if info.user_weights and not good(out, "weights"):
+        ctx.add(f"{path}.weights", f"{out['type']} needs its weight file ({info.user_weights[0].file_name}); name it")
+    if out.get("test_y_channel") is True and info.name in ("lpips", "dists", "fid", "raw_dists", "topiq"):
         ctx.add(f"{path}.test_y_channel", f"{out['type']} compares RGB images; remove test_y_channel")
 
 
@@ -607,6 +614,29 @@ def _face_rule(out: dict[str, Any], ctx: Context) -> None:
                     "them to 0.5")
 
 
+def _training_step_rule(out: dict[str, Any], ctx: Context) -> None:
+    """train.wavelet_guided / clamp / match_lq_colors / eco_enabled / grad_clip_norm_d: only with a model that
+    honours them (and ECO's iterations in order)."""
+    train, model = out.get("train"), registered("model", out.get("model_type", "SRModel"))
+    if not ctx.is_train or not isinstance(train, dict) or model is None:
+        return
+    plain = getattr(model, "image_batches", False) and not getattr(model, "signed_images", False)
+    if train.get("wavelet_guided") and not (plain and getattr(model, "wavelet_discriminator", False)):
+        ctx.add("train.wavelet_guided", f"model_type {model.__name__} has no discriminator that judges images; use "
+                "SRGANModel, ESRGANModel or RealESRGANModel (with network_d), or set it to false")
+    for key in ("clamp", "match_lq_colors", "eco_enabled"):
+        if train.get(key) and not plain:
+            ctx.add(f"train.{key}", f"model_type {model.__name__} does not train on [0, 1] image batches; set it "
+                    "to false")
+    if train.get("eco_enabled") and good(train, "eco_init") and good(train, "eco_iters") \
+            and train["eco_init"] > train["eco_iters"]:
+        ctx.add("train.eco_init", f"{train['eco_init']} is after train.eco_iters ({train['eco_iters']}): ECO would "
+                "never run; lower it or raise train.eco_iters")
+    if train.get("grad_clip_norm_d") is not None and not getattr(model, "clips_discriminator", False):
+        ctx.add("train.grad_clip_norm_d", f"model_type {model.__name__} does not clip its discriminator's gradient; "
+                "use a GAN model such as SRGANModel, or remove it")
+
+
 def _top_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
     out["is_train"] = ctx.is_train
     if good(out, "model_type"):
@@ -640,6 +670,7 @@ def _top_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> 
     realesrgan_rule(out, ctx)
     _face_rule(out, ctx)
     check_loss_roles(out, ctx)
+    _training_step_rule(out, ctx)
     paths = out.get("path")
     if isinstance(paths, dict) and good(out, "name"):
         _fill_run_paths(paths, out["name"], ctx)
@@ -804,7 +835,8 @@ OPTIM = Section(
         "lr": Field(float, required=True, check=at_least(0), doc="Learning rate (0 freezes the network)."),
         "weight_decay": Field(float, check=at_least(0), default_doc="torch's default",
                               doc="Weight decay (all types)."),
-        "betas": Field(ListOf(float, length=2), default_doc="torch's default", doc="Adam/AdamW betas."),
+        "betas": Field(ListOf(float, min_len=2), default_doc="torch's default",
+                       doc="Betas: as many as the type takes (Adam/AdamW two, Adan three)."),
         "eps": Field(float, check=greater_than(0), default_doc="torch's default", doc="Adam/AdamW eps."),
         "momentum": Field(float, check=at_least(0), default_doc="torch's default", doc="SGD momentum."),
         "nesterov": Field(bool, default_doc="torch's default",
@@ -1007,6 +1039,36 @@ TRAIN = Section(
         "net_d_iters": Field(int, default=1, check=at_least(1), doc="Discriminator update interval (GAN)."),
         "net_d_init_iters": Field(int, default=0, check=at_least(0), doc="Discriminator-only warm-up (GAN)."),
         "optim_d": Field((OPTIM, None), default=None, doc="Discriminator optimizer (GAN models)."),
+        "grad_clip_norm_d": Field((float, None), default=None, check=greater_than(0),
+                                  doc="Clip the discriminator's gradient norm (GAN models; null: no clipping). "
+                                      "neosr's grad_clip clips both networks to 1."),
+        "clamp": Field(bool, default=False,
+                       doc="Clamp the generator's output to [1/255, 1] before the losses and the discriminator "
+                           "(neosr's train.clamp, on there by default): no gradient flows where it clamps."),
+        "match_lq_colors": Field(bool, default=False,
+                                 doc="Losses that compare colours (neosr's consistency_loss, msswd_loss) compare the "
+                                     "output with the LQ upscaled (antialiased bicubic, clamped to [1/255, 1]) "
+                                     "instead of the GT (neosr's match_lq_colors)."),
+        "wavelet_guided": Field(bool, default=False,
+                                doc="From train.wavelet_init on, the discriminator judges the weighted LH, HL, HH "
+                                    "bands of the luma's stationary wavelet transform (sym19) of the output and "
+                                    "the GT instead of the images (neosr's wavelet_guided; SRGANModel, "
+                                    "ESRGANModel, RealESRGANModel). Its network_d takes 3 channels."),
+        "wavelet_init": Field(int, default=0, check=at_least(0),
+                              doc="The first iteration of train.wavelet_guided (neosr's wavelet_init)."),
+        "eco_enabled": Field(bool, default=False,
+                             doc="ECO, Empirical Centroid-oriented Optimization (neosr's train.eco): from "
+                                 "train.eco_init to train.eco_iters each pair is pulled towards the generator's own "
+                                 "output on its LQ (one more forward pass, no gradient): GT (1 - w) SR + w GT, LQ "
+                                 "(1 - w) shrink(SR) + w LQ, w growing by train.eco_schedule; from iteration 1 when "
+                                 "path.pretrain_network_g is set."),
+        "eco_init": Field(int, default=15000, check=at_least(0),
+                          doc="ECO's first iteration (without path.pretrain_network_g; neosr's default)."),
+        "eco_iters": Field(int, default=80000, check=at_least(1),
+                           doc="ECO's last iteration; the schedule reaches w = 1 there (linear)."),
+        "eco_schedule": Field(str, default="sigmoid", choices=("sigmoid", "linear"),
+                              doc="ECO's weight of the real pair: sigmoid, 1 / (1 + exp(-10 (it / eco_iters - "
+                                  "0.25))); linear, min(it / eco_iters, 1)."),
         **STYLEGAN2_TRAIN_FIELDS,
         **GFPGAN_TRAIN_FIELDS,
         **VIDEO_TRAIN_FIELDS,
@@ -1157,8 +1219,8 @@ OPTIONS = Section(
                                     doc="Set by the loader for `network_g.type: auto`: the network read from "
                                         "`path.pretrain_network_g` and its inferred arguments (logged at start)."),
         "mapped_keys": Field(ListOf(str), default=[],
-                             doc="Set by the loader: what the file's traiNNer-redux keys became in anysr's "
-                                 "(logged in one line when training starts; see docs/trainner.md)."),
+                             doc="Set by the loader: what the file's traiNNer-redux or neosr keys became in anysr's "
+                                 "(logged in one line when training starts; see docs/trainner.md, docs/neosr.md)."),
     },
     refused={
         "rank": "is set by the launcher, remove it",
@@ -1187,7 +1249,9 @@ def validate(opt: dict[str, Any], *, is_train: bool, root: Path,
     paths = opt.get("path")
     if isinstance(paths, dict) and isinstance(paths.get("root"), str):
         ctx.root = resolve_path(paths["root"], root)
-    notes = expand_network_presets(opt, ctx) + map_trainner(opt, ctx)
+    given = opt.pop("mapped_keys", None)  # the loader's notes (neosr's TOML dialect), logged with ours
+    notes = [n for n in given if isinstance(n, str)] if isinstance(given, list) else []
+    notes += expand_network_presets(opt, ctx) + map_trainner(opt, ctx)
     result = validate_section(OPTIONS, opt, "", ctx)
     result["mapped_keys"] = notes
     return result, ctx.problems
