@@ -46,8 +46,56 @@ def _number(arg: str, value: Any, low: float | None = None, high: float | None =
     return v
 
 
+def clip_factor(optimizer: torch.optim.Optimizer, max_grad_norm: float, eps: float) -> Tensor | None:
+    """``min(1, max_grad_norm / (|g| + eps))`` over every gradient of every group (summed in parameter order), a
+    device tensor (no host read); ``None`` without clipping (``max_grad_norm <= 0``) or without gradients."""
+    if max_grad_norm <= 0:
+        return None
+    total = None
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.grad is not None:
+                s = p.grad.pow(2).sum()
+                total = s if total is None else total + s
+    if total is None:
+        return None
+    return torch.clamp(max_grad_norm / (torch.sqrt(total) + eps), max=1.0)
+
+
+class ScheduleFreeSwitch(torch.optim.Optimizer):
+    """The schedule-free weight switch the model base calls: parameters hold ``y`` in train mode, the average ``x``
+    in eval mode (validate, save), with ``y = (1 - beta1) z + beta1 x``; steps only in train mode."""
+
+    def _switch(self, to_train: bool) -> None:
+        for group in self.param_groups:
+            if group["train_mode"] == to_train:
+                continue
+            beta1 = group["betas"][0]
+            pairs = [(p, self.state[p]["z"]) for p in group["params"] if "z" in self.state[p]]
+            if pairs:
+                # y = (1 - beta1) z + beta1 x  <=>  x = y + (1 - 1/beta1) (z - y)
+                torch._foreach_lerp_([p for p, _ in pairs], [z for _, z in pairs],
+                                     1 - beta1 if to_train else 1 - 1 / beta1)
+            group["train_mode"] = to_train
+
+    @torch.no_grad()
+    def eval(self) -> None:
+        """Parameters to the averaged weights ``x`` (validate, save)."""
+        self._switch(False)
+
+    @torch.no_grad()
+    def train(self) -> None:
+        """Parameters back to the training point ``y``."""
+        self._switch(True)
+
+    def _check_train_mode(self) -> None:
+        if not all(g["train_mode"] for g in self.param_groups):
+            raise RuntimeError(f"{type(self).__name__}.step() in eval mode: call optimizer.train() before training "
+                               "steps")
+
+
 @OPTIMIZER_REGISTRY.register()
-class AdanScheduleFree(torch.optim.Optimizer):
+class AdanScheduleFree(ScheduleFreeSwitch):
     """Schedule-free Adan (traiNNer-redux's ``AdanScheduleFree``).
 
     ``lr``: step size (the warm-up scales only the averaging weights, not the step); ``betas``: the decays of the
@@ -83,28 +131,6 @@ class AdanScheduleFree(torch.optim.Optimizer):
         super().__init__(params, defaults)
 
     # ---------------------------------------------------------------- the weight switch
-    def _switch(self, to_train: bool) -> None:
-        for group in self.param_groups:
-            if group["train_mode"] == to_train:
-                continue
-            beta1 = group["betas"][0]
-            pairs = [(p, self.state[p]["z"]) for p in group["params"] if "z" in self.state[p]]
-            if pairs:
-                # y = (1 - beta1) z + beta1 x  <=>  x = y + (1 - 1/beta1) (z - y)
-                torch._foreach_lerp_([p for p, _ in pairs], [z for _, z in pairs],
-                                     1 - beta1 if to_train else 1 - 1 / beta1)
-            group["train_mode"] = to_train
-
-    @torch.no_grad()
-    def eval(self) -> None:
-        """Parameters to the averaged weights ``x`` (validate, save)."""
-        self._switch(False)
-
-    @torch.no_grad()
-    def train(self) -> None:
-        """Parameters back to the training point ``y``."""
-        self._switch(True)
-
     @torch.no_grad()
     def restart_opt(self) -> None:
         """Start over from the current parameters: moments zero, ``z`` the parameters, step and average reset."""
@@ -117,29 +143,15 @@ class AdanScheduleFree(torch.optim.Optimizer):
                                  exp_avg_diff=torch.zeros_like(p), z=p.clone(memory_format=torch.preserve_format))
 
     # ---------------------------------------------------------------- the step
-    def _clip_factor(self) -> Tensor | None:
-        """``min(1, max_grad_norm / (|g| + eps))`` over every gradient, on the device; ``None`` without clipping."""
-        if self.defaults["max_grad_norm"] <= 0:
-            return None
-        grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
-        if not grads:
-            return None
-        total = None
-        for s in (g.pow(2).sum() for g in grads):
-            total = s if total is None else total + s
-        norm = torch.sqrt(total)  # type: ignore[arg-type]
-        return torch.clamp(self.defaults["max_grad_norm"] / (norm + self.param_groups[-1]["eps"]), max=1.0)
-
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
         """One step of every group (in train mode only)."""
-        if not all(g["train_mode"] for g in self.param_groups):
-            raise RuntimeError("AdanScheduleFree.step() in eval mode: call optimizer.train() before training steps")
+        self._check_train_mode()
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        clip = self._clip_factor()
+        clip = clip_factor(self, self.defaults["max_grad_norm"], self.param_groups[-1]["eps"])
         for group in self.param_groups:
             self._group_step(group, clip)
         return loss

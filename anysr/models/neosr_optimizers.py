@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from anysr.models.adan_schedulefree import OptimizerArgumentError, _number
+from anysr.models.adan_schedulefree import OptimizerArgumentError, ScheduleFreeSwitch, _number, clip_factor
 from anysr.registry import OPTIMIZER_REGISTRY
 
 Params = Iterable[Tensor] | Iterable[dict[str, Any]]
@@ -63,22 +63,6 @@ def _no_warmup(value: Any, name: str) -> None:
                                      "it or use train.warmup_iter")
 
 
-def _clip_factor(optimizer: torch.optim.Optimizer, max_grad_norm: float, eps: float) -> Tensor | None:
-    """``min(1, max_grad_norm / (|g| + eps))`` over every gradient of every group, a device tensor; ``None``
-    without clipping. Summed in parameter order, as neosr does."""
-    if max_grad_norm <= 0:
-        return None
-    total = None
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            if p.grad is not None:
-                s = p.grad.pow(2).sum()
-                total = s if total is None else total + s
-    if total is None:
-        return None
-    return torch.clamp(max_grad_norm / (torch.sqrt(total) + eps), max=1.0)
-
-
 def _with_grads(group: dict[str, Any], clip: Tensor | None) -> tuple[list[Tensor], list[Tensor]]:
     params = [p for p in group["params"] if p.grad is not None]
     grads = [p.grad for p in params]
@@ -88,35 +72,8 @@ def _with_grads(group: dict[str, Any], clip: Tensor | None) -> tuple[list[Tensor
 
 
 # ---------------------------------------------------------------------------------------------------- weight switch
-class _WeightSwitch(torch.optim.Optimizer):
-    """The schedule-free weight switch: parameters hold ``y`` in train mode, the average ``x`` in eval mode, with
-    ``y = (1 - beta1) z + beta1 x``."""
-
-    def _switch(self, to_train: bool) -> None:
-        for group in self.param_groups:
-            if group["train_mode"] == to_train:
-                continue
-            beta1 = group["betas"][0]
-            pairs = [(p, self.state[p]["z"]) for p in group["params"] if "z" in self.state[p]]
-            if pairs:
-                torch._foreach_lerp_([p for p, _ in pairs], [z for _, z in pairs],
-                                     1 - beta1 if to_train else 1 - 1 / beta1)
-            group["train_mode"] = to_train
-
-    @torch.no_grad()
-    def eval(self) -> None:
-        """Parameters to the averaged weights ``x`` (validate, save)."""
-        self._switch(False)
-
-    @torch.no_grad()
-    def train(self) -> None:
-        """Parameters back to the training point ``y``."""
-        self._switch(True)
-
-    def _check_train_mode(self) -> None:
-        if not all(g["train_mode"] for g in self.param_groups):
-            raise RuntimeError(f"{type(self).__name__}.step() in eval mode: call optimizer.train() before training "
-                               "steps")
+class _WeightSwitch(ScheduleFreeSwitch):
+    """neosr's schedule-free optimizers: the weight switch and the averaging weight."""
 
     @staticmethod
     def _averaging_weight(group: dict[str, Any], step: int, lr: float) -> float:
@@ -213,7 +170,7 @@ class NeosrAdanScheduleFree(_WeightSwitch):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        clip = _clip_factor(self, self.defaults["max_grad_norm"], self.param_groups[-1]["eps"])
+        clip = clip_factor(self, self.defaults["max_grad_norm"], self.param_groups[-1]["eps"])
         for group in self.param_groups:
             beta1, beta2, beta3 = group["betas"]
             step = group["step"] = group.get("step", 0) + 1
@@ -268,7 +225,7 @@ class NeosrAdan(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        clip = _clip_factor(self, self.defaults["max_grad_norm"], self.param_groups[-1]["eps"])
+        clip = clip_factor(self, self.defaults["max_grad_norm"], self.param_groups[-1]["eps"])
         for group in self.param_groups:
             beta1, beta2, beta3 = group["betas"]
             step = group["step"] = group.get("step", 0) + 1
@@ -404,7 +361,7 @@ class AdamWWin(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         max_norm = self.defaults["max_grad_norm"]
-        clip = _clip_factor(self, max_norm if max_norm > 1e-8 else 0.0, self.param_groups[-1]["eps"])
+        clip = clip_factor(self, max_norm if max_norm > 1e-8 else 0.0, self.param_groups[-1]["eps"])
         for group in self.param_groups:
             params, grads = _with_grads(group, clip)
             by_step: dict[int, list[int]] = {}  # the step is per parameter (neosr's state): one batch per value

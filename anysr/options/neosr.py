@@ -17,9 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from anysr.errors import OptionError
-from anysr.options.common import registered
-from anysr.options.trainner import SCALE_ARGUMENTS
-from anysr.registry import constructor_args
+from anysr.options.trainner import fill_network_scale
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -327,17 +325,10 @@ def _map_logger(m: _Mapping) -> None:
 
 
 def _map_network_scale(m: _Mapping) -> None:
-    """neosr builds every generator with the top-level ``scale``: a class (not a preset: presets take it when they
-    are expanded) whose scale argument the file does not set gets it."""
-    net, scale = m.section("network_g"), _int(m.opt.get("scale"))
-    cls = registered("arch", net.get("type")) if net is not None and scale is not None else None
-    if cls is None or net is None:
-        return
-    params = constructor_args(cls)[0]
-    name = next((a for a in SCALE_ARGUMENTS if a in params), None)
-    if name is not None and name not in net and params[name] != scale:
-        net[name] = scale
-        m.notes.append(f"network_g.{name} unset -> {scale} (the top-level scale, as neosr passes it)")
+    """neosr builds every generator with the top-level ``scale`` (``trainner.fill_network_scale``)."""
+    note = fill_network_scale(m.section("network_g"), _int(m.opt.get("scale")), "neosr")
+    if note is not None:
+        m.notes.append(note)
 
 
 def _map_networks(m: _Mapping) -> None:

@@ -398,20 +398,25 @@ def _map_path(m: _Mapper) -> None:
 SCALE_ARGUMENTS = ("scale", "upscale", "upscaling_factor", "up_scale", "upscale_factor")
 
 
-def _map_network_scale(m: _Mapper) -> None:
-    """traiNNer-redux builds every generator with the top-level ``scale``: a class whose scale argument the file
-    does not set gets it too (presets got it when they were expanded)."""
-    net, scale = m.opt.get("network_g"), m.ctx.scale
-    if not isinstance(net, dict) or scale is None:
-        return
-    cls = registered("arch", net.get("type"))
+def fill_network_scale(net: Any, scale: int | None, who: str) -> str | None:
+    """``net`` (a ``network_g`` mapping) gets the top-level ``scale`` in its class's scale argument where the file
+    does not set it and the class's default differs (traiNNer-redux and neosr build every generator with it; presets
+    got it when they were expanded); the note saying so, or None."""
+    cls = registered("arch", net.get("type")) if isinstance(net, dict) and scale is not None else None
     if cls is None:
-        return
+        return None
     params = constructor_args(cls)[0]
     name = next((a for a in SCALE_ARGUMENTS if a in params), None)
-    if name is not None and name not in net and params[name] != scale:
-        net[name] = scale
-        m.notes.append(f"network_g.{name} unset -> {scale} (the top-level scale, as traiNNer-redux passes it)")
+    if name is None or name in net or params[name] == scale:
+        return None
+    net[name] = scale
+    return f"network_g.{name} unset -> {scale} (the top-level scale, as {who} passes it)"
+
+
+def _map_network_scale(m: _Mapper) -> None:
+    note = fill_network_scale(m.opt.get("network_g"), m.ctx.scale, "traiNNer-redux")
+    if note is not None:
+        m.notes.append(note)
 
 
 def _map_otf(m: _Mapper, trainner: bool) -> None:
