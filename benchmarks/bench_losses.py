@@ -94,6 +94,17 @@ def loss_cases(batch: int, gt: int, device: torch.device) -> dict[str, Case]:
         "FLIPLoss": {"type": "FLIPLoss"},
         "StructureTextureLoss (VGG19 to conv5_4)": {"type": "StructureTextureLoss", "vgg_state_dict": vgg},
         "ADISTSLoss": {"type": "ADISTSLoss", "weight_state_dicts": [DISTS().state_dict()]},
+        # neosr's own (under its type names)
+        "mssim_loss": {"type": "mssim_loss"}, "consistency_loss": {"type": "consistency_loss"},
+        "kl_loss": {"type": "kl_loss"}, "msswd_loss": {"type": "msswd_loss"}, "ff_loss": {"type": "ff_loss"},
+        "ldl_loss": {"type": "ldl_loss"}, "chc_loss": {"type": "chc_loss"},
+        "vgg_perceptual_loss (VGG19 to conv5_4)": {"type": "vgg_perceptual_loss", "vgg_state_dict": vgg},
+        # (conv5_4's 4x4 map of a 64² crop is smaller than the x4 Patch Loss kernels: to conv4_4)
+        "vgg_perceptual_loss + patchloss + ipk (x4, to conv4_4)": {
+            "type": "vgg_perceptual_loss", "vgg_state_dict": vgg, "patchloss": True, "ipk": True, "scale": 4,
+            "layer_weights": {"conv1_2": 0.1, "conv2_2": 0.1, "conv3_4": 1.0, "conv4_4": 1.0}},
+        "dists_loss": {"type": "dists_loss", "weight_state_dicts": [DISTS().state_dict()]},
+        "fdl_loss (model vgg)": {"type": "fdl_loss", "model": "vgg", "weight_state_dicts": [vgg]},
     }
     cases: dict[str, Case] = {}
 
@@ -106,7 +117,10 @@ def loss_cases(batch: int, gt: int, device: torch.device) -> dict[str, Case]:
         return run
 
     for name, spec in specs.items():
-        cases[name] = make(build_loss(spec).to(device), target)
+        loss = build_loss(spec).to(device)
+        if hasattr(loss, "at_iteration"):  # msswd_loss: its draws are keyed by (seed, iteration, call)
+            loss.at_iteration(0, 0)
+        cases[name] = make(loss, target)
     cases["LDLLoss"] = make(build_loss({"type": "LDLLoss"}).to(device), ema, target)
     net_d = build_network({"type": "UNetDiscriminatorSN", "num_in_ch": 3, "num_feat": 64,
                            "skip_connection": True}).to(device)
@@ -139,7 +153,10 @@ def augment_cases(batch: int, gt: int, device: torch.device) -> dict[str, Case]:
 
 OPTIMIZERS = [("SGD", {"lr": 1e-3, "momentum": 0.9}), ("Adam", {"lr": 1e-4}), ("AdamW", {"lr": 1e-4}),
               ("AdamWScheduleFree", {"lr": 1e-4}), ("Lion", {"lr": 1e-5}), ("ADOPT", {"lr": 1e-4}),
-              ("Prodigy", {"lr": 1.0}), ("AdanScheduleFree", {"lr": 1e-3, "warmup_steps": 100})]
+              ("Prodigy", {"lr": 1.0}), ("AdanScheduleFree", {"lr": 1e-3, "warmup_steps": 100}),
+              ("adan_sf", {"lr": 1e-3, "schedule_free": True, "warmup_steps": 100}),
+              ("adamw_sf", {"lr": 1e-4, "schedule_free": True}), ("adamw_win", {"lr": 1e-4}),
+              ("NeosrAdan", {"lr": 1e-4})]
 
 
 def optimizer_cases(params_by_set: dict[str, list[nn.Parameter]]) -> tuple[dict[str, Case], dict[str, int]]:
