@@ -75,6 +75,7 @@ def test_paired_gan_file_maps_onto_anysr_keys() -> None:
     assert data["use_hflip"] is True and data["use_rot"] is True  # neosr's defaults
     assert not {"patch_size", "batch_size", "augmentation", "aug_prob", "accumulate"} & set(data)
     assert train["accumulate"] == 2 and train["precision"] == "auto" and train["ema_decay"] == 0.999
+    assert train["ema_warmup"] is False  # neosr's EMA: copy once, then the plain decay
     assert train["use_moa"] is True and train["moa_augs"] == ["none", "mixup", "cutmix", "resizemix", "cutblur"]
     assert train["moa_probs"] == [0.5, 0.1, 0.1, 0.1, 0.5]
     assert train["grad_clip_norm"] == 1.0 and train["grad_clip_norm_d"] == 1.0  # neosr clips both unless told not
@@ -337,3 +338,27 @@ def test_eco_clamp_and_discriminator_clipping() -> None:
     assert train["eco_init"] == 10 and train["eco_iters"] == 100 and train["clamp"] is False
     assert train["grad_clip_norm"] == 1.0 and "grad_clip_norm_d" not in train
     assert "train.eco_schedule lin -> linear (as neosr reads it)" in notes
+
+
+def test_ema_without_warmup_is_torchs_averaged_model() -> None:
+    """train.ema_warmup false (a neosr file's train.ema): the first update copies, then the plain decay, as torch's
+    AveragedModel with get_ema_multi_avg_fn computes it."""
+    import torch
+    from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+    from anysr.models.ema import EMA
+
+    torch.manual_seed(0)
+    net = torch.nn.Linear(4, 3)
+    ours = EMA(net, 0.9, warmup=False)
+    ref = AveragedModel(net, multi_avg_fn=get_ema_multi_avg_fn(0.9))
+    for _ in range(4):
+        with torch.no_grad():
+            for p in net.parameters():
+                p.add_(torch.randn_like(p))
+        ours.update(net)
+        ref.update_parameters(net)
+        for a, b in zip(ours.module.parameters(), ref.module.parameters()):
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="no power"):
+        EMA(net, 0.9, warmup=False, power=0.75)

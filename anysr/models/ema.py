@@ -19,12 +19,16 @@ class EMA:
     traiNNer-redux's schedule (ema-pytorch's) when ``power`` is given: the EMA copies the weights for the first
     ``update_after + 2`` updates, then ``d = min(decay, 1 - (1 + n) ** -power)`` with ``n`` the updates past
     ``update_after``. Without ``power``, ``update_after`` updates copy and anysr's warm-up counts from there.
-    ``switch_every``: every that many updates the network takes the EMA weights. Everything depends on the update
-    count alone (saved in the state): exact on resume.
+    ``switch_every``: every that many updates the network takes the EMA weights. ``warmup=False`` (neosr's EMA,
+    torch's ``AveragedModel``): the first update past ``update_after`` copies, every later one averages with ``decay``
+    itself. Everything depends on the update count alone (saved in the state): exact on resume.
     """
 
     def __init__(self, net: nn.Module, decay: float, *, power: float | None = None, update_after: int = 0,
-                 switch_every: int = 0) -> None:
+                 switch_every: int = 0, warmup: bool = True) -> None:
+        if not warmup and power is not None:
+            raise ValueError("an EMA without warm-up takes no power (ema_power is a warm-up schedule)")
+        self.warmup = bool(warmup)
         self.decay = float(decay)
         self.power = None if power is None else float(power)
         self.update_after = int(update_after)
@@ -35,6 +39,8 @@ class EMA:
     def current_decay(self) -> float:
         """The decay of the next update (0: the EMA takes the weights as they are)."""
         n = self.updates - self.update_after
+        if not self.warmup:
+            return 0.0 if n <= 0 else self.decay
         if self.power is None:
             return 0.0 if n < 0 else min(self.decay, (1 + n) / (10 + n))
         return 0.0 if n <= 1 else min(self.decay, max(0.0, 1.0 - (1.0 + n) ** -self.power))

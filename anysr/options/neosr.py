@@ -265,6 +265,7 @@ def _map_train(m: _Mapping) -> None:
             m.problems.append(f"train.ema must be a number (the EMA decay; <= 0: none), got {ema!r}")
         elif value > 0:
             m.move("train.ema", train, "ema_decay", value, "train.ema_decay")
+            m.move("train.ema", train, "ema_warmup", False, "train.ema_warmup")  # torch's AveragedModel, as neosr
         else:
             m.notes.append("train.ema <= 0 -> no EMA")
     clip = train.pop("grad_clip", True)  # neosr clips both networks' gradients to norm 1 unless told not to

@@ -465,6 +465,8 @@ def check_loss_roles(top: dict[str, Any], ctx: Context) -> None:
 
 def _train_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
     augment_rule(out, path, ctx)
+    if out.get("ema_warmup") is False and out.get("ema_power") is not None:
+        ctx.add(f"{path}.ema_warmup", "false (no warm-up) cannot go with ema_power (a warm-up schedule); remove one")
     trainner_rule(out, ctx)
     _losses_rule(out, path, ctx)
     if all(out.get(name) is None for name in LOSS_OPTS) and not any(
@@ -1010,6 +1012,12 @@ TRAIN = Section(
                              doc="Linear lr warm-up iterations (-1: none)."),
         "ema_decay": Field(float, default=0.0, check=between(0, 1, high_open=True),
                            doc="EMA of the generator weights (0: off; BasicSR uses 0.999)."),
+        "ema_warmup": Field(bool, default=True,
+                            doc="Warm the EMA up: decay min(ema_decay, (1 + n) / (10 + n)) after n updates, so the "
+                                "random start is forgotten within a few hundred steps (or traiNNer-redux's "
+                                "ema_power schedule). false: the first update copies the weights, every later one "
+                                "averages with ema_decay itself (neosr's EMA, torch's AveragedModel; a neosr file's "
+                                "train.ema maps to it). Not with ema_power."),
         "precision": Field(str, default="auto", choices=PRECISION_CHOICES,
                            doc="Autocast precision. auto: CUDA compute capability >= 8.0 and TPUs bf16; CPUs "
                                "with AVX512-BF16 or AMX: fp32 or bf16, whichever the network runs faster (timed "
