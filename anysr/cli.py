@@ -173,15 +173,16 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from anysr.engine.evaluation.folder_eval import evaluate_folders, parse_metrics
+    from anysr.engine.evaluation.folder_eval import DEVICE_METRICS, evaluate_folders, parse_metrics
 
     metrics = parse_metrics(args.metrics)
     kwargs = {"crop_border": args.crop_border, "y_channel": not args.rgb, "json_path": args.json,
               "metrics": metrics, "csv_path": args.csv, "report_path": args.report, "lpips_net": args.lpips_net,
               "fid_stats": args.fid_stats,
-              "weights": {"lpips": args.lpips_weights, "dists": args.dists_weights, "fid": args.fid_weights}}
+              "weights": {"lpips": args.lpips_weights, "dists": args.dists_weights, "fid": args.fid_weights,
+                          "topiq": args.topiq_weights}}
     sr = args.sr if len(args.sr) > 1 else args.sr[0]
-    if not {"lpips", "dists", "fid"} & set(metrics):
+    if not set(DEVICE_METRICS) & set(metrics):
         evaluate_folders(args.gt, sr, args.scale, **kwargs)  # numpy only: no device needed
         return 0
     from anysr.accelerators import launch, resolve_plan
@@ -531,7 +532,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sr", required=True, nargs="+", action="extend",
                    help="results folder(s), matched by file stem; several are compared in one table")
     p.add_argument("--metrics", default="psnr,ssim",
-                   help="comma-separated: psnr, ssim, niqe, lpips, dists, fid (BasicSR names work too)")
+                   help="comma-separated: psnr, ssim, niqe, lpips, dists, raw_dists (neosr's DISTS), topiq, fid "
+                        "(BasicSR names work too)")
     p.add_argument("--scale", type=int, required=True,
                    help="the results' upscaling factor (sets the default --crop-border)")
     p.add_argument("--crop-border", "--crop_border", type=int, default=None, help="default: the scale")
@@ -547,14 +549,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "found by name")
     p.add_argument("--lpips-net", "--lpips_net", default="alex", choices=("alex", "vgg"), help="LPIPS backbone")
     p.add_argument("--dists-weights", "--dists_weights", nargs="+", default=None, metavar="FILE",
-                   help="DISTS: torchvision's vgg16 .pth and DISTS' weights.pt; default: found by name")
+                   help="DISTS (and raw_dists): torchvision's vgg16 .pth and DISTS' weights.pt; default: found by "
+                        "name")
+    p.add_argument("--topiq-weights", "--topiq_weights", nargs="+", default=None, metavar="FILE",
+                   help="TOPIQ: IQA-PyTorch's cfanet_fr_kadid_res50-2c4cc61d.pth (required with --metrics topiq)")
     p.add_argument("--fid-weights", "--fid_weights", nargs="+", default=None, metavar="FILE",
                    help="FID: pytorch-fid's pt_inception-2015-12-05-6726825d.pth; default: found by name")
     p.add_argument("--fid-stats", "--fid_stats", default=None, metavar="FILE",
                    help="FID reference statistics (.npz mu/sigma, or BasicSR's .pth mean/cov) instead of --gt's "
                         "images")
     p.add_argument("--accelerator", default="auto", choices=ACCELERATORS,
-                   help="where LPIPS, DISTS and FID run (PSNR, SSIM and NIQE run on the CPU)")
+                   help="where LPIPS, DISTS, TOPIQ and FID run (PSNR, SSIM and NIQE run on the CPU)")
     _add_offline(p)
     p.set_defaults(func=cmd_eval)
 

@@ -396,3 +396,30 @@ def test_xla_topiq_compiles_once_without_cpu_fallbacks() -> None:
     fallbacks = {n for n in metrics.counter_names() if n.startswith("aten::")}
     assert not fallbacks, f"ops fell back to the CPU: {fallbacks}"
     torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-5)
+
+
+def test_eval_scores_folders_with_raw_dists_and_topiq(tmp_path: Path) -> None:
+    """`anysr eval --metrics raw_dists,topiq` (the folder evaluator): neosr's numbers for the two Set5 pairs, the
+    weights from --dists-weights / --topiq-weights files; TOPIQ without its file is one line naming the flag."""
+    from anysr.engine.evaluation.folder_eval import evaluate_folders  # noqa: PLC0415
+    from anysr.errors import OptionError  # noqa: PLC0415
+
+    gt_dir, sr_dir = tmp_path / "gt", tmp_path / "sr"
+    gt_dir.mkdir()
+    sr_dir.mkdir()
+    for k in range(2):
+        sr, gt = _pair(k)
+        cv2.imwrite(str(sr_dir / f"im{k}.png"), sr)
+        cv2.imwrite(str(gt_dir / f"im{k}.png"), gt)
+    vgg, head, topiq = tmp_path / "vgg16.pth", tmp_path / "dists_weights.pth", tmp_path / "topiq.pth"
+    torch.save(VGG16, vgg)
+    torch.save(HEAD, head)
+    torch.save({"params": _topiq_weights()}, topiq)
+    report = evaluate_folders(gt_dir, sr_dir, 1, crop_border=0, metrics=["raw_dists", "topiq"],
+                              weights={"dists": [vgg, head], "topiq": [topiq]})
+    rows = sorted(report["images"], key=lambda r: r["name"])
+    want = MANIFEST["metrics"]["dists"]["values"]
+    assert [r["raw_dists"] for r in rows] == pytest.approx(want, rel=METRIC_RTOL, abs=1e-8)
+    assert [r["topiq"] for r in rows] == pytest.approx(TOPIQ_FIX["values"], rel=TOPIQ_RTOL)
+    with pytest.raises(OptionError, match="--topiq-weights.*cfanet_fr_kadid_res50"):
+        evaluate_folders(gt_dir, sr_dir, 1, crop_border=0, metrics=["topiq"])

@@ -109,11 +109,16 @@ def _match_channels(gt: np.ndarray, sr: np.ndarray) -> tuple[np.ndarray, np.ndar
     return gt, sr
 
 
-METRIC_CHOICES = ("psnr", "ssim", "niqe", "lpips", "dists", "fid")
-_PER_IMAGE = ("psnr", "ssim", "niqe", "lpips", "dists")
-_SHOWN = {"psnr": "PSNR", "ssim": "SSIM", "niqe": "NIQE", "lpips": "LPIPS", "dists": "DISTS", "fid": "FID"}
-_WIDTH = {"psnr": 8, "ssim": 6, "niqe": 7, "lpips": 6, "dists": 6}
-_DIGITS = {"psnr": 4, "ssim": 4, "niqe": 4, "lpips": 4, "dists": 4, "fid": 4}
+METRIC_CHOICES = ("psnr", "ssim", "niqe", "lpips", "dists", "raw_dists", "topiq", "fid")
+# Paired metrics run by a network on the device, and the flag naming each one's weight files
+DEVICE_PAIRED = {"lpips": "--lpips-weights", "dists": "--dists-weights", "raw_dists": "--dists-weights",
+                 "topiq": "--topiq-weights"}
+DEVICE_METRICS = (*DEVICE_PAIRED, "fid")
+_PER_IMAGE = ("psnr", "ssim", "niqe", "lpips", "dists", "raw_dists", "topiq")
+_SHOWN = {"psnr": "PSNR", "ssim": "SSIM", "niqe": "NIQE", "lpips": "LPIPS", "dists": "DISTS",
+          "raw_dists": "DISTS(raw)", "topiq": "TOPIQ", "fid": "FID"}
+_WIDTH = {"psnr": 8, "ssim": 6, "niqe": 7, "lpips": 6, "dists": 6, "raw_dists": 10, "topiq": 6}
+_DIGITS = {"psnr": 4, "ssim": 4, "niqe": 4, "lpips": 4, "dists": 4, "raw_dists": 4, "topiq": 4, "fid": 4}
 
 
 def parse_metrics(text: str | Sequence[str]) -> list[str]:
@@ -239,11 +244,12 @@ def _metric_models(chosen: list[str], weights: Mapping[str, Sequence[PathLike]],
                    fid_stats: PathLike | None, acc: Any) -> dict[str, Any]:
     models: dict[str, Any] = {"fid_stats": None}
     device = acc.device if acc is not None else torch.device("cpu")
-    flags = {"lpips": "--lpips-weights", "dists": "--dists-weights", "fid": "--fid-weights"}
-    for name in ("lpips", "dists", "fid"):
+    flags = {**DEVICE_PAIRED, "fid": "--fid-weights"}
+    for name in DEVICE_METRICS:
         if name not in chosen:
             continue
-        files = list(weights.get(name) or [])  # none: the standard files, found by name
+        given = weights.get(name) or (weights.get("dists") if name == "raw_dists" else None)
+        files = list(given or [])  # none: the standard files, found by name (TOPIQ: refused, it has none)
         models[name] = build_metric_module(METRIC_INFOS[name], files, net=lpips_net, where=flags[name]).to(device)
     if "fid" in chosen and fid_stats is not None:
         models["fid_stats"] = read_fid_reference(fid_stats, "--fid-stats")
@@ -255,7 +261,7 @@ def _score_folder(pairs: list[tuple[Path, Path]], chosen: list[str], models: dic
                   need_gt_feats: bool) -> tuple[list[dict[str, Any]], np.ndarray | None, np.ndarray | None]:
     rows: list[dict[str, Any]] = []
     sr_feats, gt_feats = [], []
-    paired = bool({"psnr", "ssim", "lpips", "dists"} & set(chosen))
+    paired = bool({"psnr", "ssim", *DEVICE_PAIRED} & set(chosen))
     for gt_path, sr_path in pairs:
         sr_raw = _load(sr_path)
         gt_raw = _load(gt_path) if paired or (need_gt_feats and models["fid_stats"] is None) else None
@@ -270,7 +276,7 @@ def _score_folder(pairs: list[tuple[Path, Path]], chosen: list[str], models: dic
             if "niqe" in chosen:
                 row["niqe"] = calculate_niqe(sr_raw, border, input_order="HWC", convert_to="y")
             with torch.no_grad():
-                for name in ("lpips", "dists"):
+                for name in DEVICE_PAIRED:
                     if name in chosen:
                         x, y = _rgb_tensor(sr, border, device), _rgb_tensor(gt, border, device)
                         row[name] = float(models[name](x, y).reshape(-1)[0].cpu())
