@@ -214,13 +214,17 @@ class BaseModel(ABC):
         return groups
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything of the model that decides the future of training."""
-        return {
+        """Everything of the model that decides the future of training (with ``train.sam``, FSAM's momentum)."""
+        state = {
             "nets": {k: self.bare(k).state_dict() for k in self.nets},
             "emas": {k: e.state_dict() for k, e in self.emas.items()},
             "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
             "schedulers": {k: s.state_dict() for k, s in self.schedulers.items()},
         }
+        fsam = getattr(self, "fsam", None)
+        if fsam is not None:
+            state["sam"] = fsam.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for k, sd in state["nets"].items():
@@ -232,6 +236,9 @@ class BaseModel(ABC):
             self.optimizers[k].load_state_dict(sd)
         for k, sd in state["schedulers"].items():
             self.schedulers[k].load_state_dict(sd)
+        fsam = getattr(self, "fsam", None)
+        if fsam is not None and state.get("sam") is not None:  # older states (or runs without train.sam): none
+            fsam.load_state_dict(state["sam"])
 
     def inference_net(self) -> nn.Module:
         """The generator to validate / test with: the EMA copy when there is one."""

@@ -162,13 +162,18 @@ class SRGANModel(SRModel):
         _set_requires_grad(bare_d, False)
         if step_g:
             opt_g.zero_grad(set_to_none=True)
-            for k, batch in enumerate(batches):
-                with self.acc.strategy.no_sync(net_g) if k < n - 1 else contextlib.nullcontext():
-                    output, losses = self.generator_losses(batch)
-                    self.acc.precision.backward(sum(losses.values()) / n)  # type: ignore[arg-type]
-                outputs.append(output.detach())
-                add(losses)
-            self.acc.optimizer_step(opt_g, self.grad_clip_norm)
+
+            def backward(log: bool = True) -> None:
+                for k, batch in enumerate(batches):
+                    with self.acc.strategy.no_sync(net_g) if k < n - 1 else contextlib.nullcontext():
+                        output, losses = self.generator_losses(batch)
+                        self.acc.precision.backward(sum(losses.values()) / n)  # type: ignore[arg-type]
+                    if log:  # the discriminator judges the outputs at the weights (not FSAM's perturbed ones)
+                        outputs.append(output.detach())
+                        add(losses)
+
+            backward()
+            self.generator_step(opt_g, lambda: backward(False))
         else:
             with torch.no_grad():
                 for batch in batches:
@@ -182,7 +187,7 @@ class SRGANModel(SRModel):
         for k, (batch, output) in enumerate(zip(batches, outputs)):
             d_losses = self.discriminator_backward(output, batch, 1.0 / n, sync=k == n - 1)
             add(d_losses)
-        self.acc.optimizer_step(opt_d, self.grad_clip_norm_d)
+        self.acc.optimizer_step(opt_d, None if self.sam_active() else self.grad_clip_norm_d)
         self.update_emas()
         return totals
 

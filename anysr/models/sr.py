@@ -24,6 +24,7 @@ from anysr.models.loss_set import (
     loss_specs,
     loss_weight_needs,
 )
+from anysr.models.sam import SAM_MODELS, FriendlySAM
 from anysr.ops.augment import resize_matrix
 from anysr.registry import MODEL_REGISTRY
 
@@ -66,6 +67,8 @@ class SRModel(BaseModel):
             if self.is_train else []
         self.loss_state_dicts: dict[str, StateDicts] = {}  # weight files of the losses, handed over by the engine
         self.current_iter = 0
+        self.fsam: FriendlySAM | None = None  # train.sam (built in setup)
+        self.sam_init = -1
         self.batch_augment = self._batch_augment() if self.is_train and self.opt["train"]["use_moa"] else None
         self.trained_pair: tuple[torch.Tensor, torch.Tensor] | None = None  # the last micro-batch trained on
         self.clamp_output = bool(self.is_train and self.opt["train"].get("clamp"))
@@ -171,7 +174,42 @@ class SRModel(BaseModel):
         self.losses: dict[str, torch.nn.Module] = build_losses(specs, self.loss_state_dicts, self.acc.device)
         self.add_optimizer("net_g", net, train["optim_g"], "train.optim_g")
         self.grad_clip_norm = train["grad_clip_norm"]
+        self.fsam = self._fsam(train)
         self.forward_g = self.acc.compile_model(net)
+
+    def _fsam(self, train: dict[str, Any]) -> FriendlySAM | None:
+        """``train.sam: fsam``: the generator's FSAM state (neosr's constants), checked against the model, the
+        accumulation and the precision; None without it."""
+        if not train.get("sam"):
+            return None
+        name = type(self).__name__
+        if name not in SAM_MODELS:
+            raise OptionError(f"train.sam: {name} does not run sharpness-aware steps; use SRModel, SRGANModel, "
+                              "ESRGANModel, RealESRNetModel or RealESRGANModel, or remove it")
+        if int(train.get("accumulate") or 1) > 1:
+            raise OptionError("train.sam: FSAM does not work with train.accumulate > 1 (neosr's rule); set it to 1")
+        if self.acc.precision.scaler is not None:
+            raise OptionError("train.sam: FSAM does not work with fp16's loss scaler; use train.precision bf16 or fp32")
+        self.sam_init = int(train.get("sam_init", -1))
+        return FriendlySAM([p for g in self.optimizers["net_g"].param_groups for p in g["params"]])
+
+    def sam_active(self) -> bool:
+        """Whether this iteration's generator step is FSAM's (``train.sam``, from ``train.sam_init`` on); neosr clips
+        no gradient then (the discriminator's neither)."""
+        return self.fsam is not None and self.current_iter >= self.sam_init
+
+    def generator_step(self, opt: torch.optim.Optimizer, backward: Callable[[], object]) -> None:
+        """Step the generator's optimiser on the gradients in place; with ``train.sam`` from ``train.sam_init`` on,
+        FSAM first: perturb the weights, ``backward()`` again there, restore them, step (no gradient clipping)."""
+        if not self.sam_active():
+            self.acc.optimizer_step(opt, self.grad_clip_norm)
+            return
+        self.acc.strategy.reduce_gradients(opt)
+        self.fsam.perturb()
+        opt.zero_grad(set_to_none=True)
+        backward()
+        self.fsam.restore()
+        self.acc.optimizer_step(opt)
 
     def ema_output(self, lq: torch.Tensor) -> torch.Tensor:
         """The EMA generator's output (no gradient), what LDL compares with."""
@@ -246,16 +284,20 @@ class SRModel(BaseModel):
         opt.zero_grad(set_to_none=True)
         totals: dict[str, torch.Tensor] = {}
         n = len(batches)
-        for k, batch in enumerate(batches):
-            ctx = self.acc.strategy.no_sync(net) if k < n - 1 else contextlib.nullcontext()
-            with ctx:
-                losses = self.compute_losses(batch)
-                total = sum(losses.values())
-                self.acc.precision.backward(total / n)  # type: ignore[arg-type]
-            for name, value in losses.items():
-                part = value.detach() / n
-                totals[name] = totals[name] + part if name in totals else part
-        self.acc.optimizer_step(opt, self.grad_clip_norm)
+
+        def backward(log: bool = True) -> None:
+            for k, batch in enumerate(batches):
+                ctx = self.acc.strategy.no_sync(net) if k < n - 1 else contextlib.nullcontext()
+                with ctx:
+                    losses = self.compute_losses(batch)
+                    total = sum(losses.values())
+                    self.acc.precision.backward(total / n)  # type: ignore[arg-type]
+                for name, value in losses.items() if log else ():
+                    part = value.detach() / n
+                    totals[name] = totals[name] + part if name in totals else part
+
+        backward()
+        self.generator_step(opt, lambda: backward(False))
         self.update_emas()
         return totals
 
