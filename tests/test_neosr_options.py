@@ -13,7 +13,7 @@ from conftest import run_cli
 
 from anysr.errors import OptionError
 from anysr.options import load_options
-from anysr.options.neosr import map_neosr
+from anysr.options.neosr import NEOSR_NOTE, map_neosr
 
 # A neosr training file as its templates write one (paired data, a GAN, its losses and its optimizer)
 PAIRED: dict[str, Any] = {
@@ -97,7 +97,7 @@ def test_paired_gan_file_maps_onto_anysr_keys() -> None:
         "topiq": {"type": "calculate_topiq", "weights": "topiq.pth", "crop_border": 0}}
     assert opt["val"]["save_img"] is True
     assert not {"use_amp", "bfloat16", "fast_matmul"} & set(opt)
-    assert notes[0] == "read as neosr's TOML dialect"
+    assert notes[0] == NEOSR_NOTE
     assert "model_type image -> SRGANModel" in notes
     assert any(n.startswith("ignored") and "fast_matmul" in n and "logger.save_tb_img" in n for n in notes)
 
@@ -147,7 +147,6 @@ def test_scheduler_unet_and_grad_clip_names() -> None:
 
 
 @pytest.mark.parametrize(("change", "message"), [
-    (lambda o: o["train"].update(sam="fsam", sam_init=1000), "train.sam: neosr's sharpness-aware minimisation"),
     (lambda o: o["datasets"]["train"].pop("aug_prob"), "augmentation needs aug_prob"),
     (lambda o: o["datasets"]["train"].update(patch_size=0), "patch_size must be a whole number of LQ pixels"),
     (lambda o: o["datasets"]["train"].update(augmentation="mixup"), "augmentation must be a list of names"),
@@ -196,7 +195,7 @@ def test_neosr_template_validates(path: Path) -> None:
     refused = REFUSED_TEMPLATES.get(path.name)
     if refused is None:
         opt = load_options(str(path), is_train=is_train, check_paths=False)
-        assert opt["mapped_keys"][0] == "read as neosr's TOML dialect"
+        assert opt["mapped_keys_from"] == "neosr" and NEOSR_NOTE not in opt["mapped_keys"]
         return
     with pytest.raises(OptionError, match=refused):
         load_options(str(path), is_train=is_train, check_paths=False)
@@ -362,3 +361,11 @@ def test_ema_without_warmup_is_torchs_averaged_model() -> None:
             torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
     with pytest.raises(ValueError, match="no power"):
         EMA(net, 0.9, warmup=False, power=0.75)
+
+
+def test_sam_passes_through_and_validates(tmp_path: Path) -> None:
+    """neosr's `sam = "fsam"` / `sam_init` are anysr's keys of the same names (tests/test_neosr_sam.py trains it)."""
+    opt = _paired()
+    opt["train"].update(sam="fsam", sam_init=1000)
+    opt, _ = map_neosr(opt)
+    assert opt["train"]["sam"] == "fsam" and opt["train"]["sam_init"] == 1000

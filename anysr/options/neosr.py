@@ -48,10 +48,6 @@ METRIC_TYPES = {"calculate_psnr": ("calculate_psnr", 4), "calculate_ssim": ("cal
                 "calculate_dists": ("raw_dists", 0), "calculate_topiq": ("calculate_topiq", 0)}
 _METRIC_DROPPED = ("better", "input_order")  # anysr sets `better` from the metric; images are always HWC
 NEOSR_NOTE = "read as neosr's TOML dialect"  # the first note of a neosr file (the start-up line names the dialect)
-_REFUSED_TRAIN = {
-    "sam": "neosr's sharpness-aware minimisation (fsam) needs two forward / backward passes per step, which "
-           "anysr's models do not run; remove train.sam",
-}
 _IGNORED_TOP = ("fast_matmul", "bfloat16", "deterministic")  # bfloat16: with use_amp, train.precision auto decides
 _IGNORED_DATASET = ("prefetch_mode", "pin_memory", "persistent_workers")
 
@@ -253,11 +249,6 @@ def _map_train(m: _Mapping) -> None:
     train = m.section("train")
     if train is None:
         return
-    for key, reason in _REFUSED_TRAIN.items():
-        if train.get(key) not in (None, False):
-            m.problems.append(f"train.{key}: {reason}")
-        train.pop(key, None)
-        train.pop(f"{key}_init", None)
     ema = train.pop("ema", None)
     if ema is not None:
         value = _number(ema)

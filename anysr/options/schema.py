@@ -49,6 +49,7 @@ from anysr.options.fields import (
     validate_field,
     validate_section,
 )
+from anysr.options.neosr import NEOSR_NOTE
 from anysr.options.realesrgan import (
     REALESRGAN_DATASET_FIELDS,
     REALESRGAN_FIELDS,
@@ -634,6 +635,14 @@ def _training_step_rule(out: dict[str, Any], ctx: Context) -> None:
             and train["eco_init"] > train["eco_iters"]:
         ctx.add("train.eco_init", f"{train['eco_init']} is after train.eco_iters ({train['eco_iters']}): ECO would "
                 "never run; lower it or raise train.eco_iters")
+    from anysr.models.sam import SAM_MODELS  # noqa: PLC0415 (the models import the options)
+
+    if train.get("sam") and model.__name__ not in SAM_MODELS:
+        ctx.add("train.sam", f"model_type {model.__name__} does not run sharpness-aware steps; use SRModel, "
+                "SRGANModel, ESRGANModel, RealESRNetModel or RealESRGANModel, or remove it")
+    if train.get("sam") and good(train, "accumulate") and train["accumulate"] > 1:
+        ctx.add("train.sam", f"FSAM does not work with gradient accumulation (train.accumulate is "
+                f"{train['accumulate']}); set train.accumulate to 1 or remove train.sam")
     if train.get("grad_clip_norm_d") is not None and not getattr(model, "clips_discriminator", False):
         ctx.add("train.grad_clip_norm_d", f"model_type {model.__name__} does not clip its discriminator's gradient; "
                 "use a GAN model such as SRGANModel, or remove it")
@@ -1064,6 +1073,14 @@ TRAIN = Section(
                                     "ESRGANModel, RealESRGANModel). Its network_d takes 3 channels."),
         "wavelet_init": Field(int, default=0, check=at_least(0),
                               doc="The first iteration of train.wavelet_guided (neosr's wavelet_init)."),
+        "sam": Field((str, None), default=None, choices=(None, "fsam", "FSAM"),
+                     doc="Sharpness-aware minimisation of the generator from train.sam_init on (neosr's train.sam): "
+                         "fsam, Friendly SAM (rho 0.5, sigma 1, lmbda 0.9, adaptive): each step backpropagates "
+                         "twice, the second time at perturbed weights; no gradient clipping then (neither network). "
+                         "SRModel, SRGANModel, ESRGANModel, RealESRNetModel, RealESRGANModel; not with "
+                         "train.accumulate > 1 or fp16."),
+        "sam_init": Field(int, default=-1,
+                          doc="The first iteration of train.sam (neosr's sam_init; -1: from the start)."),
         "eco_enabled": Field(bool, default=False,
                              doc="ECO, Empirical Centroid-oriented Optimization (neosr's train.eco): from "
                                  "train.eco_init to train.eco_iters each pair is pulled towards the generator's own "
@@ -1226,6 +1243,8 @@ OPTIONS = Section(
         "network_recognised": Field((str, None), default=None,
                                     doc="Set by the loader for `network_g.type: auto`: the network read from "
                                         "`path.pretrain_network_g` and its inferred arguments (logged at start)."),
+        "mapped_keys_from": Field(str, default="traiNNer-redux", choices=("traiNNer-redux", "neosr"),
+                                  doc="Set by the loader: whose dialect mapped_keys speaks of (a .toml file: neosr)."),
         "mapped_keys": Field(ListOf(str), default=[],
                              doc="Set by the loader: what the file's traiNNer-redux or neosr keys became in anysr's "
                                  "(logged in one line when training starts; see docs/trainner.md, docs/neosr.md)."),
@@ -1259,7 +1278,9 @@ def validate(opt: dict[str, Any], *, is_train: bool, root: Path,
         ctx.root = resolve_path(paths["root"], root)
     given = opt.pop("mapped_keys", None)  # the loader's notes (neosr's TOML dialect), logged with ours
     notes = [n for n in given if isinstance(n, str)] if isinstance(given, list) else []
-    notes += expand_network_presets(opt, ctx) + map_trainner(opt, ctx)
+    neosr = bool(notes) and notes[0] == NEOSR_NOTE
+    notes = notes[neosr:] + expand_network_presets(opt, ctx) + map_trainner(opt, ctx)
     result = validate_section(OPTIONS, opt, "", ctx)
     result["mapped_keys"] = notes
+    result["mapped_keys_from"] = "neosr" if neosr else "traiNNer-redux"
     return result, ctx.problems

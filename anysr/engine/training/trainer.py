@@ -41,7 +41,6 @@ from anysr.errors import (
     everywhere,
 )
 from anysr.models import build_model
-from anysr.options.neosr import NEOSR_NOTE
 
 
 def train_worker(acc: Accelerator, opt: dict[str, Any], auto_resume: bool, start_over: bool = False) -> dict[str, Any]:
@@ -351,10 +350,8 @@ class Trainer:
         log_start(f"training '{self.opt.name}'", acc)
         if self.opt.network_recognised:
             self.log.info("network_g.type auto: %s", self.opt.network_recognised)
-        notes = list(self.opt.mapped_keys)
-        if notes:
-            neosr = notes[0] == NEOSR_NOTE
-            self.log.info("%s keys mapped: %s", "neosr" if neosr else "traiNNer-redux", "; ".join(notes[neosr:]))
+        if self.opt.mapped_keys:
+            self.log.info("%s keys mapped: %s", self.opt.mapped_keys_from, "; ".join(self.opt.mapped_keys))
         self.model.setup()
 
         start_iter = 0
