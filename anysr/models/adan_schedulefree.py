@@ -93,6 +93,14 @@ class ScheduleFreeSwitch(torch.optim.Optimizer):
             raise RuntimeError(f"{type(self).__name__}.step() in eval mode: call optimizer.train() before training "
                                "steps")
 
+    def _begin(self, closure: Callable[[], float] | None) -> float | None:
+        """A step's start: refused in eval mode; the closure, if any, run with gradients (its loss returned)."""
+        self._check_train_mode()
+        if closure is None:
+            return None
+        with torch.enable_grad():
+            return closure()
+
 
 @OPTIMIZER_REGISTRY.register()
 class AdanScheduleFree(ScheduleFreeSwitch):
@@ -146,11 +154,7 @@ class AdanScheduleFree(ScheduleFreeSwitch):
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
         """One step of every group (in train mode only)."""
-        self._check_train_mode()
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = self._begin(closure)
         clip = clip_factor(self, self.defaults["max_grad_norm"], self.param_groups[-1]["eps"])
         for group in self.param_groups:
             self._group_step(group, clip)

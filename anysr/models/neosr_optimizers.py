@@ -165,11 +165,7 @@ class NeosrAdanScheduleFree(_WeightSwitch):
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
         """One step of every group (in train mode only)."""
-        self._check_train_mode()
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = self._begin(closure)
         clip = clip_factor(self, self.defaults["max_grad_norm"], self.param_groups[-1]["eps"])
         for group in self.param_groups:
             beta1, beta2, beta3 = group["betas"]
@@ -278,11 +274,7 @@ class NeosrAdamWScheduleFree(_WeightSwitch):
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
         """One step of every group (in train mode only)."""
-        self._check_train_mode()
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = self._begin(closure)
         for group in self.param_groups:
             beta1, beta2 = group["betas"]
             k = group["k"]
