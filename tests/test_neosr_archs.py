@@ -173,14 +173,17 @@ def test_ea2fpn_training_step_matches_neosr() -> None:
     net.train()
     x = io["input0"].clone().requires_grad_(True)
     out = net(x)
-    torch.testing.assert_close(out, io["output0"], **FIXTURE_TOL)
+    # batch statistics of a ResNet-18 in training mode: other CPU kernels move the output by 2.2e-5 of its largest
+    # entry and the gradients by 1.7e-4 of theirs (measured with AVX2 kernels against these AVX-512 fixtures)
+    ref = io["output0"]
+    torch.testing.assert_close(out, ref, rtol=FIXTURE_TOL["rtol"], atol=1e-4 * ref.abs().max().item())
     out.square().mean().backward()
     assert x.grad is not None
     ref = state["grad_input0"]
-    torch.testing.assert_close(x.grad, ref, rtol=GRAD_RTOL, atol=1e-5 * ref.abs().max().item())
+    torch.testing.assert_close(x.grad, ref, rtol=GRAD_RTOL, atol=1e-3 * ref.abs().max().item())
     grads = {k[len("grad."):]: v for k, v in state.items() if k.startswith("grad.")}
     for n, g in grads.items():
-        torch.testing.assert_close(net.get_parameter(n).grad, g, rtol=GRAD_RTOL, atol=1e-5 * g.abs().max().item(),
+        torch.testing.assert_close(net.get_parameter(n).grad, g, rtol=GRAD_RTOL, atol=1e-3 * g.abs().max().item(),
                                    msg=n)
     after = {k[len("after."):]: v for k, v in state.items() if k.startswith("after.")}
     now = net.state_dict()

@@ -44,7 +44,11 @@ VGG16 = _make.vgg16_random(MANIFEST["vgg16_seed"])
 HEAD = _make.dists_head(MANIFEST["head_seed"])
 
 VALUE_RTOL = 1e-5
-GRAD_ATOL_REL = 1e-4  # of the gradient's largest magnitude (plus rtol 1e-4 elementwise)
+# of the gradient's largest magnitude (plus rtol 1e-4 elementwise): within 1e-4 with the kernels the fixtures were
+# made with (AVX-512); AVX2 kernels move VGG's features enough to flip a few ReLUs: 3.4e-4 measured there (chc on the
+# close pair, Patch Loss x4), 7.5e-3 where the loss reads relu layers directly (relu_range_norm)
+GRAD_ATOL_REL = 1e-3
+GRAD_ATOL_REL_CASE = {"relu_range_norm": 2e-2}
 METRIC_RTOL = 1e-6
 
 
@@ -85,7 +89,8 @@ def test_loss_and_gradient_match_neosr(case: str, k: int) -> None:
     if spec["grad"]:
         value.backward()
         want = data[f"{k}.grad"]
-        torch.testing.assert_close(pred.grad, want, rtol=1e-4, atol=GRAD_ATOL_REL * want.abs().max().item())
+        tol = GRAD_ATOL_REL_CASE.get(case, GRAD_ATOL_REL)
+        torch.testing.assert_close(pred.grad, want, rtol=1e-4, atol=tol * want.abs().max().item())
 
 
 def test_clipped_case_clips_some_feature_gaps_but_not_all() -> None:
