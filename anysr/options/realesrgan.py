@@ -191,7 +191,16 @@ REALESRGAN_DATASET_FIELDS: dict[str, Field] = {
                            doc="RealESRGANDataset: images are reflect-padded to at least this size, then a random "
                                "square of this size is cropped and degraded (BasicSR hard-codes 400); a multiple "
                                "of scale."),
+    "random_scale": Field((float, None), default=None, check=Check(lambda v: 0 < v < 1, "a factor in (0, 1)"),
+                          doc="MMRealSRGANDataset: downscale each GT (Lanczos) by a factor uniform in [random_scale, "
+                              "1] first, grown by 0.1 steps while a side is below crop_pad_size (the authors' "
+                              "loop). null: none."),
+    "blur_kernel_diff_lower_bound": Field((float, None), default=None, check=at_least(0), default_doc="0.1",
+                                          doc="MMRealSRGANDataset: the least difference of the small and the large "
+                                              "blur kernel's sigmas (sum of both axes for anisotropic kernels); at "
+                                              "most the width of blur_sigma and blur_sigma2."),
 }
+_ANCHORED_DATASET_KEYS = ("random_scale", "blur_kernel_diff_lower_bound")
 
 
 SYNTHESIS_SOURCE = "synthesis_source"  # the role of a dataset that gives GT images and kernels, no LQ
@@ -250,6 +259,12 @@ def realesrgan_dataset_rule(out: dict[str, Any], path: str, ctx: Context, phase:
     kind = out["type"]
     kinds = list(registered("dataset", kind).kernel_types)
     out.pop("blur_kernel_size", None)  # read and ignored, as BasicSR does
+    anchored = bool(getattr(registered("dataset", kind), "anchored_kernels", False))
+    for key in _ANCHORED_DATASET_KEYS:
+        if not anchored and good(out, key):
+            ctx.add(f"{path}.{key}", f"is read by MMRealSRGANDataset only, not by {kind}; remove it")
+    if anchored and out.get("blur_kernel_diff_lower_bound") is None:
+        out["blur_kernel_diff_lower_bound"] = 0.1
     _fill(out, {**X4PLUS_KERNELS, "kernel_list": kinds, "kernel_list2": kinds})
     if phase != "train":
         ctx.add(f"{path}.type", f"{kind} is a training set (it has GT images only); validate with "
@@ -275,6 +290,11 @@ def realesrgan_dataset_rule(out: dict[str, Any], path: str, ctx: Context, phase:
         _check_range(out, f"blur_sigma{suffix}", path, ctx, low=0, low_open=True)
         _check_range(out, f"betag_range{suffix}", path, ctx, low=0, low_open=True)
         _check_range(out, f"betap_range{suffix}", path, ctx, low=0, low_open=True)
+        bound, sigma = out.get("blur_kernel_diff_lower_bound"), out.get(f"blur_sigma{suffix}")
+        if anchored and isinstance(bound, float) and good(out, f"blur_sigma{suffix}") \
+                and bound > sigma[1] - sigma[0]:
+            ctx.add(f"{path}.blur_kernel_diff_lower_bound", f"{bound} exceeds the width of blur_sigma{suffix} "
+                    f"{sigma}; lower it or widen blur_sigma{suffix}")
     for key in ("kernel_range", "kernel_range2", "final_kernel_range"):
         if good(out, key):
             lo, hi = out[key]

@@ -199,6 +199,10 @@ def _dataset_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None)
         for root_key in ("dataroot_gt", "dataroot_lq"):
             _existing(out, root_key, path, ctx, kind="file or folder")
     _existing(out, "meta_info_file", path, ctx, kind="file")
+    if isinstance(out.get("meta_info_file"), list) and registered("dataset", out.get("type")) is not None \
+            and not getattr(registered("dataset", out.get("type")), "meta_info_lists", False):
+        ctx.add(f"{path}.meta_info_file", f"{out.get('type')} reads one meta_info file; give one path (a list is "
+                "MMRealSRGANDataset's)")
     _existing(out, "component_path", path, ctx, kind="file")
     for root_key in ("dataroot_gt", "dataroot_lq") if io_kind != "shards" else ():
         roots = out.get(root_key) if isinstance(out.get(root_key), list) else [out.get(root_key)]
@@ -726,7 +730,9 @@ DATASET = Section(
                              doc="Low-quality input images; must exist (a list: one per dataroot_gt folder, in "
                                  "the same order). PairedImageDataset needs exactly one of dataroot_lq and "
                                  "lq_from_gt."),
-        "meta_info_file": Field((str, None), default=None, doc="Text file listing the images; must exist."),
+        "meta_info_file": Field((str, ListOf(str, min_len=1), None), default=None,
+                                doc="Text file listing the images; must exist (a list of files: "
+                                    "MMRealSRGANDataset's, read one after the other)."),
         "filename_tmpl": Field(str, default="{}", check=_filename_tmpl, expect="str containing '{}'",
                                doc="LQ file stem from the GT stem, e.g. '{}x4'."),
         "io_backend": Field(IO_BACKEND, default={}, doc="I/O backend."),
