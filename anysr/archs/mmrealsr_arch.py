@@ -12,7 +12,13 @@ estimated blur and asks for little denoising), as the reference's ``forward(x, c
 At x2 and x1 the input is pixel-unshuffled (as ESRGAN's x2 / x1) and the degree estimator reads the unshuffled
 input too: its first convs take that many channels in the reference's layout (the reference passes the raw image
 to them and cannot run at these scales); sides are padded to a multiple of 2 / 4 (reflect) and the output cropped.
-Training here optimises the image losses; the authors' metric-learning losses on the degrees are not part of it.
+
+Training (``MMRealSRNetModel`` / ``MMRealSRGANModel``, :mod:`anysr.models.mmrealsr`) calls ``forward(lq, anchor)``,
+the authors' training network ``MMRRDBNet(x, anchor=...)``: several LQ versions of each GT plus two anchors (the
+clean and the most degraded version) in one batch, the anchors steering the trunk with degrees pinned to 0 and 1;
+the estimated degrees come back for the metric-learning losses. ``freeze_estimator`` is the authors'
+``MMRRDBNet_decouple`` (their GAN stage): the estimator runs without gradients (and its weights do not train).
+The authors' class names are presets: ``MMRRDBNet``, ``MMRRDBNet_test``, ``MMRRDBNet_decouple``.
 """
 
 from __future__ import annotations
@@ -97,13 +103,14 @@ class MMRealSR(nn.Module):
         trunk (64, 23, 32). de_net_type: ``DEResNet`` (the only one). num_degradation: degrees estimated (2).
         degradation_degree_actv: ``sigmoid`` or ``tanh``. num_feats / num_blocks / downscales: the estimator's
         stages. custom_degrees: per degradation a degree in [0, 1] to use instead of the estimate, or None.
+        freeze_estimator: the estimator runs without gradients and does not train (the authors' MMRRDBNet_decouple).
     """
 
     def __init__(self, num_in_ch: int = 3, num_out_ch: int = 3, scale: int = 4, num_feat: int = 64,
                  num_block: int = 23, num_grow_ch: int = 32, de_net_type: str = "DEResNet", num_degradation: int = 2,
                  degradation_degree_actv: str = "sigmoid", num_feats: Sequence[int] = (64, 128, 256, 512),
                  num_blocks: Sequence[int] = (2, 2, 2, 2), downscales: Sequence[int] = (2, 2, 2, 1),
-                 custom_degrees: Sequence[float | None] | None = None) -> None:
+                 custom_degrees: Sequence[float | None] | None = None, freeze_estimator: bool = False) -> None:
         super().__init__()
         if scale not in (1, 2, 4):
             raise ArchArgumentError("scale", f"MMRealSR upscales x4 (x2 / x1 through pixel unshuffle), got {scale!r}")
@@ -139,19 +146,25 @@ class MMRealSR(nn.Module):
         self.de_net = DEResNet(in_ch, num_degradation, degradation_degree_actv, num_feats, num_blocks, downscales)
         self.dd_embed = nn.Sequential(nn.Linear(num_degradation, EMBED_DIM), nn.ReLU(True))
         default_init_weights(self.dd_embed, 0.1)
+        self.freeze_estimator = bool(freeze_estimator)
+        if self.freeze_estimator:
+            self.de_net.requires_grad_(False)
 
-    def forward_with_degrees(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The image and the estimated degrees (b, num_degradation); ``custom_degrees`` replace the estimates
-        that steer the trunk, not the ones returned."""
-        h, w = x.shape[-2:]
-        if self.unshuffle > 1:
-            x = pixel_unshuffle(pad_to_multiple(x, self.unshuffle)[0], self.unshuffle)
-        degrees = self.de_net(x)
-        used = degrees
-        if any(d is not None for d in self.custom_degrees):
-            used = torch.stack([torch.full_like(degrees[:, i], float(d)) if d is not None else degrees[:, i]
-                                for i, d in enumerate(self.custom_degrees)], dim=1)
-        embedding = self.dd_embed(used)
+    def _estimate(self, x: torch.Tensor) -> torch.Tensor:
+        if self.freeze_estimator:
+            with torch.no_grad():
+                return self.de_net(x)
+        return self.de_net(x)
+
+    def _steer(self, degrees: torch.Tensor) -> torch.Tensor:
+        """The degrees that steer the trunk: ``custom_degrees`` where set, else ``degrees``."""
+        if not any(d is not None for d in self.custom_degrees):
+            return degrees
+        return torch.stack([torch.full_like(degrees[:, i], float(d)) if d is not None else degrees[:, i]
+                            for i, d in enumerate(self.custom_degrees)], dim=1)
+
+    def _restore(self, x: torch.Tensor, steer: torch.Tensor, h: int, w: int) -> torch.Tensor:
+        embedding = self.dd_embed(steer)
         feat = self.conv_first(x)
         trunk = feat
         for block, modulate in zip(self.body, self.am_list, strict=True):
@@ -160,9 +173,44 @@ class MMRealSR(nn.Module):
         feat = F.leaky_relu(self.conv_up1(nearest_upsample(feat, 2)), 0.2)
         feat = F.leaky_relu(self.conv_up2(nearest_upsample(feat, 2)), 0.2)
         out = self.conv_last(F.leaky_relu(self.conv_hr(feat), 0.2))
-        return out[..., : h * self.scale, : w * self.scale], degrees
+        return out[..., : h * self.scale, : w * self.scale]
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def _unshuffled(self, x: torch.Tensor) -> torch.Tensor:
+        if self.unshuffle > 1:
+            x = pixel_unshuffle(pad_to_multiple(x, self.unshuffle)[0], self.unshuffle)
+        return x
+
+    def forward_with_degrees(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The image and the estimated degrees (b, num_degradation); ``custom_degrees`` replace the estimates
+        that steer the trunk, not the ones returned."""
+        h, w = x.shape[-2:]
+        x = self._unshuffled(x)
+        degrees = self._estimate(x)
+        return self._restore(x, self._steer(degrees), h, w), degrees
+
+    def forward_anchored(self, lq: torch.Tensor, anchor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The authors' training forward: ``lq`` (b, n, c, h, w), n LQ versions of each GT, and ``anchor``
+        (b, 2, c, h, w), its clean and its most degraded version, run as one batch of b * (n + 2) images in that
+        order. The LQs steer the trunk with their estimated degrees, the anchors with degrees pinned to 0 and 1
+        (``custom_degrees`` still override both). Returns the images (b * (n + 2), c, H, W) and the estimated
+        degrees (b, n + 2, num_degradation), the anchors' included (the anchor losses read them)."""
+        if lq.dim() != 5 or anchor.dim() != 5 or anchor.shape[1] != 2 or lq.shape[0] != anchor.shape[0] \
+                or lq.shape[2:] != anchor.shape[2:]:
+            raise ValueError(f"MMRealSR.forward(lq, anchor): lq (b, n, c, h, w) and anchor (b, 2, c, h, w) of one "
+                             f"size, got {tuple(lq.shape)} and {tuple(anchor.shape)}")
+        b, n = lq.shape[:2]
+        h, w = lq.shape[-2:]
+        x = self._unshuffled(torch.cat([lq, anchor], dim=1).flatten(0, 1))
+        degrees = self._estimate(x).view(b, n + 2, self.num_degradation)
+        pins = torch.tensor([0.0, 1.0], dtype=degrees.dtype, device=degrees.device)
+        pinned = torch.cat([degrees[:, :n], pins.view(1, 2, 1).expand(b, 2, self.num_degradation)], dim=1)
+        return self._restore(x, self._steer(pinned.flatten(0, 1)), h, w), degrees
+
+    def forward(self, x: torch.Tensor, anchor: torch.Tensor | None = None
+                ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """The image; with ``anchor`` (training), :meth:`forward_anchored`'s images and degrees."""
+        if anchor is not None:
+            return self.forward_anchored(x, anchor)
         return self.forward_with_degrees(x)[0]
 
 
@@ -223,4 +271,8 @@ register_recogniser("MMRealSR", _recognise)
 
 
 # The released MMRealSRNet / MMRealSRGAN (x4) are the class's defaults; the file's top-level scale goes to ``scale``.
-register_presets("MMRealSR", scale_arg="scale", source="the MMRealSR authors", presets={"mmrealsr": {}})
+# The authors' class names: MMRRDBNet (training), MMRRDBNet_test (inference: the same network here) and
+# MMRRDBNet_decouple (their GAN stage: the estimator frozen); their option files pass the arguments.
+register_presets("MMRealSR", scale_arg="scale", source="the MMRealSR authors",
+                 presets={"mmrealsr": {}, "MMRRDBNet": {}, "MMRRDBNet_test": {},
+                          "MMRRDBNet_decouple": {"freeze_estimator": True}})

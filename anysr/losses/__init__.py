@@ -40,6 +40,7 @@ from anysr.losses.neosr_basic import (
 from anysr.losses.neosr_perceptual import RawDISTSLoss, VGGPerceptualLoss
 from anysr.losses.perceptual import PerceptualLoss, VGGFeatureExtractor
 from anysr.losses.pixel import CharbonnierLoss, HuberLoss, L1Loss, MSELoss, WeightedTVLoss
+from anysr.losses.ranking import MarginRankingLoss
 from anysr.losses.structure import MSSSIML1Loss, MSSSIMLoss, SSIMLoss
 from anysr.losses.structure_texture import StructureTextureLoss
 from anysr.losses.trainner import HSLuvLoss, MSSIMLoss, PSNRLoss
@@ -62,4 +63,4 @@ __all__ = ["AESOPLoss", "LineDistillerLoss", "PerceptualAnimeLoss", "ADISTSLoss"
            "build_loss", "gradient_penalty_loss", "path_length_penalty", "r1_penalty",
            "relativistic_discriminator_loss", "relativistic_generator_loss", "RawDISTSLoss", "VGGPerceptualLoss",
            "ArtifactWeightedLoss", "CHCLoss", "ConsistencyLoss", "FocalFrequencyLoss", "KLDivergenceLoss",
-           "LabelledGANLoss", "MSSWDLoss", "PaddedMSSSIMLoss", "FrequencyDistributionLoss"]
+           "LabelledGANLoss", "MSSWDLoss", "PaddedMSSSIMLoss", "FrequencyDistributionLoss", "MarginRankingLoss"]
