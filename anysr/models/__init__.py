@@ -9,6 +9,7 @@ from anysr.models.base import BaseModel
 from anysr.models.gan import ESRGANModel, SRGANModel
 from anysr.models.gfpgan import GFPGANModel
 from anysr.models.hifacegan import HiFaceGANModel
+from anysr.models.mmrealsr import MMRealSRGANModel, MMRealSRNetModel
 from anysr.models.realesrgan import RealESRGANModel, RealESRNetModel
 from anysr.models.sr import DATModel, DRCTModel, HATModel, SRModel, SwinIRModel
 from anysr.models.stylegan2 import StyleGAN2Model
@@ -23,5 +24,5 @@ def build_model(opt: Any, accelerator: Accelerator) -> BaseModel:
 
 
 __all__ = ["BaseModel", "DATModel", "DRCTModel", "EDVRModel", "ESRGANModel", "GFPGANModel", "HATModel",
-           "HiFaceGANModel", "RealESRGANModel", "RealESRNetModel", "SRGANModel", "SRModel", "StyleGAN2Model",
+           "HiFaceGANModel", "MMRealSRGANModel", "MMRealSRNetModel", "RealESRGANModel", "RealESRNetModel", "SRGANModel", "SRModel", "StyleGAN2Model",
            "SwinIRModel", "VideoBaseModel", "VideoRecurrentGANModel", "VideoRecurrentModel", "build_model"]

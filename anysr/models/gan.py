@@ -139,6 +139,11 @@ class SRGANModel(SRModel):
         fake_pred = self.bare("net_d")(self.discriminator_view(output))
         return {self.gan_name: self.generator_adv_loss(fake_pred, batch["gt"])}
 
+    def judged_output(self, batch: dict[str, Any]) -> torch.Tensor:
+        """The generator's output on ``batch`` without gradients, for a discriminator-only iteration."""
+        with torch.no_grad(), self.acc.precision.autocast():
+            return self.training_output(self.forward_g(batch["lq"]))
+
     # ---------------------------------------------------------------- the step
     def train_step(self, batches: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
         """Generator step (when due) then discriminator step, over ``len(batches)`` micro-batches.
@@ -175,10 +180,7 @@ class SRGANModel(SRModel):
             backward()
             self.generator_step(opt_g, lambda: backward(False))
         else:
-            with torch.no_grad():
-                for batch in batches:
-                    with self.acc.precision.autocast():
-                        outputs.append(self.training_output(self.forward_g(batch["lq"])))
+            outputs.extend(self.judged_output(batch) for batch in batches)
             zero = torch.zeros((), device=self.acc.device)
             totals.update({name: zero for name in [*self.loss_names(), self.gan_name]})
 

@@ -49,6 +49,7 @@ from anysr.options.fields import (
     validate_field,
     validate_section,
 )
+from anysr.options.mmrealsr import MMREALSR_FIELDS, mmrealsr_rule
 from anysr.options.neosr import NEOSR_NOTE
 from anysr.options.realesrgan import (
     REALESRGAN_DATASET_FIELDS,
@@ -683,6 +684,7 @@ def _top_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> 
         ctx.add("train", "required when training (at least total_iter, optim_g and a loss such as pixel_opt)")
     _plateau_rule(out, ctx)
     realesrgan_rule(out, ctx)
+    mmrealsr_rule(out, ctx)
     _face_rule(out, ctx)
     check_loss_roles(out, ctx)
     _training_step_rule(out, ctx)
@@ -972,6 +974,32 @@ GFPGAN_TRAIN_FIELDS = {
                                  "unless given)."),
 }
 
+RANKING_LOSS = Section(
+    {"type": Field(str, required=True, expect="a registered ranking loss (MarginRankingLoss)",
+                   doc="Loss class in LOSS_REGISTRY, role ranking (MarginRankingLoss).")},
+    extra=True,
+    rule=_loss_rule("ranking"),
+    doc="A ranking loss on estimated degrees: `type` and its arguments (loss_weight, margin, reduction).",
+)
+
+MMREALSR_TRAIN_FIELDS = {
+    "rank_opt": Field((RANKING_LOSS, None), default=None,
+                      doc="MMRealSRNetModel / MMRealSRGANModel: the noise ranking loss (the noisier LQ version's "
+                          "estimated noise degree above the other's by the margin)."),
+    "rank_opt_b": Field((RANKING_LOSS, None), default=None, default_doc="train.rank_opt's settings",
+                        doc="MMRealSRNetModel / MMRealSRGANModel: the blur ranking loss."),
+    "rank_opt_anchor": Field((Section({"loss_weight": Field(float, required=True, check=at_least(0),
+                                                            doc="Weight of the anchor loss.")}), None),
+                             default=None,
+                             doc="MMRealSRNetModel / MMRealSRGANModel: the anchor loss, the squared distance of "
+                                 "the clean anchor's estimated degrees from 0 and the most degraded one's from 1 "
+                                 "(needed with rank_opt)."),
+    "constraint_opt": Field((PIXEL_LOSS, None), default=None,
+                            doc="MMRealSRNetModel / MMRealSRGANModel: the authors' optional constraint loss (e.g. "
+                                "MSELoss) between the degrees of LQ versions that differ in the other degradation "
+                                "only."),
+}
+
 LOSS_ENTRY = Section(
     {
         "type": Field(str, required=True, expect="a registered loss (any case: l1loss is L1Loss)",
@@ -1102,6 +1130,7 @@ TRAIN = Section(
                                   "0.25))); linear, min(it / eco_iters, 1)."),
         **STYLEGAN2_TRAIN_FIELDS,
         **GFPGAN_TRAIN_FIELDS,
+        **MMREALSR_TRAIN_FIELDS,
         **VIDEO_TRAIN_FIELDS,
         **AUGMENT_TRAIN_FIELDS,
         **TRAINNER_TRAIN_FIELDS,
@@ -1245,6 +1274,7 @@ OPTIONS = Section(
         "logger": Field(LOGGER, default={}, doc="Logging and checkpoint frequency."),
         "dist_params": Field(DIST_PARAMS, default={}, doc="Distributed settings."),
         **REALESRGAN_FIELDS,
+        **MMREALSR_FIELDS,
         **TRAINNER_TOP_FIELDS,
         "network_recognised": Field((str, None), default=None,
                                     doc="Set by the loader for `network_g.type: auto`: the network read from "
