@@ -306,6 +306,8 @@ def test_the_authors_dataset_block_validates_and_builds(tmp_path: Path, gt_dir: 
     for k in ANCHOR_KERNELS:
         assert a[k].shape == (21, 21) and abs(float(a[k].sum()) - 1) < 1e-5
     assert set(ds.kernel_params(5)) == set(ANCHOR_KERNELS)
+    # random_scale: a float Lanczos GT, said to be wider than 8 bits (the pool keeps it as float32)
+    assert a["bits"] == 16 and not torch.equal((a["gt"] * 255).round() / 255, a["gt"])
     # the loader variant: fixed shapes, the same as the synthesis called on the plain item
     st = _settings()
     synth = AnchoredLoaderSynthesis(st)
@@ -333,6 +335,19 @@ def test_dataset_option_errors(tmp_path: Path, gt_dir: Path) -> None:
     assert "meta_info_file" in problem(plain)
     plain["meta_info"] = str(gt_dir / "meta1.txt")
     assert "random_scale" in problem({**plain, "random_scale": 0.5})
+
+
+def test_random_rescale_follows_the_authors_loop() -> None:
+    from anysr.data.mmrealsr_dataset import random_rescale
+
+    img = np.full((300, 500, 3), 128, np.uint8)
+    for seed in range(5):
+        f = float(np.random.default_rng(seed).uniform(0.5, 1.0))
+        while (300 * f < 400 or 500 * f < 400) and f < 1:  # the authors' loop: it can end above 1
+            f += 0.1
+        out = random_rescale(img, 0.5, 400, np.random.default_rng(seed))
+        assert out.dtype == np.float32 and out.shape == (int(300 * f), int(500 * f), 3) and f >= 1
+        assert np.allclose(out, 128 / 255, atol=1e-5)
 
 
 def test_settings_from_options() -> None:

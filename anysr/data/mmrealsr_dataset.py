@@ -8,7 +8,9 @@ loop), before the flips; ``meta_info`` may be a list of files; and the kernels o
 least ``blur_kernel_diff_lower_bound`` apart, and the final sinc). Every draw comes from the sample's seed.
 Items: ``{'gt', 'kernel1_small', ..., 'sinc_kernel', 'gt_path', 'seed', 'bits'}``; with an
 :class:`~anysr.data.degradation.mmrealsr.AnchoredLoaderSynthesis` attached (``degrade_in: loader``):
-``{'lq', 'anchor', 'gt', 'gt_path', 'seed', 'bits'}``.
+``{'lq', 'anchor', 'gt', 'gt_path', 'seed', 'bits'}``. With ``random_scale`` the GT is the float Lanczos result, as
+the authors' (not rounded, overshoot kept), and ``bits`` says 16: more than 8-bit levels, which the training-pair
+pool and ``anysr prepare degrade`` then keep.
 """
 
 from __future__ import annotations
@@ -100,6 +102,7 @@ class MMRealSRGANDataset(RealESRGANDataset):
         if self.random_scale is not None:
             img = random_rescale(img, self.random_scale, self.crop_pad_size,
                                  np.random.default_rng([seed, _TAG_SCALE]))
+            bits = 16  # float Lanczos output: no longer 8-bit levels (the pool then keeps the GT as float32)
         rng = np.random.default_rng([seed, _TAG_IMAGE])
         img = augment(img, self.use_hflip, self.use_rot, rng)
         img = pad_or_crop(img, self.crop_pad_size, rng)
