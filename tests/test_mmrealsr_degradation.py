@@ -185,6 +185,27 @@ def test_synthesis_equals_the_authors_feed_data() -> None:
             assert torch.equal(out["gt"], gt[..., t: t + 64, lft: lft + 64])
 
 
+def test_noise_levels_and_jpeg_qualities_equal_the_authors_for_their_uniforms() -> None:
+    """anysr's levels from the uniforms the authors' functions drew equal the levels they used (float32 there)."""
+    st = _settings()
+    noise = json.loads((FIX / "noise.json").read_text())
+    for case in noise["cases"]:
+        u = tuple((a, b, c, 0.0, 0.0) for a, b, c in zip(case["u_diff"], case["u_level"], case["u_gray"]))
+        small, large, top = AnchoredDraws(u, u, (0,) * len(u)).levels(1, case["kind"] == "gaussian", case["diff"],
+                                                                      st)
+        ref = case["levels"]  # origin, blur, noise (large), max
+        assert np.allclose(small, ref[0], rtol=1e-6, atol=1e-6) and ref[0] == ref[1], case
+        assert np.allclose(large, ref[2], rtol=1e-6, atol=1e-6) and np.allclose(top, ref[3]), case
+    for call in json.loads((FIX / "pipeline.json").read_text())["calls"]:
+        d1, l1, d2, l2 = call["jpeg_uniforms"]
+        draws = AnchoredDraws(tuple((0.0, 0.0, 0.0, a, b) for a, b in zip(d1, l1)),
+                              tuple((0.0, 0.0, 0.0, a, b) for a, b in zip(d2, l2)), (0, 0))
+        for stage, q in ((1, call["jpeg"][:4]), (2, call["jpeg"][4:])):
+            small, large, lowest = draws.qualities(stage, st)
+            assert np.allclose(small, q[0], rtol=1e-6) and q[1] == q[0] and np.allclose(large, q[3], rtol=1e-6)
+            assert q[2] == [lowest] * 2, q
+
+
 def test_per_sample_levels_follow_the_authors_formulas() -> None:
     st = _settings()
     draws = draw_anchored_samples(range(400), st)
