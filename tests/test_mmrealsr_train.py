@@ -219,3 +219,16 @@ def test_released_file_trains_and_resumes_exactly(root: Path, small_train_dir: P
     run_cli("infer", "-i", str(sorted(small_train_dir.glob("*.png"))[0]), "-o", str(out), "--weights",
             str(exp_a / "models" / "net_g_4.safetensors"), cwd=root)
     assert len(list(out.iterdir())) == 1
+
+
+def test_two_gloo_ranks_match_one_process(root: Path, small_train_dir: Path) -> None:
+    """The Net file with a global batch of 2 and 2 pool rows: one process, or two ranks of 1 with half the pool
+    each (per-sample draws from the samples' seeds, the batch's from the iteration): the same weights."""
+    common = ["train.total_iter=3", "logger.print_freq=3", "logger.save_checkpoint_freq=3"]
+    one = _train(root, small_train_dir, NET_FILE, "ranks_1", *common)
+    two = _train(root, small_train_dir, NET_FILE, "ranks_2", *common, "num_gpu=2",
+                 "datasets.train.batch_size_per_gpu=1", "queue_size=2")
+    assert json.loads((two / "summary.json").read_text())["accelerator"]["world_size"] == 2
+    a, b = (load_file(str(exp / "models" / "net_g_3.safetensors")) for exp in (one, two))
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=k)
