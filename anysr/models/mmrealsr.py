@@ -97,7 +97,7 @@ class _Anchored(_Synthesis):
         if self.degrade_in != "loader":
             return
         attach = getattr(dataset, "attach_synthesis", None)
-        if attach is None or not getattr(dataset, "anchored", False):
+        if attach is None or not getattr(dataset, "anchored_kernels", False):
             raise OptionError(f"degrade_in: loader: {type(self).__name__} synthesises from MMRealSRGANDataset, got "
                               f"{type(dataset).__name__}")
         attach(AnchoredLoaderSynthesis(self.anchored_settings))
