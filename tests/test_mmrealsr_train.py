@@ -157,6 +157,10 @@ def test_released_files_validate_as_they_are(root: Path, small_train_dir: Path) 
         assert dict(opt.train.rank_opt_b) == {"type": "MarginRankingLoss", "loss_weight": 0.01, "margin": 0.05,
                                               "reduction": "mean"}
         assert opt.jpeg_diff_range == [5.0, 60.0] and opt.gaussian_noise_diff_range == [1.0, 21.0]
+        # the start-up line: "network presets expanded: network_g.type MMRRDBNet (the MMRealSR authors' name) -> ..."
+        assert opt.mapped_keys_from == "presets"
+        assert opt.mapped_keys[0].startswith(f"network_g.type {raw['network_g']['type']} (the MMRealSR authors' name) "
+                                             "-> MMRealSR(")
 
 
 @pytest.mark.parametrize(("over", "pattern"), [

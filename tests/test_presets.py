@@ -51,7 +51,10 @@ def test_every_preset_is_checked_against_the_reference() -> None:
     assert trainner <= set(FIXTURE), trainner - set(FIXTURE)
     others = {p.name: p.source for p in ARCH_PRESETS.values() if p.source != "traiNNer-redux"}
     assert set(others) == {"edsr_m", "edsr_l", "ecbsr_m4c8", "ecbsr_m4c16", "ecbsr_m10c32", "ecbsr_m16c64", "ipt",
-                           "mmrealsr", "hifacegan", "docres_discriminator", "ninasr_b0", "ninasr_b2",
+                           "mmrealsr", "hifacegan",
+                           # the MMRealSR authors' class names: tests/test_mmrealsr_train.py
+                           "MMRRDBNet", "MMRRDBNet_test", "MMRRDBNet_decouple",
+                           "docres_discriminator", "ninasr_b0", "ninasr_b2",
                            "plainusr_ultra", "plainusr_large",  # neosr's: tests/test_archs_neosr_cnn.py
                            # neosr's: tests/test_archs_neosr_transformer.py
                            "hma_medium", "hma_large", "grformer_medium", "grformer_large",

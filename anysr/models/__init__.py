@@ -24,5 +24,6 @@ def build_model(opt: Any, accelerator: Accelerator) -> BaseModel:
 
 
 __all__ = ["BaseModel", "DATModel", "DRCTModel", "EDVRModel", "ESRGANModel", "GFPGANModel", "HATModel",
-           "HiFaceGANModel", "MMRealSRGANModel", "MMRealSRNetModel", "RealESRGANModel", "RealESRNetModel", "SRGANModel", "SRModel", "StyleGAN2Model",
-           "SwinIRModel", "VideoBaseModel", "VideoRecurrentGANModel", "VideoRecurrentModel", "build_model"]
+           "HiFaceGANModel", "MMRealSRGANModel", "MMRealSRNetModel", "RealESRGANModel", "RealESRNetModel",
+           "SRGANModel", "SRModel", "StyleGAN2Model", "SwinIRModel", "VideoBaseModel", "VideoRecurrentGANModel",
+           "VideoRecurrentModel", "build_model"]

@@ -318,7 +318,9 @@ def expand_network_presets(opt: dict[str, Any], ctx: Context) -> list[str]:
             ctx.add("", str(e))
             continue
         args = ", ".join(f"{k}={v!r}" for k, v in opt[key].items() if k != "type")
-        notes.append(f"{key}.type {section['type']} -> {preset.arch}({args})")
+        whose = "" if preset.source == "traiNNer-redux" else f" ({preset.source}' name)" \
+            if preset.source.endswith("s") else f" ({preset.source}'s name)"
+        notes.append(f"{key}.type {section['type']}{whose} -> {preset.arch}({args})")
     return notes
 
 
@@ -1279,8 +1281,9 @@ OPTIONS = Section(
         "network_recognised": Field((str, None), default=None,
                                     doc="Set by the loader for `network_g.type: auto`: the network read from "
                                         "`path.pretrain_network_g` and its inferred arguments (logged at start)."),
-        "mapped_keys_from": Field(str, default="traiNNer-redux", choices=("traiNNer-redux", "neosr"),
-                                  doc="Set by the loader: whose dialect mapped_keys speaks of (a .toml file: neosr)."),
+        "mapped_keys_from": Field(str, default="traiNNer-redux", choices=("traiNNer-redux", "neosr", "presets"),
+                                  doc="Set by the loader: whose dialect mapped_keys speaks of (a .toml file: neosr; "
+                                      "presets: only network names were expanded)."),
         "mapped_keys": Field(ListOf(str), default=[],
                              doc="Set by the loader: what the file's traiNNer-redux or neosr keys became in anysr's "
                                  "(logged in one line when training starts; see docs/trainner.md, docs/neosr.md)."),
@@ -1315,8 +1318,10 @@ def validate(opt: dict[str, Any], *, is_train: bool, root: Path,
     given = opt.pop("mapped_keys", None)  # the loader's notes (neosr's TOML dialect), logged with ours
     notes = [n for n in given if isinstance(n, str)] if isinstance(given, list) else []
     neosr = bool(notes) and notes[0] == NEOSR_NOTE
-    notes = notes[neosr:] + expand_network_presets(opt, ctx) + map_trainner(opt, ctx)
+    presets = expand_network_presets(opt, ctx)
+    trainner = map_trainner(opt, ctx)
+    notes = notes[neosr:] + presets + trainner
     result = validate_section(OPTIONS, opt, "", ctx)
     result["mapped_keys"] = notes
-    result["mapped_keys_from"] = "neosr" if neosr else "traiNNer-redux"
+    result["mapped_keys_from"] = "neosr" if neosr else "traiNNer-redux" if trainner or not presets else "presets"
     return result, ctx.problems

@@ -351,7 +351,9 @@ class Trainer:
         if self.opt.network_recognised:
             self.log.info("network_g.type auto: %s", self.opt.network_recognised)
         if self.opt.mapped_keys:
-            self.log.info("%s keys mapped: %s", self.opt.mapped_keys_from, "; ".join(self.opt.mapped_keys))
+            what = "network presets expanded" if self.opt.mapped_keys_from == "presets" else \
+                f"{self.opt.mapped_keys_from} keys mapped"
+            self.log.info("%s: %s", what, "; ".join(self.opt.mapped_keys))
         self.model.setup()
 
         start_iter = 0
