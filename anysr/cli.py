@@ -653,8 +653,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "NNNN_lq.png / NNNN_gt.png and degrade.json (index, seed, iteration and source of each pair). "
                         "RealESRNetModel / RealESRGANModel with high_order_degradation: true synthesise them (the same "
                         "degradations, crop and pair pool; on the CPU), with the three blur kernels of each pair as "
-                        "images and every draw in degrade.json; video datasets write a few frames of each clip "
-                        "(NNNN_lq_fTT.png).")
+                        "images and every draw in degrade.json; MMRealSRNetModel / MMRealSRGANModel write the five "
+                        "versions of each pair (NNNN_lq_origin/_lq_blur/_lq_noise/_anchor_clean/_anchor_degraded.png) "
+                        "and its seven kernels; video datasets write a few frames of each clip (NNNN_lq_fTT.png).")
     _add_opt_args(q, launcher=False)
     q.add_argument("--out", required=True, help="output folder (new or empty)")
     q.add_argument("-n", type=int, default=16, help="pairs to write")

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import cv2
 import numpy as np
 import pytest
 import torch
@@ -23,9 +24,11 @@ from test_gan import fake_vgg19_state_dict
 
 from anysr.accelerators import create_accelerator, resolve_plan
 from anysr.archs import build_network
+from anysr.cli import main
+from anysr.data.transforms import tensor2img
 from anysr.engine import checkpoint as ckpt
 from anysr.errors import OptionError
-from anysr.models import build_model
+from anysr.models import MMRealSRNetModel, build_model
 from anysr.options import load_options
 
 FIXTURES = ROOT / "tests" / "fixtures" / "mmrealsr_train"
@@ -240,3 +243,35 @@ def test_two_gloo_ranks_match_one_process(root: Path, small_train_dir: Path) -> 
     a, b = (load_file(str(exp / "models" / "net_g_3.safetensors")) for exp in (one, two))
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=k)
+
+
+def test_prepare_degrade_shows_what_the_step_trains_on(root: Path, small_train_dir: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """`anysr prepare degrade` on the Net file writes the five versions and the GT each step trained on, pool
+    included, and the seven kernels."""
+    seen: list[list[np.ndarray]] = []
+    original = MMRealSRNetModel.anchored_targets
+
+    def record(self: Any, parts: dict[str, torch.Tensor]) -> dict[str, Any]:
+        for j in range(parts["lq"].shape[0]):
+            versions = torch.cat([parts["lq"][j], parts["anchor"][j]])
+            seen.append([tensor2img(v) for v in versions] + [tensor2img(parts["gt"][j])])
+        return original(self, parts)
+
+    monkeypatch.setattr(MMRealSRNetModel, "anchored_targets", record)
+    work = root / "shown"
+    work.mkdir()
+    args = ["-opt", str(NET_FILE), "--force_yml", *_args(root, small_train_dir, NET_FILE), f"path.root={work}",
+            "gt_usm=false"]
+    assert main(["train", *args, "train.total_iter=3", "logger.save_checkpoint_freq=3"]) == 0
+    assert len(seen) == 6
+    proc = run_cli("prepare", "degrade", *args, "--out", str(work / "pairs"), "-n", "6", cwd=work)
+    assert "wrote 6 LQ/GT pair(s)" in proc.stdout
+    out = work / "pairs"
+    names = ["lq_origin", "lq_blur", "lq_noise", "anchor_clean", "anchor_degraded", "gt"]
+    for j, images in enumerate(seen):  # pairs 4, 5 come out of the full pool
+        for name, img in zip(names, images):
+            assert np.array_equal(cv2.imread(str(out / f"{j:04d}_{name}.png")), img), (j, name)
+        assert cv2.imread(str(out / f"{j:04d}_kernel1_max.png"), cv2.IMREAD_GRAYSCALE).max() == 255
+    meta = json.loads((out / "degrade.json").read_text())
+    assert meta["versions"] == names[:-1] and meta["pairs"][0]["batch_draws"]["updown1"] in ("up", "down", "keep")

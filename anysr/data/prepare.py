@@ -31,6 +31,12 @@ from anysr.atomic import atomic_write_bytes, atomic_write_json
 from anysr.data import shards
 from anysr.data.batch_augment import BatchAugment
 from anysr.data.degradation.kernels import make_kernel
+from anysr.data.degradation.mmrealsr import (
+    ANCHOR_KERNELS,
+    AnchoredLoaderSynthesis,
+    AnchoredSettings,
+    synthesise_anchored,
+)
 from anysr.data.degradation.realesrgan import (
     LoaderSynthesis,
     SynthesisSettings,
@@ -592,6 +598,8 @@ def degrade_samples(opt: Any, out_dir: PathLike, n: int, *, where: str | None = 
         raise OptionError(f"--degrade-in: expected auto, step or loader, got {where!r}")
     out = Path(out_dir)
     _empty_output(out, "anysr prepare degrade")
+    if getattr(model, "anchored", False):
+        return _anchored_samples(opt, key, out, n, where, model.__name__, progress)
 
     dataset = build_dataset(dopt, f"datasets.{key}")
     settings = SynthesisSettings.from_options(opt)
@@ -670,6 +678,89 @@ def degrade_samples(opt: Any, out_dir: PathLike, n: int, *, where: str | None = 
     bar.close()
     meta = {"options": str(opt.name), "model_type": str(opt.model_type), "degrade_in": where, "scale": settings.scale,
             "gt_size": settings.gt_size, "queue_size": int(opt.queue_size), "manual_seed": seed, "pairs": shown}
+    written.append(atomic_write_json(out / "degrade.json", meta))
+    return DegradeReport(out, count, where, written)
+
+
+_VERSIONS = ("lq_origin", "lq_blur", "lq_noise", "anchor_clean", "anchor_degraded")
+
+
+def _anchored_samples(opt: Any, key: str, out: Path, n: int, where: str, model: str,
+                      progress: bool) -> DegradeReport:
+    """:func:`degrade_samples` for MMRealSR's models: per pair the five versions the step restores
+    (``NNNN_lq_origin.png``, ``_lq_blur``, ``_lq_noise``, ``_anchor_clean``, ``_anchor_degraded``), the GT the
+    losses compare with (``NNNN_gt.png``), the seven kernels (``NNNN_<kernel>.png``) and ``degrade.json`` (each
+    pair's source, seed, iteration and its batch's draws)."""
+    dopt = opt.datasets[key]
+    dataset = build_dataset(dopt, f"datasets.{key}")
+    keep_sharpened = model == "MMRealSRNetModel" and bool(opt.gt_usm)
+    settings = AnchoredSettings.from_options(opt, anchor_usm=keep_sharpened)
+    usm, jpeger = USMSharp(), DiffJPEG(differentiable=False)
+    loader_synth = AnchoredLoaderSynthesis(settings)
+    batch = int(dopt.batch_size_per_gpu)
+    accumulate = int(opt.train.accumulate) if opt.train is not None else 1
+    seed = int(opt.manual_seed)
+    sampler = TrainSampler(len(dataset), batch_size=batch, seed=seed,  # type: ignore[arg-type]
+                           enlarge_ratio=int(dopt.dataset_enlarge_ratio), shuffle=bool(dopt.use_shuffle),
+                           name=f"datasets.{key}")
+    pool = TrainingPairPool(int(opt.queue_size), {"lq": True, "anchor": True, "gt": not keep_sharpened,
+                                                  "id": False}) if int(opt.queue_size) > 0 else None
+    records: list[dict[str, Any]] = []
+    shown: list[dict[str, Any]] = []
+    written: list[Path] = []
+    stream, position, count, epoch = iter(sampler), 0, 0, 0
+    bar = tqdm(total=n, desc="prepare degrade", unit="pair", disable=not progress, leave=False)
+    while count < n:
+        items = []
+        while len(items) < batch:
+            try:
+                items.append(next(stream))
+            except StopIteration:
+                epoch += 1
+                sampler.set_epoch(epoch)
+                stream = iter(sampler)
+        it, micro = position // accumulate + 1, position % accumulate
+        raw = [dataset[(i, s)] for i, s in items]
+        if where == "step":
+            b = collate(raw)
+            res = synthesise_anchored(b["gt"], {k: b[k] for k in ANCHOR_KERNELS}, settings=settings,
+                                      rng=step_rng(seed, it, micro), seeds=[s for _, s in items],
+                                      gens=[torch.Generator() for _ in items], usm=usm, jpeger=jpeger)
+            parts = {k: res[k] for k in ("lq", "anchor", "gt")}
+            choices = [res["choices"].as_dict()] * len(items)
+        else:
+            outs = [loader_synth(r["gt"], {k: r[k] for k in ANCHOR_KERNELS}, s) for r, (_, s) in zip(raw, items)]
+            parts = {k: torch.stack([o[k] for o in outs]) for k in ("lq", "anchor", "gt")}
+            choices = [o["choices"].as_dict() for o in outs]
+        base = len(records)
+        for j, ((_, s), r) in enumerate(zip(items, raw)):
+            records.append({"source": r["gt_path"], "bits": int(r.get("bits", 8)), "sample_seed": s,
+                            "iteration": it, "micro_batch": micro, "batch_position": j, "batch_draws": choices[j]})
+        parts["id"] = torch.arange(base, base + len(items), dtype=torch.float64)
+        if pool is not None:
+            parts = pool.swap(parts, pool_rng(seed, it, micro), offset=0, global_batch=len(items),
+                              to_device=lambda t: t, wide=wide_keys({"bits": [r.get("bits", 8) for r in raw]}))
+        for j in range(len(items)):
+            if count >= n:
+                break
+            rid = int(parts["id"][j])
+            stem = f"{count:04d}"
+            versions = torch.cat([parts["lq"][j], parts["anchor"][j]])
+            for name, img in zip(_VERSIONS, versions):
+                written.append(write_image(out / f"{stem}_{name}.png", _to_bgr8(img)))
+            written.append(write_image(out / f"{stem}_gt.png", tensor2img(parts["gt"][j],
+                                                                          bits=int(records[rid]["bits"]))))
+            params = dataset.kernel_params(records[rid]["sample_seed"])  # type: ignore[attr-defined]
+            for name in ANCHOR_KERNELS:
+                written.append(write_image(out / f"{stem}_{name}.png", _kernel_image(make_kernel(params[name]))))
+            shown.append({"pair": stem, **records[rid]})
+            count += 1
+            bar.update(1)
+        position += 1
+    bar.close()
+    meta = {"options": str(opt.name), "model_type": model, "degrade_in": where, "scale": settings.base.scale,
+            "gt_size": settings.base.gt_size, "queue_size": int(opt.queue_size), "manual_seed": seed,
+            "versions": list(_VERSIONS), "pairs": shown}
     written.append(atomic_write_json(out / "degrade.json", meta))
     return DegradeReport(out, count, where, written)
 
