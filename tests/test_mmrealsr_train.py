@@ -275,3 +275,12 @@ def test_prepare_degrade_shows_what_the_step_trains_on(root: Path, small_train_d
         assert cv2.imread(str(out / f"{j:04d}_kernel1_max.png"), cv2.IMREAD_GRAYSCALE).max() == 255
     meta = json.loads((out / "degrade.json").read_text())
     assert meta["versions"] == names[:-1] and meta["pairs"][0]["batch_draws"]["updown1"] in ("up", "down", "keep")
+
+
+def test_bench_times_the_anchored_step(root: Path, small_train_dir: Path) -> None:
+    """`anysr bench` builds the five versions from its synthetic batch (it raised "an LQ but no anchor")."""
+    out = root / "bench.json"
+    run_cli("bench", "-opt", str(NET_FILE), "--iters", "2", "--warmup", "1", "--infer-size", "16", "--json", str(out),
+            "--force_yml", *_args(root, small_train_dir, NET_FILE), cwd=root)
+    train = json.loads(out.read_text())["train"]
+    assert train["batch_size"] == 2 and train["images_per_s"] > 0

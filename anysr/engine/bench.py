@@ -145,7 +145,8 @@ def bench_worker(acc: Accelerator, opt: dict[str, Any], iters: int, warmup: int,
     gen = torch.Generator().manual_seed(0)
     lq = torch.rand(batch, in_ch, lq_size, lq_size, generator=gen)
     gt = torch.rand(batch, *out_shape[1:], generator=gen)
-    micro = [acc.to_device({"lq": lq, "gt": gt}) for _ in range(accumulate)]
+    made, per_sample = model.bench_batch(lq, gt)
+    micro = [acc.to_device(made) for _ in range(accumulate)]
 
     times, losses = time_steps(lambda: model.train_step(micro), acc, iters, warmup)
     total = sum(losses.values()) if losses else torch.zeros(())
@@ -154,7 +155,7 @@ def bench_worker(acc: Accelerator, opt: dict[str, Any], iters: int, warmup: int,
         raise TrainingError(f"the training loss became {loss} on random data; lower "
                             "train.optim_g.lr or use train.precision: fp32")
     t = _summary(times)
-    images = batch * accumulate
+    images = batch * accumulate * per_sample
     step_flops = 3 * fwd_flops * images
     train = {
         "batch_size": batch, "accumulate": accumulate, "gt_size": gt_size, "lq_size": lq_size,

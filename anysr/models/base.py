@@ -104,6 +104,11 @@ class BaseModel(ABC):
         """The shape of a batch of ``size`` x ``size`` inputs (video models add the frames), for timing runs."""
         return (batch, channels, size, size)
 
+    def bench_batch(self, lq: torch.Tensor, gt: torch.Tensor) -> tuple[dict[str, Any], int]:
+        """A training micro-batch made of the synthetic ``lq`` / ``gt`` batch (``anysr bench``), and how many
+        network inputs it holds per sample (MMRealSR's models restore five versions of each)."""
+        return {"lq": lq, "gt": gt}, 1
+
     @abstractmethod
     def setup(self) -> None:
         """Place the networks on the device and build losses, EMA and optimisers (after ``weight_needs``)."""

@@ -140,6 +140,11 @@ class _Anchored(_Synthesis):
         """The batch the losses read: the versions, and the GT once per output (``gt``, b * 5 images)."""
         return {"lq": parts["lq"], "anchor": parts["anchor"], "gt": parts["gt"].repeat_interleave(VERSIONS, dim=0)}
 
+    def bench_batch(self, lq: torch.Tensor, gt: torch.Tensor) -> tuple[dict[str, Any], int]:
+        """``anysr bench``: the synthetic LQ as all five versions (as the loader workers hand them over)."""
+        return {"lq": lq[:, None].repeat(1, VERSIONS - 2, 1, 1, 1), "anchor": lq[:, None].repeat(1, 2, 1, 1, 1),
+                "gt": gt}, VERSIONS
+
     # ---------------------------------------------------------------- forward and losses
     def anchored_forward(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         """The outputs (b * 5 images, float32, in the versions' order) and the estimated degrees (b, 5, 2)."""
