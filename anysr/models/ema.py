@@ -9,6 +9,16 @@ import torch
 from torch import nn
 
 
+def device_scalar(value: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``value`` as a 0-dim tensor that is data on ``device``, its own graph input on XLA whatever its value.
+
+    Uploaded as one element and viewed as a scalar: torch_xla merges 0-dim uploads of equal value into one graph
+    input, so a per-step scalar (an EMA warm-up weight of 0.5, say) that happened to equal another scalar of the
+    step made that step's graph one input short: a graph of its own, compiled mid-run.
+    """
+    return torch.tensor([value], dtype=dtype).to(device).reshape(())
+
+
 class EMA:
     """Keeps ``ema = d * ema + (1 - d) * param`` on the same device; buffers are copied.
 
@@ -62,15 +72,16 @@ class EMA:
         """``start += weight * (end - start)`` in place, the weight a 0-dim tensor on the parameters' device.
 
         A copy is a lerp by 1 (``end - (end - start) * 0``: exactly ``end``): on XLA ``copy_`` would alias the
-        trained weights' buffers, which the next optimizer step gives away. A tensor weight is data to every
-        backend: XLA's graph builder bakes a Python number of 0 or +-1 in as a constant and sends any other as data,
-        so Python-float weights made a warm-up's weight of 1 (or a switch) compile a graph of its own.
+        trained weights' buffers, which the next optimizer step gives away. The weight is data to every backend
+        (:func:`device_scalar`): XLA's graph builder bakes a Python number of 0 or +-1 in as a constant and sends
+        any other as data, so Python-float weights made a warm-up's weight of 1 (or a switch) compile a graph of its
+        own.
         """
         by_kind: dict[tuple[torch.device, torch.dtype], list[int]] = {}
         for i, t in enumerate(start):
             by_kind.setdefault((t.device, t.dtype), []).append(i)
         for (device, dtype), idx in by_kind.items():
-            w = torch.tensor(weight, dtype=torch.promote_types(dtype, torch.float32), device=device)  # as ATen's opmath
+            w = device_scalar(weight, torch.promote_types(dtype, torch.float32), device)  # as ATen's opmath
             torch._foreach_lerp_([start[i] for i in idx], [end[i] for i in idx], [w] * len(idx))
 
     def state_dict(self) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from anysr.data.batch_augment import MIXING, BatchAugment
 from anysr.errors import OptionError
 from anysr.losses.downscaled import bicubic_shrink
 from anysr.models.base import BaseModel, WeightNeed
+from anysr.models.ema import device_scalar
 from anysr.models.loss_set import (
     DISCRIMINATOR_ROLES,
     LossSpec,
@@ -139,7 +140,7 @@ class SRModel(BaseModel):
             with self.acc.precision.autocast():
                 sr = self.forward_g(lq)
             sr = sr.float()
-            w = torch.tensor(weight, dtype=torch.float32).to(sr.device)  # device data: one graph for every weight
+            w = device_scalar(weight, torch.float32, sr.device)  # device data: one graph for every weight
             out = dict(batch)
             for key in gt_keys:
                 if key in batch:

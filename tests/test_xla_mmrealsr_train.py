@@ -1,0 +1,94 @@
+"""MMRealSR's own option files training on XLA:CPU (run in the XLA venv: PJRT_DEVICE=CPU python -m pytest -m xla
+tests/test_xla_mmrealsr_train.py).
+
+``degrade_in: auto`` synthesises the anchored versions in the loader workers on XLA: the Net stage (ranking and
+anchor losses trained) and the GAN stage (frozen estimator, discriminator on all five outputs) compile no more
+graphs in 12 iterations than in 6, and nothing falls back to the CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("PJRT_DEVICE", "CPU")
+pytest.importorskip("torch_xla")
+
+import torch  # noqa: E402
+
+pytestmark = pytest.mark.xla
+
+ROOT = Path(__file__).resolve().parents[1]
+FILES = ROOT / "tests" / "fixtures" / "mmrealsr_options"
+SMALL = ["network_g.num_feat=8", "network_g.num_block=1", "network_g.num_grow_ch=4", "network_g.num_feats=[8,8,8,16]",
+         "network_g.num_blocks=[1,1,1,1]", "gt_size=32", "datasets.train.gt_size=32", "queue_size=4",
+         "datasets.train.batch_size_per_gpu=2", "datasets.train.num_worker_per_gpu=0", "accelerator=xla",
+         "num_gpu=1", "logger.use_tb_logger=false", "path.pretrain_network_g=null", "logger.print_freq=3",
+         "logger.save_checkpoint_freq=100"]
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("xla_mmrealsr")
+    (out / "gt").mkdir()
+    names = []
+    for p in sorted((ROOT / "datasets" / "T91" / "HR").glob("*.png"))[:4]:
+        shutil.copy(p, out / "gt" / p.name)
+        names.append(p.name)
+    (out / "meta_info.txt").write_text("".join(f"{n}\n" for n in names))
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_gan import fake_vgg19_state_dict
+
+    torch.save(fake_vgg19_state_dict(), out / "vgg19.pth")
+    return out
+
+
+def _train(root: Path, file: str, name: str, total: int) -> dict:
+    over = [f"datasets.train.dataroot_gt={root / 'gt'}", f"datasets.train.meta_info={root / 'meta_info.txt'}",
+            f"path.root={root}", f"name={name}", f"train.total_iter={total}", *SMALL]
+    if "GAN" in file:
+        over += ["network_d.num_feat=4", f"train.perceptual_opt.vgg_weights_path={root / 'vgg19.pth'}"]
+    env = {**os.environ, "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env.pop("XLA_USE_SPMD", None)
+    proc = subprocess.run([sys.executable, "-m", "anysr", "train", "-opt", str(FILES / file), "--force_yml", *over],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return json.loads((root / "experiments" / name / "summary.json").read_text())
+
+
+@pytest.mark.parametrize("file", ["MMRealSRNet_x4.yml", "MMRealSRGAN_x4.yml"], ids=["net", "gan"])
+def test_twelve_iterations_compile_no_more_graphs_than_six(root: Path, file: str) -> None:
+    short, long = _train(root, file, f"{file[:-4]}_6", 6), _train(root, file, f"{file[:-4]}_12", 12)
+    assert short["finished"] and long["iterations_done"] == 12
+    assert long["stats"]["compiles"] == short["stats"]["compiles"], (short["stats"], long["stats"])
+    assert long["stats"]["cpu_fallbacks"] == {}  # (no validation here: no warm-up mark to count from)
+    assert {"l_ranking_blur", "l_anchor_max"} <= set(long["final_losses"])
+
+
+def test_ema_warm_up_weight_equal_to_another_scalar_compiles_no_graph() -> None:
+    """At update 8 the EMA's warm-up weight is 1 - 9/18 = 0.5; a step that also uses a 0-dim 0.5 (here the bias'
+    scale) once lost an input there (torch_xla merges equal 0-dim uploads) and compiled a graph of its own."""
+    import torch_xla
+    import torch_xla.debug.metrics as met
+
+    from anysr.models.ema import EMA
+
+    device = torch_xla.device()
+    net = torch.nn.Linear(4, 4).to(device)
+    ema = EMA(net, 0.999)
+    compiles = []
+    for _ in range(12):
+        with torch.no_grad():
+            net.bias.mul_(torch.tensor(0.5, device=device))
+        ema.update(net)
+        torch_xla.sync()
+        data = met.metric_data("CompileTime")
+        compiles.append(int(data[0]) if data else 0)
+    assert ema.current_decay() == min(0.999, 13 / 22) and compiles[2:] == [compiles[2]] * 10, compiles
