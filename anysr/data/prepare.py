@@ -15,7 +15,7 @@ import posixpath
 import re
 import tarfile
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -607,33 +607,17 @@ def degrade_samples(opt: Any, out_dir: PathLike, n: int, *, where: str | None = 
     keep_sharpened = model.__name__ == "RealESRNetModel" and bool(opt.gt_usm)
     usm, jpeger = USMSharp(), DiffJPEG(differentiable=False)
     loader_synth = LoaderSynthesis(settings, sharpen_input=sharpen, keep_sharpened=keep_sharpened)
-    batch = int(dopt.batch_size_per_gpu)
-    accumulate = int(opt.train.accumulate) if opt.train is not None else 1
     seed = int(opt.manual_seed)
-    sampler = TrainSampler(len(dataset), batch_size=batch, seed=seed,  # type: ignore[arg-type]
-                           enlarge_ratio=int(dopt.dataset_enlarge_ratio), shuffle=bool(dopt.use_shuffle),
-                           name=f"datasets.{key}")
     pool = TrainingPairPool(int(opt.queue_size), {"lq": True, "gt": not keep_sharpened, "id": False}) \
         if int(opt.queue_size) > 0 else None
     records: list[dict[str, Any]] = []
     shown: list[dict[str, Any]] = []
     written: list[Path] = []
-    stream = iter(sampler)
-    position, count = 0, 0
+    count = 0
     bar = tqdm(total=n, desc="prepare degrade", unit="pair", disable=not progress, leave=False)
-    epoch = 0
-    while count < n:
-        items = []
-        for _ in range(batch):
-            try:
-                idx, s = next(stream)
-            except StopIteration:
-                epoch += 1
-                sampler.set_epoch(epoch)
-                stream = iter(sampler)
-                idx, s = next(stream)
-            items.append((idx, s))
-        it, micro = position // accumulate + 1, position % accumulate
+    for it, micro, items in _training_batches(opt, key, len(dataset)):  # type: ignore[arg-type]
+        if count >= n:
+            break
         raw = [dataset[(i, s)] for i, s in items]
         kernels = [[r[k] for k in ("kernel1", "kernel2", "sinc_kernel")] for r in raw]
         if where == "step":
@@ -674,12 +658,35 @@ def degrade_samples(opt: Any, out_dir: PathLike, n: int, *, where: str | None = 
             shown.append({"pair": stem, **records[rid]})  # a sample can train twice: as it came, then from the pool
             count += 1
             bar.update(1)
-        position += 1
     bar.close()
     meta = {"options": str(opt.name), "model_type": str(opt.model_type), "degrade_in": where, "scale": settings.scale,
             "gt_size": settings.gt_size, "queue_size": int(opt.queue_size), "manual_seed": seed, "pairs": shown}
     written.append(atomic_write_json(out / "degrade.json", meta))
     return DegradeReport(out, count, where, written)
+
+
+def _training_batches(opt: Any, key: str, size: int) -> Iterator[tuple[int, int, list[tuple[int, int]]]]:
+    """The training stream of one process, endless: ``(iteration, micro_batch, [(index, sample_seed), ...])`` per
+    micro-batch (the sampler of ``manual_seed`` and ``datasets.<key>``, ``train.accumulate`` micro-batches an
+    iteration, a new epoch's order when one runs out)."""
+    dopt = opt.datasets[key]
+    batch = int(dopt.batch_size_per_gpu)
+    accumulate = int(opt.train.accumulate) if opt.train is not None else 1
+    sampler = TrainSampler(size, batch_size=batch, seed=int(opt.manual_seed),
+                           enlarge_ratio=int(dopt.dataset_enlarge_ratio), shuffle=bool(dopt.use_shuffle),
+                           name=f"datasets.{key}")
+    stream, epoch, position = iter(sampler), 0, 0
+    while True:
+        items: list[tuple[int, int]] = []
+        while len(items) < batch:
+            try:
+                items.append(next(stream))
+            except StopIteration:
+                epoch += 1
+                sampler.set_epoch(epoch)
+                stream = iter(sampler)
+        yield position // accumulate + 1, position % accumulate, items
+        position += 1
 
 
 _VERSIONS = ("lq_origin", "lq_blur", "lq_noise", "anchor_clean", "anchor_degraded")
@@ -697,29 +704,17 @@ def _anchored_samples(opt: Any, key: str, out: Path, n: int, where: str, model: 
     settings = AnchoredSettings.from_options(opt, anchor_usm=keep_sharpened)
     usm, jpeger = USMSharp(), DiffJPEG(differentiable=False)
     loader_synth = AnchoredLoaderSynthesis(settings)
-    batch = int(dopt.batch_size_per_gpu)
-    accumulate = int(opt.train.accumulate) if opt.train is not None else 1
     seed = int(opt.manual_seed)
-    sampler = TrainSampler(len(dataset), batch_size=batch, seed=seed,  # type: ignore[arg-type]
-                           enlarge_ratio=int(dopt.dataset_enlarge_ratio), shuffle=bool(dopt.use_shuffle),
-                           name=f"datasets.{key}")
     pool = TrainingPairPool(int(opt.queue_size), {"lq": True, "anchor": True, "gt": not keep_sharpened,
                                                   "id": False}) if int(opt.queue_size) > 0 else None
     records: list[dict[str, Any]] = []
     shown: list[dict[str, Any]] = []
     written: list[Path] = []
-    stream, position, count, epoch = iter(sampler), 0, 0, 0
+    count = 0
     bar = tqdm(total=n, desc="prepare degrade", unit="pair", disable=not progress, leave=False)
-    while count < n:
-        items = []
-        while len(items) < batch:
-            try:
-                items.append(next(stream))
-            except StopIteration:
-                epoch += 1
-                sampler.set_epoch(epoch)
-                stream = iter(sampler)
-        it, micro = position // accumulate + 1, position % accumulate
+    for it, micro, items in _training_batches(opt, key, len(dataset)):  # type: ignore[arg-type]
+        if count >= n:
+            break
         raw = [dataset[(i, s)] for i, s in items]
         if where == "step":
             b = collate(raw)
@@ -756,7 +751,6 @@ def _anchored_samples(opt: Any, key: str, out: Path, n: int, where: str, model: 
             shown.append({"pair": stem, **records[rid]})
             count += 1
             bar.update(1)
-        position += 1
     bar.close()
     meta = {"options": str(opt.name), "model_type": model, "degrade_in": where, "scale": settings.base.scale,
             "gt_size": settings.base.gt_size, "queue_size": int(opt.queue_size), "manual_seed": seed,
@@ -801,31 +795,17 @@ def loader_samples(opt: Any, out_dir: PathLike, n: int, *, frames: int = 3, prog
     out = Path(out_dir)
     _empty_output(out, "anysr prepare degrade")
     dataset = build_dataset(dopt, f"datasets.{key}")
-    batch = int(dopt.batch_size_per_gpu)
-    accumulate = int(opt.train.accumulate) if opt.train is not None else 1
     seed = int(opt.manual_seed)
     augment = None
     if opt.train is not None and opt.train.use_moa and getattr(model, "image_batches", True):
         augment = BatchAugment.from_options(opt.train, seed, one_graph=False)
-    sampler = TrainSampler(len(dataset), batch_size=batch, seed=seed,  # type: ignore[arg-type]
-                           enlarge_ratio=int(dopt.dataset_enlarge_ratio), shuffle=bool(dopt.use_shuffle),
-                           name=f"datasets.{key}")
     shown: list[dict[str, Any]] = []
     written: list[Path] = []
-    stream = iter(sampler)
-    position, count, epoch = 0, 0, 0
+    count = 0
     bar = tqdm(total=n, desc="prepare degrade", unit="pair", disable=not progress, leave=False)
-    while count < n:
-        items = []
-        for _ in range(batch):
-            try:
-                items.append(next(stream))
-            except StopIteration:
-                epoch += 1
-                sampler.set_epoch(epoch)
-                stream = iter(sampler)
-                items.append(next(stream))
-        it, micro = position // accumulate + 1, position % accumulate
+    for it, micro, items in _training_batches(opt, key, len(dataset)):  # type: ignore[arg-type]
+        if count >= n:
+            break
         raw = [dataset[(i, s)] for i, s in items]
         b = collate(raw)
         if "lq" not in b or "gt" not in b:
@@ -856,10 +836,11 @@ def loader_samples(opt: Any, out_dir: PathLike, n: int, *, frames: int = 3, prog
             shown.append(record)
             count += 1
             bar.update(1)
-        position += 1
     bar.close()
     meta = {"options": str(opt.name), "model_type": str(opt.model_type), "dataset": str(dopt.type),
             "degrade_in": "dataset", "scale": int(opt.scale), "use_moa": augment is not None,
-            "batch_size_per_gpu": batch, "accumulate": accumulate, "manual_seed": seed, "pairs": shown}
+            "batch_size_per_gpu": int(dopt.batch_size_per_gpu),
+            "accumulate": int(opt.train.accumulate) if opt.train is not None else 1, "manual_seed": seed,
+            "pairs": shown}
     written.append(atomic_write_json(out / "degrade.json", meta))
     return DegradeReport(out, count, "dataset", written)
