@@ -284,3 +284,17 @@ def test_bench_times_the_anchored_step(root: Path, small_train_dir: Path) -> Non
             "--force_yml", *_args(root, small_train_dir, NET_FILE), cwd=root)
     train = json.loads(out.read_text())["train"]
     assert train["batch_size"] == 2 and train["images_per_s"] > 0
+
+
+def test_gan_stage_starts_from_the_net_stage(root: Path, small_train_dir: Path) -> None:
+    """The authors' recipe: the GAN file's pretrain_network_g (param_key_g params_ema, strict) is the Net stage's
+    file; the estimator the Net stage trained stays as it was (frozen)."""
+    net = _train(root, small_train_dir, NET_FILE, "stage_net", "train.total_iter=2", "logger.save_checkpoint_freq=2")
+    weights = net / "models" / "net_g_2.safetensors"
+    gan = _train(root, small_train_dir, GAN_FILE, "stage_gan", "train.total_iter=2", "logger.save_checkpoint_freq=2",
+                 f"path.pretrain_network_g={weights}")
+    log = "\n".join(p.read_text() for p in (gan / "log").glob("train_*.log"))
+    assert f"loaded pretrained weights {weights} [params_ema] (net_g)" in log
+    start, end = load_file(str(weights)), load_file(str(gan / "models" / "net_g_2.safetensors"))
+    estimator = [k for k in end if k.startswith("params.de_net.")]
+    assert estimator and all(torch.equal(end[k], start[k.replace("params.", "params_ema.", 1)]) for k in estimator)
