@@ -20,7 +20,7 @@ import torch
 from torch.nn import functional as F
 
 from anysr.losses.pixel import _PixelLoss, check_criterion, elementwise
-from anysr.ops.augment import resize_matrix
+from anysr.ops.augment import bicubic_resize
 from anysr.ops.autocast import autocast_off
 from anysr.ops.color import rgb2ycbcr_torch
 from anysr.registry import LOSS_REGISTRY
@@ -44,11 +44,7 @@ def bicubic_shrink(x: torch.Tensor, scale: int) -> torch.Tensor:
     if scale == 1:
         return x.float()
     h, w = x.shape[-2:]
-    zero = torch.zeros(1, device=x.device)
-    rows = resize_matrix(zero, zero + h / scale, h // scale, h)[0]
-    cols = resize_matrix(zero, zero + w / scale, w // scale, w)[0]
-    t = torch.einsum("hy,ncyx->nchx", rows, x.float())
-    return torch.einsum("nchx,wx->nchw", t, cols)
+    return bicubic_resize(x, h // scale, w // scale, span=(h / scale, w / scale))
 
 
 class _ShrinkLoss(_PixelLoss):

@@ -26,7 +26,7 @@ from anysr.models.loss_set import (
     loss_weight_needs,
 )
 from anysr.models.sam import SAM_MODELS, FriendlySAM
-from anysr.ops.augment import resize_matrix
+from anysr.ops.augment import bicubic_resize
 from anysr.registry import MODEL_REGISTRY
 
 LOW_CLAMP = 1 / 255  # neosr's lower bound of a clamped output and of the upscaled LQ (train.clamp, match_lq_colors)
@@ -36,12 +36,7 @@ def upscale_lq(lq: torch.Tensor, height: int, width: int) -> torch.Tensor:
     """``lq`` upscaled to ``height`` x ``width`` as ``F.interpolate(mode='bicubic', antialias=True)`` (Keys' cubic
     with a = -0.5, not plain bicubic's -0.75) done as two small matrix products (no XLA fallback), in float32,
     clamped to [1/255, 1]: what ``train.match_lq_colors`` losses compare with (neosr's ``lq_interp``)."""
-    h, w = lq.shape[-2:]
-    zero = torch.zeros(1, device=lq.device)
-    rows = resize_matrix(zero, zero + height, height, h)[0]
-    cols = resize_matrix(zero, zero + width, width, w)[0]
-    t = torch.einsum("hy,ncyx->nchx", rows, lq.detach().float())
-    return torch.einsum("nchx,wx->nchw", t, cols).clamp(LOW_CLAMP, 1)
+    return bicubic_resize(lq.detach(), height, width).clamp(LOW_CLAMP, 1)
 
 
 def eco_weight(current_iter: int, eco_iters: int, schedule: str) -> float:

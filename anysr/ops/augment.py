@@ -116,15 +116,26 @@ def resize_into_box(x: Tensor, box: Tensor, scale: int = 1) -> Tensor:
     return _resample(x, rows, cols)
 
 
+def bicubic_resize(x: Tensor, out_h: int, out_w: int, span: tuple[float, float] | None = None) -> Tensor:
+    """Every image of ``x`` (N, C, H, W) resampled to ``out_h`` x ``out_w`` as ``F.interpolate(mode='bicubic',
+    antialias=True)`` does (Keys' cubic, a = -0.5), as two small matrix products in float32: no XLA fallback.
+    ``span``: the output lengths the input maps onto (default the output sides, ``size=``; ``side / factor`` for
+    ``scale_factor=``'s coordinates)."""
+    h, w = x.shape[-2:]
+    span_h, span_w = span if span is not None else (out_h, out_w)
+    zero = torch.zeros(1, device=x.device)
+    rows = resize_matrix(zero, zero + span_h, out_h, h)[0]
+    cols = resize_matrix(zero, zero + span_w, out_w, w)[0]
+    t = torch.einsum("hy,ncyx->nchx", rows, x.float())
+    return torch.einsum("nchx,wx->nchw", t, cols)
+
+
 def downscale(x: Tensor, factor: int) -> Tensor:
     """``x`` downscaled by an integer ``factor`` (antialiased bicubic, as ``F.interpolate(..., antialias=True)``)."""
     if factor == 1:
         return x
     h, w = x.shape[-2:]
-    zero = torch.zeros(1, device=x.device)
-    rows = resize_matrix(zero, zero + h // factor, h // factor, h).expand(x.shape[0], -1, -1)
-    cols = resize_matrix(zero, zero + w // factor, w // factor, w).expand(x.shape[0], -1, -1)
-    return _resample(x, rows, cols)
+    return bicubic_resize(x, h // factor, w // factor).to(x.dtype)
 
 
 def _col(t: Tensor) -> Tensor:
