@@ -590,10 +590,12 @@ class Trainer:
                 writer: MetricWriter | None) -> None:
         acc = self.acc
         keys = sorted(running)
-        packed = torch.stack([running[k].float() / max(count, 1) for k in keys]) if keys else None
+        # The sums go to the host and are divided there: a device division by a window of one iteration would
+        # bake the Python 1 into the graph as a constant (torch_xla does so for 0 and 1), a graph of its own.
+        packed = torch.stack([running[k].float() for k in keys]) if keys else None
         if packed is not None:
             packed = acc.strategy.all_reduce(packed, "mean")
-        values = acc.to_host(packed).tolist() if packed is not None else []
+        values = [v / max(count, 1) for v in acc.to_host(packed).tolist()] if packed is not None else []
         self.last_losses = dict(zip(keys, values))
         lr = self.model.current_lr()
         self.history.add_train(it, epoch, lr, self.last_losses)
