@@ -2,8 +2,8 @@
 tests/test_xla_mmrealsr_train.py).
 
 ``degrade_in: auto`` synthesises the anchored versions in the loader workers on XLA: the GAN stage (frozen
-estimator, discriminator on all five outputs, ranking losses logged) compiles no more graphs in 12 iterations than
-in 6, and nothing falls back to the CPU.
+estimator, discriminator on all five outputs, ranking losses logged) compiles no more graphs in 10 iterations than
+in 5, and nothing falls back to the CPU.
 """
 
 from __future__ import annotations
@@ -42,18 +42,14 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
         shutil.copy(p, out / "gt" / p.name)
         names.append(p.name)
     (out / "meta_info.txt").write_text("".join(f"{n}\n" for n in names))
-    sys.path.insert(0, str(ROOT / "tests"))
-    from test_gan import fake_vgg19_state_dict
-
-    torch.save(fake_vgg19_state_dict(), out / "vgg19.pth")
     return out
 
 
-def _train(root: Path, file: str, name: str, total: int) -> dict:
+def _train(root: Path, file: str, name: str, total: int, *extra: str) -> dict:
     over = [f"datasets.train.dataroot_gt={root / 'gt'}", f"datasets.train.meta_info={root / 'meta_info.txt'}",
-            f"path.root={root}", f"name={name}", f"train.total_iter={total}", *SMALL]
+            f"path.root={root}", f"name={name}", f"train.total_iter={total}", *SMALL, *extra]
     if "GAN" in file:
-        over += ["network_d.num_feat=4", f"train.perceptual_opt.vgg_weights_path={root / 'vgg19.pth'}"]
+        over.append("network_d.num_feat=4")
     env = {**os.environ, "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     env.pop("XLA_USE_SPMD", None)
@@ -63,12 +59,14 @@ def _train(root: Path, file: str, name: str, total: int) -> dict:
     return json.loads((root / "experiments" / name / "summary.json").read_text())
 
 
-def test_twelve_iterations_compile_no_more_graphs_than_six(root: Path) -> None:
+def test_ten_iterations_compile_no_more_graphs_than_five(root: Path) -> None:
     """The GAN file: the anchored synthesis and pool of both stages, plus the frozen estimator and the
-    discriminator (the Net stage's step is the GAN stage's generator step with the estimator trained)."""
+    discriminator (the Net stage's step is the GAN stage's generator step with the estimator trained); without
+    its perceptual loss here (a VGG19 on XLA:CPU triples the time; other XLA tests compile it). The EMA's weight
+    passes 0.5 at iteration 9."""
     file = "MMRealSRGAN_x4.yml"
-    short, long = _train(root, file, f"{file[:-4]}_6", 6), _train(root, file, f"{file[:-4]}_12", 12)
-    assert short["finished"] and long["iterations_done"] == 12
+    short, long = (_train(root, file, f"{file[:-4]}_{n}", n, "train.perceptual_opt=null") for n in (5, 10))
+    assert short["finished"] and long["iterations_done"] == 10
     assert long["stats"]["compiles"] == short["stats"]["compiles"], (short["stats"], long["stats"])
     assert long["stats"]["cpu_fallbacks"] == {}  # (no validation here: no warm-up mark to count from)
     assert {"l_ranking_blur", "l_anchor_max"} <= set(long["final_losses"])
