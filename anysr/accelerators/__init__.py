@@ -12,6 +12,7 @@ _EXPORTS = {
     "Accelerator": "anysr.accelerators.base",
     "LaunchPlan": "anysr.accelerators.base",
     "create_accelerator": "anysr.accelerators.launcher",
+    "device_scalar": "anysr.accelerators.base",
     "launch": "anysr.accelerators.launcher",
     "resolve_plan": "anysr.accelerators.launcher",
 }

@@ -28,6 +28,16 @@ from anysr.tree import tree_map
 __all__ = ["Accelerator", "LaunchPlan"]
 
 
+def device_scalar(value: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``value`` as a 0-dim tensor that is data on ``device``, its own graph input on XLA whatever its value.
+
+    Uploaded as one element and viewed as a scalar: torch_xla merges 0-dim uploads of equal value into one graph
+    input, so a per-step scalar (an EMA warm-up weight of 0.5, say) that happened to equal another scalar of the
+    step made that step's graph one input short: a graph of its own, compiled mid-run.
+    """
+    return torch.tensor([value], dtype=dtype).to(device).reshape(())
+
+
 class Accelerator(ABC):
     """A device kind, with this worker's strategy (place in the world) and precision."""
 

@@ -10,13 +10,13 @@ from typing import Any
 import torch
 
 from anysr.accelerators import Accelerator
+from anysr.accelerators.base import device_scalar
 from anysr.archs import build_network
 from anysr.archs.arch_util import unit_range
 from anysr.data.batch_augment import MIXING, BatchAugment
 from anysr.errors import OptionError
 from anysr.losses.downscaled import bicubic_shrink
 from anysr.models.base import BaseModel, WeightNeed
-from anysr.models.ema import device_scalar
 from anysr.models.loss_set import (
     DISCRIMINATOR_ROLES,
     LossSpec,

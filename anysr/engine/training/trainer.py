@@ -590,8 +590,8 @@ class Trainer:
                 writer: MetricWriter | None) -> None:
         acc = self.acc
         keys = sorted(running)
-        # The sums go to the host and are divided there: a device division by a window of one iteration would
-        # bake the Python 1 into the graph as a constant (torch_xla does so for 0 and 1), a graph of its own.
+        # The sums go to the host and are divided there: the window's length is then no part of the device's work,
+        # so a window of one iteration makes no graph of its own on a compiling accelerator (docs/tpu.md).
         packed = torch.stack([running[k].float() for k in keys]) if keys else None
         if packed is not None:
             packed = acc.strategy.all_reduce(packed, "mean")
