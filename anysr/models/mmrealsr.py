@@ -130,7 +130,8 @@ class _Anchored(_Synthesis):
                 parts = self.pool.swap(parts, pool_rng(int(self.opt["manual_seed"]), self.current_iter, micro),
                                        offset=self.acc.rank * b, global_batch=self.acc.world_size * b,
                                        to_device=self.acc.to_device, wide=wide_keys(batch))
-            self._debug_save(torch.cat([parts["lq"], parts["anchor"]], dim=1).flatten(0, 1), parts["gt"], micro)
+            if self.opt.get("high_order_degradations_debug"):  # the five versions of each GT, in a row
+                self._debug_save(torch.cat([parts["lq"], parts["anchor"]], dim=1).flatten(0, 1), parts["gt"], micro)
         return {k: v.contiguous() for k, v in parts.items()}
 
     def _fed(self, batches: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -151,11 +152,6 @@ class _Anchored(_Synthesis):
         with self.acc.precision.autocast():
             output, degrees = self.forward_g(batch["lq"], batch["anchor"])
         return self.training_output(output), degrees.float()
-
-    @staticmethod
-    def all_inputs(batch: dict[str, Any]) -> torch.Tensor:
-        """The five input versions of each GT as one batch (b * 5 images), the outputs' order."""
-        return torch.cat([batch["lq"], batch["anchor"]], dim=1).flatten(0, 1)
 
     def degree_loss_names(self) -> list[str]:
         names = ["l_ranking_blur", "l_ranking_noise", "l_anchor_min", "l_anchor_max"] if self.cri_rank else []
@@ -205,7 +201,8 @@ class MMRealSRNetModel(_Anchored, SRModel):
 
     def compute_losses(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         output, degrees = self.anchored_forward(batch)
-        losses = self.loss_terms(output, self.all_inputs(batch), lambda role: batch["gt"])
+        # the LQ goes unread: no loss these models train reads it (LDL and match_lq_colors are refused)
+        losses = self.loss_terms(output, batch["lq"], lambda role: batch["gt"])
         losses.update(self.degree_losses(degrees))
         return losses
 
@@ -250,7 +247,7 @@ class MMRealSRGANModel(_Anchored, SRGANModel):
 
     def generator_losses(self, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         output, degrees = self.anchored_forward(batch)
-        losses = self.loss_terms(output, self.all_inputs(batch), lambda role: batch["percep_gt" if role in (
+        losses = self.loss_terms(output, batch["lq"], lambda role: batch["percep_gt" if role in (
             "perceptual", "learned") else "l1_gt"])
         losses.update(self.degree_losses(degrees))
         losses.update(self.adversarial_terms(batch, output))
