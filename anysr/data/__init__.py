@@ -11,6 +11,7 @@ from anysr.data.mmrealsr_dataset import MMRealSRGANDataset
 from anysr.data.paired_image_dataset import PairedImageDataset, SingleImageDataset
 from anysr.data.paired_video_dataset import PairedVideoDataset
 from anysr.data.realesrgan_dataset import RealESRGANDataset, RealESRGANPairedDataset
+from anysr.data.restoreformer_dataset import FFHQAugDataset, FFHQUnevenDegradationDataset
 from anysr.data.sampler import TrainSampler, sample_seed
 from anysr.data.shards import ShardBackend  # registers io_backend type shards
 from anysr.data.transforms import augment, img2tensor, mod_crop, paired_random_crop, tensor2img
@@ -27,7 +28,7 @@ from anysr.data.video_datasets import (
 __all__ = [
     "BSRGANDataset", "DiskBackend", "FFHQDataset", "FFHQDegradationDataset", "FileBackend", "LmdbBackend",
     "PairedImageDataset", "PairedVideoDataset", "RealESRGANDataset", "RealESRGANPairedDataset", "ShardBackend",
-    "SingleImageDataset", "MMRealSRGANDataset",
+    "SingleImageDataset", "MMRealSRGANDataset", "FFHQUnevenDegradationDataset", "FFHQAugDataset",
     "TrainSampler", "augment", "bicubic_degrade", "build_backend", "build_dataset", "build_eval_loader",
     "build_train_loader", "collate", "decode_image", "decode_uint8", "eval_indices", "img2tensor", "mod_crop",
     "paired_random_crop", "read_image", "sample_seed", "tensor2img", "write_image",

@@ -18,6 +18,7 @@ from anysr.options.fields import Context, Field, ListOf, at_least, between, grea
 from anysr.options.realesrgan import REALESRGAN_DATASET_FIELDS
 
 FACE_DEGRADATION_SOURCE = "face_degradation_source"  # the role of a dataset that degrades its faces itself
+UNEVEN_FACE_SOURCE = "uneven_face_degradation_source"  # the same with RestoreFormer++'s additions
 
 _PROB = between(0, 1)
 _GFPGAN = " (GFPGAN)"
@@ -27,6 +28,32 @@ def _pair(doc: str, default_doc: str) -> Field:
     # no default: a key left out is filled by the rule, a null one is kept (it turns the step off)
     return Field((ListOf(float, length=2), None), default_doc=default_doc, doc=doc)
 
+
+_RF = "FFHQUnevenDegradationDataset and FFHQAugDataset (RestoreFormer++): "
+RESTOREFORMER_DATASET_FIELDS: dict[str, Field] = {
+    "exposure_prob": Field((float, None), default=None, check=_PROB, default_doc="null: never",
+                           doc=_RF + "chance of multiplying the GT face itself by a factor from exposure_range (not "
+                               "clipped; the LQ is made from it)."),
+    "exposure_range": Field((ListOf(float, length=2), None), default=None, default_doc="[0.7, 1.1] (RestoreFormer++)",
+                            doc=_RF + "the exposure factor range."),
+    "shift_prob": Field((float, None), default=None, check=_PROB, default_doc="null: never",
+                        doc=_RF + "chance of moving the GT face (symmetric padding, then a crop) by shift_unit times "
+                            "an integer in [-shift_max_num, shift_max_num] each way; the component boxes move too."),
+    "shift_unit": Field((int, None), default=None, check=at_least(0), default_doc="32 (RestoreFormer++'s code; its "
+                        "file: 1)", doc=_RF + "the shift's step in pixels."),
+    "shift_max_num": Field((int, None), default=None, check=at_least(0), default_doc="3 (RestoreFormer++'s code; its "
+                           "file: 32)", doc=_RF + "the most steps of a shift each way."),
+    "uneven_prob": Field((float, None), default=None, check=_PROB, default_doc="null: never",
+                         doc="FFHQUnevenDegradationDataset: chance of an uneven LQ: two independent degradations, a "
+                             "square of the first (side in [out_size / 4, out_size / 2]) pasted into the second."),
+    "hazy_prob": Field((float, None), default=None, check=_PROB, default_doc="null: never",
+                       doc="FFHQUnevenDegradationDataset: chance of haze after the blur (lq * alpha + 1 - alpha)."),
+    "hazy_alpha": Field((ListOf(float, length=2), None), default=None, default_doc="[0.75, 0.95] (RestoreFormer++)",
+                        doc="FFHQUnevenDegradationDataset: the haze's alpha range, in [0, 1]."),
+}
+_RF_DEFAULTS: dict[str, Any] = {"exposure_range": [0.7, 1.1], "shift_unit": 32, "shift_max_num": 3,
+                                "hazy_alpha": [0.75, 0.95]}
+_AUGMENT_KEYS = ("exposure_prob", "exposure_range", "shift_prob", "shift_unit", "shift_max_num")
 
 FFHQ_DEGRADATION_DATASET_FIELDS: dict[str, Field] = {
     "out_size": Field((int, None), default=None, check=at_least(1),
@@ -67,6 +94,7 @@ FFHQ_DEGRADATION_DATASET_FIELDS: dict[str, Field] = {
                                 "read with torch.load(weights_only=True); must exist."),
     "eye_enlarge_ratio": Field((float, None), default=None, check=greater_than(0), default_doc="1" + _GFPGAN,
                                doc="FFHQDegradationDataset: the eye boxes' half side is multiplied by it."),
+    **RESTOREFORMER_DATASET_FIELDS,
 }
 
 # GFPGAN's train_gfpgan_v1.yml for the keys its dataset requires; its code's defaults for the others.
@@ -86,8 +114,25 @@ _NOT_READ = tuple(k for k in (*REALESRGAN_DATASET_FIELDS, *BSRGAN_DATASET_FIELDS
 
 
 def is_face_degradation_source(kind: Any) -> bool:
-    """A dataset that makes same-size LQ faces from its GT images (FFHQDegradationDataset)."""
-    return dataset_role(kind) == FACE_DEGRADATION_SOURCE
+    """A dataset that makes same-size LQ faces from its GT images (FFHQDegradationDataset, and
+    FFHQUnevenDegradationDataset)."""
+    return dataset_role(kind) in (FACE_DEGRADATION_SOURCE, UNEVEN_FACE_SOURCE)
+
+
+def is_face_augment_source(kind: Any) -> bool:
+    """A dataset of augmented HQ faces without LQ (FFHQAugDataset; its role is ``image_source``)."""
+    return bool(getattr(registered("dataset", kind), "augments_faces", False))
+
+
+def _restoreformer_keys(out: dict[str, Any], path: str, ctx: Context, keys: tuple[str, ...]) -> None:
+    """RestoreFormer++'s keys ``keys``: defaults filled, ranges checked."""
+    for key in keys:
+        if out.get(key) is None and key in _RF_DEFAULTS:
+            out[key] = list(_RF_DEFAULTS[key]) if isinstance(_RF_DEFAULTS[key], list) else _RF_DEFAULTS[key]
+    if "exposure_range" in keys:
+        _range(out, "exposure_range", path, ctx, 0)
+    if "hazy_alpha" in keys:
+        _range(out, "hazy_alpha", path, ctx, 0, 1)
 
 
 def _range(out: dict[str, Any], key: str, path: str, ctx: Context, low: float, high: float | None = None,
@@ -122,7 +167,21 @@ def ffhq_degradation_dataset_rule(out: dict[str, Any], path: str, ctx: Context, 
     if ctx.scale is not None and ctx.scale != 1:
         ctx.add(f"{path}.type", f"{kind} makes LQ faces of the GT's size: it needs scale 1, got {ctx.scale}")
     size = out["blur_kernel_size"]
-    if isinstance(size, int) and (size < 1 or size % 2 == 0):
+    uneven = dataset_role(kind) == UNEVEN_FACE_SOURCE
+    if uneven:
+        _restoreformer_keys(out, path, ctx, tuple(RESTOREFORMER_DATASET_FIELDS))
+    else:
+        for key in RESTOREFORMER_DATASET_FIELDS:
+            if good(out, key):
+                ctx.add(f"{path}.{key}", f"is read by FFHQUnevenDegradationDataset (RestoreFormer++), not by {kind}; "
+                        "remove it or use type FFHQUnevenDegradationDataset")
+    if isinstance(size, list) and not uneven:
+        ctx.add(f"{path}.blur_kernel_size", f"{size}: a [low, high] range of sizes 2k + 1 is "
+                "FFHQUnevenDegradationDataset's (RestoreFormer's); give one odd size (GFPGAN: 41) or use that type")
+    elif isinstance(size, list) and not 0 <= size[0] <= size[1]:
+        ctx.add(f"{path}.blur_kernel_size", f"must be [low, high] with 0 <= low <= high (kernel sizes 2k + 1, "
+                f"RestoreFormer's [19, 20]: 39 or 41) or one odd size, got {size}")
+    elif isinstance(size, int) and (size < 1 or size % 2 == 0):
         ctx.add(f"{path}.blur_kernel_size", f"must be a positive odd integer, got {size}")
     kinds = list(registered("dataset", kind).kernel_types)
     bad = [k for k in out["kernel_list"] if k not in kinds]
@@ -147,3 +206,25 @@ def ffhq_degradation_dataset_rule(out: dict[str, Any], path: str, ctx: Context, 
     if out["crop_components"] and not good(out, "component_path"):
         ctx.add(f"{path}.component_path", "required by crop_components: true (GFPGAN's landmarks file, "
                 "FFHQ_eye_mouth_landmarks_512.pth)")
+
+
+# the keys FFHQAugDataset reads beyond the common ones; every other degradation key is refused
+_AUGMENT_READS = ("out_size", "gray_prob", "gt_gray", *_AUGMENT_KEYS)
+
+
+def face_augment_dataset_rule(out: dict[str, Any], path: str, ctx: Context, phase: str) -> None:
+    """FFHQAugDataset's section: its keys' defaults, the degradation keys it does not read refused."""
+    kind = out["type"]
+    if "dataroot_gt" in out and out["dataroot_gt"] is None:
+        ctx.add(f"{path}.dataroot_gt", f"required by {kind} (the face images)")
+    unread = [k for k in (*FFHQ_DEGRADATION_DATASET_FIELDS, *_SHARED, *_NOT_READ) if k not in _AUGMENT_READS]
+    for key in unread:
+        if good(out, key):
+            ctx.add(f"{path}.{key}", f"is not read by {kind} (HQ faces for the dictionary stage, nothing degraded); "
+                    "remove it")
+    for key in ("use_rot", "lq_from_gt"):
+        if out.get(key) is True:
+            ctx.add(f"{path}.{key}", f"is not supported by {kind} (whole faces); remove it")
+    if ctx.scale is not None and ctx.scale != 1:
+        ctx.add(f"{path}.type", f"{kind} gives faces without LQ: it needs scale 1, got {ctx.scale}")
+    _restoreformer_keys(out, path, ctx, _AUGMENT_KEYS)

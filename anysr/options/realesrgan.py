@@ -171,11 +171,13 @@ def _kernel_fields(suffix: str, which: str) -> dict[str, Field]:
         f"kernel_range{suffix}": Field((ListOf(int, length=2), None), default=None, default_doc="[7, 21] (BasicSR)",
                                        doc=f"RealESRGANDataset, {which} blur: the odd kernel sizes [min, max] drawn "
                                            "from (traiNNer-redux; every kernel is padded to 21x21, so max <= 21)."),
-        f"blur_kernel_size{suffix}": Field(int, keep=bool(not suffix),
+        f"blur_kernel_size{suffix}": Field((int, ListOf(int, length=2)) if not suffix else int, keep=bool(not suffix),
                                            doc="RealESRGANDataset: accepted (BasicSR reads it and ignores it: kernel "
                                                "sizes are drawn from 7 to 21 and padded to 21)."
                                                + ("" if suffix else " FFHQDegradationDataset: the size of its blur "
-                                                  "kernel, odd (default 41, GFPGAN v1).")),
+                                                  "kernel, odd (default 41, GFPGAN v1). FFHQUnevenDegradationDataset: "
+                                                  "that, or RestoreFormer's [low, high]: sizes 2k + 1, k uniform in "
+                                                  "it per branch.")),
     }
 
 

@@ -31,7 +31,9 @@ from anysr.options.common import (
 )
 from anysr.options.ffhq_degradation import (
     FFHQ_DEGRADATION_DATASET_FIELDS,
+    face_augment_dataset_rule,
     ffhq_degradation_dataset_rule,
+    is_face_augment_source,
     is_face_degradation_source,
 )
 from anysr.options.fields import (
@@ -235,6 +237,8 @@ def _dataset_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None)
         bsrgan_dataset_rule(out, path, ctx, phase)
     elif is_face_degradation_source(kind):
         ffhq_degradation_dataset_rule(out, path, ctx, phase)
+    elif is_face_augment_source(kind):
+        face_augment_dataset_rule(out, path, ctx, phase)
     elif dataset_role(kind) == "image_source":
         if "dataroot_gt" in out and out["dataroot_gt"] is None:
             ctx.add(f"{path}.dataroot_gt", f"required by {kind} (the images)")

@@ -16,6 +16,8 @@ One module per model or family, the tensor operators they call in :mod:`anysr.op
   the loader workers by ``BSRGANDataset``.
 * :mod:`~anysr.data.degradation.gfpgan`: GFPGAN's face degradation (blur, downsampling, noise, JPEG, colour jitter,
   gray), same-size pairs made by ``FFHQDegradationDataset`` in the loader workers.
+* :mod:`~anysr.data.degradation.restoreformer`: RestoreFormer++'s additions (the GT's exposure and shift, two
+  branches pasted together, haze, a kernel size range), for ``FFHQUnevenDegradationDataset`` and ``FFHQAugDataset``.
 * :mod:`~anysr.data.degradation.draws`: helpers the random draws share.
 
 Randomness comes only from the generators passed in, never from the global RNGs.

@@ -44,7 +44,8 @@ from anysr.data.transforms import img2tensor
 from anysr.errors import DataError, OptionError
 from anysr.ops.color import adjust_brightness, adjust_contrast, adjust_hue, adjust_saturation
 
-__all__ = ["JITTERS", "FaceDegradationSettings", "FaceDegradationDraws", "draw_face_degradation", "degrade_face"]
+__all__ = ["JITTERS", "FaceDegradationSettings", "FaceDegradationDraws", "draw_face_degradation", "degrade_face",
+           "draw_face_finish", "resample_face", "finish_face"]
 
 JITTERS = ("brightness", "contrast", "saturation", "hue")  # torchvision's colour jitter, in its index order
 _ADJUST = {"brightness": adjust_brightness, "contrast": adjust_contrast, "saturation": adjust_saturation,
@@ -174,6 +175,18 @@ def draw_face_degradation(rng: np.random.Generator, settings: FaceDegradationSet
     sigma = float(rng.uniform(*(s.noise_range or (0.0, 1.0))))
     noise_seed = int(rng.integers(0, 2**63))
     quality = int(np.rint(rng.uniform(*(s.jpeg_range or (0.0, 1.0)))))
+    color_shift, gray, jitter = draw_face_finish(rng, s)
+    return FaceDegradationDraws(
+        hflip=flip, kernel=kernel, scale=scale, noise_sigma=sigma if s.noise_range is not None else None,
+        noise_seed=noise_seed, jpeg_quality=quality if s.jpeg_range is not None else None,
+        color_shift=color_shift, gray=gray, jitter=jitter)
+
+
+def draw_face_finish(rng: np.random.Generator, settings: FaceDegradationSettings) -> tuple[
+        tuple[float, float, float] | None, bool, tuple[tuple[str, float], ...] | None]:
+    """The last steps' draws, in order: colour-shift coin and values, gray coin, jitter coin, order and factors;
+    returns ``(color_shift, gray, jitter)`` as :class:`FaceDegradationDraws` holds them."""
+    s = settings
     shift_coin = rng.random()
     reach = s.color_jitter_shift / 255.0
     shift = rng.uniform(-reach, reach, 3)
@@ -186,15 +199,46 @@ def draw_face_degradation(rng: np.random.Generator, settings: FaceDegradationSet
     jitter = None
     if s.color_jitter_pt_prob is not None and jitter_coin < s.color_jitter_pt_prob:
         jitter = tuple((JITTERS[k], float(factors[JITTERS[k]])) for k in order if getattr(s, JITTERS[k]) is not None)
-    return FaceDegradationDraws(
-        hflip=flip, kernel=kernel, scale=scale, noise_sigma=sigma if s.noise_range is not None else None,
-        noise_seed=noise_seed, jpeg_quality=quality if s.jpeg_range is not None else None,
-        color_shift=(float(shift[0]), float(shift[1]), float(shift[2])) if use_shift else None,
-        gray=gray, jitter=jitter)
+    color_shift = (float(shift[0]), float(shift[1]), float(shift[2])) if use_shift else None
+    return color_shift, gray, jitter
 
 
 def _gray3(img: np.ndarray) -> np.ndarray:
     return np.repeat(cv2.cvtColor(img, cv2.COLOR_BGR2GRAY)[:, :, None], 3, axis=2)
+
+
+def resample_face(lq: np.ndarray, scale: float, noise_sigma: float | None, noise_seed: int,
+                  jpeg_quality: int | None) -> np.ndarray:
+    """GFPGAN's middle steps on a blurred HWC float32 BGR face: ``resize`` (bilinear) to ``floor(side / scale)``,
+    Gaussian noise (0-255 scale, the field of ``noise_seed``, clipped), the OpenCV JPEG codec, ``resize`` back.
+    A None level or quality skips its step."""
+    h, w = lq.shape[:2]
+    size = (max(1, int(w // scale)), max(1, int(h // scale)))
+    lq = cv2.resize(lq, size, interpolation=cv2.INTER_LINEAR)
+    if noise_sigma is not None:
+        field = np.random.default_rng(noise_seed).standard_normal(lq.shape).astype(np.float32)
+        lq = np.clip(lq + field * noise_sigma / 255.0, 0, 1)
+    if jpeg_quality is not None:
+        levels = np.rint(np.clip(lq, 0, 1) * 255.0).astype(np.uint8)  # what OpenCV's encoder does to floats
+        lq = jpeg_cv2(levels, jpeg_quality).astype(np.float32) / 255.0
+    return cv2.resize(lq, (w, h), interpolation=cv2.INTER_LINEAR)
+
+
+def finish_face(lq: np.ndarray, gt: np.ndarray, color_shift: Sequence[float] | None, gray: bool, gt_gray: bool,
+                jitter: Sequence[tuple[str, float]] | None) -> tuple[Tensor, Tensor]:
+    """GFPGAN's last steps on a same-size LQ: the channel shift (0-1 scale, clipped), gray (the GT too with
+    ``gt_gray``), to CHW RGB tensors, torchvision's adjustments in their order, rounding the LQ to 8-bit levels."""
+    if color_shift is not None:
+        lq = np.clip(lq + np.asarray(color_shift, dtype=np.float32), 0, 1)
+    if gray:
+        lq = _gray3(lq)
+        if gt_gray:
+            gt = _gray3(gt)
+    lq_t, gt_t = img2tensor(lq), img2tensor(gt)
+    for name, factor in jitter or ():
+        lq_t = _ADJUST[name](lq_t, factor)
+    lq_t = torch.clamp((lq_t * 255.0).round(), 0, 255) / 255.0
+    return lq_t, gt_t
 
 
 def degrade_face(gt: np.ndarray, draws: FaceDegradationDraws, settings: FaceDegradationSettings) -> tuple[
@@ -207,25 +251,6 @@ def degrade_face(gt: np.ndarray, draws: FaceDegradationDraws, settings: FaceDegr
     """
     if gt.ndim != 3 or gt.shape[2] != 3 or gt.dtype != np.float32:
         raise DataError(f"degrade_face: expected an HWC float32 BGR image, got {gt.dtype} of shape {gt.shape}")
-    h, w = gt.shape[:2]
     lq = cv2.filter2D(gt, -1, make_kernel(draws.kernel))
-    size = (max(1, int(w // draws.scale)), max(1, int(h // draws.scale)))
-    lq = cv2.resize(lq, size, interpolation=cv2.INTER_LINEAR)
-    if draws.noise_sigma is not None:
-        field = np.random.default_rng(draws.noise_seed).standard_normal(lq.shape).astype(np.float32)
-        lq = np.clip(lq + field * draws.noise_sigma / 255.0, 0, 1)
-    if draws.jpeg_quality is not None:
-        levels = np.rint(np.clip(lq, 0, 1) * 255.0).astype(np.uint8)  # what OpenCV's encoder does to floats
-        lq = jpeg_cv2(levels, draws.jpeg_quality).astype(np.float32) / 255.0
-    lq = cv2.resize(lq, (w, h), interpolation=cv2.INTER_LINEAR)
-    if draws.color_shift is not None:
-        lq = np.clip(lq + np.asarray(draws.color_shift, dtype=np.float32), 0, 1)
-    if draws.gray:
-        lq = _gray3(lq)
-        if settings.gt_gray:
-            gt = _gray3(gt)
-    lq_t, gt_t = img2tensor(lq), img2tensor(gt)
-    for name, factor in draws.jitter or ():
-        lq_t = _ADJUST[name](lq_t, factor)
-    lq_t = torch.clamp((lq_t * 255.0).round(), 0, 255) / 255.0
-    return lq_t, gt_t
+    lq = resample_face(lq, draws.scale, draws.noise_sigma, draws.noise_seed, draws.jpeg_quality)
+    return finish_face(lq, gt, draws.color_shift, draws.gray, settings.gt_gray, draws.jitter)
