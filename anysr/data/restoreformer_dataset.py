@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from anysr.data.degradation.restoreformer import (
+    FaceAugmentDraws,
     UnevenDegradationDraws,
     UnevenDegradationSettings,
     augment_gray,
@@ -132,15 +133,14 @@ class FFHQAugDataset(GTImageDataset):
                     f"({self.out_size}x{self.out_size}) faces: resize them or change out_size")
         return None
 
-    def draws(self, seed: int) -> tuple[Any, bool]:
-        """Sample ``seed``'s augmentation (:class:`~anysr.data.degradation.restoreformer.FaceAugmentDraws`) and
-        gray coin, drawn in the authors' order (flip, exposure, shift, gray)."""
+    def draws(self, seed: int) -> tuple[FaceAugmentDraws, bool]:
+        """Sample ``seed``'s augmentation and gray coin, drawn in the authors' order (flip, exposure, shift, gray)."""
         rng = np.random.default_rng([int(seed), _TAG_AUGMENT])
         augment = draw_face_augment(rng, self.settings, use_hflip=self.use_hflip)
         gray = self.gray_prob is not None and bool(rng.random() < self.gray_prob)
         return augment, gray
 
-    def make_item(self, i: int, draws: tuple[Any, bool]) -> dict[str, Any]:
+    def make_item(self, i: int, draws: tuple[FaceAugmentDraws, bool]) -> dict[str, Any]:
         """Item ``i`` augmented with ``draws``: ``gt`` and ``gt_path``."""
         augment, gray = draws
         _, _, img = self._read_gt(i)
