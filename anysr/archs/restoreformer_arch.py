@@ -298,19 +298,21 @@ class MultiHeadDecoderTransformer(nn.Module):
         self.norm_out = group_norm(width)
         self.conv_out = nn.Conv2d(width, out_ch, 3, 1, 1)
 
-    def forward(self, z: torch.Tensor, hs: dict[str, torch.Tensor]) -> torch.Tensor:
+    def forward(self, z: torch.Tensor, hs: dict[str, torch.Tensor] | None) -> torch.Tensor:
+        """The decoded image; ``hs`` None: every attention block attends within the decoder's own features (the
+        authors' ``MultiHeadDecoder`` of the HQ-dictionary network ``VQVAEGAN``, the same modules)."""
         h = self.conv_in(z)
         if self.enable_mid:
-            h = self.mid.block_2(self.mid.attn_1(self.mid.block_1(h), hs["mid_atten"]))
+            h = self.mid.block_2(self.mid.attn_1(self.mid.block_1(h), None if hs is None else hs["mid_atten"]))
         last = self.num_resolutions - 1
         for i in reversed(range(self.num_resolutions)):
             level = self.up[i]
             # the encoder's features at this level: after the middle's first block at the lowest, else the level's
             # output before its downsampling (the authors' choice, by which names the encoder stored)
-            query = hs[f"block_{i}_atten" if i == last else f"block_{i}"] if len(level.attn) > 0 else None
+            query = hs[f"block_{i}_atten" if i == last else f"block_{i}"] if len(level.attn) > 0 and hs else None
             for j, block in enumerate(level.block):
                 h = block(h)
-                if query is not None:
+                if len(level.attn) > 0:
                     h = level.attn[j](h, query)
             if i != 0:
                 h = level.upsample(h)
@@ -408,16 +410,23 @@ class RestoreFormer(nn.Module):
         return quant, emb_loss, info, hs
 
     def decode(self, quant: torch.Tensor, hs: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.decoder(self.post_quant_conv(quant), hs)
+        return self.decoder(self.post_quant_conv(quant), hs if self.cross_attention else None)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """The restored face (the authors return ``(face, None)``; the face alone here)."""
+    cross_attention = True  # the decoder attends from the encoder's features (False: VQVAEGAN's self-attention)
+
+    def forward(self, x: torch.Tensor, return_loss: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """The restored face (the authors return ``(face, None)``; the face alone here); with ``return_loss``
+        ``(face, codebook loss)``, the authors' training forward (codebook + commitment loss of the quantiser)."""
         h, w = x.shape[-2:]
         x, pad_h, pad_w = pad_to_multiple(x, self.tile_multiple)
         hs = self.encoder(x)
-        quant, _, _ = self.quantize.nearest(self.quant_conv(hs["out"]))
+        if return_loss:
+            quant, loss, _ = self.quantize(self.quant_conv(hs["out"]))
+        else:
+            quant, _, _ = self.quantize.nearest(self.quant_conv(hs["out"]))
         out = self.decode(quant, hs)
-        return out[..., :h, :w] if (pad_h or pad_w) else out
+        out = out[..., :h, :w] if (pad_h or pad_w) else out
+        return (out, loss) if return_loss else out
 
 
 @ARCH_REGISTRY.register()
@@ -439,8 +448,31 @@ class RestoreFormerPlusPlus(RestoreFormer):
                          fix_encoder=fix_encoder, head_size=head_size, ex_multi_scale_num=ex_multi_scale_num)
 
 
+@ARCH_REGISTRY.register()
+class VQVAEGAN(RestoreFormer):
+    """The authors' HQ-dictionary network (``VQVAEGAN``; stage 1 of their recipe, configs HQ_Dictionary.yaml and
+    ROHQD.yaml): the same encoder, quantiser and decoder modules as ``RestoreFormer`` (the same state-dict keys,
+    so its weights start RestoreFormer / RestoreFormer++), but a plain autoencoder of high-quality faces: the
+    decoder's attention blocks attend within its own features (the authors' ``MultiHeadDecoder``), and the codebook
+    trains (``fix_codebook`` false). Defaults: the authors' configs (``head_size`` 1 as HQ_Dictionary.yaml; ROHQD.yaml
+    sets 4). No ``ex_multi_scale_num`` / ``fix_encoder`` (the authors' class has neither)."""
+
+    cross_attention = False
+
+    def __init__(self, *, n_embed: int = 1024, embed_dim: int = 256, ch: int = 64, out_ch: int = 3,
+                 ch_mult: Sequence[int] = (1, 2, 2, 4, 4, 8), num_res_blocks: int = 2,
+                 attn_resolutions: Sequence[int] = (16,), dropout: float = 0.0, in_channels: int = 3,
+                 resolution: int = 512, z_channels: int = 256, double_z: bool = False, enable_mid: bool = True,
+                 fix_decoder: bool = False, fix_codebook: bool = False, head_size: int = 1) -> None:
+        super().__init__(n_embed=n_embed, embed_dim=embed_dim, ch=ch, out_ch=out_ch, ch_mult=ch_mult,
+                         num_res_blocks=num_res_blocks, attn_resolutions=attn_resolutions, dropout=dropout,
+                         in_channels=in_channels, resolution=resolution, z_channels=z_channels, double_z=double_z,
+                         enable_mid=enable_mid, fix_decoder=fix_decoder, fix_codebook=fix_codebook,
+                         head_size=head_size)
+
+
 __all__ = ["MultiHeadAttnBlock", "MultiHeadDecoderTransformer", "MultiHeadEncoder", "RestoreFormer",
-           "RestoreFormerPlusPlus", "VectorQuantizer", "decoder_attn_resolutions"]
+           "RestoreFormerPlusPlus", "VQVAEGAN", "VectorQuantizer", "decoder_attn_resolutions"]
 
 
 def _attended(s: StateShapes, part: str, levels: list[int]) -> list[int]:
