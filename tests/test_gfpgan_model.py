@@ -123,7 +123,8 @@ def test_released_files_validate_as_they_are(root: Path) -> None:
 @pytest.mark.parametrize(("extra", "pattern"), [
     (["datasets.train.mean=[0.4, 0.5, 0.5]"], r"datasets\.train\.mean: GFPGANModel maps images to \[-1, 1\] itself"),
     (["network_d_mouth=~"], r"network_d_mouth: the facial component discriminators come as three"),
-    (["model_type=SRGANModel", "scale=1"], r"network_d_left_eye: is trained by model_type GFPGANModel only"),
+    (["model_type=SRGANModel", "scale=1"],
+     r"network_d_left_eye: is trained by model_type GFPGANModel or RestoreFormerModel only"),
     (["path.pretrain_network_identity=~"], r"path\.pretrain_network_identity: the identity loss needs ArcFace's"),
 ])
 def test_mistakes_are_one_line(root: Path, extra: list[str], pattern: str) -> None:
@@ -218,5 +219,6 @@ def test_components_without_boxes_are_one_line(root: Path, small_train_dir: Path
 def test_other_models_refuse_face_networks(tmp_path: Path, small_train_dir: Path) -> None:
     opt = tiny_train_options("srgan", small_train_dir, None, total_iter=1)
     opt["network_identity"] = {"type": "ResNetArcFace"}
-    with pytest.raises(OptionError, match=r"network_identity: is trained by model_type GFPGANModel only"):
+    with pytest.raises(OptionError,
+                       match=r"network_identity: is trained by model_type GFPGANModel or RestoreFormerModel only"):
         load_options(write_options(tmp_path / "o.yml", opt), [], is_train=True)

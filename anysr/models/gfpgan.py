@@ -72,8 +72,119 @@ def _into(module: Callable[[], nn.Module]) -> Callable[[Mapping[str, torch.Tenso
     return lambda sd, load: load(module(), sd)
 
 
+class FaceParts:
+    """The facial-component discriminators (``network_d_left_eye`` / ``_right_eye`` / ``_mouth``), their RoIAligned
+    crops and the identity network (``network_identity``, frozen) of a face model: GFPGAN's, shared by
+    ``RestoreFormerModel``. The model sets ``out_size``, ``eye_size``, ``mouth_size`` and ``face_factor`` (the
+    crops' sides and the factor the authors multiply them by) before cropping."""
+
+    opt: dict[str, Any]
+    nets: dict[str, nn.Module]
+    is_train: bool
+    acc: Accelerator
+    out_size: int
+    eye_size: int
+    mouth_size: int
+    face_factor: float
+    bare: Callable[[str], nn.Module]
+    add_optimizer: Callable[..., None]
+
+    def build_face_networks(self) -> None:
+        """Build the component discriminators (all three or none) and the identity network from the options."""
+        opt = self.opt
+        self.identity: nn.Module | None = None
+        self.use_components = False
+        if not self.is_train:
+            return
+        given = [p for p in PARTS if opt.get(f"network_d_{p}")]
+        if given and len(given) < len(PARTS):
+            missing = [f"network_d_{p}" for p in PARTS if p not in given]
+            raise OptionError(f"{missing[0]}: the facial component discriminators come as three "
+                              f"(network_d_left_eye, network_d_right_eye, network_d_mouth); add {', '.join(missing)} "
+                              "or remove the others")
+        self.use_components = bool(given)
+        for p in given:
+            self.nets[f"net_d_{p}"] = build_network(opt[f"network_d_{p}"], f"network_d_{p}")
+        if opt.get("network_identity"):
+            self.identity = build_network(opt["network_identity"], "network_identity").eval()
+            self.identity.requires_grad_(False)
+
+    def face_weight_needs(self) -> list[WeightNeed]:
+        """The component discriminators' weights (fresh runs) and the identity network's (every start)."""
+        if not self.is_train:
+            return []
+        paths = self.opt["path"]
+        needs = []
+        for p in PARTS if self.use_components else ():
+            name = f"net_d_{p}"
+            needs.append(WeightNeed(name, f"path.pretrain_network_d_{p}", paths[f"pretrain_network_d_{p}"],
+                                    _into(lambda n=name: self.bare(n)), key_option=f"path.pretrain_network_d_{p}"))
+        if self.identity is not None:
+            identity = self.identity
+            needs.append(WeightNeed(
+                "network_identity", "path.pretrain_network_identity", paths["pretrain_network_identity"],
+                lambda sd, load: load(identity, sd), param_key="auto", key_option="path.pretrain_network_identity",
+                required=True, fresh_only=False,
+                missing="the identity loss needs ArcFace's weights (GFPGAN's arcface_resnet18.pth)"))
+        return needs
+
+    def setup_face_networks(self, optim: dict[str, Any], key_path: str) -> None:
+        """The component discriminators on the device, in training mode, each with an optimizer from ``optim``;
+        the identity network on the device."""
+        for p in PARTS if self.use_components else ():
+            name = f"net_d_{p}"
+            self.nets[name] = self.acc.prepare_model(self.nets[name])
+            self.nets[name].train()
+            self.add_optimizer(name, self.nets[name], optim, key_path)
+        if self.identity is not None:
+            self.identity = self.identity.to(self.acc.device).eval()
+
+    def check_face(self, batch: Mapping[str, Any], dataset: str, size_key: str) -> None:
+        """One-line DataErrors: faces of ``out_size``; the component boxes when the discriminators need them."""
+        name = type(self).__name__
+        h, w = batch["lq"].shape[-2:]
+        if (h, w) != (self.out_size, self.out_size) or tuple(batch["gt"].shape[-2:]) != (h, w):
+            raise DataError(f"{name} trains on {self.out_size}x{self.out_size} faces ({size_key}), got "
+                            f"LQ {w}x{h} and GT {batch['gt'].shape[-1]}x{batch['gt'].shape[-2]}; set "
+                            f"{size_key.split('.')[-1]} (and the dataset's out_size) to the faces' size")
+        if self.use_components and "loc_left_eye" not in batch:
+            raise DataError(f"{name}: the facial component discriminators need the face's eye and mouth boxes "
+                            f"(loc_left_eye, loc_right_eye, loc_mouth); use {dataset} with "
+                            "crop_components: true and its component_path, or remove network_d_left_eye / "
+                            "network_d_right_eye / network_d_mouth")
+
+    def _components(self, img: torch.Tensor, batch: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        """The left eyes, right eyes and mouths of ``img`` (signed), RoIAligned at the batch's boxes, times
+        ``face_factor``."""
+        b = img.shape[0]
+        index = torch.arange(b, device=img.device, dtype=torch.float32)[:, None]
+
+        def boxes(part: str) -> torch.Tensor:
+            return torch.cat([index, batch[f"loc_{part}"].to(img.device, torch.float32)], dim=1)
+
+        eyes = torch.stack([boxes("left_eye"), boxes("right_eye")], dim=1).reshape(2 * b, 5)
+        static = self.acc.static_shapes
+        both = roi_align(img, eyes, self.eye_size, max_grid=static_grid(self.out_size, self.eye_size)
+                         if static else None) * self.face_factor
+        mouths = roi_align(img, boxes("mouth"), self.mouth_size,
+                           max_grid=static_grid(self.out_size, self.mouth_size) if static else None) * self.face_factor
+        return {"left_eye": both[0::2], "right_eye": both[1::2], "mouth": mouths}
+
+    def identity_loss(self, output: torch.Tensor, gt: torch.Tensor, criterion: nn.Module,
+                      weight: float) -> torch.Tensor:
+        """The identity loss: ``criterion`` between ArcFace's features of the gray 128 x 128 output and GT (no
+        gradient through the GT's), times ``weight``."""
+        assert self.identity is not None
+        autocast = self.acc.precision.autocast
+        with autocast():
+            with torch.no_grad():
+                id_gt = self.identity(gray_for_identity(gt))
+            id_out = self.identity(gray_for_identity(output))
+        return criterion(id_out.float(), id_gt.float()) * weight
+
+
 @MODEL_REGISTRY.register()
-class GFPGANModel(SRGANModel):
+class GFPGANModel(FaceParts, SRGANModel):
     """GFPGAN (``GFPGANv1`` / ``GFPGANv1Clean``) against ``StyleGAN2Discriminator``, with optional facial-component
     discriminators (``FacialComponentDiscriminator``) and identity loss (``ResNetArcFace``); train keys as the
     authors' files: ``L1_opt``, ``pyramid_loss_weight``, ``remove_pyramid_loss``, ``gan_component_opt``,
@@ -93,22 +204,7 @@ class GFPGANModel(SRGANModel):
                               f"{opt['network_g']['type']}")
         self.out_size = int(net_g.out_size)
         self.log_size = self.out_size.bit_length() - 1
-        self.identity: nn.Module | None = None
-        self.use_components = False
-        if not self.is_train:
-            return
-        given = [p for p in PARTS if opt.get(f"network_d_{p}")]
-        if given and len(given) < len(PARTS):
-            missing = [f"network_d_{p}" for p in PARTS if p not in given]
-            raise OptionError(f"{missing[0]}: the facial component discriminators come as three "
-                              f"(network_d_left_eye, network_d_right_eye, network_d_mouth); add {', '.join(missing)} "
-                              "or remove the others")
-        self.use_components = bool(given)
-        for p in given:
-            self.nets[f"net_d_{p}"] = build_network(opt[f"network_d_{p}"], f"network_d_{p}")
-        if opt.get("network_identity"):
-            self.identity = build_network(opt["network_identity"], "network_identity").eval()
-            self.identity.requires_grad_(False)
+        self.build_face_networks()
 
     # ---------------------------------------------------------------- the contract
     def generator_options(self) -> Any:
@@ -118,7 +214,7 @@ class GFPGANModel(SRGANModel):
     def weight_needs(self) -> list[WeightNeed]:
         """The StyleGAN2 decoder's weights (``network_g.decoder_load_path``, fresh runs) first, then the generator's
         and the discriminator's, the component discriminators', the identity network's and the losses'."""
-        paths, net_opt = self.opt["path"], self.opt["network_g"]
+        net_opt = self.opt["network_g"]
         needs = []
         decoder = net_opt["decoder_load_path"] if "decoder_load_path" in net_opt else None
         if decoder:
@@ -126,21 +222,7 @@ class GFPGANModel(SRGANModel):
                 "stylegan_decoder", "network_g.decoder_load_path", decoder,
                 _into(lambda: self.nets["net_g"].stylegan_decoder), param_key="params_ema",
                 key_option="network_g.decoder_load_path (a StyleGAN2 generator's weights with 'params_ema')"))
-        needs += super().weight_needs()
-        if not self.is_train:
-            return needs
-        for p in PARTS if self.use_components else ():
-            name = f"net_d_{p}"
-            needs.append(WeightNeed(name, f"path.pretrain_network_d_{p}", paths[f"pretrain_network_d_{p}"],
-                                    _into(lambda n=name: self.bare(n)), key_option=f"path.pretrain_network_d_{p}"))
-        if self.identity is not None:
-            identity = self.identity
-            needs.append(WeightNeed(
-                "network_identity", "path.pretrain_network_identity", paths["pretrain_network_identity"],
-                lambda sd, load: load(identity, sd), param_key="auto", key_option="path.pretrain_network_identity",
-                required=True, fresh_only=False,
-                missing="the identity loss needs ArcFace's weights (GFPGAN's arcface_resnet18.pth)"))
-        return needs
+        return needs + super().weight_needs() + self.face_weight_needs()
 
     # ---------------------------------------------------------------- set-up
     def setup(self) -> None:
@@ -178,14 +260,9 @@ class GFPGANModel(SRGANModel):
                                   "add {type: Adam, lr: 2e-3}")
             self.cri_component = build_loss(plain_options(train["gan_component_opt"]),
                                             "train.gan_component_opt").to(self.acc.device)
-            comp = _with_default_betas(train["optim_component"], (0.9, 0.99), "train.optim_component")
-            for p in PARTS:
-                name = f"net_d_{p}"
-                self.nets[name] = self.acc.prepare_model(self.nets[name])
-                self.nets[name].train()
-                self.add_optimizer(name, self.nets[name], comp, "train.optim_component")
-        if self.identity is not None:
-            self.identity = self.identity.to(self.acc.device).eval()
+        comp = _with_default_betas(train["optim_component"], (0.9, 0.99), "train.optim_component") \
+            if self.use_components else {}
+        self.setup_face_networks(comp, "train.optim_component")
 
     # ---------------------------------------------------------------- helpers
     def _sync(self, net: nn.Module, last: bool) -> contextlib.AbstractContextManager[Any]:
@@ -193,32 +270,7 @@ class GFPGANModel(SRGANModel):
         return contextlib.nullcontext() if last else self.acc.strategy.no_sync(net)
 
     def _check_face(self, batch: Mapping[str, Any]) -> None:
-        h, w = batch["lq"].shape[-2:]
-        if (h, w) != (self.out_size, self.out_size) or tuple(batch["gt"].shape[-2:]) != (h, w):
-            raise DataError(f"GFPGANModel trains on {self.out_size}x{self.out_size} faces (network_g.out_size), got "
-                            f"LQ {w}x{h} and GT {batch['gt'].shape[-1]}x{batch['gt'].shape[-2]}; set out_size (and "
-                            "the dataset's out_size) to the faces' size")
-        if self.use_components and "loc_left_eye" not in batch:
-            raise DataError("GFPGANModel: the facial component discriminators need the face's eye and mouth boxes "
-                            "(loc_left_eye, loc_right_eye, loc_mouth); use FFHQDegradationDataset with "
-                            "crop_components: true and its component_path, or remove network_d_left_eye / "
-                            "network_d_right_eye / network_d_mouth")
-
-    def _components(self, img: torch.Tensor, batch: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-        """The left eyes, right eyes and mouths of ``img`` (signed), RoIAligned at the batch's boxes."""
-        b = img.shape[0]
-        index = torch.arange(b, device=img.device, dtype=torch.float32)[:, None]
-
-        def boxes(part: str) -> torch.Tensor:
-            return torch.cat([index, batch[f"loc_{part}"].to(img.device, torch.float32)], dim=1)
-
-        eyes = torch.stack([boxes("left_eye"), boxes("right_eye")], dim=1).reshape(2 * b, 5)
-        static = self.acc.static_shapes
-        both = roi_align(img, eyes, self.eye_size, max_grid=static_grid(self.out_size, self.eye_size)
-                         if static else None) * self.face_factor
-        mouths = roi_align(img, boxes("mouth"), self.mouth_size,
-                           max_grid=static_grid(self.out_size, self.mouth_size) if static else None) * self.face_factor
-        return {"left_eye": both[0::2], "right_eye": both[1::2], "mouth": mouths}
+        self.check_face(batch, "FFHQDegradationDataset", "network_g.out_size")
 
     def _pyramid(self, gt: torch.Tensor) -> list[torch.Tensor]:
         """The GT at each U-Net level, 8 pixels up to the face's size (bilinear halving, as the authors)."""
@@ -285,11 +337,7 @@ class GFPGANModel(SRGANModel):
                 losses["l_g_comp_style_loss"] = sum(style) * self.comp_style_weight  # type: ignore[assignment]
             parts.update({f"real_{p}": v for p, v in real_parts.items()})
         if self.identity is not None:
-            with self.acc.precision.autocast():
-                with torch.no_grad():
-                    id_gt = self.identity(gray_for_identity(gt))
-                id_out = self.identity(gray_for_identity(output))
-            losses["l_identity"] = self.cri_l1(id_out.float(), id_gt.float()) * self.identity_weight
+            losses["l_identity"] = self.identity_loss(output, gt, self.cri_l1, self.identity_weight)
         return output, losses, parts
 
     def train_step(self, batches: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
@@ -387,4 +435,4 @@ class GFPGANModel(SRGANModel):
                 self.acc.optimizer_step(self.optimizers[f"net_d_{p}"])
         return totals
 
-__all__ = ["GFPGANModel", "gray_for_identity"]
+__all__ = ["FaceParts", "GFPGANModel", "gray_for_identity"]
