@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import nn
 
-from anysr.losses.perceptual import VGGFeatureExtractor
+from anysr.losses.perceptual import VGGFeatureExtractor, gram_matrix
 from anysr.losses.pixel import _PixelLoss
 from anysr.metrics.dists import DISTS
 from anysr.metrics.lpips import LPIPS
@@ -129,3 +129,23 @@ class ContextualLoss(_PixelLoss):
             loss = sum(-torch.log(contextual_similarity(fx[k], fy[k], self.band_width)) * w
                        for k, w in self.layer_weights.items())
         return self.loss_weight * self._reduce(loss, weight)  # type: ignore[arg-type]
+
+
+def lpips_with_style(metric: LPIPS, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The LPIPS of VQGAN / RestoreFormer's ``lpips.py`` on **signed** images ([-1, 1], as their losses feed it):
+    ``(distance per image (N,), style)``, where style is the sum over the five stages of the mean squared difference
+    of the Gram matrices (divided by C * H * W) of the unit-normalised features (their ``style_weight`` term, not
+    yet weighted). The distance is ``metric``'s (the same scaling, backbone and heads) in eval mode: their module
+    also runs its heads' dropout while training (Lightning puts the loss in train mode), equal in expectation."""
+    n = x.shape[0]
+    inp = metric.scaling_layer(torch.cat([x, y]))
+    dist, style = None, x.new_zeros(())
+    for feat, lin in zip(metric.net(inp), metric.lins):
+        f = feat.to(torch.float32)
+        f = f / (f.square().sum(dim=1, keepdim=True).sqrt() + 1e-10)
+        a, b = f[:n], f[n:]
+        value = lin((a - b).square()).mean(dim=(1, 2))
+        dist = value if dist is None else dist + value
+        style = style + (gram_matrix(a) - gram_matrix(b)).square().mean()
+    assert dist is not None
+    return dist, style
