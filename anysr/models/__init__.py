@@ -11,6 +11,7 @@ from anysr.models.gfpgan import GFPGANModel
 from anysr.models.hifacegan import HiFaceGANModel
 from anysr.models.mmrealsr import MMRealSRGANModel, MMRealSRNetModel
 from anysr.models.realesrgan import RealESRGANModel, RealESRNetModel
+from anysr.models.restoreformer import RestoreFormerModel
 from anysr.models.sr import DATModel, DRCTModel, HATModel, SRModel, SwinIRModel
 from anysr.models.stylegan2 import StyleGAN2Model
 from anysr.models.video import EDVRModel, VideoBaseModel, VideoRecurrentGANModel, VideoRecurrentModel
@@ -25,5 +26,5 @@ def build_model(opt: Any, accelerator: Accelerator) -> BaseModel:
 
 __all__ = ["BaseModel", "DATModel", "DRCTModel", "EDVRModel", "ESRGANModel", "GFPGANModel", "HATModel",
            "HiFaceGANModel", "MMRealSRGANModel", "MMRealSRNetModel", "RealESRGANModel", "RealESRNetModel",
-           "SRGANModel", "SRModel", "StyleGAN2Model", "SwinIRModel", "VideoBaseModel", "VideoRecurrentGANModel",
-           "VideoRecurrentModel", "build_model"]
+           "RestoreFormerModel", "SRGANModel", "SRModel", "StyleGAN2Model", "SwinIRModel", "VideoBaseModel",
+           "VideoRecurrentGANModel", "VideoRecurrentModel", "build_model"]

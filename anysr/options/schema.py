@@ -60,6 +60,7 @@ from anysr.options.realesrgan import (
     realesrgan_dataset_rule,
     realesrgan_rule,
 )
+from anysr.options.restoreformer_model import RESTOREFORMER_TRAIN_FIELDS, restoreformer_rule
 from anysr.options.shards import SHARD_IO_FIELDS, io_backend_rule, shard_roots_rule
 from anysr.options.trainner import (
     TRAINNER_DATASET_FIELDS,
@@ -612,8 +613,8 @@ def _face_rule(out: dict[str, Any], ctx: Context) -> None:
     takes = getattr(model, "extra_networks", ())
     for key in FACE_NETWORKS:
         if out.get(key) is not None and key not in takes:
-            ctx.add(key, f"is trained by model_type GFPGANModel only (model_type is {out.get('model_type')}); "
-                    "remove it or use GFPGANModel")
+            ctx.add(key, f"is trained by model_type GFPGANModel or RestoreFormerModel only (model_type is "
+                    f"{out.get('model_type')}); remove it or use one of them")
     datasets = out.get("datasets")
     if not getattr(model, "signed_images", False) or not isinstance(datasets, dict):
         return
@@ -675,7 +676,8 @@ def _top_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> 
         model = registered("model", out.get("model_type"))
         for k in train_sets:
             kind = datasets[k].get("type") if isinstance(datasets[k], dict) else None
-            if dataset_role(kind) == "image_source" and model is not None and not getattr(model, "generative", False):
+            if dataset_role(kind) == "image_source" and model is not None and not getattr(model, "generative", False) \
+                    and not getattr(model, "takes_image_source", False):
                 ctx.add(f"datasets.{k}.type", f"{kind} gives images alone (no LQ) for generative models "
                         f"(StyleGAN2Model); model_type {model.__name__} trains on pairs: use PairedImageDataset")
     if not ctx.is_train and out.get("val") is None and "val" in out:
@@ -691,6 +693,7 @@ def _top_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> 
     _plateau_rule(out, ctx)
     realesrgan_rule(out, ctx)
     mmrealsr_rule(out, ctx)
+    restoreformer_rule(out, ctx)
     _face_rule(out, ctx)
     check_loss_roles(out, ctx)
     _training_step_rule(out, ctx)
@@ -972,9 +975,11 @@ GFPGAN_TRAIN_FIELDS = {
     "gan_component_opt": Field((GAN_LOSS, None), default=None,
                                doc="GFPGANModel: GAN loss of the facial component discriminators."),
     "comp_style_weight": Field(float, default=0.0, check=at_least(0),
-                               doc="GFPGANModel: weight of the facial components' Gram-matrix style loss."),
+                               doc="GFPGANModel, RestoreFormerModel: weight of the facial components' Gram-matrix "
+                                   "style loss."),
     "identity_weight": Field(float, default=0.0, check=at_least(0),
-                             doc="GFPGANModel: weight of the identity loss (needs network_identity)."),
+                             doc="GFPGANModel, RestoreFormerModel: weight of the identity loss (needs "
+                                 "network_identity)."),
     "optim_component": Field((OPTIM, None), default=None,
                              doc="GFPGANModel: optimizer of each facial component discriminator (betas (0.9, 0.99) "
                                  "unless given)."),
@@ -1137,6 +1142,7 @@ TRAIN = Section(
         **STYLEGAN2_TRAIN_FIELDS,
         **GFPGAN_TRAIN_FIELDS,
         **MMREALSR_TRAIN_FIELDS,
+        **RESTOREFORMER_TRAIN_FIELDS,
         **VIDEO_TRAIN_FIELDS,
         **AUGMENT_TRAIN_FIELDS,
         **TRAINNER_TRAIN_FIELDS,
