@@ -256,6 +256,7 @@ def _same(a: Path, b: Path, it: int) -> None:
         assert all(torch.equal(sa[net][k], sb[net][k]) for k in sa[net]), f"{net} differs after resume"
 
 
+@pytest.mark.slow
 def test_stage_one_trains_resumes_and_starts_stage_two(root: Path) -> None:
     """The HQ dictionary (disc_start 1: the discriminator joins at the 2nd iteration): 3 iterations straight vs 2,
     stop, resume to 3, bit for bit; RestoreFormer++ then starts from its weights (the tensors stage 1 lacks, the
@@ -279,6 +280,7 @@ def test_stage_one_trains_resumes_and_starts_stage_two(root: Path) -> None:
     assert torch.equal(start["params.quantize.embedding.weight"], end["params.quantize.embedding.weight"])
 
 
+@pytest.mark.slow
 def test_restoreformer_plus_plus_file_trains_every_loss_and_resumes(root: Path) -> None:
     """RestoreFormer++ with every term from the 3rd iteration (disc_start 1): 3 straight vs 2 + resume."""
     common = ["train.disc_start=1", "logger.save_checkpoint_freq=1"]
@@ -291,6 +293,7 @@ def test_restoreformer_plus_plus_file_trains_every_loss_and_resumes(root: Path) 
         assert key in losses and losses[key] != 0 and np.isfinite(losses[key]), key
 
 
+@pytest.mark.slow
 def test_two_gloo_ranks_match_one_process(root: Path) -> None:
     """RestoreFormer++ (discriminator without batch norm: its batch statistics are per rank, as the authors' DDP)
     with a global batch of 2: one process or two ranks of one; the adaptive weight from the whole batch."""
