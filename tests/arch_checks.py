@@ -290,8 +290,10 @@ def check_xla_train_step(net_opt: dict[str, Any], shape: tuple[int, ...] = (2, 3
     ``scale``: so does it, and its output's height and width are ``scale`` times the input's. ``eval_shape``: so
     does it, on an input of that shape (another graph). ``steps``: that many steps, the last two compiling nothing
     new and step 2 at most ``steps - 2`` graphs more than step 1 (for a network whose state turns from initial
-    values into step outputs); every step's loss is the same
-    (``same_loss=False``: not asked of a network that draws noise in training).
+    values into step outputs); every step's loss is the same to 1e-4 relative (``same_loss=False``: not asked of
+    a network that draws noise in training, whose losses differ by far more). Not bit for bit: XLA:CPU runs of one
+    compiled graph on the same inputs differed by 2e-5 relative in some process states (TFDAT's and Swin2SR's, after
+    other modules' tests in the same process; measured 2026-12-07).
     ``prepare``: called on the built
     network (on the CPU, before it moves to the device). Returns ``net`` (on the device, in the mode the check
     left it), ``x``, ``compiles`` (the compile count after each step) and ``losses`` (on the device) for a caller's
@@ -328,7 +330,9 @@ def check_xla_train_step(net_opt: dict[str, Any], shape: tuple[int, ...] = (2, 3
     grads = [p.grad for p in net.parameters() if p.requires_grad]
     assert grads and all(g is not None for g in grads), "a trainable parameter got no gradient"
     assert torch.isfinite(torch.stack([g.abs().sum() for g in grads]).cpu()).all(), "a gradient is not finite"
-    assert not same_loss or all(torch.equal(losses[0].cpu(), v.cpu()) for v in losses[1:]), "the loss changed"
+    first = losses[0].cpu()
+    assert not same_loss or all(torch.allclose(first, v.cpu(), rtol=1e-4, atol=0) for v in losses[1:]), \
+        f"the loss changed: {[v.item() for v in losses]}"
     if eval_form or scale is not None or eval_shape is not None:
         x_eval = x if eval_shape is None else torch.rand(eval_shape).to(dev)
         with torch.no_grad():
