@@ -231,6 +231,7 @@ def _face_png(path: Path, h: int = 20, w: int = 16) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_infer_runs_the_lightning_checkpoint_without_arch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``anysr infer --weights RestoreFormer++.ckpt``: recognised (RestoreFormer++, one extra scale), the authors'
     [-1, 1] network applied to the [0, 1] image."""

@@ -260,6 +260,7 @@ def test_resume_is_bit_exact(tmp_path: Path, variant: str) -> None:
     assert_same_weights(saved_weights(exp / "a", 4), saved_weights(exp / "b", 4))
 
 
+@pytest.mark.slow
 def test_cli_trains_the_shipped_option_file(tmp_path: Path) -> None:
     """`anysr train` on options/train/train_BSRGAN_x4.yml, made tiny from the command line."""
     run_cli("train", "-opt", str(ROOT / "options/train/train_BSRGAN_x4.yml"), "--force_yml", f"path.root={ROOT}",
@@ -272,6 +273,7 @@ def test_cli_trains_the_shipped_option_file(tmp_path: Path) -> None:
     assert (tmp_path / "run" / "models" / "net_g_2.safetensors").is_file()
 
 
+@pytest.mark.slow
 def test_prepare_degrade_shows_the_training_pairs_and_recipes(tmp_path: Path) -> None:
     """`anysr prepare degrade` writes the pairs the dataset gives the training stream, and each pair's recipe."""
     from anysr.data.bsrgan_dataset import BSRGANDataset

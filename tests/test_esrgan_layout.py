@@ -66,6 +66,7 @@ def test_upsample_steps_and_bad_arguments() -> None:
             build_network({"type": "RRDBNet", "num_in_ch": 3, "num_out_ch": 3, **opt})
 
 
+@pytest.mark.slow
 def test_infer_and_export_take_an_original_layout_pth(tmp_path: Path) -> None:
     """A community-style ``.pth`` (bare state dict, old names) through the CLI as a user runs it."""
     sd = load_file(str(FIXTURES / "x4_params.safetensors"))

@@ -254,6 +254,7 @@ def _assert_same(a: Any, b: Any, where: str = "") -> None:
         assert torch.equal(a, b), f"{where} differs"
 
 
+@pytest.mark.slow
 def test_esrgan_resume_is_bit_exact(tmp_path: Path, small_train_dir: Path, vgg_file: Path) -> None:
     """N+M straight == N, stop, resume, M for G, D, EMA, both optimisers and schedulers."""
     a = write_options(tmp_path / "a.yml", gan_options("straight", small_train_dir, vgg_file, total_iter=4))

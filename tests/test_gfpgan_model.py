@@ -182,6 +182,7 @@ def test_released_file_trains_on_two_gloo_ranks(root: Path) -> None:
     assert all(np.isfinite(v) for v in losses.values())
 
 
+@pytest.mark.slow
 def test_simple_file_trains_and_tests(root: Path) -> None:
     """train_gfpgan_v1_simple.yml (no components, no identity) trains 2 iterations; `anysr test` on its weights."""
     exp = train_gfpgan(root, SIMPLE, "run_simple", "train.total_iter=2", "logger.print_freq=1",

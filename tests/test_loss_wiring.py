@@ -142,6 +142,7 @@ def _list_options(name: str, train_dir: Path, total_iter: int) -> dict[str, Any]
     return opt
 
 
+@pytest.mark.slow
 def test_cli_run_with_a_list_logs_each_loss_and_resumes_exactly(tmp_path: Path, small_train_dir: Path) -> None:
     """SRModel with four losses (LDL on the EMA output among them): each logged under its name; N+M straight ==
     N, stop, resume, M."""

@@ -204,6 +204,7 @@ def _train(root: Path, train_dir: Path, file: Path, sub: str, *extra: str, resum
 
 
 @pytest.mark.parametrize("file", [NET_FILE, GAN_FILE], ids=["net", "gan"])
+@pytest.mark.slow
 def test_released_file_trains_and_resumes_exactly(root: Path, small_train_dir: Path, file: Path) -> None:
     """4 iterations straight vs 2, stop, resume to 4 (the pool fills at 2): the same weights and EMA, bit for bit;
     every loss of the authors' log; the trained weights run in ``anysr infer``."""
@@ -228,6 +229,7 @@ def test_released_file_trains_and_resumes_exactly(root: Path, small_train_dir: P
     assert len(list(out.iterdir())) == 1
 
 
+@pytest.mark.slow
 def test_versions_synthesised_in_a_loader_worker_train(root: Path, small_train_dir: Path) -> None:
     """``degrade_in: loader`` (what XLA uses): MMRealSRGANDataset synthesises the five versions in a worker."""
     exp = _train(root, small_train_dir, NET_FILE, "loader", "degrade_in=loader", "datasets.train.num_worker_per_gpu=1",
@@ -236,6 +238,7 @@ def test_versions_synthesised_in_a_loader_worker_train(root: Path, small_train_d
     assert summary["iterations_done"] == 2 and np.isfinite(summary["final_losses"]["l_ranking_blur"])
 
 
+@pytest.mark.slow
 def test_two_gloo_ranks_match_one_process(root: Path, small_train_dir: Path) -> None:
     """The Net file with a global batch of 2 and 2 pool rows: one process, or two ranks of 1 with half the pool
     each (per-sample draws from the samples' seeds, the batch's from the iteration): the same weights."""
@@ -249,6 +252,7 @@ def test_two_gloo_ranks_match_one_process(root: Path, small_train_dir: Path) -> 
         torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=k)
 
 
+@pytest.mark.slow
 def test_prepare_degrade_shows_what_the_step_trains_on(root: Path, small_train_dir: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """`anysr prepare degrade` on the Net file writes the five versions and the GT each step trained on, pool
@@ -281,6 +285,7 @@ def test_prepare_degrade_shows_what_the_step_trains_on(root: Path, small_train_d
     assert meta["versions"] == names[:-1] and meta["pairs"][0]["batch_draws"]["updown1"] in ("up", "down", "keep")
 
 
+@pytest.mark.slow
 def test_bench_times_the_anchored_step(root: Path, small_train_dir: Path) -> None:
     """`anysr bench` builds the five versions from its synthetic batch (it raised "an LQ but no anchor")."""
     out = root / "bench.json"
@@ -290,6 +295,7 @@ def test_bench_times_the_anchored_step(root: Path, small_train_dir: Path) -> Non
     assert train["batch_size"] == 2 and train["images_per_s"] > 0
 
 
+@pytest.mark.slow
 def test_gan_stage_starts_from_the_net_stage(root: Path, small_train_dir: Path) -> None:
     """The authors' recipe: the GAN file's pretrain_network_g (param_key_g params_ema, strict) is the Net stage's
     file; the estimator the Net stage trained stays as it was (frozen)."""

@@ -238,6 +238,7 @@ def test_soap_sf_is_refused_and_pytorch_optimizer_keeps_its_names(tmp_path: Path
         assert OPTIMIZER_REGISTRY.get(name).__module__.startswith("pytorch_optimizer"), name
 
 
+@pytest.mark.slow
 def test_cli_trains_and_resumes_bit_exact(tmp_path: Path, small_train_dir: Path, small_val_dir: Path) -> None:
     """neosr's adan_sf block as the TOML mapping passes it: straight 4 == 2, stop, resume 2 (validating at 2)."""
     def opts(name: str, total: int) -> Path:

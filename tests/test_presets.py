@@ -160,6 +160,7 @@ def test_json_schema_lists_presets_with_their_spellings() -> None:
     assert len([p for p in ARCH_PRESETS.values() if p.arch == "HAT"]) == 5
 
 
+@pytest.mark.slow
 def test_trainner_file_trains_a_preset_through_the_cli(tmp_path: Path, small_train_dir: Path,
                                                       small_val_dir: Path) -> None:
     opt = tiny_train_options("preset", small_train_dir, small_val_dir, total_iter=2)

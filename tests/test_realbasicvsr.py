@@ -303,6 +303,7 @@ def test_one_line_errors(reds: dict[str, Path], monkeypatch: pytest.MonkeyPatch)
         video_codec.available_codecs.cache_clear()
 
 
+@pytest.mark.slow
 def test_basicvsr_trains_on_realbasicvsr_clips(reds: dict[str, Path]) -> None:
     """``anysr train`` of the shipped file (train_BasicVSR_REDS_realbasicvsr.yml), its BasicVSR tiny, for 2
     iterations (degradation in a loader worker)."""

@@ -188,6 +188,7 @@ def test_recognised_beyond_the_defaults(arch: str, args: dict) -> None:
     assert len(found) == 1, f"{opt} fits several families: {[f.describe() for f in found]}"
 
 
+@pytest.mark.slow
 def test_a_file_saved_inside_a_wrapper_is_recognised(tmp_path: Path) -> None:
     """What the loader accepts is recognised: names under a wrapper prefix (``netG.``: stripped by the loader
     when every name has it) and DDP's ``module.`` (stripped when read) run with no --arch."""

@@ -210,6 +210,7 @@ def test_candidates_taking_the_recorded_names_come_first() -> None:
     assert _prefer_takers([span, compact], {"unknown": 1}) == [span, compact]
 
 
+@pytest.mark.slow
 def test_cli_infer_uses_the_recorded_arguments(tmp_path: Path) -> None:
     """``anysr infer`` on a traiNNer-redux file (no --arch): the output of the network with its true arguments,
     and the log says which came from the metadata."""

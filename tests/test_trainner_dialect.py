@@ -275,6 +275,7 @@ ARCHS = {
 
 
 @pytest.mark.parametrize("arch", list(ARCHS))
+@pytest.mark.slow
 def test_dialect_file_trains_through_the_cli(arch: str, tmp_path: Path) -> None:
     gt_dir, lq_dir = _paired(tmp_path, 2)
     opt = dialect(name=f"dialect_{arch}", network_g=ARCHS[arch], use_amp=arch == "SPAN", use_channels_last=True,
@@ -310,6 +311,7 @@ def test_dialect_file_trains_through_the_cli(arch: str, tmp_path: Path) -> None:
     assert "use_amp" not in recorded and recorded["mapped_keys"] and recorded["train"]["accumulate"] == 2
 
 
+@pytest.mark.slow
 def test_dialect_ema_and_clipping_resume_bit_exact(tmp_path: Path) -> None:
     """traiNNer-redux's EMA schedule, weight switch, gradient clipping and accumulation: 6 iterations straight ==
     4, stop, resume, 2 (weights and EMA, bit for bit)."""

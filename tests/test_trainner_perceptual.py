@@ -162,6 +162,7 @@ def test_weight_zero_is_not_built_and_weights_are_found_by_name() -> None:
     assert isinstance(built, TraiNNerPerceptualLoss) and not isinstance(built, PerceptualLoss)
 
 
+@pytest.mark.slow
 def test_dialect_gan_file_trains_with_vgg_found_by_name(tmp_path: Path) -> None:
     """A traiNNer-redux GAN file with ``perceptualloss`` trains 2 iterations through the CLI, offline, the VGG19
     read from torch hub's cache by its name (random weights there: a cache hit is not re-hashed)."""

@@ -260,6 +260,7 @@ def test_losses_ask_for_their_standard_files_and_weight_zero_asks_nothing() -> N
         ("train.losses[4].vgg_weights_path", None, "vgg19")]
 
 
+@pytest.mark.slow
 def test_train_finds_the_lpips_files_by_name(tmp_path: Path, small_train_dir: Path, small_val_dir: Path) -> None:
     """``anysr train --offline`` with an LPIPS loss and an LPIPS metric and no weight paths: both read torch hub's
     cache (a seeded AlexNet under torchvision's name, the real head); DISTS with loss_weight 0 needs nothing."""
