@@ -41,6 +41,8 @@ NOT_RECOGNISED = {
     "MultiscalePatchGANDiscriminatorSN": "a discriminator: not run by infer / test / export",
     "HAT_iLN": "HAT's names and shapes exactly (i-LN has a layer norm's weight and bias, its EMA is not saved): read "
                "as HAT; name it (--arch HAT_iLN, hat_iln_*)",
+    "VQVAEGAN": "RestoreFormer's names and shapes exactly (its decoder attends within its own features, which no "
+                "tensor shows): read as RestoreFormer; name it (--arch VQVAEGAN)",
 }
 
 

@@ -45,11 +45,16 @@ PARTS = ("left_eye", "right_eye", "mouth")
 # turns rounding into visible differences (Adam divides each entry by its own size; L1's kink at a pixel the output
 # nearly equals flips that pixel's gradient), so what follows it is compared to 1e-2: measured, a 1e-7 relative
 # change of the input moves the HQ case's logits_fake by 1.4e-4 in anysr itself. The generator's step: 1e-4 / 1e-3.
-D_REL = 1e-2
-# The generator's gradients: 1e-3 of the network's largest entry (RestoreFormer++'s case: 3.4e-5), 5e-3 for the HQ
-# case's step after disc_start, where one output pixel equals its GT to rounding (L1's kink: a 1e-7 relative change of
-# the input switches anysr's own adaptive weight between the authors' value and one 3e-5 off): up to 2.3e-3 there
-G_REL = {"rf": 1e-3, "hq": 5e-3}
+# The HQ case is more sensitive still: with one thread (as each test worker runs) instead of two, anysr's own step
+# moved its adaptive weight by 4e-3 relative, its generator gradients by up to 7.9e-3 and the discriminator's by
+# 1.3e-2 of their largest entries (measured 2026-12-07): it is compared to 3e-2 (what a wrong or missing loss term
+# moves by far more); RestoreFormer++'s case, with every term, stays at 1e-4 / 1e-3 / 1e-2.
+D_REL = {"rf": 1e-2, "hq": 3e-2}
+# The generator's gradients: 1e-3 of the network's largest entry (RestoreFormer++'s case: 3.4e-5); the HQ case's
+# step after disc_start has one output pixel equal to its GT to rounding (L1's kink: a 1e-7 relative change of the
+# input switches anysr's own adaptive weight between the authors' value and one 3e-5 off)
+G_REL = {"rf": 1e-3, "hq": 3e-2}
+LOG_REL = {"rf": 1e-4, "hq": 1e-2}
 D_PHASE = {"disc_loss", "logits_real", "logits_fake", "d_left_loss", "d_right_loss", "d_mouth_loss"}
 
 
@@ -173,7 +178,7 @@ def test_step_equals_the_authors_training_step(root: Path, name: str) -> None:
         for k, v in want.items():
             if k in ("aeloss", "discloss") or (k.startswith("disc_") and k.endswith("_loss") and k != "disc_loss"):
                 continue  # the authors log these twice under two names
-            rel = D_REL if k in D_PHASE else 1e-4
+            rel = D_REL[name] if k in D_PHASE else LOG_REL[name]
             assert float(got[k]) == pytest.approx(v, rel=rel, abs=1e-6), f"step {step}: {k}"
         assert all(float(v) == 0 for k, v in got.items() if k not in want), f"step {step}: {sorted(got)}"
         for idx, (net_name, prefix) in nets.items():
@@ -190,7 +195,7 @@ def test_step_equals_the_authors_training_step(root: Path, name: str) -> None:
                 mine = own[("model." if idx == 1 else "") + k[len(prefix):]].grad.flatten()
                 stride = 1 if mine.numel() <= MANIFEST["full"] else mine.numel() // 256
                 err = float((mine[::stride] - g).abs().max()) / scale
-                assert err <= (G_REL[name] if idx == 0 else D_REL), f"step {step} {net_name} grad {k}: {err:.2e}"
+                assert err <= (G_REL if idx == 0 else D_REL)[name], f"step {step} {net_name} grad {k}: {err:.2e}"
 
 
 # ----------------------------------------------------------------------------- the options
