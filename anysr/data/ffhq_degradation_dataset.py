@@ -181,21 +181,27 @@ class FFHQDegradationDataset(GTImageDataset):
         boxes = np.stack([parts[:, 0] - half + 1, parts[:, 1] - half + 1, parts[:, 0] + half, parts[:, 1] + half], 1)
         return {f"loc_{part}": torch.from_numpy(boxes[j]).float() for j, part in enumerate(COMPONENTS)}
 
-    def make_item(self, i: int, draws: FaceDegradationDraws) -> dict[str, Any]:
-        """Item ``i`` made with the recipe ``draws`` (``ds[i]`` uses its seed's recipe): ``lq``, ``gt``, ``gt_path``
-        and, with crop_components, the three boxes."""
+    def face(self, i: int, hflip: bool) -> np.ndarray:
+        """Item ``i``'s GT face as HWC float32 BGR, checked to be ``out_size`` square, mirrored with ``hflip``."""
         _, _, img = self._read_gt(i)
         path = self.path(i)
         gt = _float_bgr(img, path)
         if gt.shape[:2] != (self.out_size, self.out_size):
             raise DataError(f"{path} is {gt.shape[1]}x{gt.shape[0]}; {type(self).__name__} needs out_size x out_size "
                             f"({self.out_size}x{self.out_size}) faces: resize them or change out_size")
-        if draws.hflip:
-            gt = np.ascontiguousarray(gt[:, ::-1])
-        lq, gt_t = degrade_face(gt, draws, self.settings)
+        return np.ascontiguousarray(gt[:, ::-1]) if hflip else gt
+
+    def pair_item(self, i: int, lq: torch.Tensor, gt: torch.Tensor) -> dict[str, Any]:
+        """``{'lq', 'gt', 'gt_path'}`` of item ``i``, both images normalised by ``mean`` / ``std`` when set."""
         if self.norm is not None:
-            lq, gt_t = normalize(lq, *self.norm), normalize(gt_t, *self.norm)
-        out: dict[str, Any] = {"lq": lq, "gt": gt_t, "gt_path": path}
+            lq, gt = normalize(lq, *self.norm), normalize(gt, *self.norm)
+        return {"lq": lq, "gt": gt, "gt_path": self.path(i)}
+
+    def make_item(self, i: int, draws: FaceDegradationDraws) -> dict[str, Any]:
+        """Item ``i`` made with the recipe ``draws`` (``ds[i]`` uses its seed's recipe): ``lq``, ``gt``, ``gt_path``
+        and, with crop_components, the three boxes."""
+        lq, gt_t = degrade_face(self.face(i, draws.hflip), draws, self.settings)
+        out = self.pair_item(i, lq, gt_t)
         if self.locations is not None:
             out.update(self.component_locations(i, draws.hflip))
         return out

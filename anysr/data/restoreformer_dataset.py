@@ -14,7 +14,6 @@ gray, as the authors' set does (their model's ``image_key: gt`` reads no LQ).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,12 +30,9 @@ from anysr.data.degradation.restoreformer import (
     draw_uneven_degradation,
     expose_and_shift,
 )
+from anysr.data.ffhq_dataset import FFHQDataset
 from anysr.data.ffhq_degradation_dataset import FFHQDegradationDataset, _float_bgr
-from anysr.data.file_backends import build_backend
-from anysr.data.paired_image_dataset import _Pair
-from anysr.data.realesrgan_dataset import GTImageDataset
 from anysr.data.transforms import img2tensor, normalize
-from anysr.errors import DataError
 from anysr.registry import DATASET_REGISTRY
 
 __all__ = ["FFHQUnevenDegradationDataset", "FFHQAugDataset"]
@@ -84,26 +80,15 @@ class FFHQUnevenDegradationDataset(FFHQDegradationDataset):
     def make_item(self, i: int, draws: UnevenDegradationDraws) -> dict[str, Any]:  # type: ignore[override]
         """Item ``i`` made with the recipe ``draws``: ``lq``, ``gt``, ``gt_path`` and, with crop_components, the
         three boxes."""
-        _, _, img = self._read_gt(i)
-        path = self.path(i)
-        gt = _float_bgr(img, path)
-        if gt.shape[:2] != (self.out_size, self.out_size):
-            raise DataError(f"{path} is {gt.shape[1]}x{gt.shape[0]}; {type(self).__name__} needs out_size x out_size "
-                            f"({self.out_size}x{self.out_size}) faces: resize them or change out_size")
-        if draws.hflip:
-            gt = np.ascontiguousarray(gt[:, ::-1])
-        gt = expose_and_shift(gt, draws.augment, self.uneven)
-        lq, gt_t = degrade_uneven(gt, draws, self.uneven)
-        if self.norm is not None:
-            lq, gt_t = normalize(lq, *self.norm), normalize(gt_t, *self.norm)
-        out: dict[str, Any] = {"lq": lq, "gt": gt_t, "gt_path": path}
+        gt = expose_and_shift(self.face(i, draws.hflip), draws.augment, self.uneven)
+        out = self.pair_item(i, *degrade_uneven(gt, draws, self.uneven))
         if self.locations is not None:
             out.update(self.shifted_locations(i, draws))
         return out
 
 
 @DATASET_REGISTRY.register()
-class FFHQAugDataset(GTImageDataset):
+class FFHQAugDataset(FFHQDataset):
     """High-quality faces with RestoreFormer++'s augmentations (its HQ dictionary / ROHQD stage): no LQ.
 
     Options (the authors'): dataroot_gt, meta_info_file, io_backend, use_hflip, mean, std, out_size (optional here:
@@ -111,27 +96,24 @@ class FFHQAugDataset(GTImageDataset):
     exposure_range, shift_prob, shift_unit, shift_max_num.
     """
 
-    role = "image_source"  # images alone, no LQ: the options pair it with the models that take them
-    augments_faces = True  # ... and check its keys (options.ffhq_degradation.face_augment_dataset_rule)
+    augments_faces = True  # FFHQDataset's role (images alone, no LQ); its keys: face_augment_dataset_rule
 
     def __init__(self, opt: Mapping[str, Any], key_path: str | None = None) -> None:
         super().__init__(opt, key_path)
-        self.gt_root = os.fspath(opt["dataroot_gt"])
-        self.gt_backend = build_backend(self.io_type, self.gt_root, self.io_opt)
-        self.items = [_Pair(n, None) for n in self._names_from(self.gt_root, self.gt_backend, "GT")]
-        self.use_hflip = bool(opt["use_hflip"])
         self.out_size = None if opt.get("out_size") is None else int(opt["out_size"])
         self.gray_prob = opt.get("gray_prob")
         self.settings = UnevenDegradationSettings.from_options(opt)
 
     def _check_item(self, i: int, decode: bool) -> str | None:
-        name = self.items[i].gt
-        assert name is not None
-        info = self._info(self.gt_backend, name, decode)
-        if self.out_size is not None and (info.width, info.height) != (self.out_size, self.out_size):
-            return (f"{self.path(i)} is {info.width}x{info.height}; {type(self).__name__} needs out_size x out_size "
+        """FFHQDataset's check (every face one size), and that size ``out_size`` when it is set (a face of another
+        size is then named once, here)."""
+        problem = super()._check_item(i, decode)
+        width, height = self._sizes.get(i, (self.out_size, self.out_size))
+        if problem is None and self.out_size is not None and (width, height) != (self.out_size, self.out_size):
+            del self._sizes[i]
+            return (f"{self.path(i)} is {width}x{height}; {type(self).__name__} needs out_size x out_size "
                     f"({self.out_size}x{self.out_size}) faces: resize them or change out_size")
-        return None
+        return problem
 
     def draws(self, seed: int) -> tuple[FaceAugmentDraws, bool]:
         """Sample ``seed``'s augmentation and gray coin, drawn in the authors' order (flip, exposure, shift, gray)."""
