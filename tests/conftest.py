@@ -179,6 +179,29 @@ def assert_same_weights(a: dict[str, Any], b: dict[str, Any]) -> None:
         assert torch.equal(a[k], b[k]), f"{k} differs"
 
 
+def assert_seeded_samples(make: Any, order: list[tuple[int, int]], *, via_loader: tuple[str, ...]) -> dict:
+    """A counter-seeded dataset (``ds[(index, seed)]``) gives the same sample for the same seed whatever the order,
+    the dataset instance or the loader worker that reads it, and other samples for other seeds; ``make()`` builds
+    the dataset, ``via_loader`` names the items compared after two loader workers. Returns the first reads."""
+    from torch.utils.data import DataLoader, Subset
+
+    ds = make()
+    first = {ix: ds[ix] for ix in order}
+    again = make()
+    for ix in reversed(order):
+        b = again[ix]
+        for k, v in first[ix].items():
+            assert torch.equal(v, b[k]) if torch.is_tensor(v) else v == b[k], f"{ix}: {k} differs"
+    seeds = sorted({s for _, s in order})
+    assert not torch.equal(ds[(0, seeds[0])][via_loader[0]], ds[(0, seeds[1])][via_loader[0]])
+    assert ds[0]["seed"] == 0 and torch.equal(ds[0][via_loader[0]], ds[(0, 0)][via_loader[0]])
+    for ix, b in zip(order, DataLoader(Subset(ds, order), batch_size=None, num_workers=2)):  # type: ignore[arg-type]
+        for k in via_loader:
+            assert torch.equal(b[k], first[ix][k]), f"{ix}: {k} differs in a loader worker"
+        assert b["seed"] == ix[1]
+    return first
+
+
 _COMPARES_NUMBERS = ("FIXTURE_TOL", "PSNR_TOL", "tests/fixtures", "FIXTURES", '"fixtures"')
 
 

@@ -20,9 +20,8 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import ROOT
+from conftest import ROOT, assert_seeded_samples
 from safetensors.numpy import load_file
-from torch.utils.data import DataLoader
 
 from anysr.data import build_dataset
 from anysr.data.degradation.gfpgan import (
@@ -187,19 +186,9 @@ def test_same_seed_same_sample_in_any_order_and_worker(faces: Path, tmp_path: Pa
     lm = _landmarks(tmp_path / "lm.pth")
     keys = {"color_jitter_prob": 0.5, "color_jitter_pt_prob": 0.5, "gray_prob": 0.3, "crop_components": True,
             "component_path": str(lm)}
-    ds = _dataset(faces, **keys)
     order = [(0, 7), (2, 7), (1, 123), (0, 8), (2, 99)]
-    first = {ix: ds[ix] for ix in order}
-    again = _dataset(faces, **keys)
-    for ix in reversed(order):
-        b = again[ix]
-        for k, v in first[ix].items():
-            assert torch.equal(v, b[k]) if torch.is_tensor(v) else v == b[k]
-    assert not torch.equal(first[(0, 7)]["lq"], first[(0, 8)]["lq"])
-    assert ds[0]["seed"] == 0 and torch.equal(ds[0]["lq"], ds[(0, 0)]["lq"])
-    loader = DataLoader(torch.utils.data.Subset(ds, order), batch_size=None, num_workers=2)  # type: ignore[arg-type]
-    for ix, b in zip(order, loader):
-        assert torch.equal(b["lq"], first[ix]["lq"]) and torch.equal(b["loc_mouth"], first[ix]["loc_mouth"])
+    assert_seeded_samples(lambda: _dataset(faces, **keys), order, via_loader=("lq", "loc_mouth"))
+    ds = _dataset(faces, **keys)
     record = ds.degradation_record(7)
     assert json.loads(json.dumps(record)) == record and record["type"] == "gfpgan"
     assert FaceDegradationDraws.from_dict(record).as_dict() == ds.draws(7).as_dict()

@@ -17,9 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, assert_seeded_samples
 from safetensors.numpy import load_file
-from torch.utils.data import DataLoader
 
 from anysr.data import build_dataset
 from anysr.data.degradation.restoreformer import (
@@ -201,27 +200,15 @@ def test_steps_that_are_off_draw_nothing_but_keep_the_stream() -> None:
 def test_same_seed_same_sample_in_any_order_and_worker(faces: Path) -> None:
     keys = {**RFPP, "shift_prob": 0.5, "uneven_prob": 0.5, "hazy_prob": 0.5, "exposure_prob": 0.5,
             "gray_prob": 0.3, "color_jitter_pt_prob": 0.5}
-    ds = _dataset(faces, **keys)
     order = [(0, 7), (2, 7), (1, 123), (0, 8), (2, 99), (1, 5)]
-    first = {ix: ds[ix] for ix in order}
-    again = _dataset(faces, **keys)
-    for ix in reversed(order):
-        b = again[ix]
-        for k, v in first[ix].items():
-            assert torch.equal(v, b[k]) if torch.is_tensor(v) else v == b[k]
-    assert not torch.equal(first[(0, 7)]["lq"], first[(0, 8)]["lq"])
-    assert ds[0]["seed"] == 0 and torch.equal(ds[0]["lq"], ds[(0, 0)]["lq"])
-    loader = DataLoader(torch.utils.data.Subset(ds, order), batch_size=None, num_workers=2)  # type: ignore[arg-type]
-    for ix, b in zip(order, loader):
-        assert torch.equal(b["lq"], first[ix]["lq"]) and torch.equal(b["loc_mouth"], first[ix]["loc_mouth"])
+    ds = _dataset(faces, **keys)
+    assert_seeded_samples(lambda: _dataset(faces, **keys), order, via_loader=("lq", "loc_mouth"))
     for seed in (7, 8, 99):
         record = ds.degradation_record(seed)
         assert json.loads(json.dumps(record)) == record and record["type"] == "restoreformer"
         assert UnevenDegradationDraws.from_dict(record).as_dict() == ds.draws(seed).as_dict()
-    aug = _dataset(faces, **{**ROHQD, "shift_prob": 0.5, "gray_prob": 0.5})
-    a = {ix: aug[ix] for ix in order}
-    for ix, b in zip(order, DataLoader(torch.utils.data.Subset(aug, order), batch_size=None, num_workers=2)):
-        assert torch.equal(b["gt"], a[ix]["gt"]) and b["seed"] == ix[1]
+    aug = {**ROHQD, "shift_prob": 0.5, "gray_prob": 0.5}
+    assert_seeded_samples(lambda: _dataset(faces, **aug), order, via_loader=("gt",))
 
 
 def test_shift_moves_the_face_and_its_boxes_together(faces: Path) -> None:
