@@ -19,8 +19,10 @@ keeps ``step`` except on XLA) two passes of ``--iters`` iterations after 3 warm-
 
 Prints ms per iteration per part and the 1-minute load average while each mode ran (rows measured at a load above
 1.5 are starred: take them as upper bounds); ``--out`` also writes them as a Markdown section. ``--degradation``
-names the synthesis pipeline (only ``realesrgan`` today; a further pipeline such as BSRGAN's plugs in where
-:data:`PIPELINES` says). ``--tiny``: small sizes for the CPU check of ``benchmarks/gpu.sh --cpu-check``.
+names the synthesis pipeline: ``realesrgan``, or BSRGAN's ``bsrgan`` / ``bsrgan_plus`` (KAIR's x4 settings,
+``options/train/train_BSRGAN_x4.yml``: degrade_size 320, any SR model; their operators always run in the loader, so
+one placement; same network, batch and GT size; JPEG there is OpenCV's, as KAIR's). ``--tiny``: small sizes for the
+CPU check of ``benchmarks/gpu.sh --cpu-check``.
 """
 
 from __future__ import annotations
@@ -40,12 +42,15 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 LOADED = 1.5  # 1-minute load average above which a row is starred
 
-# Synthesis pipelines the breakdown knows: options file, and the module functions / classes to time by part.
-# A new degradation model (BSRGAN, being added) gets an entry here: its options file and the names of its operators.
+# Synthesis pipelines the breakdown knows: options file, overrides, the placements to measure, and the function
+# that wraps its operators (as its modules look them up) with the clock. A new degradation model gets an entry here.
 PIPELINES: dict[str, dict[str, Any]] = {
-    "realesrgan": {"options": "options/train/train_RealESRNet_x4plus.yml"},
+    "realesrgan": {"options": "options/train/train_RealESRNet_x4plus.yml", "placements": ("step", "loader")},
+    "bsrgan": {"options": "options/train/train_BSRGAN_x4.yml", "placements": ("loader",)},
+    "bsrgan_plus": {"options": "options/train/train_BSRGAN_x4.yml", "placements": ("loader",),
+                    "train": {"degradation_type": "bsrgan_plus"}},
 }
-PARTS = ("kernel sampling", "USM", "blur / sinc filters", "resizes", "noise", "JPEG (DiffJPEG)",
+PARTS = ("kernel sampling", "USM", "blur / sinc filters", "resizes", "noise", "JPEG",
          "draws, crop, rounding", "pair pool", "loader other (read, flip, pad)", "host-to-device copy",
          "network fwd + bwd + optimiser + EMA")
 
@@ -75,8 +80,11 @@ class Clock:
         return timed
 
 
-def instrument(clock: Clock) -> None:
-    """Wrap the Real-ESRGAN pipeline's operators (as the modules look them up) with ``clock``."""
+def instrument(clock: Clock, pipeline: str = "realesrgan") -> None:
+    """Wrap the pipeline's operators (as the modules look them up) with ``clock``."""
+    if pipeline.startswith("bsrgan"):
+        instrument_bsrgan(clock)
+        return
     from anysr.data import realesrgan_dataset as ds_mod  # noqa: PLC0415
     from anysr.data.degradation import realesrgan as rg  # noqa: PLC0415
     from anysr.data.pair_pool import TrainingPairPool  # noqa: PLC0415
@@ -99,20 +107,40 @@ def instrument(clock: Clock) -> None:
     ds_mod.RealESRGANDataset.kernel_params = clock.wrap(  # type: ignore[method-assign]
         "kernel sampling", ds_mod.RealESRGANDataset.kernel_params)
     USMSharp.forward = clock.wrap("USM", USMSharp.forward)  # type: ignore[method-assign]
-    DiffJPEG.forward = clock.wrap("JPEG (DiffJPEG)", DiffJPEG.forward)  # type: ignore[method-assign]
+    DiffJPEG.forward = clock.wrap("JPEG", DiffJPEG.forward)  # type: ignore[method-assign]
     TrainingPairPool.swap = clock.wrap("pair pool", TrainingPairPool.swap)  # type: ignore[method-assign]
+
+
+def instrument_bsrgan(clock: Clock) -> None:
+    """Wrap BSRGAN's operators (``anysr.data.degradation.bsrgan``'s names, which ``apply_step`` looks up)."""
+    from anysr.data.degradation import bsrgan as bs  # noqa: PLC0415
+
+    bs.BSRGANPipeline.draw = clock.wrap("kernel sampling", bs.BSRGANPipeline.draw)  # type: ignore[method-assign]
+    bs.step_kernel = clock.wrap("kernel sampling", bs.step_kernel)
+    bs.convolve_mirror = clock.wrap("blur / sinc filters", bs.convolve_mirror)
+    for name in ("resize_cv2", "imresize_torch"):
+        setattr(bs, name, clock.wrap("resizes", getattr(bs, name)))
+    for name in ("gaussian_noise_3ch", "speckle_noise_3ch", "poisson_noise_kair"):
+        setattr(bs, name, clock.wrap("noise", getattr(bs, name)))
+    bs._jpeg = clock.wrap("JPEG", bs._jpeg)
+    bs.USMSharp.forward = clock.wrap("USM", bs.USMSharp.forward)  # type: ignore[method-assign]
 
 
 def options_file(folder: Path, pipeline: str, tiny: bool) -> Path:
     """The pipeline's options with the breakdown's network, batch, crop and data (T91)."""
     opt = yaml.safe_load((ROOT / PIPELINES[pipeline]["options"]).read_text())
     batch, gt, pad = (2, 64, 96) if tiny else (4, 256, 400)
-    opt.update(name="breakdown", gt_size=gt, queue_size=4 * batch, num_gpu=1)
+    opt.update(name="breakdown", num_gpu=1)
+    train = dict(opt["datasets"]["train"], **PIPELINES[pipeline].get("train", {}))
+    if train["type"] == "BSRGANDataset":
+        train.update(degrade_size=80 if tiny else 320)
+    else:
+        opt.update(gt_size=gt, queue_size=4 * batch)
+        train.update(crop_pad_size=pad)
     opt["network_g"] = {"type": "SRVGGNetCompact", "num_in_ch": 3, "num_out_ch": 3, "num_feat": 8 if tiny else 64,
                         "num_conv": 2 if tiny else 32, "upscale": 4, "act_type": "prelu"}
-    opt["datasets"] = {"train": {**opt["datasets"]["train"], "dataroot_gt": str(ROOT / "datasets" / "T91" / "HR"),
-                                 "gt_size": gt, "crop_pad_size": pad, "batch_size_per_gpu": batch,
-                                 "num_worker_per_gpu": 0}}
+    opt["datasets"] = {"train": {**train, "dataroot_gt": str(ROOT / "datasets" / "T91" / "HR"), "gt_size": gt,
+                                 "batch_size_per_gpu": batch, "num_worker_per_gpu": 0}}
     opt["datasets"]["train"].pop("meta_info_file", None)
     opt.pop("val", None)
     opt["path"] = {"pretrain_network_g": None, "resume_state": None}
@@ -173,28 +201,31 @@ def run_mode(acc: Any, opt: Any, iters: int, workers: int, instrumented: bool, c
     total = time.perf_counter() - t_start
     clock.on = False
     parts = {k: v / iters for k, v in clock.seconds.items()}
+    where = getattr(model, "degrade_in", "loader")  # a model without the choice trains on the dataset's pairs
     if instrumented:
-        in_step = sum(v for k, v in parts.items() if k not in ("kernel sampling",)) if model.degrade_in == "step" \
+        in_step = sum(v for k, v in parts.items() if k not in ("kernel sampling",)) if where == "step" \
             else parts.get("pair pool", 0.0)
-        in_loader = sum(v for k, v in parts.items() if k != "pair pool") if model.degrade_in == "loader" \
+        in_loader = sum(v for k, v in parts.items() if k != "pair pool") if where == "loader" \
             else parts.get("kernel sampling", 0.0)
         parts["network fwd + bwd + optimiser + EMA"] = step / iters - in_step
         parts["loader other (read, flip, pad)"] = wait / iters - in_loader
         parts["host-to-device copy"] = h2d / iters
-    return {"degrade_in": model.degrade_in, "parts": parts, "iteration": total / iters, "loader_wait": wait / iters,
+    return {"degrade_in": where, "parts": parts, "iteration": total / iters, "loader_wait": wait / iters,
             "step": step / iters, "load": max(load) if load else os.getloadavg()[0], "workers": 0 if instrumented
             else workers}
 
 
-def worker(acc: Any, opt_path: str, iters: int, workers: int, warmup: int) -> list[dict[str, Any]]:
-    """Both placements, instrumented and plain, on the accelerator ``acc``."""
+def worker(acc: Any, opt_path: str, iters: int, workers: int, warmup: int,
+           pipeline: str = "realesrgan") -> list[dict[str, Any]]:
+    """The pipeline's placements, instrumented and plain, on the accelerator ``acc``."""
     from anysr.options import load_options  # noqa: PLC0415
 
     clock = Clock(acc.synchronize)
-    instrument(clock)
+    instrument(clock, pipeline)
     rows = []
-    for where in ("step", "loader"):
-        opt = load_options(opt_path, [f"degrade_in={where}"], is_train=True)
+    placements = PIPELINES[pipeline]["placements"]
+    for where in placements:
+        opt = load_options(opt_path, [f"degrade_in={where}"] if len(placements) > 1 else [], is_train=True)
         inst = run_mode(acc, opt, iters, workers, True, clock, warmup)
         plain = run_mode(acc, opt, iters, workers, False, clock, warmup)
         rows.append({"where": where, "instrumented": inst, "plain": plain})
@@ -236,15 +267,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="anysr-breakdown-") as tmp:
         path = options_file(Path(tmp), a.degradation, a.tiny)
         plan = resolve_plan(a.accelerator, 1, precision="fp32", channels_last=False)
-        rows = launch(plan, worker, str(path), a.iters, a.workers, 1 if a.tiny else 3)
+        rows = launch(plan, worker, str(path), a.iters, a.workers, 1 if a.tiny else 3, a.degradation)
     size = "tiny (SRVGGNetCompact 8x2, batch 2, GT 64)" if a.tiny else "SRVGGNetCompact 64x32, batch 4, GT 256"
     text = "\n".join([
         f"## {started}: {a.degradation}, {size}, {a.accelerator}, torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads, {os.cpu_count()} cores", "",
         f"`PYTHONPATH=. python benchmarks/bench_realesrnet_breakdown.py --iters {a.iters} --workers {a.workers} "
-        f"--accelerator {a.accelerator}{' --tiny' if a.tiny else ''}`; ms per iteration, fp32; * = load average "
+        f"--accelerator {a.accelerator} --degradation {a.degradation}{' --tiny' if a.tiny else ''}`; "
+        f"ms per iteration, fp32; * = load average "
         f"above {LOADED} while measuring.", "",
-        format_row(rows[0], header=True), format_row(rows[1]), ""])
+        format_row(rows[0], header=True), *(format_row(r) for r in rows[1:]), ""])
     print()
     print(text)
     if a.out:
