@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from anysr.options.common import check_gt_size, dataset_role, good, known_names, phase_of, registered
-from anysr.options.fields import Check, Context, Field, ListOf, at_least, between, join
+from anysr.options.fields import MISSING, Check, Context, Field, ListOf, at_least, between, join
 
 # Real-ESRGAN x4plus's settings (the Real-ESRGAN project's options/train_realesrgan_x4plus.yml): the defaults of the
 # keys below, filled in for the models that synthesise their LQ and for RealESRGANDataset (BasicSR requires them).
@@ -327,6 +327,8 @@ def _crop_too_small(out: dict[str, Any], crop: int, scale: int) -> str | None:
 
 def _check_modes(out: dict[str, Any], modes: str, weights: str, ctx: Context) -> None:
     listed, probs = out.get(modes), out.get(weights)
+    if listed is MISSING or probs is MISSING:  # a bad value (an empty list, a wrong type): already reported
+        return
     if listed is None:
         if probs is not None:
             ctx.add(weights, f"weighs the filters of {modes}, which is not given; add {modes}")
