@@ -82,32 +82,83 @@ def _png_info(head: bytes) -> ImageInfo | None:
     return ImageInfo(width, height, _PNG_CHANNELS[colour], 16 if bits == 16 else 8, "uint16" if bits == 16 else "uint8")
 
 
-def _jpeg_info(f: BinaryIO) -> ImageInfo | None:
+def _exif_orientation(body: bytes) -> int:
+    """The orientation tag (1-8) of a JPEG APP1 segment's body, 1 when it is not Exif or has none (a damaged
+    Exif block is ignored, as decoders do)."""
+    if body[:6] != b"Exif\x00\x00":
+        return 1
+    tiff = body[6:]
+    order = {b"II": "<", b"MM": ">"}.get(tiff[:2])
+    if order is None:
+        return 1
+    try:
+        ifd = struct.unpack(order + "I", tiff[4:8])[0]
+        count = struct.unpack(order + "H", tiff[ifd:ifd + 2])[0]
+        for n in range(count):
+            at = ifd + 2 + 12 * n
+            tag, kind = struct.unpack(order + "HH", tiff[at:at + 4])
+            if tag == 0x0112 and kind == 3:  # Orientation, a SHORT
+                value = struct.unpack(order + "H", tiff[at + 8:at + 10])[0]
+                return value if 1 <= value <= 8 else 1
+    except struct.error:  # cut short: no orientation
+        return 1
+    return 1
+
+
+def _jpeg_header(f: BinaryIO) -> tuple[ImageInfo | None, int]:
+    """A JPEG's frame header (its stored size) and Exif orientation, read from ``f``'s markers."""
+    orientation = 1
     f.seek(2)
     while True:
         byte = f.read(1)
         while byte == b"\xff":  # fill bytes before a marker
             byte = f.read(1)
         if not byte:
-            return None
+            return None, orientation
         marker = byte[0]
         if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
             continue  # markers without a length
         size = f.read(2)
         if len(size) < 2:
-            return None
+            return None, orientation
         length = struct.unpack(">H", size)[0]
         if marker in _JPEG_SOF:
             body = f.read(6)
             if len(body) < 6:
-                return None
+                return None, orientation
             bits, height, width, comps = struct.unpack(">BHHB", body)
-            return ImageInfo(width, height, comps, bits) if height and width else None
+            return (ImageInfo(width, height, comps, bits) if height and width else None), orientation
         if marker == 0xDA or length < 2:  # image data before any frame header: not a usable JPEG
-            return None
+            return None, orientation
+        if marker == 0xE1 and orientation == 1:
+            orientation = _exif_orientation(f.read(length - 2))
+            continue
         f.seek(length - 2, os.SEEK_CUR)
 
 
+def _jpeg_info(f: BinaryIO) -> ImageInfo | None:
+    """A JPEG's size as it is shown: width and height swapped when its Exif orientation turns it (5-8), as
+    ``decode_image`` turns the pixels."""
+    info, orientation = _jpeg_header(f)
+    if info is not None and orientation >= 5:
+        return ImageInfo(info.height, info.width, info.channels, info.bits, info.dtype)
+    return info
+
+
+def _orient(img: np.ndarray, orientation: int) -> np.ndarray:
+    """``img`` as stored turned upright by its Exif orientation (2-8: mirrored and/or rotated, as viewers and
+    OpenCV's ``IMREAD_COLOR`` show it)."""
+    if orientation in (5, 6, 7, 8):  # the stored rows are the shown columns
+        img = img.swapaxes(0, 1)
+        orientation = {5: 1, 6: 2, 7: 3, 8: 4}[orientation]
+    if orientation in (2, 3):
+        img = img[:, ::-1]
+    if orientation in (3, 4):
+        img = img[::-1]
+    return np.ascontiguousarray(img)
+
+
+_EXIF_REACH = 1 << 17  # a JPEG's Exif block (APP1, at most 64 KiB) comes before its frame header
 _PNG_END = b"\x00\x00\x00\x00IEND\xaeB`\x82"
 
 
@@ -243,6 +294,10 @@ def decode_image(data: bytes | bytearray | memoryview | np.ndarray, *, flag: str
     if img is None or img.size == 0:
         raise DataError(f"image {source} cannot be decoded: the file is truncated, corrupt or not an image "
                         f"({buf.size} bytes); re-create or re-download it")
+    if mode == cv2.IMREAD_UNCHANGED and bytes(buf[:2]) == b"\xff\xd8":  # OpenCV turns the other modes itself
+        orientation = _jpeg_header(io.BytesIO(bytes(buf[:_EXIF_REACH])))[1]
+        if orientation != 1:
+            img = _orient(img, orientation)
     return img
 
 
