@@ -263,7 +263,8 @@ class LmdbBackend(FileBackend):
                             "lmdb) or copy it again") from None
         if buf is None:
             raise DataError(
-                f"{self.describe(key_or_path)}: key not in the LMDB{did_you_mean(key_or_path, self._keys)}; "
+                f"{self.describe(key_or_path)}: key not in the LMDB"
+                f"{did_you_mean(key_or_path, [k for k in self._keys if k != key_or_path])}; "
                 "meta_info.txt and data.mdb disagree, rebuild the LMDB."
             )
         return bytes(buf)

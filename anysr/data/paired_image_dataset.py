@@ -223,7 +223,8 @@ class _ImageDataset(Dataset):
             found = list(tqdm(pool.map(one, range(len(self))), total=len(self), desc=f"check {self.name}",
                               unit="img", disable=not progress or len(self) < _BAR_FROM, leave=False))
         small = [p for p in found if isinstance(p, _TooSmall)]
-        others = [str(p) for p in found if p and not isinstance(p, _TooSmall)]
+        # one line per distinct problem: a damaged LMDB or shard set says the same thing for every image
+        others = list(dict.fromkeys(str(p) for p in found if p and not isinstance(p, _TooSmall)))
         if len(small) < 2:
             return others + [str(p) for p in small]
         scale = int(getattr(self, "scale", 1))
@@ -261,8 +262,18 @@ class _ImageDataset(Dataset):
         else:
             names = backend.keys()
         if not names:
-            raise DataError(f"{self.key_path}: no images ({', '.join(IMAGE_EXTENSIONS)}) in '{root}'")
+            raise DataError(f"{self.key_path}: no images ({', '.join(IMAGE_EXTENSIONS)}) in '{root}'"
+                            f"{_lmdb_hint(root, self.io_type)}")
         return names
+
+
+def _lmdb_hint(root: str, io_type: str) -> str:
+    """Advice for an empty listing: an LMDB folder read as a folder of images, or an LMDB listing no keys."""
+    if io_type == "lmdb":
+        return f"; its meta_info.txt lists no keys: rebuild it (anysr prepare lmdb --input FOLDER --output {root})"
+    if os.path.isfile(os.path.join(root, "data.mdb")):
+        return "; it is an LMDB: set io_backend: {type: lmdb}"
+    return ""
 
 
 class _TooSmall(str):

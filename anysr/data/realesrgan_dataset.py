@@ -58,7 +58,8 @@ class GTImageDataset(_ImageDataset):
         assert name is not None
         info = self._info(self.gt_backend, name, decode)
         if min(info.width, info.height) < 2:
-            return f"{self._path(self.gt_root, name)} is {info.width}x{info.height}; it cannot be reflect-padded"
+            return (f"{self._path(self.gt_root, name)} is {info.width}x{info.height}; it cannot be reflect-padded "
+                    "to the patch (2 pixels a side at least): remove it from the folder or replace it")
         return None
 
     def path(self, i: int) -> str:
