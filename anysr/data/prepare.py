@@ -424,6 +424,41 @@ def _member_suffix(field: str, path: Path) -> str:
     return f"{field}.{path.suffix.lstrip('.').lower()}"
 
 
+_WRITABLE_SCHEMES = ("s3", "gs", "gcs", "file")  # where prepare shards writes (http(s) sets are read only)
+
+
+def _unwritable(out: str, exc: BaseException) -> DataError:
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return DataError(f"prepare shards: cannot write to {out} ({type(exc).__name__}: {first}); "
+                     f"{shards.credentials_hint(out).replace('io_backend.storage_options', '--storage-options')}")
+
+
+def _shard_output(fsspec: Any, out: str, opts: dict[str, Any]) -> tuple[Any, str]:
+    """The file system and root of ``out``, checked to be a writable, new or empty folder or prefix."""
+    scheme = out.split("://", 1)[0].lower() if "://" in out else ""
+    if scheme and scheme not in _WRITABLE_SCHEMES:
+        raise DataError(f"prepare shards: OUT {out}: cannot write to {scheme}://; write to a local folder or to "
+                        f"{', '.join(s + '://' for s in _WRITABLE_SCHEMES)}")
+    try:
+        fs, root = fsspec.core.url_to_fs(out, **shards.default_storage_options(out, opts))
+    except ImportError as exc:
+        raise DataError(f"prepare shards: writing to {scheme}:// needs {exc.name or 'a package'}: pip install "
+                        "anysr[shards] (s3fs), or gcsfs for gs://") from None
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"prepare shards: --storage-options are not accepted by the file system of {out} "
+                        f"({exc})") from None
+    try:
+        exists = fs.exists(root)
+        if exists and not fs.isdir(root):
+            raise DataError(f"prepare shards: OUT {out} is a file; give a new or empty folder")
+        if exists and fs.ls(root):
+            raise DataError(f"prepare shards: {out} exists and is not empty; delete it or choose another output")
+        fs.makedirs(root, exist_ok=True)
+    except shards.storage_errors() as exc:
+        raise _unwritable(out, exc) from exc
+    return fs, root
+
+
 def make_shards(src: str | os.PathLike[str], out: str, *, lq: str | os.PathLike[str] | None = None,
                 filename_tmpl: str = "{}", shard_bytes: int = 512 << 20, shard_samples: int | None = None,
                 storage_options: Mapping[str, Any] | None = None, progress: bool = True) -> ShardReport:
@@ -453,11 +488,15 @@ def make_shards(src: str | os.PathLike[str], out: str, *, lq: str | os.PathLike[
     wrong = [f"{p} ({i.dtype})" for p, i in zip(files, infos) if i.dtype not in ("uint8", "uint16")]
     if wrong:
         raise DataError(f"prepare shards: training reads 8- or 16-bit images; convert {', '.join(wrong[:5])}")
-    opts = dict(storage_options or {})
-    fs, root = fsspec.core.url_to_fs(out, **shards.default_storage_options(out, opts))
-    if fs.exists(root) and (not fs.isdir(root) or fs.ls(root)):
-        raise DataError(f"prepare shards: {out} exists and is not empty; delete it or choose another output")
-    fs.makedirs(root, exist_ok=True)
+    fs, root = _shard_output(fsspec, out, dict(storage_options or {}))
+    failed = shards.storage_errors()
+
+    def put(name: str, data: bytes) -> None:
+        try:
+            with fs.open(posixpath.join(root, name), "wb") as f:
+                f.write(data)
+        except failed as exc:
+            raise _unwritable(out, exc) from exc
 
     shardlist: list[dict[str, Any]] = []
     buffer = io.BytesIO()
@@ -477,8 +516,7 @@ def make_shards(src: str | os.PathLike[str], out: str, *, lq: str | os.PathLike[
             for info in tar:
                 key, _, suffix = info.name.partition(".")
                 members[key][suffix] = [info.offset_data, info.size, *crcs[info.name]]
-        with fs.open(posixpath.join(root, name), "wb") as f:
-            f.write(data)
+        put(name, data)
         shardlist.append({"url": name, "nsamples": len(members), "filesize": len(data), "samples": members})
         writer, buffer, listed, crcs = None, io.BytesIO(), {}, {}
 
@@ -511,8 +549,7 @@ def make_shards(src: str | os.PathLike[str], out: str, *, lq: str | os.PathLike[
              "anysr": {"format": "webdataset tar shards, members <key>.gt.<ext> / <key>.lq.<ext>; 'samples' lists "
                                  "[offset, size, crc32, width, height, channels, bits, dtype] of each member",
                        "version": 1}}
-    with fs.open(posixpath.join(root, shards.INDEX_NAME), "wb") as f:
-        f.write(json.dumps(index, indent=1).encode("utf-8"))
+    put(shards.INDEX_NAME, json.dumps(index, indent=1).encode("utf-8"))
     total = sum(int(s["filesize"]) for s in shardlist)
     return ShardReport(out.rstrip("/") + "/" + shards.INDEX_NAME, len(samples), len(shardlist), total)
 

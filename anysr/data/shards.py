@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
 import json
 import os
 import posixpath
@@ -77,6 +78,26 @@ def default_storage_options(url: str, given: Mapping[str, Any] | None) -> dict[s
         config.setdefault("retries", {"max_attempts": 2, "mode": "standard"})
         opts["config_kwargs"] = config
     return opts
+
+
+def storage_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions an fsspec file system raises for an unreachable endpoint, missing or refused credentials or a
+    failed transfer: OSError, and the client libraries' own bases where they are installed (botocore for s3fs,
+    aiohttp for HTTP and gcsfs, google-auth for gcsfs's credentials)."""
+    errors: list[type[BaseException]] = [OSError]
+    for module, names in (("botocore.exceptions", ("BotoCoreError", "ClientError")), ("aiohttp", ("ClientError",)),
+                          ("google.auth.exceptions", ("GoogleAuthError",))):
+        try:
+            mod = importlib.import_module(module)
+        except ImportError:
+            continue
+        errors += [getattr(mod, name) for name in names if isinstance(getattr(mod, name, None), type)]
+    return tuple(errors)
+
+
+def credentials_hint(url: str) -> str:
+    """What to check when ``url`` cannot be reached (its endpoint, credentials or server)."""
+    return _credentials_hint(url)
 
 
 def _credentials_hint(url: str) -> str:
