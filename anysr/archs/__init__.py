@@ -4,6 +4,7 @@ classes in ``ARCH_REGISTRY``); ``build_network`` turns an option dict into a mod
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
 import warnings
 from collections.abc import Mapping
@@ -33,6 +34,24 @@ def arch_kwargs(cls: type | str) -> dict[str, Any]:
 
 
 _NOT_SIZES = ("drop", "rate", "ratio", "prob", "eps", "scale", "range", "init", "seed", "mean", "std", "bias")
+
+
+def _text_for_number(cls: type, kwargs: Mapping[str, Any]) -> tuple[str, str, Any] | None:
+    """``(argument, text given, an example)`` for the first argument given as text whose default (or annotation)
+    is a number (``--arch-opt num_feat=eight``), else None: the reason a failed build names."""
+    params = inspect.signature(cls).parameters
+    for key, value in kwargs.items():
+        param = params.get(key)
+        if not isinstance(value, str) or param is None:
+            continue
+        default = param.default
+        if isinstance(default, (int, float)) and not isinstance(default, bool):
+            return key, value, default
+        hint = param.annotation if isinstance(param.annotation, str) else getattr(param.annotation, "__name__", "")
+        kinds = {part.strip() for part in str(hint).split("|")}
+        if kinds & {"int", "float"} and not kinds & {"str", "Any"}:
+            return key, value, 1 if "int" in kinds else 1.0
+    return None
 
 
 def build_network(opt: Mapping[str, Any], key_path: str = "network_g") -> nn.Module:
@@ -65,6 +84,10 @@ def build_network(opt: Mapping[str, Any], key_path: str = "network_g") -> nn.Mod
     except ArchArgumentError as e:
         raise OptionError(f"{key_path}.{e.arg}: {e.detail}") from e
     except (TypeError, ValueError, ZeroDivisionError, RuntimeError) as e:  # torch's own: negative sizes and such
+        text = _text_for_number(cls, kwargs)
+        if text is not None:
+            raise OptionError(f"{key_path}.{text[0]}: {name} takes a number here, got the text {text[1]!r}; give a "
+                              f"number (e.g. {text[0]}={text[2]})") from e
         raise OptionError(f"{key_path}: cannot build {name} with {kwargs}: {e}") from e
     # A width of 0 builds, and fails only in the first forward, deep in torch. Empty weights alone are no error (RGT's
     # position bias is empty at small widths in the authors' code, and works): refused with an argument of 0 to name.

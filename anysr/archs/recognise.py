@@ -341,6 +341,41 @@ def _prefer_takers(found: list[Recognised], hyperparameters: Mapping[str, Any]) 
     return sorted(found, key=lambda r: -taken(r))
 
 
+_NAME_THE_NETWORK = "name the network with --arch NAME [--arch-opt k=v ...] or -opt FILE.yml"
+
+
+def _unrecognised_layout(state: Mapping[str, Any]) -> str | None:
+    """The registered architecture anysr does not recognise as an image network (a discriminator, a flow network)
+    whose default layout has the names of ``state`` (block indices ignored), else None."""
+    from anysr.registry import ARCH_REGISTRY  # noqa: PLC0415 - filled as the arch modules import
+
+    mine = StateShapes(state).patterns()
+    for arch in ARCH_REGISTRY.keys():
+        if arch in RECOGNISERS:
+            continue
+        layout = _meta_layout({"type": arch}) or _meta_layout({"type": arch, "num_in_ch": 3})
+        if layout is not None and StateShapes(layout).patterns() == mine:
+            return arch
+    return None
+
+
+def _refuse_non_network(state: Mapping[str, Any], source: str) -> None:
+    """One line for a file that holds no network anysr could run: no tensors, no floating-point tensor, or the
+    weights of a discriminator / sub-network given as the network."""
+    if not state:
+        raise OptionError(f"{source}: holds no tensors (an empty state dict): not a network's weights; pass the "
+                          "file of the trained network (or check --param-key / path.param_key_g)")
+    if not any(getattr(v, "is_floating_point", lambda: True)() for v in state.values()):
+        kinds = sorted({str(getattr(v, "dtype", "?")).replace("torch.", "") for v in state.values()})
+        raise OptionError(f"{source}: its {len(state)} tensor(s) hold no floating-point values ({', '.join(kinds)} "
+                          "only): not a network's weights; pass the file of the trained network")
+    other = _unrecognised_layout(state)
+    if other is not None:
+        what = "a discriminator" if "discrim" in other.lower() else "a network anysr does not run as an image network"
+        raise OptionError(f"{source}: its names are those of {other} ({what}), not of a network that makes images; "
+                          "pass the generator's weights (net_g_*), or " + _NAME_THE_NETWORK)
+
+
 def recognise(state: Mapping[str, Any], source: str = "the weights",
               hyperparameters: Mapping[str, Any] | None = None) -> Recognised:
     """The one architecture ``state`` is (the first registered family that fits when several do; with
@@ -351,11 +386,12 @@ def recognise(state: Mapping[str, Any], source: str = "the weights",
     if found and hyperparameters:
         found = _prefer_takers(found, hyperparameters)
     if not found:
+        _refuse_non_network(state, source)
         close = closest_families(state)
         near = ", ".join(f"{a} ({s:.0%} of its names)" for a, s in close) or "none shares its names"
-        raise OptionError(f"{source}: its {len(state)} tensors fit none of anysr's {len(RECOGNISERS)} "
-                          f"architectures (closest: {near}); name the network with --arch NAME [--arch-opt k=v ...] "
-                          "or -opt FILE.yml")
+        tensors = f"{len(state)} tensor" + ("" if len(state) == 1 else "s")
+        raise OptionError(f"{source}: its {tensors} fit none of anysr's {len(RECOGNISERS)} architectures (closest: "
+                          f"{near}); {_NAME_THE_NETWORK}")
     first = found[0]
     first = Recognised(first.opt, first.inferred, tuple(str(r.opt["type"]) for r in found[1:]))
     return with_hyperparameters(first, hyperparameters, state, source) if hyperparameters else first

@@ -357,8 +357,8 @@ def _load_torch_weights(path: Path, param_key: str, key_option: str = "path.para
         with torch.serialization.safe_globals(_LIGHTNING_CALLBACK_KEYS):
             obj = torch.load(path, map_location="cpu", weights_only=True, mmap=mappable)
     except Exception as exc:  # any unpickler failure means an unusable file
-        raise CheckpointError(f"weights {path} cannot be loaded: {describe_load_error(exc)}. "
-                              f"{_WEIGHTS_FIX}") from exc
+        fix = _PICKLED_FIX.format(path=path) if "Weights only load failed" in str(exc) else _WEIGHTS_FIX
+        raise CheckpointError(f"weights {path} cannot be loaded: {describe_load_error(exc)}. {fix}") from exc
     if _is_state_dict(obj):
         return dict(obj), None, {}
     if not isinstance(obj, Mapping):
@@ -367,10 +367,35 @@ def _load_torch_weights(path: Path, param_key: str, key_option: str = "path.para
     if STATE_KEY in obj:
         raise _training_state_given(path)
     available = [str(k) for k, v in obj.items() if _is_state_dict(v)]
+    if not available:
+        raise _no_state_dict(obj, path)
     group = _pick_group(available, param_key, path, extra=_FOREIGN_GROUPS, key_option=key_option)
     sd = dict(obj[group])
     meta = {_TRAINNER_META: obj[_TRAINNER_META]} if _TRAINNER_META in obj and group != _TRAINNER_META else {}
     return (_lightning_network(sd, path) if group == "state_dict" else sd), group, meta
+
+
+_PICKLED_FIX = ("Fix: anysr never runs pickled code; if you trust the file, convert it once to a state dict: python "
+                "-c \"import torch; obj = torch.load('{path}', weights_only=False); "
+                "torch.save(obj.state_dict() if hasattr(obj, 'state_dict') else obj['params'], 'plain.pth')\" "
+                "and pass plain.pth")
+# Entries of a training state (BasicSR's, traiNNer-redux's, neosr's .state), which holds no network weights
+_TRAINING_STATE_ENTRIES = ("optimizers", "schedulers", "iter")
+
+
+def _no_state_dict(obj: Mapping[Any, Any], path: Path) -> CheckpointError:
+    """The error for a ``.pth`` container with no state dict in it: a training state saved under another name, or
+    something else (its entries listed)."""
+    keys = [str(k) for k in obj]
+    if sum(k in keys for k in _TRAINING_STATE_ENTRIES) >= 2:
+        return CheckpointError(f"weights {path} is a training state (entries {', '.join(keys[:6])}: optimizers and "
+                               "schedulers, no network weights), as BasicSR / traiNNer-redux / neosr write beside "
+                               "their weights; pass the network's file instead (models/net_g_<iteration>"
+                               ".safetensors or .pth)")
+    listed = ", ".join(repr(k) for k in keys[:8]) + (", ..." if len(keys) > 8 else "") if keys else "nothing"
+    return CheckpointError(f"weights {path} hold no state dict (a mapping of names to tensors); its entries: "
+                           f"{listed}. Fix: pass a file of network weights (BasicSR's params / params_ema, or a bare "
+                           "state dict)")
 
 
 def _training_state_given(path: Path) -> CheckpointError:

@@ -127,8 +127,13 @@ def _refuse_misfit(net_opt: dict[str, Any], state: Any, weights: str, key_path: 
     try:
         with torch.device("meta"):
             probe = build_network(net_opt, key_path=key_path)
-    except AnysrError:
-        raise
+    except AnysrError as exc:
+        if not from_metadata:
+            raise
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        said = " ".join(lines[:1] + ["; ".join(lines[1:])]).strip()
+        raise CheckpointError(f"weights {weights}: the network its metadata records cannot be built ({said}); "
+                              f"{_SAY_THE_NETWORK}") from None
     except Exception:  # noqa: BLE001 - an architecture that cannot be built without data: the real build checks
         return
     try:
@@ -281,6 +286,22 @@ def _spandrel_network(state: dict[str, torch.Tensor], weights: str) -> nn.Module
     return SpandrelNetwork(desc.eval())
 
 
+def _other_group_hint(weights: str, group: str | None) -> str | None:
+    """When ``group`` (the EMA weights, read first) fits no architecture but the file's ``params`` does (a file whose
+    two groups differ: a broken EMA, a group of another network), the ``--param-key`` that reads it; else None."""
+    if group != "params_ema":
+        return None
+    try:
+        other, _, _ = ckpt.read_weights(weights, "params", key_option="--param-key")
+    except CheckpointError:
+        return None
+    found = recognise_all(other)
+    if not found:
+        return None
+    return (f"the file's 'params' group (read instead of 'params_ema' with --param-key params) is "
+            f"{found[0].opt['type']}: its two groups differ")
+
+
 def interpolate_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], weight: float, *,
                         source_a: str, source_b: str) -> dict[str, torch.Tensor]:
     """Deep network interpolation: ``weight * a + (1 - weight) * b`` for every floating tensor (others from
@@ -332,7 +353,13 @@ def resolve_network(*, weights: str | None, arch: str | None, arch_opts: dict[st
     elif metadata_network(meta, str(weights)) is not None:
         net_opt = metadata_network(meta, str(weights))
     elif state is not None:  # None: not one of anysr's (spandrel, when installed, may know it)
-        net_opt = recognised = _recognised_network(dict(state), str(weights), meta)
+        try:
+            net_opt = recognised = _recognised_network(dict(state), str(weights), meta)
+        except OptionError as exc:
+            hint = _other_group_hint(str(weights), group) if weights else None
+            if hint is None:
+                raise
+            raise OptionError(f"{str(exc).splitlines()[0]}; {hint}") from None
     else:
         raise OptionError("no network given: pass --arch NAME [--arch-opt k=v ...] or -opt FILE.yml "
                           "(and --weights FILE)")
