@@ -1,0 +1,260 @@
+"""Hostile and careless input, round three, the data area: odd image files, traiNNer-redux's OTF keys, LMDBs, shard
+sets and `anysr prepare shards`. Every case here failed before its fix (a traceback, a message naming the wrong
+thing, a silently wrong result or a setting that was ignored).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+import pytest
+from conftest import DATASETS, run_cli, write_options
+
+from anysr.data import build_dataset
+from anysr.data.file_backends import decode_training_image
+from anysr.data.imageio import decode_image, probe_bytes, probe_image
+from anysr.errors import DataError, OptionError
+from anysr.options import load_options, validate_dataset
+
+T91 = DATASETS / "T91" / "HR"
+
+
+def _one_line(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def _images(folder: Path, n: int = 3) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for p in sorted(T91.glob("*.png"))[:n]:
+        shutil.copy(p, folder / p.name)
+    return folder
+
+
+# ------------------------------------------------------------------------------- EXIF-rotated JPEG photos
+def _exif_jpeg(img: np.ndarray, orientation: int, gray: bool = False) -> bytes:
+    from PIL import Image
+
+    pil = Image.fromarray(img if gray else img[:, :, ::-1])
+    exif = pil.getexif()
+    exif[0x0112] = orientation
+    out = io.BytesIO()
+    pil.save(out, "JPEG", exif=exif, quality=95)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("gray", [False, True])
+def test_exif_orientation_is_applied_as_viewers_and_basicsr_read_it(gray: bool) -> None:
+    """A phone photo stores its pixels sideways with an Exif orientation: training, testing and inference read it
+    upright (as OpenCV's IMREAD_COLOR, which BasicSR decodes with, and every viewer), and the start-up size check's
+    header agrees with the decoded size. Before: read as stored (sideways), pairing it against an upright LQ."""
+    from PIL import Image, ImageOps
+
+    rng = np.random.default_rng(0)
+    base = cv2.GaussianBlur(rng.integers(0, 256, (24, 40, 3)).astype(np.uint8), (0, 0), 3)
+    if gray:
+        base = cv2.cvtColor(base, cv2.COLOR_BGR2GRAY)
+    for orientation in range(1, 9):
+        data = _exif_jpeg(base, orientation, gray)
+        ours = decode_image(data)
+        viewer = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(data))))
+        viewer = viewer if gray else viewer[:, :, ::-1]
+        assert np.array_equal(ours, viewer), orientation
+        assert np.array_equal(ours, decode_image(data, flag="gray" if gray else "color")), orientation
+        info = probe_bytes(data)
+        assert (info.height, info.width) == ours.shape[:2] == ((40, 24) if orientation >= 5 else (24, 40))
+        assert np.array_equal(decode_training_image(data, "x.jpg"), ours)
+
+
+def test_damaged_exif_block_is_ignored() -> None:
+    """An Exif block cut short or pointing past its end decodes the pixels as stored (as OpenCV does)."""
+    base = np.full((8, 16, 3), 100, np.uint8)
+    data = bytearray(_exif_jpeg(base, 6))
+    at = data.find(b"Exif\x00\x00") + 6
+    data[at + 4:at + 8] = b"\xff\xff\xff\x7f" if data[at:at + 2] == b"II" else b"\x7f\xff\xff\xff"  # IFD0 far away
+    assert decode_image(bytes(data)).shape == (8, 16, 3)
+    assert (probe_bytes(bytes(data)).width, probe_bytes(bytes(data)).height) == (16, 8)
+
+
+# ------------------------------------------------------------------------------------------- OTF options
+def _realesrgan_options(tmp: Path, **top: Any) -> Path:
+    opt: dict[str, Any] = {
+        "name": "otf", "model_type": "RealESRNetModel", "scale": 2, "num_gpu": 1, "manual_seed": 1,
+        "high_order_degradation": True,
+        "datasets": {"train": {"name": "t", "type": "RealESRGANDataset", "dataroot_gt": str(_images(tmp / "gt")),
+                               "io_backend": {"type": "disk"}, "gt_size": 32, "use_hflip": True, "use_rot": False,
+                               "batch_size_per_gpu": 2, "num_worker_per_gpu": 0}},
+        "network_g": {"type": "SRVGGNetCompact", "num_feat": 8, "num_conv": 2, "upscale": 2},
+        "path": {"pretrain_network_g": None},
+        "train": {"optim_g": {"type": "Adam", "lr": 1e-3}, "total_iter": 2,
+                  "pixel_opt": {"type": "L1Loss", "loss_weight": 1.0}},
+        **top,
+    }
+    return write_options(tmp / "o.yml", opt)
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"resize_mode_list": []}, "resize_mode_list"),
+    ({"resize_mode_list": ["bicubic"], "resize_mode_prob": []}, "resize_mode_prob"),
+    ({"resize_mode_list2": [], "resize_mode_prob2": []}, "resize_mode_list2"),
+    ({"resize_mode_list3": "bicubic"}, "resize_mode_list3"),
+])
+def test_empty_or_scalar_resize_mode_lists_are_option_errors(tmp_path: Path, change: dict[str, Any],
+                                                             key: str) -> None:
+    """Before: TypeError ('_Missing' object is not iterable) from the cross-key check after the field's own
+    problem was recorded."""
+    with pytest.raises(OptionError, match=key):
+        load_options(_realesrgan_options(tmp_path, **change), [f"path.root={tmp_path}"], is_train=True)
+
+
+# -------------------------------------------------------------------------------------------------- LMDB
+@pytest.fixture(scope="module")
+def lmdb_set(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("lmdb")
+    from anysr.data.prepare import make_lmdb
+
+    root = tmp_path_factory.mktemp("lmdb")
+    return Path(make_lmdb(_images(root / "gt"), root / "gt.lmdb"))
+
+
+def _single(root: Path, io_type: str) -> Any:
+    return build_dataset(validate_dataset({"type": "SingleImageDataset", "dataroot_lq": str(root),
+                                           "io_backend": {"type": io_type}}, name="test", scale=2), "datasets.test")
+
+
+def test_lmdb_key_listed_but_absent_suggests_nothing_silly(tmp_path: Path, lmdb_set: Path) -> None:
+    """Before: "key 'ghost' not in the LMDB (did you mean 'ghost'?)": the key's own name from meta_info.txt."""
+    db = tmp_path / "extra.lmdb"
+    shutil.copytree(lmdb_set, db)
+    with open(db / "meta_info.txt", "a") as f:
+        f.write("ghost.png (10,10,3) 1\n")
+    problems = _single(db, "lmdb").check(decode=False, progress=False)
+    assert len(problems) == 1 and "key 'ghost': key not in the LMDB;" in problems[0], problems
+
+
+def test_damaged_lmdb_is_one_problem_not_one_per_image(tmp_path: Path, lmdb_set: Path) -> None:
+    """Before: the start-up check listed the same 'data.mdb is truncated' line once per image (20 lines, then
+    "... and N more" for a real set)."""
+    db = tmp_path / "cut.lmdb"
+    shutil.copytree(lmdb_set, db)
+    os.truncate(db / "data.mdb", 8192)
+    problems = _single(db, "lmdb").check(decode=False, progress=False)
+    assert len(problems) == 1 and "data.mdb is truncated or damaged" in problems[0], problems
+
+
+def test_empty_lmdb_listing_and_lmdb_read_as_a_folder_say_what_to_do(tmp_path: Path, lmdb_set: Path) -> None:
+    """Before: "no images (.png, ...) in 'x.lmdb'" for both, which does not say that the LMDB's meta_info.txt is
+    empty, or that the folder is an LMDB read with io_backend type disk."""
+    db = tmp_path / "empty.lmdb"
+    shutil.copytree(lmdb_set, db)
+    (db / "meta_info.txt").write_text("")
+    with pytest.raises(DataError, match="meta_info.txt lists no keys: rebuild it"):
+        _single(db, "lmdb")
+    with pytest.raises(DataError, match=r"it is an LMDB: set io_backend: \{type: lmdb\}"):
+        _single(lmdb_set, "disk")
+
+
+# ------------------------------------------------------------------------------------- shards: BSRGAN's
+def test_bsrgan_dataset_reads_shards_with_its_storage_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: BSRGANDataset built its shard backend without io_backend's storage_options and cache: an S3
+    endpoint given there was ignored (the run went to AWS itself) and cache_dir was never used."""
+    pytest.importorskip("webdataset")
+    pytest.importorskip("fsspec")
+    from anysr.data import shards
+    from anysr.data.prepare import make_shards
+
+    make_shards(_images(tmp_path / "gt"), str(tmp_path / "set"), progress=False)
+    seen: list[Any] = []
+    real = shards.ShardSet.__init__
+
+    def spy(self: Any, root: str, storage_options: Any = None) -> None:
+        seen.append(storage_options)
+        real(self, root, storage_options)
+
+    monkeypatch.setattr(shards.ShardSet, "__init__", spy)
+    monkeypatch.setattr(shards, "_SETS", {}, raising=False)
+    section = {"type": "BSRGANDataset", "dataroot_gt": str(tmp_path / "set"), "gt_size": 32,
+               "io_backend": {"type": "shards", "storage_options": {"auto_mkdir": False},
+                              "cache_dir": str(tmp_path / "cache")}, "batch_size_per_gpu": 1}
+    ds = build_dataset(validate_dataset(section, name="train", scale=4), "datasets.train")
+    assert {"auto_mkdir": False}.items() <= dict(seen[-1] or {}).items()
+    assert ds[(0, 3)]["gt"].shape == (3, 32, 32)
+    assert any((tmp_path / "cache").rglob("*")), "the shard cache was not used"
+
+
+# -------------------------------------------------------------------------------- anysr prepare shards
+@pytest.fixture(scope="module")
+def src(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("webdataset")
+    pytest.importorskip("fsspec")
+    return _images(tmp_path_factory.mktemp("shard_src") / "gt", 2)
+
+
+def test_prepare_shards_refuses_a_scheme_it_cannot_write(tmp_path: Path, src: Path) -> None:
+    """Before: ftp:// went to fsspec's FTP client: 'Name or service not known', naming no URL."""
+    from anysr.data.prepare import make_shards
+
+    for out in ("ftp://host/set", "https://host/set"):
+        with pytest.raises(DataError, match=r"cannot write to (ftp|https)://; write to a local folder or to s3://"):
+            make_shards(src, out, progress=False)
+
+
+def test_prepare_shards_into_a_file_says_it_is_a_file(tmp_path: Path, src: Path) -> None:
+    """Before: "afile exists and is not empty; delete it": the output is a file, not a folder."""
+    from anysr.data.prepare import make_shards
+
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(DataError, match="OUT .*afile is a file; give a new or empty folder"):
+        make_shards(src, str(tmp_path / "afile"), progress=False)
+
+
+def test_prepare_shards_to_unreachable_s3_is_one_line(tmp_path: Path, src: Path) -> None:
+    """Before: a botocore traceback (EndpointConnectionError, NoCredentialsError) from the first write."""
+    pytest.importorskip("s3fs")
+    opts = json.dumps({"endpoint_url": "http://127.0.0.1:9", "key": "a", "secret": "b"})
+    proc = run_cli("prepare", "shards", str(src), "s3://bucket/set", "--storage-options", opts, cwd=tmp_path,
+                   check=False, timeout=120)
+    line = _one_line(proc.stderr)
+    assert proc.returncode == 2 and "cannot write to s3://bucket/set (EndpointConnectionError" in line, line
+    assert "--storage-options.endpoint_url" in line, line
+
+
+def test_prepare_shards_write_failure_names_the_output(tmp_path: Path, src: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failing write (here a local one refused by the file system) names the output and what to check."""
+    import fsspec.implementations.local as local
+
+    from anysr.data.prepare import make_shards
+
+    def refuse(self: Any, path: str, mode: str = "rb", **kw: Any) -> Any:
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(local.LocalFileSystem, "_open", refuse)
+    with pytest.raises(DataError, match=r"prepare shards: cannot write to .*out \(PermissionError"):
+        make_shards(src, str(tmp_path / "out"), progress=False)
+
+
+def test_probe_image_of_an_exif_rotated_file(tmp_path: Path) -> None:
+    """The start-up check reads headers only: a rotated photo's header size is its upright size."""
+    (tmp_path / "p.jpg").write_bytes(_exif_jpeg(np.full((10, 30, 3), 50, np.uint8), 8))
+    info = probe_image(tmp_path / "p.jpg")
+    assert (info.width, info.height) == (10, 30)
+
+
+def test_a_one_pixel_image_in_a_degradation_set_says_how_to_fix_it(tmp_path: Path) -> None:
+    """Before: "x.png is 1x1; it cannot be reflect-padded" (what to do was left out)."""
+    gt = _images(tmp_path / "gt", 2)
+    cv2.imwrite(str(gt / "x.png"), np.zeros((1, 1, 3), np.uint8))
+    section = {"type": "BSRGANDataset", "dataroot_gt": str(gt), "gt_size": 32, "io_backend": {"type": "disk"},
+               "batch_size_per_gpu": 1}
+    problems = build_dataset(validate_dataset(section, name="train", scale=4), "datasets.train").check(
+        decode=False, progress=False)
+    assert len(problems) == 1 and "x.png is 1x1" in problems[0] and "remove it from the folder" in problems[0]
