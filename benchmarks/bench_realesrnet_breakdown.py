@@ -20,9 +20,9 @@ keeps ``step`` except on XLA) two passes of ``--iters`` iterations after 3 warm-
 Prints ms per iteration per part and the 1-minute load average while each mode ran (rows measured at a load above
 1.5 are starred: take them as upper bounds); ``--out`` also writes them as a Markdown section. ``--degradation``
 names the synthesis pipeline: ``realesrgan``, or BSRGAN's ``bsrgan`` / ``bsrgan_plus`` (KAIR's x4 settings,
-``options/train/train_BSRGAN_x4.yml``: degrade_size 320, any SR model; their operators always run in the loader, so
-one placement; same network, batch and GT size; JPEG there is OpenCV's, as KAIR's). ``--tiny``: small sizes for the
-CPU check of ``benchmarks/gpu.sh --cpu-check``.
+``options/train/train_BSRGAN_x4.yml``: degrade_size 320, any SR model, the dataset's ``degrade_in`` step or loader;
+same network, batch and GT size; JPEG there is OpenCV's, as KAIR's; in the step every part runs in the step).
+``--tiny``: small sizes for the CPU check of ``benchmarks/gpu.sh --cpu-check``.
 """
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ LOADED = 1.5  # 1-minute load average above which a row is starred
 # that wraps its operators (as its modules look them up) with the clock. A new degradation model gets an entry here.
 PIPELINES: dict[str, dict[str, Any]] = {
     "realesrgan": {"options": "options/train/train_RealESRNet_x4plus.yml", "placements": ("step", "loader")},
-    "bsrgan": {"options": "options/train/train_BSRGAN_x4.yml", "placements": ("loader",)},
-    "bsrgan_plus": {"options": "options/train/train_BSRGAN_x4.yml", "placements": ("loader",),
-                    "train": {"degradation_type": "bsrgan_plus"}},
+    "bsrgan": {"options": "options/train/train_BSRGAN_x4.yml", "placements": ("step", "loader"), "key": "dataset"},
+    "bsrgan_plus": {"options": "options/train/train_BSRGAN_x4.yml", "placements": ("step", "loader"),
+                    "key": "dataset", "train": {"degradation_type": "bsrgan_plus"}},
 }
 PARTS = ("kernel sampling", "USM", "blur / sinc filters", "resizes", "noise", "JPEG",
          "draws, crop, rounding", "pair pool", "loader other (read, flip, pad)", "host-to-device copy",
@@ -169,6 +169,8 @@ def run_mode(acc: Any, opt: Any, iters: int, workers: int, instrumented: bool, c
     dopt = opt.datasets["train"]
     dataset = build_dataset(dopt, "datasets.train")
     model.prepare_train_set(dataset)
+    place = getattr(dataset, "place_synthesis", None)  # BSRGANDataset: its degrade_in, as the trainer asks
+    stage = place(acc.static_shapes) if place is not None else None
     loader, sampler = build_train_loader(
         dataset, {**dict(dopt), "num_worker_per_gpu": 0 if instrumented else workers},
         batch_size=int(dopt.batch_size_per_gpu), world_size=1, rank=0, seed=int(opt.manual_seed))
@@ -190,6 +192,8 @@ def run_mode(acc: Any, opt: Any, iters: int, workers: int, instrumented: bool, c
         if instrumented:
             acc.synchronize()
         t2 = time.perf_counter()
+        if stage is not None:  # the dataset's synthesis in the step, as the trainer applies it
+            batch = acc.to_device(stage(batch))
         model.update_learning_rate(it)
         model.train_step([batch])
         acc.mark_step()
@@ -201,12 +205,13 @@ def run_mode(acc: Any, opt: Any, iters: int, workers: int, instrumented: bool, c
     total = time.perf_counter() - t_start
     clock.on = False
     parts = {k: v / iters for k, v in clock.seconds.items()}
-    where = getattr(model, "degrade_in", "loader")  # a model without the choice trains on the dataset's pairs
-    if instrumented:
-        in_step = sum(v for k, v in parts.items() if k not in ("kernel sampling",)) if where == "step" \
+    where = getattr(model, "degrade_in", None) or ("step" if stage is not None else "loader")
+    if instrumented:  # Real-ESRGAN samples its kernels in the loader wherever it synthesises; BSRGAN draws in place
+        loader_parts = ("kernel sampling",) if stage is None else ()
+        in_step = sum(v for k, v in parts.items() if k not in loader_parts) if where == "step" \
             else parts.get("pair pool", 0.0)
         in_loader = sum(v for k, v in parts.items() if k != "pair pool") if where == "loader" \
-            else parts.get("kernel sampling", 0.0)
+            else sum(parts.get(k, 0.0) for k in loader_parts)
         parts["network fwd + bwd + optimiser + EMA"] = step / iters - in_step
         parts["loader other (read, flip, pad)"] = wait / iters - in_loader
         parts["host-to-device copy"] = h2d / iters
@@ -225,7 +230,8 @@ def worker(acc: Any, opt_path: str, iters: int, workers: int, warmup: int,
     rows = []
     placements = PIPELINES[pipeline]["placements"]
     for where in placements:
-        opt = load_options(opt_path, [f"degrade_in={where}"] if len(placements) > 1 else [], is_train=True)
+        key = "datasets.train.degrade_in" if PIPELINES[pipeline].get("key") == "dataset" else "degrade_in"
+        opt = load_options(opt_path, [f"{key}={where}"], is_train=True)
         inst = run_mode(acc, opt, iters, workers, True, clock, warmup)
         plain = run_mode(acc, opt, iters, workers, False, clock, warmup)
         rows.append({"where": where, "instrumented": inst, "plain": plain})

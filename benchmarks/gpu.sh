@@ -9,7 +9,8 @@
 # dependencies, so it never pulls another torch) -- skipped with a note when pip cannot get it;
 # (4) benchmarks/bench_gpu.py: per network and variant the training step's it/s, peak memory and TFLOP/s against
 # the device's dense bf16 peak, then short real trainings (data-loader stall share) in anysr and BasicSR;
-# (5) the Real-ESRNet step breakdown with the synthesis in the step and in the loader (benchmarks/realworld.md).
+# (5) the Real-ESRNet step breakdown with the synthesis in the step and in the loader (benchmarks/realworld.md),
+# then BSRGAN's (its dataset's degrade_in: step vs loader) while time is left.
 # Results: $GPU_BENCH_OUT (default benchmarks/gpu-results/): env.txt, gpu.json, gpu.md (paste it into
 # benchmarks/gpu.md), realworld.md, logs. Python: $PYTHON, else .venv/bin/python, else python3; it needs torch
 # (with CUDA) and anysr's dependencies already installed: nothing here downloads torch.
@@ -117,6 +118,10 @@ if [ "$CPU_CHECK" = 1 ]; then
 elif [ "$(left)" -gt 40 ]; then
   timeout "$(left)" "$PY" benchmarks/bench_realesrnet_breakdown.py --iters 20 --accelerator cuda --workers 6 \
     --out "$OUT/realworld.md" || STATUS=1
+  if [ "$(left)" -gt 40 ]; then  # BSRGAN's degradation on the GPU in the step vs in the loader workers
+    timeout "$(left)" "$PY" benchmarks/bench_realesrnet_breakdown.py --iters 10 --accelerator cuda --workers 6 \
+      --degradation bsrgan --out "$OUT/realworld_bsrgan.md" || STATUS=1
+  fi
 else
   echo "no time left for the breakdown"
 fi

@@ -260,6 +260,60 @@ def test_resume_is_bit_exact(tmp_path: Path, variant: str) -> None:
     assert_same_weights(saved_weights(exp / "a", 4), saved_weights(exp / "b", 4))
 
 
+# ------------------------------------------------------------------------------------ degrade_in: step
+def _dataset(tmp: Path, **ds: Any) -> Any:
+    from anysr.data.bsrgan_dataset import BSRGANDataset
+
+    opt = _train_options("ds", tmp, **ds)
+    return BSRGANDataset(load_options(write_options(tmp / "o.yml", opt), [f"path.root={tmp}"],
+                                      is_train=True)["datasets"]["train"])
+
+
+@pytest.mark.parametrize("ds", [{}, {"degradation_type": "bsrgan_plus", "use_sharp": True, "shuffle_prob": 0.5}])
+def test_step_synthesis_gives_the_loaders_pairs(tmp_path: Path, ds: dict[str, Any]) -> None:
+    """degrade_in: step hands the loader's HR squares to the training process, which degrades them by the same
+    recipes and fields: the pairs of a batch equal the loader's, bit for bit on the same CPU."""
+    from torch.utils.data import default_collate
+
+    loader_set = _dataset(tmp_path, **ds)
+    step_set = _dataset(tmp_path, degrade_in="step", **ds)
+    assert loader_set.place_synthesis(static_shapes=False) is None  # auto: the loader
+    stage = step_set.place_synthesis(static_shapes=False)
+    assert stage is not None
+    order = [(0, 11), (3, 11), (2, 40), (4, 7)]
+    items = [step_set[ix] for ix in order]
+    assert "lq" not in items[0] and items[0]["hr"].shape == (3, 64, 64)
+    batch = stage(default_collate(items))
+    assert "hr" not in batch and batch["lq"].shape == (4, 3, 8, 8) and batch["gt"].shape == (4, 3, 32, 32)
+    for k, ix in enumerate(order):
+        want = loader_set[ix]
+        assert torch.equal(batch["lq"][k], want["lq"]) and torch.equal(batch["gt"][k], want["gt"]), ix
+        assert int(batch["seed"][k]) == ix[1] and batch["gt_path"][k] == want["gt_path"]
+
+
+def test_step_is_refused_where_shapes_are_static(tmp_path: Path) -> None:
+    with pytest.raises(OptionError, match=r"datasets\.train\.degrade_in: step .*use degrade_in: loader"):
+        _dataset(tmp_path, degrade_in="step").place_synthesis(static_shapes=True)
+    assert _dataset(tmp_path, degrade_in="auto").place_synthesis(static_shapes=True) is None
+    with pytest.raises(OptionError, match=r"datasets\.train\.degrade_in"):
+        load_options(write_options(tmp_path / "bad.yml", _train_options("bad", tmp_path, degrade_in="device")),
+                     [f"path.root={tmp_path}"], is_train=True)
+
+
+def test_training_with_the_synthesis_in_the_step_equals_the_loaders(tmp_path: Path) -> None:
+    """4 iterations with degrade_in: loader == 2 with degrade_in: step, stop, resume, 2 more (the same weights)."""
+    straight = write_options(tmp_path / "a.yml", _train_options("a", tmp_path, degrade_in="loader"))
+    assert main(["train", "-opt", str(straight), "--force_yml", f"path.root={tmp_path}"]) == 0
+    split = _train_options("b", tmp_path, degrade_in="step")
+    split["train"]["total_iter"] = 2
+    path = write_options(tmp_path / "b.yml", split)
+    assert main(["train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}"]) == 0
+    assert main(["train", "-opt", str(path), "--auto_resume", "--force_yml", f"path.root={tmp_path}",
+                 "train.total_iter=4"]) == 0
+    exp = tmp_path / "experiments"
+    assert_same_weights(saved_weights(exp / "a", 4), saved_weights(exp / "b", 4))
+
+
 @pytest.mark.slow
 def test_cli_trains_the_shipped_option_file(tmp_path: Path) -> None:
     """`anysr train` on options/train/train_BSRGAN_x4.yml, made tiny from the command line."""

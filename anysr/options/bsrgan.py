@@ -25,8 +25,12 @@ BSRGAN_DATASET_FIELDS: dict[str, Field] = {
                               "noises within each half)."),
     "use_sharp": Field((bool, None), default=None, default_doc="false (KAIR)",
                        doc="BSRGANDataset, bsrgan_plus: USM-sharpen the HR first (the GT is the sharpened one)."),
+    "degrade_in": Field((str, None), default=None, choices=("auto", "loader", "step"), default_doc="auto",
+                        doc="BSRGANDataset: where the degradation runs: loader (the DataLoader workers, what auto "
+                            "picks) or step (the training process, sample by sample on the accelerator's device; "
+                            "not on XLA, where every recipe's sizes would compile a new graph)."),
 }
-_DEFAULTS = {"degradation_type": "bsrgan", "shuffle_prob": 0.1, "use_sharp": False}
+_DEFAULTS = {"degradation_type": "bsrgan", "shuffle_prob": 0.1, "use_sharp": False, "degrade_in": "auto"}
 
 
 def is_degradation_source(kind: Any) -> bool:

@@ -282,7 +282,9 @@ class BSRGANPipeline(ABC):
         return BSRGANDraws(tuple(d.steps), top, left, int(rng.integers(0, 2**62)))
 
     def __call__(self, img: Tensor, seed: int) -> dict[str, Any]:
-        """``img`` (3, H, W) in [0, 1] -> ``lq`` (3, p, p), ``gt`` (3, p * scale, ...) and the ``draws``."""
+        """``img`` (3, H, W) in [0, 1] -> ``lq`` (3, p, p), ``gt`` (3, p * scale, ...) and the ``draws``, on
+        ``img``'s device (the random fields are drawn on the CPU from the sample's seed wherever the image is, so
+        a device gives the loader's pairs up to its kernels' rounding)."""
         draws = self.draw(draw_rng(seed), (int(img.shape[-2]), int(img.shape[-1])))
         fields = GeneratorFields(torch.Generator().manual_seed(draws.field_seed))
         lq, gt = apply_draws(img, draws, self.settings, fields, self.usm)
@@ -381,10 +383,11 @@ class BSRGANPlus(BSRGANPipeline):
 
 # ------------------------------------------------------------------------------------------------ pipeline
 def _jpeg(x: Tensor, quality: int) -> Tensor:
+    """OpenCV's JPEG round trip, as KAIR's (8-bit levels cross to the host and back when ``x`` is elsewhere)."""
     u8 = (x.clamp(0, 1) * 255.0).round().to(torch.uint8)
-    bgr = u8.flip(0).permute(1, 2, 0).contiguous().numpy()
+    bgr = u8.flip(0).permute(1, 2, 0).contiguous().cpu().numpy()
     out = torch.from_numpy(jpeg_cv2(bgr, quality)).permute(2, 0, 1).flip(0)
-    return out.to(torch.float32) / 255.0
+    return out.to(device=x.device, dtype=torch.float32) / 255.0
 
 
 def apply_step(x: Tensor, step: Step, fields: NoiseFields, usm: USMSharp | None = None) -> Tensor:

@@ -258,6 +258,10 @@ class Trainer:
         dopt = datasets[key]
         self.train_set = build_dataset(dopt, f"datasets.{key}")
         self.model.prepare_train_set(self.train_set)
+        # A dataset that can hand its per-sample work to the training process (BSRGANDataset's degrade_in: step)
+        # returns the stage applied to each of its batches on the device; before the loader starts its workers.
+        place = getattr(self.train_set, "place_synthesis", None)
+        self.batch_stage = place(self.acc.static_shapes) if place is not None else None
         self.train_loader, self.sampler = build_train_loader(
             self.train_set, dopt, batch_size=int(dopt.batch_size_per_gpu) * self.acc.batch_multiplier,
             world_size=self.acc.world_size, rank=self.acc.rank, seed=int(self.opt.manual_seed),
@@ -439,7 +443,7 @@ class Trainer:
         batches = []
         for _ in range(self.accumulate):
             run.epoch, batch = next(run.stream)
-            batches.append(batch)
+            batches.append(batch if self.batch_stage is None else self.acc.to_device(self.batch_stage(batch)))
         run.data_pos = target
         if run.poison is not None:  # every backward of the step, and the losses the trainer checks, times 1 or NaN
             self.acc.precision.loss_factor = (run.poison[1] if self.recovery.injects(it, self.nan_opt.inject_at)
