@@ -258,3 +258,50 @@ def test_a_one_pixel_image_in_a_degradation_set_says_how_to_fix_it(tmp_path: Pat
     problems = build_dataset(validate_dataset(section, name="train", scale=4), "datasets.train").check(
         decode=False, progress=False)
     assert len(problems) == 1 and "x.png is 1x1" in problems[0] and "remove it from the folder" in problems[0]
+
+
+# ----------------------------------------------------------------------------- prepare lmdb / subimages
+def _float_tiff_folder(tmp: Path) -> Path:
+    folder = _images(tmp / "floats", 1)
+    cv2.imwrite(str(folder / "x.tif"), np.full((40, 40, 3), 0.5, np.float32))
+    return folder
+
+
+def test_prepare_lmdb_refuses_float_images_instead_of_storing_them_black(tmp_path: Path) -> None:
+    """Before: a [0, 1] float32 TIFF was stored as an 8-bit PNG of 0s and 1s (black), and trained on."""
+    pytest.importorskip("lmdb")
+    from anysr.data.prepare import make_lmdb
+
+    with pytest.raises(DataError, match=r"prepare lmdb: .*x.tif \(float32\) to an 8- or 16-bit PNG"):
+        make_lmdb(_float_tiff_folder(tmp_path), tmp_path / "out.lmdb", progress=False)
+    assert not (tmp_path / "out.lmdb").exists()
+
+
+def test_prepare_lmdb_leaves_nothing_behind_when_an_image_fails(tmp_path: Path) -> None:
+    """Before: an unreadable image half-way left a half-written out.lmdb (data.mdb, no meta_info.txt), which the
+    next run refused as existing. Now the LMDB is written under a temporary name and renamed when complete."""
+    pytest.importorskip("lmdb")
+    from anysr.data.prepare import make_lmdb
+
+    folder = _images(tmp_path / "in", 2)
+    (folder / "zz.png").write_bytes(b"")  # found by the header check, before anything is written
+    with pytest.raises(DataError, match="zz.png is empty"):
+        make_lmdb(folder, tmp_path / "a.lmdb", progress=False)
+    data = bytearray((folder / sorted(p.name for p in folder.glob("t*.png"))[0]).read_bytes())
+    idat = data.find(b"IDAT")
+    data[idat + 40] ^= 0xFF  # the pixel data fails its checksum: found only when decoded, after the first image
+    (folder / "zz.png").write_bytes(bytes(data))
+    with pytest.raises(DataError, match="zz.png cannot be decoded"):
+        make_lmdb(folder, tmp_path / "b.lmdb", progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
+    assert make_lmdb(_images(tmp_path / "ok", 1), tmp_path / "c.lmdb", progress=False).is_dir()
+
+
+def test_prepare_subimages_refuses_float_images_before_writing(tmp_path: Path) -> None:
+    """Before: crops of the other images were written, then write_image stopped on the float one with advice for
+    Python code (np.clip(...)), leaving a half-filled output folder."""
+    from anysr.data.prepare import extract_subimages
+
+    with pytest.raises(DataError, match=r"prepare subimages: .*x.tif \(float32\)"):
+        extract_subimages(_float_tiff_folder(tmp_path), tmp_path / "out", 32, 16, 0, progress=False)
+    assert not (tmp_path / "out").exists()

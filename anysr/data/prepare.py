@@ -13,6 +13,7 @@ import math
 import os
 import posixpath
 import re
+import shutil
 import tarfile
 import zlib
 from collections.abc import Iterator, Mapping
@@ -217,6 +218,17 @@ def check_images(files: list[Path], *, threads: int = 4, progress: bool = True,
     return [r for r in results if isinstance(r, ImageInfo)]
 
 
+def _integer_pixels(command: str, files: list[Path], infos: list[ImageInfo]) -> list[ImageInfo]:
+    """``infos`` when every image has 8- or 16-bit integer pixels (what PNG stores and training reads); else a
+    DataError naming them, before anything is written (OpenCV would save a [0, 1] float image as a black one)."""
+    wrong = [f"{p} ({i.dtype})" for p, i in zip(files, infos) if i.dtype not in ("uint8", "uint16")]
+    if wrong:
+        more = f" and {len(wrong) - 5} more" if len(wrong) > 5 else ""
+        raise DataError(f"{command}: training reads 8- or 16-bit images; convert {', '.join(wrong[:5])}{more} to an "
+                        "8- or 16-bit PNG (nothing was written)")
+    return infos
+
+
 @dataclass
 class SubimageReport:
     """What ``extract_subimages`` did: the crops written and the images skipped as too small."""
@@ -246,7 +258,8 @@ def extract_subimages(input_dir: PathLike, output_dir: PathLike, crop_size: int,
     out = _distinct(input_dir, output_dir)
     files = _inputs(input_dir)
     _empty_output(out, "prepare subimages --output")
-    infos = check_images(files, threads=max(threads, 4), progress=progress)
+    infos = _integer_pixels("prepare subimages", files, check_images(files, threads=max(threads, 4),
+                                                                      progress=progress))
     usable = [p for p, info in zip(files, infos) if info.width >= crop and info.height >= crop]
     skipped = [p for p, info in zip(files, infos) if info.width < crop or info.height < crop]
     out.mkdir(parents=True, exist_ok=True)
@@ -309,11 +322,17 @@ def make_lmdb(input_dir: PathLike, lmdb_path: PathLike, *, compress_level: int =
         raise DataError(f"image folder {input_dir}: several files share the stem(s) {', '.join(dupes)}; "
                         "LMDB keys must be unique, rename them")
 
+    _integer_pixels("prepare lmdb", files, check_images(files, progress=progress))
     first = _encode_png(read_image(files[0]), level, files[0])
     map_size = max(len(first) * len(files) * 10, _MIN_MAP_SIZE)
     out.parent.mkdir(parents=True, exist_ok=True)
-    env = lmdb.open(str(out), map_size=map_size)
+    # written under a temporary name, renamed when complete: a file that fails to decode half-way leaves no
+    # half-written LMDB that the next run would refuse as existing (or train on)
+    work = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    shutil.rmtree(work, ignore_errors=True)
+    env = lmdb.open(str(work), map_size=map_size)
     meta: list[str] = []
+    done = False
     try:
         txn = env.begin(write=True)
         pending_bytes = 0
@@ -337,9 +356,14 @@ def make_lmdb(input_dir: PathLike, lmdb_path: PathLike, *, compress_level: int =
                 txn = env.begin(write=True)
                 pending_bytes = 0
         txn.commit()
+        env.close()
+        atomic_write_bytes(work / "meta_info.txt", "".join(meta).encode("utf-8"))
+        os.replace(work, out)
+        done = True
     finally:
         env.close()
-    atomic_write_bytes(out / "meta_info.txt", "".join(meta).encode("utf-8"))
+        if not done:
+            shutil.rmtree(work, ignore_errors=True)
     return out
 
 
