@@ -305,3 +305,14 @@ def test_prepare_subimages_refuses_float_images_before_writing(tmp_path: Path) -
     with pytest.raises(DataError, match=r"prepare subimages: .*x.tif \(float32\)"):
         extract_subimages(_float_tiff_folder(tmp_path), tmp_path / "out", 32, 16, 0, progress=False)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_mirror_that_is_not_a_url_is_refused_up_front(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: "downloading benchmark.tar from notaurl/benchmark.tar failed (ValueError: unknown url type ...);
+    check the network", twice (the warning, then the error), for a mirror given as a plain path."""
+    from anysr.data.fetch import fetch_dataset
+
+    monkeypatch.delenv("ANYSR_OFFLINE", raising=False)
+    for mirror in ("notaurl", "/data/mirror"):
+        with pytest.raises(OptionError, match=f"--mirror / ANYSR_DATASET_MIRROR: '{mirror}' is not a URL"):
+            fetch_dataset("benchmark", tmp_path, mirror=mirror, progress=False)

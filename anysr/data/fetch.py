@@ -61,6 +61,9 @@ def _source(name: str) -> DatasetSource:
 
 def _urls(f: SourceFile, mirror: str | None) -> tuple[str, ...]:
     mirror = mirror if mirror is not None else os.environ.get(DATASET_MIRROR_VAR, "").strip()
+    if mirror and not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", mirror):
+        raise OptionError(f"--mirror / {DATASET_MIRROR_VAR}: {mirror!r} is not a URL; give the base URL of a server "
+                          "or folder holding the files by name, e.g. https://host/path or file:///data/mirror")
     return (f"{mirror.rstrip('/')}/{f.name}",) if mirror else f.urls
 
 
