@@ -41,7 +41,8 @@ from anysr.data.transforms import normalize
 from anysr.errors import DataError
 from anysr.registry import DATASET_REGISTRY
 
-__all__ = ["FFHQDegradationDataset", "COMPONENTS", "load_component_table", "component_array"]
+__all__ = ["FFHQDegradationDataset", "COMPONENTS", "load_component_table", "component_array",
+           "check_components_inside"]
 
 COMPONENTS = ("left_eye", "right_eye", "mouth")  # GFPGAN's facial components, in its order
 _TAG_DRAWS = 8  # the recipe stream of a sample's seed
@@ -64,7 +65,8 @@ def _load_error(exc: Exception) -> str:
     if unsupported:
         return ("it holds objects other than numbers, lists, dicts, tensors and numpy arrays ["
                 + unsupported.replace("WeightsUnpickler error: ", "").split(". Please use")[0] + "]")
-    return f"{type(exc).__name__}: {lines[0][:200] if lines else 'unreadable'}"
+    first = lines[0].split(". ")[0] if lines else "unreadable"  # torch's advice after the first sentence: noise
+    return f"{type(exc).__name__}: {first[:200]}"
 
 
 def load_component_table(path: str | os.PathLike[str], where: str) -> Mapping[str, Any]:
@@ -112,6 +114,23 @@ def component_array(table: Mapping[str, Any], names: Sequence[str], path: str | 
     return out
 
 
+def check_components_inside(locations: np.ndarray, names: Sequence[str], out_size: int,
+                            path: str | os.PathLike[str], where: str) -> None:
+    """A DataError naming the first entry of ``locations`` (``component_array``'s) whose centre lies outside the
+    ``out_size`` face or whose half side is not positive: RoIAlign would crop nothing of the face there, and the
+    component discriminators would train on empty crops."""
+    centres, halves = locations[..., :2], locations[..., 2]
+    bad = ((centres < 0) | (centres > out_size)).any(-1) | (halves <= 0)
+    if not bad.any():
+        return
+    i, j = (int(k) for k in np.argwhere(bad)[0])
+    x, y, half = (float(v) for v in locations[i, j])
+    raise DataError(f"{where}: '{path}' entry '{names[i]}' {COMPONENTS[j]} is [{x:g}, {y:g}, {half:g}], not a box "
+                    f"inside the {out_size}x{out_size} face ({int(bad.sum())} such boxes); every centre must lie in "
+                    "the face and every half side be > 0: give the landmarks of these faces at out_size (GFPGAN's "
+                    "file is for 512-pixel FFHQ faces)")
+
+
 def _float_bgr(img: np.ndarray, path: str) -> np.ndarray:
     """A read image as HWC float32 BGR in [0, 1] (gray repeated to three channels; 16-bit kept)."""
     if img.ndim == 2:
@@ -149,6 +168,7 @@ class FFHQDegradationDataset(GTImageDataset):
             path = os.fspath(opt["component_path"])
             names = [os.path.splitext(p.gt or "")[0] for p in self.items]
             self.locations = component_array(load_component_table(path, where), names, path, where)
+            check_components_inside(self.locations, names, self.out_size, path, where)
 
     def _check_item(self, i: int, decode: bool) -> str | None:
         name = self.items[i].gt
