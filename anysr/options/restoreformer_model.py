@@ -73,7 +73,7 @@ def restoreformer_rule(out: dict[str, Any], ctx: Context) -> None:
                     "identity_weight; remove it")
     # the "no loss is set" of train's own rule does not apply: the loss is set by the keys above
     ctx.problems[:] = [p for p in ctx.problems if not p.startswith("train: no loss is set")]
-    if train.get("disc_start") is None:
+    if train.get("disc_start") is None and not any(p.startswith("train.disc_start:") for p in ctx.problems):
         ctx.add("train.disc_start", f"required by {MODEL}: the iteration its discriminator starts at (the authors' "
                 "files: 30001 for the HQ dictionary, 10001 for RestoreFormer / RestoreFormer++)")
     datasets = out.get("datasets") if isinstance(out.get("datasets"), dict) else {}

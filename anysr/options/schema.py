@@ -37,6 +37,7 @@ from anysr.options.ffhq_degradation import (
     is_face_degradation_source,
 )
 from anysr.options.fields import (
+    MISSING,
     Check,
     Context,
     Field,
@@ -216,8 +217,9 @@ def _dataset_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None)
                 what = "the .lmdb folder (io_backend.type is lmdb)" if io_kind == "lmdb" else "the folder of images"
                 ctx.add(where, f"'{root}' is a file; point it to {what}")
     _several_folders_rule(out, path, ctx)
-    if good(out, "mean") != good(out, "std"):
-        ctx.add(f"{path}.{'std' if good(out, 'mean') else 'mean'}", "set mean and std together (or neither)")
+    unset = ("std" if good(out, "mean") else "mean") if good(out, "mean") != good(out, "std") else None
+    if unset is not None and out.get(unset) is not MISSING:  # an invalid value: its own problem says so
+        ctx.add(f"{path}.{unset}", "set mean and std together (or neither)")
     kind = out.get("type")
     if dataset_role(kind) == "paired":
         if "dataroot_gt" in out and out["dataroot_gt"] is None:
