@@ -28,6 +28,7 @@ name``), ``optim_d``, and ``optim_component`` (by default Adam, betas (0.9, 0.99
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -155,6 +156,12 @@ class RestoreFormerModel(FaceParts, SRGANModel):
             raise OptionError("train.disc_start: RestoreFormerModel needs the iteration its discriminator starts "
                               "at (the authors' files: 30001 for the HQ dictionary, 10001 for RestoreFormer)")
         self.disc_start = int(train["disc_start"])
+        total = train.get("total_iter")
+        if isinstance(total, int) and self.disc_start >= total:
+            logging.getLogger("anysr").warning(
+                "train.disc_start %d is not below train.total_iter %d: the discriminators and the identity loss never "
+                "train in this run (fine for a short trial; else lower disc_start or raise total_iter)",
+                self.disc_start, total)
         self.codebook_weight = float(train["codebook_weight"])
         self.pixel_weight = float(train["pixelloss_weight"])
         self.perceptual_weight = float(train["perceptual_weight"])
