@@ -128,6 +128,11 @@ class MMRealSR(nn.Module):
                 d is not None and (isinstance(d, bool) or not isinstance(d, (int, float))) for d in custom):
             raise ArchArgumentError("custom_degrees", f"one number or null per degradation ({num_degradation}), got "
                                     f"{custom_degrees!r}")
+        low = -1.0 if degradation_degree_actv == "tanh" else 0.0  # the estimator's range: the trunk knows no other
+        if any(d is not None and not low <= float(d) <= 1.0 for d in custom):  # NaN fails too
+            raise ArchArgumentError("custom_degrees", f"each degree lies in [{low:g}, 1] (the "
+                                    f"{degradation_degree_actv} estimator's range; 1 the strongest), got "
+                                    f"{custom_degrees!r}")
         self.scale = scale
         self.num_in_ch = num_in_ch  # what it reads (the first conv reads the unshuffled input at x2 / x1)
         self.unshuffle = {4: 1, 2: 2, 1: 4}[scale]
