@@ -43,6 +43,7 @@ traced with (the default boxes of the export size): run it at that size.
 from __future__ import annotations
 
 import pickle
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -147,6 +148,18 @@ def _dict_error(path: object, why: str) -> ArchArgumentError:
                              "tensor}} (.pth) or keys '256.left_eye', ... (.safetensors)")
 
 
+def _read_failure(exc: BaseException) -> str:
+    """What went wrong reading a dictionary file, in a few words: torch's refusal of a non-tensor object (its
+    ``Unsupported global`` line), else the first sentence of the message, without terminal colour codes."""
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", ln).strip() for ln in str(exc).splitlines()]
+    lines = [ln for ln in lines if ln]
+    unsupported = next((ln for ln in lines if "Unsupported" in ln), None)
+    if unsupported is not None:
+        what = unsupported[unsupported.index("Unsupported"):].split(" was not")[0]
+        return f"it holds objects other than tensors [{what}]"
+    return f"{type(exc).__name__}: " + (lines[0].split(". ")[0] if lines else "")
+
+
 def load_component_dictionary(path: str | Path, channels: Sequence[int] | None = None
                               ) -> dict[int, dict[str, torch.Tensor]]:
     """DFDNet's component dictionary from ``path`` (BasicSR's ``.pth``, read with ``weights_only=True``, or a
@@ -154,6 +167,9 @@ def load_component_dictionary(path: str | Path, channels: Sequence[int] | None =
     the width each scale must have. ArchArgumentError (``dict_path``) naming the path when it is missing or
     malformed."""
     p = Path(path)
+    if p.is_dir():
+        raise ArchArgumentError("dict_path", f"{path}: is a folder; give the component dictionary file in it (e.g. "
+                                "BasicSR's DFDNet_dict_512.pth)")
     if not p.is_file():
         raise ArchArgumentError("dict_path", f"{path}: no such file (DFDNet's component dictionary, e.g. BasicSR's "
                                 "DFDNet_dict_512.pth)")
@@ -165,8 +181,7 @@ def load_component_dictionary(path: str | Path, channels: Sequence[int] | None =
         else:
             raw = torch.load(str(p), map_location="cpu", weights_only=True)
     except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as e:
-        raise _dict_error(path, f"unreadable: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") \
-            from None
+        raise _dict_error(path, f"unreadable: {_read_failure(e)}") from None
     return component_dictionary(raw, channels, str(path))
 
 
