@@ -340,6 +340,7 @@ class StyleGeneratorBase(nn.Module):
     (``noises.noise<i>``, one per style conv), the latent mixing and the synthesis loop. A subclass builds
     ``style_mlp``, ``constant_input``, ``style_conv1``, ``to_rgb1``, ``style_convs`` and ``to_rgbs``."""
 
+    image_input = False  # style codes in, no image: not a network anysr infer can run
     num_style_feat: int
     log_size: int
     num_layers: int

@@ -384,6 +384,10 @@ def resolve_network(*, weights: str | None, arch: str | None, arch_opts: dict[st
         if from_metadata:
             log.info("network rebuilt from the weights' metadata: %s", net_opt["type"])
         net = unit_range(build_network(net_opt, key_path=key_path))
+        if getattr(net, "image_input", True) is False:
+            raise OptionError(f"{net_opt['type']} makes images from random style codes and reads no input image; "
+                              "anysr infer restores or upscales images: give a restoring network's weights (e.g. "
+                              "GFPGAN's, which holds a StyleGAN2 decoder)")
         if state is not None:
             ckpt.load_into(net, state, strict=strict, source=str(weights), fix=fix)
         elif any(True for _ in net.parameters()):
