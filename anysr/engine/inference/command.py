@@ -14,6 +14,7 @@ from anysr.data.video_io import FrameSource, is_video_file
 from anysr.engine.inference.backends import BACKENDS, choose_backend
 from anysr.engine.inference.images import (
     InferSettings,
+    check_input_sides,
     check_outscale,
     check_result_sizes,
     check_suffix,
@@ -22,7 +23,13 @@ from anysr.engine.inference.images import (
     list_inputs,
     probe_inputs,
 )
-from anysr.engine.inference.network import arch_kind, network_type, resolve_network, without_weight_paths
+from anysr.engine.inference.network import (
+    ResolvedNetwork,
+    arch_kind,
+    network_type,
+    resolve_network,
+    without_weight_paths,
+)
 from anysr.engine.inference.video import video_infer_worker
 from anysr.errors import DataError, OptionError
 from anysr.registry import plain_options
@@ -106,12 +113,18 @@ def plan_infer(req: InferRequest) -> InferJob:
         return _plan_video(req)
     res = resolve_network(weights=req.weights, arch=req.arch, arch_opts=req.arch_opts, network_opt=req.network_opt,
                           scale=req.scale, param_key=req.param_key, dni=parse_dni(req.dni))
+    if arch_kind(res.net) != "image":  # a video network recognised from the file's tensors
+        if req.backend not in ("torch", "auto"):
+            raise OptionError(f"--backend {req.backend}: {type(res.net).__name__} is a video network; videos run "
+                              "with --backend torch")
+        return _plan_video(req, res)
     settings = InferSettings(scale=res.scale, tile=req.tile, tile_pad=req.tile_pad, suffix=req.suffix,
                              outscale=check_outscale(req.outscale), resize=req.resize, ext=req.ext,
                              alpha=req.alpha, progress=req.progress)
     files = list_inputs(Path(req.input))
     infos = probe_inputs(files)
     check_result_sizes(files, infos, settings)
+    check_input_sides(res.net, files, infos, settings)
     deep = any(info.bits > 8 for info in infos)
     precision = "fp32" if deep and req.precision == "auto" else req.precision
     plan = resolve_plan(req.accelerator, 1, precision=precision, channels_last=req.channels_last)
@@ -145,13 +158,25 @@ def _backend(req: InferRequest, net: Any, net_opt: dict[str, Any] | None, settin
     return chosen, replace(plan, notes=(*plan.notes, *notes))
 
 
-def _plan_video(req: InferRequest) -> InferJob:
+def _plan_video(req: InferRequest, res: ResolvedNetwork | None = None) -> InferJob:
     """A video or a folder of frames through an image network (frame by frame) or a video network (the
-    sub-network weight paths of video option files left out: the weights file holds the whole network)."""
-    opt = None if req.network_opt is None else without_weight_paths(plain_options(req.network_opt))
-    res = resolve_network(weights=req.weights, arch=req.arch, arch_opts=req.arch_opts, network_opt=opt,
-                          scale=req.scale, param_key=req.param_key)
+    sub-network weight paths of video option files left out: the weights file holds the whole network); ``res``:
+    the network when it is already resolved."""
+    if res is None:
+        opt = None if req.network_opt is None else without_weight_paths(plain_options(req.network_opt))
+        res = resolve_network(weights=req.weights, arch=req.arch, arch_opts=req.arch_opts, network_opt=opt,
+                              scale=req.scale, param_key=req.param_key)
+    kind = arch_kind(res.net)
+    name = type(res.net).__name__
+    if kind != "image" and Path(req.input).is_file() and not is_video_file(req.input):
+        raise DataError(f"-i {req.input}: one image, but {name} is a video network (it reads the frames around "
+                        "each one); give a video file or a folder of its frames, or an image network's weights")
     source = FrameSource(req.input, fps=req.fps)
+    if kind == "recurrent" and source.info.frames < 2:
+        raise DataError(f"-i {req.input}: {source.info.frames} frame, but {name} runs on clips of 2 frames or "
+                        "more; give a longer video or folder of frames, or an image network's weights")
+    if (source.files and kind != "image") or is_video_file(req.output):
+        _check_frame_sizes(source)
     dst = Path(req.output)
     if dst.resolve() == Path(req.input).resolve():
         raise DataError(f"-o {dst}: the same as the input; choose another output")
@@ -164,6 +189,20 @@ def _plan_video(req: InferRequest) -> InferJob:
     return InferJob(plan, video_infer_worker, (res.net, source, dst, res.scale, req.tile, req.tile_pad, req.chunk,
                                                req.chunk_pad, req.suffix, req.progress),
                     f"wrote {source.info.frames} frame(s) as {what} to {dst}")
+
+
+def _check_frame_sizes(source: FrameSource) -> None:
+    """Refuse, before any work, a folder of frames of different sizes (a clip network stacks them; a video file
+    has one size)."""
+    if not source.files:
+        return
+    infos = probe_inputs(source.files)
+    first = infos[0]
+    for path, info in zip(source.files, infos):
+        if (info.width, info.height) != (first.width, first.height):
+            raise DataError(f"-i {source.path}: frame {path.name} is {info.width}x{info.height} but "
+                            f"{source.files[0].name} is {first.width}x{first.height}; the frames of one video share "
+                            "one size (resize them, or upscale them as images with an image network)")
 
 
 __all__ = ["InferJob", "InferRequest", "parse_dni", "plan_infer", "wants_video"]

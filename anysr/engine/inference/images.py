@@ -417,6 +417,22 @@ def check_result_sizes(files: list[Path], infos: list[ImageInfo], settings: Infe
                               f"{memory / 2**30:.0f} GiB of memory; give a smaller --outscale")
 
 
+def check_input_sides(net: nn.Module, files: list[Path], infos: list[ImageInfo], settings: InferSettings) -> None:
+    """Refuse, before any work, an image larger than a network of bounded inputs takes (``max_input_side``: GFPGAN
+    restores faces of its ``out_size`` at most), unless tiles small enough are asked for."""
+    largest = getattr(net, "max_input_side", None)
+    if not largest:
+        return
+    if settings.tile:
+        tile, pad = aligned_tile(settings.tile, settings.tile_pad, tile_multiple(net))
+        if tile + 2 * pad <= largest:
+            return
+    for path, info in zip(files, infos):
+        if info.width > largest or info.height > largest:
+            raise DataError(f"-i: {path} is {info.width}x{info.height}, but {type(net).__name__} restores faces of "
+                            f"at most {largest}x{largest} (its out_size); crop and align the face to that size first")
+
+
 def check_outscale(outscale: float | None) -> float | None:
     """``--outscale``: a positive finite number (None: the network's scale)."""
     if outscale is None:
