@@ -227,6 +227,17 @@ def test_prepare_shards_to_unreachable_s3_is_one_line(tmp_path: Path, src: Path)
     assert "--storage-options.endpoint_url" in line, line
 
 
+def test_prepare_shards_storage_options_the_file_system_refuses(tmp_path: Path, src: Path) -> None:
+    """Before: a TypeError traceback (AioSession got an unexpected keyword argument) from the first S3 call."""
+    pytest.importorskip("s3fs")
+    from anysr.data.prepare import make_shards
+
+    opts = {"endpoint_url": "http://127.0.0.1:9", "key": "a", "secret": "b", "bogus_kw": 1}
+    with pytest.raises(DataError, match=r"--storage-options are not accepted by the file system of s3://b/set "
+                                        r"\(.*bogus_kw"):
+        make_shards(src, "s3://b/set", storage_options=opts, progress=False)
+
+
 def test_prepare_shards_write_failure_names_the_output(tmp_path: Path, src: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """A failing write (here a local one refused by the file system) names the output and what to check."""

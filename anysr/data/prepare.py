@@ -472,7 +472,11 @@ def _shard_output(fsspec: Any, out: str, opts: dict[str, Any]) -> tuple[Any, str
         raise DataError(f"prepare shards: --storage-options are not accepted by the file system of {out} "
                         f"({exc})") from None
     try:
-        exists = fs.exists(root)
+        try:
+            exists = fs.exists(root)  # the first call that opens a session: it takes the storage options
+        except TypeError as exc:
+            raise DataError(f"prepare shards: --storage-options are not accepted by the file system of {out} "
+                            f"({exc})") from None
         if exists and not fs.isdir(root):
             raise DataError(f"prepare shards: OUT {out} is a file; give a new or empty folder")
         if exists and fs.ls(root):
