@@ -227,3 +227,28 @@ def test_infer_refuses_a_stylegan2_generator(tmp_path: Path) -> None:
                    "--no-progress", cwd=tmp_path, check=False)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
     assert "reads no input image" in proc.stderr.strip().splitlines()[-1], proc.stderr
+
+
+# ----------------------------------------------------------------------------- GFPGAN's frozen decoder
+def _gfpgan(*over: str) -> Any:
+    small = ["network_g.out_size=64", "network_g.num_style_feat=32", "network_g.narrow=0.125", "network_g.num_mlp=2",
+             "network_d.out_size=64", "network_d.narrow=0.125", "datasets.train.out_size=64", "accelerator=cpu",
+             "num_gpu=1", "train.precision=fp32", "train.channels_last=false"]
+    acc = create_accelerator(resolve_plan("cpu", 1, precision="fp32", channels_last=False))
+    acc.setup()
+    return build_model(load_options(GFPGAN_FILE, [*small, *over], is_train=True, check_paths=False), acc)
+
+
+def test_frozen_decoder_without_weights_is_refused() -> None:
+    from anysr.engine.checkpoint import load_model_weights
+
+    with pytest.raises(OptionError) as exc:  # it trained with a random, frozen StyleGAN2 decoder
+        load_model_weights(_gfpgan("network_g.decoder_load_path=null"), fresh=True)
+    _one_line(exc, "network_g.decoder_load_path: fix_decoder keeps GFPGAN's StyleGAN2 decoder frozen",
+              "path.pretrain_network_g", "network_g.fix_decoder: false")
+    need = next(n for n in _gfpgan("network_g.decoder_load_path=null").weight_needs()
+                if n.option == "network_g.decoder_load_path")
+    assert need.fresh_only  # a resumed run has the decoder in its state
+    for over in (["network_g.fix_decoder=false"], ["path.pretrain_network_g=GFPGANv1.pth"]):
+        needs = _gfpgan("network_g.decoder_load_path=null", *over).weight_needs()
+        assert not [n for n in needs if n.option == "network_g.decoder_load_path"], over

@@ -222,6 +222,15 @@ class GFPGANModel(FaceParts, SRGANModel):
                 "stylegan_decoder", "network_g.decoder_load_path", decoder,
                 _into(lambda: self.nets["net_g"].stylegan_decoder), param_key="params_ema",
                 key_option="network_g.decoder_load_path (a StyleGAN2 generator's weights with 'params_ema')"))
+        elif self.is_train and not self.opt["path"]["pretrain_network_g"] and not any(
+                p.requires_grad for p in self.nets["net_g"].stylegan_decoder.parameters()):
+            needs.append(WeightNeed(
+                "stylegan_decoder", "network_g.decoder_load_path", None, lambda sd, load: None, required=True,
+                missing="fix_decoder keeps GFPGAN's StyleGAN2 decoder frozen, so with neither this nor "
+                        "path.pretrain_network_g it would stay random; give a StyleGAN2 generator's weights (the "
+                        "authors': StyleGAN2_512_Cmul1_FFHQ_B12G4_scratch_800k.pth) or set network_g.fix_decoder: "
+                        "false",
+                stand_in=lambda: {}))
         return needs + super().weight_needs() + self.face_weight_needs()
 
     # ---------------------------------------------------------------- set-up
