@@ -24,7 +24,7 @@ from anysr.archs import build_network
 from anysr.archs.recognise import recognise
 from anysr.engine import checkpoint as ckpt
 from anysr.engine.inference.network import resolve_network
-from anysr.errors import CheckpointError, OptionError
+from anysr.errors import CheckpointError, DataError, OptionError
 
 _COMPACT = {"type": "SRVGGNetCompact", "num_in_ch": 3, "num_out_ch": 3, "num_feat": 8, "num_conv": 2, "upscale": 2,
             "act_type": "prelu"}
@@ -156,3 +156,113 @@ def test_cli_pickled_module_one_line(tmp_path: Path) -> None:
     assert proc.returncode != 0 and "convert it once to a state dict" in _one_line(proc.stderr)
     assert not (tmp_path / "out").exists()
 
+
+
+# ------------------------------------------------------------------------------------- infer: the inputs
+_BASICVSR = {"type": "BasicVSR", "num_feat": 8, "num_block": 1}
+
+
+@pytest.fixture(scope="module")
+def basicvsr_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("vsr") / "basicvsr.safetensors"
+    save_file(_state(_BASICVSR), str(path))
+    return path
+
+
+def _request(weights: Path, inp: Path, out: Path, **kw: object) -> object:
+    from anysr.engine.inference.command import InferRequest  # noqa: PLC0415
+
+    return InferRequest(input=str(inp), output=str(out), weights=str(weights), progress=False, **kw)  # type: ignore[arg-type]
+
+
+def test_recognised_video_network_runs_a_folder_of_frames(tmp_path: Path, basicvsr_file: Path) -> None:
+    """A bare BasicVSR state dict (no --arch, no metadata) and a folder of frames: the image path ran the video
+    network on single images (a ValueError traceback from BasicVSR); now the frames go through it as a clip."""
+    from anysr.engine.inference.command import plan_infer  # noqa: PLC0415
+    from anysr.engine.inference.video import video_infer_worker  # noqa: PLC0415
+
+    frames = _images(tmp_path / "frames", (24, 20), (24, 20), (24, 20))
+    job = plan_infer(_request(basicvsr_file, frames, tmp_path / "out"))  # type: ignore[arg-type]
+    assert job.worker is video_infer_worker and "frame(s)" in job.done
+
+
+def test_video_network_backend_onnxruntime_refused(tmp_path: Path, basicvsr_file: Path) -> None:
+    from anysr.engine.inference.command import plan_infer  # noqa: PLC0415
+
+    frames = _images(tmp_path / "frames", (24, 20), (24, 20))
+    with pytest.raises(OptionError, match=r"--backend onnxruntime: BasicVSR is a video network"):
+        plan_infer(_request(basicvsr_file, frames, tmp_path / "out", backend="onnxruntime"))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("sizes", "said"), [
+    (None, "one image, but BasicVSR is a video network"),
+    ([(24, 20)], "1 frame, but BasicVSR runs on clips of 2 frames or more"),
+    ([(24, 20), (22, 20), (24, 20)], "frame 0001.png is 22x20 but 0000.png is 24x20"),
+])
+def test_video_network_inputs_it_cannot_take(tmp_path: Path, basicvsr_file: Path, sizes: list | None,
+                                             said: str) -> None:
+    """One image file, a folder of one frame, frames of different sizes: tracebacks from BasicVSR's input check and
+    torch.cat midway before; refused before any work now (also with --arch)."""
+    from anysr.engine.inference.command import plan_infer  # noqa: PLC0415
+
+    inp = _images(tmp_path / "frames", (24, 20)) / "0000.png" if sizes is None else _images(tmp_path / "f", *sizes)
+    for arch in ({}, {"arch": "BasicVSR", "arch_opts": {"num_feat": 8, "num_block": 1}}):
+        with pytest.raises(DataError, match=said) as err:
+            plan_infer(_request(basicvsr_file, inp, tmp_path / "out", **arch))  # type: ignore[arg-type]
+        assert "\n" not in str(err.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_face_larger_than_the_face_network_takes(tmp_path: Path) -> None:
+    """GFPGAN (out_size 64 here; 512 released) on a 100x80 image: a ValueError traceback from the forward, after
+    the calibration; refused before any work, naming the image and the size."""
+    from anysr.engine.inference.command import plan_infer  # noqa: PLC0415
+
+    path = tmp_path / "gfpgan.safetensors"
+    save_file(_state({"type": "GFPGANv1Clean", "out_size": 64, "num_style_feat": 32, "channel_multiplier": 1,
+                      "num_mlp": 2, "narrow": 0.125}), str(path))
+    folder = _images(tmp_path / "in", (48, 40), (100, 80))
+    with pytest.raises(DataError, match=r"0001\.png is 100x80, but GFPGANv1Clean restores faces of at most 64x64"):
+        plan_infer(_request(path, folder, tmp_path / "out"))  # type: ignore[arg-type]
+    small = _images(tmp_path / "small", (48, 40))
+    assert plan_infer(_request(path, small, tmp_path / "out")).worker.__name__ == "infer_worker"  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------------------------- export
+@pytest.mark.parametrize(("settings", "said"), [
+    ({"size": -4, "dynamic": False}, r"--size -4: give the traced input side in pixels, 1 or more"),
+    ({"size": 0}, r"--size 0: give the traced input side"),
+    ({"opset": 3}, r"--opset 3: this torch exports ONNX opsets \d+ to \d+"),
+    ({"opset": 99}, r"--opset 99: this torch exports ONNX opsets"),
+])
+def test_export_onnx_settings_refused_before_tracing(tmp_path: Path, settings: dict, said: str) -> None:
+    """``--size -4 --static``: a RuntimeError traceback from torch.rand; ``--opset 3``: the exporter's graph dump
+    (65 lines) and 'the network does not run on a 64x64 input'; ``--size 0`` was taken as the default silently."""
+    from anysr.engine.inference.export import export_weights  # noqa: PLC0415
+
+    path = tmp_path / "w.safetensors"
+    save_file(_state(_COMPACT), str(path))
+    with pytest.raises(OptionError, match=said) as err:
+        export_weights(str(path), [str(tmp_path / "w.onnx")], **settings)
+    assert "\n" not in str(err.value) and not (tmp_path / "w.onnx").exists()
+
+
+def test_export_video_network_to_onnx_refused_before_writing(tmp_path: Path, basicvsr_file: Path) -> None:
+    """A BasicVSR file to ONNX: 'does not run on a 64x64 input ... pass --size' (wrong advice) after tracing; now
+    refused as a video network before any output (the .safetensors asked first included) is written."""
+    from anysr.engine.inference.export import export_weights  # noqa: PLC0415
+
+    outs = [str(tmp_path / "plain.safetensors"), str(tmp_path / "vsr.onnx")]
+    with pytest.raises(OptionError, match=r"vsr\.onnx: BasicVSR is a video network \(recurrent"):
+        export_weights(str(basicvsr_file), outs)
+    assert not any(Path(o).exists() for o in outs)
+    assert export_weights(str(basicvsr_file), outs[:1])[0].tensors > 0
+
+
+def test_misspelt_arch_named_as_arch(tmp_path: Path) -> None:
+    """``--arch SRVGGNetCompat``: the error named '--arch-opt.type' (a key the user never typed)."""
+    path = tmp_path / "w.safetensors"
+    save_file(_state(_COMPACT), str(path))
+    with pytest.raises(OptionError, match=r"^--arch: unknown arch 'SRVGGNetCompat' \(did you mean 'SRVGGNetCompact'"):
+        _resolve(path, arch="SRVGGNetCompat")
+    assert _resolve(path, arch="compact", arch_opts={"num_feat": 8, "num_conv": 2, "upscale": 2}).scale == 2  # type: ignore[attr-defined]

@@ -35,7 +35,7 @@ from anysr.archs.arch_util import input_channels
 from anysr.atomic import atomic_write_bytes
 from anysr.engine import checkpoint as ckpt
 from anysr.engine.checkpoint.integrity import save_stamped
-from anysr.engine.inference.network import recognisable, resolve_network
+from anysr.engine.inference.network import arch_kind, recognisable, resolve_network
 from anysr.errors import CheckpointError, OptionError
 from anysr.ops.tiling import round_up, tile_multiple
 from anysr.registry import ARCH_REGISTRY
@@ -221,6 +221,26 @@ def _fixed_weights(net: nn.Module) -> nn.Module:
     return model
 
 
+def _opset_range() -> tuple[int, int]:
+    """The ONNX opsets this torch's exporter writes (7 to 20 when its private constants are not there)."""
+    try:
+        from torch.onnx import _constants  # noqa: PLC0415 - private: read only for the range it states
+    except ImportError:
+        return 7, 20
+    return int(getattr(_constants, "ONNX_MIN_OPSET", 7)), int(getattr(_constants, "ONNX_MAX_OPSET", 20))
+
+
+def check_onnx_settings(size: int | None, opset: int) -> None:
+    """Refuse an ONNX input side below 1 and an opset the exporter does not write, before any tracing."""
+    if size is not None and size < 1:
+        raise OptionError(f"--size {size}: give the traced input side in pixels, 1 or more (default "
+                          f"{DEFAULT_ONNX_SIZE})")
+    low, high = _opset_range()
+    if not low <= opset <= high:
+        raise OptionError(f"--opset {opset}: this torch exports ONNX opsets {low} to {high}; choose one (default "
+                          f"{ONNX_OPSET})")
+
+
 def export_onnx(net: nn.Module, path: str | Path, *, scale: int, net_opt: dict[str, Any] | None = None,
                 fp16: bool = False, size: int | None = None, dynamic: bool = True, opset: int = ONNX_OPSET,
                 check: bool = True) -> ExportReport:
@@ -233,6 +253,7 @@ def export_onnx(net: nn.Module, path: str | Path, *, scale: int, net_opt: dict[s
     PyTorch fp32 at each shape (fp32: within 1e-3, else CheckpointError; fp16: a warning above 1e-2).
     """
     path = Path(path)
+    check_onnx_settings(size, opset)
     _onnx()  # needed with or without the check: said first, not as a failed trace
     ort = _onnxruntime() if check else None
     net = net.eval()
@@ -316,6 +337,8 @@ def export_weights(weights: str, outputs: list[str], *, param_key: str = "auto",
             raise OptionError(f"--to {out}: the suffix says the format; use .pth, .safetensors or .onnx")
         if Path(out).resolve() == Path(weights).resolve():
             raise OptionError(f"--to {out} is the input file; choose another name")
+    if any(Path(o).suffix.lower() == ".onnx" for o in outputs):
+        check_onnx_settings(size, opset)
     raw, meta, group = ckpt.read_weights(weights, param_key, key_option="--param-key")
     buildable = bool(arch) or network_opt is not None or "network_g" in meta or recognisable(dict(raw))
     wants_onnx = any(Path(o).suffix.lower() == ".onnx" for o in outputs)
@@ -334,6 +357,10 @@ def export_weights(weights: str, outputs: list[str], *, param_key: str = "auto",
             logger.info("%s: removed the prefix '%s' every name had", weights, prefix)
     del raw
     arch_name = net_opt["type"] if net_opt else (getattr(net, "architecture", None) or None)
+    if wants_onnx and net is not None and arch_kind(net) != "image":  # refused before any output is written
+        onnx_out = next(o for o in outputs if Path(o).suffix.lower() == ".onnx")
+        raise OptionError(f"--to {onnx_out}: {arch_name} is a video network ({arch_kind(net)}: clips of frames in), "
+                          "and ONNX export is for image networks; export its weights as .safetensors or .pth")
     reports = []
     for out in outputs:
         kind = Path(out).suffix.lower()[1:]

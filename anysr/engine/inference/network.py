@@ -25,6 +25,7 @@ from anysr.errors import AnysrError, CheckpointError, OptionError, short_repr
 from anysr.models.gfpgan import DECODER_PATH_ARGS
 from anysr.models.video import WEIGHT_PATH_ARGS
 from anysr.ops.tiling import round_up, tile_multiple
+from anysr.presets import find_preset
 from anysr.registry import ARCH_REGISTRY, plain_options
 
 RECURRENT_ARCHS = (BasicVSR, IconVSR, BasicVSRPlusPlus)
@@ -347,6 +348,8 @@ def resolve_network(*, weights: str | None, arch: str | None, arch_opts: dict[st
     net_opt: dict[str, Any] | None
     recognised = None
     if arch:
+        if find_preset(arch, ARCH_REGISTRY.keys()) is None:
+            ARCH_REGISTRY.get(arch, key_path="--arch")  # an unknown name: said as --arch's, with the nearest one
         net_opt = {"type": arch, **arch_opts}
     elif network_opt is not None:
         net_opt = plain_options(network_opt)
