@@ -252,3 +252,21 @@ def test_frozen_decoder_without_weights_is_refused() -> None:
     for over in (["network_g.fix_decoder=false"], ["path.pretrain_network_g=GFPGANv1.pth"]):
         needs = _gfpgan("network_g.decoder_load_path=null", *over).weight_needs()
         assert not [n for n in needs if n.option == "network_g.decoder_load_path"], over
+
+
+# ----------------------------------------------------------------------------- HiFaceGAN's smallest crop
+@pytest.mark.parametrize(("gt_size", "refused"), [(32, True), (24, True), (33, False), (64, False)])
+def test_hifacegan_crop_too_small_is_named_before_training(gt_size: int, refused: bool) -> None:
+    over = ["accelerator=cpu", "num_gpu=1", "train.precision=fp32", "train.channels_last=false", "network_g.num_feat=8",
+            "train.perceptual_opt=null", "train.pixel_opt={type: L1Loss, loss_weight: 1.0}",
+            f"datasets.train.gt_size={gt_size}"]
+    acc = create_accelerator(resolve_plan("cpu", 1, precision="fp32", channels_last=False))
+    acc.setup()
+    model = build_model(load_options(ROOT / "tests" / "fixtures" / "basicsr_options" / "train_hifacegan.yml", over,
+                                     is_train=True, check_paths=False), acc)
+    if not refused:  # padded to a multiple of 32 in the forward: 33 pixels train as 64
+        model.setup()
+        return
+    with pytest.raises(OptionError) as exc:  # the first step's forward raised a ValueError: a traceback
+        model.setup()
+    _one_line(exc, "datasets.train.gt_size: HiFaceGAN trains on input crops of at least 64x64", "raise gt_size")

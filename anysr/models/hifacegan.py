@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from anysr.archs.arch_util import nearest_upsample
+from anysr.archs.hifacegan_arch import HiFaceGAN
 from anysr.errors import OptionError
 from anysr.models.gan import SRGANModel
 from anysr.models.loss_set import build_losses
@@ -67,6 +68,22 @@ class HiFaceGANModel(SRGANModel):
         self.feat_name = self.loss_prefix + feats[0].name if feats else None
         self.cri_feat = build_losses(feats, self.loss_state_dicts, self.acc.device)[feats[0].name] if feats else None
         self.conditional = bool(getattr(self.bare("net_d"), "conditional", False))
+        self._check_crop_size()
+
+    def _check_crop_size(self) -> None:
+        """HiFaceGAN's instance norms need 2x2 values at 1/32 of its (padded) input: a train crop too small for that
+        fails in the first step's forward; said here, before training, naming the key."""
+        net = self.bare("net_g")
+        if not isinstance(net, HiFaceGAN):
+            return
+        least, multiple = 2 * net.tile_multiple, net.tile_multiple
+        scale = int(self.opt.get("scale") or 1)
+        for key, ds in self.opt["datasets"].items():
+            size = ds.get("gt_size") if key.startswith("train") else None
+            if isinstance(size, int) and -(-(size // scale) // multiple) * multiple < least:
+                raise OptionError(f"datasets.{key}.gt_size: HiFaceGAN trains on input crops of at least {least}x"
+                                  f"{least} (its instance norms need 2x2 values at 1/32 of the size), got "
+                                  f"{size // scale}x{size // scale}; raise gt_size to {least * scale} or more")
 
     def loss_names(self) -> list[str]:
         return super().loss_names() + ([self.feat_name] if self.feat_name else [])
