@@ -266,3 +266,36 @@ def test_misspelt_arch_named_as_arch(tmp_path: Path) -> None:
     with pytest.raises(OptionError, match=r"^--arch: unknown arch 'SRVGGNetCompat' \(did you mean 'SRVGGNetCompact'"):
         _resolve(path, arch="SRVGGNetCompat")
     assert _resolve(path, arch="compact", arch_opts={"num_feat": 8, "num_conv": 2, "upscale": 2}).scale == 2  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------------------------------- anysr test
+@pytest.mark.parametrize("network", [{"type": "auto"}, _BASICVSR])
+def test_video_weights_in_an_image_model_one_line(tmp_path: Path, basicvsr_file: Path, network: dict) -> None:
+    """``anysr test`` of an SRModel file whose ``network_g: {type: auto}`` reads a BasicVSR file (or names BasicVSR):
+    a ValueError traceback from BasicVSR's forward in the calibration; now one line naming model_type's fix."""
+    import yaml  # noqa: PLC0415
+
+    _images(tmp_path / "lq", (24, 20))
+    opt = {"name": "t", "model_type": "SRModel", "scale": 4, "num_gpu": 0,
+           "datasets": {"test_1": {"name": "s", "type": "SingleImageDataset", "dataroot_lq": "lq",
+                                   "io_backend": {"type": "disk"}}},
+           "network_g": network, "path": {"pretrain_network_g": str(basicvsr_file)}}
+    (tmp_path / "t.yml").write_text(yaml.safe_dump(opt))
+    proc = run_cli("test", "-opt", "t.yml", cwd=tmp_path, check=False)
+    line = _one_line(proc.stderr)
+    assert proc.returncode != 0 and "BasicVSR is a video network" in line and "model_type: VideoRecurrentModel" in line
+
+
+def test_training_state_outside_an_experiment_names_no_made_up_folder(tmp_path: Path) -> None:
+    """``/tmp/w/1000.state`` was answered with '/tmp/models/net_g_<iteration>.safetensors' (a folder that is no
+    experiment's); in an experiment's training_states/ the models folder beside it is still named."""
+    loose = tmp_path / "w" / "1000.state"
+    loose.parent.mkdir()
+    torch.save({"iter": 1000}, loose)
+    with pytest.raises(CheckpointError, match=r"saved with it are the experiment's models/net_g_<iteration>"):
+        ckpt.read_weights(loose, "auto")
+    exp = tmp_path / "exp" / "training_states" / "1000.state"
+    exp.parent.mkdir(parents=True)
+    torch.save({"iter": 1000}, exp)
+    with pytest.raises(CheckpointError, match=rf"saved with it are {tmp_path / 'exp' / 'models'}/net_g_"):
+        ckpt.read_weights(exp, "auto")

@@ -54,6 +54,7 @@ class SRModel(BaseModel):
     def __init__(self, opt: dict[str, Any], accelerator: Accelerator) -> None:
         super().__init__(opt, accelerator)
         self.nets["net_g"] = unit_range(build_network(self.generator_options()))
+        self._check_network_kind()
         if self.is_train:
             self._check_step_options(self.opt["train"])
         if self.is_train and self.opt["train"]["perceptual_opt"] and not type(self).uses_perceptual:
@@ -75,6 +76,26 @@ class SRModel(BaseModel):
 
     uses_perceptual = False  # whether train.perceptual_opt is used (GAN models); a pixel model refuses it
     image_batches = True  # whether batches are (B, C, H, W) images (train.use_moa); video models: clips
+
+    def _check_network_kind(self) -> None:
+        """Refuse a video network (clips in) in a model of images (``network_g.type: auto`` reading a video file's
+        weights, or a copied option file): its first forward would fail deep in the network."""
+        from anysr.archs.basicvsr_arch import BasicVSR, IconVSR  # noqa: PLC0415 - only this check needs them
+        from anysr.archs.basicvsrpp_arch import BasicVSRPlusPlus  # noqa: PLC0415
+        from anysr.archs.duf_arch import DUF  # noqa: PLC0415
+        from anysr.archs.edvr_arch import EDVR  # noqa: PLC0415
+        from anysr.archs.tof_arch import TOFlow  # noqa: PLC0415
+        from anysr.models.video import VideoBaseModel  # noqa: PLC0415 - models/video.py imports this module
+
+        net = self.nets["net_g"]
+        video = isinstance(net, (BasicVSR, IconVSR, BasicVSRPlusPlus, EDVR, TOFlow, DUF)) \
+            or bool(getattr(net, "video_window", False))
+        if video and not isinstance(self, VideoBaseModel):
+            recurrent = isinstance(net, (BasicVSR, IconVSR, BasicVSRPlusPlus))
+            raise OptionError(f"network_g.type: {type(net).__name__} is a video network (clips of frames in), but "
+                              f"model_type {type(self).__name__} runs image networks; set model_type: "
+                              f"{'VideoRecurrentModel' if recurrent else 'VideoBaseModel'} with a video dataset, "
+                              "or give an image network's weights")
     wavelet_discriminator = False  # whether train.wavelet_guided applies (GAN models whose discriminator sees images)
     loss_roles: tuple[str, ...] = ("pixel", "learned", "artifact")  # loss roles it trains with (options read it)
     loss_prefix = "l_"  # losses are logged as <prefix><name>: l_pix (BasicSR's SRModel)

@@ -399,7 +399,8 @@ def _no_state_dict(obj: Mapping[Any, Any], path: Path) -> CheckpointError:
 
 
 def _training_state_given(path: Path) -> CheckpointError:
-    models = path.parent.parent / "models"
+    # In an experiment folder the weights sit beside training_states/; elsewhere only the layout can be named
+    models = path.parent.parent / "models" if path.parent.name == "training_states" else "the experiment's models"
     return CheckpointError(f"{path} is a training state (what --auto_resume / path.resume_state continue from), "
                            f"not network weights; the weights saved with it are {models}/net_g_<iteration>."
                            "safetensors (and net_g_latest.safetensors)")
