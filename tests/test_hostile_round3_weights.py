@@ -299,3 +299,18 @@ def test_training_state_outside_an_experiment_names_no_made_up_folder(tmp_path: 
     torch.save({"iter": 1000}, exp)
     with pytest.raises(CheckpointError, match=rf"saved with it are {tmp_path / 'exp' / 'models'}/net_g_"):
         ckpt.read_weights(exp, "auto")
+
+
+def test_colour_image_for_a_one_channel_network_refused_before_any_work(tmp_path: Path) -> None:
+    """A grayscale network (num_in_ch 1) over a folder of a gray then a colour image: the gray result was written,
+    then the colour one failed midway (after the calibration); refused before any work now."""
+    from anysr.engine.inference.command import plan_infer  # noqa: PLC0415
+
+    path = tmp_path / "gray.safetensors"
+    save_file(_state({**_COMPACT, "num_in_ch": 1, "num_out_ch": 1}), str(path))
+    folder = _images(tmp_path / "in", (24, 20), (24, 20))
+    cv2.imwrite(str(folder / "0000.png"), cv2.imread(str(folder / "0000.png"), cv2.IMREAD_GRAYSCALE))
+    with pytest.raises(DataError, match=r"0001\.png is a colour image, but this network takes one channel"):
+        plan_infer(_request(path, folder, tmp_path / "out"))  # type: ignore[arg-type]
+    (folder / "0001.png").unlink()
+    assert plan_infer(_request(path, folder, tmp_path / "out")).worker.__name__ == "infer_worker"  # type: ignore[arg-type]

@@ -14,6 +14,7 @@ from anysr.data.video_io import FrameSource, is_video_file
 from anysr.engine.inference.backends import BACKENDS, choose_backend
 from anysr.engine.inference.images import (
     InferSettings,
+    check_input_channels,
     check_input_sides,
     check_outscale,
     check_result_sizes,
@@ -125,6 +126,7 @@ def plan_infer(req: InferRequest) -> InferJob:
     infos = probe_inputs(files)
     check_result_sizes(files, infos, settings)
     check_input_sides(res.net, files, infos, settings)
+    check_input_channels(res.net, files, infos)
     deep = any(info.bits > 8 for info in infos)
     precision = "fp32" if deep and req.precision == "auto" else req.precision
     plan = resolve_plan(req.accelerator, 1, precision=precision, channels_last=req.channels_last)

@@ -433,6 +433,16 @@ def check_input_sides(net: nn.Module, files: list[Path], infos: list[ImageInfo],
                             f"at most {largest}x{largest} (its out_size); crop and align the face to that size first")
 
 
+def check_input_channels(net: nn.Module, files: list[Path], infos: list[ImageInfo]) -> None:
+    """Refuse, before any work, a colour image for a network of one input channel (grayscale / Y)."""
+    if input_channels(net, default=None) != 1:
+        return
+    for path, info in zip(files, infos):
+        if info.channels >= 3:
+            raise DataError(f"-i: {path} is a colour image, but this network takes one channel (grayscale / Y); give "
+                            "grayscale images (e.g. convert them with OpenCV's IMREAD_GRAYSCALE)")
+
+
 def check_outscale(outscale: float | None) -> float | None:
     """``--outscale``: a positive finite number (None: the network's scale)."""
     if outscale is None:
