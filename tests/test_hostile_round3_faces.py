@@ -270,3 +270,22 @@ def test_hifacegan_crop_too_small_is_named_before_training(gt_size: int, refused
     with pytest.raises(OptionError) as exc:  # the first step's forward raised a ValueError: a traceback
         model.setup()
     _one_line(exc, "datasets.train.gt_size: HiFaceGAN trains on input crops of at least 64x64", "raise gt_size")
+
+
+# ----------------------------------------------------------------------------- a discriminator of another size
+@pytest.mark.parametrize("file", ["stylegan2", "gfpgan"])
+def test_discriminator_of_another_size_is_named(file: str) -> None:
+    common = ["accelerator=cpu", "num_gpu=1", "train.precision=fp32", "train.channels_last=false",
+              "network_g.out_size=64", "network_g.num_style_feat=32", "network_d.out_size=128"]
+    acc = create_accelerator(resolve_plan("cpu", 1, precision="fp32", channels_last=False))
+    acc.setup()
+    if file == "stylegan2":
+        path, over = (ROOT / "tests" / "fixtures" / "basicsr_options" / "train_StyleGAN2_256_Cmul2_FFHQ.yml",
+                      ["network_g.narrow=0.0625", "network_d.narrow=0.0625"])
+    else:
+        path, over = GFPGAN_FILE, ["network_g.narrow=0.125", "network_g.num_mlp=2", "network_d.narrow=0.125",
+                                   "datasets.train.out_size=64"]
+    opt = load_options(path, [*common, *over], is_train=True, check_paths=False)
+    with pytest.raises(OptionError) as exc:  # a ValueError traceback from the discriminator at the first step
+        build_model(opt, acc)
+    _one_line(exc, "network_d.out_size: 128", "64x64 (network_g.out_size)", "set network_d.out_size: 64")

@@ -42,7 +42,7 @@ from anysr.losses import build_loss, r1_penalty
 from anysr.losses.perceptual import gram_matrix
 from anysr.models.base import WeightNeed
 from anysr.models.gan import SRGANModel, _set_requires_grad
-from anysr.models.stylegan2 import BASICSR_EMA_DECAY, _lazy_regularised
+from anysr.models.stylegan2 import BASICSR_EMA_DECAY, _lazy_regularised, check_discriminator_size
 from anysr.ops.roi_align import roi_align, static_grid
 from anysr.registry import MODEL_REGISTRY, OPTIMIZER_REGISTRY, constructor_args, plain_options
 
@@ -204,6 +204,8 @@ class GFPGANModel(FaceParts, SRGANModel):
                               f"{opt['network_g']['type']}")
         self.out_size = int(net_g.out_size)
         self.log_size = self.out_size.bit_length() - 1
+        if "net_d" in self.nets:
+            check_discriminator_size(self.nets["net_d"], self.out_size, "network_g.out_size")
         self.build_face_networks()
 
     # ---------------------------------------------------------------- the contract

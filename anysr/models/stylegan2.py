@@ -47,6 +47,15 @@ def _set_requires_grad(net: nn.Module, flag: bool) -> None:
         p.requires_grad_(flag)
 
 
+def check_discriminator_size(net_d: nn.Module, out_size: int, source: str) -> None:
+    """OptionError when a discriminator built for one image side (``out_size``: StyleGAN2's) is to judge images of
+    another (``source`` names what sets their side); it raised in the first step's forward."""
+    side = getattr(net_d, "out_size", None)
+    if isinstance(side, int) and side != out_size:
+        raise OptionError(f"network_d.out_size: {side}, but the images it judges are {out_size}x{out_size} ({source}); "
+                          f"set network_d.out_size: {out_size}")
+
+
 @MODEL_REGISTRY.register()
 class StyleGAN2Model(BaseModel):
     """Unconditional StyleGAN2 (``network_g``: a StyleGAN2 generator, ``network_d``: its discriminator) trained
@@ -78,6 +87,7 @@ class StyleGAN2Model(BaseModel):
                 raise OptionError("network_d: StyleGAN2Model needs a discriminator; add network_d "
                                   "(e.g. {type: StyleGAN2Discriminator, out_size: 256, channel_multiplier: 2})")
             self.nets["net_d"] = build_network(opt["network_d"], "network_d")
+            check_discriminator_size(self.nets["net_d"], self.out_size, "network_g.out_size")
             train = opt["train"]
             self.loss_specs = loss_specs(train, type(self).__name__, type(self).loss_roles)
             self.r1_weight = float(train["r1_reg_weight"])
