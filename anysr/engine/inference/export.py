@@ -406,8 +406,8 @@ def onnx_file_settings(onnx: dict[str, Any], name: str, folder: Path = Path("onn
                           "them equal or dynamic (letters)")
     dynamic = not h.isdigit()
     if len(parts) == 5:
-        notes.append("onnx.shape has a time axis: anysr exports video networks as they take frames (NxTxCxHxW); "
-                     "wrap_5d_to_4d is not applied")
+        notes.append("onnx.shape has a time axis: anysr writes ONNX for image networks only (a video network is "
+                     "refused: export its weights as .safetensors / .pth); wrap_5d_to_4d is not applied")
     dyn_labels = [lab.upper() for lab, p in zip(labels, parts, strict=True) if not p.isdigit()]
     shape_text = "x".join(p if p.isdigit() else lab.upper() for lab, p in zip(labels, parts, strict=True))
     shape_text += f"_dyn-{''.join(dyn_labels)}" if dyn_labels else "_static"
