@@ -327,3 +327,49 @@ def test_a_mirror_that_is_not_a_url_is_refused_up_front(tmp_path: Path, monkeypa
     for mirror in ("notaurl", "/data/mirror"):
         with pytest.raises(OptionError, match=f"--mirror / ANYSR_DATASET_MIRROR: '{mirror}' is not a URL"):
             fetch_dataset("benchmark", tmp_path, mirror=mirror, progress=False)
+
+
+# ------------------------------------------------------------------------------------------ meta info files
+_BOM = b"\xef\xbb\xbf"
+
+
+def test_meta_info_saved_with_a_bom_reads_its_first_name(tmp_path: Path, lmdb_set: Path) -> None:
+    """A meta info file saved by Notepad starts with a UTF-8 BOM. Before: the first name became '\\ufefft1' ("1 GT
+    image(s) listed but not found: t1.png" with an invisible character; for an LMDB "key not in the LMDB (did you
+    mean 't12'?)")."""
+    gt = _images(tmp_path / "gt", 2)
+    names = sorted(p.name for p in gt.iterdir())
+    meta = tmp_path / "meta.txt"
+    meta.write_bytes(_BOM + "".join(f"{n} (1,1,3)\r\n" for n in names).encode())
+    section = {"type": "PairedImageDataset", "dataroot_gt": str(gt), "lq_from_gt": True, "meta_info_file": str(meta),
+               "io_backend": {"type": "disk"}}
+    ds = build_dataset(validate_dataset(section, name="val", scale=2), "datasets.val")
+    assert len(ds) == 2 and ds.check(decode=False, progress=False) == []
+    db = tmp_path / "bom.lmdb"
+    shutil.copytree(lmdb_set, db)
+    (db / "meta_info.txt").write_bytes(_BOM + (lmdb_set / "meta_info.txt").read_bytes())
+    assert _single(db, "lmdb").check(decode=False, progress=False) == []
+
+
+def test_real_esrgan_pair_list_that_is_not_text_is_one_line(tmp_path: Path) -> None:
+    """Before: a UnicodeDecodeError traceback from RealESRGANPairedDataset's meta_info reader."""
+    gt = _images(tmp_path / "gt", 2)
+    meta = tmp_path / "pairs.txt"
+    meta.write_bytes(b"\xff\xfe\x00binary")
+    section = {"type": "RealESRGANPairedDataset", "dataroot_gt": str(gt), "dataroot_lq": str(gt),
+               "meta_info": str(meta), "io_backend": {"type": "disk"}, "gt_size": 32, "batch_size_per_gpu": 1}
+    with pytest.raises(DataError, match=r"pairs.txt' is not UTF-8 text .*re-create it"):
+        build_dataset(validate_dataset(section, name="train", scale=1), "datasets.train")
+
+
+def test_video_meta_info_that_is_not_text_is_one_line(tmp_path: Path) -> None:
+    """Before: a UnicodeDecodeError traceback from the video datasets' clip list reader."""
+    from video_data import make_reds
+
+    reds = make_reds(tmp_path / "reds", clips=("000", "001"), frames=4)
+    Path(reds["meta"]).write_bytes(b"\xff\xfe\x00binary")
+    section = {"type": "REDSRecurrentDataset", "io_backend": {"type": "disk"}, "dataroot_gt": str(reds["gt"]),
+               "lq_from_gt": True, "meta_info_file": str(reds["meta"]), "val_partition": "official", "gt_size": 32,
+               "num_frame": 2, "batch_size_per_gpu": 1}
+    with pytest.raises(DataError, match="is not UTF-8 text"):
+        build_dataset(validate_dataset(section, name="train", scale=4), "datasets.train")

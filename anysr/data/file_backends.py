@@ -152,7 +152,7 @@ def read_lmdb_meta_info(db_path: str | os.PathLike[str]) -> list[str]:
             "scripts/data_preparation/create_lmdb.py)."
         )
     try:
-        text = meta.read_text(encoding="utf-8")
+        text = meta.read_text(encoding="utf-8-sig")  # a BOM (Notepad) is not part of the first key
     except UnicodeDecodeError as exc:
         raise DataError(f"{meta}: not UTF-8 text (byte {exc.start}); rebuild the LMDB (anysr prepare lmdb) or "
                         "re-create its meta_info.txt") from None

@@ -59,16 +59,22 @@ def _listing(names: Sequence[str]) -> str:
     return shown + (f" ... and {more} more" if more > 0 else "")
 
 
-def _meta_info_names(meta_file: str, key_path: str) -> list[str]:
+def meta_info_lines(meta_file: str, key_path: str) -> list[str]:
+    """The non-blank lines of a meta info file, stripped (a UTF-8 BOM dropped); a DataError naming the file when it
+    is missing or not UTF-8 text."""
     if not os.path.isfile(meta_file):
         raise DataError(f"{key_path}.meta_info_file: '{meta_file}' not found; fix the path or remove the "
                         "option to list the folder instead")
     try:
-        with open(meta_file, encoding="utf-8") as f:
-            names = [line.split()[0] for line in f if line.strip()]
+        with open(meta_file, encoding="utf-8-sig") as f:
+            return [line.strip() for line in f if line.strip()]
     except UnicodeDecodeError as exc:
         raise DataError(f"{key_path}.meta_info_file: '{meta_file}' is not UTF-8 text (byte {exc.start} of a line); "
                         "re-create it (one image name per line)") from None
+
+
+def _meta_info_names(meta_file: str, key_path: str) -> list[str]:
+    names = [line.split()[0] for line in meta_info_lines(meta_file, key_path)]
     if not names:
         raise DataError(f"{key_path}.meta_info_file: '{meta_file}' lists no images")
     return names

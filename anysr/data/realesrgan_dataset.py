@@ -25,7 +25,14 @@ import torch
 from anysr.data.degradation.kernels import KERNEL_TYPES, KernelParams, make_kernel
 from anysr.data.degradation.realesrgan import BlurSettings, LoaderSynthesis, draw_degradation_kernel_params
 from anysr.data.file_backends import build_backend
-from anysr.data.paired_image_dataset import PairedImageDataset, _check_files_exist, _ImageDataset, _Pair, image_bits
+from anysr.data.paired_image_dataset import (
+    PairedImageDataset,
+    _check_files_exist,
+    _ImageDataset,
+    _Pair,
+    image_bits,
+    meta_info_lines,
+)
 from anysr.data.transforms import augment, img2tensor
 from anysr.errors import DataError
 from anysr.registry import DATASET_REGISTRY
@@ -142,8 +149,7 @@ class RealESRGANPairedDataset(PairedImageDataset):
 
     def _pairs_from_meta_info(self, meta: str) -> list[tuple[str, str]]:
         assert self.lq_root is not None
-        with open(meta, encoding="utf-8") as f:
-            lines = [line.strip() for line in f if line.strip()]
+        lines = meta_info_lines(meta, self.key_path)
         if not lines or "," not in lines[0]:
             return super()._pairs_from_meta_info(meta)
         pairs = []

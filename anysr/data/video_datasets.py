@@ -43,6 +43,7 @@ from anysr.data.file_backends import (
     is_image_file,
 )
 from anysr.data.imageio import ImageInfo, probe_bytes, probe_image
+from anysr.data.paired_image_dataset import meta_info_lines
 from anysr.data.transforms import augment, img2tensor, lq_patch_size, mod_crop, paired_random_crop
 from anysr.errors import DataError
 from anysr.registry import DATASET_REGISTRY, DEGRADATION_REGISTRY
@@ -260,12 +261,10 @@ class _VideoDataset(Dataset):
         """``(clip, frame count or None)`` of each meta info line (``<clip> [<frames> (h,w,c)]``)."""
         meta = self.opt["meta_info_file"]
         out = []
-        with open(os.fspath(meta), encoding="utf-8") as f:
-            for line in f:
-                parts = line.split()
-                if parts:
-                    count = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
-                    out.append((parts[0], count))
+        for line in meta_info_lines(os.fspath(meta), self.key_path):
+            parts = line.split()
+            count = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+            out.append((parts[0], count))
         if not out:
             raise DataError(f"{self.key_path}.meta_info_file: '{meta}' lists no clips")
         return out
