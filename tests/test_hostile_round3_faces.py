@@ -289,3 +289,30 @@ def test_discriminator_of_another_size_is_named(file: str) -> None:
     with pytest.raises(OptionError) as exc:  # a ValueError traceback from the discriminator at the first step
         build_model(opt, acc)
     _one_line(exc, "network_d.out_size: 128", "64x64 (network_g.out_size)", "set network_d.out_size: 64")
+
+
+# ----------------------------------------------------------------------------- RestoreFormer's frozen codebook
+@pytest.mark.parametrize(("over", "refused"), [(["network_g.n_embed=32"], True), ([], False),
+                                               (["network_g.n_embed=32", "network_g.fix_codebook=false"], False)])
+def test_stage_two_refuses_a_dictionary_that_leaves_the_frozen_codebook_random(tmp_path: Path, over: list[str],
+                                                                                refused: bool) -> None:
+    from anysr.engine.checkpoint import load_model_weights
+
+    torch.manual_seed(0)
+    hq = tmp_path / "hq.ckpt"  # the HQ dictionary, as the authors' Lightning checkpoint
+    torch.save({"state_dict": {f"vqvae.{k}": v for k, v in build_network({"type": "VQVAEGAN", **TINY_VQ})
+                               .state_dict().items()}}, hq)
+    common = ["accelerator=cpu", "num_gpu=1", "train.precision=fp32", "train.channels_last=false",
+              "network_d.num_feat=8", "train.perceptual_weight=0", "train.identity_weight=0", "network_identity=null",
+              f"path.pretrain_network_g={hq}", *(f"network_g.{k}={json.dumps(v)}" for k, v in TINY_VQ.items())]
+    acc = create_accelerator(resolve_plan("cpu", 1, precision="fp32", channels_last=False))
+    acc.setup()
+    model = build_model(load_options(RF_FILES / "train_RestoreFormer.yml", [*common, *over], is_train=True,
+                                     check_paths=False), acc)
+    if not refused:
+        load_model_weights(model, fresh=True)
+        return
+    with pytest.raises(OptionError) as exc:  # a warning, then training with a random codebook that never learns
+        load_model_weights(model, fresh=True)
+    _one_line(exc, "path.pretrain_network_g", "(32, 32)", "the file: (16, 32)", "fix_codebook keeps it frozen",
+              "network_g.n_embed / embed_dim")

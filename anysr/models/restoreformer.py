@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -127,7 +128,8 @@ class RestoreFormerModel(FaceParts, SRGANModel):
     def weight_needs(self) -> list[WeightNeed]:
         """The generator's and discriminator's weights, the component discriminators', ArcFace's, LPIPS' (VGG16
         and the lpips head: ``train.lpips_weights``, else the standard files found by name)."""
-        needs = super().weight_needs() + self.face_weight_needs()
+        needs = [self._codebook_checked(n) if n.option == "path.pretrain_network_g" else n
+                 for n in super().weight_needs()] + self.face_weight_needs()
         if not self.is_train or float(self.opt["train"]["perceptual_weight"]) <= 0:
             return needs
         store = self.lpips_state_dicts
@@ -144,6 +146,27 @@ class RestoreFormerModel(FaceParts, SRGANModel):
             needs.append(WeightNeed(f"lpips ({known})", "train.lpips_weights", None, keep, required=True,
                                     fresh_only=False, known=known))
         return needs
+
+    def _codebook_checked(self, need: WeightNeed) -> WeightNeed:
+        """``need`` (the generator's weights) refusing a file that leaves a frozen codebook (``fix_codebook``, stage 2)
+        at its random start: a partial load (strict_load_g: false) skips a codebook of another shape."""
+        codebook = self.nets["net_g"].quantize.embedding.weight
+        if codebook.requires_grad:
+            return need
+
+        def apply(sd: Mapping[str, torch.Tensor], load: Any) -> None:
+            before = codebook.detach().clone()
+            need.apply(sd, load)
+            if torch.equal(before, codebook.detach()):
+                theirs = next((tuple(v.shape) for k, v in sd.items() if k.endswith("quantize.embedding.weight")),
+                              None)
+                raise OptionError(f"{need.option}: {need.path} gives no codebook of network_g's shape "
+                                  f"{tuple(codebook.shape)} (n_embed x embed_dim; the file: "
+                                  f"{theirs if theirs else 'none'}) and fix_codebook keeps it frozen, so it would "
+                                  "stay random; set network_g.n_embed / embed_dim to the HQ dictionary's, or "
+                                  "network_g.fix_codebook: false")
+
+        return replace(need, apply=apply)
 
     # ---------------------------------------------------------------- set-up
     def setup(self) -> None:
