@@ -52,6 +52,8 @@ class ArchPreset:
                                       f"{key} or set it to {self.fixed[key]!r}")
                 continue
             name = self.scale_arg if key == "scale" and self.scale_arg else self.renames.get(key, key)
+            if name == self.scale_arg and isinstance(value, bool):
+                raise OptionError(f"{key_path}.{key}: the scale is a whole number (1, 2, 3, 4, ...), got {value!r}")
             args[name] = value
         if self.translate is not None:
             try:

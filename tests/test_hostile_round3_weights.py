@@ -314,3 +314,40 @@ def test_colour_image_for_a_one_channel_network_refused_before_any_work(tmp_path
         plan_infer(_request(path, folder, tmp_path / "out"))  # type: ignore[arg-type]
     (folder / "0001.png").unlink()
     assert plan_infer(_request(path, folder, tmp_path / "out")).worker.__name__ == "infer_worker"  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------------------- presets
+@pytest.fixture(scope="module")
+def ultracompact_x2(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("uc") / "uc_x2.safetensors"
+    save_file(_state({"type": "ultracompact", "scale": 2}), str(path))
+    return path
+
+
+def test_preset_scale_from_the_scale_flag(ultracompact_x2: Path) -> None:
+    """``--arch ultracompact --scale 2`` over an x2 file: the preset was built at its default x4 (the strict load's
+    table of the upsampler's shapes); --scale now picks the preset's scale, as an option file's scale does."""
+    assert _resolve(ultracompact_x2, arch="ultracompact", scale=2).scale == 2  # type: ignore[attr-defined]
+
+
+def test_preset_of_another_scale_names_the_scale(ultracompact_x2: Path) -> None:
+    """``--arch ultracompact`` alone over an x2 file: one line naming the scale that fits (was the shape table)."""
+    with pytest.raises(OptionError, match=r"^--arch ultracompact: the file holds x2 weights.*--arch-opt scale=2") \
+            as err:
+        _resolve(ultracompact_x2, arch="ultracompact")
+    assert "\n" not in str(err.value)
+    assert _resolve(ultracompact_x2, arch="ultracompact", arch_opts={"scale": 2}).scale == 2  # type: ignore[attr-defined]
+
+
+def test_preset_scale_true_refused(ultracompact_x2: Path) -> None:
+    """``--arch-opt scale=true`` built the network with upscale=True (x1) and failed on the shapes."""
+    with pytest.raises(OptionError, match=r"--arch-opt\.scale: the scale is a whole number .* got True"):
+        _resolve(ultracompact_x2, arch="ultracompact", arch_opts={"scale": True})
+
+
+def test_arch_opt_list_for_a_number(tmp_path: Path) -> None:
+    """``--arch-opt num_feat=[8]``: 'unsupported operand type(s) for %: 'list' and 'int''."""
+    path = tmp_path / "w.safetensors"
+    save_file(_state(_COMPACT), str(path))
+    with pytest.raises(OptionError, match=r"--arch-opt\.num_feat: SRVGGNetCompact takes a number here, got a list"):
+        _resolve(path, arch="SRVGGNetCompact", arch_opts={"num_feat": [8], "num_conv": 2, "upscale": 2})

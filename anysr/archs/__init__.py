@@ -36,13 +36,14 @@ def arch_kwargs(cls: type | str) -> dict[str, Any]:
 _NOT_SIZES = ("drop", "rate", "ratio", "prob", "eps", "scale", "range", "init", "seed", "mean", "std", "bias")
 
 
-def _text_for_number(cls: type, kwargs: Mapping[str, Any]) -> tuple[str, str, Any] | None:
-    """``(argument, text given, an example)`` for the first argument given as text whose default (or annotation)
-    is a number (``--arch-opt num_feat=eight``), else None: the reason a failed build names."""
+def _text_for_number(cls: type, kwargs: Mapping[str, Any]) -> tuple[str, Any, Any] | None:
+    """``(argument, value given, an example)`` for the first argument given as text, a list or a mapping whose
+    default (or annotation) is a number (``--arch-opt num_feat=eight``), else None: the reason a failed build
+    names."""
     params = inspect.signature(cls).parameters
     for key, value in kwargs.items():
         param = params.get(key)
-        if not isinstance(value, str) or param is None:
+        if not isinstance(value, (str, list, tuple, dict)) or param is None:
             continue
         default = param.default
         if isinstance(default, (int, float)) and not isinstance(default, bool):
@@ -86,7 +87,8 @@ def build_network(opt: Mapping[str, Any], key_path: str = "network_g") -> nn.Mod
     except (TypeError, ValueError, ZeroDivisionError, RuntimeError) as e:  # torch's own: negative sizes and such
         text = _text_for_number(cls, kwargs)
         if text is not None:
-            raise OptionError(f"{key_path}.{text[0]}: {name} takes a number here, got the text {text[1]!r}; give a "
+            what = "the text" if isinstance(text[1], str) else f"a {type(text[1]).__name__}"
+            raise OptionError(f"{key_path}.{text[0]}: {name} takes a number here, got {what} {text[1]!r}; give a "
                               f"number (e.g. {text[0]}={text[2]})") from e
         raise OptionError(f"{key_path}: cannot build {name} with {kwargs}: {e}") from e
     # A width of 0 builds, and fails only in the first forward, deep in torch. Empty weights alone are no error (RGT's

@@ -17,7 +17,14 @@ from anysr.archs.basicvsr_arch import BasicVSR, IconVSR
 from anysr.archs.basicvsrpp_arch import BasicVSRPlusPlus
 from anysr.archs.duf_arch import DUF
 from anysr.archs.edvr_arch import EDVR
-from anysr.archs.recognise import Recognised, RecordedValueError, recognise, recognise_all
+from anysr.archs.recognise import (
+    Recognised,
+    RecordedValueError,
+    StateShapes,
+    layout_fits,
+    recognise,
+    recognise_all,
+)
 from anysr.archs.tof_arch import TOFlow
 from anysr.engine import checkpoint as ckpt
 from anysr.engine.logger import get_logger
@@ -287,6 +294,21 @@ def _spandrel_network(state: dict[str, torch.Tensor], weights: str) -> nn.Module
     return SpandrelNetwork(desc.eval())
 
 
+_PRESET_SCALES = (1, 2, 3, 4, 8)
+
+
+def _refuse_preset_scale(arch: str, arch_opts: dict[str, Any], state: Any) -> None:
+    """``--arch PRESET`` without a scale over a file of another scale than the preset's default: one line naming
+    the ``--scale`` whose layout is the file's (the strict load would list the upsampler's mismatched shapes)."""
+    view = StateShapes(state)
+    if layout_fits({"type": arch, **arch_opts}, view):
+        return
+    fits = [s for s in _PRESET_SCALES if layout_fits({"type": arch, **arch_opts, "scale": s}, view)]
+    if len(fits) == 1:
+        raise OptionError(f"--arch {arch}: the file holds x{fits[0]} weights, not the preset's default scale; "
+                          f"pass --arch-opt scale={fits[0]} (or, to anysr infer, --scale {fits[0]})")
+
+
 def _other_group_hint(weights: str, group: str | None) -> str | None:
     """When ``group`` (the EMA weights, read first) fits no architecture but the file's ``params`` does (a file whose
     two groups differ: a broken EMA, a group of another network), the ``--param-key`` that reads it; else None."""
@@ -348,8 +370,13 @@ def resolve_network(*, weights: str | None, arch: str | None, arch_opts: dict[st
     net_opt: dict[str, Any] | None
     recognised = None
     if arch:
-        if find_preset(arch, ARCH_REGISTRY.keys()) is None:
+        preset = find_preset(arch, ARCH_REGISTRY.keys())
+        if preset is None:
             ARCH_REGISTRY.get(arch, key_path="--arch")  # an unknown name: said as --arch's, with the nearest one
+        elif scale and preset.scale_arg and "scale" not in arch_opts and preset.scale_arg not in arch_opts:
+            arch_opts = {**arch_opts, "scale": scale}  # --scale picks the preset's scale, as an option file's scale
+        elif state is not None and preset.scale_arg and "scale" not in arch_opts and preset.scale_arg not in arch_opts:
+            _refuse_preset_scale(arch, arch_opts, state)
         net_opt = {"type": arch, **arch_opts}
     elif network_opt is not None:
         net_opt = plain_options(network_opt)
