@@ -373,3 +373,15 @@ def test_video_meta_info_that_is_not_text_is_one_line(tmp_path: Path) -> None:
                "num_frame": 2, "batch_size_per_gpu": 1}
     with pytest.raises(DataError, match="is not UTF-8 text"):
         build_dataset(validate_dataset(section, name="train", scale=4), "datasets.train")
+
+
+def test_a_shard_file_given_as_the_set_names_its_folder(tmp_path: Path) -> None:
+    """Before: "'.../shard-000000.tar' holds no index.json: not a shard set; write one ..." for the set's own
+    shard, as if it were a folder."""
+    (tmp_path / "set").mkdir()
+    (tmp_path / "set" / "shard-000000.tar").write_bytes(b"\0" * 1024)
+    section = {"type": "PairedImageDataset", "dataroot_gt": str(tmp_path / "set" / "shard-000000.tar"),
+               "lq_from_gt": True, "io_backend": {"type": "shards"}}
+    with pytest.raises(OptionError, match=r"shard-000000.tar' is a file, not a shard set; point it at the set's "
+                                          r"folder \(.*set if it holds index.json\)"):
+        validate_dataset(section, name="val", scale=2)

@@ -76,6 +76,9 @@ def _one_root(value: str, where: str, ctx: Context, root: Path) -> str:
     if not local.exists():
         ctx.add(where, f"'{local}' does not exist; point it at a shard set written by anysr prepare shards (a "
                 "folder holding index.json) or at its .json index")
+    elif local.is_file() and local.suffix != ".json":
+        ctx.add(where, f"'{local}' is a file, not a shard set; point it at the set's folder ({local.parent} if it "
+                f"holds {SHARD_INDEX}) or at its .json index")
     elif not index.is_file():
         ctx.add(where, f"'{local}' holds no {SHARD_INDEX}: not a shard set; write one with anysr prepare shards "
                 "SRC_FOLDER OUT, or set io_backend.type: disk for a folder of images")
