@@ -351,3 +351,17 @@ def test_arch_opt_list_for_a_number(tmp_path: Path) -> None:
     save_file(_state(_COMPACT), str(path))
     with pytest.raises(OptionError, match=r"--arch-opt\.num_feat: SRVGGNetCompact takes a number here, got a list"):
         _resolve(path, arch="SRVGGNetCompact", arch_opts={"num_feat": [8], "num_conv": 2, "upscale": 2})
+
+
+@pytest.mark.parametrize(("section", "said"), [
+    ({"shape": "1x3x0x0"}, r"^onnx\.shape '1x3x0x0': a fixed height and width of 1 pixel or more"),
+    ({"opset": 25}, r"^onnx\.opset 25: this torch exports ONNX opsets"),
+])
+def test_onnx_section_values_named_as_the_file_writes_them(section: dict, said: str) -> None:
+    """traiNNer-redux's ``onnx`` section: ``shape: 1x3x0x0`` and ``opset: 25`` were said as '--size 0' / '--opset 25'
+    (flags the user never gave; the shape-0 case before this round was taken as the default size silently)."""
+    from anysr.engine.inference.export import onnx_file_settings  # noqa: PLC0415
+
+    onnx = {"shape": "1x3xHxW", "opset": 17, "dtype": "fp32", "verify": True, **section}
+    with pytest.raises(OptionError, match=said):
+        onnx_file_settings(onnx, "exp")

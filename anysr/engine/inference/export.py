@@ -405,6 +405,12 @@ def onnx_file_settings(onnx: dict[str, Any], name: str, folder: Path = Path("onn
         raise OptionError(f"onnx.shape {onnx['shape']!r}: anysr exports a fixed size as a square (H = W); make "
                           "them equal or dynamic (letters)")
     dynamic = not h.isdigit()
+    if not dynamic and int(h) < 1:
+        raise OptionError(f"onnx.shape {onnx['shape']!r}: a fixed height and width of 1 pixel or more, or letters "
+                          "for dynamic ones (e.g. 1x3xHxW)")
+    low, high = _opset_range()
+    if not low <= int(onnx["opset"]) <= high:
+        raise OptionError(f"onnx.opset {onnx['opset']}: this torch exports ONNX opsets {low} to {high}; choose one")
     if len(parts) == 5:
         notes.append("onnx.shape has a time axis: anysr writes ONNX for image networks only (a video network is "
                      "refused: export its weights as .safetensors / .pth); wrap_5d_to_4d is not applied")
