@@ -76,6 +76,7 @@ class SRModel(BaseModel):
 
     uses_perceptual = False  # whether train.perceptual_opt is used (GAN models); a pixel model refuses it
     image_batches = True  # whether batches are (B, C, H, W) images (train.use_moa); video models: clips
+    takes_clips = False  # whether net_g may be a video network (clips in): the video models
 
     def _check_network_kind(self) -> None:
         """Refuse a video network (clips in) in a model of images (``network_g.type: auto`` reading a video file's
@@ -85,12 +86,11 @@ class SRModel(BaseModel):
         from anysr.archs.duf_arch import DUF  # noqa: PLC0415
         from anysr.archs.edvr_arch import EDVR  # noqa: PLC0415
         from anysr.archs.tof_arch import TOFlow  # noqa: PLC0415
-        from anysr.models.video import VideoBaseModel  # noqa: PLC0415 - models/video.py imports this module
 
         net = self.nets["net_g"]
         video = isinstance(net, (BasicVSR, IconVSR, BasicVSRPlusPlus, EDVR, TOFlow, DUF)) \
             or bool(getattr(net, "video_window", False))
-        if video and not isinstance(self, VideoBaseModel):
+        if video and not type(self).takes_clips:
             recurrent = isinstance(net, (BasicVSR, IconVSR, BasicVSRPlusPlus))
             raise OptionError(f"network_g.type: {type(net).__name__} is a video network (clips of frames in), but "
                               f"model_type {type(self).__name__} runs image networks; set model_type: "

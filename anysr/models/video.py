@@ -48,6 +48,7 @@ class VideoBaseModel(SRModel):
     freeze_option: str | None = None  # train.<key>: parts frozen before that iteration
     lr_mul_option: str | None = None  # train.<key>: learning-rate factor of those parts
     image_batches = False  # clips: no batch augmentations (train.use_moa)
+    takes_clips = True  # net_g is a video network (or an image network run frame by frame)
 
     def __init__(self, opt: dict[str, Any], accelerator: Accelerator) -> None:
         super().__init__(opt, accelerator)
