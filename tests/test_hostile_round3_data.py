@@ -385,3 +385,31 @@ def test_a_shard_file_given_as_the_set_names_its_folder(tmp_path: Path) -> None:
     with pytest.raises(OptionError, match=r"shard-000000.tar' is a file, not a shard set; point it at the set's "
                                           r"folder \(.*set if it holds index.json\)"):
         validate_dataset(section, name="val", scale=2)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("filesize", None, "has filesize None, not a byte count"),
+    ("filesize", "big", "has filesize 'big', not a byte count"),
+    ("offset", -4000, "has malformed member entries"),
+    ("size", -10, "has malformed member entries"),
+    ("width", 0, "has malformed member entries"),
+])
+def test_a_hostile_shard_index_entry_is_refused_when_read(tmp_path: Path, src: Path, field: str, value: Any,
+                                                         message: str) -> None:
+    """Before: filesize null / 'big' was a TypeError / ValueError traceback; a negative offset or size was read as
+    'cannot read sample (ValueError: read length must be non-negative); check the path'; a 0x0 header was
+    'remove it from the folder'."""
+    from anysr.data import shards
+    from anysr.data.prepare import make_shards
+
+    make_shards(src, str(tmp_path / "set"), progress=False)
+    index = json.loads((tmp_path / "set" / "index.json").read_text())
+    shard = index["shardlist"][0]
+    member = shard["samples"][sorted(shard["samples"])[0]]["gt.png"]
+    if field == "filesize":
+        shard["filesize"] = value
+    else:
+        member[{"offset": 0, "size": 1, "width": 3}[field]] = value
+    (tmp_path / "set" / "index.json").write_text(json.dumps(index))
+    with pytest.raises(DataError, match=message):
+        shards.ShardSet(str(tmp_path / "set"))

@@ -198,7 +198,10 @@ class ShardSet:
                                 f"was not written by anysr prepare shards; {FIX_INDEX}")
             rel = entry["url"]
             shards.append(rel if "://" in rel else posixpath.join(base, rel))
-            sizes.append(int(entry.get("filesize", 0)))
+            filesize = entry.get("filesize", 0)
+            if isinstance(filesize, bool) or not isinstance(filesize, int) or filesize < 0:
+                raise DataError(f"{self.url}: shard '{rel}' has filesize {filesize!r}, not a byte count; {FIX_INDEX}")
+            sizes.append(filesize)
             for key, members in listed.items():
                 if key in samples:
                     raise DataError(f"{self.url}: sample '{key}' is in two shards; {FIX_INDEX}")
@@ -209,9 +212,12 @@ class ShardSet:
                                for suffix, m in members.items() if len(m) >= 8}
                     start = min(m[1] for m in fields.values())  # (no member: ValueError)
                     end = max(m[1] + m[2] for m in fields.values())
+                    if any(m[1] < 0 or m[2] < 0 for m in fields.values()) or any(
+                            min(h.width, h.height, h.channels, h.bits) < 1 for h in headers.values()):
+                        raise ValueError("negative offset or size, or an empty image")
                 except (AttributeError, TypeError, ValueError, IndexError):
-                    raise DataError(f"{self.url}: sample '{key}' in '{rel}' has malformed member offsets; "
-                                    f"{FIX_INDEX}") from None
+                    raise DataError(f"{self.url}: sample '{key}' in '{rel}' has malformed member entries (offsets, "
+                                    f"sizes or image headers); {FIX_INDEX}") from None
                 samples[key] = _Sample(n, start, end, fields, headers)
         if not samples:
             raise DataError(f"{self.url}: the shard index lists no samples")
