@@ -413,3 +413,13 @@ def test_a_hostile_shard_index_entry_is_refused_when_read(tmp_path: Path, src: P
     (tmp_path / "set" / "index.json").write_text(json.dumps(index))
     with pytest.raises(DataError, match=message):
         shards.ShardSet(str(tmp_path / "set"))
+
+
+@pytest.mark.parametrize("template", ["x4", "{}x4{}", "{name}x4", "{"])
+def test_prepare_shards_filename_template_without_one_stem_slot(tmp_path: Path, src: Path, template: str) -> None:
+    """Before: '{}x4{}' was an IndexError traceback, '{name}x4' a KeyError one, 'x4' a list of unmatched pairs
+    each 'expected LQ x4.*'."""
+    from anysr.data.prepare import make_shards
+
+    with pytest.raises(DataError, match="--filename-tmpl .* must hold '{}' exactly once"):
+        make_shards(src, str(tmp_path / "out"), lq=src, filename_tmpl=template, progress=False)

@@ -448,6 +448,14 @@ def _member_suffix(field: str, path: Path) -> str:
     return f"{field}.{path.suffix.lstrip('.').lower()}"
 
 
+def _one_stem_slot(template: str) -> bool:
+    """Whether ``template.format(stem)`` puts the stem in exactly once (and formats at all)."""
+    try:
+        return template.format("\0").count("\0") == 1
+    except (IndexError, KeyError, ValueError):
+        return False
+
+
 _WRITABLE_SCHEMES = ("s3", "gs", "gcs", "file")  # where prepare shards writes (http(s) sets are read only)
 
 
@@ -504,6 +512,9 @@ def make_shards(src: str | os.PathLike[str], out: str, *, lq: str | os.PathLike[
         raise DataError(f"prepare shards: --shard-size must be positive, got {shard_bytes} bytes")
     if shard_samples is not None and shard_samples < 1:
         raise DataError(f"prepare shards: --samples-per-shard must be >= 1, got {shard_samples}")
+    if lq is not None and not _one_stem_slot(filename_tmpl):
+        raise DataError(f"prepare shards: --filename-tmpl {filename_tmpl!r} must hold '{{}}' exactly once, where the "
+                        "GT file stem goes (e.g. '{}x4' for DIV2K's LR names)")
     if "://" not in out and Path(out).resolve() in (Path(src).resolve(), Path(lq).resolve() if lq else None):
         raise DataError(f"prepare shards: the output {out} is an input folder; choose another one")
     for folder, what in ((src, "SRC_FOLDER"), (lq, "--lq")):
