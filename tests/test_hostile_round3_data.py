@@ -423,3 +423,13 @@ def test_prepare_shards_filename_template_without_one_stem_slot(tmp_path: Path, 
 
     with pytest.raises(DataError, match="--filename-tmpl .* must hold '{}' exactly once"):
         make_shards(src, str(tmp_path / "out"), lq=src, filename_tmpl=template, progress=False)
+
+
+@pytest.mark.parametrize("template", ["{}x4{name}", "{}x4}", "{}x4{"])
+def test_filename_tmpl_with_other_braces_is_an_option_error(template: str) -> None:
+    """Before: accepted by the options check (it counted '{}' only), then a KeyError / ValueError traceback from
+    str.format when the dataset paired its folders."""
+    section = {"type": "PairedImageDataset", "dataroot_gt": str(T91), "dataroot_lq": str(T91),
+               "filename_tmpl": template, "io_backend": {"type": "disk"}}
+    with pytest.raises(OptionError, match=r"filename_tmpl: must contain '\{\}' exactly once .*and no other braces"):
+        validate_dataset(section, name="val", scale=1)

@@ -168,7 +168,12 @@ def _suffix(value: str) -> str | None:
 
 
 def _filename_tmpl(value: str) -> str | None:
-    return None if value.count("{}") == 1 else "must contain '{}' exactly once (where the file stem goes)"
+    try:  # other braces ('{name}', a lone '}') would stop str.format when the dataset pairs its files
+        once = value.count("{}") == 1 and value.format("\0").count("\0") == 1
+    except (IndexError, KeyError, ValueError):
+        once = False
+    return None if once else ("must contain '{}' exactly once (where the file stem goes) and no other braces, "
+                              "e.g. '{}x4'")
 
 
 # ---------------------------------------------------------------- rules (cross-field checks, computed values)
