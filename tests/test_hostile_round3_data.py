@@ -433,3 +433,12 @@ def test_filename_tmpl_with_other_braces_is_an_option_error(template: str) -> No
                "filename_tmpl": template, "io_backend": {"type": "disk"}}
     with pytest.raises(OptionError, match=r"filename_tmpl: must contain '\{\}' exactly once .*and no other braces"):
         validate_dataset(section, name="val", scale=1)
+
+
+def test_bsrgan_dataset_as_a_validation_set_is_refused_by_the_options(tmp_path: Path) -> None:
+    """Before: accepted, then a KeyError ('gray') traceback at the first validation (its items are training
+    pairs, without what the evaluator reads), after the training iterations before it had run."""
+    section = {"type": "BSRGANDataset", "dataroot_gt": str(T91), "gt_size": 32, "io_backend": {"type": "disk"}}
+    with pytest.raises(OptionError, match="datasets.val.type: BSRGANDataset is a training set .* validate with "
+                                          "PairedImageDataset"):
+        validate_dataset(section, name="val", scale=4)

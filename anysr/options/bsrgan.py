@@ -48,6 +48,10 @@ def bsrgan_dataset_rule(out: dict[str, Any], path: str, ctx: Context, phase: str
     if out["degradation_type"] not in names:
         ctx.add(f"{path}.degradation_type", f"unknown degradation '{out['degradation_type']}'; choose from "
                 f"{', '.join(names)}")
+    if phase != "train":
+        ctx.add(f"{path}.type", f"{kind} is a training set (random degradations of GT patches); validate with "
+                "PairedImageDataset (dataroot_lq, or lq_from_gt: true), e.g. on pairs written by anysr prepare "
+                "degrade")
     if "dataroot_gt" in out and out["dataroot_gt"] is None:
         ctx.add(f"{path}.dataroot_gt", f"required by {kind} (the HR images it degrades)")
     if good(out, "dataroot_lq"):
