@@ -13,6 +13,7 @@ from anysr.accelerators import Accelerator
 from anysr.accelerators.base import device_scalar
 from anysr.archs import build_network
 from anysr.archs.arch_util import unit_range
+from anysr.archs.kinds import arch_kind
 from anysr.data.batch_augment import MIXING, BatchAugment
 from anysr.errors import OptionError
 from anysr.losses.downscaled import bicubic_shrink
@@ -81,21 +82,14 @@ class SRModel(BaseModel):
     def _check_network_kind(self) -> None:
         """Refuse a video network (clips in) in a model of images (``network_g.type: auto`` reading a video file's
         weights, or a copied option file): its first forward would fail deep in the network."""
-        from anysr.archs.basicvsr_arch import BasicVSR, IconVSR  # noqa: PLC0415 - only this check needs them
-        from anysr.archs.basicvsrpp_arch import BasicVSRPlusPlus  # noqa: PLC0415
-        from anysr.archs.duf_arch import DUF  # noqa: PLC0415
-        from anysr.archs.edvr_arch import EDVR  # noqa: PLC0415
-        from anysr.archs.tof_arch import TOFlow  # noqa: PLC0415
-
         net = self.nets["net_g"]
-        video = isinstance(net, (BasicVSR, IconVSR, BasicVSRPlusPlus, EDVR, TOFlow, DUF)) \
-            or bool(getattr(net, "video_window", False))
-        if video and not type(self).takes_clips:
-            recurrent = isinstance(net, (BasicVSR, IconVSR, BasicVSRPlusPlus))
+        kind = arch_kind(net)
+        if kind != "image" and not type(self).takes_clips:
             raise OptionError(f"network_g.type: {type(net).__name__} is a video network (clips of frames in), but "
                               f"model_type {type(self).__name__} runs image networks; set model_type: "
-                              f"{'VideoRecurrentModel' if recurrent else 'VideoBaseModel'} with a video dataset, "
-                              "or give an image network's weights")
+                              f"{'VideoRecurrentModel' if kind == 'recurrent' else 'VideoBaseModel'} with a video "
+                              "dataset, or give an image network's weights")
+
     wavelet_discriminator = False  # whether train.wavelet_guided applies (GAN models whose discriminator sees images)
     loss_roles: tuple[str, ...] = ("pixel", "learned", "artifact")  # loss roles it trains with (options read it)
     loss_prefix = "l_"  # losses are logged as <prefix><name>: l_pix (BasicSR's SRModel)

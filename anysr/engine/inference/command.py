@@ -10,6 +10,7 @@ from typing import Any
 
 from anysr.accelerators import resolve_plan
 from anysr.accelerators.plan import LaunchPlan
+from anysr.archs.kinds import arch_kind
 from anysr.data.video_io import FrameSource, is_video_file
 from anysr.engine.inference.backends import BACKENDS, choose_backend
 from anysr.engine.inference.images import (
@@ -26,7 +27,6 @@ from anysr.engine.inference.images import (
 )
 from anysr.engine.inference.network import (
     ResolvedNetwork,
-    arch_kind,
     network_type,
     resolve_network,
     without_weight_paths,

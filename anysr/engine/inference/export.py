@@ -32,10 +32,11 @@ from torch.nn.utils.spectral_norm import SpectralNorm
 
 from anysr.archs import build_network
 from anysr.archs.arch_util import input_channels
+from anysr.archs.kinds import arch_kind
 from anysr.atomic import atomic_write_bytes
 from anysr.engine import checkpoint as ckpt
 from anysr.engine.checkpoint.integrity import save_stamped
-from anysr.engine.inference.network import arch_kind, recognisable, resolve_network
+from anysr.engine.inference.network import recognisable, resolve_network
 from anysr.errors import CheckpointError, OptionError
 from anysr.ops.tiling import round_up, tile_multiple
 from anysr.registry import ARCH_REGISTRY

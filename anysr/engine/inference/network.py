@@ -13,10 +13,8 @@ from torch import nn
 
 from anysr.archs import build_network
 from anysr.archs.arch_util import input_channels, unit_range
-from anysr.archs.basicvsr_arch import BasicVSR, IconVSR
-from anysr.archs.basicvsrpp_arch import BasicVSRPlusPlus
-from anysr.archs.duf_arch import DUF
 from anysr.archs.edvr_arch import EDVR
+from anysr.archs.kinds import RECURRENT_ARCHS, arch_kind
 from anysr.archs.recognise import (
     Recognised,
     RecordedValueError,
@@ -34,21 +32,6 @@ from anysr.models.video import WEIGHT_PATH_ARGS
 from anysr.ops.tiling import round_up, tile_multiple
 from anysr.presets import find_preset
 from anysr.registry import ARCH_REGISTRY, plain_options
-
-RECURRENT_ARCHS = (BasicVSR, IconVSR, BasicVSRPlusPlus)
-WINDOW_ARCHS = (EDVR, TOFlow, DUF)
-
-
-def arch_kind(net_or_type: nn.Module | type | str) -> str:
-    """'recurrent', 'window' or 'image' for a network, its class or its registered name."""
-    cls = net_or_type if isinstance(net_or_type, type) else type(net_or_type)
-    if isinstance(net_or_type, str):
-        cls = ARCH_REGISTRY.get(net_or_type) if net_or_type in ARCH_REGISTRY else object
-    if issubclass(cls, RECURRENT_ARCHS):
-        return "recurrent"
-    if issubclass(cls, WINDOW_ARCHS) or getattr(cls, "video_window", False):  # clip in, centre frame out
-        return "window"
-    return "image"
 
 
 def network_scale(net: nn.Module, default: int | None = None) -> int | None:

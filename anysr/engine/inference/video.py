@@ -18,12 +18,12 @@ from torch import nn
 from tqdm import tqdm
 
 from anysr.accelerators import Accelerator
+from anysr.archs.kinds import arch_kind
 from anysr.data.imageio import write_image
 from anysr.data.video_datasets import frame_window
 from anysr.data.video_io import FrameSource, SourceInfo, VideoWriter, is_video_file
 from anysr.engine.evaluation.forward import chunked_outputs, window_forward
 from anysr.engine.inference.images import _Pixels, _to_input, _to_stored, upscale_image
-from anysr.engine.inference.network import arch_kind
 from anysr.engine.logger import get_logger, log_start, setup_logging
 from anysr.errors import DataError
 
