@@ -37,6 +37,12 @@ def atomic_write(path: PathLike, write_fn: Callable[[BinaryIO], None]) -> Path:
             os.fsync(f.fileno())
         os.replace(tmp, path)
         published = True
+    except OSError as e:
+        if e.filename != str(tmp):
+            raise
+        # The temp file's name means nothing to the user: the error names the file being written (a read-only
+        # folder, a full disk), with the same errno for the callers that tell them apart.
+        raise type(e)(e.errno, e.strerror, str(path)) from None
     finally:
         if not published:
             with contextlib.suppress(FileNotFoundError):

@@ -90,6 +90,34 @@ def test_atomic_write_failure_keeps_old_file_and_removes_temp(tmp_path: Path) ->
     assert [p.name for p in tmp_path.iterdir()] == ["100.state"]
 
 
+def test_atomic_write_errors_name_the_target_not_the_temp_file(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder that cannot be written (read-only, a full disk at open) is reported under the file being written,
+    with its errno; an error from elsewhere passes unchanged."""
+    import builtins
+
+    real_open = builtins.open
+
+    def refuse(file, mode="r", *args, **kwargs):  # noqa: ANN001, ANN202 - open's own signature
+        if "x" in mode:
+            raise PermissionError(13, "Permission denied", str(file))
+        return real_open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", refuse)
+    target = tmp_path / "x4.onnx"
+    with pytest.raises(PermissionError) as info:
+        ck.atomic_write_bytes(target, b"1")
+    assert info.value.filename == str(target) and info.value.errno == 13 and ".tmp-" not in str(info.value)
+    monkeypatch.setattr(builtins, "open", real_open)
+
+    def elsewhere(f) -> None:
+        raise FileNotFoundError(2, "No such file or directory", "/somewhere/else")
+
+    with pytest.raises(FileNotFoundError, match="/somewhere/else"):
+        ck.atomic_write(target, elsewhere)
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.skipif(os.name == "nt", reason="SIGKILL is POSIX")
 def test_kill_9_during_save_leaves_old_file_and_a_stale_temp(tmp_path: Path) -> None:
     old = ck.save_training_state(tmp_path / "100.state", make_state(100))
