@@ -57,6 +57,13 @@ def _non_negative(text: str) -> int:
     return value
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a scale; give 1 or more")
+    return value
+
+
 def _plan_from_options(opt: Any, launcher: str = "auto", precision: str | None = None,
                        num_gpu: Any = None, spmd: bool | None = None) -> Any:
     """The launch plan of validated options; ``precision`` (a command-line flag) overrides ``train.precision``,
@@ -425,7 +432,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "anysr[video]) or, with a video network, a folder of frames")
     p.add_argument("-o", "--output", required=True, help="output folder; or a video file (the source's frame rate "
                    "and audio are kept)")
-    p.add_argument("--scale", type=int, help="upscaling factor (default: the network's)")
+    p.add_argument("--scale", type=_positive, help="upscaling factor (default: the network's)")
     p.add_argument("--outscale", type=float, default=None,
                    help="final scale, reached by resizing the network's result (e.g. 3.5 with an x4 network; "
                         "default: the network's scale)")
@@ -534,7 +541,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics", default="psnr,ssim",
                    help="comma-separated: psnr, ssim, niqe, lpips, dists, raw_dists (neosr's DISTS), topiq, fid "
                         "(BasicSR names work too)")
-    p.add_argument("--scale", type=int, required=True,
+    p.add_argument("--scale", type=_positive, required=True,
                    help="the results' upscaling factor (sets the default --crop-border)")
     p.add_argument("--crop-border", "--crop_border", type=int, default=None, help="default: the scale")
     group = p.add_mutually_exclusive_group()
@@ -605,7 +612,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "bicubic imresize (the classic benchmark protocol); PNGs named like the HR files.")
     q.add_argument("--hr", required=True, help="folder of HR images")
     q.add_argument("--out", required=True, help="output folder for the LR images")
-    q.add_argument("--scale", type=int, required=True, help="downscaling factor (2, 3, 4, ...)")
+    q.add_argument("--scale", type=_positive, required=True, help="downscaling factor (2, 3, 4, ...)")
     q = psub.add_parser("subimages", help="crop large images into overlapping sub-images (DIV2K style)",
                         formatter_class=fmt,
                         description="Cut every image into --crop-size squares every --step pixels (BasicSR's "

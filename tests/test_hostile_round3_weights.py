@@ -365,3 +365,15 @@ def test_onnx_section_values_named_as_the_file_writes_them(section: dict, said: 
     onnx = {"shape": "1x3xHxW", "opset": 17, "dtype": "fp32", "verify": True, **section}
     with pytest.raises(OptionError, match=said):
         onnx_file_settings(onnx, "exp")
+
+
+@pytest.mark.parametrize("argv", [["infer", "-i", "in", "-o", "out", "--scale", "0"],
+                                  ["eval", "a", "b", "--scale", "-2"],
+                                  ["prepare", "lr", "--hr", "a", "--out", "b", "--scale", "0"]])
+def test_a_scale_below_one_is_refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """--scale 0 was taken as "the network's scale" by infer; every --scale wants 1 or more."""
+    from anysr.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2 and "is not a scale; give 1 or more" in capsys.readouterr().err
