@@ -15,7 +15,7 @@ from typing import Any
 import cv2
 import numpy as np
 import pytest
-from conftest import DATASETS, run_cli, write_options
+from conftest import DATASETS, run_cli, tiny_train_options, write_options
 
 from anysr.data import build_dataset
 from anysr.data.file_backends import decode_training_image
@@ -442,3 +442,19 @@ def test_bsrgan_dataset_as_a_validation_set_is_refused_by_the_options(tmp_path: 
     with pytest.raises(OptionError, match="datasets.val.type: BSRGANDataset is a training set .* validate with "
                                           "PairedImageDataset"):
         validate_dataset(section, name="val", scale=4)
+
+
+@pytest.mark.parametrize(("section", "key", "value"), [("datasets.train", "dataroot_lq_prob", 0.5),
+                                                       ("train", "manual_seed", 3)])
+def test_a_top_level_key_inside_a_section_says_where_it_belongs(tmp_path: Path, section: str, key: str,
+                                                                 value: Any) -> None:
+    """traiNNer-redux's dataroot_lq_prob written under the training set got "did you mean 'dataroot_lq'?"."""
+    opt = tiny_train_options("x", DATASETS / "Set5" / "HR", None)
+    place = opt
+    for part in section.split("."):
+        place = place[part]
+    place[key] = value
+    with pytest.raises(OptionError) as info:
+        load_options(write_options(tmp_path / "o.yml", opt), [f"path.root={tmp_path}"], is_train=True)
+    assert f"{section}.{key}: {key} is a top-level key, not one of {section}: move it to the file's first level" \
+        in str(info.value) and "did you mean" not in str(info.value)

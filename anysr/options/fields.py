@@ -106,6 +106,7 @@ class Context:
     scale: int | None = None
     problems: list[str] = field(default_factory=list)
     check_paths: bool = True  # False: input paths are resolved but need not exist (anysr bench reads none)
+    top_level: frozenset[str] = frozenset()  # the file's first-level keys: one given inside a section is named so
 
     def add(self, path: str, message: str) -> None:
         """Record one problem at ``path``."""
@@ -385,6 +386,9 @@ def validate_section(section: Section, value: dict[str, Any], path: str, ctx: Co
             out[name] = copy.deepcopy(item)
         else:
             known = list(section.fields) + list(section.aliases)
+            if path and name in ctx.top_level:  # e.g. traiNNer-redux's dataroot_lq_prob written under datasets
+                ctx.add(sub, f"{name} is a top-level key, not one of {path}: move it to the file's first level")
+                continue
             hint = did_you_mean(str(name), known)
             where = "top-level key" if not path else f"key in {path}"
             tail = hint if hint else f"; valid keys: {', '.join(section.fields)}"

@@ -1319,7 +1319,7 @@ def validate(opt: dict[str, Any], *, is_train: bool, root: Path,
 
     ``check_paths=False`` resolves input paths without requiring them to exist (for commands that read none).
     """
-    ctx = Context(is_train=is_train, root=root, check_paths=check_paths)
+    ctx = Context(is_train=is_train, root=root, check_paths=check_paths, top_level=frozenset(OPTIONS.fields))
     model = registered("model", opt.get("model_type")) if "scale" not in opt else None
     if model is not None and (getattr(model, "generative", False) or getattr(model, "default_scale", None)):
         # a generator of images from codes (StyleGAN2Model: no input to upscale), or a model that restores at one
