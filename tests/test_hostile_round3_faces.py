@@ -316,3 +316,19 @@ def test_stage_two_refuses_a_dictionary_that_leaves_the_frozen_codebook_random(t
         load_model_weights(model, fresh=True)
     _one_line(exc, "path.pretrain_network_g", "(32, 32)", "the file: (16, 32)", "fix_codebook keeps it frozen",
               "network_g.n_embed / embed_dim")
+
+
+def test_stage_two_without_a_dictionary_says_the_frozen_codebook_is_random() -> None:
+    """A fresh stage-2 run with fix_codebook and no path.pretrain_network_g trains (the suite's small runs do), and
+    its start-up lines say that the codebook stays random."""
+    from anysr.engine.checkpoint import load_model_weights
+
+    common = ["accelerator=cpu", "num_gpu=1", "train.precision=fp32", "train.channels_last=false",
+              "network_d.num_feat=8", "train.perceptual_weight=0", "train.identity_weight=0", "network_identity=null",
+              "path.pretrain_network_g=null", *(f"network_g.{k}={json.dumps(v)}" for k, v in TINY_VQ.items())]
+    acc = create_accelerator(resolve_plan("cpu", 1, precision="fp32", channels_last=False))
+    acc.setup()
+    model = build_model(load_options(RF_FILES / "train_RestoreFormer.yml", common, is_train=True,
+                                     check_paths=False), acc)
+    said = " ".join(load_model_weights(model, fresh=True))
+    assert "codebook starts random and stays frozen" in said and "network_g.fix_codebook" in said

@@ -166,7 +166,9 @@ class RestoreFormerModel(FaceParts, SRGANModel):
                                   "stay random; set network_g.n_embed / embed_dim to the HQ dictionary's, or "
                                   "network_g.fix_codebook: false")
 
-        return replace(need, apply=apply)
+        return replace(need, apply=apply, unset=(
+            "net_g: its codebook starts random and stays frozen (network_g.fix_codebook, path.pretrain_network_g not "
+            "set): the authors start stage 2 from the HQ dictionary's weights (a VQVAEGAN run's net_g)"))
 
     # ---------------------------------------------------------------- set-up
     def setup(self) -> None:
