@@ -458,3 +458,21 @@ def test_a_top_level_key_inside_a_section_says_where_it_belongs(tmp_path: Path, 
         load_options(write_options(tmp_path / "o.yml", opt), [f"path.root={tmp_path}"], is_train=True)
     assert f"{section}.{key}: {key} is a top-level key, not one of {section}: move it to the file's first level" \
         in str(info.value) and "did you mean" not in str(info.value)
+
+
+def test_swapped_gt_and_lq_folders_are_suggested(tmp_path: Path) -> None:
+    """Before: one "do not pair" line per image, without saying that the LQ is the larger of the two."""
+    hr, lr = tmp_path / "hr", tmp_path / "lr"
+    hr.mkdir(), lr.mkdir()
+    for k in range(2):
+        img = np.random.default_rng(k).integers(0, 256, (64, 48, 3), dtype=np.uint8)
+        cv2.imwrite(str(hr / f"{k}.png"), img)
+        cv2.imwrite(str(lr / f"{k}.png"), cv2.resize(img, (24, 32), interpolation=cv2.INTER_AREA))
+    section = {"type": "PairedImageDataset", "dataroot_gt": str(lr), "dataroot_lq": str(hr), "gt_size": 16,
+               "io_backend": {"type": "disk"}, "batch_size_per_gpu": 1}
+    problems = build_dataset(validate_dataset(section, name="train", scale=2), "datasets.train").check(
+        decode=False, progress=False)
+    assert problems and all("are dataroot_gt and dataroot_lq swapped?" in p for p in problems)
+    section.update(dataroot_gt=str(hr), dataroot_lq=str(lr))
+    assert build_dataset(validate_dataset(section, name="train", scale=2), "datasets.train").check(
+        decode=False, progress=False) == []

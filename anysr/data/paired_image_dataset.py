@@ -358,8 +358,10 @@ class PairedImageDataset(_ImageDataset):
         assert self.lq_backend is not None and item.lq is not None
         lq = self._info(self.lq_backend, item.lq, decode)
         if gt.height // s != lq.height or gt.width // s != lq.width:
+            swapped = s > 1 and lq.height // s == gt.height and lq.width // s == gt.width
             return (f"{gt_path} ({gt.width}x{gt.height}) and {lq_path} ({lq.width}x{lq.height}) do not pair at "
-                    f"scale {s}: the GT should be {lq.width * s}x{lq.height * s} (up to {s - 1} extra pixels)")
+                    f"scale {s}: the GT should be {lq.width * s}x{lq.height * s} (up to {s - 1} extra pixels)"
+                    + ("; the LQ is the larger one: are dataroot_gt and dataroot_lq swapped?" if swapped else ""))
         p = lq_patch_size(self.gt_size, s)
         self._sides.append(min(lq.height, lq.width) * s)
         if self.phase == "train" and (lq.height < p or lq.width < p):
