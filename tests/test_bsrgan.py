@@ -349,9 +349,10 @@ def test_prepare_degrade_shows_the_training_pairs_and_recipes(tmp_path: Path) ->
 
 @pytest.mark.slow
 def test_two_gloo_ranks_match_one_process(tmp_path: Path) -> None:
-    """A global batch of 4: one process, or two CPU ranks of 2 (each sample's pair depends on its seed only)."""
-    for name, batch, gpus in (("one", 4, 1), ("two", 2, 2)):
-        opt = _train_options(name, tmp_path, batch_size_per_gpu=batch)
+    """A global batch of 4: one process degrading in the loader, or two CPU ranks of 2 degrading in the step (each
+    sample's pair depends on its seed only)."""
+    for name, batch, gpus, where in (("one", 4, 1, "loader"), ("two", 2, 2, "step")):
+        opt = _train_options(name, tmp_path, batch_size_per_gpu=batch, degrade_in=where)
         opt["num_gpu"] = gpus
         run_cli("train", "-opt", str(write_options(tmp_path / f"{name}.yml", opt)), "--force_yml",
                 f"path.root={tmp_path}", cwd=tmp_path)
