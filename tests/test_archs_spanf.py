@@ -244,7 +244,7 @@ def test_reference_files_are_recognised(name: str) -> None:
     ({"type": "SPANF", "num_out_ch": 1}, r"network_g\.num_out_ch: SPANF outputs its input's channels"),
     ({"type": "SPANF3", "upscale": 1.5}, r"network_g\.upscale: SPANF3 needs an integer upscale >= 1"),
     ({"type": "SPANF3", "num_blocks": -1}, r"network_g\.num_blocks: SPANF3 needs an integer num_blocks >= 0"),
-    ({"type": "spanf3", "scale": True}, r"network_g\.upscale: SPANF3 needs an integer upscale >= 1"),
+    ({"type": "spanf3", "scale": True}, r"network_g\.scale: the scale is a whole number .*, got True"),
 ])
 def test_bad_argument_values(opt: dict, pattern: str) -> None:
     with pytest.raises(OptionError, match=pattern) as err:
