@@ -247,12 +247,18 @@ def test_option_errors_name_the_key(tmp_path: Path) -> None:
 @pytest.mark.parametrize("variant", ["bsrgan", "bsrgan_plus"])
 def test_resume_is_bit_exact(tmp_path: Path, variant: str) -> None:
     """4 iterations straight == 2, stop, resume, 2 (the plus variant's split run with 2 loader workers)."""
-    straight = write_options(tmp_path / "a.yml", _train_options("a", tmp_path, degradation_type=variant))
-    assert main(["train", "-opt", str(straight), "--force_yml", f"path.root={tmp_path}"]) == 0
     workers = 2 if variant == "bsrgan_plus" else 0
-    split = _train_options("b", tmp_path, degradation_type=variant, num_worker_per_gpu=workers)
-    split["train"]["total_iter"] = 2
-    path = write_options(tmp_path / "b.yml", split)
+    _straight_equals_stopped_and_resumed(tmp_path, {"degradation_type": variant},
+                                         {"degradation_type": variant, "num_worker_per_gpu": workers})
+
+
+def _straight_equals_stopped_and_resumed(tmp_path: Path, straight: dict[str, Any], split: dict[str, Any]) -> None:
+    """4 iterations on the training set ``straight`` give the weights of 2 on ``split``, a stop, a resume, 2 more."""
+    path = write_options(tmp_path / "a.yml", _train_options("a", tmp_path, **straight))
+    assert main(["train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}"]) == 0
+    opt = _train_options("b", tmp_path, **split)
+    opt["train"]["total_iter"] = 2
+    path = write_options(tmp_path / "b.yml", opt)
     assert main(["train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}"]) == 0
     assert main(["train", "-opt", str(path), "--auto_resume", "--force_yml", f"path.root={tmp_path}",
                  "train.total_iter=4"]) == 0
@@ -302,16 +308,7 @@ def test_step_is_refused_where_shapes_are_static(tmp_path: Path) -> None:
 
 def test_training_with_the_synthesis_in_the_step_equals_the_loaders(tmp_path: Path) -> None:
     """4 iterations with degrade_in: loader == 2 with degrade_in: step, stop, resume, 2 more (the same weights)."""
-    straight = write_options(tmp_path / "a.yml", _train_options("a", tmp_path, degrade_in="loader"))
-    assert main(["train", "-opt", str(straight), "--force_yml", f"path.root={tmp_path}"]) == 0
-    split = _train_options("b", tmp_path, degrade_in="step")
-    split["train"]["total_iter"] = 2
-    path = write_options(tmp_path / "b.yml", split)
-    assert main(["train", "-opt", str(path), "--force_yml", f"path.root={tmp_path}"]) == 0
-    assert main(["train", "-opt", str(path), "--auto_resume", "--force_yml", f"path.root={tmp_path}",
-                 "train.total_iter=4"]) == 0
-    exp = tmp_path / "experiments"
-    assert_same_weights(saved_weights(exp / "a", 4), saved_weights(exp / "b", 4))
+    _straight_equals_stopped_and_resumed(tmp_path, {"degrade_in": "loader"}, {"degrade_in": "step"})
 
 
 @pytest.mark.slow

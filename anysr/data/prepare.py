@@ -465,20 +465,14 @@ def _unwritable(out: str, exc: BaseException) -> DataError:
                      f"{shards.credentials_hint(out).replace('io_backend.storage_options', '--storage-options')}")
 
 
-def _shard_output(fsspec: Any, out: str, opts: dict[str, Any]) -> tuple[Any, str]:
+def _shard_output(out: str, opts: dict[str, Any]) -> tuple[Any, str]:
     """The file system and root of ``out``, checked to be a writable, new or empty folder or prefix."""
     scheme = out.split("://", 1)[0].lower() if "://" in out else ""
     if scheme and scheme not in _WRITABLE_SCHEMES:
         raise DataError(f"prepare shards: OUT {out}: cannot write to {scheme}://; write to a local folder or to "
                         f"{', '.join(s + '://' for s in _WRITABLE_SCHEMES)}")
-    try:
-        fs, root = fsspec.core.url_to_fs(out, **shards.default_storage_options(out, opts))
-    except ImportError as exc:
-        raise DataError(f"prepare shards: writing to {scheme}:// needs {exc.name or 'a package'}: pip install "
-                        "anysr[shards] (s3fs), or gcsfs for gs://") from None
-    except (TypeError, ValueError) as exc:
-        raise DataError(f"prepare shards: --storage-options are not accepted by the file system of {out} "
-                        f"({exc})") from None
+    fs, root = shards.url_filesystem(out, shards.default_storage_options(out, opts), who="prepare shards",
+                                     verb="writing to", options_key="--storage-options")
     try:
         try:
             exists = fs.exists(root)  # the first call that opens a session: it takes the storage options
@@ -507,7 +501,7 @@ def make_shards(src: str | os.PathLike[str], out: str, *, lq: str | os.PathLike[
     ``shard_samples`` samples. Every image header is checked first (integer 8- or 16-bit pixels).
     """
     wds = _import_webdataset()
-    fsspec = shards.import_fsspec()
+    shards.import_fsspec()  # not installed: said before any image is read
     if shard_bytes < 1:
         raise DataError(f"prepare shards: --shard-size must be positive, got {shard_bytes} bytes")
     if shard_samples is not None and shard_samples < 1:
@@ -527,7 +521,7 @@ def make_shards(src: str | os.PathLike[str], out: str, *, lq: str | os.PathLike[
     wrong = [f"{p} ({i.dtype})" for p, i in zip(files, infos) if i.dtype not in ("uint8", "uint16")]
     if wrong:
         raise DataError(f"prepare shards: training reads 8- or 16-bit images; convert {', '.join(wrong[:5])}")
-    fs, root = _shard_output(fsspec, out, dict(storage_options or {}))
+    fs, root = _shard_output(out, dict(storage_options or {}))
     failed = shards.storage_errors()
 
     def put(name: str, data: bytes) -> None:

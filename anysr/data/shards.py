@@ -68,6 +68,20 @@ def _scheme(url: str) -> str:
     return url.split("://", 1)[0].lower() if "://" in url else ""
 
 
+def url_filesystem(url: str, storage_options: Mapping[str, Any], *, who: str, verb: str,
+                   options_key: str) -> tuple[Any, str]:
+    """fsspec's file system and path of ``url``; a DataError starting with ``who`` when the scheme's package is
+    missing or the file system refuses ``storage_options`` (named ``options_key``)."""
+    fsspec = import_fsspec()
+    try:
+        return fsspec.core.url_to_fs(url, **storage_options)
+    except ImportError as exc:
+        raise DataError(f"{who}: {verb} {_scheme(url)}:// needs {exc.name or 'a package'}: pip install "
+                        "anysr[shards] (s3fs), or gcsfs for gs://") from None
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"{who}: {options_key} are not accepted by the file system of {url} ({exc})") from None
+
+
 def default_storage_options(url: str, given: Mapping[str, Any] | None) -> dict[str, Any]:
     """``given`` plus short timeouts for S3, so that an unreachable endpoint is an error within seconds."""
     opts = dict(given or {})
@@ -146,15 +160,8 @@ class ShardSet:
         self.shards, self.samples, self.sizes = self._parse(raw, posixpath.dirname(path))
 
     def _filesystem_and_path(self) -> tuple[Any, str]:
-        fsspec = import_fsspec()
-        try:
-            fs, path = fsspec.core.url_to_fs(self.url, **self.storage_options)
-        except ImportError as exc:
-            raise DataError(f"{self.url}: reading {_scheme(self.url)}:// needs {exc.name or 'a package'}: "
-                            "pip install anysr[shards] (s3fs), or gcsfs for gs://") from None
-        except (TypeError, ValueError) as exc:
-            raise DataError(f"{self.url}: io_backend.storage_options are not accepted by the file system "
-                            f"({exc})") from None
+        fs, path = url_filesystem(self.url, self.storage_options, who=self.url, verb="reading",
+                                  options_key="io_backend.storage_options")
         self._fs, self._pid = fs, os.getpid()
         return fs, path
 
