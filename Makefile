@@ -36,7 +36,7 @@ test-xla:
 	bash .ci/xla.sh
 
 lint: $(VENV)/.installed
-	$(VENV)/bin/ruff check anysr tests examples benchmarks
+	$(VENV)/bin/ruff check anysr tests examples benchmarks tools
 
 clean:  # also the measured precision / memory-format choices (README: the first run measures)
 	rm -rf $(VENV) experiments results tb_logger
