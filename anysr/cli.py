@@ -232,10 +232,11 @@ def _bench_beside(args: argparse.Namespace) -> int:
     import tempfile
     from pathlib import Path
 
-    from anysr.engine.bench import beside, format_beside, write_json
+    from anysr.engine.bench import MAX_BESIDE, beside, format_beside, write_json
 
-    if args.beside < 0:
-        raise OptionError(f"--beside: {args.beside} copies; give a number >= 1 (the other jobs to run beside)")
+    if not 1 <= args.beside <= MAX_BESIDE:
+        raise OptionError(f"--beside: {args.beside} copies; give a number from 1 to {MAX_BESIDE} (the other jobs to "
+                          "run beside this one: each is a whole training process)")
 
     argv = ["-opt", str(args.opt), "--iters", str(args.iters), "--warmup", str(args.warmup), "--infer-size", "0"]
     if args.precision:
