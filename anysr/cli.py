@@ -58,10 +58,18 @@ def _non_negative(text: str) -> int:
 
 
 def _positive(text: str) -> int:
-    value = int(text)
+    """A whole scale factor of 1 or more (argparse names the flag in front of the message)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole scale factor; give 2, 3, 4, ... (super-resolution "
+                                         "scales are integers)") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not a scale; give 1 or more")
     return value
+
+
+_positive.__name__ = "scale"  # argparse says "invalid scale value" for other errors
 
 
 def _plan_from_options(opt: Any, launcher: str = "auto", precision: str | None = None,

@@ -1,0 +1,106 @@
+"""Held-out round four, the misleading messages (issue 40, item 24): each case now names the real culprit and the
+fix in the user's own terms. Run in-process through ``anysr.cli.main`` (the same code as the command line)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import tiny_train_options
+
+from anysr.cli import main
+
+TOML = """name = "neo"
+model_type = "otf"
+scale = 2
+[network_g]
+type = "span"
+[datasets.train]
+type = "paired"
+dataroot_gt = "{gt}"
+dataroot_lq = "{gt}"
+patch_size = 32
+batch_size = 2
+[train]
+total_iter = 2
+[train.optim_g]
+type = "adamw"
+lr = 1e-4
+"""
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    try:
+        code = main(list(args))
+    except SystemExit as exc:  # argparse's own errors
+        code = exc.code
+    assert code not in (0, None)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return err
+
+
+def _yaml(tmp_path: Path, opt: dict, name: str = "o.yml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(opt))
+    return path
+
+
+def test_dev_null_is_empty_not_a_folder(capsys: pytest.CaptureFixture[str]) -> None:
+    err = _cli(capsys, "train", "-opt", "/dev/null")
+    assert "'/dev/null' is empty; it needs at least name, scale and network_g" in err and "folder" not in err
+
+
+def test_a_pipe_is_read(tmp_path: Path, small_train_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``-opt <(...)``: a pipe holds the options (here a FIFO standing in for bash's /dev/fd/N)."""
+    import os
+    import threading
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    opt = tiny_train_options("piped", small_train_dir, None)
+    opt["datasets"]["train"]["dataset_enlarge_ratio"] = 10**12
+
+    def feed() -> None:
+        with open(fifo, "w") as f:
+            f.write(yaml.safe_dump(opt))
+
+    threading.Thread(target=feed, daemon=True).start()
+    err = _cli(capsys, "train", "-opt", str(fifo), "--force_yml", f"path.root={tmp_path}")
+    assert "is a folder" not in err
+    # ... and the ratio is what is blamed (not the batch size or gt_size), with its largest workable value
+    assert "dataset_enlarge_ratio 1000000000000 x 8 image(s)" in err
+    assert "dataset_enlarge_ratio at most 12,500,000" in err
+
+
+def test_toml_named_yml_and_yaml_named_toml(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "neo.yml").write_text(TOML.format(gt=tmp_path))
+    err = _cli(capsys, "train", "-opt", str(tmp_path / "neo.yml"))
+    assert "is TOML (neosr's format" in err and "rename it to neo.toml" in err
+    (tmp_path / "basic.toml").write_text("name: x\nscale: 2\nnetwork_g:\n  type: EDSR\n")
+    err = _cli(capsys, "train", "-opt", str(tmp_path / "basic.toml"))
+    assert "is YAML ('key: value' lines) but named .toml" in err and "rename it to basic.yml" in err
+
+
+def test_neosr_otf_with_pairs_says_neosr_names(tmp_path: Path, small_train_dir: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "neo.toml").write_text(TOML.format(gt=small_train_dir))
+    err = _cli(capsys, "train", "-opt", str(tmp_path / "neo.toml"))
+    assert 'set model_type = "image"' in err and "high_order_degradation" not in err
+
+
+def test_trainner_ganloss_without_network_d_names_it(tmp_path: Path, small_train_dir: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    opt = tiny_train_options("gan", small_train_dir, None)
+    opt["train"].pop("pixel_opt")
+    opt["train"]["losses"] = [{"type": "l1loss", "loss_weight": 1.0},
+                              {"type": "ganloss", "gan_type": "vanilla", "loss_weight": 0.1}]
+    err = _cli(capsys, "train", "-opt", str(_yaml(tmp_path, opt)))
+    assert "add network_d, the discriminator it trains against" in err
+
+
+@pytest.mark.parametrize("scale", ["1.5", "x2"])
+def test_prepare_lr_fractional_scale(tmp_path: Path, scale: str, capsys: pytest.CaptureFixture[str]) -> None:
+    err = _cli(capsys, "prepare", "lr", "--hr", str(tmp_path), "--out", str(tmp_path / "o"), "--scale", scale)
+    assert f"'{scale}' is not a whole scale factor" in err and "_positive" not in err
