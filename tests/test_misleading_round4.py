@@ -104,3 +104,26 @@ def test_trainner_ganloss_without_network_d_names_it(tmp_path: Path, small_train
 def test_prepare_lr_fractional_scale(tmp_path: Path, scale: str, capsys: pytest.CaptureFixture[str]) -> None:
     err = _cli(capsys, "prepare", "lr", "--hr", str(tmp_path), "--out", str(tmp_path / "o"), "--scale", scale)
     assert f"'{scale}' is not a whole scale factor" in err and "_positive" not in err
+
+
+def test_anysr_test_honours_path_visualization_and_names_metrics_it_cannot_compute(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Item 23: ``path.visualization`` under ``anysr test`` is where the images go; ``val.metrics`` on a set
+    without ground truth says so instead of an empty 'average n=5' line."""
+    import shutil
+
+    from conftest import DATASETS
+
+    shutil.copytree(DATASETS / "Set5" / "HR", tmp_path / "lq")
+    opt = {"name": "nogt", "model_type": "SRModel", "scale": 2, "accelerator": "cpu", "num_gpu": 1,
+           "datasets": {"test_1": {"name": "Set5lq", "type": "SingleImageDataset", "dataroot_lq": str(tmp_path / "lq"),
+                                   "io_backend": {"type": "disk"}}},
+           "network_g": {"type": "Bicubic", "upscale": 2}, "path": {"pretrain_network_g": None,
+                                                                     "visualization": str(tmp_path / "pictures")},
+           "val": {"save_img": True, "metrics": {"psnr": {"type": "calculate_psnr", "crop_border": 2}}}}
+    assert main(["test", "-opt", str(_yaml(tmp_path, opt)), "--force_yml", f"path.root={tmp_path}"]) == 0
+    assert len(list((tmp_path / "pictures" / "Set5lq").glob("*.png"))) == 5
+    assert not (tmp_path / "results" / "nogt" / "visualization").exists()
+    text = capsys.readouterr().out
+    assert "Set5lq: psnr not computed: the set has no ground truth (dataroot_gt) and it needs it" in text
+    assert "Set5lq: 5 images, no metrics" in text and "average  n=" not in text
