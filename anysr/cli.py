@@ -114,9 +114,28 @@ def cmd_train(args: argparse.Namespace) -> int:
         load_plugins()
         overrides = data_overrides(args.opt, args.data) + overrides  # --force_yml still wins
     opt = load_command_options(args.opt, overrides, is_train=True)
+    if args.data:
+        print(_data_note(args, opt), flush=True)
     plan = _deep_data_plan(opt, "none" if args.launcher == "none" else args.launcher)
     launch(plan, train_worker, opt, bool(args.auto_resume), bool(args.start_over))
     return 0
+
+
+def _data_note(args: argparse.Namespace, opt: Any) -> str:
+    """What ``--data`` keeps from the file: its run name and length (a DIV2K file's 1,000,000 iterations are days
+    on a small machine), unless ``--force_yml`` set them."""
+    given = {item.partition("=")[0].strip() for item in args.force_yml}
+    kept = []
+    if "name" not in given:
+        kept.append(f"name '{opt.name}' (outputs in {opt.path.experiments_root})")
+    if "train.total_iter" not in given:
+        kept.append(f"train.total_iter {int(opt.train.total_iter):,}")
+    note = f"--data {args.data}: training on its images with the rest of {args.opt} as it is"
+    if kept:
+        note += (f"; from the file: {' and '.join(kept)}; change with --force_yml "
+                 + " ".join(x for x, k in (("name=my_run", "name"), ("train.total_iter=N", "train.total_iter"))
+                            if k not in given))
+    return note
 
 
 def cmd_test(args: argparse.Namespace) -> int:

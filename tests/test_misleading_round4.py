@@ -127,3 +127,39 @@ def test_anysr_test_honours_path_visualization_and_names_metrics_it_cannot_compu
     text = capsys.readouterr().out
     assert "Set5lq: psnr not computed: the set has no ground truth (dataroot_gt) and it needs it" in text
     assert "Set5lq: 5 images, no metrics" in text and "average  n=" not in text
+
+
+def test_own_data_guesses(tmp_path: Path, small_train_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Item 9: a missing DIV2K names --data; a folder of albums says sub-folders are not read; --data says which
+    of the file's settings (name, total_iter) it keeps."""
+    from conftest import ROOT
+
+    err = _cli(capsys, "train", "-opt", str(ROOT / "options" / "train" / "train_EDSR_Mx2.yml"), "--force_yml",
+               f"path.root={tmp_path}", "accelerator=cpu")
+    assert "`anysr prepare fetch" in err and "--data DIR` (a folder of HR images)" in err
+    albums = tmp_path / "photos"
+    for album in ("2023", "2024"):
+        (albums / album).mkdir(parents=True)
+        import shutil
+        shutil.copy(next(small_train_dir.glob("*.png")), albums / album / "a.png")
+    opt = tiny_train_options("albums", albums, None)
+    err = _cli(capsys, "train", "-opt", str(_yaml(tmp_path, opt)), "--force_yml", f"path.root={tmp_path}")
+    assert "its images are in sub-folders ('2023', '2024'), which are not read" in err
+    err = _cli(capsys, "infer", "-i", str(albums), "-o", str(tmp_path / "out"), "--arch", "Bicubic", "--scale", "2")
+    assert "its images are in sub-folders" in err
+    import argparse
+
+    from anysr.cli import _data_note, load_command_options
+    from anysr.options.loader import data_overrides
+
+    edsr = ROOT / "options" / "train" / "train_EDSR_Mx2.yml"
+    for given, says in (([], ("name '201_EDSR_Mx2_f64b16_DIV2K_300k_B16G1'", "train.total_iter 300,000",
+                              "--force_yml name=my_run train.total_iter=N")),
+                        (["name=mine"], ("train.total_iter 300,000", "--force_yml train.total_iter=N"))):
+        args = argparse.Namespace(data=str(small_train_dir), opt=str(edsr), force_yml=given)
+        opt = load_command_options(edsr, data_overrides(edsr, small_train_dir) + given, is_train=True,
+                                   check_paths=False)
+        note = _data_note(args, opt)
+        assert note.startswith(f"--data {small_train_dir}: training on its images with the rest of {edsr}")
+        assert all(x in note for x in says), note
+        assert ("name '" in note) == (not given)

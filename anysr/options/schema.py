@@ -118,7 +118,10 @@ def _existing(out: dict[str, Any], key: str, path: str, ctx: Context, *, kind: s
     if not ctx.check_paths:
         return
     if not full.exists():
-        ctx.add(sub, f"{shown} does not exist; {_how_to_create(full)}")
+        own = ", or train on your own images: `anysr train -opt FILE --data DIR` (a folder of HR images)" \
+            if ctx.is_train and sub.startswith("datasets.") and sub.endswith(".dataroot_gt") \
+            and phase_of(sub.split(".")[1]) == "train" else ""
+        ctx.add(sub, f"{shown} does not exist; {_how_to_create(full)}{own}")
     elif kind == "file" and not full.is_file():
         ctx.add(sub, f"{shown} is a folder, expected a file")
 
