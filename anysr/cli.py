@@ -296,7 +296,9 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
         for source in SOURCES.values():
             pins = ("made from " + ", ".join(source.needs) if not source.files else "checksums published"
                     if all(f.pinned for f in source.files) else "no published checksum")
-            print(f"{source.name:10s} {source.what}; {source.size_note}; {pins}; licence: {source.licence}")
+            size = source.size_note if any(c.isdigit() for c in source.size_note) or not source.files else \
+                f"{source.size_note} (size not published)"
+            print(f"{source.name:10s} {source.what}; {size}; {pins}; licence: {source.licence}")
         if not args.list:
             print("anysr prepare fetch: give a dataset NAME from the list above", file=sys.stderr)
             return 2
@@ -634,7 +636,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--mirror", default=None, help="base URL holding the files by name (default: "
                    "$ANYSR_DATASET_MIRROR, else the official URLs)")
     q.add_argument("--no-prepare", action="store_true", help="stop after download and extraction")
-    q.add_argument("--list", action="store_true", help="list the datasets, their sizes and licences")
+    q.add_argument("--list", action="store_true", help="list the datasets, what they hold, their checksums and "
+                   "licences (download sizes where the publishers give them)")
     q = psub.add_parser("lr", help="mod-crop and MATLAB-bicubic downscale a folder of HR images", formatter_class=fmt,
                         description="Crop each HR image to a multiple of --scale and shrink it with MATLAB-exact "
                         "bicubic imresize (the classic benchmark protocol); PNGs named like the HR files.")
