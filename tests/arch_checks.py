@@ -6,8 +6,9 @@ A fixture case is ``tests/fixtures/<group>/<name>_params.safetensors`` (the refe
 ``shapes``, ``abs_sum``) rebuilds them with ``tools/fixtures/fixture_kit.py``, the generator the fixture script used
 (entries the network computes, such as index tables, are not in ``shapes``: the network's own values stand); older
 groups still carry a ``synthetic`` entry (``synthetic_state_dict``) or a params file. An ``inputs`` entry
-(``{name: {"shape", "seed"}}``) rebuilds inputs the io file does not store. Files are read once per session; every
-caller gets its own network.
+(``{name: {"shape", "seed"}}``) rebuilds inputs the io file does not store; io entries ``state.<key>`` (state the
+reference reached that no seed gives, such as spectral norms' u / v) are loaded over the weights. Files are read
+once per session; every caller gets its own network.
 
 Training runs go through ``anysr train`` as a user runs it (a subprocess) or through the same entry point in this
 process (``anysr.cli.main``: options, launch, model, loop and checkpoint code alike, without a second interpreter).
@@ -110,8 +111,11 @@ def load_case(group: str, name: str) -> tuple[torch.nn.Module, dict[str, torch.T
     params = {k: v.to(own[k].dtype) if k in own else v for k, v in _stored_params(group, name).items()}
     if "seeded" in manifest(group)["cases"][name]:  # what the network computes (not seeded) stays its own
         params = {**{k: v for k, v in own.items() if k not in params}, **params}
+    io = fixture_io(group, name)
+    # state the reference reached and no seed gives (spectral norms' u / v after training forwards)
+    params.update({k[len("state."):]: v for k, v in io.items() if k.startswith("state.")})
     net.load_state_dict(params, strict=True)
-    return net, fixture_io(group, name)
+    return net, io
 
 
 # ----------------------------------------------------------------------------- forward checks

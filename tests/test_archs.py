@@ -1,4 +1,5 @@
-"""Architectures: BasicSR 1.4.2 checkpoints load strictly and give BasicSR's outputs; build errors."""
+"""Architectures: BasicSR 1.4.2 checkpoints (seeded weights saved as BasicSR saves networks,
+``tools/fixtures/make_basicsr_fixtures.py``) load strictly and give BasicSR's outputs; build errors."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 from pathlib import Path
 
 import cv2
+import fixture_kit  # tools/fixtures (on the path: tests/conftest.py)
 import numpy as np
 import pytest
 import torch
@@ -37,12 +39,32 @@ def _build(name: str) -> torch.nn.Module:
     return build_network({"type": case["type"], **case["kwargs"]}).eval()
 
 
+def _checkpoint(name: str, folder: Path) -> dict[str, dict[str, torch.Tensor]]:
+    """Case ``name``'s BasicSR checkpoint (``params``, and ``params_ema`` where the case has a second seed: the
+    seeded weights over the buffers the network computes), saved with ``torch.save`` as BasicSR saves networks and
+    read back."""
+    case, own = MANIFEST[name], _build(name).state_dict()
+    ckpt = {}
+    for key, entry in (("params", "seeded"), ("params_ema", "seeded_ema")):
+        if entry in case:
+            seeded = fixture_kit.seeded_state_dict(case[entry]["shapes"], case[entry]["seed"])
+            assert fixture_kit.abs_sum(seeded) == pytest.approx(case[entry]["abs_sum"], rel=1e-9)
+            ckpt[key] = {**own, **seeded}
+    torch.save(ckpt, folder / f"{name}.pth")
+    return torch.load(folder / f"{name}.pth", map_location="cpu", weights_only=True)
+
+
+def _io(name: str) -> dict[str, torch.Tensor]:
+    io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    return {**io, **{k: fixture_kit.seeded_input(v["shape"], v["seed"]) for k, v in MANIFEST[name]["inputs"].items()}}
+
+
 # ----------------------------------------------------------------------------- BasicSR parity
 
 @pytest.mark.parametrize("name", sorted(MANIFEST))
-def test_basicsr_checkpoint_matches(name: str) -> None:
-    ckpt = torch.load(FIXTURES / f"{name}.pth", map_location="cpu", weights_only=True)
-    io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
+def test_basicsr_checkpoint_matches(name: str, tmp_path: Path) -> None:
+    ckpt = _checkpoint(name, tmp_path)
+    io = _io(name)
     net = _build(name)
     assert set(net.state_dict()) == set(ckpt["params"]), "state-dict keys differ from BasicSR's"
     for inp, out, key in MANIFEST[name]["compare"]:
@@ -53,17 +75,17 @@ def test_basicsr_checkpoint_matches(name: str) -> None:
         torch.testing.assert_close(got, io[out], **FIXTURE_TOL, msg=f"{name} {inp} ({key}) differs from BasicSR")
 
 
-def test_ema_fixture_has_both_keys() -> None:
-    ckpt = torch.load(FIXTURES / "msrresnet_x4.pth", map_location="cpu", weights_only=True)
+def test_ema_fixture_has_both_keys(tmp_path: Path) -> None:
+    ckpt = _checkpoint("msrresnet_x4", tmp_path)
     assert set(ckpt) == {"params", "params_ema"}
     assert any(not torch.equal(ckpt["params"][k], ckpt["params_ema"][k]) for k in ckpt["params"])
 
 
-def test_swinir_pads_non_window_multiple_like_basicsr() -> None:
+def test_swinir_pads_non_window_multiple_like_basicsr(tmp_path: Path) -> None:
     # input2 is 10x13 with window 4: BasicSR's SwinIRModel.test pads (reflect) and crops; our forward does.
     for name in ("swinir_pixelshuffle_x2", "swinir_nearestconv_x4", "swinir_denoise_gray"):
-        ckpt = torch.load(FIXTURES / f"{name}.pth", map_location="cpu", weights_only=True)
-        io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
+        ckpt = _checkpoint(name, tmp_path)
+        io = _io(name)
         assert tuple(io["input2"].shape[-2:]) == (10, 13)
         net = _build(name)
         net.load_state_dict(ckpt["params"], strict=True)

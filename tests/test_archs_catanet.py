@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from arch_checks import FIXTURES, check_onnx_at_unseen_size, check_xla_train_step, load_case, manifest, stored_params
+from arch_checks import FIXTURES, check_onnx_at_unseen_size, check_xla_train_step, load_case, manifest
 from conftest import FIXTURE_TOL
 
 from anysr.archs import build_network
@@ -42,12 +42,12 @@ def test_fixtures_are_small_and_cover_the_heads() -> None:
 @pytest.mark.parametrize("name", sorted(MANIFEST))
 def test_reference_weights_load_strictly_and_match(name: str) -> None:
     case = MANIFEST[name]
-    params = stored_params(GROUP, name)
+    ref, io = load_case(GROUP, name)
+    params = ref.state_dict()  # the seeded weights and centres (and the initted flags of the initted cases)
     net = build_network({"type": "catanet", **case["kwargs"]})  # neosr's lower-case name
     assert type(net).__name__ == "CATANet"
     net.load_state_dict(params, strict=True)
     assert bool(net.blocks[0][0].initted) == ("initted" in name)
-    _, io = load_case(GROUP, name)
     net.eval()
     for inp, out, _ in case["compare"]:
         with torch.no_grad():
@@ -111,13 +111,13 @@ def test_published_sizes(scale: int, params: int) -> None:
 @pytest.mark.parametrize("name", sorted(MANIFEST))
 def test_fixture_files_are_recognised(name: str) -> None:
     case = MANIFEST[name]
-    found = recognise(stored_params(GROUP, name))
+    params = load_case(GROUP, name)[0].state_dict()
+    found = recognise(params)
     assert found.opt["type"] == "CATANet" and found.opt["upscale"] == case["kwargs"]["upscale"]
     assert found.opt["num_tokens"] == case["kwargs"]["num_tokens"]
     with torch.device("meta"):
         net = build_network(found.opt)
-    assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape
-                                                                 for k, v in stored_params(GROUP, name).items()}
+    assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in params.items()}
 
 
 def test_no_other_fixture_is_recognised_as_catanet() -> None:

@@ -18,7 +18,6 @@ import pytest
 import torch
 from arch_checks import check_onnx_at_unseen_size, check_xla_train_step, load_case
 from conftest import FIXTURE_TOL
-from safetensors.torch import load_file
 
 from anysr.archs import build_network
 from anysr.archs.plainusr_arch import PlainUSR
@@ -48,11 +47,11 @@ def test_fixtures_cover_every_arch() -> None:
 @pytest.mark.parametrize("name", sorted(MANIFEST))
 def test_reference_weights_load_strictly_and_match(name: str) -> None:
     case = MANIFEST[name]
-    params = load_file(str(FIXTURES / f"{name}_params.safetensors"))
+    ref, io = load_case("neosr_cnn", name)
+    params = ref.state_dict()  # the seeded weights and the buffers the network computes
     net = build_network({"type": case["type"], **case["kwargs"]})
     assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in params.items()}
     net.load_state_dict(params, strict=True)
-    io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
     modes = ("eval", "train") if case["type"] == "PlainUSR" else ("eval",)  # PlainUSR: neosr's inference path
     for mode in modes:  # in both modes (the same folded convs)
         net.train(mode == "train")
@@ -98,7 +97,7 @@ def test_neosr_names_build_the_classes_and_files_are_recognised() -> None:
         ultra = build_network({"type": "plainusr_ultra", "scale": 2})
     assert (len(b0.body), b0.scale, ultra.im_feat) == (10, 3, (32, 16))
     for name in ("ninasr_x3_gray", "plainusr_x2_ultra", "plainusr_x3_v4"):
-        found = recognise(load_file(str(FIXTURES / f"{name}_params.safetensors")))
+        found = recognise(load_case("neosr_cnn", name)[0].state_dict())
         assert found.opt["type"] == MANIFEST[name]["type"] and found.opt["scale"] == MANIFEST[name]["kwargs"]["scale"]
 
 

@@ -21,7 +21,6 @@ from arch_checks import (
     check_xla_train_step,
     load_case,
     manifest,
-    stored_params,
 )
 from conftest import FIXTURE_TOL
 from safetensors.torch import load_file
@@ -47,7 +46,7 @@ def test_fixtures_cover_the_layouts() -> None:
 @pytest.mark.parametrize("name", sorted(MANIFEST))
 def test_reference_weights_load_strictly_and_match(name: str) -> None:
     case = MANIFEST[name]
-    params = stored_params(GROUP, name)
+    params = load_case(GROUP, name)[0].state_dict()  # the seeded weights and the buffers the network computes
     net = build_network({"type": "dct", **case["kwargs"]})  # neosr's lower-case name
     assert type(net).__name__ == "DCT"
     assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in params.items()}
@@ -101,7 +100,7 @@ def test_neosr_name_and_published_size(scale: int, params: int) -> None:
 @pytest.mark.parametrize("name", sorted(MANIFEST))
 def test_fixture_files_are_recognised(name: str) -> None:
     case = MANIFEST[name]
-    params = stored_params(GROUP, name)
+    params = load_case(GROUP, name)[0].state_dict()  # the seeded weights and the buffers the network computes
     found = recognise(params)
     assert found.opt["type"] == "DCT"
     for key in ("upscale", "in_chans", "depth", "num_heads", "split_size", "img_size", "qkv_bias"):

@@ -1,7 +1,7 @@
 """neosr's lightweight CNNs: CFSR (``cfsr``), HASN (``hasn``), KRGN (``krgn``) and MSDAN (``msdan``).
 
-Fixtures come from neosr's own source (``tools/fixtures/make_neosr_light_fixtures.py``): the state dicts (HASN's
-seeded, at the width of 52 its code needs) load strictly and give neosr's outputs in eval and in training mode (the
+Fixtures come from neosr's own source (``tools/fixtures/make_neosr_light_fixtures.py``): the seeded weights (HASN at
+the width of 52 its code needs) load strictly and give neosr's outputs in eval and in training mode (the
 same computation: none of them has batch norm or dropout; CFSR's folded edge filters and KRGN's unused
 re-parameterised conv leave no training-only branch), at sizes that are no multiple of any pooling stride, and its
 training gradients. Also: neosr's lower-case names and published sizes, recognition from the state dict, MSDAN's
@@ -23,7 +23,6 @@ from arch_checks import (
     check_xla_train_step,
     load_case,
     manifest,
-    stored_params,
 )
 from conftest import FIXTURE_TOL
 from torch.nn import functional as F
@@ -61,7 +60,7 @@ def test_fixtures_cover_every_arch() -> None:
 @pytest.mark.parametrize("name", sorted(MANIFEST))
 def test_reference_weights_load_strictly_and_match(name: str) -> None:
     case = MANIFEST[name]
-    params = stored_params(GROUP, name)
+    params = load_case(GROUP, name)[0].state_dict()  # the seeded weights and the buffers the network computes
     net = build_network({"type": NEOSR_NAMES[case["type"]], **case["kwargs"]})  # neosr's lower-case name
     assert type(net).__name__ == case["type"]
     assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in params.items()}
@@ -86,7 +85,7 @@ def test_training_gradients_match_reference(name: str) -> None:
     torch.testing.assert_close(x.grad, io["grad_input0"], rtol=1e-4, atol=1e-5 * io["grad_input0"].abs().max().item())
     grads = {k[len("grad."):]: v for k, v in io.items() if k.startswith("grad.")}
     trained = {n for n, p in net.named_parameters() if p.requires_grad}
-    if "synthetic" in MANIFEST[name]:
+    if MANIFEST[name]["type"] == "HASN":
         assert len(grads) > 10 and set(grads) < trained
     else:
         assert set(grads) == trained
@@ -159,7 +158,8 @@ def test_published_sizes(family: str, scale: int, params: int) -> None:
 @pytest.mark.parametrize("name", sorted(MANIFEST))
 def test_fixture_files_are_recognised_as_their_family(name: str) -> None:
     case = MANIFEST[name]
-    found = recognise(stored_params(GROUP, name))
+    params = load_case(GROUP, name)[0].state_dict()
+    found = recognise(params)
     assert found.opt["type"] == case["type"]
     if case["type"] != "MSDAN":  # MSDAN's files hold every scale's layers: the scale is in no tensor
         want = case["kwargs"][SCALE_ARG[case["type"]]]
@@ -168,8 +168,7 @@ def test_fixture_files_are_recognised_as_their_family(name: str) -> None:
         assert found.opt[SCALE_ARG[case["type"]]] == want
     with torch.device("meta"):
         net = build_network(found.opt)
-    assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape
-                                                                 for k, v in stored_params(GROUP, name).items()}
+    assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in params.items()}
 
 
 def test_no_other_fixture_is_recognised_as_these_families() -> None:

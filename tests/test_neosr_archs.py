@@ -1,11 +1,12 @@
 """neosr's two networks anysr lacked: ``esc_fp`` (ESCFP) and the ``ea2fpn`` discriminator (EA2FPN).
 
-Fixtures come from neosr's own source (``tools/fixtures/make_neosr_archs_fixtures.py``). esc_fp: neosr's state dicts
-load strictly and give its eval outputs and training gradients; files are recognised; ONNX at an unseen size; an
-XLA:CPU train step (``-m xla``). ea2fpn (12 M parameters: seeded weights, ``tools/fixtures/seeded_weights.py``): its
-keys are neosr's (torchvision's resnet18 under ``base_model.*``), eval output, the training-mode output, gradients
-and every spectral-norm vector / batch-norm statistic after the step; any input size; GAN iterations through the
-command line as ``network_d`` with and without ``backbone_weights`` (the encoder's torchvision file); XLA:CPU.
+Fixtures come from neosr's own source (``tools/fixtures/make_neosr_archs_fixtures.py``, ea2fpn's
+``make_neosr_ea2fpn_fixtures.py``). esc_fp: neosr's seeded weights load strictly and give its eval outputs and
+training gradients; files are recognised; ONNX at an unseen size; an XLA:CPU train step (``-m xla``). ea2fpn (12 M
+parameters: seeded weights, ``tools/fixtures/seeded_weights.py``): its keys are neosr's (torchvision's resnet18
+under ``base_model.*``), eval output, the training-mode output, gradients and every spectral-norm vector /
+batch-norm statistic after the step; any input size; GAN iterations through the command line as ``network_d`` with
+and without ``backbone_weights`` (the encoder's torchvision file); XLA:CPU.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 import torch
-from arch_checks import check_onnx_at_unseen_size, check_xla_train_step, load_case, manifest, stored_params
+from arch_checks import check_onnx_at_unseen_size, check_xla_train_step, load_case, manifest
 from conftest import FIXTURE_TOL, write_options
 from safetensors.torch import load_file
 from test_gan import gan_options
@@ -75,7 +76,7 @@ def test_esc_fp_training_gradients_match_reference(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(ESC_CASES))
 def test_esc_fp_files_are_recognised(name: str) -> None:
-    params = stored_params("neosr_archs", name)
+    params = load_case("neosr_archs", name)[0].state_dict()  # the seeded weights and the computed buffers
     found = recognise(params)
     assert found.opt["type"] == "ESCFP"
     want = {"kernel_size": 13, "exp_ratio": 1.25, **ESC_CASES[name]["kwargs"]}
