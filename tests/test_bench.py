@@ -72,6 +72,24 @@ def test_bench_reads_no_data_and_takes_precision(tmp_path: Path, root: Path) -> 
     assert r["choices"]["channels_last"]["requested"] == "auto" and "measured on this CPU" in proc.stdout
 
 
+def test_bench_remeasure_times_the_cached_choice_again(tmp_path: Path, small_train_dir: Path) -> None:
+    """The first run measures and caches; the next reads the cache; ``--remeasure`` times it again and replaces it."""
+    opt = write_options(tmp_path / "tiny.yml", tiny_train_options("tiny", small_train_dir, None))
+    env = {"ANYSR_CACHE_DIR": str(tmp_path / "cache")}
+    args = ("bench", "-opt", str(opt), "--iters", "1", "--warmup", "0", "--infer-size", "0", "--precision", "fp32")
+    fresh = re.compile(r"measured on this CPU for this network in \d+\.\d s")
+    cached = re.compile(r"measured on \d{4}-\d\d-\d\d [\d:]+ on this CPU for this network")
+    first = run_cli(*args, cwd=tmp_path, env=env)
+    assert fresh.search(first.stdout + first.stderr) and "--remeasure" in first.stdout + first.stderr
+    stored = json.loads((tmp_path / "cache" / "choices.json").read_text())
+    again = run_cli(*args, cwd=tmp_path, env=env)
+    assert cached.search(again.stdout + again.stderr) and not fresh.search(again.stdout + again.stderr)
+    remeasured = run_cli(*args, "--remeasure", cwd=tmp_path, env=env)
+    assert fresh.search(remeasured.stdout + remeasured.stderr)
+    replaced = json.loads((tmp_path / "cache" / "choices.json").read_text())
+    assert replaced.keys() == stored.keys()  # the same entry, measured anew
+
+
 def test_flop_count_is_the_arithmetic() -> None:
     net = nn.Sequential(nn.Conv2d(4, 6, 3, padding=1), nn.Conv2d(6, 6, (1, 3), padding=(0, 1), groups=3),
                         nn.Flatten(2), nn.Linear(25, 7))
