@@ -68,7 +68,7 @@ test-xla:
 	bash .ci/xla.sh
 
 lint: $(VENV)/.installed
-	$(VENV)/bin/ruff check anysr tests examples benchmarks
+	$(VENV)/bin/ruff check anysr tests examples benchmarks tools
 
 # What `make clean` deletes, said before it goes: the virtual environment, every trained run (experiments/ holds the
 # weights) and results, the editable install's egg-info and anysr's cache (measured choices, ONNX exports).

@@ -58,10 +58,18 @@ def _non_negative(text: str) -> int:
 
 
 def _positive(text: str) -> int:
-    value = int(text)
+    """A whole scale factor of 1 or more (argparse names the flag in front of the message)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole scale factor; give 2, 3, 4, ... (super-resolution "
+                                         "scales are integers)") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not a scale; give 1 or more")
     return value
+
+
+_positive.__name__ = "scale"  # argparse says "invalid scale value" for other errors
 
 
 def _plan_from_options(opt: Any, launcher: str = "auto", precision: str | None = None,
@@ -106,9 +114,28 @@ def cmd_train(args: argparse.Namespace) -> int:
         load_plugins()
         overrides = data_overrides(args.opt, args.data) + overrides  # --force_yml still wins
     opt = load_command_options(args.opt, overrides, is_train=True)
+    if args.data:
+        print(_data_note(args, opt), flush=True)
     plan = _deep_data_plan(opt, "none" if args.launcher == "none" else args.launcher)
     launch(plan, train_worker, opt, bool(args.auto_resume), bool(args.start_over))
     return 0
+
+
+def _data_note(args: argparse.Namespace, opt: Any) -> str:
+    """What ``--data`` keeps from the file: its run name and length (a DIV2K file's 1,000,000 iterations are days
+    on a small machine), unless ``--force_yml`` set them."""
+    given = {item.partition("=")[0].strip() for item in args.force_yml}
+    kept = []
+    if "name" not in given:
+        kept.append(f"name '{opt.name}' (outputs in {opt.path.experiments_root})")
+    if "train.total_iter" not in given:
+        kept.append(f"train.total_iter {int(opt.train.total_iter):,}")
+    note = f"--data {args.data}: training on its images with the rest of {args.opt} as it is"
+    if kept:
+        note += (f"; from the file: {' and '.join(kept)}; change with --force_yml "
+                 + " ".join(x for x, k in (("name=my_run", "name"), ("train.total_iter=N", "train.total_iter"))
+                            if k not in given))
+    return note
 
 
 def cmd_test(args: argparse.Namespace) -> int:
@@ -234,10 +261,11 @@ def _bench_beside(args: argparse.Namespace) -> int:
     import tempfile
     from pathlib import Path
 
-    from anysr.engine.bench import beside, format_beside, write_json
+    from anysr.engine.bench import MAX_BESIDE, beside, format_beside, write_json
 
-    if args.beside < 0:
-        raise OptionError(f"--beside: {args.beside} copies; give a number >= 1 (the other jobs to run beside)")
+    if not 1 <= args.beside <= MAX_BESIDE:
+        raise OptionError(f"--beside: {args.beside} copies; give a number from 1 to {MAX_BESIDE} (the other jobs to "
+                          "run beside this one: each is a whole training process)")
 
     argv = ["-opt", str(args.opt), "--iters", str(args.iters), "--warmup", str(args.warmup), "--infer-size", "0"]
     if args.precision:
@@ -294,7 +322,9 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
         for source in SOURCES.values():
             pins = ("made from " + ", ".join(source.needs) if not source.files else "checksums published"
                     if all(f.pinned for f in source.files) else "no published checksum")
-            print(f"{source.name:10s} {source.what}; {source.size_note}; {pins}; licence: {source.licence}")
+            size = source.size_note if any(c.isdigit() for c in source.size_note) or not source.files else \
+                f"{source.size_note} (size not published)"
+            print(f"{source.name:10s} {source.what}; {size}; {pins}; licence: {source.licence}")
         if not args.list:
             print("anysr prepare fetch: give a dataset NAME from the list above", file=sys.stderr)
             return 2
@@ -643,7 +673,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--mirror", default=None, help="base URL holding the files by name (default: "
                    "$ANYSR_DATASET_MIRROR, else the official URLs)")
     q.add_argument("--no-prepare", action="store_true", help="stop after download and extraction")
-    q.add_argument("--list", action="store_true", help="list the datasets, their sizes and licences")
+    q.add_argument("--list", action="store_true", help="list the datasets, what they hold, their checksums and "
+                   "licences (download sizes where the publishers give them)")
     q = psub.add_parser("lr", help="mod-crop and MATLAB-bicubic downscale a folder of HR images", formatter_class=fmt,
                         description="Crop each HR image to a multiple of --scale and shrink it with MATLAB-exact "
                         "bicubic imresize (the classic benchmark protocol); PNGs named like the HR files.")

@@ -84,12 +84,23 @@ def file_lock(path: Path) -> Iterator[None]:
         yield
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+b") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+    while True:
+        handle = open(path, "a+b")  # noqa: SIM115 - closed below, after the unlink
         try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            with contextlib.suppress(FileNotFoundError):
+                if os.fstat(handle.fileno()).st_ino == os.stat(path).st_ino:
+                    break  # the lock file is still the one at ``path``: ours
+        except OSError:
+            handle.close()
+            raise
+        handle.close()  # the holder before us removed it: lock the new one
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()  # no lock file left behind; a waiter sees the inode change and locks anew
+        handle.close()
 
 
 def _progress(total: int | None, initial: int, desc: str, enabled: bool):  # noqa: ANN202 - a tqdm bar or None

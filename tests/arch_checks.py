@@ -2,8 +2,11 @@
 
 A fixture case is ``tests/fixtures/<group>/<name>_params.safetensors`` (the reference's weights) and
 ``<name>_io.safetensors`` (inputs ``input<i>`` and the reference's outputs ``output<i>``), described in the group's
-``manifest.json`` (``cases[name]``: ``type``, ``kwargs``; a ``synthetic`` entry instead of a params file means
-seeded weights the fixture script made, see ``synthetic_state_dict``). Files are read once per session; every
+``manifest.json`` (``cases[name]``: ``type``, ``kwargs``). Weights are not stored: a ``seeded`` entry (``seed``,
+``shapes``, ``abs_sum``) rebuilds them with ``tools/fixtures/fixture_kit.py``, the generator the fixture script used
+(entries the network computes, such as index tables, are not in ``shapes``: the network's own values stand); older
+groups still carry a ``synthetic`` entry (``synthetic_state_dict``) or a params file. An ``inputs`` entry
+(``{name: {"shape", "seed"}}``) rebuilds inputs the io file does not store. Files are read once per session; every
 caller gets its own network.
 
 Training runs go through ``anysr train`` as a user runs it (a subprocess) or through the same entry point in this
@@ -22,6 +25,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import fixture_kit  # tools/fixtures (on the path: tests/conftest.py)
 import numpy as np
 import pytest
 import torch
@@ -59,6 +63,12 @@ def synthetic_state_dict(shapes: dict[str, list[int]], seed: int) -> dict[str, t
 @functools.cache
 def _stored_params(group: str, name: str) -> dict[str, torch.Tensor]:
     case = manifest(group)["cases"][name]
+    if "seeded" in case:
+        seeded = case["seeded"]
+        params = fixture_kit.seeded_state_dict(seeded["shapes"], seeded["seed"])
+        assert fixture_kit.abs_sum(params) == pytest.approx(seeded["abs_sum"], rel=1e-9), \
+            "seeded weights differ from the fixture script's (tools/fixtures/fixture_kit.py changed?)"
+        return params
     if "synthetic" not in case:
         return load_file(str(FIXTURES / group / f"{name}_params.safetensors"))
     syn = case["synthetic"]
@@ -75,7 +85,10 @@ def stored_params(group: str, name: str) -> dict[str, torch.Tensor]:
 
 @functools.cache
 def _io(group: str, name: str) -> dict[str, torch.Tensor]:
-    return load_file(str(FIXTURES / group / f"{name}_io.safetensors"))
+    io = load_file(str(FIXTURES / group / f"{name}_io.safetensors"))
+    for key, spec in manifest(group)["cases"][name].get("inputs", {}).items():
+        io[key] = fixture_kit.seeded_input(spec["shape"], spec["seed"], *spec.get("range", (0.0, 1.0)))
+    return io
 
 
 def fixture_io(group: str, name: str) -> dict[str, torch.Tensor]:
@@ -95,6 +108,8 @@ def load_case(group: str, name: str) -> tuple[torch.nn.Module, dict[str, torch.T
     net = build_network(net_opt(group, name)).eval()
     own = net.state_dict()
     params = {k: v.to(own[k].dtype) if k in own else v for k, v in _stored_params(group, name).items()}
+    if "seeded" in manifest(group)["cases"][name]:  # what the network computes (not seeded) stays its own
+        params = {**{k: v for k, v in own.items() if k not in params}, **params}
     net.load_state_dict(params, strict=True)
     return net, fixture_io(group, name)
 

@@ -43,6 +43,11 @@ ROOT = Path(__file__).resolve().parents[1]
 # listed as skipped in every run of the main suite.
 collect_ignore_glob = [] if importlib.util.find_spec("torch_xla") else ["test_xla*.py"]
 DATASETS = ROOT / "datasets"
+# The fixture generators and their shared module (tools/fixtures/fixture_kit.py: the seeded weights both sides
+# rebuild) are importable by name from every test module.
+FIXTURE_TOOLS = ROOT / "tools" / "fixtures"
+if str(FIXTURE_TOOLS) not in sys.path:
+    sys.path.insert(0, str(FIXTURE_TOOLS))
 # A CPU run's thread count is each process's fair share of the cores here, not also reduced by what else the
 # machine runs at that moment (cpu_share.py): runs compared bit for bit must use the same count. The tests of that
 # choice (tests/test_cpu_share.py) set ANYSR_THREADS=auto themselves.

@@ -1,18 +1,15 @@
 """Weight files for the learned metrics, written as users get them (``.pth`` state dicts), with the seeded
-weights of the metric fixtures (``tests/fixtures/make_metric_fixtures.py``): nothing downloaded or stored."""
+weights of the metric fixtures (``tools/fixtures/make_metric_fixtures.py``): nothing downloaded or stored."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import torch
+from make_metric_fixtures import seeded_state_dict  # tools/fixtures (on the path: tests/conftest.py)
 
 FIX = Path(__file__).resolve().parent / "fixtures"
-if str(FIX) not in sys.path:
-    sys.path.insert(0, str(FIX))
-from make_metric_fixtures import seeded_state_dict  # noqa: E402
 
 MANIFEST = json.loads((FIX / "metrics" / "manifest.json").read_text())
 

@@ -1,5 +1,5 @@
 """AdanScheduleFree (anysr/models/adan_schedulefree.py) against traiNNer-redux's class (fixtures from
-tests/fixtures/make_adansf_fixtures.py): the training and evaluation weights after every step, the final state and
+tools/fixtures/make_adansf_fixtures.py): the training and evaluation weights after every step, the final state and
 its keys; a state-dict round trip resumes bit-exactly; bad arguments are one-line option errors naming the argument;
 a CLI run trains, validates, saves the averaged weights and resumes bit-exactly; on XLA:CPU the step compiles once
 and nothing falls back to the CPU."""

@@ -1,6 +1,6 @@
 """neosr's CATANet (``catanet``): content-aware token aggregation with EMA-updated token centres.
 
-Fixtures come from neosr's own source (``tests/fixtures/make_catanet_fixtures.py``; neosr's unstable sort of the
+Fixtures come from neosr's own source (``tools/fixtures/make_catanet_fixtures.py``; neosr's unstable sort of the
 tokens by centre made stable there, as anysr sorts): the state dicts (the ``means`` / ``initted`` buffers included)
 load strictly and give neosr's eval outputs at sizes that are no multiple of any patch, group or token count (with
 first centres from the tokens, ``initted`` False, and from ``means``); a sequence of training-mode forwards gives

@@ -1,6 +1,6 @@
 """traiNNer-redux's CascadedGaze and FlexNet / MetaFlexNet.
 
-Fixtures come from traiNNer-redux's own source (``tests/fixtures/make_cgflex_fixtures.py``): the state dicts load
+Fixtures come from traiNNer-redux's own source (``tools/fixtures/make_cgflex_fixtures.py``): the state dicts load
 strictly and give its outputs (eval mode, sizes that need the networks' internal padding, FlexNet's training-mode
 OmniShift branches) and its training-mode gradients (CascadedGaze's hand-written layer-norm backward, the unfolded
 OmniShift). Also: the deployment fold, the minimum size, nearest resizing by gathers, ONNX through anysr's exporter,

@@ -1,4 +1,4 @@
-"""DFDNet against BasicSR 1.4.2 (``tests/fixtures/make_dfdnet_fixtures.py``: BasicSR's own modules with a
+"""DFDNet against BasicSR 1.4.2 (``tools/fixtures/make_dfdnet_fixtures.py``: BasicSR's own modules with a
 seeded stand-in for torchvision's VGG19, ``num_feat: 2`` and a tiny random component dictionary in BasicSR's
 ``.pth`` layout; parameters stored as exact float16 values).
 

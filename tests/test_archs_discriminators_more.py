@@ -2,7 +2,7 @@
 MultiscalePatchGANDiscriminatorSN (traiNNer-redux), ``metagan`` (MetaGAN) and ``patchgan`` (PatchGAN) (neosr), and
 neosr's DUnet checkpoints (old spectral-norm names, read through a layout rename).
 
-Fixtures come from the references' own source (``tests/fixtures/make_discriminator_fixtures.py``): the state dicts
+Fixtures come from the references' own source (``tools/fixtures/make_discriminator_fixtures.py``): the state dicts
 load strictly and give the eval outputs; in training mode (one power iteration per spectral norm) the output, the
 gradients of ``mean(out ** 2)`` and every buffer after the step (the updated ``weight_u`` / ``weight_v``, batch-norm
 statistics). Also: bad arguments, an XLA:CPU train step (``-m xla``) and one GAN iteration through the command line

@@ -1,6 +1,6 @@
 """traiNNer-redux's DWT (dilated window transformer) and EMT (efficient mixed transformer).
 
-Fixtures come from traiNNer-redux's own source (``tests/fixtures/make_dwtemt_fixtures.py``): the state dicts load
+Fixtures come from traiNNer-redux's own source (``tools/fixtures/make_dwtemt_fixtures.py``): the state dicts load
 strictly and give its outputs (eval mode; DWT at its training patch, where the reference uses its stored masks, at
 sizes padded to twice the window and at other sizes; EMT with window padding and in training mode). Also: the
 dilated partition's geometry, the masks, build errors, published sizes, ONNX through anysr's exporter, and per

@@ -1,6 +1,6 @@
 """Efficient SR architectures SPAN, RealPLKSR (+ layer-norm / DySample variants), OmniSR and SAFMN.
 
-Fixtures come from spandrel 0.4.2 (``tests/fixtures/make_efficient_fixtures.py``): the state dicts load strictly and
+Fixtures come from spandrel 0.4.2 (``tools/fixtures/make_efficient_fixtures.py``): the state dicts load strictly and
 give spandrel's outputs; padded inputs give spandrel's outputs for the same padding. Also: SPAN's
 re-parameterisation, DySample's geometry, build errors, and one XLA:CPU compile-once check per architecture (``-m
 xla`` in the XLA venv). The checks every architecture gets (channels_last, bf16 autocast, the meta device,

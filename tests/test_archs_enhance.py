@@ -1,6 +1,6 @@
 """x1 enhancement / restoration architectures RetinexFormer, HVICIDNet (CIDNet), FFTformer and MixDehazeNet.
 
-Fixtures come from spandrel 0.4.2 (``tests/fixtures/make_enhance_fixtures.py``): the state dicts load strictly and
+Fixtures come from spandrel 0.4.2 (``tools/fixtures/make_enhance_fixtures.py``): the state dicts load strictly and
 give spandrel's outputs; inputs off the size requirement give spandrel's outputs for the same padding. Also: the
 pieces rewritten for XLA (HVI colour transforms with ``torch.where``, the 8x8 FFTs as DFT matrices, bilinear resizes
 by gathers), ONNX and one XLA:CPU compile-once / no-CPU-fallback check per architecture (``-m xla`` in the XLA

@@ -1,6 +1,6 @@
 """traiNNer-redux's ESCRealM (ESC-Real, choice of heads), LKFMixer, Sebica, EIMN, MoSRv2; its MoESR2 = anysr's MoESR.
 
-Fixtures come from traiNNer-redux's own source (``tests/fixtures/make_escmix_fixtures.py``): the state dicts load
+Fixtures come from traiNNer-redux's own source (``tools/fixtures/make_escmix_fixtures.py``): the state dicts load
 strictly and give its outputs (eval mode, sizes that need the window / unshuffle / multiple-of-8 padding, batches
 in the training-mode path, batch-norm batch statistics).
 Also: ONNX through anysr's exporter, and per architecture an XLA:CPU train step

@@ -1,7 +1,7 @@
 """Face restorers GFPGANv1Clean (+ StyleGAN2GeneratorClean) and RestoreFormer, BasicSR's StyleGAN2Generator /
 StyleGAN2Discriminator.
 
-Fixtures come from spandrel 0.4.2 and BasicSR 1.4.2 (``tests/fixtures/make_face_fixtures.py``; parameters stored as
+Fixtures come from spandrel 0.4.2 and BasicSR 1.4.2 (``tools/fixtures/make_face_fixtures.py``; parameters stored as
 exact float16 values): the state dicts load strictly and give the references' outputs (stored noise maps, padded
 inputs as spandrel pads them). Also: channels_last, bf16 autocast, the meta device, a training step, ONNX, build
 errors, a GAN training run, 2 gloo ranks == 1 process for RestoreFormer (unused parameters), and XLA:CPU

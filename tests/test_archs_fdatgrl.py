@@ -1,6 +1,6 @@
 """FDAT (Fast Dual Aggregation Transformer) with every ``UniUpsampleV3`` head (LDA-AQU included).
 
-Fixtures come from spandrel 0.4.2 (``tests/fixtures/make_fdatgrl_fixtures.py``): the state dicts load strictly
+Fixtures come from spandrel 0.4.2 (``tools/fixtures/make_fdatgrl_fixtures.py``): the state dicts load strictly
 and give spandrel's outputs, also at sizes off the window / unshuffle multiple. Also: the ``MetaUpsample``
 buffer, ONNX at unseen sizes, build errors, and XLA:CPU compile-once without CPU fallbacks
 (``-m xla`` in the XLA venv).

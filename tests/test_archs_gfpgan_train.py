@@ -1,7 +1,7 @@
 """The networks of GFPGAN's training (its ``options/train_gfpgan_v1.yml``): GFPGANv1, FacialComponentDiscriminator
 and ResNetArcFace, against the GFPGAN repository's code (on BasicSR 1.4.2's StyleGAN2 layers).
 
-Fixtures: ``tests/fixtures/make_gfpgan_train_fixtures.py``. GFPGANv1's weights are stored (exact float16 values);
+Fixtures: ``tools/fixtures/make_gfpgan_train_fixtures.py``. GFPGANv1's weights are stored (exact float16 values);
 the fixed-width discriminator and ArcFace use seeded weights (``seeded_state`` below, the same function as the
 script's, checked by its sum), ArcFace's batch-norm statistics as they were after a training-mode pass of the
 reference. The state dicts load strictly and give the reference's outputs (GFPGANv1: stored noise, and its U-Net

@@ -1,7 +1,7 @@
 """GRL (global, regional and local modelling; Li et al., CVPR 2023), Uformer (Wang et al., CVPR 2022) and KBNet's
 KBNet_s / KBNet_l (kernel basis network; Zhang et al., 2023) against spandrel 0.4.2.
 
-Fixtures come from spandrel 0.4.2 (``tests/fixtures/make_{grl,uformer,kbnet}_fixtures.py``): for GRL
+Fixtures come from spandrel 0.4.2 (``tools/fixtures/make_{grl,uformer,kbnet}_fixtures.py``): for GRL
 every head, q/k/v and anchor projection, stage conv, stripe groups, shifted stripes, local connection and the
 Euclidean ablation; for Uformer each feed-forward, both projections, the modulators and the small-stage windows;
 for KBNet both conv branches, conv biases and empty stages.

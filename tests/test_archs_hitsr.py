@@ -1,6 +1,6 @@
 """HiT-SR's HiT_SIR, HiT_SNG and HiT_SRF (Zhang et al., ECCV 2024).
 
-Fixtures come from traiNNer-redux's source (``tests/fixtures/make_hitsr_fixtures.py``): the state dicts load
+Fixtures come from traiNNer-redux's source (``tools/fixtures/make_hitsr_fixtures.py``): the state dicts load
 strictly and give its outputs in eval mode, sizes the blocks must pad included (SNG's twice-the-window padding with
 two reflections too). Also: ONNX through anysr's exporter and per architecture an XLA:CPU train step that
 compiles once with no aten op left to the CPU (``-m xla``).

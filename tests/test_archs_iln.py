@@ -2,7 +2,7 @@
 ``dat_iln_light``; ``HAT_iLN``: ``hat_iln_s``, ``hat_iln_m``, ``hat_iln_l``, ``hat_iln_m_aligned``,
 ``hat_iln_l_aligned``), built from DAT's and HAT's own blocks with ``ImageLayerNorm`` as their norm.
 
-Fixtures come from traiNNer-redux's own code (``tests/fixtures/make_iln_fixtures.py``): its state dicts load
+Fixtures come from traiNNer-redux's own code (``tools/fixtures/make_iln_fixtures.py``): its state dicts load
 strictly and give its eval outputs (EMA unset: scales unclamped), then four training-mode forwards in sequence give
 its outputs, input gradients and every i-LN's ``std_ema`` step by step (initialisation, the slow EMA, a spike the
 guard clamps, a dip), its parameter gradients, and its eval outputs with the EMAs set. Also: the EMA rule itself,

@@ -1,6 +1,6 @@
 """IPT (the Image Processing Transformer; Chen et al., CVPR 2021) against spandrel 0.4.2.
 
-Fixtures come from spandrel 0.4.2 (``tests/fixtures/make_ipt_fixtures.py``): one task and several (a chosen
+Fixtures come from spandrel 0.4.2 (``tools/fixtures/make_ipt_fixtures.py``): one task and several (a chosen
 ``scale_idx``: its head, query embedding and tail), the position added once or in every layer, without the
 token MLP and layer norms, without position encoding, x1 to x4 and ``rgb_range`` 255 or 1. The reference takes
 exactly one ``patch_size`` square; anysr's IPT pads other sizes to squares, so that is checked separately. The

@@ -1,6 +1,6 @@
 """traiNNer-redux's LAWFFT.
 
-Fixtures come from traiNNer-redux's own source (``tests/fixtures/make_lawfft_fixtures.py``): the state dicts load
+Fixtures come from traiNNer-redux's own source (``tools/fixtures/make_lawfft_fixtures.py``): the state dicts load
 strictly and give its outputs (input sizes no multiple of the window, windows 4, 6 and 8, the unshuffle stem, four
 head kinds) and its gradients, with the whole-image transforms as ``torch.fft`` and as DFT matrix products (the XLA
 / ONNX form). Also: the DFT helpers against ``torch.fft``, recognition, bad arguments, ONNX through anysr's exporter

@@ -1,6 +1,6 @@
 """Lightweight SR architectures MoSR, SeemoRe, DITN, SAFMNBCIE, MoESR and DCTLSA.
 
-Fixtures come from spandrel 0.4.2 (``tests/fixtures/make_lightweight_fixtures.py``): the state dicts load strictly
+Fixtures come from spandrel 0.4.2 (``tools/fixtures/make_lightweight_fixtures.py``): the state dicts load strictly
 and give spandrel's outputs, also for sizes that need padding. Also: ONNX export (onnxruntime on a size the export
 never saw), build errors, and one XLA:CPU compile-once / no-CPU-fallback check per architecture (``-m xla`` in the
 XLA venv). The checks every architecture gets (channels_last, bf16 autocast, the meta device, gradients, training

@@ -1,6 +1,6 @@
 """MMRealSR (Mou et al., ECCV 2022; the authors' MMRRDBNet_test) against spandrel 0.4.2.
 
-Fixtures come from spandrel 0.4.2 (``tests/fixtures/make_mmrealsr_fixtures.py``): the image and the estimated
+Fixtures come from spandrel 0.4.2 (``tools/fixtures/make_mmrealsr_fixtures.py``): the image and the estimated
 degrees, with and without ``custom_degrees``, two and three degradations, sigmoid and tanh, RGB and gray, at x4
 (the only scale the reference runs). The common checks (channels_last, bf16, the meta device, gradients, a training
 run, 2 ranks = 1 process) are in tests/test_archs_common.py; here: strict loading and parity (degrees too),

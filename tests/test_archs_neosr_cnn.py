@@ -1,6 +1,6 @@
 """neosr's NinaSR and PlainUSR.
 
-Fixtures come from neosr's own source (``tests/fixtures/make_neosr_cnn_fixtures.py``): the state dicts (PlainUSR's
+Fixtures come from neosr's own source (``tools/fixtures/make_neosr_cnn_fixtures.py``): the state dicts (PlainUSR's
 training-time layout, the one neosr saves) load strictly and give neosr's inference outputs (sizes that are no
 multiple of NinaSR's 16-pixel gate stride or PlainUSR's pooling) and its gradients. Also: PlainUSR's folded convs
 (training = eval = ``reparameterize()``), neosr's names and published sizes, bad arguments, ONNX through anysr's

@@ -1,6 +1,6 @@
 """neosr's DCT (``dct``, Dual Compression Transformer).
 
-Fixtures come from neosr's own source (``tests/fixtures/make_neosr_dct_fixtures.py``): the state dicts (float16-
+Fixtures come from neosr's own source (``tools/fixtures/make_neosr_dct_fixtures.py``): the state dicts (float16-
 exact seeded weights and neosr's buffers) load strictly and give neosr's outputs in eval and in training mode (the
 same computation at drop_path_rate 0), at sizes that are no multiple of the windows (shifted windows in even and
 odd groups, neosr's stored masks where the padded size is ``img_size``), and its training gradients. Also: neosr's

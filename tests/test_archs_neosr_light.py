@@ -1,6 +1,6 @@
 """neosr's lightweight CNNs: CFSR (``cfsr``), HASN (``hasn``), KRGN (``krgn``) and MSDAN (``msdan``).
 
-Fixtures come from neosr's own source (``tests/fixtures/make_neosr_light_fixtures.py``): the state dicts (HASN's
+Fixtures come from neosr's own source (``tools/fixtures/make_neosr_light_fixtures.py``): the state dicts (HASN's
 seeded, at the width of 52 its code needs) load strictly and give neosr's outputs in eval and in training mode (the
 same computation: none of them has batch norm or dropout; CFSR's folded edge filters and KRGN's unused
 re-parameterised conv leave no training-only branch), at sizes that are no multiple of any pooling stride, and its

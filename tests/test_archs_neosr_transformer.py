@@ -1,7 +1,7 @@
 """neosr's HMA (``hma``, ``hma_medium``, ``hma_large``) and GRFormer (``grformer``, ``grformer_medium``,
 ``grformer_large``).
 
-Fixtures come from neosr's own source (``tests/fixtures/make_neosr_transformer_fixtures.py``): the state dicts load
+Fixtures come from neosr's own source (``tools/fixtures/make_neosr_transformer_fixtures.py``): the state dicts load
 strictly and give its outputs (eval mode; sizes neosr's HMA cannot run are compared with it on the reflect-padded
 input, cropped, which anysr's ``forward`` does inside; GRFormer pads itself) and its training-mode gradients. Also: the
 presets build neosr's sizes, bad arguments are refused naming the argument, ONNX through anysr's exporter at a size

@@ -1,6 +1,6 @@
 """PLKSR (spandrel 0.4.2), SRFormer and ELAN (traiNNer-redux).
 
-Fixtures: ``tests/fixtures/make_plksrformer_fixtures.py``. State dicts load strictly and give the reference
+Fixtures: ``tools/fixtures/make_plksrformer_fixtures.py``. State dicts load strictly and give the reference
 outputs (padded sizes too); ONNX and an XLA:CPU compile-once / no-fallback check per
 architecture (``-m xla`` in the XLA venv).
 The checks every architecture gets (channels_last, bf16 autocast, the meta device, gradients, training runs,

@@ -1,6 +1,6 @@
 """RCAN in its authors' layout (``RCANOriginal``: traiNNer-redux's and spandrel's RCAN), GateRV3 and SCUNet_aaf6aa.
 
-Fixtures come from traiNNer-redux's source and spandrel 0.4.2 (``tests/fixtures/make_rcan_gater_scunet_fixtures.py``):
+Fixtures come from traiNNer-redux's source and spandrel 0.4.2 (``tools/fixtures/make_rcan_gater_scunet_fixtures.py``):
 the state dicts load strictly and give their outputs (eval mode, sizes that need the networks' padding, and the
 training forms of GateRV3 and of SCUNet_aaf6aa with its noise off). GateRV3's and SCUNet_aaf6aa's weights are the
 fixture script's synthetic ones (tests/arch_checks.py draws them again), not stored. Also: which class each RCAN

@@ -1,5 +1,5 @@
 """Restoration / efficient archs ECBSR, RIDNet, NAFNet, SCUNet against their references (tests/fixtures/restoration,
-made by tests/fixtures/make_restoration_fixtures.py: BasicSR 1.4.2 for ECBSR and RIDNet, spandrel 0.4.2 for
+made by tools/fixtures/make_restoration_fixtures.py: BasicSR 1.4.2 for ECBSR and RIDNet, spandrel 0.4.2 for
 NAFNet and SCUNet), plus ECBSR's re-parameterisation, padding, bf16 autocast, channels_last and XLA."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Restoration archs Real-CUGAN (UpCunet2x / 3x / 4x / 2x_fast, "pro"), DRUNet, FBCNN, DnCNN / FDnCNN and
-Swift-SRGAN against spandrel 0.4.2 (tests/fixtures/restore, made by tests/fixtures/make_restore_fixtures.py).
+Swift-SRGAN against spandrel 0.4.2 (tests/fixtures/restore, made by tools/fixtures/make_restore_fixtures.py).
 
 Parity on tiny (and for Real-CUGAN full-width, synthetic-weight) networks, including inputs that need padding; keys
 and parameter counts of the published configurations; noise-map / quality-factor inputs; ONNX and XLA:CPU (``-m

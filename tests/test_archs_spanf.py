@@ -1,6 +1,6 @@
 """traiNNer-redux's SPANF and SPANF3 (SPAN variants).
 
-Fixtures come from traiNNer-redux's own source (``tests/fixtures/make_spanf_fixtures.py``): the state dicts load
+Fixtures come from traiNNer-redux's own source (``tools/fixtures/make_spanf_fixtures.py``): the state dicts load
 strictly and give its outputs in eval mode (sizes SPANF3's unshuffle pads) and in training mode (SPANF3's unfolded
 branches), and its training gradients (SPANF: only its grouped near conv and 1x1 fusion train, as in
 traiNNer-redux). Also: SPANF3's re-parameterisation, traiNNer-redux's names (``spanf``, ``spanf3``: functions taking

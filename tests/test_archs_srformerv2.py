@@ -1,6 +1,6 @@
 """traiNNer-redux's SRFormerV2 (``SRFormerv2``, preset ``srformerv2``).
 
-Fixtures come from traiNNer-redux's own class (``tests/fixtures/make_srformerv2_fixtures.py``): the state dicts load
+Fixtures come from traiNNer-redux's own class (``tools/fixtures/make_srformerv2_fixtures.py``): the state dicts load
 strictly and give its outputs in eval mode (inputs that are not a multiple of the window included) and its
 training-mode gradients; the buffers anysr computes equal its. The cases with its fixed 64-channel reconstruction
 (``pixelshuffle``, ``nearest+conv``) store every tensor but those convs, which are seeded. Also: the preset builds

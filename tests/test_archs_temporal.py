@@ -1,6 +1,6 @@
 """traiNNer-redux's temporal networks (clip in, centre frame out): TemporalSPAN, TemporalSPANv2, TSCUNet, TFDAT.
 
-Fixtures come from traiNNer-redux's own source (``tests/fixtures/make_temporal_fixtures.py``): the state dicts load
+Fixtures come from traiNNer-redux's own source (``tools/fixtures/make_temporal_fixtures.py``): the state dicts load
 strictly and give its outputs (eval mode, sizes that need the networks' internal padding, and the training-mode
 branches of the re-parameterised SPANs). The image-network checks of ``tests/test_archs_common.py`` (channels_last
 inputs, its image training runs) do not apply to 5-D clips; their equivalents are here: bf16 autocast, the meta

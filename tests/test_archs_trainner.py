@@ -1,6 +1,6 @@
 """traiNNer-redux's architectures SpanPlus, RTMoSR, ArtCNN, DIS, LMLT and MAN.
 
-Fixtures come from traiNNer-redux's own source (``tests/fixtures/make_trainner_arch_fixtures.py``): the state dicts
+Fixtures come from traiNNer-redux's own source (``tools/fixtures/make_trainner_arch_fixtures.py``): the state dicts
 load strictly and give its outputs (eval mode, sizes that need the networks' internal padding, and the training-mode
 branches of the re-parameterised SpanPlus / RTMoSR). Also: the deployment fold, ONNX through anysr's exporter, and
 per architecture an XLA:CPU train step that compiles once with no aten op left to the CPU (``-m xla``). The checks

@@ -1,6 +1,6 @@
 """Transformer SR architectures Swin2SR, RGT (RGT / RGT-S), CRAFT and ATD (ATD / ATD-light).
 
-Fixtures come from spandrel 0.4.2 (``tests/fixtures/make_transformer_fixtures.py``): the state dicts load strictly
+Fixtures come from spandrel 0.4.2 (``tools/fixtures/make_transformer_fixtures.py``): the state dicts load strictly
 and give spandrel's outputs, also for inputs that must be padded. Also: the published layouts' sizes, ONNX, build
 errors, and one XLA:CPU compile per shape without CPU fallbacks (``-m xla`` in the XLA venv). The checks every
 architecture gets (channels_last, bf16 autocast, the meta device, gradients, training runs, 2 gloo ranks == 1

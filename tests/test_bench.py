@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import run_cli, tiny_train_options, write_options
+from conftest import ROOT, run_cli, tiny_train_options, write_options
 from torch import nn
 
 from anysr.archs.arch_util import input_channels
@@ -58,8 +63,36 @@ def test_bench_beside_runs_copies_at_once(tmp_path: Path, small_train_dir: Path)
         assert copy["slowdown"] == pytest.approx(copy["ms_per_iter"] / r["alone"]["ms_per_iter"])
         assert copy["threads"] >= 1
     assert "2 identical jobs at once" in proc.stdout and len(re.findall(r"\d\.\d\dx alone", proc.stdout)) == 2
-    bad = run_cli("bench", "-opt", str(opt), "--beside", "-1", cwd=tmp_path, check=False)
-    assert bad.returncode == 2 and "--beside: -1 copies" in bad.stderr
+    for n in ("-1", "17", "50"):  # 50 once started 51 processes
+        bad = run_cli("bench", "-opt", str(opt), "--beside", n, cwd=tmp_path, check=False)
+        assert bad.returncode == 2 and f"--beside: {n} copies; give a number from 1 to 16" in bad.stderr, bad.stderr
+    big = run_cli("bench", "-opt", str(opt), "--infer-size", "20000", "--iters", "1", "--warmup", "0", cwd=tmp_path,
+                  check=False)
+    assert big.returncode != 0 and "--infer-size 20000: bench times one untiled image of at most 4096" in big.stderr
+    assert "Traceback" not in big.stderr
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_bench_beside_ends_its_copies_on_sigterm(tmp_path: Path, small_train_dir: Path) -> None:
+    """SIGTERM to `bench --beside` ends every copy within seconds and leaves no temporary folder."""
+    opt = write_options(tmp_path / "tiny.yml", tiny_train_options("tiny", small_train_dir, None))
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    parent = subprocess.Popen([sys.executable, "-m", "anysr", "bench", "-opt", str(opt), "--iters", "100000",
+                               "--warmup", "0", "--beside", "1"], cwd=tmp_path, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    children: list[int] = []
+    while not children and time.monotonic() < deadline and parent.poll() is None:
+        time.sleep(0.5)
+        children = [int(c) for c in Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text().split()]
+    assert children, "bench --beside started no copy"
+    parent.send_signal(signal.SIGTERM)
+    _, err = parent.communicate(timeout=60)
+    assert parent.returncode != 0 and "stopped by SIGTERM; its copies were ended" in err and "Traceback" not in err
+    time.sleep(0.5)
+    assert not [c for c in children if Path(f"/proc/{c}").exists() and
+                "Z" not in Path(f"/proc/{c}/stat").read_text().split(")")[1][:3]], "a copy runs on"
+    assert not list(tmp_path.glob("anysr-beside-*")), "the temporary folder was left behind"
 
 
 def test_bench_reads_no_data_and_takes_precision(tmp_path: Path, root: Path) -> None:
@@ -72,23 +105,30 @@ def test_bench_reads_no_data_and_takes_precision(tmp_path: Path, root: Path) -> 
     assert r["choices"]["channels_last"]["requested"] == "auto" and "measured on this CPU" in proc.stdout
 
 
-def test_bench_remeasure_times_the_cached_choice_again(tmp_path: Path, small_train_dir: Path) -> None:
-    """The first run measures and caches; the next reads the cache; ``--remeasure`` times it again and replaces it."""
+def test_remeasure_times_a_cached_choice_again(tmp_path: Path, small_train_dir: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cached choice is read back; with ANYSR_REMEASURE (what ``anysr bench --remeasure`` sets for its workers) it
+    is timed again. In-process and on a seeded cache, so a busy machine (whose measurements are provisional, not
+    cached) cannot change the answer."""
+    from anysr.accelerators import calibrate
+    from anysr.accelerators.precision import Variant
+
+    monkeypatch.setenv("ANYSR_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("ANYSR_REMEASURE", raising=False)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 3, 3, padding=1))
+    shape, variants = (1, 3, 8, 8), [Variant("fp32", False), Variant("fp32", True)]
+    key = calibrate.fingerprint(net, shape, True, variants)
+    calibrate._write_cache(key, {"best": variants[1].label(), "timings": "seeded", "measured": "2026-01-01 00:00:00"})
+    chosen, reason = calibrate.fastest(net, shape, variants, train=True)
+    assert chosen == variants[1] and "seeded" in reason and "--remeasure" in reason
+    monkeypatch.setenv("ANYSR_REMEASURE", "1")
+    _, reason = calibrate.fastest(net, shape, variants, train=True)
+    assert "seeded" not in reason and re.search(r"measured on this CPU .*in \d+\.\d s", reason), reason
+    monkeypatch.delenv("ANYSR_REMEASURE")
     opt = write_options(tmp_path / "tiny.yml", tiny_train_options("tiny", small_train_dir, None))
-    env = {"ANYSR_CACHE_DIR": str(tmp_path / "cache")}
-    args = ("bench", "-opt", str(opt), "--iters", "1", "--warmup", "0", "--infer-size", "0", "--precision", "fp32",
-            "--force_yml", "train.channels_last=auto")  # the tiny file fixes it: left open, it is measured
-    fresh = re.compile(r"measured on this CPU for this network in \d+\.\d s")
-    cached = re.compile(r"measured on \d{4}-\d\d-\d\d [\d:]+ on this CPU for this network")
-    first = run_cli(*args, cwd=tmp_path, env=env)
-    assert fresh.search(first.stdout + first.stderr) and "--remeasure" in first.stdout + first.stderr
-    stored = json.loads((tmp_path / "cache" / "choices.json").read_text())
-    again = run_cli(*args, cwd=tmp_path, env=env)
-    assert cached.search(again.stdout + again.stderr) and not fresh.search(again.stdout + again.stderr)
-    remeasured = run_cli(*args, "--remeasure", cwd=tmp_path, env=env)
-    assert fresh.search(remeasured.stdout + remeasured.stderr)
-    replaced = json.loads((tmp_path / "cache" / "choices.json").read_text())
-    assert replaced.keys() == stored.keys()  # the same entry, measured anew
+    assert main(["bench", "-opt", str(opt), "--iters", "1", "--warmup", "0", "--infer-size", "0",
+                 "--remeasure"]) == 0
+    assert os.environ.get("ANYSR_REMEASURE") == "1"  # set before the workers start: they inherit it
 
 
 def test_flop_count_is_the_arithmetic() -> None:

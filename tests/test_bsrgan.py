@@ -1,5 +1,5 @@
 """BSRGAN's degradation models (KAIR's degradation_bsrgan / degradation_bsrgan_plus): the operators and whole
-pipelines equal KAIR's on fixed draws (tests/fixtures/make_bsrgan_fixtures.py), the draws follow KAIR's
+pipelines equal KAIR's on fixed draws (tools/fixtures/make_bsrgan_fixtures.py), the draws follow KAIR's
 probabilities, and training on BSRGANDataset resumes exactly and runs from the command line."""
 
 from __future__ import annotations

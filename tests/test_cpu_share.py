@@ -93,3 +93,53 @@ def test_training_beside_a_cpu_hog_takes_fewer_threads_and_says_so(tmp_path: Pat
     state = torch.load(next((tmp_path / "experiments" / "shared" / "training_states").glob("*.state")),
                        weights_only=True)
     assert state["threads"] == cores - 1
+
+
+def test_jobs_started_together_see_each_other(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two anysr jobs started at the same moment both find the cores idle: their claims make each take its share."""
+    monkeypatch.setenv("ANYSR_JOBS_DIR", str(tmp_path))
+    monkeypatch.setattr(cpu_share, "available_cores", lambda: 2)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("ANYSR_THREADS", "auto")
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        cpu_share.JobClaim(1, root=other.pid).write()  # the other job's claim (as its rank would write it)
+        mine = cpu_share.JobClaim(1)
+        mine.write()
+        assert [p["pid"] for p in cpu_share.peer_jobs()] == [other.pid]
+        choice = choose_threads(1, busy=0.0)  # nothing busy yet: the claim alone halves the cores
+        assert choice.threads == 1 and choice.shared and "1 other anysr job run here" in choice.why
+        assert f"pid {other.pid}" in choice.why and "so 1 instead of 2" in choice.why
+        assert choose_threads(1, busy=0.0, peers=[]).threads == 2  # without it: both would take both cores
+        mine.release()
+        assert not (tmp_path / f"{os.getpid()}.json").exists() and (tmp_path / f"{other.pid}.json").exists()
+    finally:
+        other.kill()
+        other.wait()
+    assert cpu_share.peer_jobs() == [] and not list(tmp_path.glob("*.json"))  # a dead job's claim is removed
+
+
+def test_a_claim_whose_pid_names_another_process_is_stale(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANYSR_JOBS_DIR", str(tmp_path))
+    (tmp_path / "1.json").write_text('{"pid": 1, "started": "-1", "ranks": 1}')  # pid 1 started at boot, not -1
+    (tmp_path / "2.json").write_text("not json")
+    assert cpu_share.peer_jobs(root=0) == []
+    assert not (tmp_path / "1.json").exists()
+
+
+def test_rebalance_before_the_first_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job that started while this one calibrated: fewer threads from the first step, said why; never more."""
+    monkeypatch.setenv("ANYSR_JOBS_DIR", str(tmp_path))
+    monkeypatch.setattr(cpu_share, "available_cores", lambda: 2)
+    monkeypatch.setattr(cpu_share, "other_busy_cores", lambda window_s=0.5: 0.0)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("ANYSR_THREADS", "auto")
+    start = cpu_share.ThreadChoice(2, "2 cores")
+    assert cpu_share.rebalance(1, start) is None  # alone: nothing to do
+    cpu_share.JobClaim(1, root=1).write()  # pid 1 is alive
+    (tmp_path / "1.json").write_text((tmp_path / "1.json").read_text())  # written by "another" process
+    again = cpu_share.rebalance(1, start)
+    assert again.threads == 1 and again.why.startswith("re-balanced before the first step from 2:")
+    assert cpu_share.rebalance(1, cpu_share.ThreadChoice(1, "1")) is None
+    monkeypatch.setenv("ANYSR_THREADS", "fair")
+    assert cpu_share.rebalance(1, start) is None  # a fixed rule is kept

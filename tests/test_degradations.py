@@ -1,4 +1,4 @@
-"""Real-ESRGAN degradations against BasicSR 1.4.2 (fixtures from tests/fixtures/make_degradation_fixtures.py).
+"""Real-ESRGAN degradations against BasicSR 1.4.2 (fixtures from tools/fixtures/make_degradation_fixtures.py).
 
 * Deterministic operators: kernels (float64) at 1e-6 (the issue's bound; observed ~1e-16), filter2D and the
   noise given BasicSR's random fields or seeds at 1e-6, USMSharp and DiffJPEG at ``FIXTURE_TOL`` (float32 sums

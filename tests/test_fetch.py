@@ -264,15 +264,25 @@ def test_a_checksum_mismatch_is_set_aside(div2k: dict[str, bytes], server: Serve
     assert (downloads / "DIV2K_train_LR_bicubic_X2.zip.bad").read_bytes() == b"damaged"
 
 
-def test_missing_files_offline_and_unknown_names(server: Server, tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_files_offline_and_unknown_names(server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("WARNING")
     with pytest.raises(DataError, match=r"downloading DIV2K_train_HR\.zip from .* failed \(HTTP 404\); check the "
                                         r"network, set ANYSR_DATASET_MIRROR"):
         fetch_dataset("DIV2K", tmp_path, progress=False)
     monkeypatch.setenv("ANYSR_OFFLINE", "1")
-    with pytest.raises(DataError, match=r"DIV2K_train_HR\.zip is not in .* downloading is off \(ANYSR_OFFLINE=1\); "
-                                        r"download http://data\.vision\.ee\.ethz\.ch/cvl/DIV2K/DIV2K_train_HR\.zip"):
+    (tmp_path / "downloads" / "DIV2K_valid_HR.zip").write_bytes(b"a wrong file")
+    with pytest.raises(DataError) as exc:  # every missing archive at once, each with its URL and checksum
         fetch_dataset("DIV2K", tmp_path, progress=False)
+    lines = str(exc.value).splitlines()
+    assert lines[0] == (f"downloading is off (ANYSR_OFFLINE=1) and 6 files are not in {tmp_path / 'downloads'}; "
+                        "download them there, then run the command again:")
+    assert lines[1].startswith("  DIV2K_train_HR.zip: http://data.vision.ee.ethz.ch/cvl/DIV2K/DIV2K_train_HR.zip "
+                               "(md5 ") and len(lines) == 7
+    assert (tmp_path / "downloads" / "DIV2K_valid_HR.zip.bad").read_bytes() == b"a wrong file"
+    assert "downloaded again" not in caplog.text and "set aside as DIV2K_valid_HR.zip.bad" in caplog.text
+    assert "expected md5 " in caplog.text
+    assert not list((tmp_path / "downloads").glob("*.lock")) and not list((tmp_path / "downloads").glob(".*.lock"))
     with pytest.raises(OptionError, match=r"no dataset is named 'DIV3K'; known: DIV2K, Flickr2K"):
         fetch_dataset("DIV3K", tmp_path)
     monkeypatch.delenv("ANYSR_OFFLINE")
@@ -513,6 +523,6 @@ def test_a_file_put_there_by_hand_is_used_offline(tmp_path: Path, monkeypatch: p
     assert (tmp_path / "OST" / "OST300" / "img_001.png").is_file()
     # from now on the local pin decides: a different file in its place is set aside
     (downloads / "OST_dataset.zip").write_bytes(b"something else")
-    with pytest.raises(DataError, match=r"OST_dataset\.zip is not in .* downloading is off"):
+    with pytest.raises(DataError, match=r"downloading is off .* 1 file is not in .*\n  OST_dataset\.zip: https:"):
         fetch_dataset("OST", tmp_path, progress=False)
     assert (downloads / "OST_dataset.zip.bad").read_bytes() == b"something else"

@@ -1,7 +1,7 @@
 """GFPGAN's ``FFHQDegradationDataset``: the pipeline against GFPGAN's own code on fixed draws, the draws against the
 option ranges, seeding, flipped component boxes, gray, GFPGAN's option files, the landmarks file and its errors.
 
-Fixtures: ``tests/fixtures/make_ffhq_degradation_fixtures.py`` (GFPGAN's dataset and BasicSR 1.4.2's degradations
+Fixtures: ``tools/fixtures/make_ffhq_degradation_fixtures.py`` (GFPGAN's dataset and BasicSR 1.4.2's degradations
 run unchanged on scripted draws).
 """
 

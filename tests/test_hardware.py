@@ -58,7 +58,22 @@ def test_auto_channels_last_per_device() -> None:
     assert choose_channels_last(True, device="xla", precision="fp32").value is False
 
 
-def test_cpu_accelerator_decides_in_setup_and_calibrate() -> None:
+class _QuietWatch:
+    """A ShareWatch that saw no other program (the tests' own parallel workers would make every choice provisional)."""
+
+    def sample(self) -> float:
+        return 0.0
+
+
+@pytest.fixture
+def quiet_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    import anysr.accelerators.calibrate as cal
+
+    monkeypatch.setattr(cal, "ShareWatch", _QuietWatch)
+    monkeypatch.setattr(cal, "peer_jobs", lambda: [])
+
+
+def test_cpu_accelerator_decides_in_setup_and_calibrate(quiet_machine: None) -> None:
     acc = create_accelerator(resolve_plan("cpu", 1))
     acc.setup()
     native, _ = cpu_bf16()
@@ -129,6 +144,71 @@ def test_measure_stays_within_its_budget_and_drops_a_far_slower_variant(monkeypa
     for bad in ("0", "-1", "soon"):
         monkeypatch.setenv("ANYSR_CALIBRATION_BUDGET", bad)
         assert cal.budget_s() == cal.BUDGET_S
+
+
+def test_a_choice_made_under_load_or_cut_short_is_provisional(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Used for this run, never cached: the next run measures again."""
+    import anysr.accelerators.calibrate as cal
+
+    monkeypatch.setenv("ANYSR_CACHE_DIR", str(tmp_path))
+    variants = [Variant("fp32", False), Variant("fp32", True)]
+    net = torch.nn.Conv2d(3, 4, 3)
+
+    class Busy:
+        def sample(self) -> float:
+            return 1.3
+
+    monkeypatch.setattr(cal, "ShareWatch", Busy)
+    monkeypatch.setattr(cal, "peer_jobs", lambda: [])
+    best, line = cal.fastest(net, (1, 3, 12, 12), variants, train=False)
+    assert best in variants and "provisional (other programs kept 1.3 cores busy): used for this run only, " \
+        "measured again next time" in line and "kept in" not in line
+    assert not (tmp_path / cal.CACHE_FILE).exists()
+    monkeypatch.setattr(cal, "ShareWatch", _QuietWatch)
+    monkeypatch.setattr(cal, "peer_jobs", lambda: [{"pid": 1, "ranks": 1}])
+    assert "provisional (1 other anysr job ran)" in cal.fastest(net, (1, 3, 12, 12), variants, train=False)[1]
+    monkeypatch.setattr(cal, "peer_jobs", lambda: [])
+    monkeypatch.setattr(cal, "measure", lambda *a, **k: {variants[0]: 0.5})  # the budget ran out after one
+    best, line = cal.fastest(net, (1, 3, 12, 12), variants, train=False)
+    assert best == variants[0] and "fp32/NHWC not timed: past the budget" in line
+    assert "provisional (1 candidate not timed)" in line and not (tmp_path / cal.CACHE_FILE).exists()
+    monkeypatch.setattr(cal, "measure", lambda *a, **k: {variants[0]: 0.5, variants[1]: 0.4})
+    best, line = cal.fastest(net, (1, 3, 12, 12), variants, train=False)  # complete and quiet: kept
+    assert best == variants[1] and "kept in" in line and (tmp_path / cal.CACHE_FILE).exists()
+
+
+def test_a_variant_whose_pilot_says_it_would_overrun_is_not_started(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The budget bounds the time: a 40x slower layout (seen: channels_last 137 s of a 10 s budget) is not run."""
+    import anysr.accelerators.calibrate as cal
+
+    full = {Variant("fp32", False): 2.0, Variant("fp32", True): 80.0}
+    calls: list[tuple[Variant, int]] = []
+    clock = [0.0]
+
+    def fake_step(net: torch.nn.Module, x: torch.Tensor, v: Variant, train: bool) -> float:
+        t = full[v] * x.shape[-1] * x.shape[-2] / (64 * 64)
+        calls.append((v, x.shape[-1]))
+        clock[0] += t
+        return t
+
+    monkeypatch.setattr(cal, "_time_once", fake_step)
+    monkeypatch.setattr(cal.time, "perf_counter", lambda: clock[0])
+    times = measure(torch.nn.Conv2d(3, 4, 3), (1, 3, 64, 64), list(full), train=True, repeats=2, budget=10.0)
+    assert list(times) == [Variant("fp32", False)]  # the NHWC variant was only piloted on 16x16
+    assert (Variant("fp32", True), 64) not in calls and (Variant("fp32", True), 16) in calls
+    assert clock[0] <= 10.0 + full[Variant("fp32", False)]
+
+
+def test_a_resumed_run_keeps_its_recorded_choice() -> None:
+    acc = create_accelerator(resolve_plan("cpu", 1))
+    acc.setup()
+    if len(acc.candidate_variants()) < 2:
+        pytest.skip("nothing to measure")
+    net = torch.nn.Conv2d(3, 4, 3)
+    acc.calibrate(net, (1, 3, 12, 12), train=True, recorded=["fp32", True])
+    assert (acc.precision.name, acc.precision.channels_last) == ("fp32", True)
+    assert "as the run being resumed computed" in acc.precision.choices["channels_last"].reason
+    assert acc.precision.state_dict()["variant"] == ["fp32", True]
 
 
 def test_auto_is_the_options_default(tmp_path: Path, small_train_dir: Path) -> None:

@@ -1,6 +1,6 @@
 """HiFaceGAN, HiFaceGANDiscriminator, GANFeatLoss and HiFaceGANModel against BasicSR 1.4.2.
 
-Fixtures come from BasicSR 1.4.2's own modules (``tests/fixtures/make_hifacegan_fixtures.py``): networks run a few
+Fixtures come from BasicSR 1.4.2's own modules (``tools/fixtures/make_hifacegan_fixtures.py``): networks run a few
 training-mode passes first (batch-norm statistics and spectral-norm vectors moved), then compared in eval mode,
 every discriminator feature too. BasicSR's own HiFaceGAN option files (``tests/fixtures/basicsr_options``, as
 released) are checked and trained through the command line. The checks every architecture gets (channels_last,

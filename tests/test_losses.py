@@ -1,4 +1,4 @@
-"""The loss menu: each loss against its reference (fixtures from tests/fixtures/make_loss_fixtures.py, or an
+"""The loss menu: each loss against its reference (fixtures from tools/fixtures/make_loss_fixtures.py, or an
 independent float64 computation / published values where the loss has no reference package), gradients,
 reductions, fp32 under bf16 autocast, argument errors and option validation."""
 
@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -414,12 +413,9 @@ METRIC_FIX = Path(__file__).resolve().parent / "fixtures" / "metrics"
 
 
 def _seeded(name: str, key: str) -> dict[str, torch.Tensor]:
-    """The seeded weights the metric fixtures were made with (tests/fixtures/make_metric_fixtures.py)."""
-    sys.path.insert(0, str(METRIC_FIX.parent))
-    try:
-        from make_metric_fixtures import seeded_state_dict
-    finally:
-        sys.path.pop(0)
+    """The seeded weights the metric fixtures were made with (tools/fixtures/make_metric_fixtures.py)."""
+    from make_metric_fixtures import seeded_state_dict  # noqa: PLC0415 - tools/fixtures (tests/conftest.py)
+
     manifest = json.loads((METRIC_FIX / "manifest.json").read_text())
     return seeded_state_dict(manifest[name][key])
 

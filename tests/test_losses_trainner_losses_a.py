@@ -1,5 +1,5 @@
 """traiNNer-redux's ColorLoss, AverageLoss, BicubicLoss, CosimLoss, NCCLoss and StructureTextureLoss under its
-names: values and gradients equal to its source's (fixtures from ``tests/fixtures/make_trainner_losses_a_fixtures.py``;
+names: values and gradients equal to its source's (fixtures from ``tools/fixtures/make_trainner_losses_a_fixtures.py``;
 StructureTextureLoss with the same random VGG19 weights on both sides), its lower-case names in a traiNNer-redux
 ``train.losses`` list (validated, and trained through the command line), bad arguments refused by name, and
 XLA:CPU (``-m xla``: forward + backward compile once, no CPU fallback).

@@ -1,6 +1,6 @@
 """traiNNer-redux's FLIPLoss (NVIDIA's LDR-FLIP) and ADISTSLoss (A-DISTS on VGG16) under its names.
 
-Fixtures come from traiNNer-redux's own source (``tests/fixtures/make_trainner_losses_b_fixtures.py``): loss
+Fixtures come from traiNNer-redux's own source (``tools/fixtures/make_trainner_losses_b_fixtures.py``): loss
 values and gradients w.r.t. the prediction on odd-sized images. A-DISTS' VGG16 has random weights drawn from a
 seeded generator on both sides (``vgg16_random``), so no weight file is stored. Also: names, arguments, weight
 files, bf16 autocast, a ``train.losses`` entry that validates, a traiNNer-style file trained through the command
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import run_cli, saved_weights, write_options
+from conftest import FIXTURE_TOOLS, run_cli, saved_weights, write_options
 from safetensors.torch import load_file
 from test_trainner_dialect import dialect, valid
 
@@ -30,7 +30,7 @@ MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
 CASES = MANIFEST["cases"]
 DATA = load_file(str(FIXTURES / "losses.safetensors"))
 _spec = importlib.util.spec_from_file_location("make_trainner_losses_b_fixtures",
-                                               FIXTURES.parent / "make_trainner_losses_b_fixtures.py")
+                                               FIXTURE_TOOLS / "make_trainner_losses_b_fixtures.py")
 _make = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
 _spec.loader.exec_module(_make)  # type: ignore[union-attr]
 VGG = _make.vgg16_random(MANIFEST["vgg_seed"])

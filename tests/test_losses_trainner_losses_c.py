@@ -1,5 +1,5 @@
 """traiNNer-redux's PerceptualAnimeLoss, LineDistillerLoss and AESOPLoss under its names: values and gradients equal
-to its source's (fixtures from ``tests/fixtures/make_trainner_losses_c_fixtures.py``; the pretrained networks'
+to its source's (fixtures from ``tools/fixtures/make_trainner_losses_c_fixtures.py``; the pretrained networks'
 weights are the same seeded random tensors on both sides, never stored), the weight files taken as the engine
 takes them (``weights`` / AESOP's ``pretrain_network_ae``; missing: one line naming the option), the AutoEncoder
 network (traiNNer-redux's keys, recognised), a traiNNer-redux ``train.losses`` list (validated, trained through the

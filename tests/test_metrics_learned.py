@@ -1,6 +1,6 @@
 """NIQE, LPIPS, DISTS and FID against their reference implementations (fixtures in tests/fixtures/metrics/).
 
-The fixtures come from ``tests/fixtures/make_metric_fixtures.py`` (BasicSR 1.4.2, lpips, DISTS_pytorch,
+The fixtures come from ``tools/fixtures/make_metric_fixtures.py`` (BasicSR 1.4.2, lpips, DISTS_pytorch,
 pytorch-fid, scipy). The networks there had seeded random weights; ``seeded_state_dict`` (imported from that
 script, numpy only) rebuilds exactly those weights here from the stored key -> shape lists, so no weight file
 is stored or downloaded.
@@ -14,7 +14,6 @@ import json
 import logging
 import math
 import re
-import sys
 from fnmatch import fnmatch
 from pathlib import Path
 
@@ -45,8 +44,7 @@ from anysr.metrics.niqe import calculate_niqe, pristine_params
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures" / "metrics"
-sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
-from make_metric_fixtures import seeded_state_dict  # noqa: E402
+from make_metric_fixtures import seeded_state_dict  # noqa: E402 - tools/fixtures (tests/conftest.py)
 
 MANIFEST = json.loads((FIX / "manifest.json").read_text())
 NIQE_CASES = json.loads((FIX / "niqe.json").read_text())["cases"]

@@ -1,6 +1,6 @@
 """MMRealSR's anchored degradation (anysr.data.degradation.mmrealsr) and its dataset against the authors' code.
 
-Fixtures: tests/fixtures/mmrealsr_degradation/ (tests/fixtures/make_mmrealsr_degradation_fixtures.py runs the
+Fixtures: tests/fixtures/mmrealsr_degradation/ (tools/fixtures/make_mmrealsr_degradation_fixtures.py runs the
 authors' MMRealSRGANDataset and MMRealSRNetModel.feed_data and records their draws).
 """
 

@@ -1,6 +1,6 @@
 """MMRealSRNetModel / MMRealSRGANModel: MMRealSR trained as its authors do, with their own option files.
 
-The step is checked against the authors' ``optimize_parameters`` (tests/fixtures/make_mmrealsr_train_fixtures.py:
+The step is checked against the authors' ``optimize_parameters`` (tools/fixtures/make_mmrealsr_train_fixtures.py:
 their MMRRDBNet / MMRRDBNet_decouple, losses and discriminator step on fixed versions): outputs, estimated degrees,
 every logged loss and the gradients of both networks. Their two option files (tests/fixtures/mmrealsr_options)
 validate and train through the command line with only paths and sizes overridden; a stopped and resumed run ends

@@ -1,8 +1,8 @@
 """neosr's two networks anysr lacked: ``esc_fp`` (ESCFP) and the ``ea2fpn`` discriminator (EA2FPN).
 
-Fixtures come from neosr's own source (``tests/fixtures/make_neosr_archs_fixtures.py``). esc_fp: neosr's state dicts
+Fixtures come from neosr's own source (``tools/fixtures/make_neosr_archs_fixtures.py``). esc_fp: neosr's state dicts
 load strictly and give its eval outputs and training gradients; files are recognised; ONNX at an unseen size; an
-XLA:CPU train step (``-m xla``). ea2fpn (12 M parameters: seeded weights, ``tests/fixtures/seeded_weights.py``): its
+XLA:CPU train step (``-m xla``). ea2fpn (12 M parameters: seeded weights, ``tools/fixtures/seeded_weights.py``): its
 keys are neosr's (torchvision's resnet18 under ``base_model.*``), eval output, the training-mode output, gradients
 and every spectral-norm vector / batch-norm statistic after the step; any input size; GAN iterations through the
 command line as ``network_d`` with and without ``backbone_weights`` (the encoder's torchvision file); XLA:CPU.
@@ -125,9 +125,6 @@ def test_esc_fp_xla_train_step_compiles_once_without_cpu_fallback() -> None:
 
 def _ea2fpn() -> tuple[EA2FPN, dict[str, torch.Tensor]]:
     """anysr's ea2fpn with the fixture's weights (eval mode), loaded strictly, and the fixture's state file."""
-    import sys  # noqa: PLC0415
-
-    sys.path.insert(0, str(FIXTURES))
     from seeded_weights import seeded_state_dict  # noqa: PLC0415
 
     shapes = EA2FPN_CASE["shapes"]

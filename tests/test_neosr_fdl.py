@@ -1,5 +1,5 @@
 """neosr's ``fdl_loss`` (anysr's FrequencyDistributionLoss): values and gradients equal to neosr's source on its four
-backbones (fixtures from ``tests/fixtures/make_neosr_fdl_fixtures.py``: torchvision's vgg19 / resnet101 /
+backbones (fixtures from ``tools/fixtures/make_neosr_fdl_fixtures.py``: torchvision's vgg19 / resnet101 /
 efficientnet_b7 and DINOv2's official ViT-B/14 with the same seeded random weights on both sides, never stored; the
 same random projections), anysr's DINOv2 features equal to DINOv2's source and to timm's, the weights file taken as
 the engine takes it (``weights``; not set: one line naming the option and the file), bad arguments refused by name,
@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -36,8 +35,7 @@ from anysr.models.loss_set import LossSpec, loss_weight_needs
 from anysr.registry import LOSS_REGISTRY
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "neosr_fdl"
-sys.path.insert(0, str(FIXTURES.parent))
-from seeded_weights import seeded_state_dict  # noqa: E402
+from seeded_weights import seeded_state_dict  # noqa: E402 - tools/fixtures (tests/conftest.py)
 
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
 CASES = {c["name"]: c for c in MANIFEST["cases"]}

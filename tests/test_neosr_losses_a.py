@@ -1,6 +1,6 @@
 """neosr's small losses under its type names (mssim_loss, consistency_loss, kl_loss, msswd_loss, ncc_loss, ff_loss,
 ldl_loss, chc_loss, gan_loss) and its L1Loss / MSELoss / HuberLoss: values and gradients equal to its source's
-(fixtures from ``tests/fixtures/make_neosr_losses_a_fixtures.py``; msswd_loss with the reference's own random
+(fixtures from ``tools/fixtures/make_neosr_losses_a_fixtures.py``; msswd_loss with the reference's own random
 projections), msswd's keyed draws (resume and ranks), bad arguments refused by name, a ``train.losses`` list
 trained through the command line, and XLA:CPU (``-m xla``: forward + backward compile once, no CPU fallback).
 """

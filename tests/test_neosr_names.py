@@ -1,7 +1,7 @@
 """neosr's network names: every name neosr registers builds in anysr (the network neosr builds, or listed in
 ``DIFFERENT`` where the name means another network here) unless it is listed in ``NOT_SUPPORTED`` with the reason.
 
-The fixtures (``tests/fixtures/make_neosr_names_fixtures.py``, run against neosr's source) hold the list of names
+The fixtures (``tools/fixtures/make_neosr_names_fixtures.py``, run against neosr's source) hold the list of names
 neosr registers, the parameter count and state-dict layout (keys and shapes) of each at neosr's defaults at x4, and
 per preset anysr adds for neosr (and for hat_s, rgt_s and craft, traiNNer-redux's presets, with neosr's
 ``rgb_mean: [0.5, 0.5, 0.5]``) a shrunk network's state dict (or a seed for one too large to store) with neosr's

@@ -1,5 +1,5 @@
 """neosr's optimizers (anysr/models/neosr_optimizers.py) against neosr's classes (fixtures from
-tests/fixtures/make_neosr_optim_fixtures.py): the training (and, schedule-free, averaged) weights after every step,
+tools/fixtures/make_neosr_optim_fixtures.py): the training (and, schedule-free, averaged) weights after every step,
 the final state and its keys; state-dict round trips resume bit-exactly; neosr's type names and option keys
 (``schedule_free``, ``warmup_steps``) pass; bad arguments are one-line option errors naming the argument; a CLI run
 resumes bit-exactly; on XLA:CPU a step compiles once and nothing falls back to the CPU or reads to the host."""

@@ -1,7 +1,7 @@
 """neosr's ``vgg_perceptual_loss`` (VGGPerceptualLoss, with its Patch Loss), ``dists_loss`` (RawDISTSLoss) and its
 validation metrics (``calculate_psnr`` / ``calculate_ssim`` / ``calculate_dists``) against neosr's own source.
 
-Fixtures come from ``tests/fixtures/make_neosr_perceptual_fixtures.py``: loss values and gradients w.r.t. the
+Fixtures come from ``tools/fixtures/make_neosr_perceptual_fixtures.py``: loss values and gradients w.r.t. the
 prediction on odd-sized images, and neosr's metric values on two real pairs cut from Set5. The VGG19 / VGG16 and
 DISTS' alpha / beta are random, drawn from seeded generators on both sides (the make script's functions), so no
 weight file is stored. Also: names, arguments, the patch terms' missing gradient, autocast, ``train.losses`` /
@@ -20,7 +20,7 @@ import cv2
 import numpy as np
 import pytest
 import torch
-from conftest import run_cli, saved_weights, write_options
+from conftest import FIXTURE_TOOLS, run_cli, saved_weights, write_options
 from safetensors.torch import load_file
 from test_trainner_dialect import dialect, valid
 
@@ -36,7 +36,7 @@ MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
 CASES = MANIFEST["cases"]
 IMAGES = load_file(str(FIXTURES / "images.safetensors"))
 _spec = importlib.util.spec_from_file_location("make_neosr_perceptual_fixtures",
-                                               FIXTURES.parent / "make_neosr_perceptual_fixtures.py")
+                                               FIXTURE_TOOLS / "make_neosr_perceptual_fixtures.py")
 _make = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
 _spec.loader.exec_module(_make)  # type: ignore[union-attr]
 VGG19 = _make.vgg19_random(MANIFEST["vgg19_seed"])

@@ -2,7 +2,7 @@
 judges wavelet bands), ``train.match_lq_colors`` (colour losses compare with the upscaled LQ), ``train.clamp`` (the
 output clamped to [1/255, 1]) and ``train.grad_clip_norm_d`` (neosr's gradient clipping of the discriminator).
 
-The wavelet transform is checked against neosr's own (``tests/fixtures/make_neosr_training_fixtures.py``, run with
+The wavelet transform is checked against neosr's own (``tools/fixtures/make_neosr_training_fixtures.py``, run with
 PyWavelets in the fixture environment); the upscaled LQ against ``F.interpolate(antialias=True)``. Training runs:
 through the command line, an exact resume across ``wavelet_init`` and XLA:CPU's graphs around the switch (``-m xla``).
 """

@@ -1,5 +1,5 @@
 """Named architecture presets (``type: hat_s``): each builds exactly the network traiNNer-redux's builder of the same
-name builds (fixture: ``tests/fixtures/make_trainner_presets.py``, run against traiNNer-redux's source); option
+name builds (fixture: ``tools/fixtures/make_trainner_presets.py``, run against traiNNer-redux's source); option
 files name them with overrides under either spelling and get the top-level scale; bad overrides are one line."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """RealBasicVSR's clip degradation (``degradation: realbasicvsr``, anysr/data/degradation/realbasicvsr.py).
 
-Reference equality on fixed draws against mmagic's classes (fixtures: tests/fixtures/make_realbasicvsr_fixtures.py),
+Reference equality on fixed draws against mmagic's classes (fixtures: tools/fixtures/make_realbasicvsr_fixtures.py),
 the draws' distribution, determinism per sample seed (workers), the dataset and options, one-line errors, and a short
 ``anysr train`` of a tiny BasicVSR on it.
 """

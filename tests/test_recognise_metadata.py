@@ -2,7 +2,7 @@
 metadata ``{"metadata": "<JSON>"}``, or a ``.pth`` container's ``metadata`` entry beside ``params`` /
 ``params_ema``); anysr merges them into what it recognises from the names and shapes.
 
-The files in tests/fixtures/trainner_metadata/ are written by tests/fixtures/make_trainner_metadata_fixtures.py from
+The files in tests/fixtures/trainner_metadata/ are written by tools/fixtures/make_trainner_metadata_fixtures.py from
 traiNNer-redux's / spandrel's own networks (their ``hyperparameters``) in the layout traiNNer-redux's
 ``save_network`` writes, with each network's output on a fixed input. Variants (conflicting, malformed, refused
 metadata) are written here in the same layout from those files' tensors."""

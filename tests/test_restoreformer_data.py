@@ -2,7 +2,7 @@
 sample against the authors' code on fixed draws, the draws against their rates and ranges, seeding, the moved
 component boxes, the authors' option values and bad keys.
 
-Fixtures: ``tests/fixtures/make_restoreformer_data_fixtures.py`` (the authors' three dataset classes and BasicSR
+Fixtures: ``tools/fixtures/make_restoreformer_data_fixtures.py`` (the authors' three dataset classes and BasicSR
 1.4.2's degradations run unchanged on scripted draws).
 """
 

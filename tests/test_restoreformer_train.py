@@ -1,6 +1,6 @@
 """RestoreFormerModel: RestoreFormer / RestoreFormer++ trained with their authors' loss and two-stage recipe.
 
-The step is checked against the authors' Lightning ``training_step`` (tests/fixtures/make_restoreformer_train_fixtures
+The step is checked against the authors' Lightning ``training_step`` (tools/fixtures/make_restoreformer_train_fixtures
 .py: their ``RestoreFormerModel`` and ``VQLPIPSWithDiscriminatorWithCompWithIdentity``, every optimizer in turn,
 three global steps around ``disc_start``): every logged value (1e-4) and the gradients of every network at every
 optimizer (1e-3 of the largest entry), for RestoreFormer++ with every loss term and for the HQ dictionary. The four

@@ -570,4 +570,5 @@ def test_patch_size_problems_are_said_once_with_the_size_that_fits(tmp_path: Pat
                    cwd=tmp_path, check=False)
     assert proc.returncode == 2 and "1 problem(s) found in the datasets before training" in proc.stderr, proc.stderr
     assert ("2 of 10 images are smaller than the 32x32 GT patch (gt_size) (small1.png, small2.png); the largest "
-            "gt_size every image allows is 26: set gt_size: 26") in proc.stderr, proc.stderr
+            "gt_size every image allows is 26: set datasets.train.gt_size: 26 (on the command line: --force_yml "
+            "datasets.train.gt_size=26)") in proc.stderr, proc.stderr

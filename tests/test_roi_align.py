@@ -1,4 +1,4 @@
-"""anysr.ops.roi_align against torchvision.ops.roi_align (fixtures: tests/fixtures/make_roi_align_fixtures.py)."""
+"""anysr.ops.roi_align against torchvision.ops.roi_align (fixtures: tools/fixtures/make_roi_align_fixtures.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """StyleGAN2Model and FFHQDataset: BasicSR 1.4.2's unconditional StyleGAN2 training.
 
-The regularisers equal BasicSR's own functions on fixtures (``tests/fixtures/make_stylegan2_model_fixtures.py``);
+The regularisers equal BasicSR's own functions on fixtures (``tools/fixtures/make_stylegan2_model_fixtures.py``);
 BasicSR's StyleGAN2 option file (``tests/fixtures/basicsr_options``, as released) validates and trains through the
 command line (a narrow network on 64-pixel images), on 2 gloo ranks too; a run stopped and resumed ends with the
 same weights, EMA and path-length mean as one that ran straight through.

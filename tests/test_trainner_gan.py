@@ -1,7 +1,7 @@
 """traiNNer-redux's GAN files: its DUnet discriminator, its MSSIMLoss / HSLuvLoss / PSNRLoss, and the GAN model a
 traiNNer-redux file with ``network_d`` and a GAN loss trains (it has no ``model_type``).
 
-Fixtures come from traiNNer-redux's own source (``tests/fixtures/make_trainner_gan_fixtures.py``): DUnet's state
+Fixtures come from traiNNer-redux's own source (``tools/fixtures/make_trainner_gan_fixtures.py``): DUnet's state
 dicts load strictly and give its outputs (eval and one training-mode forward, whose power iteration updates the
 spectral-norm vectors); the losses give its values. Also: the meta device, channels_last, bf16 autocast, finite
 gradients, ONNX, a traiNNer-style GAN file trained through the command line, and XLA:CPU (``-m xla``).

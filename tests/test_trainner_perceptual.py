@@ -1,5 +1,5 @@
 """traiNNer-redux's perceptual loss (TraiNNerPerceptualLoss) against traiNNer-redux's own class (fixture from
-tests/fixtures/make_trainner_perceptual_fixtures.py), and its mapping from traiNNer-redux option files."""
+tools/fixtures/make_trainner_perceptual_fixtures.py), and its mapping from traiNNer-redux option files."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import run_cli, saved_weights, write_options
+from conftest import FIXTURE_TOOLS, run_cli, saved_weights, write_options
 from safetensors.torch import load_file
 from test_trainner_dialect import dialect, valid
 
@@ -20,7 +20,7 @@ from anysr.models.loss_set import loss_specs, loss_weight_needs
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 _spec = importlib.util.spec_from_file_location("make_trainner_perceptual",
-                                               FIXTURES / "make_trainner_perceptual_fixtures.py")
+                                               FIXTURE_TOOLS / "make_trainner_perceptual_fixtures.py")
 assert _spec is not None and _spec.loader is not None
 maker = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(maker)

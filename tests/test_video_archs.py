@@ -1,7 +1,7 @@
 """Video SR building blocks: the pure-PyTorch DCNv2 against torchvision, BasicSR 1.4.2's video architectures
 (strict keys, outputs), weight-path arguments, any clip length, bf16 autocast, and XLA:CPU (marked xla).
 
-Fixtures: tests/fixtures/make_video_fixtures.py (weights and inputs of the architecture cases are derived from
+Fixtures: tools/fixtures/make_video_fixtures.py (weights and inputs of the architecture cases are derived from
 their names by the hash in that script, outputs come from BasicSR).
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import FIXTURE_TOL
+from conftest import FIXTURE_TOL, FIXTURE_TOOLS
 from safetensors.torch import load_file
 from torch.nn import functional as F
 
@@ -35,7 +35,7 @@ DCN_IO = load_file(str(FIXTURES / "dcn.safetensors"))
 
 
 def _load_maker():
-    spec = importlib.util.spec_from_file_location("make_video_fixtures", FIXTURES.parent / "make_video_fixtures.py")
+    spec = importlib.util.spec_from_file_location("make_video_fixtures", FIXTURE_TOOLS / "make_video_fixtures.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

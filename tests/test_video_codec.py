@@ -1,5 +1,5 @@
 """Video codec compression (RealBasicVSR's ``RandomVideoCompression``) against mmagic's class
-(tests/fixtures/make_video_codec_fixtures.py), its draws' distribution, per-clip determinism in the video datasets,
+(tools/fixtures/make_video_codec_fixtures.py), its draws' distribution, per-clip determinism in the video datasets,
 its option errors, and a short training with it (exact resume, 2 gloo ranks == 1 process).
 
 * Fixed draws: mmagic's class run on one clip at recorded (codec, bitrate) draws, with the PyAV build of the main

@@ -1,5 +1,5 @@
 """Video datasets on tiny REDS- and Vimeo-shaped folders of frames (disk and LMDB), BasicSR's frame windows and BD
-degradation (fixtures from BasicSR 1.4.2: tests/fixtures/make_video_data_fixtures.py), the video option rules,
+degradation (fixtures from BasicSR 1.4.2: tools/fixtures/make_video_data_fixtures.py), the video option rules,
 temporal chunk plans."""
 
 from __future__ import annotations

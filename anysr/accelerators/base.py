@@ -111,12 +111,20 @@ class Accelerator(ABC):
         """Settings ``auto`` leaves to measurement on this device (none: the rules decided)."""
         return []
 
-    def calibrate(self, net: nn.Module, shape: tuple[int, ...], *, train: bool) -> None:
+    def calibrate(self, net: nn.Module, shape: tuple[int, ...], *, train: bool,
+                  recorded: object = None) -> None:
         """Where ``auto`` is decided by measuring (the CPU), time the candidates on a copy of ``net`` (on the CPU,
         before ``prepare_model``) with inputs of ``shape``, and keep the fastest. Every rank must call it: the main
-        rank measures (or reads its cache) and tells the others."""
+        rank measures (or reads its cache) and tells the others. ``recorded``: the ``[precision, channels_last]``
+        a resumed run's state holds, kept instead of measuring (exact resume) when it is still a candidate."""
         variants = self.candidate_variants()
         if len(variants) < 2:
+            return
+        kept = Variant(str(recorded[0]), bool(recorded[1])) if isinstance(recorded, (list, tuple)) \
+            and len(recorded) == 2 else None
+        if kept in variants:
+            self.precision.decide(self.device, self.name, self.native_bf16(), measured=(
+                kept, "as the run being resumed computed (exact resume; its state records it)", variants))
             return
         found = fastest(net, shape, variants, train=train) if self.is_main else None
         best, why = self.strategy.broadcast_object(found)
@@ -259,6 +267,11 @@ class Accelerator(ABC):
 
     def check_sharing(self) -> str | None:
         """A warning text, once, when other programs start sharing this worker's cores (checked at print_freq)."""
+        return None
+
+    def rebalance_threads(self) -> str | None:
+        """Before a fresh run's first step: fewer host threads if another job started on this host meanwhile (the
+        note to log), else None."""
         return None
 
     def compile_model(self, net: nn.Module) -> nn.Module:

@@ -10,7 +10,13 @@ the next run starts at once.
 
 The first run's cost is bounded: measuring stops after ``BUDGET_S`` seconds (``$ANYSR_CALIBRATION_BUDGET``), a
 variant whose first step is several times slower than the fastest so far (bf16 emulated on a CPU without native
-bf16: ~24x) is timed once only, and the variants the budget left untried are named in the account line.
+bf16: ~24x) is timed once only, and the variants the budget left untried are named in the account line. Before a
+variant's full-size step, a pilot step on a sixteenth of the input says what the full one would cost: a variant
+that would end past the budget is not started (a channels_last step once took 137 s of a 10 s budget).
+
+Only a complete measurement on a quiet machine is kept. A choice made from fewer candidates than there were (the
+budget ran out), or while other programs or other anysr jobs kept cores busy, is *provisional*: this run uses it,
+and the next run measures again.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from anysr.accelerators.cpu_share import SHARED_CORES, ShareWatch, peer_jobs
 from anysr.accelerators.hardware import cpu_flags
 from anysr.accelerators.precision import Variant, to_channels_last
 from anysr.atomic import atomic_write_json
@@ -40,6 +47,7 @@ BUDGET_S = 10.0  # seconds the first run of a network may spend measuring (ANYSR
 # How a user measures again (a run's log line says it): the cached choice is timed again and replaced.
 AGAIN = "`anysr bench -opt FILE --remeasure`, or ANYSR_REMEASURE=1 before any command, measures again"
 LOSER_FACTOR = 3.0  # a variant this many times slower than the fastest after one timed step is not timed again
+PILOT_AREA = 16  # the pilot step's input has 1/PILOT_AREA of the pixels
 
 
 def budget_s() -> float:
@@ -126,6 +134,17 @@ def _time_once(net: nn.Module, x: torch.Tensor, variant: Variant, train: bool) -
     return time.perf_counter() - t0
 
 
+def _layout(x: torch.Tensor, variant: Variant) -> torch.Tensor:
+    return x.contiguous(memory_format=torch.channels_last) if variant.channels_last and x.dim() == 4 else x
+
+
+def _pilot_input(x: torch.Tensor) -> torch.Tensor | None:
+    """A quarter of ``x``'s height and width (None where that is below 16 pixels: the full step is cheap then)."""
+    if x.dim() < 4 or min(x.shape[-2:]) < 64:
+        return None
+    return x[..., : x.shape[-2] // 4, : x.shape[-1] // 4].contiguous()
+
+
 def measure(net: nn.Module, shape: tuple[int, ...], variants: list[Variant], *, train: bool, repeats: int = 2,
             warmup: int = 1, seed: int = 0, slow_s: float = SLOW_STEP_S,
             budget: float | None = None) -> dict[Variant, float]:
@@ -141,16 +160,31 @@ def measure(net: nn.Module, shape: tuple[int, ...], variants: list[Variant], *, 
     start = time.perf_counter()
     gen = torch.Generator().manual_seed(seed)
     x = torch.rand(shape, generator=gen)
+    small = _pilot_input(x)
     trials: dict[Variant, nn.Module] = {}
     inputs: dict[Variant, torch.Tensor] = {}
+    pilots: dict[Variant, float] = {}
+    first_full = 0.0
     for v in variants:  # warm-up (one-time costs: not compared)
         if trials and time.perf_counter() - start > budget / 2:
             break
-        trials[v] = _prepare(net, v).train(train)
-        inputs[v] = x.contiguous(memory_format=torch.channels_last) if v.channels_last and x.dim() == 4 else x
+        trial = _prepare(net, v).train(train)
+        if trials and small is not None and v not in pilots:  # what would this variant's full step cost?
+            pilots[v] = _time_once(trial, _layout(small, v), v, train)
+            first = next(iter(trials))
+            if first not in pilots:
+                pilots[first] = _time_once(trials[first], _layout(small, first), first, train)
+            projected = first_full * pilots[v] / max(pilots[first], 1e-9)
+            if time.perf_counter() - start + 2 * projected > budget:
+                continue  # it would end past the budget: not timed (named in the account)
+        trials[v] = trial
+        inputs[v] = _layout(x, v)
+        t0 = time.perf_counter()
         for _ in range(max(warmup, 1)):
             if _time_once(trials[v], inputs[v], v, train) > slow_s:
                 repeats = min(repeats, 1)
+        if len(trials) == 1:
+            first_full = (time.perf_counter() - t0) / max(warmup, 1)
     best: dict[Variant, float] = {}
     for r in range(max(repeats, 1)):
         contenders = list(trials) if r == 0 else \
@@ -175,8 +209,10 @@ def fastest(net: nn.Module, shape: tuple[int, ...], variants: list[Variant], *,
                                           f"{cache_dir() / CACHE_FILE} ({AGAIN}): {cached['timings']}")
     budget = budget_s()
     t0 = time.perf_counter()
+    watch = ShareWatch()
     times = measure(net, shape, variants, train=train, budget=budget)
     took = time.perf_counter() - t0
+    busy, peers = watch.sample(), peer_jobs()
     best = min(times, key=lambda v: times[v])
     what = "forward + backward" if train else "forward"
     timings = ", ".join(f"{v.label()} {1e3 * t:.1f} ms" for v, t in sorted(times.items(), key=lambda i: i[1]))
@@ -184,7 +220,24 @@ def fastest(net: nn.Module, shape: tuple[int, ...], variants: list[Variant], *,
     if left:
         timings += f" ({', '.join(left)} not timed: past the budget)"
     timings = f"{what} of {tuple(shape)}: {timings}"
+    why_not = provisional(left, busy, len(peers))
+    if why_not:
+        return best, (f"measured on this CPU in {took:.1f} s (budget {budget:g} s, ANYSR_CALIBRATION_BUDGET): "
+                      f"{timings}; provisional ({why_not}): used for this run only, measured again next time")
     _write_cache(key, {"best": best.label(), "timings": timings, "measured": time.strftime("%Y-%m-%d %H:%M:%S")})
     return best, (f"measured on this CPU for this network in {took:.1f} s (budget {budget:g} s, "
                   f"ANYSR_CALIBRATION_BUDGET): {timings}; kept in {cache_dir() / CACHE_FILE} for the next run "
                   f"({AGAIN})")
+
+
+def provisional(left: list[str], busy: float | None, peers: int) -> str:
+    """Why a measurement must not be cached as the answer ('' when it may): candidates left untimed, or other
+    programs / anysr jobs busy on the cores while it ran (their load skews the comparison)."""
+    reasons = []
+    if left:
+        reasons.append(f"{len(left)} candidate{'s' if len(left) > 1 else ''} not timed")
+    if busy is not None and busy >= SHARED_CORES:
+        reasons.append(f"other programs kept {busy:.1f} cores busy")
+    if peers:
+        reasons.append(f"{peers} other anysr job{'s' if peers > 1 else ''} ran")
+    return ", ".join(reasons)

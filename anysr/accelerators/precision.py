@@ -161,8 +161,10 @@ class Precision:
 
     # ---------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
-        """Precision-owned training state (the gradient scaler)."""
-        return {"scaler": self.scaler.state_dict() if self.scaler is not None else None}
+        """Precision-owned training state: the gradient scaler, and the precision / memory format the run computes
+        with (a resumed run keeps them: a measured choice may differ next time, and so would the last bits)."""
+        return {"scaler": self.scaler.state_dict() if self.scaler is not None else None,
+                "variant": [self.name, self.channels_last]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if self.scaler is not None and state.get("scaler"):

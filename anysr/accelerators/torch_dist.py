@@ -15,7 +15,14 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from anysr.accelerators.base import Accelerator, LaunchPlan
-from anysr.accelerators.cpu_share import THREADS_ENV, ShareWatch, available_cores, choose_threads, resume_threads
+from anysr.accelerators.cpu_share import (
+    THREADS_ENV,
+    ShareWatch,
+    available_cores,
+    claim_and_choose,
+    rebalance,
+    resume_threads,
+)
 from anysr.accelerators.cpu_share import apply as apply_threads
 from anysr.accelerators.hardware import cpu_bf16
 from anysr.accelerators.precision import Variant
@@ -234,9 +241,20 @@ class CPUAccelerator(TorchDistAccelerator):
     def select_device(self) -> None:
         # Ranks share the cores (each its fair part), and so do other programs (cpu_share.py).
         ranks = int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size)) if self.world_size > 1 else 1
-        self._threads = choose_threads(ranks)
+        self._ranks_here = ranks
+        self._threads = claim_and_choose(ranks)
         apply_threads(self._threads)
         self._share_watch = ShareWatch() if self.is_main else None
+
+    def rebalance_threads(self) -> str | None:
+        choice = rebalance(getattr(self, "_ranks_here", 1), getattr(self, "_threads", None))
+        if choice is None:
+            return None
+        apply_threads(choice)
+        self._threads = choice
+        if self._share_watch is not None:
+            self._share_watch = ShareWatch()  # what others use from now on
+        return f"{choice.threads} thread{'s' if choice.threads > 1 else ''}: {choice.why}"
 
     def threads_note(self) -> tuple[str, bool] | None:
         choice = getattr(self, "_threads", None)
@@ -262,8 +280,8 @@ class CPUAccelerator(TorchDistAccelerator):
             return None
         watch.told = True
         return (f"the CPU is shared now: other programs keep {busy:.1f} of {available_cores()} cores busy while this "
-                f"run computes with {threads} threads; it keeps them (the count changes a run's last bits). To "
-                f"change it: stop, then --auto_resume with {THREADS_ENV}=N")
+                f"run computes with {threads} thread{'s' if threads > 1 else ''}, a count it keeps (it changes a "
+                f"run's last bits); to change it, stop, then --auto_resume with {THREADS_ENV}=N")
 
 
 class CUDAAccelerator(TorchDistAccelerator):

@@ -23,7 +23,7 @@ any size (padded at the bottom / right by reflection to a multiple of 16, output
 five-point alignment template at 512 (facexlib's ``FaceRestoreHelper``, which BasicSR's DFDNet inference script
 aligns with: eye centres, nose tip, mouth corners; least-squares similarity, 2.3 px worst residual), then BasicSR
 inference's box rule (the component's landmark mean +- max(half its larger extent, 16)). The boxes are 87, 90,
-54 and 110 pixels wide; DFDNet's authors give 80, 80, 50 and 110. ``tests/fixtures/make_dfdnet_fixtures.py``
+54 and 110 pixels wide; DFDNet's authors give 80, 80, 50 and 110. ``tools/fixtures/make_dfdnet_fixtures.py``
 recomputes them.
 
 The component dictionary (``dict_path``) is read here (the one architecture file input: it is the network's

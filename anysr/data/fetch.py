@@ -116,30 +116,58 @@ def _pinned_locally(f: SourceFile, folder: Path, digests: Digests, report: Fetch
 
 
 # -------------------------------------------------------------------------------------- download
-def _get(f: SourceFile, folder: Path, pins: dict[str, dict], report: FetchReport, mirror: str | None,
-         progress: bool) -> Path:
-    """The verified archive ``f`` in ``folder``: found (checked once, then by size and mtime), or downloaded."""
+def _expected_text(f: SourceFile, pin: dict | None) -> str:
+    """'sha256 ab12..., 3,530,603,713 bytes' (what a file put in place by hand must match), or ''."""
+    sha256, md5, size = _expected(f, pin)
+    parts = [f"sha256 {sha256}" if sha256 else "", f"md5 {md5}" if md5 else "", f"{size:,} bytes" if size else ""]
+    return ", ".join(x for x in parts if x)
+
+
+def _present(f: SourceFile, folder: Path, pins: dict[str, dict], report: FetchReport) -> Path | None:
+    """The archive ``f`` in ``folder`` when it is there and verified (checked once, then by size and mtime); a
+    file that does not match is set aside as ``.bad`` (said with what was expected and found); None otherwise."""
     dest = folder / f.name
     pin = pins.get(f.name)
-    if dest.is_file():
-        if pin is not None and pin.get("verified") == _stamp(dest) and _pin_agrees(f, pin):
-            report.verified.append(f.name)
-            return dest
-        digests = file_digests(dest)
-        if _matches(f, pin, digests):
-            pins[f.name] = {**(pin or {}), "sha256": digests.sha256, "md5": digests.md5, "size": digests.size,
-                            "verified": _stamp(dest), "published": f.pinned}
-            if not f.pinned and pin is None:  # a file put there by hand
-                _pinned_locally(f, folder, digests, report)
-            report.verified.append(f.name)
-            return dest
-        bad = dest.with_name(dest.name + ".bad")
-        os.replace(dest, bad)
-        logger.warning("%s does not match its checksum; set aside as %s and downloaded again", dest, bad)
+    if not dest.is_file():
+        return None
+    if pin is not None and pin.get("verified") == _stamp(dest) and _pin_agrees(f, pin):
+        report.verified.append(f.name)
+        return dest
+    digests = file_digests(dest)
+    if _matches(f, pin, digests):
+        pins[f.name] = {**(pin or {}), "sha256": digests.sha256, "md5": digests.md5, "size": digests.size,
+                        "verified": _stamp(dest), "published": f.pinned}
+        if not f.pinned and pin is None:  # a file put there by hand
+            _pinned_locally(f, folder, digests, report)
+        report.verified.append(f.name)
+        return dest
+    bad = dest.with_name(dest.name + ".bad")
+    os.replace(dest, bad)
+    logger.warning("%s does not match its checksum (expected %s; found sha256 %s, %s bytes): set aside as %s", dest,
+                   _expected_text(f, pin) or "?", digests.sha256, f"{digests.size:,}", bad.name)
+    return None
+
+
+def _missing_offline(files: list[SourceFile], folder: Path, pins: dict[str, dict], reason: str) -> DataError:
+    """One error naming every archive still missing, each with its URL, checksum and size, and where it goes."""
+    lines = [f"  {f.name}: {f.urls[0]}" + (f" ({_expected_text(f, pins.get(f.name))})"
+                                           if _expected_text(f, pins.get(f.name)) else "") for f in files]
+    return DataError(f"downloading is off ({reason}) and {len(files)} file{'s are' if len(files) > 1 else ' is'} not "
+                     f"in {folder}; download {'them' if len(files) > 1 else 'it'} there, then run the command again:\n"
+                     + "\n".join(lines))
+
+
+def _get(f: SourceFile, folder: Path, pins: dict[str, dict], report: FetchReport, mirror: str | None,
+         progress: bool) -> Path:
+    """The verified archive ``f`` in ``folder``: found, or downloaded."""
+    found = _present(f, folder, pins, report)
+    if found is not None:
+        return found
+    dest = folder / f.name
+    pin = pins.get(f.name)
     reason = offline_reason()
     if reason is not None:
-        raise DataError(f"{f.name} is not in {folder} and downloading is off ({reason}); download {f.urls[0]} to "
-                        f"{dest}, then run the command again")
+        raise _missing_offline([f], folder, pins, reason)
     sha256, md5, size = _expected(f, pin)
     urls = _urls(f, mirror)
     failure: DownloadFailed | None = None
@@ -503,6 +531,13 @@ def fetch_dataset(name: str, root: PathLike = "datasets", *, mirror: str | None 
         with file_lock(downloads / f".{source.name}.lock"):
             pins = _read_pins(downloads)
             try:
+                reason = offline_reason()
+                if reason is not None:  # every missing archive at once, not one per rerun
+                    counted = len(report.verified)
+                    missing = [f for f in source.files if _present(f, downloads, pins, report) is None]
+                    if missing:
+                        raise _missing_offline(missing, downloads, pins, reason)
+                    del report.verified[counted:]  # counted again below
                 archives = [(f, _get(f, downloads, pins, report, mirror, progress)) for f in source.files]
             finally:
                 if report.downloaded or report.verified:

@@ -48,6 +48,26 @@ def is_image_file(path: str | os.PathLike[str]) -> bool:
     return Path(path).suffix.lower() in IMAGE_EXTENSIONS
 
 
+def subfolder_hint(folder: str | os.PathLike[str]) -> str:
+    """For a folder with no images directly inside: '; sub-folders are not read ...' when some of its sub-folders
+    hold images (a user's photos sorted into albums), else ''."""
+    try:
+        subs = sorted(d for d in Path(folder).iterdir() if d.is_dir() and not d.name.startswith("."))
+    except OSError:
+        return ""
+    full = [d for d in subs if any(is_image_file(f) for f in _some_files(d))]
+    if not full:
+        return ""
+    shown = ", ".join(f"'{d.name}'" for d in full[:3]) + (f" and {len(full) - 3} more" if len(full) > 3 else "")
+    return (f"; its images are in sub-folders ({shown}), which are not read: give one of them, or gather the images "
+            "in one folder")
+
+
+def _some_files(folder: Path, limit: int = 200) -> list[str]:
+    with os.scandir(folder) as it:
+        return [e.name for _, e in zip(range(limit), it)]
+
+
 def list_images(folder: str | os.PathLike[str]) -> list[Path]:
     """The image files directly inside ``folder``, sorted by name, hidden ones (``.name``: macOS's ``._photo.png``
     resource forks, editors' temporaries) left out; DataError if it is not a folder."""

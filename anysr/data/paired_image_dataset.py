@@ -28,7 +28,7 @@ from anysr.data.file_backends import (
     check_pixel_type,
     is_image_file,
 )
-from anysr.data.imageio import IMAGE_EXTENSIONS, ImageInfo, probe_bytes, probe_image
+from anysr.data.imageio import IMAGE_EXTENSIONS, ImageInfo, probe_bytes, probe_image, subfolder_hint
 from anysr.data.transforms import (
     augment,
     bgr_to_y,
@@ -99,7 +99,8 @@ def paired_names_from_folder(gt_root: str, lq_root: str, filename_tmpl: str = "{
     lq_names = [n for n in sorted(os.listdir(lq_root)) if is_image_file(n) and
                 os.path.isfile(os.path.join(lq_root, n))]
     if not gt_names:
-        raise DataError(f"{key_path}.dataroot_gt: no images ({', '.join(IMAGE_EXTENSIONS)}) in '{gt_root}'")
+        raise DataError(f"{key_path}.dataroot_gt: no images ({', '.join(IMAGE_EXTENSIONS)}) in '{gt_root}'"
+                        f"{subfolder_hint(gt_root)}")
     lq_by_stem: dict[str, str] = {}
     for n in lq_names:
         stem = os.path.splitext(n)[0]
@@ -236,8 +237,10 @@ class _ImageDataset(Dataset):
         scale = int(getattr(self, "scale", 1))
         fits = (min(self._sides) // scale) * scale if self._sides else 0
         shown = ", ".join(p.name for p in small[:5]) + (f" and {len(small) - 5} more" if len(small) > 5 else "")
-        advice = (f"the largest gt_size every image allows is {fits}: set gt_size: {fits}, or remove the small "
-                  "images" if fits >= scale else "remove the small images")
+        key = f"{self.key_path}.gt_size"
+        advice = (f"the largest gt_size every image allows is {fits}: set {key}: {fits} (on the command line: "
+                  f"--force_yml {key}={fits}), or remove the small images" if fits >= scale
+                  else "remove the small images")
         return [*others, f"{len(small)} of {len(found)} images are smaller than the {small[0].patch}x"
                 f"{small[0].patch} GT patch (gt_size) ({shown}); {advice}"]
 
@@ -269,7 +272,7 @@ class _ImageDataset(Dataset):
             names = backend.keys()
         if not names:
             raise DataError(f"{self.key_path}: no images ({', '.join(IMAGE_EXTENSIONS)}) in '{root}'"
-                            f"{_lmdb_hint(root, self.io_type)}")
+                            f"{_lmdb_hint(root, self.io_type) or subfolder_hint(root)}")
         return names
 
 

@@ -17,6 +17,8 @@ from torch.utils.data import Sampler
 
 from anysr.errors import DataError, OptionError
 
+MAX_EPOCH_SAMPLES = 100_000_000  # samples in one epoch's order (an int64 array: 800 MB)
+
 _MASK63 = (1 << 63) - 1
 
 
@@ -55,6 +57,13 @@ class TrainSampler(Sampler[tuple[int, int]]):
         self.num_virtual = self.dataset_len * self.enlarge_ratio
         if self.dataset_len == 0:
             raise DataError(f"{name}: the dataset is empty; check its dataroot / meta_info_file")
+        if self.num_virtual > MAX_EPOCH_SAMPLES:
+            raise OptionError(
+                f"{name}: dataset_enlarge_ratio {self.enlarge_ratio} x {self.dataset_len} image(s) = "
+                f"{self.num_virtual:,} samples per epoch; an epoch's order is held in memory (8 bytes a sample), so "
+                f"keep it at most {MAX_EPOCH_SAMPLES:,}: dataset_enlarge_ratio at most "
+                f"{max(1, MAX_EPOCH_SAMPLES // self.dataset_len):,} (train.total_iter sets how long training runs, "
+                "not this ratio)")
         if self.num_virtual < self.global_batch:
             raise DataError(
                 f"{name}: {self.dataset_len} image(s) x dataset_enlarge_ratio {self.enlarge_ratio} = "

@@ -34,6 +34,9 @@ from anysr.engine.evaluation.forward import run_network
 from anysr.errors import OptionError, TrainingError
 from anysr.models import build_model
 
+MAX_BESIDE = 16  # --beside: copies at most (each is a whole training process)
+MAX_INFER_SIZE = 4096  # --infer-size: one untiled image; larger ones belong to `anysr infer --tile`
+STOP_GRACE_S = 5.0  # --beside: seconds a copy has to end after SIGTERM before SIGKILL
 FLOPS_COUNTED = ("nn.Conv2d and nn.Linear: 2 x multiply-adds per forward, x3 for a training step "
                  "(forward + backward); attention matmuls and element-wise ops are not counted")
 
@@ -128,6 +131,10 @@ def bench_worker(acc: Accelerator, opt: dict[str, Any], iters: int, warmup: int,
     if iters < 1 or warmup < 0 or infer_iters < 1 or infer_size < 0:
         raise OptionError(f"--iters ({iters}) and --infer-iters ({infer_iters}) must be >= 1, "
                           f"--warmup ({warmup}) and --infer-size ({infer_size}) >= 0")
+    if infer_size > MAX_INFER_SIZE:
+        raise OptionError(f"--infer-size {infer_size}: bench times one untiled image of at most {MAX_INFER_SIZE} "
+                          f"pixels a side (its output and features must fit in memory at once); for larger images "
+                          "time `anysr infer --tile N` instead")
     load_start = os.getloadavg() if hasattr(os, "getloadavg") else None
     batch, gt_size, accumulate = _train_crop(opt)
     batch *= acc.batch_multiplier
@@ -139,6 +146,7 @@ def bench_worker(acc: Accelerator, opt: dict[str, Any], iters: int, warmup: int,
     in_ch = int(input_channels(host_net) or 3)
     lq_size = lq_patch_size(gt_size, scale)
     acc.calibrate(model.nets["net_g"], (batch, in_ch, lq_size, lq_size), train=True)  # as training decides
+    rebalanced = acc.rebalance_threads()  # as training does before its first step
     model.setup()
     bare = model.bare("net_g")
     fwd_flops, out_shape = forward_flops(host_net, (1, in_ch, lq_size, lq_size))
@@ -185,7 +193,7 @@ def bench_worker(acc: Accelerator, opt: dict[str, Any], iters: int, warmup: int,
         "accelerator": acc.plan.accelerator, "device": acc.describe(), "precision": acc.precision.name,
         "channels_last": acc.precision.channels_last, "compile": acc.plan.compile,
         "choices": {k: c.as_dict() for k, c in acc.precision.choices.items()}, "warnings": acc.precision.warnings(),
-        "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "torch": torch.__version__, "threads": torch.get_num_threads(), "threads_rebalanced": rebalanced,
         "load_average": {"start": list(load_start) if load_start else None,
                          "end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None},
         "flops_counted": FLOPS_COUNTED, "train": train, "infer": infer, "stats": acc.stats(),
@@ -235,14 +243,35 @@ def write_json(path: str | Path, result: dict[str, Any]) -> Path:
 def beside(argv: list[str], copies: int, folder: Path) -> dict[str, Any]:
     """``anysr bench ARGV`` alone, then ``copies`` + 1 identical copies at once (each its own process, as two
     users' jobs would be): the step time of each, against alone. ``argv``: the bench command's arguments without
-    ``--beside`` / ``--json``."""
-    import subprocess  # noqa: PLC0415 - only this mode starts processes
+    ``--beside`` / ``--json``. A SIGTERM or SIGINT to this process ends every copy (SIGKILL after a grace period)
+    before it returns, so none runs on or leaves files behind."""
+    import signal  # noqa: PLC0415 - only this mode starts processes
+    import subprocess  # noqa: PLC0415
     import sys  # noqa: PLC0415
+
+    live: list[subprocess.Popen[str]] = []
 
     def start(tag: str) -> tuple[subprocess.Popen[str], Path]:
         out = folder / f"{tag}.json"
         cmd = [sys.executable, "-m", "anysr", "bench", *argv, "--json", str(out)]
-        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True), out
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        live.append(proc)
+        return proc, out
+
+    def stop_all() -> None:
+        for proc in live:
+            if proc.poll() is None:
+                proc.terminate()
+        deadline = time.monotonic() + STOP_GRACE_S
+        for proc in live:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        raise TrainingError(f"anysr bench --beside stopped by {signal.Signals(signum).name}; its copies were ended")
 
     def finish(runs: list[tuple[subprocess.Popen[str], Path]]) -> list[dict[str, Any]]:
         results = []
@@ -254,8 +283,14 @@ def beside(argv: list[str], copies: int, folder: Path) -> dict[str, Any]:
             results.append(json.loads(out.read_text(encoding="utf-8")))
         return results
 
-    alone = finish([start("alone")])[0]
-    together = finish([start(f"copy{i}") for i in range(copies + 1)])
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        alone = finish([start("alone")])[0]
+        together = finish([start(f"copy{i}") for i in range(copies + 1)])
+    finally:
+        stop_all()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     base = alone["train"]["ms_per_iter"]
     return {"alone": {"ms_per_iter": base, "threads": alone["threads"]},
             "together": [{"ms_per_iter": r["train"]["ms_per_iter"], "threads": r["threads"],

@@ -107,6 +107,7 @@ class Context:
     problems: list[str] = field(default_factory=list)
     check_paths: bool = True  # False: input paths are resolved but need not exist (anysr bench reads none)
     top_level: frozenset[str] = frozenset()  # the file's first-level keys: one given inside a section is named so
+    dialect: str = "basicsr"  # whose names the file speaks ("neosr": a .toml file): fixes are said in its terms
 
     def add(self, path: str, message: str) -> None:
         """Record one problem at ``path``."""

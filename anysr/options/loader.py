@@ -111,15 +111,7 @@ def _load_yaml(text: str, where: str) -> Any:
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """The mapping in a YAML file; OptionError for a missing file, a syntax error (with its line), etc."""
     p = Path(path)
-    if not p.exists():
-        raise OptionError(f"options file '{p}' does not exist; check the path given to -opt")
-    if not p.is_file():
-        raise OptionError(f"options file '{p}' is a folder; give the path of a .yml file")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise OptionError(f"options file '{p}' is not UTF-8 text ({err.reason} at byte {err.start})"
-                          ) from None
+    text = _read_text(p)
     try:
         data = _load_yaml(text, f"options file '{p}'")
     except yaml.MarkedYAMLError as err:
@@ -139,9 +131,52 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if data is None:
         raise OptionError(f"options file '{p}' is empty; it needs at least name, scale and network_g")
     if not isinstance(data, dict):
+        if _looks_like_toml(text):
+            raise OptionError(f"options file '{p}' is TOML (neosr's format: 'key = value' lines and [tables]) "
+                              f"but named {p.suffix or 'without a suffix'}, so it was read as YAML; rename it to "
+                              f"{p.stem}.toml")
         raise OptionError(f"options file '{p}': the top level must be a mapping (key: value lines), "
                           f"got {type(data).__name__}")
     return data
+
+
+MAX_OPTIONS_BYTES = 4 * 1024 * 1024  # an options file is a few KB; more is not one (e.g. -opt /dev/zero)
+
+
+def _read_text(p: Path) -> str:
+    """The text of an options file: a regular file, or a pipe / device (``-opt <(...)``, ``/dev/stdin``)."""
+    if not p.exists():
+        raise OptionError(f"options file '{p}' does not exist; check the path given to -opt")
+    if p.is_dir():
+        raise OptionError(f"options file '{p}' is a folder; give the path of a .yml file")
+    try:
+        with p.open("rb") as f:
+            raw = f.read(MAX_OPTIONS_BYTES + 1)
+    except OSError as err:
+        raise OptionError(f"options file '{p}' cannot be read: {err.strerror or err}") from None
+    if len(raw) > MAX_OPTIONS_BYTES:
+        raise OptionError(f"options file '{p}' is larger than {MAX_OPTIONS_BYTES // 2**20} MiB: not an options file "
+                          "(give the path of a .yml file)")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise OptionError(f"options file '{p}' is not UTF-8 text ({err.reason} at byte {err.start})") from None
+
+
+_TOML_LINE = re.compile(r"^\s*(\[\[?[A-Za-z0-9_.\"' -]+\]\]?|[A-Za-z0-9_.\"'-]+\s*=\s*\S)")
+
+
+def _looks_like_toml(text: str) -> bool:
+    """Whether most of the meaningful lines are TOML's ``key = value`` or ``[table]``."""
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    return bool(lines) and sum(bool(_TOML_LINE.match(ln)) for ln in lines) >= 0.6 * len(lines)
+
+
+def _looks_like_yaml_mapping(text: str) -> bool:
+    try:
+        return isinstance(yaml.safe_load(text), dict)
+    except yaml.YAMLError:
+        return False
 
 
 def read_options_file(path: str | Path) -> dict[str, Any]:
@@ -150,11 +185,13 @@ def read_options_file(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if p.suffix.lower() != ".toml":
         return read_yaml(p)
-    if not p.is_file():
-        read_yaml(p)  # the same messages for a missing file or a folder
+    text = _read_text(p)  # the same messages for a missing file, a folder or a pipe as for YAML
     try:
-        data, notes = map_neosr(read_toml(p))
+        data, notes = map_neosr(read_toml(p, text))
     except OptionError as err:
+        if _looks_like_yaml_mapping(text) and not _looks_like_toml(text):
+            raise OptionError(f"options file '{p}' is YAML ('key: value' lines) but named .toml, so it was read as "
+                              f"neosr's TOML; rename it to {p.stem}.yml") from None
         raise OptionError(f"options file '{p}': {err}") from None
     return {**data, "mapped_keys": notes}
 

@@ -52,9 +52,12 @@ _IGNORED_TOP = ("fast_matmul", "bfloat16", "deterministic")  # bfloat16: with us
 _IGNORED_DATASET = ("prefetch_mode", "pin_memory", "persistent_workers")
 
 
-def read_toml(path: Path) -> dict[str, Any]:
-    """The mapping in a TOML file (UTF-8); OptionError with the line and column of a syntax error."""
+def read_toml(path: Path, text: str | None = None) -> dict[str, Any]:
+    """The mapping in a TOML file (UTF-8; ``text``: its contents, already read); OptionError with the line and
+    column of a syntax error."""
     try:
+        if text is not None:
+            return tomllib.loads(text)
         with path.open("rb") as f:
             return tomllib.load(f)
     except tomllib.TOMLDecodeError as err:

@@ -375,9 +375,14 @@ def realesrgan_rule(out: dict[str, Any], ctx: Context) -> None:
                         f"and {d['type']} has none; use RealESRGANPairedDataset (or PairedImageDataset)")
             continue
         if not is_synthesis_source(d.get("type")):
-            ctx.add(f"datasets.{k}.type", f"{model} synthesises its LQ from RealESRGANDataset (GT images and blur "
-                    f"kernels), got {d.get('type')}; use type: RealESRGANDataset, or set high_order_degradation: "
-                    "false to train on the dataset's own LQ/GT pairs")
+            if ctx.dialect == "neosr":
+                ctx.add(f"datasets.{k}.type", f"model_type \"otf\" synthesises its LQ from GT images (a [datasets."
+                        f"{k}] of type \"otf\"), got {d.get('type')}; for LQ/GT pairs set model_type = \"image\", or "
+                        f"set type = \"otf\" under [datasets.{k}]")
+            else:
+                ctx.add(f"datasets.{k}.type", f"{model} synthesises its LQ from RealESRGANDataset (GT images and "
+                        f"blur kernels), got {d.get('type')}; use type: RealESRGANDataset, or set "
+                        "high_order_degradation: false to train on the dataset's own LQ/GT pairs")
             continue
         _check_synthesis_sizes(out, k, d, ctx)
 

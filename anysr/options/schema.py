@@ -118,7 +118,10 @@ def _existing(out: dict[str, Any], key: str, path: str, ctx: Context, *, kind: s
     if not ctx.check_paths:
         return
     if not full.exists():
-        ctx.add(sub, f"{shown} does not exist; {_how_to_create(full)}")
+        own = ", or train on your own images: `anysr train -opt FILE --data DIR` (a folder of HR images)" \
+            if ctx.is_train and sub.startswith("datasets.") and sub.endswith(".dataroot_gt") \
+            and phase_of(sub.split(".")[1]) == "train" else ""
+        ctx.add(sub, f"{shown} does not exist; {_how_to_create(full)}{own}")
     elif kind == "file" and not full.is_file():
         ctx.add(sub, f"{shown} is a folder, expected a file")
 
@@ -478,9 +481,12 @@ def check_loss_roles(top: dict[str, Any], ctx: Context) -> None:
         if role is not None and role not in roles:
             fits = [n for n, m in ((n, registered("model", n)) for n in known_names("model"))
                     if role in getattr(m, "loss_roles", ())]
+            needs_d = role == "gan" and not top.get("network_d")
             ctx.add(f"train.losses[{i}].type", f"{entry['type']} (role {role}) is not trained by model_type "
                     f"{model.__name__} (it takes roles {', '.join(roles)}); use a model_type that does "
-                    f"({', '.join(fits[:4]) or 'none'}) or remove the entry")
+                    f"({', '.join(fits[:4]) or 'none'})"
+                    + (" and add network_d, the discriminator it trains against (e.g. network_d: {type: "
+                       "UNetDiscriminatorSN, num_in_ch: 3}),") * needs_d + " or remove the entry")
 
 
 def _train_rule(out: dict[str, Any], path: str, ctx: Context, key: str | None) -> None:
@@ -1335,6 +1341,8 @@ def validate(opt: dict[str, Any], *, is_train: bool, root: Path,
     given = opt.pop("mapped_keys", None)  # the loader's notes (neosr's TOML dialect), logged with ours
     notes = [n for n in given if isinstance(n, str)] if isinstance(given, list) else []
     neosr = bool(notes) and notes[0] == NEOSR_NOTE
+    if neosr:
+        ctx.dialect = "neosr"
     presets = expand_network_presets(opt, ctx)
     trainner = map_trainner(opt, ctx)
     notes = notes[neosr:] + presets + trainner

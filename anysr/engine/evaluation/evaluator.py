@@ -433,13 +433,13 @@ def test_worker(acc: Accelerator, opt: Any) -> dict[str, Any]:
             continue
         ds = build_dataset(dopt, f"datasets.{key}")
         loader, _ = build_eval_loader(ds, dopt, world_size=acc.world_size, rank=acc.rank)
-        save_dir = results_root / "visualization" / dopt.name if val.save_img else None
+        save_dir = Path(opt.path.visualization) / dopt.name if val.save_img else None  # default: results/<name>/
         if save_dir is not None and acc.is_main:
             save_dir.mkdir(parents=True, exist_ok=True)
         acc.strategy.barrier()
         res = evaluate(net, loader, acc, dataset=dopt.name, scale=scale, tile=val.tile, tile_pad=int(val.tile_pad),
                        save_dir=save_dir, suffix=val.suffix, progress=True, phase="test", metrics=metrics, val_opt=val)
-        _log_result(res)
+        _log_result(res, [m.key for m in metrics.metrics])
         summary["datasets"][dopt.name] = {"n": res.count, **res.metrics, "images": res.images}
     summary["stats"] = acc.stats()
     if acc.is_main:
@@ -448,13 +448,23 @@ def test_worker(acc: Accelerator, opt: Any) -> dict[str, Any]:
     return summary
 
 
-def _log_result(res: EvalResult) -> None:
+def _log_result(res: EvalResult, asked: list[str]) -> None:
+    """Per-image values and the averages; metrics asked for but not computed (no ground truth) are named."""
     log = get_logger()
     if res.images:
-        keys = [k for k in res.images[0] if k != "name"]
-        log.info("%-20s %s", "image", " ".join(f"{k:>16}" for k in keys))
-        for row in res.images:
-            log.info("%-20s %s", row["name"], " ".join(f"{row[k]:16.4f}" for k in keys))
-    avg = " ".join(f"{k}={v:.4f}" for k, v in res.metrics.items())
-    log.info("%s: average %s n=%d", res.dataset, avg, res.count)
+        keys = [k for k in res.images[0] if k not in ("name", "frames")]
+        if keys:
+            log.info("%-20s %s", "image", " ".join(f"{k:>16}" for k in keys))
+            for row in res.images:
+                log.info("%-20s %s", row["name"], " ".join(f"{row[k]:16.4f}" for k in keys))
+    missing = [k for k in asked if k not in res.metrics]
+    if missing:
+        log.warning("%s: %s not computed: the set has no ground truth (dataroot_gt) and %s need%s it; add "
+                    "dataroot_gt, or use no-reference metrics (niqe, ...)", res.dataset, ", ".join(missing),
+                    "they" if len(missing) > 1 else "it", "" if len(missing) > 1 else "s")
+    if res.metrics:
+        avg = " ".join(f"{k}={v:.4f}" for k, v in res.metrics.items())
+        log.info("%s: average %s n=%d", res.dataset, avg, res.count)
+    else:
+        log.info("%s: %d image%s, no metrics", res.dataset, res.count, "" if res.count == 1 else "s")
 

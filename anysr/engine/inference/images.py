@@ -18,7 +18,15 @@ from tqdm import tqdm
 from anysr.accelerators import Accelerator
 from anysr.archs.arch_util import input_channels
 from anysr.atomic import file_name_part_problem
-from anysr.data.imageio import IMAGE_EXTENSIONS, ImageInfo, list_images, probe_image, read_image, write_image
+from anysr.data.imageio import (
+    IMAGE_EXTENSIONS,
+    ImageInfo,
+    list_images,
+    probe_image,
+    read_image,
+    subfolder_hint,
+    write_image,
+)
 from anysr.data.prepare import check_images
 from anysr.engine.evaluation.forward import CALIBRATION_SIDE, calibration_side, run_network
 from anysr.engine.logger import get_logger, log_start, setup_logging
@@ -45,7 +53,7 @@ def list_inputs(path: Path) -> list[Path]:
         return [path]
     files = list_images(path)
     if not files:
-        raise DataError(f"-i {path}: the folder holds no images ({', '.join(IMAGE_EXTENSIONS)})")
+        raise DataError(f"-i {path}: the folder holds no images ({', '.join(IMAGE_EXTENSIONS)}){subfolder_hint(path)}")
     return files
 
 

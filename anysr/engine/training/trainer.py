@@ -191,15 +191,17 @@ class Trainer:
         self.log.info("--start-over: moved the previous run's files (%s) to %s",
                       ", ".join(sorted(p.name for p in old)), target)
 
-    def _calibrate(self) -> None:
-        """Let the accelerator time its open choices (auto on a CPU) on the generator with the training shape."""
+    def _calibrate(self, recorded: object = None) -> None:
+        """Let the accelerator time its open choices (auto on a CPU) on the generator with the training shape
+        (``recorded``: a resumed run's precision / memory format, kept)."""
         dopt = self.opt.datasets[self.train_key]
         if not dopt.gt_size:
             return
         net = self.model.nets["net_g"]
         lq = lq_patch_size(int(dopt.gt_size), int(self.opt.scale))
         batch = int(dopt.batch_size_per_gpu) * self.acc.batch_multiplier
-        self.acc.calibrate(net, self.model.input_shape(batch, input_channels(net) or 3, lq), train=True)
+        self.acc.calibrate(net, self.model.input_shape(batch, input_channels(net) or 3, lq), train=True,
+                           recorded=recorded)
 
     def _record_options(self) -> None:
         """Keep the options of this run as ``options_<time>.yml``, unless the newest one already says the same."""
@@ -350,7 +352,11 @@ class Trainer:
         self.model = build_model(self.opt, acc)
         for line in ckpt.load_model_weights(self.model, fresh=resume is None):
             self.log.info(line)
-        self._calibrate()
+        self._calibrate(resume[1].get("accelerator", {}).get("variant") if resume is not None else None)
+        if resume is None:  # a job that started while this one calibrated shares the cores from the first step on
+            note = acc.rebalance_threads()
+            if note is not None:
+                self.log.info("host threads: %s", note)
         log_start(f"training '{self.opt.name}'", acc)
         if self.opt.network_recognised:
             self.log.info("network_g.type auto: %s", self.opt.network_recognised)
