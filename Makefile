@@ -1,4 +1,5 @@
 # Two commands on a fresh machine:  `make demo` (train + compare with bicubic)  and  `make test`.
+# `make clean` deletes the environment, experiments/ and results/ (it says so first).
 PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
@@ -12,16 +13,47 @@ AVX2_ENV = ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2
 
 .PHONY: install demo test test-avx2 test-xla lint clean
 
-$(VENV)/.installed: pyproject.toml
+# Two steps, each saying what it does before it starts. `make demo` needs only torch and anysr's own dependencies
+# (+ lmdb for the README's `anysr prepare lmdb`); `make test` (and `make install`, what CI calls) adds the `dev`
+# extra. torch comes from PyTorch's CPU-only index as PyTorch documents it (the public index's Linux build is the
+# CUDA one, several GB more); where that index cannot be reached, pip's own index is asked instead.
+# `make demo TORCH_INDEX=` asks pip's own index only (a CUDA build on Linux).
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+PIP_QUIET   ?= -q --progress-bar off
+# pip's output goes to $(VENV)/pip.log and is shown only when a step fails (setuptools' notes on editable installs
+# are for packaging developers).
+PIP_LOG      = $(VENV)/pip.log
+QUIET_PIP    = $(PY) -m pip install $(PIP_QUIET)
+LOGGED       = >>$(PIP_LOG) 2>&1 || { cat $(PIP_LOG); echo "make: pip failed (above; also in $(PIP_LOG))"; exit 1; }
+
+$(VENV)/.demo: pyproject.toml
+	@echo "make: creating the virtual environment $(VENV): a few minutes and 1.1 GB with torch (the dev extra of"
+	@echo "      \`make test\` adds 0.5 GB); nothing more is printed while pip works (its log: $(PIP_LOG))"
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e ".[dev]"
-	touch $@
+	@$(QUIET_PIP) --upgrade pip $(LOGGED)
+	@if [ -n "$(TORCH_INDEX)" ] && $(PY) -c "import urllib.request as u; u.urlopen('$(TORCH_INDEX)/torch/', timeout=15)" \
+	     >/dev/null 2>&1; then \
+	  echo "make: installing $(TORCH), CPU build, from $(TORCH_INDEX) (about 200 MB) ..."; \
+	  $(QUIET_PIP) "$(TORCH)" --index-url $(TORCH_INDEX) >>$(PIP_LOG) 2>&1 || \
+	  { echo "make: that failed ($(PIP_LOG)); asking pip's own index for $(TORCH) instead"; \
+	    $(QUIET_PIP) "$(TORCH)" $(LOGGED); }; \
+	else \
+	  echo "make: installing $(TORCH) from pip's own index$(if $(TORCH_INDEX), ($(TORCH_INDEX) cannot be reached),)" \
+	       "(on Linux the public index's build is CUDA's: several GB) ..."; \
+	  $(QUIET_PIP) "$(TORCH)" $(LOGGED); \
+	fi
+	@echo "make: installing anysr (editable) and its dependencies (numpy, opencv, pyyaml, safetensors, tqdm, lmdb) ..."
+	@$(QUIET_PIP) -e ".[lmdb]" $(LOGGED)
+	@touch $@
+
+$(VENV)/.installed: $(VENV)/.demo
+	@echo "make: installing the test tools and optional packages the tests use (the dev extra) ..."
+	@$(QUIET_PIP) -e ".[dev]" $(LOGGED)
+	@touch $@
 
 install: $(VENV)/.installed
 
-demo: $(VENV)/.installed
+demo: $(VENV)/.demo
 	$(PY) examples/quickstart.py
 
 test: $(VENV)/.installed
@@ -38,6 +70,11 @@ test-xla:
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check anysr tests examples benchmarks tools
 
-clean:  # also the measured precision / memory-format choices (README: the first run measures)
-	rm -rf $(VENV) experiments results tb_logger
-	rm -f "$${ANYSR_CACHE_DIR:-$${XDG_CACHE_HOME:-$$HOME/.cache}/anysr}/choices.json"
+# What `make clean` deletes, said before it goes: the virtual environment, every trained run (experiments/ holds the
+# weights) and results, the editable install's egg-info and anysr's cache (measured choices, ONNX exports).
+# To measure the precision / memory-format choices again, `anysr bench -opt FILE --remeasure` is enough.
+ANYSR_CACHE = $${ANYSR_CACHE_DIR:-$${XDG_CACHE_HOME:-$$HOME/.cache}/anysr}
+clean:
+	@echo "make clean: deleting $(VENV)/ experiments/ results/ tb_logger/ anysr.egg-info/ and $(ANYSR_CACHE)/{choices.json,onnx/}"
+	rm -rf $(VENV) experiments results tb_logger anysr.egg-info
+	rm -rf "$(ANYSR_CACHE)/choices.json" "$(ANYSR_CACHE)/onnx"

@@ -241,6 +241,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     setup_logging()
     # bench times a synthetic batch: the datasets and weights the file names are never read, need not exist.
     opt = load_command_options(args.opt, args.force_yml, is_train=True, check_paths=False)
+    if args.remeasure:  # the workers (and --beside's copies) inherit it: cached choices are timed again
+        os.environ["ANYSR_REMEASURE"] = "1"
     if args.beside:
         return _bench_beside(args)
     # One worker on the accelerator the options name: per-device numbers, no process group.
@@ -280,12 +282,36 @@ def _bench_beside(args: argparse.Namespace) -> int:
 
 def cmd_schema(args: argparse.Namespace) -> int:
     load_plugins()  # the schema lists what the registries hold
+    if args.architectures:
+        return _architectures_table(args.output)
     text = render_markdown() if args.markdown else render()
     if args.output:
         atomic_write_bytes(args.output, text.encode())
         print(f"wrote {args.output}")
     else:
         sys.stdout.write(text)
+    return 0
+
+
+def _architectures_table(output: str | None) -> int:
+    """``anysr schema --architectures``: the registered networks' sources and licences (docs/architectures.md's
+    table); with ``-o FILE`` the table between FILE's markers is replaced, the rest of FILE kept."""
+    from pathlib import Path
+
+    from anysr.archs.sources import render_into, render_table
+    from anysr.registry import ARCH_REGISTRY
+
+    names = list(ARCH_REGISTRY.keys())
+    if not output:
+        sys.stdout.write(render_table(names) + "\n")
+        return 0
+    try:
+        text = render_into(Path(output).read_text(encoding="utf-8"), names)
+    except (OSError, ValueError) as err:
+        print(f"anysr schema --architectures: {output} {err}", file=sys.stderr)
+        return 2
+    atomic_write_bytes(output, text.encode())
+    print(f"wrote {output}")
     return 0
 
 
@@ -396,10 +422,14 @@ class _DefaultsFormatter(argparse.HelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
-def _add_opt_args(p: argparse.ArgumentParser, launcher: bool = True) -> None:
+TRAIN_OVERRIDES = "train.total_iter=1000 datasets.train.gt_size=96"
+TEST_OVERRIDES = "path.pretrain_network_g=experiments/NAME/models/net_g_latest.safetensors val.save_img=false"
+
+
+def _add_opt_args(p: argparse.ArgumentParser, launcher: bool = True, example: str = TRAIN_OVERRIDES) -> None:
     p.add_argument("-opt", "--opt", required=True, help="YAML options file (BasicSR style)")
     p.add_argument("--force_yml", "--force-yml", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
-                   help="override options, e.g. train.total_iter=1000 datasets.train.gt_size=96")
+                   help=f"override options, e.g. {example}")
     if launcher:
         p.add_argument("--launcher", default="auto", choices=LAUNCHERS,
                        help="auto: join torchrun when its variables are set, else start workers ourselves")
@@ -440,7 +470,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run the network of an options file (path.pretrain_network_g) over its test "
                        "datasets (datasets.test*, val*), save the results and score them with val.metrics; "
                        "writes results/<name>/summary.json and test.log.")
-    _add_opt_args(p)
+    _add_opt_args(p, example=TEST_OVERRIDES)
     p.add_argument("--precision", default="fp32", choices=PRECISION_CHOICES,
                    help="autocast precision (default fp32: scores that compare across machines and with published "
                         "tables; auto: bf16 where the device runs it natively)")
@@ -555,6 +585,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--beside", type=int, default=0, metavar="N",
                    help="also run N more copies of the same bench at once (as other users' jobs would) and show "
                    "each one's step time against one alone: how this machine shares its cores (training only)")
+    p.add_argument("--remeasure", action="store_true",
+                   help="time the precision / memory-format choices again instead of reading them from the "
+                   "calibration cache (choices.json), and keep the new ones: what the next training run of this "
+                   "file uses (ANYSR_REMEASURE=1 does the same for any command)")
     _add_offline(p)
     p.set_defaults(func=cmd_bench)
 
@@ -616,6 +650,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", default=None, help="write to this file instead of printing")
     p.add_argument("--markdown", action="store_true",
                    help="the options reference as Markdown instead (what docs/options.md holds)")
+    p.add_argument("--architectures", action="store_true",
+                   help="the table of registered networks with their upstream repository and licence instead; "
+                   "with -o FILE, the table between FILE's markers is replaced (docs/architectures.md)")
     p.set_defaults(func=cmd_schema)
 
     p = sub.add_parser("prepare", help="dataset preparation: fetch | lr | subimages | lmdb | shards | degrade",

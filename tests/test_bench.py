@@ -105,6 +105,32 @@ def test_bench_reads_no_data_and_takes_precision(tmp_path: Path, root: Path) -> 
     assert r["choices"]["channels_last"]["requested"] == "auto" and "measured on this CPU" in proc.stdout
 
 
+def test_remeasure_times_a_cached_choice_again(tmp_path: Path, small_train_dir: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cached choice is read back; with ANYSR_REMEASURE (what ``anysr bench --remeasure`` sets for its workers) it
+    is timed again. In-process and on a seeded cache, so a busy machine (whose measurements are provisional, not
+    cached) cannot change the answer."""
+    from anysr.accelerators import calibrate
+    from anysr.accelerators.precision import Variant
+
+    monkeypatch.setenv("ANYSR_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("ANYSR_REMEASURE", raising=False)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 3, 3, padding=1))
+    shape, variants = (1, 3, 8, 8), [Variant("fp32", False), Variant("fp32", True)]
+    key = calibrate.fingerprint(net, shape, True, variants)
+    calibrate._write_cache(key, {"best": variants[1].label(), "timings": "seeded", "measured": "2026-01-01 00:00:00"})
+    chosen, reason = calibrate.fastest(net, shape, variants, train=True)
+    assert chosen == variants[1] and "seeded" in reason and "--remeasure" in reason
+    monkeypatch.setenv("ANYSR_REMEASURE", "1")
+    _, reason = calibrate.fastest(net, shape, variants, train=True)
+    assert "seeded" not in reason and re.search(r"measured on this CPU .*in \d+\.\d s", reason), reason
+    monkeypatch.delenv("ANYSR_REMEASURE")
+    opt = write_options(tmp_path / "tiny.yml", tiny_train_options("tiny", small_train_dir, None))
+    assert main(["bench", "-opt", str(opt), "--iters", "1", "--warmup", "0", "--infer-size", "0",
+                 "--remeasure"]) == 0
+    assert os.environ.get("ANYSR_REMEASURE") == "1"  # set before the workers start: they inherit it
+
+
 def test_flop_count_is_the_arithmetic() -> None:
     net = nn.Sequential(nn.Conv2d(4, 6, 3, padding=1), nn.Conv2d(6, 6, (1, 3), padding=(0, 1), groups=3),
                         nn.Flatten(2), nn.Linear(25, 7))

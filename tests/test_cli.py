@@ -128,6 +128,9 @@ def test_help_for_every_command(tmp_path: Path) -> None:
     sub = run_cli("prepare", "subimages", "--help", cwd=tmp_path).stdout
     for default in ("(default: 480)", "(default: 240)", "(default: 0)", "(default: 1)"):
         assert default in sub
+    # each command's --force_yml example names keys that command reads (a test file has no train section)
+    test_help = " ".join(run_cli("test", "--help", cwd=tmp_path).stdout.split())
+    assert "train.total_iter" not in test_help and "val.save_img=false" in test_help
 
 
 def test_infer_refuses_to_overwrite_inputs_or_collide(tmp_path: Path) -> None:

@@ -90,7 +90,8 @@ def test_cpu_accelerator_decides_in_setup_and_calibrate(quiet_machine: None) -> 
     for name in measured:
         assert re.search(r"measured on this CPU for this network in \d+\.\d s \(budget 10 s, "
                          r"ANYSR_CALIBRATION_BUDGET\): forward \+ backward of \(2, 3, 16, 16\): .*; kept in "
-                         r".*choices\.json for the next run \(delete it, or `make clean`, to measure again\)",
+                         r".*choices\.json for the next run \(`anysr bench -opt FILE --remeasure`, or "
+                         r"ANYSR_REMEASURE=1 before any command, measures again\)",
                          acc.precision.choices[name].reason), acc.precision.choices[name].reason
     chosen = (acc.precision.name, acc.precision.channels_last)
     again = create_accelerator(resolve_plan("cpu", 1))
@@ -99,7 +100,7 @@ def test_cpu_accelerator_decides_in_setup_and_calibrate(quiet_machine: None) -> 
     assert (again.precision.name, again.precision.channels_last) == chosen
     reason = again.precision.choices["channels_last"].reason
     assert re.search(r"measured on \d{4}-\d\d-\d\d .* on this CPU for this network, kept in .*choices\.json "
-                     r"\(delete it, or `make clean`, to measure again\)", reason), reason
+                     r"\(`anysr bench -opt FILE --remeasure`, or ANYSR_REMEASURE=1", reason), reason
     line = again.precision.describe_choices()
     assert line.count("forward + backward") == 1, line  # one measurement decided both: its timings said once
     forced = create_accelerator(resolve_plan("cpu", 1, precision="fp32", channels_last=False))

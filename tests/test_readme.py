@@ -50,6 +50,29 @@ def test_readme_block_is_parsed() -> None:
     assert [c[1] for c in commands][:2] == ["train", "test"]
 
 
+def test_readme_is_one_page_whose_links_and_count_hold() -> None:
+    """At most 8,000 characters; every relative link names a file of the repository (anchors: a heading of it);
+    the number of registered network types it states is the registry's."""
+    import anysr.archs  # noqa: F401  (fills the registry)
+    from anysr.registry import ARCH_REGISTRY
+
+    text = (ROOT / "README.md").read_text()
+    assert len(text) <= 8000, f"README.md is {len(text)} characters: move detail to docs/"
+    links = re.findall(r"\]\(([^)\s]+)\)", text)
+    assert len(links) >= 10
+    for link in links:
+        if link.startswith("http"):
+            continue
+        path, _, anchor = link.partition("#")
+        assert (ROOT / path).exists(), link
+        if anchor:
+            headings = re.findall(r"^#+ (.+)$", (ROOT / path).read_text(), re.M)
+            slugs = {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings}
+            assert anchor in slugs, link
+    count = re.search(r"(\d+) registered network types", text)
+    assert count and int(count.group(1)) == len(ARCH_REGISTRY.keys())
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git to list the repository's files")
 def test_readme_commands_run_in_order_on_a_fresh_copy(tmp_path: Path) -> None:

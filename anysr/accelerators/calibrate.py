@@ -44,6 +44,8 @@ CACHE_FILE = "choices.json"
 CACHE_VERSION = 1
 SLOW_STEP_S = 1.0  # steps slower than this are timed once per variant
 BUDGET_S = 10.0  # seconds the first run of a network may spend measuring (ANYSR_CALIBRATION_BUDGET)
+# How a user measures again (a run's log line says it): the cached choice is timed again and replaced.
+AGAIN = "`anysr bench -opt FILE --remeasure`, or ANYSR_REMEASURE=1 before any command, measures again"
 LOSER_FACTOR = 3.0  # a variant this many times slower than the fastest after one timed step is not timed again
 PILOT_AREA = 16  # the pilot step's input has 1/PILOT_AREA of the pixels
 
@@ -56,6 +58,11 @@ def budget_s() -> float:
     except ValueError:
         return BUDGET_S
     return value if value > 0 else BUDGET_S
+
+
+def remeasure() -> bool:
+    """Whether ``$ANYSR_REMEASURE`` (``anysr bench --remeasure``) asks to time again what the cache holds."""
+    return os.environ.get("ANYSR_REMEASURE", "") not in ("", "0")
 
 
 def cache_dir() -> Path:
@@ -194,13 +201,12 @@ def fastest(net: nn.Module, shape: tuple[int, ...], variants: list[Variant], *,
             train: bool) -> tuple[Variant, str]:
     """The fastest variant and a one-line account of the timings (from the cache when known)."""
     key = fingerprint(net, shape, train, variants)
-    cached = _read_cache().get(key)
+    cached = None if remeasure() else _read_cache().get(key)
     by_label = {v.label(): v for v in variants}
     if isinstance(cached, dict) and cached.get("best") in by_label:
         when = f" on {cached['measured']}" if isinstance(cached.get("measured"), str) else ""
         return by_label[cached["best"]], (f"measured{when} on this CPU for this network, kept in "
-                                          f"{cache_dir() / CACHE_FILE} (delete it, or `make clean`, to measure again): "
-                                          f"{cached['timings']}")
+                                          f"{cache_dir() / CACHE_FILE} ({AGAIN}): {cached['timings']}")
     budget = budget_s()
     t0 = time.perf_counter()
     watch = ShareWatch()
@@ -221,7 +227,7 @@ def fastest(net: nn.Module, shape: tuple[int, ...], variants: list[Variant], *,
     _write_cache(key, {"best": best.label(), "timings": timings, "measured": time.strftime("%Y-%m-%d %H:%M:%S")})
     return best, (f"measured on this CPU for this network in {took:.1f} s (budget {budget:g} s, "
                   f"ANYSR_CALIBRATION_BUDGET): {timings}; kept in {cache_dir() / CACHE_FILE} for the next run "
-                  f"(delete it, or `make clean`, to measure again)")
+                  f"({AGAIN})")
 
 
 def provisional(left: list[str], busy: float | None, peers: int) -> str:

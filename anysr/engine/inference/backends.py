@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from anysr.accelerators.calibrate import _read_cache, _write_cache, budget_s, cache_dir
+from anysr.accelerators.calibrate import _read_cache, _write_cache, budget_s, cache_dir, remeasure
 from anysr.archs.arch_util import input_channels
 from anysr.atomic import atomic_write_json
 from anysr.errors import OptionError
@@ -180,7 +180,7 @@ def pick_fastest(net: nn.Module, runtimes: dict[str, nn.Module], key: str,
     the calibration cache when this network, shape, machine and thread count were measured before."""
     cache_key = "backend:" + hashlib.sha256(json.dumps(
         [key, list(shape), sorted(runtimes), torch.__version__, torch.get_num_threads()]).encode()).hexdigest()[:32]
-    cached = _read_cache().get(cache_key)
+    cached = None if remeasure() else _read_cache().get(cache_key)
     if isinstance(cached, dict) and cached.get("best") in ("torch", *runtimes):
         return cached["best"], (f"--backend auto: {cached['best']} (measured on {cached.get('measured', '?')}: "
                                 f"{cached.get('timings', '')}; kept in {cache_dir()})")
