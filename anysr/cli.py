@@ -200,7 +200,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from anysr.engine.evaluation.run_report import find_experiment, write_report
+    from anysr.engine.report.run_report import find_experiment, write_report
 
     print(f"wrote {write_report(find_experiment(args.experiment))}")
     return 0
