@@ -65,9 +65,10 @@ def _positive(text: str) -> int:
 
 
 def _plan_from_options(opt: Any, launcher: str = "auto", precision: str | None = None,
-                       num_gpu: Any = None, spmd: bool | None = None) -> Any:
+                       num_gpu: Any = None, spmd: bool | None = None,
+                       deep_samples: tuple[str, str] | None = None) -> Any:
     """The launch plan of validated options; ``precision`` (a command-line flag) overrides ``train.precision``,
-    ``num_gpu`` / ``spmd`` the options' (``anysr bench`` times one worker)."""
+    ``num_gpu`` / ``spmd`` the options' (``anysr bench`` times one worker); ``deep_samples``: resolve_plan's."""
     from anysr.accelerators import resolve_plan
 
     train = opt.train
@@ -77,24 +78,19 @@ def _plan_from_options(opt: Any, launcher: str = "auto", precision: str | None =
                         spmd=opt.xla.spmd if spmd is None else spmd,
                         compile=bool(train is not None and train.compile), dist_backend=opt.dist_params.backend,
                         master_port=opt.dist_params.port, channels_last=layout,
-                        find_unused_parameters=opt.find_unused_parameters, static_graph=opt.use_static_graph)
+                        find_unused_parameters=opt.find_unused_parameters, static_graph=opt.use_static_graph,
+                        deep_samples=deep_samples)
 
 
 def _deep_data_plan(opt: Any, launcher: str, precision: str | None = None) -> Any:
-    """``_plan_from_options``, with precision ``auto`` meaning fp32 when a dataset reads 16-bit images (as ``anysr
-    infer`` does for 16-bit inputs): bf16 keeps about 8 significant bits, and the low byte would be lost."""
-    from dataclasses import replace
-
+    """``_plan_from_options``, told whether a dataset reads 16-bit images (``Precision.decide`` then makes ``auto``
+    fp32, as for ``anysr infer``'s 16-bit inputs). The headers are read only where the precision is ``auto``."""
     from anysr.data.loaders import holds_16bit_images
 
     asked = precision or (opt.train.precision if opt.train is not None else "auto")
     deep = asked == "auto" and any(holds_16bit_images(d) for d in opt.datasets.values())
-    plan = _plan_from_options(opt, launcher, "fp32" if deep else precision)
-    if deep:
-        plan = replace(plan, notes=(*plan.notes, "16-bit images in the datasets: precision fp32 (bf16 keeps about 8 "
-                                                 "bits of a 16-bit sample; train.precision: bf16 to choose it "
-                                                 "anyway)"))
-    return plan
+    return _plan_from_options(opt, launcher, precision, deep_samples=(
+        "16-bit images in the datasets", "train.precision: bf16") if deep else None)
 
 
 # ---------------------------------------------------------------------- commands
