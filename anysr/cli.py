@@ -270,7 +270,7 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
             return 2
         return 0
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    from anysr.data.fetch import fetch_dataset
+    from anysr.engine.prepare.fetch import fetch_dataset
 
     report = fetch_dataset(args.name, args.root, mirror=args.mirror, prepare=not args.no_prepare)
     counts = (f"{len(report.downloaded)} downloaded, {len(report.verified)} already verified, "
@@ -286,7 +286,7 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
-    from anysr.data import prepare
+    from anysr.engine.prepare import command as prepare
 
     if args.what == "fetch":
         return _cmd_fetch(args)

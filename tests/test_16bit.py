@@ -25,9 +25,9 @@ from anysr.data.degradation.bicubic import bicubic_degrade, bicubic_degrade_wind
 from anysr.data.file_backends import DiskBackend, LmdbBackend, decode_training_image, decode_uint8
 from anysr.data.loaders import holds_16bit_images
 from anysr.data.pair_pool import TrainingPairPool, dequantise, quantise, wide_keys
-from anysr.data.prepare import degrade_samples, make_lmdb
 from anysr.data.transforms import augment, bgr_to_y, img2tensor, mod_crop, paired_random_crop, tensor2img
 from anysr.engine.evaluation.forward import quantize
+from anysr.engine.prepare.command import degrade_samples, make_lmdb
 from anysr.errors import DataError
 from anysr.metrics import calculate_psnr, calculate_ssim, psnr_torch, ssim_torch
 from anysr.ops.imresize import imresize

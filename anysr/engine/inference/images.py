@@ -19,9 +19,9 @@ from anysr.accelerators import Accelerator
 from anysr.archs.arch_util import input_channels
 from anysr.atomic import file_name_part_problem
 from anysr.data.imageio import IMAGE_EXTENSIONS, ImageInfo, list_images, probe_image, read_image, write_image
-from anysr.data.prepare import check_images
 from anysr.engine.evaluation.forward import CALIBRATION_SIDE, calibration_side, run_network
 from anysr.engine.logger import get_logger, log_start, setup_logging
+from anysr.engine.prepare.command import check_images
 from anysr.errors import DataError, OptionError
 from anysr.ops.color import LUMA_RGB
 from anysr.ops.imresize import resize_taps, resize_weights
