@@ -202,7 +202,7 @@ class SRModel(BaseModel):
             raise OptionError("train.sam: FSAM does not work with train.accumulate > 1 (neosr's rule); set it to 1")
         if self.acc.precision.scaler is not None:
             raise OptionError("train.sam: FSAM does not work with fp16's loss scaler; use train.precision bf16 or fp32")
-        self.sam_init = int(train.get("sam_init", -1))
+        self.sam_init = int(train["sam_init"])
         return FriendlySAM([p for g in self.optimizers["net_g"].param_groups for p in g["params"]])
 
     def sam_active(self) -> bool:
