@@ -15,7 +15,7 @@ from anysr.archs import build_network
 from anysr.archs.arch_util import input_channels, unit_range
 from anysr.archs.edvr_arch import EDVR
 from anysr.archs.kinds import RECURRENT_ARCHS, arch_kind
-from anysr.archs.recognise import (
+from anysr.archs.recognition.recognise import (
     Recognised,
     RecordedValueError,
     StateShapes,
