@@ -191,3 +191,14 @@ def test_no_package_level_import_cycles() -> None:
     found = cycles(package_graph(import_graph()))
     assert not found, ("package-level import cycles (a module counted as its package):\n"
                        + "\n".join(" <-> ".join(c) for c in found))
+
+
+def test_recognition_modules_keep_their_former_names() -> None:
+    """archs/recognition/ holds weight recognition; ``anysr.archs.recognise`` (and recognise_util, layouts)
+    still import, as the same modules."""
+    for name in ("recognise", "recognise_util", "layouts"):
+        old = importlib.import_module(f"anysr.archs.{name}")
+        assert old is importlib.import_module(f"anysr.archs.recognition.{name}")
+    from anysr.archs.recognise import register_recogniser  # noqa: PLC0415 - the former path, as code wrote it
+
+    assert register_recogniser is importlib.import_module("anysr.archs.recognition.recognise").register_recogniser
