@@ -73,9 +73,10 @@ _positive.__name__ = "scale"  # argparse says "invalid scale value" for other er
 
 
 def _plan_from_options(opt: Any, launcher: str = "auto", precision: str | None = None,
-                       num_gpu: Any = None, spmd: bool | None = None) -> Any:
+                       num_gpu: Any = None, spmd: bool | None = None,
+                       deep_samples: tuple[str, str] | None = None) -> Any:
     """The launch plan of validated options; ``precision`` (a command-line flag) overrides ``train.precision``,
-    ``num_gpu`` / ``spmd`` the options' (``anysr bench`` times one worker)."""
+    ``num_gpu`` / ``spmd`` the options' (``anysr bench`` times one worker); ``deep_samples``: resolve_plan's."""
     from anysr.accelerators import resolve_plan
 
     train = opt.train
@@ -85,24 +86,19 @@ def _plan_from_options(opt: Any, launcher: str = "auto", precision: str | None =
                         spmd=opt.xla.spmd if spmd is None else spmd,
                         compile=bool(train is not None and train.compile), dist_backend=opt.dist_params.backend,
                         master_port=opt.dist_params.port, channels_last=layout,
-                        find_unused_parameters=opt.find_unused_parameters, static_graph=opt.use_static_graph)
+                        find_unused_parameters=opt.find_unused_parameters, static_graph=opt.use_static_graph,
+                        deep_samples=deep_samples)
 
 
 def _deep_data_plan(opt: Any, launcher: str, precision: str | None = None) -> Any:
-    """``_plan_from_options``, with precision ``auto`` meaning fp32 when a dataset reads 16-bit images (as ``anysr
-    infer`` does for 16-bit inputs): bf16 keeps about 8 significant bits, and the low byte would be lost."""
-    from dataclasses import replace
-
+    """``_plan_from_options``, told whether a dataset reads 16-bit images (``Precision.decide`` then makes ``auto``
+    fp32, as for ``anysr infer``'s 16-bit inputs). The headers are read only where the precision is ``auto``."""
     from anysr.data.loaders import holds_16bit_images
 
     asked = precision or (opt.train.precision if opt.train is not None else "auto")
     deep = asked == "auto" and any(holds_16bit_images(d) for d in opt.datasets.values())
-    plan = _plan_from_options(opt, launcher, "fp32" if deep else precision)
-    if deep:
-        plan = replace(plan, notes=(*plan.notes, "16-bit images in the datasets: precision fp32 (bf16 keeps about 8 "
-                                                 "bits of a 16-bit sample; train.precision: bf16 to choose it "
-                                                 "anyway)"))
-    return plan
+    return _plan_from_options(opt, launcher, precision, deep_samples=(
+        "16-bit images in the datasets", "train.precision: bf16") if deep else None)
 
 
 # ---------------------------------------------------------------------- commands
@@ -227,7 +223,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from anysr.engine.evaluation.run_report import find_experiment, write_report
+    from anysr.engine.report.run_report import find_experiment, write_report
 
     print(f"wrote {write_report(find_experiment(args.experiment))}")
     return 0
@@ -330,7 +326,7 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
             return 2
         return 0
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    from anysr.data.fetch import fetch_dataset
+    from anysr.engine.prepare.fetch import fetch_dataset
 
     report = fetch_dataset(args.name, args.root, mirror=args.mirror, prepare=not args.no_prepare)
     counts = (f"{len(report.downloaded)} downloaded, {len(report.verified)} already verified, "
@@ -346,7 +342,7 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
-    from anysr.data import prepare
+    from anysr.engine.prepare import command as prepare
 
     if args.what == "fetch":
         return _cmd_fetch(args)
@@ -442,14 +438,8 @@ def _add_offline(p: argparse.ArgumentParser) -> None:
                         "Inception): use torch hub's cache or the paths given (as ANYSR_OFFLINE=1)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="anysr", description="Train, test, run and export super-resolution / restoration networks on CPU, "
-        "CUDA, MPS or XLA (TPU), from BasicSR-style option files. `anysr COMMAND --help` for each command; "
-        "`python -m anysr.train -opt FILE.yml` works too.")
-    parser.add_argument("--version", action="version", version=f"anysr {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
+def _train_parser(sub: Any) -> None:
+    """``anysr train``."""
     p = sub.add_parser("train", help="train from an options file", description="Train from a BasicSR-style "
                        "options file on the accelerator it names (workers are started for you).")
     _add_opt_args(p)
@@ -466,6 +456,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_offline(p)
     p.set_defaults(func=cmd_train)
 
+
+def _test_parser(sub: Any) -> None:
+    """``anysr test``."""
     p = sub.add_parser("test", help="score a trained network on the test datasets of an options file",
                        description="Run the network of an options file (path.pretrain_network_g) over its test "
                        "datasets (datasets.test*, val*), save the results and score them with val.metrics; "
@@ -477,6 +470,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_offline(p)
     p.set_defaults(func=cmd_test)
 
+
+def _infer_parser(sub: Any) -> None:
+    """``anysr infer``."""
     p = sub.add_parser("infer", help="upscale an image or a folder of images",
                        description="Upscale images with a trained network (tiled on request): an alpha channel is "
                        "kept, 16-bit images stay 16-bit, any final scale (--outscale), weight interpolation between "
@@ -537,6 +533,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="no progress bars (over images, and over the tiles of each image)")
     p.set_defaults(func=cmd_infer)
 
+
+def _export_parser(sub: Any) -> None:
+    """``anysr export``."""
     p = sub.add_parser("export", help="write weights as plain .pth / .safetensors (chaiNNer, ComfyUI) or ONNX",
                        description="Export trained weights: a plain state dict (one group, default params_ema, else "
                        "params) under the original architecture's names, as spandrel-based tools (chaiNNer, "
@@ -568,6 +567,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ONNX: skip the onnxruntime comparison (and the dynamic-size check)")
     p.set_defaults(func=cmd_export)
 
+
+def _bench_parser(sub: Any) -> None:
+    """``anysr bench``."""
     p = sub.add_parser("bench", help="time training steps and inference of an options file's model",
                        description="Time the training step (real model, optimiser and loss on a synthetic batch of "
                        "the configured size: compute only, no data loading) and inference, on one worker of the "
@@ -592,6 +594,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_offline(p)
     p.set_defaults(func=cmd_bench)
 
+
+def _eval_parser(sub: Any) -> None:
+    """``anysr eval``."""
     p = sub.add_parser("eval", help="score folders of results against ground truth (PSNR, SSIM, NIQE, LPIPS, ...)",
                        description="Pair the images of --sr with those of --gt by file stem and print the metrics "
                        "per image and on average, as BasicSR computes them (MATLAB rgb2ycbcr Y channel, --scale "
@@ -634,6 +639,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_offline(p)
     p.set_defaults(func=cmd_eval)
 
+
+def _report_parser(sub: Any) -> None:
+    """``anysr report``."""
     p = sub.add_parser("report", help="write report.html of a training run (curves, best checkpoints, images)",
                        description="Write EXPERIMENT/report.html: loss and metric curves, the best-checkpoint table "
                        "and a viewer of the validation crops (bicubic, result, ground truth; synchronised zoom and "
@@ -642,6 +650,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("experiment", help="experiment folder (experiments/<name>) or the run's name")
     p.set_defaults(func=cmd_report)
 
+
+def _schema_parser(sub: Any) -> None:
+    """``anysr schema``."""
     p = sub.add_parser("schema", help="print the options' JSON Schema (editor completion and checking)",
                        description="Print the JSON Schema of anysr / BasicSR options files: every key with its "
                        "documentation, choices and default, and the arguments of every registered network, loss, "
@@ -655,10 +666,24 @@ def build_parser() -> argparse.ArgumentParser:
                    "with -o FILE, the table between FILE's markers is replaced (docs/architectures.md)")
     p.set_defaults(func=cmd_schema)
 
+
+def _prepare_parser(sub: Any) -> None:
+    """``anysr prepare`` and its sub-commands, one builder each."""
     p = sub.add_parser("prepare", help="dataset preparation: fetch | lr | subimages | lmdb | shards | degrade",
                        description="Prepare datasets: download the standard ones, bicubic LR images, DIV2K-style "
                        "sub-images, LMDB files, shard sets; show Real-ESRGAN's synthesised training pairs.")
     psub = p.add_subparsers(dest="what", required=True, metavar="WHAT")
+    _prepare_fetch_parser(psub)
+    _prepare_lr_parser(psub)
+    _prepare_subimages_parser(psub)
+    _prepare_lmdb_parser(psub)
+    _prepare_shards_parser(psub)
+    _prepare_degrade_parser(psub)
+    p.set_defaults(func=cmd_prepare)
+
+
+def _prepare_fetch_parser(psub: Any) -> None:
+    """``anysr prepare fetch``."""
     fmt = _DefaultsFormatter
     q = psub.add_parser("fetch", help="download, verify, extract and prepare a standard dataset", formatter_class=fmt,
                         description="Download a standard dataset (DIV2K, Flickr2K, OST, LSDIR, the test sets of "
@@ -675,12 +700,22 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--no-prepare", action="store_true", help="stop after download and extraction")
     q.add_argument("--list", action="store_true", help="list the datasets, what they hold, their checksums and "
                    "licences (download sizes where the publishers give them)")
+
+
+def _prepare_lr_parser(psub: Any) -> None:
+    """``anysr prepare lr``."""
+    fmt = _DefaultsFormatter
     q = psub.add_parser("lr", help="mod-crop and MATLAB-bicubic downscale a folder of HR images", formatter_class=fmt,
                         description="Crop each HR image to a multiple of --scale and shrink it with MATLAB-exact "
                         "bicubic imresize (the classic benchmark protocol); PNGs named like the HR files.")
     q.add_argument("--hr", required=True, help="folder of HR images")
     q.add_argument("--out", required=True, help="output folder for the LR images")
     q.add_argument("--scale", type=_positive, required=True, help="downscaling factor (2, 3, 4, ...)")
+
+
+def _prepare_subimages_parser(psub: Any) -> None:
+    """``anysr prepare subimages``."""
+    fmt = _DefaultsFormatter
     q = psub.add_parser("subimages", help="crop large images into overlapping sub-images (DIV2K style)",
                         formatter_class=fmt,
                         description="Cut every image into --crop-size squares every --step pixels (BasicSR's "
@@ -694,6 +729,11 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--thresh-size", "--thresh_size", type=int, default=0,
                    help="add a last crop flush with the border when more than this many pixels are left over")
     q.add_argument("--n-thread", "--n_thread", type=int, default=1, help="threads (OpenCV codes in parallel)")
+
+
+def _prepare_lmdb_parser(psub: Any) -> None:
+    """``anysr prepare lmdb``."""
+    fmt = _DefaultsFormatter
     q = psub.add_parser("lmdb", help="pack a folder of images into an LMDB with meta_info.txt", formatter_class=fmt,
                         description="Pack every image of a folder into a BasicSR-layout LMDB (<name>.lmdb with "
                         "data.mdb and meta_info.txt; keys are file stems, values PNG bytes). Needs anysr[lmdb].")
@@ -701,6 +741,11 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--output", required=True, help="new output folder ending in .lmdb")
     q.add_argument("--compress-level", "--compress_level", type=int, default=1,
                    help="PNG compression of the stored images, 0 (none) to 9")
+
+
+def _prepare_shards_parser(psub: Any) -> None:
+    """``anysr prepare shards``."""
+    fmt = _DefaultsFormatter
     q = psub.add_parser("shards", help="write a folder (or GT/LQ pairs) as WebDataset shards for object storage",
                         formatter_class=fmt,
                         description="Write the images of SRC_FOLDER (with --lq: GT/LQ pairs matched by stem) as "
@@ -721,6 +766,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="close a shard after this many samples (default: only by size)")
     q.add_argument("--storage-options", "--storage_options", type=_json_object, default=None,
                    help="fsspec options for OUT as JSON, e.g. '{\"endpoint_url\": \"http://127.0.0.1:9000\"}'")
+
+
+def _prepare_degrade_parser(psub: Any) -> None:
+    """``anysr prepare degrade``."""
+    fmt = _DefaultsFormatter
     q = psub.add_parser("degrade", help="write the LQ/GT pairs an options file trains on",
                         formatter_class=fmt,
                         description="Write the first N training pairs of a training options file exactly as the "
@@ -737,7 +787,20 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--degrade-in", "--degrade_in", default=None, choices=("auto", "step", "loader"),
                    help="where the synthesis runs (default: the options' degrade_in; Real-ESRGAN synthesis only)")
     q.add_argument("--frames", type=int, default=3, help="frames written of each video clip (around its centre)")
-    p.set_defaults(func=cmd_prepare)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: one small builder per command (``_train_parser``, ...), in the order ``--help`` lists
+    them."""
+    parser = argparse.ArgumentParser(
+        prog="anysr", description="Train, test, run and export super-resolution / restoration networks on CPU, "
+        "CUDA, MPS or XLA (TPU), from BasicSR-style option files. `anysr COMMAND --help` for each command; "
+        "`python -m anysr.train -opt FILE.yml` works too.")
+    parser.add_argument("--version", action="version", version=f"anysr {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in (_train_parser, _test_parser, _infer_parser, _export_parser, _bench_parser, _eval_parser,
+                _report_parser, _schema_parser, _prepare_parser):
+        add(sub)
     return parser
 
 

@@ -5,7 +5,7 @@ Torch-free (the options checker reads ``provider_of`` to name the command in its
 checksums are the ones published with the files or by established dataset loaders (md5 of DIV2K, Flickr2K and
 EDSR's benchmark archive, as torchSR / deepinv / catalyst pin them); where none is published the pin is ``None``:
 ``fetch`` then records the first download's sha256 as the local pin (``downloads/pins.json``) and says so.
-Downloading, extraction and the steps live in ``anysr.data.fetch``.
+Downloading, extraction and the steps live in ``anysr.engine.prepare.fetch``.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class SourceFile:
 
 @dataclass(frozen=True)
 class Step:
-    """One preparation step after extraction (run by ``anysr.data.fetch``), skipped when ``output`` exists.
+    """One preparation step after extraction (run by ``anysr.engine.prepare.fetch``), skipped when ``output`` exists.
 
     kinds: ``subimages`` (``src`` cut into ``args`` = (crop, step, thresh) squares), ``meta_info`` (BasicSR's
     ``<name> (h,w,c)`` list of ``src``), ``link`` (``src``'s files hard-linked, else copied, to ``output``),

@@ -82,6 +82,19 @@ class OptionError(AnysrError):
     """A bad option: unknown key, wrong type, missing key or path."""
 
 
+class ArchArgumentError(OptionError):
+    """A constructor argument of an architecture has a value it cannot build with.
+
+    ``arg`` is the argument's name, so ``build_network`` can report the full option key path
+    (``network_g.<arg>``).
+    """
+
+    def __init__(self, arg: str, message: str) -> None:
+        super().__init__(f"{arg}: {message}")
+        self.arg = arg
+        self.detail = message
+
+
 class DataError(AnysrError):
     """A missing, unreadable or corrupt image or dataset."""
 

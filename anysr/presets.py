@@ -41,6 +41,11 @@ class ArchPreset:
     accepts: tuple[str, ...] = ()  # other arguments ``translate`` reads (the JSON Schema lists them)
     source: str = ""
 
+    def takes_scale(self, given: Mapping[str, Any]) -> bool:
+        """Whether a scale from outside (the file's top-level ``scale``, ``--scale``) goes to this preset: it has a
+        scale argument and ``given`` sets neither ``scale`` nor that argument."""
+        return bool(self.scale_arg) and "scale" not in given and self.scale_arg not in given
+
     def arguments(self, given: Mapping[str, Any], key_path: str) -> dict[str, Any]:
         """The class's arguments for a file's ``given`` ones (any spelling) over the preset's."""
         args = dict(self.kwargs)
@@ -94,7 +99,7 @@ def expand_preset(opt: Mapping[str, Any], key_path: str, scale: int | None = Non
     scale) goes to the preset's scale argument unless the file gives it."""
     preset = ARCH_PRESETS[str(opt["type"]).lower()]
     given = {k: v for k, v in opt.items() if k != "type"}
-    if scale is not None and preset.scale_arg and "scale" not in given and preset.scale_arg not in given:
+    if scale is not None and preset.takes_scale(given):
         given["scale"] = scale
     args = preset.arguments(given, key_path)
     return {"type": args.pop("type", preset.arch), **args}

@@ -61,7 +61,7 @@ SCALE, GT_SIZE = 4, 128
 # ------------------------------------------------------------------------------------------------ the data
 def make_data(work: Path, limit: int | None) -> dict[str, tuple[str, str]]:
     """GT/LQ folders (PNG, JPEG) and LMDBs under ``work``: format -> (GT root, LQ root)."""
-    from anysr.data.prepare import prepare_lr
+    from anysr.engine.prepare.command import prepare_lr
 
     gt_png, lq_png = work / "png" / "gt", work / "png" / "lq"
     gt_png.mkdir(parents=True)

@@ -74,9 +74,9 @@ def main() -> None:
     import cv2
 
     from anysr.cli import _byte_size
-    from anysr.data.prepare import make_shards, prepare_lr
     from anysr.data.sampler import TrainSampler
     from anysr.data.shards import ShardBackend
+    from anysr.engine.prepare.command import make_shards, prepare_lr
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_shards_"))
     proc, endpoint = _start_moto()

@@ -300,7 +300,7 @@ def _api_readers() -> dict[str, Callable[[Path, Path], Any]]:
     from anysr.data import file_backends, imageio
     from anysr.data.paired_image_dataset import paired_names_from_meta_info
     from anysr.engine.checkpoint import load_training_state, read_weights, read_weights_metadata
-    from anysr.engine.training.history import History
+    from anysr.engine.report.history import History
     from anysr.options import load_options
     from anysr.plugins import load_plugins
 

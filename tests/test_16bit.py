@@ -18,14 +18,16 @@ import yaml
 from conftest import DATASETS, run_cli, tiny_train_options, write_options
 from safetensors.torch import load_file, save_file
 
+from anysr.accelerators import resolve_plan
+from anysr.accelerators.precision import Precision
 from anysr.data import build_dataset
 from anysr.data.degradation.bicubic import bicubic_degrade, bicubic_degrade_window
 from anysr.data.file_backends import DiskBackend, LmdbBackend, decode_training_image, decode_uint8
 from anysr.data.loaders import holds_16bit_images
 from anysr.data.pair_pool import TrainingPairPool, dequantise, quantise, wide_keys
-from anysr.data.prepare import degrade_samples, make_lmdb
 from anysr.data.transforms import augment, bgr_to_y, img2tensor, mod_crop, paired_random_crop, tensor2img
 from anysr.engine.evaluation.forward import quantize
+from anysr.engine.prepare.command import degrade_samples, make_lmdb
 from anysr.errors import DataError
 from anysr.metrics import calculate_psnr, calculate_ssim, psnr_torch, ssim_torch
 from anysr.ops.imresize import imresize
@@ -315,6 +317,24 @@ def _identity_compact(path: Path) -> dict[str, Any]:
         net.body[-1].bias.zero_()
     save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(path))
     return cfg
+
+
+@pytest.mark.parametrize("requested", ["auto", "bf16", "fp32"])
+def test_16_bit_samples_are_an_input_of_the_precision_decision(requested: str) -> None:
+    """16-bit samples (``deep_samples``) make ``auto`` fp32 on a device with native bf16, in ``Precision.decide``
+    and nowhere else: the plan keeps what was asked for, a forced precision stays forced, and a CPU then times no
+    bf16 candidate."""
+    plan = resolve_plan("cpu", 1, precision=requested, deep_samples=("16-bit input images", "--precision bf16"))
+    assert plan.precision == requested
+    assert (plan.deep_samples is not None) == (requested == "auto")
+    assert any("16-bit input images: precision fp32" in n for n in plan.notes) == (requested == "auto")
+    decided = Precision(plan.precision, False, plan.deep_samples)
+    decided.decide(torch.device("cpu"), "cpu", (True, "native bf16"))
+    assert decided.name == ("fp32" if requested == "auto" else requested)
+    assert not decided.precision_open
+    plain = Precision("auto", False)
+    plain.decide(torch.device("cpu"), "cpu", (True, "native bf16"))
+    assert plain.name == "bf16" and plain.precision_open
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ from arch_checks import FIXTURES, check_onnx_at_unseen_size, check_xla_train_ste
 from conftest import FIXTURE_TOL
 
 from anysr.archs import build_network
-from anysr.archs.recognise import recognise, recognise_all
+from anysr.archs.recognition.recognise import recognise, recognise_all
 from anysr.errors import OptionError
 
 GROUP = "catanet"

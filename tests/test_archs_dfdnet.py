@@ -35,7 +35,7 @@ from safetensors.torch import save_file
 from anysr.archs import build_network
 from anysr.archs.arch_util import ArchArgumentError, unit_range
 from anysr.archs.dfdnet_arch import FFHQ_PART_BOXES, DFDNet, default_part_boxes, load_component_dictionary
-from anysr.archs.recognise import recognise
+from anysr.archs.recognition.recognise import recognise
 from anysr.errors import OptionError
 
 GROUP = "dfdnet"

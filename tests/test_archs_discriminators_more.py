@@ -25,7 +25,7 @@ from test_gan import gan_options
 from anysr.archs import build_network
 from anysr.archs.discriminator_more_arch import MetaGAN, PatchGAN
 from anysr.archs.dunet_arch import DUnet
-from anysr.archs.layouts import to_known_layout
+from anysr.archs.recognition.layouts import to_known_layout
 from anysr.cli import main
 from anysr.engine.checkpoint.weights import load_weights
 from anysr.errors import OptionError

@@ -28,7 +28,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from anysr.archs import build_network
-from anysr.archs.recognise import recognise, recognise_all
+from anysr.archs.recognition.recognise import recognise, recognise_all
 from anysr.errors import OptionError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -24,7 +24,7 @@ from safetensors.torch import load_file
 from torch.nn import functional as F
 
 from anysr.archs import build_network
-from anysr.archs.recognise import recognise
+from anysr.archs.recognition.recognise import recognise
 from anysr.errors import OptionError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,7 +20,7 @@ from conftest import FIXTURE_TOL, tiny_train_options, write_options
 
 from anysr.archs import build_network
 from anysr.archs.arch_util import pad_to_multiple
-from anysr.archs.recognise import recognise
+from anysr.archs.recognition.recognise import recognise
 from anysr.errors import OptionError
 from anysr.options import load_options
 

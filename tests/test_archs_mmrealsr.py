@@ -19,7 +19,7 @@ from conftest import FIXTURE_TOL
 
 from anysr.archs import build_network
 from anysr.archs.arch_util import pad_to_multiple, pixel_unshuffle
-from anysr.archs.recognise import recognise
+from anysr.archs.recognition.recognise import recognise
 from anysr.errors import OptionError
 
 CASES = sorted(manifest("mmrealsr")["cases"])

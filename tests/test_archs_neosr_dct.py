@@ -26,7 +26,7 @@ from conftest import FIXTURE_TOL
 from safetensors.torch import load_file
 
 from anysr.archs import build_network, dat_arch, dct_arch
-from anysr.archs.recognise import recognise, recognise_all
+from anysr.archs.recognition.recognise import recognise, recognise_all
 from anysr.errors import OptionError
 
 GROUP = "neosr_dct"

@@ -29,7 +29,7 @@ from torch.nn import functional as F
 
 from anysr.archs import build_network
 from anysr.archs import msdan_arch as msdan
-from anysr.archs.recognise import recognise, recognise_all
+from anysr.archs.recognition.recognise import recognise, recognise_all
 from anysr.archs.resize_util import adaptive_max_gather
 from anysr.errors import OptionError
 

@@ -22,7 +22,7 @@ from conftest import FIXTURE_TOL
 from safetensors.torch import load_file
 
 from anysr.archs import build_network
-from anysr.archs.recognise import recognise
+from anysr.archs.recognition.recognise import recognise
 from anysr.archs.scunet_aaf6aa_arch import NoisyConvTransBlock
 from anysr.errors import OptionError
 

@@ -36,7 +36,7 @@ from conftest import FIXTURE_TOL, run_cli
 
 from anysr.archs import build_network
 from anysr.archs.arch_util import pad_to_multiple, unit_range
-from anysr.archs.recognise import recognise_all
+from anysr.archs.recognition.recognise import recognise_all
 from anysr.data.imageio import read_image, write_image
 from anysr.engine.checkpoint import load_weights, strip_container_prefix
 from anysr.engine.checkpoint.weights import load_into

@@ -17,7 +17,7 @@ from conftest import FIXTURE_TOL
 from safetensors.torch import load_file
 
 from anysr.archs import build_network
-from anysr.archs.recognise import recognise
+from anysr.archs.recognition.recognise import recognise
 from anysr.errors import OptionError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "restormer"

@@ -21,7 +21,7 @@ from arch_checks import check_onnx_at_unseen_size, check_xla_train_step, fixture
 from conftest import FIXTURE_TOL
 
 from anysr.archs import build_network
-from anysr.archs.recognise import recognise_all
+from anysr.archs.recognition.recognise import recognise_all
 from anysr.archs.span_arch import Conv3XC
 from anysr.archs.spanf_arch import SPANF3, EvalConv3XC
 from anysr.errors import OptionError

@@ -12,7 +12,7 @@ import cv2
 import pytest
 from conftest import DATASETS, run_cli
 
-from anysr.data.prepare import prepare_lr
+from anysr.engine.prepare.command import prepare_lr
 from anysr.metrics.niqe import calculate_niqe
 
 # BasicSR's file, with the dataset paths changed to folders the test prepares (marked "changed").

@@ -17,7 +17,7 @@ from conftest import FIXTURE_TOL, run_cli
 from safetensors.torch import load_file
 
 from anysr.archs import build_network
-from anysr.archs.recognise import recognise
+from anysr.archs.recognition.recognise import recognise
 from anysr.engine.checkpoint import load_weights
 from anysr.errors import OptionError
 
@@ -88,7 +88,7 @@ def test_infer_and_export_take_an_original_layout_pth(tmp_path: Path) -> None:
 
 
 def _renamed(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    from anysr.archs.layouts import to_known_layout
+    from anysr.archs.recognition.layouts import to_known_layout
 
     out, layout = to_known_layout(sd)
     assert layout is not None and layout.arch == "RRDBNet"

@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 from conftest import run_cli
 
-from anysr.data.fetch import fetch_dataset, safe_extract
 from anysr.dataset_sources import SOURCES, provider_of
 from anysr.download import DownloadFailed, download
+from anysr.engine.prepare.fetch import fetch_dataset, safe_extract
 from anysr.errors import DataError, OptionError
 from anysr.options import load_options
 

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from anysr.data.imageio import list_images, read_image, write_image
-from anysr.data.prepare import prepare_lr
 from anysr.engine.evaluation.folder_eval import evaluate_folders, pair_by_stem
+from anysr.engine.prepare.command import prepare_lr
 from anysr.errors import DataError, OptionError
 from anysr.metrics import calculate_psnr, calculate_ssim
 from anysr.ops.color import full_range_luma

@@ -13,9 +13,9 @@ from safetensors.torch import load_file, save_file
 from torch.nn import functional as F
 
 from anysr.archs import build_network
+from anysr.archs.vgg_features import VGG19_NAMES, VGGFeatureExtractor
 from anysr.cli import main
 from anysr.losses import GANLoss, PerceptualLoss, build_loss
-from anysr.losses.perceptual import VGG19_NAMES, VGGFeatureExtractor
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "basicsr"
 

@@ -23,7 +23,7 @@ from safetensors.torch import load_file, save_file
 from test_gan import fake_vgg19_state_dict
 
 from anysr.archs import build_network
-from anysr.archs.recognise import recognise
+from anysr.archs.recognition.recognise import recognise
 from anysr.errors import OptionError
 from anysr.losses import GANFeatLoss, MultiScaleGANLoss
 from anysr.options import load_options

@@ -119,7 +119,7 @@ def test_empty_or_scalar_resize_mode_lists_are_option_errors(tmp_path: Path, cha
 @pytest.fixture(scope="module")
 def lmdb_set(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("lmdb")
-    from anysr.data.prepare import make_lmdb
+    from anysr.engine.prepare.command import make_lmdb
 
     root = tmp_path_factory.mktemp("lmdb")
     return Path(make_lmdb(_images(root / "gt"), root / "gt.lmdb"))
@@ -169,7 +169,7 @@ def test_bsrgan_dataset_reads_shards_with_its_storage_options(tmp_path: Path, mo
     pytest.importorskip("webdataset")
     pytest.importorskip("fsspec")
     from anysr.data import shards
-    from anysr.data.prepare import make_shards
+    from anysr.engine.prepare.command import make_shards
 
     make_shards(_images(tmp_path / "gt"), str(tmp_path / "set"), progress=False)
     seen: list[Any] = []
@@ -200,7 +200,7 @@ def src(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_prepare_shards_refuses_a_scheme_it_cannot_write(tmp_path: Path, src: Path) -> None:
     """Before: ftp:// went to fsspec's FTP client: 'Name or service not known', naming no URL."""
-    from anysr.data.prepare import make_shards
+    from anysr.engine.prepare.command import make_shards
 
     for out in ("ftp://host/set", "https://host/set"):
         with pytest.raises(DataError, match=r"cannot write to (ftp|https)://; write to a local folder or to s3://"):
@@ -209,7 +209,7 @@ def test_prepare_shards_refuses_a_scheme_it_cannot_write(tmp_path: Path, src: Pa
 
 def test_prepare_shards_into_a_file_says_it_is_a_file(tmp_path: Path, src: Path) -> None:
     """Before: "afile exists and is not empty; delete it": the output is a file, not a folder."""
-    from anysr.data.prepare import make_shards
+    from anysr.engine.prepare.command import make_shards
 
     (tmp_path / "afile").write_text("x")
     with pytest.raises(DataError, match="OUT .*afile is a file; give a new or empty folder"):
@@ -230,7 +230,7 @@ def test_prepare_shards_to_unreachable_s3_is_one_line(tmp_path: Path, src: Path)
 def test_prepare_shards_storage_options_the_file_system_refuses(tmp_path: Path, src: Path) -> None:
     """Before: a TypeError traceback (AioSession got an unexpected keyword argument) from the first S3 call."""
     pytest.importorskip("s3fs")
-    from anysr.data.prepare import make_shards
+    from anysr.engine.prepare.command import make_shards
 
     opts = {"endpoint_url": "http://127.0.0.1:9", "key": "a", "secret": "b", "bogus_kw": 1}
     with pytest.raises(DataError, match=r"--storage-options are not accepted by the file system of s3://b/set "
@@ -243,7 +243,7 @@ def test_prepare_shards_write_failure_names_the_output(tmp_path: Path, src: Path
     """A failing write (here a local one refused by the file system) names the output and what to check."""
     import fsspec.implementations.local as local
 
-    from anysr.data.prepare import make_shards
+    from anysr.engine.prepare.command import make_shards
 
     def refuse(self: Any, path: str, mode: str = "rb", **kw: Any) -> Any:
         raise PermissionError(13, "Permission denied", path)
@@ -281,7 +281,7 @@ def _float_tiff_folder(tmp: Path) -> Path:
 def test_prepare_lmdb_refuses_float_images_instead_of_storing_them_black(tmp_path: Path) -> None:
     """Before: a [0, 1] float32 TIFF was stored as an 8-bit PNG of 0s and 1s (black), and trained on."""
     pytest.importorskip("lmdb")
-    from anysr.data.prepare import make_lmdb
+    from anysr.engine.prepare.command import make_lmdb
 
     with pytest.raises(DataError, match=r"prepare lmdb: .*x.tif \(float32\) to an 8- or 16-bit PNG"):
         make_lmdb(_float_tiff_folder(tmp_path), tmp_path / "out.lmdb", progress=False)
@@ -292,7 +292,7 @@ def test_prepare_lmdb_leaves_nothing_behind_when_an_image_fails(tmp_path: Path) 
     """Before: an unreadable image half-way left a half-written out.lmdb (data.mdb, no meta_info.txt), which the
     next run refused as existing. Now the LMDB is written under a temporary name and renamed when complete."""
     pytest.importorskip("lmdb")
-    from anysr.data.prepare import make_lmdb
+    from anysr.engine.prepare.command import make_lmdb
 
     folder = _images(tmp_path / "in", 2)
     (folder / "zz.png").write_bytes(b"")  # found by the header check, before anything is written
@@ -311,7 +311,7 @@ def test_prepare_lmdb_leaves_nothing_behind_when_an_image_fails(tmp_path: Path) 
 def test_prepare_subimages_refuses_float_images_before_writing(tmp_path: Path) -> None:
     """Before: crops of the other images were written, then write_image stopped on the float one with advice for
     Python code (np.clip(...)), leaving a half-filled output folder."""
-    from anysr.data.prepare import extract_subimages
+    from anysr.engine.prepare.command import extract_subimages
 
     with pytest.raises(DataError, match=r"prepare subimages: .*x.tif \(float32\)"):
         extract_subimages(_float_tiff_folder(tmp_path), tmp_path / "out", 32, 16, 0, progress=False)
@@ -321,7 +321,7 @@ def test_prepare_subimages_refuses_float_images_before_writing(tmp_path: Path) -
 def test_a_mirror_that_is_not_a_url_is_refused_up_front(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Before: "downloading benchmark.tar from notaurl/benchmark.tar failed (ValueError: unknown url type ...);
     check the network", twice (the warning, then the error), for a mirror given as a plain path."""
-    from anysr.data.fetch import fetch_dataset
+    from anysr.engine.prepare.fetch import fetch_dataset
 
     monkeypatch.delenv("ANYSR_OFFLINE", raising=False)
     for mirror in ("notaurl", "/data/mirror"):
@@ -400,7 +400,7 @@ def test_a_hostile_shard_index_entry_is_refused_when_read(tmp_path: Path, src: P
     'cannot read sample (ValueError: read length must be non-negative); check the path'; a 0x0 header was
     'remove it from the folder'."""
     from anysr.data import shards
-    from anysr.data.prepare import make_shards
+    from anysr.engine.prepare.command import make_shards
 
     make_shards(src, str(tmp_path / "set"), progress=False)
     index = json.loads((tmp_path / "set" / "index.json").read_text())
@@ -419,7 +419,7 @@ def test_a_hostile_shard_index_entry_is_refused_when_read(tmp_path: Path, src: P
 def test_prepare_shards_filename_template_without_one_stem_slot(tmp_path: Path, src: Path, template: str) -> None:
     """Before: '{}x4{}' was an IndexError traceback, '{name}x4' a KeyError one, 'x4' a list of unmatched pairs
     each 'expected LQ x4.*'."""
-    from anysr.data.prepare import make_shards
+    from anysr.engine.prepare.command import make_shards
 
     with pytest.raises(DataError, match="--filename-tmpl .* must hold '{}' exactly once"):
         make_shards(src, str(tmp_path / "out"), lq=src, filename_tmpl=template, progress=False)

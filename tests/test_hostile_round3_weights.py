@@ -21,7 +21,7 @@ from conftest import DATASETS, run_cli
 from safetensors.torch import save_file
 
 from anysr.archs import build_network
-from anysr.archs.recognise import recognise
+from anysr.archs.recognition.recognise import recognise
 from anysr.engine import checkpoint as ckpt
 from anysr.engine.inference.network import resolve_network
 from anysr.errors import CheckpointError, DataError, OptionError

@@ -16,6 +16,7 @@ from conftest import FIXTURE_TOL
 from safetensors.torch import load_file
 from torch import nn
 
+from anysr.archs.vgg_features import VGG19_BN_NAMES
 from anysr.losses import (
     CharbonnierLoss,
     ChromaLoss,
@@ -46,7 +47,7 @@ from anysr.losses import (
 )
 from anysr.losses.color import srgb_to_oklab
 from anysr.losses.learned import contextual_similarity
-from anysr.losses.perceptual import VGG19_BN_NAMES, vgg19_stand_in
+from anysr.losses.perceptual import vgg19_stand_in
 from anysr.options import validate_options
 from anysr.registry import LOSS_REGISTRY
 

@@ -23,7 +23,7 @@ from safetensors.torch import load_file, save_file
 from test_trainner_dialect import dialect, valid
 
 from anysr.archs import build_network
-from anysr.archs.recognise import recognise
+from anysr.archs.recognition.recognise import recognise
 from anysr.errors import OptionError
 from anysr.losses import build_loss
 from anysr.losses.feature_nets import LineDistiller, _resnet50_body

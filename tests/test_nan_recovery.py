@@ -19,7 +19,7 @@ from conftest import (
     write_options,
 )
 
-from anysr.engine.training.history import History
+from anysr.engine.report.history import History
 from anysr.engine.training.nan_recovery import NONE_BAD, Recovery, decode_bad, describe
 from anysr.models.lr_scheduler import build_scheduler
 

@@ -26,7 +26,7 @@ from test_gan import gan_options
 from anysr.archs import build_network
 from anysr.archs.ea2fpn_arch import EA2FPN, ResNet18
 from anysr.archs.escfp_arch import ESCFP
-from anysr.archs.recognise import recognise
+from anysr.archs.recognition.recognise import recognise
 from anysr.cli import main
 from anysr.engine.checkpoint.weights import load_model_weights
 from anysr.errors import OptionError

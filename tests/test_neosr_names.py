@@ -27,7 +27,7 @@ from safetensors.torch import load_file
 
 from anysr.archs import arch_kwargs, build_network
 from anysr.archs.arch_util import DIV2K_RGB_MEAN
-from anysr.archs.recognise import recognise
+from anysr.archs.recognition.recognise import recognise
 from anysr.errors import OptionError
 from anysr.presets import ARCH_PRESETS, find_preset
 from anysr.registry import ARCH_REGISTRY

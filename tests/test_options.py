@@ -1112,7 +1112,7 @@ _NOT_IMPORTED = ("torch", "numpy", "anysr.data", "anysr.models", "anysr.archs", 
                  "anysr.engine", "anysr.plugins")
 _BY_HAND = """
 import sys
-from anysr.registry import ARCH_REGISTRY, DATASET_REGISTRY, MODEL_REGISTRY
+from anysr.registry import ARCH_REGISTRY, DATASET_REGISTRY, LOSS_REGISTRY, MODEL_REGISTRY, OPTIMIZER_REGISTRY
 from anysr.options import validate_options
 
 class Net:
@@ -1122,14 +1122,32 @@ class Paired:
     role = "paired"
     backend_types = ("disk", "lmdb")
 
+class Adam:
+    def __init__(self, params: object, lr: float = 1e-3) -> None: ...
+
+class L1Loss:
+    role = "pixel"
+
+    def __init__(self, loss_weight: float = 1.0, reduction: str = "mean") -> None: ...
+
 ARCH_REGISTRY.register(Net, name="Net")
-MODEL_REGISTRY.register(type("SRModel", (), {}))
+MODEL_REGISTRY.register(type("SRModel", (), {"fsam_steps": True}))
 DATASET_REGISTRY.register(Paired, name="PairedImageDataset")
-test_set = {"type": "PairedImageDataset", "dataroot_gt": ".", "lq_from_gt": True}
-opt = validate_options({"name": "x", "scale": 2, "network_g": {"type": "Net"}, "datasets": {"test": test_set}},
-                       is_train=False, root=sys.argv[1])
-assert opt.datasets.test.io_backend.type == "disk" and opt.network_g.type == "Net"
-loaded = sorted(m for m in sys.modules if any(m == n or m.startswith(n + ".") for n in sys.argv[2:]))
+OPTIMIZER_REGISTRY.register(Adam, name="Adam")
+LOSS_REGISTRY.register(L1Loss, name="L1Loss")
+is_train = sys.argv[2] == "train"
+data_set = {"type": "PairedImageDataset", "dataroot_gt": ".", "lq_from_gt": True}
+if is_train:  # a training file: its dataset, optimiser, loss and train.sam (FSAM) checked too
+    data_set |= {"gt_size": 8, "batch_size_per_gpu": 2}
+    extra = {"train": {"total_iter": 2, "sam": "fsam", "optim_g": {"type": "Adam", "lr": 1e-4},
+                       "pixel_opt": {"type": "L1Loss"}}}
+else:
+    extra = {}
+opt = validate_options({"name": "x", "scale": 2, "network_g": {"type": "Net"},
+                        "datasets": {sys.argv[2]: data_set}, **extra}, is_train=is_train, root=sys.argv[1])
+assert opt.datasets[sys.argv[2]].io_backend.type == "disk" and opt.network_g.type == "Net"
+assert not is_train or opt.train.sam == "fsam"
+loaded = sorted(m for m in sys.modules if any(m == n or m.startswith(n + ".") for n in sys.argv[3:]))
 assert not loaded, loaded
 """
 
@@ -1139,10 +1157,12 @@ def _python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
                           env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
 
 
-def test_options_import_no_torch_and_no_plugin_package(tmp_path: Path) -> None:
-    """Importing the options and validating a file (registries filled by hand) loads no torch, numpy, dataset,
-    model, network, loss or metric module: the options only read what the registries hold."""
-    done = _python(_BY_HAND, str(tmp_path), *_NOT_IMPORTED)
+@pytest.mark.parametrize("phase", ["test", "train"])
+def test_options_import_no_torch_and_no_plugin_package(tmp_path: Path, phase: str) -> None:
+    """Importing the options and validating a file (registries filled by hand), a test file or a training one,
+    loads no torch, numpy, dataset, model, network, loss or metric module: the options only read what the
+    registries hold."""
+    done = _python(_BY_HAND, str(tmp_path), phase, *_NOT_IMPORTED)
     assert done.returncode == 0, done.stderr
 
 

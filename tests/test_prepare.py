@@ -10,10 +10,10 @@ import cv2
 import numpy as np
 import pytest
 
-from anysr.data import prepare as prep
 from anysr.data.imageio import decode_image, list_images, read_image, write_image
-from anysr.data.prepare import extract_subimages, make_lmdb, prepare_lr, prepare_modcrop
 from anysr.data.transforms import mod_crop
+from anysr.engine.prepare import command as prep
+from anysr.engine.prepare.command import extract_subimages, make_lmdb, prepare_lr, prepare_modcrop
 from anysr.errors import DataError, OptionError
 from anysr.ops.imresize import imresize
 

@@ -240,7 +240,7 @@ def test_dataset_items_depend_on_the_seed_only(tmp_path: Path, t91: Path) -> Non
 
 def test_dataset_lmdb_equals_folder(tmp_path: Path, t91: Path) -> None:
     pytest.importorskip("lmdb")
-    from anysr.data.prepare import make_lmdb
+    from anysr.engine.prepare.command import make_lmdb
 
     db = make_lmdb(t91, tmp_path / "t91.lmdb")
     disk = build_dataset(load(real_options("disk", t91), tmp_path).datasets.train, "datasets.train")
@@ -254,7 +254,7 @@ def test_dataset_lmdb_equals_folder(tmp_path: Path, t91: Path) -> None:
 
 
 def test_paired_dataset_reads_real_esrgan_meta_info(tmp_path: Path, t91: Path) -> None:
-    from anysr.data.prepare import prepare_lr
+    from anysr.engine.prepare.command import prepare_lr
 
     gt_dir, lq_dir = tmp_path / "gt", tmp_path / "lq"
     gt_dir.mkdir()

@@ -1,7 +1,7 @@
-"""Weights recognised without being told (anysr/archs/recognise.py): every architecture, at its defaults and at
-each named preset (x2 and x4), is recognised from its state dict's names and shapes alone, as the same class with
-arguments that build exactly the same tensors; a file that fits none is refused in one line naming the closest
-families; ``anysr infer`` runs a bare state dict with no --arch."""
+"""Weights recognised without being told (anysr/archs/recognition/recognise.py): every architecture, at its
+defaults and at each named preset (x2 and x4), is recognised from its state dict's names and shapes alone, as the
+same class with arguments that build exactly the same tensors; a file that fits none is refused in one line naming
+the closest families; ``anysr infer`` runs a bare state dict with no --arch."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from anysr.archs import build_network
-from anysr.archs.recognise import RECOGNISERS, StateShapes, recognise, recognise_all, shuffle_splits
+from anysr.archs.recognition.recognise import RECOGNISERS, StateShapes, recognise, recognise_all, shuffle_splits
 from anysr.errors import OptionError
 from anysr.presets import ARCH_PRESETS
 from anysr.registry import ARCH_REGISTRY

@@ -1,5 +1,5 @@
-"""Weights recognised from names and shapes (anysr/archs/recognise.py), part a: for each family, configurations
-other than the defaults and presets (odd widths and depths, x1 / x3 where the class has them, other image
+"""Weights recognised from names and shapes (anysr/archs/recognition/recognise.py), part a: for each family,
+configurations other than the defaults and presets (odd widths and depths, x1 / x3 where the class has them, other image
 channels, other layer kinds) are recognised as the same class with arguments that build exactly the same tensors,
 and files as anysr's loader accepts them (published layouts) are recognised too."""
 
@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from anysr.archs.recognise import recognise
+from anysr.archs.recognition.recognise import recognise
 from anysr.engine.checkpoint import load_weights
 from anysr.registry import ARCH_REGISTRY
 from tests.test_recognise import _layout

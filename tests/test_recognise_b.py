@@ -15,7 +15,7 @@ from PIL import Image
 from safetensors.torch import load_file
 
 from anysr.archs import build_network
-from anysr.archs.recognise import recognise_all
+from anysr.archs.recognition.recognise import recognise_all
 from anysr.engine.checkpoint import load_weights
 from anysr.registry import ARCH_REGISTRY
 from tests.test_recognise import _layout

@@ -21,7 +21,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from anysr.archs import build_network
-from anysr.archs.recognise import Recognised, RecordedValueError, _prefer_takers, recognise
+from anysr.archs.recognition.recognise import Recognised, RecordedValueError, _prefer_takers, recognise
 from anysr.engine import checkpoint as ck
 from anysr.engine.inference.export import export_weights
 from anysr.engine.inference.network import network_options_from_weights, recorded_hyperparameters, resolve_network

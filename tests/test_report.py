@@ -17,9 +17,9 @@ from browser import Browser, find_chromium
 from conftest import DATASETS, run_cli, tiny_train_options, write_options
 
 from anysr.data import build_dataset
-from anysr.engine.evaluation.page import svg_chart
-from anysr.engine.evaluation.run_report import write_report
-from anysr.engine.training.history import History, save_crops
+from anysr.engine.report.history import History, save_crops
+from anysr.engine.report.page import svg_chart
+from anysr.engine.report.run_report import write_report
 from anysr.errors import DataError, OptionError
 from anysr.ops.imresize import imresize
 from anysr.options import load_options

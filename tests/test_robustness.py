@@ -29,7 +29,7 @@ from safetensors.torch import load_file
 from anysr.accelerators.launcher import _cause
 from anysr.accelerators.process import Interrupted, StopSignals, WorkerExit
 from anysr.engine import checkpoint as ckpt
-from anysr.engine.training.history import History
+from anysr.engine.report.history import History
 from anysr.engine.training.runlock import RunLock
 from anysr.errors import PEER_FAILED, CheckpointError, DataError, OptionError, describe_os_error
 

@@ -33,8 +33,8 @@ pytest.importorskip("moto.server")
 
 from s3_server import LoopbackS3  # noqa: E402 - after the skips: it imports moto
 
-from anysr.data.prepare import make_shards, prepare_lr  # noqa: E402
 from anysr.data.shards import ShardBackend  # noqa: E402
+from anysr.engine.prepare.command import make_shards, prepare_lr  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -21,8 +21,8 @@ from video_data import make_reds
 
 from anysr.data import build_dataset
 from anysr.data.transforms import tensor2img
-from anysr.engine.evaluation.run_report import write_report
-from anysr.engine.training.pair_samples import PAIRS_DIR, frame_pair, read_pair_index, save_training_pairs
+from anysr.engine.report.pair_samples import PAIRS_DIR, frame_pair, read_pair_index, save_training_pairs
+from anysr.engine.report.run_report import write_report
 from anysr.options import load_options
 
 CHROMIUM = find_chromium()

@@ -48,7 +48,7 @@ class Accelerator(ABC):
         self.plan = plan
         self.strategy = self.strategy_class(plan, local_rank)
         # autocast, scaler, memory format: decided by ``decide_hardware`` once ``setup`` has bound the device
-        self.precision = Precision(plan.precision, plan.channels_last)
+        self.precision = Precision(plan.precision, plan.channels_last, plan.deep_samples)
         self._host_transfers = 0
         # NaN recovery: with ``watch_gradients``, whether every clipped gradient norm since ``take_gradients_finite``
         # was finite, as a device flag (no host read); not with a loss scaler, whose overflows are expected

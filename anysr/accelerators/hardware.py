@@ -135,12 +135,16 @@ def check_precision(requested: str, device: str | None = None) -> None:
         raise AcceleratorError(_REFUSED[(device, requested)])
 
 
-def choose_precision(requested: str, native_bf16: tuple[bool, str], *, device: str) -> Choice:
+def choose_precision(requested: str, native_bf16: tuple[bool, str], *, device: str,
+                     deep_samples: str | None = None) -> Choice:
     """``precision`` for a device whose bf16 support is ``native_bf16`` = (native, why).
 
-    ``auto``: bf16 where native, else fp32. An explicit bf16 where it is emulated runs, with a warning.
+    ``auto``: bf16 where native, else fp32; fp32 with 16-bit samples (``deep_samples``: what holds them), whose low
+    byte bf16 would lose. An explicit bf16 where it is emulated runs, with a warning.
     """
     native, why = native_bf16
+    if requested == "auto" and deep_samples:
+        return Choice("precision", "auto", "fp32", f"{deep_samples}: bf16 keeps about 8 bits of a 16-bit sample")
     if requested == "auto":
         if native:
             return Choice("precision", "auto", "bf16", why)

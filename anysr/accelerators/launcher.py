@@ -7,6 +7,7 @@ import signal
 import sys
 import traceback
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from anysr.accelerators.base import Accelerator, LaunchPlan
@@ -32,11 +33,13 @@ def resolve_plan(accelerator: str = "auto", num_gpu: Any = "auto", *, precision:
                  launcher: str = "auto", spmd: bool = False, compile: bool = False,
                  dist_backend: str | None = None, master_port: int | None = None,
                  channels_last: bool | None = None, find_unused_parameters: bool = False,
-                 static_graph: bool = False) -> LaunchPlan:
+                 static_graph: bool = False, deep_samples: tuple[str, str] | None = None) -> LaunchPlan:
     """Decide what runs where, once, before any worker exists. Errors name the option to change.
 
     The accelerator kind (``kinds.KINDS``) makes the plan. ``precision`` (``auto`` or forced) and
     ``channels_last`` (None: auto) are decided per device in the worker (``precision.Precision.decide``).
+    ``deep_samples`` = (what holds 16-bit samples, how to ask for bf16 anyway): one input of that decision, which
+    makes ``auto`` fp32 (bf16 keeps about 8 significant bits, and the low byte of a 16-bit sample would be lost).
     """
     check_precision(precision)
     if launcher not in LAUNCHERS:
@@ -45,7 +48,12 @@ def resolve_plan(accelerator: str = "auto", num_gpu: Any = "auto", *, precision:
     request = PlanRequest(_parse_count(num_gpu), precision, launcher, spmd, compile, dist_backend, master_port,
                           channels_last, find_unused_parameters, static_graph)
     torchrun_env = launcher == "auto" and env_world() is not None
-    return kind.plan(request, external_launcher(launcher, torchrun_env=torchrun_env))
+    plan = kind.plan(request, external_launcher(launcher, torchrun_env=torchrun_env))
+    if deep_samples is None or precision != "auto":
+        return plan
+    what, override = deep_samples
+    return replace(plan, deep_samples=what, notes=(*plan.notes, f"{what}: precision fp32 (bf16 keeps about 8 bits of "
+                                                   f"a 16-bit sample; {override} to choose it anyway)"))
 
 
 def create_accelerator(plan: LaunchPlan, local_rank: int = 0) -> Accelerator:

@@ -58,9 +58,10 @@ class Precision:
     Until ``decide`` runs (the worker binds its device in ``Accelerator.setup``) it computes in fp32, NCHW.
     """
 
-    def __init__(self, requested: str, channels_last: bool | None) -> None:
+    def __init__(self, requested: str, channels_last: bool | None, deep_samples: str | None = None) -> None:
         self.requested = requested  # one of PRECISION_CHOICES, as the options say
         self.requested_channels_last = channels_last  # None: auto
+        self.deep_samples = deep_samples  # what holds 16-bit samples (auto: fp32), None: nothing
         self.name = "fp32"
         self.channels_last = False
         self.choices: dict[str, Choice] = {}
@@ -74,13 +75,14 @@ class Precision:
         """THE place where ``precision`` and ``channels_last`` (``auto`` or forced) get their values.
 
         ``kind`` is the device kind (``cpu``, ``cuda``, ``mps``, ``xla``) whose rules apply and ``native_bf16``
-        = (native, why) what it runs natively (``hardware.choose_precision`` / ``choose_channels_last``).
+        = (native, why) what it runs natively (``hardware.choose_precision`` / ``choose_channels_last``); with
+        16-bit samples (``deep_samples``, from the plan) ``auto`` is fp32 wherever it runs.
         ``measured`` = (fastest variant, how it was found, the variants timed): a calibration's answer, which
         replaces the rule for every setting the variants differed in (the other keeps its rule's reason).
         fp16 on CUDA gets a gradient scaler.
         """
         self._device_type = device.type
-        precision = choose_precision(self.requested, native_bf16, device=kind)
+        precision = choose_precision(self.requested, native_bf16, device=kind, deep_samples=self.deep_samples)
         layout = choose_channels_last(self.requested_channels_last, device=kind, precision=str(precision.value))
         self.choices = {"precision": precision, "channels_last": layout}
         self.name, self.channels_last = str(precision.value), bool(layout.value)
@@ -93,6 +95,11 @@ class Precision:
             self.name, self.channels_last = best.precision, best.channels_last
         if self.name == "fp16" and device.type == "cuda" and self.scaler is None:
             self.scaler = torch.amp.GradScaler("cuda")
+
+    @property
+    def precision_open(self) -> bool:
+        """Whether the precision is left to the device's rule or a measurement: ``auto``, and no 16-bit samples."""
+        return self.requested == "auto" and self.deep_samples is None
 
     def describe_choices(self) -> str:
         """'precision bf16 (auto: ...), channels_last on (auto: ...)' for the first log line; settings decided by

@@ -233,7 +233,7 @@ class CPUAccelerator(TorchDistAccelerator):
         """CPUs differ too much for a rule (benchmarks/README.md): where auto, fp32 vs native bf16 and NCHW vs NHWC
         are timed on the network (``calibrate``). Emulated bf16 is never a candidate."""
         precisions = [self.precision.name]
-        if self.plan.precision == "auto" and self.native_bf16()[0]:
+        if self.precision.precision_open and self.native_bf16()[0]:
             precisions = ["fp32", "bf16"]
         layouts = [False, True] if self.plan.channels_last is None else [self.precision.channels_last]
         return [Variant(p, c) for p in precisions for c in layouts]

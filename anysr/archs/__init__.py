@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
+import sys
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -22,6 +23,11 @@ ARCH_MODULES = [
     for info in pkgutil.iter_modules(__path__)
     if info.name.endswith("_arch")
 ]
+# Weight recognition lives in archs/recognition/; its modules' former names (anysr.archs.recognise, recognise_util,
+# layouts) stay importable, as the same module objects, for code written against them.
+for _moved in ("recognise", "recognise_util", "layouts"):
+    sys.modules.setdefault(f"{__name__}.{_moved}", importlib.import_module(f"{__name__}.recognition.{_moved}"))
+del _moved
 
 def arch_kwargs(cls: type | str) -> dict[str, Any]:
     """Constructor arguments of an architecture (class or registered name) -> default value.

@@ -13,22 +13,8 @@ from torch.nn import functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils import checkpoint
 
-from anysr.errors import OptionError
+from anysr.errors import ArchArgumentError as ArchArgumentError  # re-exported: the families raise it from here
 from anysr.ops.dcn import ModulatedDeformConv2dPack, warp
-
-
-class ArchArgumentError(OptionError):
-    """A constructor argument of an architecture has a value it cannot build with.
-
-    ``arg`` is the argument's name, so ``build_network`` can report the full option key path
-    (``network_g.<arg>``).
-    """
-
-    def __init__(self, arg: str, message: str) -> None:
-        super().__init__(f"{arg}: {message}")
-        self.arg = arg
-        self.detail = message
-
 
 # oneDNN (torch 2.13, AVX-512 CPUs) spends minutes generating its depth-wise kernel when the filter is 17 or more
 # wide and the input is bf16 channels_last with few channels (measured, 8-16 channels: 1x13 in 5 ms; 1x17, 1x20,

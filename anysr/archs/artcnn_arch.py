@@ -11,7 +11,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from anysr.archs.arch_util import ArchArgumentError
-from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser, shuffle_splits
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 

@@ -46,8 +46,14 @@ from anysr.archs.arch_util import (
     window_partition,
     window_reverse,
 )
-from anysr.archs.recognise import StateShapes, register_recogniser
-from anysr.archs.recognise_util import clean, reconstruction, resi_connection, square_side, window_from_index
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser
+from anysr.archs.recognition.recognise_util import (
+    clean,
+    reconstruction,
+    resi_connection,
+    square_side,
+    window_from_index,
+)
 from anysr.archs.swin2sr_arch import LOGIT_SCALE_MAX
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY

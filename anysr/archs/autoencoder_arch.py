@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError, default_init_weights
-from anysr.archs.recognise import NotThisFamily, StateShapes, recognise_all, register_recogniser
+from anysr.archs.recognition.recognise import NotThisFamily, StateShapes, recognise_all, register_recogniser
 from anysr.registry import ARCH_REGISTRY, constructor_args
 
 # the names networks take their scale under (as anysr.options.trainner maps traiNNer-redux's ``scale``)

@@ -15,7 +15,7 @@ from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, ResidualBlockNoBN, flow_warp, make_layer, refuse_weights_path
 from anysr.archs.edvr_arch import PCDAlignment, TSAFusion, align_frames, feature_pyramid
-from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser
 from anysr.archs.spynet_arch import SpyNet
 from anysr.registry import ARCH_REGISTRY
 

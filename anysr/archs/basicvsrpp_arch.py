@@ -20,7 +20,7 @@ from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, flow_warp, refuse_weights_path
 from anysr.archs.basicvsr_arch import ConvResidualBlocks, check_frames
-from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser
 from anysr.archs.spynet_arch import SpyNet
 from anysr.ops.dcn import ModulatedDeformConv2d
 from anysr.registry import ARCH_REGISTRY

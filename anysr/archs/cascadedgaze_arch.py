@@ -25,7 +25,7 @@ from torch.nn import functional as F
 from anysr.accelerators.hardware import resamples_by_gathers
 from anysr.archs.arch_util import ArchArgumentError
 from anysr.archs.nafnet_arch import LayerNorm2d, NAFBlock, SimpleGate, block_counts
-from anysr.archs.recognise import NotThisFamily, StateShapes, register_recogniser
+from anysr.archs.recognition.recognise import NotThisFamily, StateShapes, register_recogniser
 from anysr.registry import ARCH_REGISTRY
 
 # (kernel sizes, strides) of the context extractor with 2 / 3 cascaded convs

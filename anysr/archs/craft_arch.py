@@ -37,8 +37,8 @@ from anysr.archs.arch_util import (
     window_attention,
 )
 from anysr.archs.dat_arch import DynamicPosBias
-from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
-from anysr.archs.recognise_util import clean, resi_connection, window_pair
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser, shuffle_splits
+from anysr.archs.recognition.recognise_util import clean, resi_connection, window_pair
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 

@@ -47,8 +47,8 @@ from anysr.archs.arch_util import (
     to_tokens,
     window_attention,
 )
-from anysr.archs.recognise import StateShapes, register_recogniser
-from anysr.archs.recognise_util import (
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser
+from anysr.archs.recognition.recognise_util import (
     PUBLISHED_IMG_SIZE,
     clean,
     reconstruction,

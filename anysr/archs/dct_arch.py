@@ -34,8 +34,8 @@ from anysr.archs.arch_util import (
     to_tokens,
 )
 from anysr.archs.dat_arch import SGFN, ShiftedWindowPair, _ToTokens, check_window_groups
-from anysr.archs.recognise import StateShapes, register_recogniser
-from anysr.archs.recognise_util import (
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser
+from anysr.archs.recognition.recognise_util import (
     PUBLISHED_IMG_SIZE,
     NotThisFamily,
     clean,

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError, Mlp, pad_bottom_right, pad_to_min_size
-from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser, shuffle_splits
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 

@@ -55,8 +55,8 @@ from torch.nn.utils import spectral_norm
 
 from anysr.archs.arch_util import ArchArgumentError, pad_to_multiple
 from anysr.archs.discriminator_arch import upsample2x
-from anysr.archs.recognise import StateShapes, register_recogniser
-from anysr.losses.perceptual import VGGFeatureExtractor
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser
+from anysr.archs.vgg_features import VGGFeatureExtractor
 from anysr.registry import ARCH_REGISTRY
 
 PARTS = ("left_eye", "right_eye", "nose", "mouth")

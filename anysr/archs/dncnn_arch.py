@@ -19,7 +19,7 @@ from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError
 from anysr.archs.dpir_util import append_noise_map, chain, check_act_mode, layers
-from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser
 from anysr.registry import ARCH_REGISTRY
 
 

@@ -31,8 +31,8 @@ from anysr.archs.arch_util import (
     to_feature_map,
     to_tokens,
 )
-from anysr.archs.recognise import StateShapes, register_recogniser
-from anysr.archs.recognise_util import (
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser
+from anysr.archs.recognition.recognise_util import (
     clean,
     img_size_from_mask,
     reconstruction,

@@ -22,7 +22,7 @@ from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError, pad_to_multiple
 from anysr.archs.dpir_util import ResBlock, append_noise_map, chain, check_act_mode, downsample, upsample
-from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser
 from anysr.registry import ARCH_REGISTRY
 
 

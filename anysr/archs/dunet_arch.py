@@ -24,8 +24,8 @@ from torch import nn
 from torch.nn.utils import parametrizations, parametrize
 
 from anysr.archs.arch_util import ArchArgumentError, pad_to_multiple
-from anysr.archs.layouts import register_layout
 from anysr.archs.plksr_arch import DySample
+from anysr.archs.recognition.layouts import register_layout
 from anysr.registry import ARCH_REGISTRY
 
 _LEVELS = 3  # encoder stages; the input side must be a multiple of 2**_LEVELS

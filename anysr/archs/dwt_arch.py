@@ -47,8 +47,8 @@ from anysr.archs.arch_util import (
     window_partition,
     window_reverse,
 )
-from anysr.archs.recognise import NotThisFamily, StateShapes, register_recogniser, width_ratio
-from anysr.archs.recognise_util import reconstruction, resi_connection, square_side, window_from_table
+from anysr.archs.recognition.recognise import NotThisFamily, StateShapes, register_recogniser, width_ratio
+from anysr.archs.recognition.recognise_util import reconstruction, resi_connection, square_side, window_from_table
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 

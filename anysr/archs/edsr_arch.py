@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 
 from anysr.archs.arch_util import ArchArgumentError, MeanShiftSR, ResidualBlockNoBN, make_layer
-from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 

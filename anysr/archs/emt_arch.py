@@ -28,7 +28,7 @@ from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, check_upscale, pad_bottom_right
 from anysr.archs.elan_arch import MeanShift
-from anysr.archs.recognise import NotThisFamily, StateShapes, register_recogniser, shuffle_splits
+from anysr.archs.recognition.recognise import NotThisFamily, StateShapes, register_recogniser, shuffle_splits
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 

@@ -27,8 +27,8 @@ from torch.nn import functional as F
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d
 from anysr.archs.escreal_arch import ConvFFN, WindowAttention
 from anysr.archs.msdan_arch import bicubic_upscale
-from anysr.archs.recognise import StateShapes, register_recogniser
-from anysr.archs.recognise_util import clean, square_side
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser
+from anysr.archs.recognition.recognise_util import clean, square_side
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 

@@ -28,8 +28,8 @@ from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, NearestUpsample, pad_to_min_size, pad_to_multiple
 from anysr.archs.plksr_arch import DySample, dysample_scale
-from anysr.archs.recognise import StateShapes, register_recogniser
-from anysr.archs.recognise_util import clean, fitting_heads, head_mid, square_side
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser
+from anysr.archs.recognition.recognise_util import clean, fitting_heads, head_mid, square_side
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 

@@ -27,7 +27,7 @@ from torch.nn import functional as F
 
 from anysr.archs.dpir_util import ResBlock, chain, check_act_mode, downsample, layers, upsample
 from anysr.archs.drunet_arch import check_widths, unet_modes
-from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser
 from anysr.registry import ARCH_REGISTRY
 
 EMBED = 512  # width of the quality-factor predictor's hidden layers and of the embedding (fixed by the authors)

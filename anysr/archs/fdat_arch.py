@@ -37,8 +37,8 @@ from anysr.archs.arch_util import (
     pad_bottom_right,
 )
 from anysr.archs.plksr_arch import DySample
-from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
-from anysr.archs.recognise_util import clean, fitting_heads, head_mid, square_side
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser, shuffle_splits
+from anysr.archs.recognition.recognise_util import clean, fitting_heads, head_mid, square_side
 from anysr.ops.dcn import sample_bilinear
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY

@@ -29,7 +29,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, pad_to_multiple
-from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser
 from anysr.archs.resize_util import resize_bilinear
 from anysr.registry import ARCH_REGISTRY
 

@@ -33,7 +33,7 @@ from torch.nn import functional as F
 from anysr.archs.arch_util import ArchArgumentError, NearestUpsample, pad_to_multiple
 from anysr.archs.lmlt_arch import DownsampleViT
 from anysr.archs.plksr_arch import DySample
-from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits, width_ratio
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser, shuffle_splits, width_ratio
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 

@@ -30,7 +30,7 @@ from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, NearestUpsample, pad_to_multiple
 from anysr.archs.moesr_arch import SAMPLE_MODS, InceptionDWConv2d, UniUpsample, uniupsample_heads
-from anysr.archs.recognise import NotThisFamily, StateShapes, register_recogniser
+from anysr.archs.recognition.recognise import NotThisFamily, StateShapes, register_recogniser
 from anysr.archs.rtmosr_arch import RMSNorm
 from anysr.archs.span_arch import Conv3XC, fold_conv3xc
 from anysr.presets import register_presets

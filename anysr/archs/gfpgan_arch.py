@@ -28,7 +28,7 @@ from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, default_init_weights, pad_to_min_size, refuse_weights_path
 from anysr.archs.discriminator_arch import upsample2x
-from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser
 from anysr.archs.stylegan2_arch import (
     ConstantInput,
     NormStyleCode,

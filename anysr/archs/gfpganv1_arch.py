@@ -28,7 +28,7 @@ from torch.nn import functional as F
 
 from anysr.archs.discriminator_arch import upsample2x
 from anysr.archs.gfpgan_arch import GFPGANFace, SFTGenerator
-from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser
 from anysr.archs.stylegan2_arch import (
     ConvLayer,
     EqualConv2d,

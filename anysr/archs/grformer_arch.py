@@ -40,8 +40,8 @@ from anysr.archs.arch_util import (
     to_feature_map,
     to_tokens,
 )
-from anysr.archs.recognise import NotThisFamily, StateShapes, register_recogniser
-from anysr.archs.recognise_util import clean
+from anysr.archs.recognition.recognise import NotThisFamily, StateShapes, register_recogniser
+from anysr.archs.recognition.recognise_util import clean
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 

@@ -52,7 +52,7 @@ from anysr.archs.arch_util import (
     window_attention,
 )
 from anysr.archs.hat_arch import CAB
-from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser, shuffle_splits
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 

@@ -22,7 +22,7 @@ from torch.nn import functional as F
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, pad_to_min_size
 from anysr.archs.hat_arch import CAB
 from anysr.archs.omnisr_arch import ESA
-from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser, shuffle_splits
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 

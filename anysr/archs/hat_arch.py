@@ -54,8 +54,8 @@ from anysr.archs.arch_util import (
     window_reverse,
 )
 from anysr.archs.rcan_arch import ChannelAttention
-from anysr.archs.recognise import StateShapes, register_recogniser
-from anysr.archs.recognise_util import (
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser
+from anysr.archs.recognition.recognise_util import (
     clean,
     reconstruction,
     resi_connection,

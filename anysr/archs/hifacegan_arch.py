@@ -31,7 +31,7 @@ from torch.nn import functional as F
 from torch.nn.utils import spectral_norm
 
 from anysr.archs.arch_util import ArchArgumentError, nearest_upsample, pad_to_multiple
-from anysr.archs.recognise import NotThisFamily, StateShapes, register_recogniser
+from anysr.archs.recognition.recognise import NotThisFamily, StateShapes, register_recogniser
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 

@@ -42,8 +42,8 @@ from anysr.archs.arch_util import (
     swin_init_weights,
     to_2tuple,
 )
-from anysr.archs.recognise import StateShapes, register_recogniser
-from anysr.archs.recognise_util import clean, reconstruction, resi_connection, square_side
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser
+from anysr.archs.recognition.recognise_util import clean, reconstruction, resi_connection, square_side
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 

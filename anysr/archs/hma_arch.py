@@ -52,8 +52,14 @@ from anysr.archs.arch_util import (
     window_reverse,
 )
 from anysr.archs.hitsr_arch import DynamicPosBias
-from anysr.archs.recognise import StateShapes, register_recogniser
-from anysr.archs.recognise_util import clean, reconstruction, resi_connection, square_side, window_from_index
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser
+from anysr.archs.recognition.recognise_util import (
+    clean,
+    reconstruction,
+    resi_connection,
+    square_side,
+    window_from_index,
+)
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 

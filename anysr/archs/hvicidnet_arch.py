@@ -27,7 +27,7 @@ from torch.nn import functional as F
 
 from anysr.accelerators.hardware import resamples_by_gathers
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, pad_to_multiple
-from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser
 from anysr.archs.resize_util import resize_bilinear
 from anysr.registry import ARCH_REGISTRY
 

@@ -24,7 +24,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import DIV2K_RGB_MEAN, ArchArgumentError, Upsample, pad_to_multiple
-from anysr.archs.recognise import NotThisFamily, StateShapes, register_recogniser
+from anysr.archs.recognition.recognise import NotThisFamily, StateShapes, register_recogniser
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 

@@ -27,7 +27,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, pad_bottom_right
-from anysr.archs.recognise import NotThisFamily, StateShapes, register_recogniser
+from anysr.archs.recognition.recognise import NotThisFamily, StateShapes, register_recogniser
 from anysr.registry import ARCH_REGISTRY
 
 

@@ -43,8 +43,8 @@ from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, pad_bottom_rig
 from anysr.archs.ditn_arch import FeedForward  # Restormer's gated FFN
 from anysr.archs.fdat_arch import SAMPLE_MODS3, UniUpsampleV3
 from anysr.archs.fftformer_arch import dft_bases, from_patches, to_patches, unit_circle
-from anysr.archs.recognise import StateShapes, register_recogniser, width_ratio
-from anysr.archs.recognise_util import fitting_heads, head_mid
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser, width_ratio
+from anysr.archs.recognition.recognise_util import fitting_heads, head_mid
 from anysr.registry import ARCH_REGISTRY
 
 _NATIVE_FFT = frozenset({"cpu", "cuda", "mps"})

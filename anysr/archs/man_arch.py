@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d
-from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser, shuffle_splits
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError, pad_to_min_size, pad_to_multiple
-from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser
 from anysr.registry import ARCH_REGISTRY
 
 PATCH = 4

@@ -37,7 +37,7 @@ from anysr.archs.arch_util import (
     pad_to_multiple,
     pixel_unshuffle,
 )
-from anysr.archs.recognise import NotThisFamily, StateShapes, register_recogniser
+from anysr.archs.recognition.recognise import NotThisFamily, StateShapes, register_recogniser
 from anysr.archs.rrdbnet_arch import RRDB
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY

@@ -22,7 +22,7 @@ from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, NearestUpsample, pad_to_multiple
 from anysr.archs.plksr_arch import DySample, dysample_scale
-from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits, width_ratio
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser, shuffle_splits, width_ratio
 from anysr.registry import ARCH_REGISTRY
 
 SAMPLE_MODS = ("conv", "pixelshuffledirect", "pixelshuffle", "nearest+conv", "dysample")

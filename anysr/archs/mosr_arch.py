@@ -18,7 +18,7 @@ from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError, DropPath, LayerNorm2d, drop_path_rates
 from anysr.archs.plksr_arch import DySample, dysample_scale
-from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits, width_ratio
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser, shuffle_splits, width_ratio
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 

@@ -21,7 +21,7 @@ from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, pad_to_multipl
 from anysr.archs.escreal_arch import SUPPORTED_HEADS, UniUpsampleV3
 from anysr.archs.lkfmixer_arch import bilinear_resize
 from anysr.archs.moesr_arch import InceptionDWConv2d, uniupsample_heads
-from anysr.archs.recognise import StateShapes, register_recogniser, width_ratio
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser, width_ratio
 from anysr.registry import ARCH_REGISTRY
 
 

@@ -28,7 +28,7 @@ from torch.nn import functional as F
 
 from anysr.accelerators.hardware import resamples_by_gathers
 from anysr.archs.arch_util import ArchArgumentError, pad_to_min_size
-from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser
 from anysr.archs.resize_util import adaptive_max_gather
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY

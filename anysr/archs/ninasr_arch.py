@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError
-from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits, width_ratio
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser, shuffle_splits, width_ratio
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 

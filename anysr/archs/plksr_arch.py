@@ -28,7 +28,13 @@ from torch.nn import functional as F
 
 from anysr.accelerators.hardware import resamples_by_gathers
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d
-from anysr.archs.recognise import NotThisFamily, StateShapes, register_recogniser, shuffle_splits, width_ratio
+from anysr.archs.recognition.recognise import (
+    NotThisFamily,
+    StateShapes,
+    register_recogniser,
+    shuffle_splits,
+    width_ratio,
+)
 from anysr.ops.dcn import sample_bilinear
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY

@@ -9,7 +9,7 @@ from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError, MeanShiftSR, make_layer
 from anysr.archs.edsr_arch import mean_buffer
-from anysr.archs.recognise import StateShapes, register_recogniser, upsample_scale
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser, upsample_scale
 from anysr.registry import ARCH_REGISTRY
 
 

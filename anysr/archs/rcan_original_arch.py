@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from anysr.archs.arch_util import ArchArgumentError, pad_to_multiple
 from anysr.archs.man_arch import MeanShift
-from anysr.archs.recognise import NotThisFamily, StateShapes, register_recogniser
+from anysr.archs.recognition.recognise import NotThisFamily, StateShapes, register_recogniser
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 

@@ -27,7 +27,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import pad_bottom_right
-from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 

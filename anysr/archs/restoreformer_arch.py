@@ -30,7 +30,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, nearest_upsample, pad_to_multiple
-from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser
 from anysr.registry import ARCH_REGISTRY
 
 

@@ -26,7 +26,7 @@ from torch import nn
 from anysr.archs.arch_util import ArchArgumentError, LayerNorm2d, pad_to_multiple
 from anysr.archs.ditn_arch import FeedForward
 from anysr.archs.kbnet_arch import TransAttention, _Body
-from anysr.archs.recognise import NotThisFamily, StateShapes, register_recogniser
+from anysr.archs.recognition.recognise import NotThisFamily, StateShapes, register_recogniser
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 

@@ -39,7 +39,7 @@ from anysr.archs.arch_util import (
     to_tokens,
 )
 from anysr.archs.dat_arch import SGFN, Spatial_Attention, _is_shifted, _ToTokens
-from anysr.archs.recognise import StateShapes, register_recogniser, upsample_scale, width_ratio
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser, upsample_scale, width_ratio
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 

@@ -16,8 +16,8 @@ import torch
 from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError, default_init_weights, make_layer, nearest_upsample, pixel_unshuffle
-from anysr.archs.layouts import register_layout
-from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.archs.recognition.layouts import register_layout
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 

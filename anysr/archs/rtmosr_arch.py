@@ -22,7 +22,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, pad_to_multiple
-from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits, width_ratio
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser, shuffle_splits, width_ratio
 from anysr.archs.span_arch import Conv3XC
 from anysr.ops.autocast import autocast_off
 from anysr.presets import register_presets

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError, pad_bottom_right
-from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser, shuffle_splits
 from anysr.archs.safmn_arch import N_LEVELS, AttBlock, ffn_scales
 from anysr.registry import ARCH_REGISTRY
 

@@ -20,7 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, pad_to_min_size
-from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits, width_ratio
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser, shuffle_splits, width_ratio
 from anysr.archs.resize_util import adaptive_max_gather, resize_bilinear
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY

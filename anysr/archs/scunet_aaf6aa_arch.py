@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, NearestUpsample, drop_path_rates
-from anysr.archs.recognise import NotThisFamily, StateShapes, register_recogniser
+from anysr.archs.recognition.recognise import NotThisFamily, StateShapes, register_recogniser
 from anysr.archs.rrdbnet_arch import RRDB
 from anysr.archs.scunet_arch import HEAD_DIM, WINDOW_SIZE, ConvTransBlock
 from anysr.registry import ARCH_REGISTRY

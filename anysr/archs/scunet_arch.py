@@ -28,7 +28,7 @@ from anysr.archs.arch_util import (
     window_partition,
     window_reverse,
 )
-from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser
 from anysr.registry import ARCH_REGISTRY
 
 HEAD_DIM = 32

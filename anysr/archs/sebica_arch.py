@@ -21,7 +21,7 @@ from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError
 from anysr.archs.lkfmixer_arch import bilinear_resize
-from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser, shuffle_splits
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError, pad_to_multiple
-from anysr.archs.recognise import NotThisFamily, StateShapes, register_recogniser, shuffle_splits
+from anysr.archs.recognition.recognise import NotThisFamily, StateShapes, register_recogniser, shuffle_splits
 from anysr.archs.span_arch import SPAB, Conv3XC, check_int, fold_conv3xc
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY

@@ -21,7 +21,7 @@ from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError
 from anysr.archs.plksr_arch import DySample, dysample_scale
-from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser, shuffle_splits
 from anysr.archs.span_arch import Conv3XC, check_int, fold_conv3xc
 from anysr.ops.dcn import sample_bilinear
 from anysr.presets import register_presets

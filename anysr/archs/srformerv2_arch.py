@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError, ShiftedWindowStage, block_drop_rates
-from anysr.archs.recognise import NotThisFamily, StateShapes, register_recogniser
+from anysr.archs.recognition.recognise import NotThisFamily, StateShapes, register_recogniser
 from anysr.archs.srformer_arch import PSA_Group, PSABlock
 from anysr.archs.swinir_arch import SwinIR, SwinTransformerBlock, swin_sr_arguments
 from anysr.presets import register_presets

@@ -27,7 +27,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError
-from anysr.archs.recognise import StateShapes, register_recogniser, width_ratio
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser, width_ratio
 from anysr.registry import ARCH_REGISTRY
 
 SQRT2 = math.sqrt(2.0)

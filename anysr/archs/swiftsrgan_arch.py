@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError
-from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser
 from anysr.registry import ARCH_REGISTRY
 
 

@@ -48,7 +48,7 @@ from anysr.archs.arch_util import (
     window_partition,
     window_reverse,
 )
-from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser
 from anysr.archs.swinir_arch import swin_sr_arguments
 from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY

@@ -40,7 +40,7 @@ from anysr.archs.arch_util import (
     window_partition,
     window_reverse,
 )
-from anysr.archs.recognise import (
+from anysr.archs.recognition.recognise import (
     NotThisFamily,
     StateShapes,
     register_recogniser,

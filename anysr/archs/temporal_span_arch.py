@@ -20,7 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from anysr.archs.arch_util import ArchArgumentError, run_checkpointed
-from anysr.archs.recognise import StateShapes, register_recogniser, shuffle_splits
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser, shuffle_splits
 from anysr.archs.span_arch import SPAB, Conv3XC, check_int, fold_conv3xc
 from anysr.registry import ARCH_REGISTRY
 

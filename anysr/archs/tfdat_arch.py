@@ -32,7 +32,7 @@ from anysr.archs.fdat_arch import (
     _keep_own_meta,
 )
 from anysr.archs.fdat_arch import _recognise as fdat_recognise
-from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser
 from anysr.archs.resize_util import resize_bilinear
 from anysr.archs.temporal_span_arch import check_clip
 from anysr.registry import ARCH_REGISTRY

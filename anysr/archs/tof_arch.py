@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from anysr.archs.arch_util import flow_warp, refuse_weights_path
-from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser
 from anysr.archs.spynet_arch import IMAGENET_MEAN, IMAGENET_STD, SpyNetBasicModule, pyramid, upsample_flow
 from anysr.registry import ARCH_REGISTRY
 

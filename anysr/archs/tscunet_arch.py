@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from anysr.archs.arch_util import ArchArgumentError, NearestUpsample, drop_path_rates
-from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser
 from anysr.archs.rrdbnet_arch import RRDB
 from anysr.archs.scunet_arch import HEAD_DIM, WINDOW_SIZE, ConvTransBlock
 from anysr.archs.temporal_span_arch import PAD_MULTIPLE, check_clip, pad_centred, windows_of_three

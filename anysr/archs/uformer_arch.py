@@ -36,7 +36,7 @@ from anysr.archs.arch_util import (
     shifted_window_mask,
     window_attention,
 )
-from anysr.archs.recognise import StateShapes, register_recogniser
+from anysr.archs.recognition.recognise import StateShapes, register_recogniser
 from anysr.registry import ARCH_REGISTRY
 
 TOKEN_MLPS = ("leff", "fastleff", "mlp", "ffn")

@@ -148,7 +148,7 @@ def read_lmdb_meta_info(db_path: str | os.PathLike[str]) -> list[str]:
     if not meta.is_file():
         raise DataError(
             f"{meta}: LMDB meta_info.txt not found; an LMDB dataset is a folder '<name>.lmdb' holding "
-            "data.mdb and meta_info.txt (create it with anysr.data.prepare or BasicSR's "
+            "data.mdb and meta_info.txt (create it with anysr prepare lmdb or BasicSR's "
             "scripts/data_preparation/create_lmdb.py)."
         )
     try:

@@ -40,7 +40,7 @@ def holds_16bit_images(opt: Mapping[str, Any], sample: int = 32) -> bool:
     cls = DATASET_REGISTRY.get(str(opt["type"])) if str(opt["type"]) in DATASET_REGISTRY else None
     if not getattr(cls, "keeps_16bit", False):
         return False
-    io_type = str((opt.get("io_backend") or {}).get("type", "disk"))
+    io_type = str(opt["io_backend"]["type"])  # the options set io_backend (type: disk unless given)
     roots = []
     for key in ("dataroot_gt", "dataroot_lq"):
         value = opt.get(key)
@@ -50,7 +50,7 @@ def holds_16bit_images(opt: Mapping[str, Any], sample: int = 32) -> bool:
         if not root:
             continue
         try:
-            backend = build_backend(io_type, os.fspath(root), opt.get("io_backend"), field)
+            backend = build_backend(io_type, os.fspath(root), opt["io_backend"], field)
             names = backend.keys()
             step = max(1, len(names) // sample)
             for name in names[::step][:sample]:

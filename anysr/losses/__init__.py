@@ -7,6 +7,7 @@ from typing import Any
 
 from torch import nn
 
+from anysr.archs.vgg_features import VGGFeatureExtractor
 from anysr.losses.adists import ADISTSLoss
 from anysr.losses.artifact import LDLLoss, artifact_map
 from anysr.losses.color import ChromaLoss, LumaLoss, OklabLoss
@@ -38,7 +39,7 @@ from anysr.losses.neosr_basic import (
     PaddedMSSSIMLoss,
 )
 from anysr.losses.neosr_perceptual import RawDISTSLoss, VGGPerceptualLoss
-from anysr.losses.perceptual import PerceptualLoss, VGGFeatureExtractor
+from anysr.losses.perceptual import PerceptualLoss
 from anysr.losses.pixel import CharbonnierLoss, HuberLoss, L1Loss, MSELoss, WeightedTVLoss
 from anysr.losses.ranking import MarginRankingLoss
 from anysr.losses.structure import MSSSIML1Loss, MSSSIMLoss, SSIMLoss

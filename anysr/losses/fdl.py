@@ -34,6 +34,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from anysr.archs.vgg_features import VGGFeatureExtractor
 from anysr.losses.dinov2 import DINOv2, dinov2_config
 from anysr.losses.feature_nets import (
     _IMAGENET_MEAN,
@@ -45,7 +46,6 @@ from anysr.losses.feature_nets import (
     _resnet50_body,
     resnet50_state_dict,
 )
-from anysr.losses.perceptual import VGGFeatureExtractor
 from anysr.ops.autocast import autocast_off
 from anysr.ops.dft import dft2
 from anysr.registry import LOSS_REGISTRY

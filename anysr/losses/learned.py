@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import nn
 
-from anysr.losses.perceptual import VGGFeatureExtractor, gram_matrix
+from anysr.archs.vgg_features import VGGFeatureExtractor
+from anysr.losses.perceptual import gram_matrix
 from anysr.losses.pixel import _PixelLoss
 from anysr.metrics.dists import DISTS
 from anysr.metrics.lpips import LPIPS

@@ -23,8 +23,9 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from anysr.archs.vgg_features import VGG_NAMES, VGGFeatureExtractor
 from anysr.losses.learned import StateDicts, _MetricLoss, _need_weights
-from anysr.losses.perceptual import TRAINNER_CONV_WEIGHTS, VGG_NAMES, VGGFeatureExtractor
+from anysr.losses.perceptual import TRAINNER_CONV_WEIGHTS
 from anysr.losses.pixel import huber
 from anysr.metrics.raw_dists import RawDISTS
 from anysr.ops.autocast import autocast_off

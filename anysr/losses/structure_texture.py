@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from anysr.losses.perceptual import VGG19_NAMES, VGGFeatureExtractor
+from anysr.archs.vgg_features import VGG19_NAMES, VGGFeatureExtractor
 from anysr.losses.structure import MS_SSIM_WEIGHTS
 from anysr.losses.trainner import _LUMA, _mix, ssim_cs_maps
 from anysr.ops.autocast import autocast_off

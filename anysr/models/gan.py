@@ -38,6 +38,7 @@ class SRGANModel(SRModel):
     uses_perceptual = True
     loss_roles = ("pixel", "perceptual", "learned", "artifact", "gan")
     loss_prefix = "l_g_"
+    fsam_steps = True
     wavelet_discriminator = True  # train.wavelet_guided: its discriminator may judge wavelet bands instead
     clips_discriminator = True  # train.grad_clip_norm_d clips the discriminator's gradient norm
 
@@ -198,6 +199,8 @@ class SRGANModel(SRModel):
 class ESRGANModel(SRGANModel):
     """SRGANModel with the relativistic average GAN of ESRGAN: each side is judged relative to the mean
     logit of the other (real vs. mean fake, fake vs. mean real), both halves weighted 0.5."""
+
+    fsam_steps = True
 
     def generator_adv_loss(self, fake_pred: torch.Tensor, gt: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():

@@ -10,9 +10,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from anysr.archs.vgg_features import VGG_NAMES
 from anysr.errors import CheckpointError, OptionError
 from anysr.losses import build_loss
-from anysr.losses.perceptual import VGG_NAMES, vgg19_stand_in
+from anysr.losses.perceptual import vgg19_stand_in
 from anysr.metrics.info import standard_weights
 from anysr.models.base import WeightNeed
 from anysr.registry import LOSS_REGISTRY, constructor_args, plain_options

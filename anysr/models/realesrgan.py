@@ -193,6 +193,8 @@ class RealESRNetModel(_Synthesis, SRModel):
     ``gt_usm: true`` sharpens the GT before the degradation and trains towards the sharpened GT, as BasicSR does.
     """
 
+    fsam_steps = True
+
     def __init__(self, opt: dict[str, Any], accelerator: Accelerator) -> None:
         super().__init__(opt, accelerator)
         self.sharpen_input = self.keep_sharpened = bool(self.is_train and opt["gt_usm"])
@@ -215,6 +217,8 @@ class RealESRGANModel(_Synthesis, SRGANModel):
     (``l1_gt_usm``, ``percep_gt_usm``, ``gan_gt_usm``; x4plus: true, true, false). The adversarial losses are
     SRGAN's (not ESRGAN's relativistic ones), as in Real-ESRGAN.
     """
+
+    fsam_steps = True
 
     def __init__(self, opt: dict[str, Any], accelerator: Accelerator) -> None:
         super().__init__(opt, accelerator)

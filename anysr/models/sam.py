@@ -15,9 +15,6 @@ from typing import Any
 
 import torch
 
-# the models whose generator step runs FSAM (train.sam); others refuse the option
-SAM_MODELS = ("SRModel", "SwinIRModel", "HATModel", "DATModel", "DRCTModel", "SRGANModel", "ESRGANModel",
-              "RealESRNetModel", "RealESRGANModel")
 SAM_TYPES = ("fsam",)
 
 

@@ -26,7 +26,7 @@ from anysr.models.loss_set import (
     loss_specs,
     loss_weight_needs,
 )
-from anysr.models.sam import SAM_MODELS, FriendlySAM
+from anysr.models.sam import FriendlySAM
 from anysr.ops.augment import bicubic_resize
 from anysr.registry import MODEL_REGISTRY
 
@@ -75,6 +75,7 @@ class SRModel(BaseModel):
         self.eco = (0 if self.opt["path"]["pretrain_network_g"] else int(train["eco_init"]), int(train["eco_iters"]),
                     str(train["eco_schedule"])) if train.get("eco_enabled") else None
 
+    fsam_steps = True  # train.sam: declared by each class that runs FSAM itself (a subclass does not inherit it)
     uses_perceptual = False  # whether train.perceptual_opt is used (GAN models); a pixel model refuses it
     image_batches = True  # whether batches are (B, C, H, W) images (train.use_moa); video models: clips
     takes_clips = False  # whether net_g may be a video network (clips in): the video models
@@ -194,14 +195,14 @@ class SRModel(BaseModel):
         if not train.get("sam"):
             return None
         name = type(self).__name__
-        if name not in SAM_MODELS:
+        if not vars(type(self)).get("fsam_steps", False):
             raise OptionError(f"train.sam: {name} does not run sharpness-aware steps; use SRModel, SRGANModel, "
                               "ESRGANModel, RealESRNetModel or RealESRGANModel, or remove it")
         if int(train.get("accumulate") or 1) > 1:
             raise OptionError("train.sam: FSAM does not work with train.accumulate > 1 (neosr's rule); set it to 1")
         if self.acc.precision.scaler is not None:
             raise OptionError("train.sam: FSAM does not work with fp16's loss scaler; use train.precision bf16 or fp32")
-        self.sam_init = int(train.get("sam_init", -1))
+        self.sam_init = int(train["sam_init"])
         return FriendlySAM([p for g in self.optimizers["net_g"].param_groups for p in g["params"]])
 
     def sam_active(self) -> bool:
@@ -317,11 +318,15 @@ class SRModel(BaseModel):
 class SwinIRModel(SRModel):
     """BasicSR's name for SwinIR training; here the arch pads to its window itself, so it is SRModel."""
 
+    fsam_steps = True
+
 
 @MODEL_REGISTRY.register()
 class HATModel(SRModel):
     """The HAT authors' model type (XPixelGroup/HAT): SRModel whose test pads inputs to a multiple of the window
     and tiles them by the top-level ``tile`` option. Here HAT pads itself and ``tile`` sets ``val.tile``."""
+
+    fsam_steps = True
 
 
 @MODEL_REGISTRY.register()
@@ -329,7 +334,11 @@ class DATModel(SRModel):
     """The DAT authors' model type (zhengchen1999/DAT): SRModel with an optional split test (``val.use_chop``,
     accepted); ``val.tile`` tiles instead."""
 
+    fsam_steps = True
+
 
 @MODEL_REGISTRY.register()
 class DRCTModel(SRModel):
     """The DRCT authors' model type (ming053l/DRCT): HATModel's padding and tiling, as SRModel here."""
+
+    fsam_steps = True

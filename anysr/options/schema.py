@@ -660,9 +660,7 @@ def _training_step_rule(out: dict[str, Any], ctx: Context) -> None:
             and train["eco_init"] > train["eco_iters"]:
         ctx.add("train.eco_init", f"{train['eco_init']} is after train.eco_iters ({train['eco_iters']}): ECO would "
                 "never run; lower it or raise train.eco_iters")
-    from anysr.models.sam import SAM_MODELS  # noqa: PLC0415 (the models import the options)
-
-    if train.get("sam") and model.__name__ not in SAM_MODELS:
+    if train.get("sam") and not vars(model).get("fsam_steps", False):  # its own class says so, not a parent's
         ctx.add("train.sam", f"model_type {model.__name__} does not run sharpness-aware steps; use SRModel, "
                 "SRGANModel, ESRGANModel, RealESRNetModel or RealESRGANModel, or remove it")
     if train.get("sam") and good(train, "accumulate") and train["accumulate"] > 1:

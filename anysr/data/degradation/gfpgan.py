@@ -40,9 +40,9 @@ from anysr.data.degradation.kernels import (
     draw_mixed_kernel_params,
     make_kernel,
 )
-from anysr.data.transforms import img2tensor
 from anysr.errors import DataError, OptionError
 from anysr.ops.color import adjust_brightness, adjust_contrast, adjust_hue, adjust_saturation
+from anysr.ops.image import img2tensor
 
 __all__ = ["JITTERS", "FaceDegradationSettings", "FaceDegradationDraws", "draw_face_degradation", "degrade_face",
            "draw_face_finish", "resample_face", "finish_face"]

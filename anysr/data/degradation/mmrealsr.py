@@ -59,7 +59,6 @@ from torch import Tensor
 from anysr.data.degradation.draws import categorical, check_range
 from anysr.data.degradation.kernels import KernelParams, check_odd_size, make_kernel
 from anysr.data.degradation.realesrgan import BlurSettings, SynthesisSettings, crop_pair
-from anysr.data.transforms import lq_patch_size
 from anysr.errors import DataError, OptionError
 from anysr.ops.autocast import autocast_off
 from anysr.ops.degradation import (
@@ -72,6 +71,7 @@ from anysr.ops.degradation import (
     resize,
 )
 from anysr.ops.diffjpeg import DiffJPEG
+from anysr.ops.image import lq_patch_size
 
 __all__ = [
     "ANCHOR_KERNELS", "draw_anchored_kernel_params", "sample_anchored_kernels", "AnchoredSettings",

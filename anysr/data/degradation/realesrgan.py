@@ -85,7 +85,6 @@ from anysr.data.degradation.kernels import (
     draw_mixed_kernel_params,
     make_kernel,
 )
-from anysr.data.transforms import lq_patch_size
 from anysr.errors import DataError, OptionError
 from anysr.ops.autocast import autocast_off
 from anysr.ops.degradation import (
@@ -101,6 +100,7 @@ from anysr.ops.degradation import (
     thick_lines,
 )
 from anysr.ops.diffjpeg import DiffJPEG
+from anysr.ops.image import lq_patch_size
 
 __all__ = [
     "BlurSettings", "draw_degradation_kernel_params", "sample_degradation_kernels",

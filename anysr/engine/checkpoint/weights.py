@@ -460,10 +460,10 @@ def read_weights(path: PathLike, param_key: str = "params", *, key_option: str =
 
 
 def _known_layout(sd: dict[str, Any], path: Path) -> dict[str, Any]:
-    """``sd`` under anysr's names when it is in another layout an arch module registered (``anysr.archs.layouts``:
-    e.g. the original ESRGAN code's ``model.N`` names)."""
+    """``sd`` under anysr's names when it is in another layout an arch module registered
+    (``anysr.archs.recognition.layouts``: e.g. the original ESRGAN code's ``model.N`` names)."""
     import anysr.archs  # noqa: F401, PLC0415 - the arch modules register their layouts when imported
-    from anysr.archs.layouts import to_known_layout  # noqa: PLC0415
+    from anysr.archs.recognition.layouts import to_known_layout  # noqa: PLC0415
 
     out, layout = to_known_layout(sd)
     if layout is not None:

@@ -1,1 +1,2 @@
-"""Validation during training, `anysr test`, `anysr eval` (folders) and `anysr report` (the run's page)."""
+"""Validation during training, `anysr test` and `anysr eval` (folders); `anysr report` (the run's page) is
+anysr.engine.report."""

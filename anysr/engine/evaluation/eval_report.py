@@ -12,7 +12,7 @@ import numpy as np
 
 from anysr.atomic import atomic_write_bytes
 from anysr.data.imageio import read_image
-from anysr.engine.evaluation.page import (
+from anysr.engine.report.page import (
     Layer,
     ViewerItem,
     html_table,

@@ -128,11 +128,8 @@ def plan_infer(req: InferRequest) -> InferJob:
     check_input_sides(res.net, files, infos, settings)
     check_input_channels(res.net, files, infos)
     deep = any(info.bits > 8 for info in infos)
-    precision = "fp32" if deep and req.precision == "auto" else req.precision
-    plan = resolve_plan(req.accelerator, 1, precision=precision, channels_last=req.channels_last)
-    if precision != req.precision:
-        plan = replace(plan, notes=(*plan.notes, "16-bit input images: precision fp32 (bf16 keeps about 8 bits of a "
-                                                 "16-bit sample; --precision bf16 to choose it anyway)"))
+    plan = resolve_plan(req.accelerator, 1, precision=req.precision, channels_last=req.channels_last,
+                        deep_samples=("16-bit input images", "--precision bf16") if deep else None)
     net, plan = _backend(req, res.net, res.net_opt, settings, plan)
     return InferJob(plan, infer_worker, (net, files, Path(req.output), settings),
                     f"wrote {len(files)} image(s) to {req.output}")

@@ -27,9 +27,9 @@ from anysr.data.imageio import (
     subfolder_hint,
     write_image,
 )
-from anysr.data.prepare import check_images
 from anysr.engine.evaluation.forward import CALIBRATION_SIDE, calibration_side, run_network
 from anysr.engine.logger import get_logger, log_start, setup_logging
+from anysr.engine.prepare.command import check_images
 from anysr.errors import DataError, OptionError
 from anysr.ops.color import LUMA_RGB
 from anysr.ops.imresize import resize_taps, resize_weights

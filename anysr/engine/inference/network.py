@@ -15,7 +15,7 @@ from anysr.archs import build_network
 from anysr.archs.arch_util import input_channels, unit_range
 from anysr.archs.edvr_arch import EDVR
 from anysr.archs.kinds import RECURRENT_ARCHS, arch_kind
-from anysr.archs.recognise import (
+from anysr.archs.recognition.recognise import (
     Recognised,
     RecordedValueError,
     StateShapes,
@@ -356,9 +356,9 @@ def resolve_network(*, weights: str | None, arch: str | None, arch_opts: dict[st
         preset = find_preset(arch, ARCH_REGISTRY.keys())
         if preset is None:
             ARCH_REGISTRY.get(arch, key_path="--arch")  # an unknown name: said as --arch's, with the nearest one
-        elif scale and preset.scale_arg and "scale" not in arch_opts and preset.scale_arg not in arch_opts:
+        elif scale and preset.takes_scale(arch_opts):
             arch_opts = {**arch_opts, "scale": scale}  # --scale picks the preset's scale, as an option file's scale
-        elif state is not None and preset.scale_arg and "scale" not in arch_opts and preset.scale_arg not in arch_opts:
+        elif state is not None and preset.takes_scale(arch_opts):
             _refuse_preset_scale(arch, arch_opts, state)
         net_opt = {"type": arch, **arch_opts}
     elif network_opt is not None:

@@ -1,1 +1,2 @@
-"""`anysr train`: the training loop (resume, signals), the run lock and the run's history."""
+"""`anysr train`: the training loop (resume, signals), the run lock and NaN recovery; the run's history and pair
+samples are written through anysr.engine.report."""

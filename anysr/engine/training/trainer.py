@@ -22,13 +22,13 @@ from anysr.data.imageio import write_image
 from anysr.data.transforms import image_grid, lq_patch_size, tensor2img
 from anysr.engine import checkpoint as ckpt
 from anysr.engine.evaluation.evaluator import EvalResult, evaluate
-from anysr.engine.evaluation.run_report import REPORT_NAME, write_report
 from anysr.engine.evaluation.val_metrics import ValMetrics
 from anysr.engine.inference.export import save_deployable
 from anysr.engine.logger import MetricWriter, Progress, Timer, format_eta, get_logger, log_start, setup_logging
-from anysr.engine.training.history import CROPS_DIR, HISTORY_NAME, History, save_crops
+from anysr.engine.report.history import CROPS_DIR, HISTORY_NAME, History, save_crops
+from anysr.engine.report.pair_samples import save_training_pairs
+from anysr.engine.report.run_report import REPORT_NAME, write_report
 from anysr.engine.training.nan_recovery import NONE_BAD, Recovery, decode_bad, describe
-from anysr.engine.training.pair_samples import save_training_pairs
 from anysr.engine.training.runlock import RunLock
 from anysr.errors import (
     SPACE_ERRNOS,

@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import nn
 
-from anysr.archs.arch_util import ArchArgumentError
-from anysr.archs.recognise import NotThisFamily, StateShapes, shuffle_splits
+from anysr.archs.recognition.recognise import NotThisFamily, StateShapes, shuffle_splits
+from anysr.errors import ArchArgumentError
 
 PUBLISHED_IMG_SIZE = 64  # the training patch of every published Swin-family SR model
 

@@ -17,7 +17,8 @@ from typing import Any
 
 from anysr.atomic import atomic_write_bytes
 from anysr.data.imageio import read_image
-from anysr.engine.evaluation.page import (
+from anysr.engine.report.history import CROPS_DIR, History
+from anysr.engine.report.page import (
     Layer,
     ViewerItem,
     format_number,
@@ -29,8 +30,7 @@ from anysr.engine.evaluation.page import (
     thumbnail_uri,
     viewer_html,
 )
-from anysr.engine.training.history import CROPS_DIR, History
-from anysr.engine.training.pair_samples import PAIRS_DIR, read_pair_index
+from anysr.engine.report.pair_samples import PAIRS_DIR, read_pair_index
 from anysr.errors import DataError, OptionError
 from anysr.metrics.info import metric_info
 

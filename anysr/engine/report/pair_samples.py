@@ -19,7 +19,7 @@ import torch
 
 from anysr.atomic import atomic_write_json
 from anysr.data.imageio import write_image
-from anysr.engine.training.history import CROPS_DIR
+from anysr.engine.report.history import CROPS_DIR
 
 __all__ = ["PAIRS_DIR", "PAIRS_KEPT", "PAIRS_PER_VALIDATION", "PAIR_CROP", "frame_pair", "read_pair_index",
            "save_training_pairs"]

@@ -31,7 +31,7 @@ from anysr.errors import DataError, OptionError, describe_os_error
 
 __all__ = ["FetchReport", "fetch_dataset", "safe_extract"]
 
-logger = logging.getLogger("anysr.data.fetch")
+logger = logging.getLogger("anysr.engine.prepare.fetch")
 PathLike = str | os.PathLike[str]
 _PINS = "pins.json"
 
@@ -451,7 +451,7 @@ def _vimeo_lr(src: Path, out: Path, scale: int, progress: bool) -> None:
 
     from tqdm import tqdm  # noqa: PLC0415
 
-    from anysr.data.prepare import prepare_lr  # noqa: PLC0415 - torch / opencv only here
+    from anysr.engine.prepare.command import prepare_lr  # noqa: PLC0415 - torch / opencv only here
 
     seqs = sorted(p.parent for p in src.glob("*/*/im1.png"))
     if not seqs:
@@ -469,7 +469,7 @@ def _vimeo_lr(src: Path, out: Path, scale: int, progress: bool) -> None:
 def _run_step(step: Step, root: Path, progress: bool) -> None:
     out = root / step.output
     if step.kind == "subimages":
-        from anysr.data.prepare import extract_subimages  # noqa: PLC0415 - torch / opencv only here
+        from anysr.engine.prepare.command import extract_subimages  # noqa: PLC0415 - torch / opencv only here
 
         src = _need(root / step.src, step)
         crop, stride, thresh = step.args
