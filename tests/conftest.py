@@ -65,6 +65,9 @@ PSNR_TOL = 1e-4  # dB
 def _private_choice_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Measured precision / memory-format choices go to a per-session folder, not the user's ~/.cache; no download."""
     os.environ["ANYSR_CACHE_DIR"] = str(tmp_path_factory.mktemp("anysr_cache"))
+    # Each test process its own job claims (cpu_share.JobClaim): the other xdist worker's runs are "other programs"
+    # measured on /proc, never claimed peers that would change a thread count a test compares.
+    os.environ["ANYSR_JOBS_DIR"] = str(tmp_path_factory.mktemp("anysr_jobs"))
     # Standard weight files (VGG, LPIPS, ...) are never downloaded by a test, nor read from the user's torch hub
     # cache: an empty one per session (tests/test_weights_resolver.py sets its own and serves the files itself).
     os.environ["ANYSR_OFFLINE"] = "1"
