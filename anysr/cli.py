@@ -74,7 +74,7 @@ _positive.__name__ = "scale"  # argparse says "invalid scale value" for other er
 
 def _plan_from_options(opt: Any, launcher: str = "auto", precision: str | None = None,
                        num_gpu: Any = None, spmd: bool | None = None,
-                       deep_samples: tuple[str, str] | None = None) -> Any:
+                       deep_samples: tuple[str, str] | None = None, precision_source: str | None = None) -> Any:
     """The launch plan of validated options; ``precision`` (a command-line flag) overrides ``train.precision``,
     ``num_gpu`` / ``spmd`` the options' (``anysr bench`` times one worker); ``deep_samples``: resolve_plan's."""
     from anysr.accelerators import resolve_plan
@@ -87,10 +87,10 @@ def _plan_from_options(opt: Any, launcher: str = "auto", precision: str | None =
                         compile=bool(train is not None and train.compile), dist_backend=opt.dist_params.backend,
                         master_port=opt.dist_params.port, channels_last=layout,
                         find_unused_parameters=opt.find_unused_parameters, static_graph=opt.use_static_graph,
-                        deep_samples=deep_samples)
+                        deep_samples=deep_samples, precision_source=precision_source)
 
 
-def _deep_data_plan(opt: Any, launcher: str, precision: str | None = None) -> Any:
+def _deep_data_plan(opt: Any, launcher: str, precision: str | None = None, source: str | None = None) -> Any:
     """``_plan_from_options``, told whether a dataset reads 16-bit images (``Precision.decide`` then makes ``auto``
     fp32, as for ``anysr infer``'s 16-bit inputs). The headers are read only where the precision is ``auto``."""
     from anysr.data.loaders import holds_16bit_images
@@ -98,7 +98,7 @@ def _deep_data_plan(opt: Any, launcher: str, precision: str | None = None) -> An
     asked = precision or (opt.train.precision if opt.train is not None else "auto")
     deep = asked == "auto" and any(holds_16bit_images(d) for d in opt.datasets.values())
     return _plan_from_options(opt, launcher, precision, deep_samples=(
-        "16-bit images in the datasets", "train.precision: bf16") if deep else None)
+        "16-bit images in the datasets", "train.precision: bf16") if deep else None, precision_source=source)
 
 
 # ---------------------------------------------------------------------- commands
@@ -138,7 +138,9 @@ def cmd_test(args: argparse.Namespace) -> int:
     from anysr.accelerators import launch
     from anysr.engine.evaluation.evaluator import test_worker
     opt = load_command_options(args.opt, args.force_yml, is_train=False)
-    launch(_deep_data_plan(opt, args.launcher, args.precision), test_worker, opt)
+    launch(_deep_data_plan(opt, args.launcher, args.precision or "fp32", source=None if args.precision else
+                           "scores that compare across machines; --precision auto for bf16"),
+           test_worker, opt)
     return 0
 
 
@@ -464,7 +466,7 @@ def _test_parser(sub: Any) -> None:
                        "datasets (datasets.test*, val*), save the results and score them with val.metrics; "
                        "writes results/<name>/summary.json and test.log.")
     _add_opt_args(p, example=TEST_OVERRIDES)
-    p.add_argument("--precision", default="fp32", choices=PRECISION_CHOICES,
+    p.add_argument("--precision", default=None, choices=PRECISION_CHOICES,
                    help="autocast precision (default fp32: scores that compare across machines and with published "
                         "tables; auto: bf16 where the device runs it natively)")
     _add_offline(p)

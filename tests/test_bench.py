@@ -102,7 +102,7 @@ def test_bench_reads_no_data_and_takes_precision(tmp_path: Path, root: Path) -> 
                    "--force_yml", "datasets.train.batch_size_per_gpu=1", "accelerator=cpu", cwd=tmp_path)
     r = json.loads((tmp_path / "r.json").read_text())
     assert r["precision"] == "fp32" and r["choices"]["precision"]["requested"] == "fp32"
-    assert r["choices"]["channels_last"]["requested"] == "auto" and "measured on this CPU" in proc.stdout
+    assert r["choices"]["channels_last"]["requested"] == "auto" and "measured in " in proc.stdout
 
 
 def test_remeasure_times_a_cached_choice_again(tmp_path: Path, small_train_dir: Path,
@@ -123,7 +123,7 @@ def test_remeasure_times_a_cached_choice_again(tmp_path: Path, small_train_dir: 
     assert chosen == variants[1] and "seeded" in reason and "--remeasure" in reason
     monkeypatch.setenv("ANYSR_REMEASURE", "1")
     _, reason = calibrate.fastest(net, shape, variants, train=True)
-    assert "seeded" not in reason and re.search(r"measured on this CPU .*in \d+\.\d s", reason), reason
+    assert "seeded" not in reason and re.search(r"^measured in \d+\.\d s", reason), reason
     monkeypatch.delenv("ANYSR_REMEASURE")
     opt = write_options(tmp_path / "tiny.yml", tiny_train_options("tiny", small_train_dir, None))
     assert main(["bench", "-opt", str(opt), "--iters", "1", "--warmup", "0", "--infer-size", "0",

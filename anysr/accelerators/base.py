@@ -48,7 +48,7 @@ class Accelerator(ABC):
         self.plan = plan
         self.strategy = self.strategy_class(plan, local_rank)
         # autocast, scaler, memory format: decided by ``decide_hardware`` once ``setup`` has bound the device
-        self.precision = Precision(plan.precision, plan.channels_last, plan.deep_samples)
+        self.precision = Precision(plan.precision, plan.channels_last, plan.deep_samples, plan.precision_source)
         self._host_transfers = 0
         # NaN recovery: with ``watch_gradients``, whether every clipped gradient norm since ``take_gradients_finite``
         # was finite, as a device flag (no host read); not with a loss scaler, whose overflows are expected
@@ -130,10 +130,14 @@ class Accelerator(ABC):
         best, why = self.strategy.broadcast_object(found)
         self.precision.decide(self.device, self.name, self.native_bf16(), measured=(best, why, variants))
 
+    def place(self) -> str:
+        """'cpu rank 0/1' (with the device where it is not the kind's name)."""
+        where = "" if str(self.device) == self.name else f" on {self.device}"
+        return f"{self.name} rank {self.rank}/{self.world_size}{where}"
+
     def describe(self) -> str:
         layout = ", channels_last" if self.precision.channels_last else ""
-        where = "" if str(self.device) == self.name else f" on {self.device}"
-        return f"{self.name} rank {self.rank}/{self.world_size}{where} ({self.precision.name}{layout})"
+        return f"{self.place()} ({self.precision.name}{layout})"
 
     # ---------------------------------------------------------------- randomness
     def manual_seed(self, seed: int) -> None:

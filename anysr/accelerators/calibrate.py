@@ -45,7 +45,7 @@ CACHE_VERSION = 1
 SLOW_STEP_S = 1.0  # steps slower than this are timed once per variant
 BUDGET_S = 10.0  # seconds the first run of a network may spend measuring (ANYSR_CALIBRATION_BUDGET)
 # How a user measures again (a run's log line says it): the cached choice is timed again and replaced.
-AGAIN = "`anysr bench -opt FILE --remeasure`, or ANYSR_REMEASURE=1 before any command, measures again"
+AGAIN = "`anysr bench -opt FILE --remeasure` or ANYSR_REMEASURE=1 times it again"
 LOSER_FACTOR = 3.0  # a variant this many times slower than the fastest after one timed step is not timed again
 PILOT_AREA = 16  # the pilot step's input has 1/PILOT_AREA of the pixels
 
@@ -205,8 +205,8 @@ def fastest(net: nn.Module, shape: tuple[int, ...], variants: list[Variant], *,
     by_label = {v.label(): v for v in variants}
     if isinstance(cached, dict) and cached.get("best") in by_label:
         when = f" on {cached['measured']}" if isinstance(cached.get("measured"), str) else ""
-        return by_label[cached["best"]], (f"measured{when} on this CPU for this network, kept in "
-                                          f"{cache_dir() / CACHE_FILE} ({AGAIN}): {cached['timings']}")
+        return by_label[cached["best"]], (f"measured{when}: {cached['timings']}; kept in {cache_dir() / CACHE_FILE} "
+                                          f"({AGAIN})")
     budget = budget_s()
     t0 = time.perf_counter()
     watch = ShareWatch()
@@ -216,18 +216,15 @@ def fastest(net: nn.Module, shape: tuple[int, ...], variants: list[Variant], *,
     best = min(times, key=lambda v: times[v])
     what = "forward + backward" if train else "forward"
     timings = ", ".join(f"{v.label()} {1e3 * t:.1f} ms" for v, t in sorted(times.items(), key=lambda i: i[1]))
+    timings = f"{timings} per {what} of {'x'.join(str(d) for d in shape)}"
     left = [v.label() for v in variants if v not in times]
     if left:
-        timings += f" ({', '.join(left)} not timed: past the budget)"
-    timings = f"{what} of {tuple(shape)}: {timings}"
+        timings += f" ({', '.join(left)} not timed: the {budget:g} s budget, ANYSR_CALIBRATION_BUDGET, ran out)"
     why_not = provisional(left, busy, len(peers))
     if why_not:
-        return best, (f"measured on this CPU in {took:.1f} s (budget {budget:g} s, ANYSR_CALIBRATION_BUDGET): "
-                      f"{timings}; provisional ({why_not}): used for this run only, measured again next time")
+        return best, f"measured in {took:.1f} s: {timings}; provisional ({why_not}): timed again next run"
     _write_cache(key, {"best": best.label(), "timings": timings, "measured": time.strftime("%Y-%m-%d %H:%M:%S")})
-    return best, (f"measured on this CPU for this network in {took:.1f} s (budget {budget:g} s, "
-                  f"ANYSR_CALIBRATION_BUDGET): {timings}; kept in {cache_dir() / CACHE_FILE} for the next run "
-                  f"({AGAIN})")
+    return best, f"measured in {took:.1f} s: {timings}; kept in {cache_dir() / CACHE_FILE} ({AGAIN})"
 
 
 def provisional(left: list[str], busy: float | None, peers: int) -> str:

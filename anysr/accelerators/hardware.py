@@ -53,6 +53,9 @@ BF16_EMULATED_COST = ("measured on an AVX2 CPU: a quick-start training step took
                       "fp32, 24x slower (benchmarks/README.md)")
 
 
+ASKED = "set in the options or on the command line"  # why a forced setting is what it is, unless said otherwise
+
+
 @dataclass(frozen=True)
 class Choice:
     """One hardware-dependent setting: what the options asked for, what was chosen, and why.
@@ -65,6 +68,7 @@ class Choice:
     value: Any
     reason: str
     warning: str | None = None
+    default: bool = False  # the command's own default (anysr test's fp32), not the user's request
 
     def setting(self) -> str:
         """'precision bf16', 'channels_last on'."""
@@ -72,7 +76,7 @@ class Choice:
         return f"{self.name} {shown}"
 
     def how(self) -> str:
-        return "auto" if self.requested == "auto" else "asked for"
+        return "auto" if self.requested == "auto" else "default" if self.default else "asked for"
 
     def describe(self) -> str:
         return f"{self.setting()} ({self.how()}: {self.reason})"
@@ -136,7 +140,8 @@ def check_precision(requested: str, device: str | None = None) -> None:
 
 
 def choose_precision(requested: str, native_bf16: tuple[bool, str], *, device: str,
-                     deep_samples: str | None = None) -> Choice:
+                     deep_samples: str | None = None,
+                     source: str = ASKED) -> Choice:
     """``precision`` for a device whose bf16 support is ``native_bf16`` = (native, why).
 
     ``auto``: bf16 where native, else fp32; fp32 with 16-bit samples (``deep_samples``: what holds them), whose low
@@ -154,7 +159,7 @@ def choose_precision(requested: str, native_bf16: tuple[bool, str], *, device: s
         cost = f"; {BF16_EMULATED_COST}" if device == "cpu" else ""
         warning = (f"precision bf16 was asked for, but {why}: it is emulated and much slower than fp32{cost}. "
                    "Use precision auto (or fp32) unless you need bf16 numerics")
-    return Choice("precision", requested, requested, "set in the options or on the command line", warning)
+    return Choice("precision", requested, requested, source, warning, default=source != ASKED)
 
 
 def choose_channels_last(requested: bool | None, *, device: str, precision: str) -> Choice:
@@ -163,7 +168,7 @@ def choose_channels_last(requested: bool | None, *, device: str, precision: str)
     if requested is not None:
         if requested and device == "xla":
             return Choice("channels_last", shown, False, "XLA chooses memory layouts itself; the request is ignored")
-        return Choice("channels_last", shown, bool(requested), "set in the options or on the command line")
+        return Choice("channels_last", shown, bool(requested), ASKED)
     if device == "cpu":
         return Choice("channels_last", "auto", True, "NHWC is faster on most CPUs; timed on the network when "
                       "it is built (calibrate)")

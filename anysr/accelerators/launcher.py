@@ -33,13 +33,16 @@ def resolve_plan(accelerator: str = "auto", num_gpu: Any = "auto", *, precision:
                  launcher: str = "auto", spmd: bool = False, compile: bool = False,
                  dist_backend: str | None = None, master_port: int | None = None,
                  channels_last: bool | None = None, find_unused_parameters: bool = False,
-                 static_graph: bool = False, deep_samples: tuple[str, str] | None = None) -> LaunchPlan:
+                 static_graph: bool = False, deep_samples: tuple[str, str] | None = None,
+                 precision_source: str | None = None) -> LaunchPlan:
     """Decide what runs where, once, before any worker exists. Errors name the option to change.
 
     The accelerator kind (``kinds.KINDS``) makes the plan. ``precision`` (``auto`` or forced) and
     ``channels_last`` (None: auto) are decided per device in the worker (``precision.Precision.decide``).
     ``deep_samples`` = (what holds 16-bit samples, how to ask for bf16 anyway): one input of that decision, which
     makes ``auto`` fp32 (bf16 keeps about 8 significant bits, and the low byte of a 16-bit sample would be lost).
+    ``precision_source``: where a forced ``precision`` came from, said in the log (default: the options or the
+    command line).
     """
     check_precision(precision)
     if launcher not in LAUNCHERS:
@@ -49,6 +52,8 @@ def resolve_plan(accelerator: str = "auto", num_gpu: Any = "auto", *, precision:
                           channels_last, find_unused_parameters, static_graph)
     torchrun_env = launcher == "auto" and env_world() is not None
     plan = kind.plan(request, external_launcher(launcher, torchrun_env=torchrun_env))
+    if precision_source is not None:
+        plan = replace(plan, precision_source=precision_source)
     if deep_samples is None or precision != "auto":
         return plan
     what, override = deep_samples

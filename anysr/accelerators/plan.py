@@ -53,4 +53,5 @@ class LaunchPlan:
     extra: dict[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()  # decisions worth one log line each (a replaced process-group backend)
     deep_samples: str | None = None  # what holds 16-bit samples ("16-bit input images"): precision auto means fp32
+    precision_source: str = "set in the options or on the command line"  # why a forced precision is what it is
     ddp: dict[str, bool] = field(default_factory=dict)  # find_unused_parameters / static_graph for DDP

@@ -58,10 +58,12 @@ class Precision:
     Until ``decide`` runs (the worker binds its device in ``Accelerator.setup``) it computes in fp32, NCHW.
     """
 
-    def __init__(self, requested: str, channels_last: bool | None, deep_samples: str | None = None) -> None:
+    def __init__(self, requested: str, channels_last: bool | None, deep_samples: str | None = None,
+                 source: str = "set in the options or on the command line") -> None:
         self.requested = requested  # one of PRECISION_CHOICES, as the options say
         self.requested_channels_last = channels_last  # None: auto
         self.deep_samples = deep_samples  # what holds 16-bit samples (auto: fp32), None: nothing
+        self.source = source  # why a forced precision was asked for
         self.name = "fp32"
         self.channels_last = False
         self.choices: dict[str, Choice] = {}
@@ -82,7 +84,8 @@ class Precision:
         fp16 on CUDA gets a gradient scaler.
         """
         self._device_type = device.type
-        precision = choose_precision(self.requested, native_bf16, device=kind, deep_samples=self.deep_samples)
+        precision = choose_precision(self.requested, native_bf16, device=kind, deep_samples=self.deep_samples,
+                                     source=self.source)
         layout = choose_channels_last(self.requested_channels_last, device=kind, precision=str(precision.value))
         self.choices = {"precision": precision, "channels_last": layout}
         self.name, self.channels_last = str(precision.value), bool(layout.value)

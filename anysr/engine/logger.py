@@ -41,7 +41,7 @@ def log_start(what: str, acc: Any) -> None:
     """The first line of a command: what runs where, with the hardware choices and why; then their warnings
     and the launch notes (on the main rank)."""
     log = get_logger()
-    log.info("anysr %s on %s; %s", what, acc.describe(), acc.precision.describe_choices())
+    log.info("anysr %s on %s: %s", what, acc.place(), acc.precision.describe_choices())
     threads = acc.threads_note()
     if threads is not None:
         (log.warning if threads[1] else log.info)("host threads: %s", threads[0])

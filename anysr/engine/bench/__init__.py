@@ -205,6 +205,15 @@ def _shown(value: Any) -> str:
     return ("on" if value else "off") if isinstance(value, bool) else str(value)
 
 
+def _choices_line(choices: dict[str, dict[str, Any]]) -> str:
+    """'precision fp32, channels_last on (auto: measured ...)': settings one measurement decided share its account."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for name, c in choices.items():
+        how = "auto" if c["requested"] == "auto" else "asked for"
+        groups.setdefault((how, str(c["why"])), []).append(f"{name} {_shown(c['chosen'])}")
+    return "; ".join(f"{', '.join(names)} ({how}: {why})" for (how, why), names in groups.items())
+
+
 def format_table(result: dict[str, Any]) -> str:
     """The results as a small text table."""
     tr = result["train"]
@@ -212,8 +221,7 @@ def format_table(result: dict[str, Any]) -> str:
         f"anysr bench: {result['name']} ({result['network']} x{result['scale']}, "
         f"{result['params'] / 1e6:.3g} M params) on {result['device']}; torch {result['torch']}, "
         f"{result['threads']} threads",
-        "; ".join(f"{name} {_shown(c['chosen'])} ({'auto' if c['requested'] == 'auto' else 'asked for'}: "
-                  f"{c['why']})" for name, c in result["choices"].items()),
+        _choices_line(result["choices"]),
         *(f"warning: {w}" for w in result["warnings"]),
         f"{'':<10} {'input':>16} {'ms (median)':>12} {'ms (best)':>10} {'images/s':>10} {'GFLOP':>8} "
         f"{'GFLOP/s':>8}",
