@@ -9,14 +9,10 @@ gradients, training runs, 2 gloo ranks == 1 process) run from ``tests/test_archs
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 import torch
-from arch_checks import check_xla_train_step
+from arch_checks import check_xla_train_step, fixture_io, load_case, manifest, stored_params
 from conftest import FIXTURE_TOL
-from safetensors.torch import load_file
 from torch.nn import functional as F
 
 from anysr.archs import build_network
@@ -24,17 +20,12 @@ from anysr.archs.arch_util import LayerNorm2d, pad_to_min_size
 from anysr.archs.plksr_arch import DySample
 from anysr.errors import OptionError
 
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = ROOT / "tests" / "fixtures" / "efficient"
-MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
+MANIFEST = manifest("efficient")["cases"]
 
 
 def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
     """The fixture network (eval mode, weights loaded strictly) and its inputs / outputs."""
-    case = MANIFEST[name]
-    net = build_network({"type": case["type"], **case["kwargs"]}).eval()
-    net.load_state_dict(load_file(str(FIXTURES / f"{name}_params.safetensors")), strict=True)
-    return net, load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    return load_case("efficient", name)
 
 
 # ----------------------------------------------------------------------------- spandrel parity
@@ -42,12 +33,11 @@ def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
 @pytest.mark.parametrize("name", sorted(MANIFEST))
 def test_reference_weights_load_strictly_and_match(name: str) -> None:
     case = MANIFEST[name]
-    params = load_file(str(FIXTURES / f"{name}_params.safetensors"))
     net = build_network({"type": case["type"], **case["kwargs"]})
-    assert set(net.state_dict()) == set(params), "state-dict keys differ from spandrel's"
-    assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in params.items()}
-    net.load_state_dict(params, strict=True)
-    io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    shapes = {**case["seeded"]["shapes"], **case["buffers"]}
+    assert set(net.state_dict()) == set(shapes), "state-dict keys differ from spandrel's"
+    assert {k: list(v.shape) for k, v in net.state_dict().items()} == shapes
+    net, io = _case(name)
     for inp, out, mode in case["compare"]:
         net.train(mode == "train")
         with torch.no_grad():
@@ -134,7 +124,7 @@ def test_dysample_init_pos_matches_reference_buffer() -> None:
     for name in ("realplksr_x4_ln_dysample", "realplksr_x3_dysample_noea"):
         case = MANIFEST[name]
         fresh = build_network({"type": "RealPLKSR", **case["kwargs"]})
-        ref = load_file(str(FIXTURES / f"{name}_params.safetensors"))["to_img.init_pos"]
+        ref = fixture_io("efficient", name)["init_pos"]
         assert torch.equal(fresh.to_img.init_pos, ref)
 
 
@@ -163,7 +153,7 @@ def test_realplksr_variants_differ_in_keys() -> None:
 
 def test_omnisr_ignores_profiler_counters_in_checkpoints() -> None:
     net, io = _case("omnisr_x2_nope")
-    params = load_file(str(FIXTURES / "omnisr_x2_nope_params.safetensors"))
+    params = stored_params("efficient", "omnisr_x2_nope")
     junk = {f"{prefix}{name}": torch.zeros(1, dtype=torch.float64) for name in ("total_ops", "total_params")
             for prefix in ("", "input.", "residual_layer.0.esa.conv1.")}
     net.load_state_dict({**params, **junk}, strict=True)

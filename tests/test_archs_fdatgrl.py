@@ -10,32 +10,25 @@ The checks every architecture gets (channels_last, bf16 autocast, the meta devic
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
-from arch_checks import check_xla_train_step
+from arch_checks import check_xla_train_step, load_case, manifest, stored_params
 from conftest import FIXTURE_TOL
-from safetensors.torch import load_file
 
 from anysr.archs import build_network
 from anysr.archs.arch_util import input_channels
 from anysr.errors import OptionError
 
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = ROOT / "tests" / "fixtures" / "fdatgrl"
-MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
+MANIFEST = manifest("fdatgrl")["cases"]
 TINY = {"FDAT": {"type": "FDAT", "embed_dim": 8, "num_groups": 1, "depth_per_group": 1, "num_heads": 2,
                  "window_size": 4, "aim_reduction_ratio": 4, "mid_dim": 8, "scale": 2}}
 
 
 def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
     """The fixture network (eval mode, weights loaded strictly) and its inputs / outputs."""
-    case = MANIFEST[name]
-    net = build_network({"type": case["type"], **case["kwargs"]}).eval()
-    net.load_state_dict(load_file(str(FIXTURES / f"{name}_params.safetensors")), strict=True)
-    return net, load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    return load_case("fdatgrl", name)
 
 
 # ----------------------------------------------------------------------------- spandrel parity
@@ -43,16 +36,14 @@ def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
 @pytest.mark.parametrize("name", sorted(MANIFEST))
 def test_reference_weights_load_strictly_and_match(name: str) -> None:
     case = MANIFEST[name]
-    params = load_file(str(FIXTURES / f"{name}_params.safetensors"))
     net = build_network({"type": case["type"], **case["kwargs"]})
     own = net.state_dict()
-    assert set(own) == set(params), "state-dict keys differ from spandrel's"
-    assert {k: v.shape for k, v in own.items()} == {k: v.shape for k, v in params.items()}
+    shapes = {**case["seeded"]["shapes"], **case["buffers"]}
+    assert set(own) == set(shapes), "state-dict keys differ from spandrel's"
+    assert {k: list(v.shape) for k, v in own.items()} == shapes
+    net, io = _case(name)
     # the head's record is the one spandrel writes for the same arguments
-    assert torch.equal(own["upsampler.MetaUpsample"], params["upsampler.MetaUpsample"])
-    net.load_state_dict(params, strict=True)
-    net.eval()
-    io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    assert torch.equal(own["upsampler.MetaUpsample"], io["MetaUpsample"])
     off_multiple = 0
     for inp, out, _ in case["compare"]:
         x = io[inp]
@@ -77,7 +68,7 @@ def test_checkpoint_meta_record_is_replaced_by_the_networks_own() -> None:
     """As in the original: a checkpoint's ``MetaUpsample`` (e.g. written by another version) does not overwrite
     the record of the head this network was built with, and strict loading still requires the key."""
     net, io = _case("fdat_x3_pa_up")
-    params = load_file(str(FIXTURES / "fdat_x3_pa_up_params.safetensors"))
+    params = stored_params("fdatgrl", "fdat_x3_pa_up")
     own = net.upsampler.MetaUpsample.clone()
     net.load_state_dict({**params, "upsampler.MetaUpsample": torch.zeros(7, dtype=torch.uint8)}, strict=True)
     assert torch.equal(net.upsampler.MetaUpsample, own) and own.tolist() == [3, 7, 3, 8, 3, 6, 4]

@@ -13,12 +13,11 @@ without CPU fallbacks (``-m xla`` in the XLA venv).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
-from arch_checks import check_xla_train_step
+from arch_checks import check_xla_train_step, fixture_io, load_case, manifest
 from conftest import FIXTURE_TOL, run_cli, tiny_train_options, write_options
 from safetensors.torch import load_file
 from torch.nn import functional as F
@@ -27,12 +26,8 @@ from anysr.archs import build_network
 from anysr.archs.recognition.recognise import recognise
 from anysr.errors import OptionError
 
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURE_DIRS = {name: ROOT / "tests" / "fixtures" / name for name in ("grl", "uformer", "kbnet")}
-CASE_DIR = {case: folder for folder in FIXTURE_DIRS.values()
-            for case in json.loads((folder / "manifest.json").read_text())["cases"]}
-MANIFEST = {case: json.loads((folder / "manifest.json").read_text())["cases"][case]
-            for case, folder in CASE_DIR.items()}
+GROUP = {case: group for group in ("grl", "uformer", "kbnet") for case in manifest(group)["cases"]}
+MANIFEST = {case: manifest(group)["cases"][case] for case, group in GROUP.items()}
 SOME = ["grl_x1_stripes_shifted", "grl_x2_direct_groups_local", "grl_x4_nearest_twostage", "grl_x3_maxpool_euclid",
         "uformer_leff_linear", "uformer_fastleff_conv_modulators", "uformer_mlp_gray_noshift", "kbnet_s_tiny",
         "kbnet_s_light_gray", "kbnet_l_tiny", "kbnet_l_bias_gray"]
@@ -47,34 +42,28 @@ TINY_KBNET_L = {"type": "KBNet_l", "dim": 2, "num_blocks": [1, 1, 1, 1], "num_re
 
 
 def _params(name: str) -> dict[str, torch.Tensor]:
-    """The fixture's state dict (stored as float16), in float32."""
-    return {k: v.float() if v.is_floating_point() else v
-            for k, v in load_file(str(CASE_DIR[name] / f"{name}_params.safetensors")).items()}
+    """The fixture's full state dict: the seeded weights and the computed buffers."""
+    return {k: v.clone() for k, v in _case(name)[0].state_dict().items()}
 
 
 def _io(name: str) -> dict[str, torch.Tensor]:
-    return load_file(str(CASE_DIR[name] / f"{name}_io.safetensors"))
+    return fixture_io(GROUP[name], name)
 
 
 def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
     """The fixture network (eval mode, weights loaded strictly) and its inputs / outputs."""
-    case = MANIFEST[name]
-    net = build_network({"type": case["type"], **case["kwargs"]}).eval()
-    net.load_state_dict(_params(name), strict=True)
-    return net, _io(name)
+    return load_case(GROUP[name], name)
 
 
 @pytest.mark.parametrize("name", sorted(MANIFEST))
 def test_reference_weights_load_strictly_and_match(name: str) -> None:
     case = MANIFEST[name]
-    params = _params(name)
     net = build_network({"type": case["type"], **case["kwargs"]})
     own = net.state_dict()
-    assert set(own) == set(params), "state-dict keys differ from spandrel's"
-    assert {k: v.shape for k, v in own.items()} == {k: v.shape for k, v in params.items()}
-    net.load_state_dict(params, strict=True)
-    net.eval()
-    io = _io(name)
+    shapes = {**case["seeded"]["shapes"], **case["buffers"]}
+    assert set(own) == set(shapes), "state-dict keys differ from spandrel's"
+    assert {k: list(v.shape) for k, v in own.items()} == shapes
+    net, io = _case(name)
     off_multiple = 0
     for inp, out, _ in case["compare"]:
         x = io[inp]

@@ -9,29 +9,22 @@ runs, 2 gloo ranks == 1 process) run from ``tests/test_archs_common.py``.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
-from arch_checks import check_xla_train_step
+from arch_checks import check_xla_train_step, load_case, manifest, stored_params
 from conftest import FIXTURE_TOL
-from safetensors.torch import load_file
 
 from anysr.archs import build_network
 from anysr.errors import OptionError
 
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = ROOT / "tests" / "fixtures" / "lightweight"
-MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
+MANIFEST = manifest("lightweight")["cases"]
 
 
 def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
     """The fixture network (eval mode, weights loaded strictly) and its inputs / outputs."""
-    case = MANIFEST[name]
-    net = build_network({"type": case["type"], **case["kwargs"]}).eval()
-    net.load_state_dict(load_file(str(FIXTURES / f"{name}_params.safetensors")), strict=True)
-    return net, load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    return load_case("lightweight", name)
 
 
 def _scale(net: torch.nn.Module) -> int:
@@ -44,13 +37,11 @@ def _scale(net: torch.nn.Module) -> int:
 @pytest.mark.parametrize("name", sorted(MANIFEST))
 def test_reference_weights_load_strictly_and_match(name: str) -> None:
     case = MANIFEST[name]
-    params = load_file(str(FIXTURES / f"{name}_params.safetensors"))
     net = build_network({"type": case["type"], **case["kwargs"]})
-    assert set(net.state_dict()) == set(params), "state-dict keys differ from spandrel's"
-    assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in params.items()}
-    net.load_state_dict(params, strict=True)
-    net.eval()
-    io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    shapes = {**{k: list(v.shape) for k, v in stored_params("lightweight", name).items()}, **case["buffers"]}
+    assert set(net.state_dict()) == set(shapes), "state-dict keys differ from spandrel's"
+    assert {k: list(v.shape) for k, v in net.state_dict().items()} == shapes
+    net, io = _case(name)
     for inp, out, _ in case["compare"]:
         with torch.no_grad():
             got = net(io[inp])

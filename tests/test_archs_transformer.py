@@ -9,15 +9,14 @@ process) run from ``tests/test_archs_common.py``.
 
 from __future__ import annotations
 
-import json
+import hashlib
 import math
 from pathlib import Path
 
 import pytest
 import torch
-from arch_checks import check_xla_train_step
+from arch_checks import check_xla_train_step, fixture_io, load_case, manifest, stored_params
 from conftest import FIXTURE_TOL
-from safetensors.torch import load_file
 from torch.nn import functional as F
 
 from anysr.archs import build_network
@@ -28,10 +27,8 @@ from anysr.archs.rgt_arch import reduction_steps
 from anysr.archs.swin2sr_arch import log_spaced_coords
 from anysr.errors import OptionError
 
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = ROOT / "tests" / "fixtures" / "transformer"
-MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
-LAYOUTS = json.loads((FIXTURES / "manifest.json").read_text())["layouts"]
+MANIFEST = manifest("transformer")["cases"]
+LAYOUTS = manifest("transformer")["layouts"]
 # Tiny trainable configurations (x2) for the CLI and XLA runs.
 TINY = {
     "Swin2SR": {"type": "Swin2SR", "img_size": 8, "window_size": 4, "embed_dim": 12, "depths": [2], "num_heads": [2],
@@ -46,19 +43,15 @@ TINY = {
 }
 
 
-def _params(name: str, net: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The fixture's state dict in the network's dtypes (stored in compact dtypes that hold the values exactly)."""
-    own = net.state_dict()
-    return {k: v.to(own[k].dtype) if k in own else v
-            for k, v in load_file(str(FIXTURES / f"{name}_params.safetensors")).items()}
-
-
 def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
     """The fixture network (eval mode, weights loaded strictly) and its inputs / outputs."""
-    case = MANIFEST[name]
-    net = build_network({"type": case["type"], **case["kwargs"]}).eval()
-    net.load_state_dict(_params(name, net), strict=True)
-    return net, load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    return load_case("transformer", name)
+
+
+def _sha256(v: torch.Tensor) -> str:
+    """A buffer's values as the fixture script hashes them (float64 / int64)."""
+    canon = v.detach().to(torch.float64 if v.is_floating_point() else torch.int64).contiguous()
+    return hashlib.sha256(canon.numpy().tobytes()).hexdigest()
 
 
 # ----------------------------------------------------------------------------- spandrel parity
@@ -67,17 +60,18 @@ def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
 def test_reference_weights_load_strictly_and_match(name: str) -> None:
     case = MANIFEST[name]
     net = build_network({"type": case["type"], **case["kwargs"]})
-    stored = load_file(str(FIXTURES / f"{name}_params.safetensors"))
-    assert set(net.state_dict()) == set(stored), "state-dict keys differ from spandrel's"
-    assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in stored.items()}
-    params = _params(name, net)
+    stored = stored_params("transformer", name)  # seeded, or (one case) stored with its buffers
+    shapes = {**{k: list(v.shape) for k, v in stored.items()}, **case["buffers"]}
+    assert set(net.state_dict()) == set(shapes), "state-dict keys differ from spandrel's"
+    assert {k: list(v.shape) for k, v in net.state_dict().items()} == shapes
     # buffers are the reference's exactly (position indices, coordinate tables, masks for img_size)
+    params = dict(net.named_parameters())
     for k, v in net.state_dict().items():
-        if k not in dict(net.named_parameters()):
-            assert torch.equal(v, params[k]), f"buffer {k} differs from spandrel's"
-    net.load_state_dict(params, strict=True)
-    net.eval()
-    io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
+        if k in case["buffer_sha256"]:
+            assert _sha256(v) == case["buffer_sha256"][k], f"buffer {k} differs from spandrel's"
+        elif k not in params:
+            assert torch.equal(v, stored[k].to(v.dtype)), f"buffer {k} differs from spandrel's"
+    net, io = _case(name)
     for inp, out, _ in case["compare"]:
         with torch.no_grad():
             got = net(io[inp])
@@ -102,7 +96,7 @@ def test_fixtures_cover_padding_and_the_variants() -> None:
         multiple = net.tile_multiple
         shapes = [io[i].shape[-2:] for i, _, _ in case["compare"]]
         assert any(h % multiple or w % multiple for h, w in shapes), f"{name}: no input needs padding"
-    rgt_small = load_file(str(FIXTURES / "rgt_x2_rect_io.safetensors"))["input2"]
+    rgt_small = fixture_io("transformer", "rgt_x2_rect")["input2"]
     assert min(rgt_small.shape[-2:]) < 16  # below RG-SA's minimum: grown, run, cropped
 
 
