@@ -13,6 +13,7 @@ from typing import Any
 
 from anysr.accelerators.hardware import PRECISION_CHOICES
 from anysr.accelerators.kinds import ACCELERATOR_HINTS, ACCELERATORS, LAUNCHERS
+from anysr.accelerators.xla_backends import MATMUL_PRECISIONS, XLA_BACKENDS
 from anysr.atomic import MAX_NAME_BYTES, file_name_part_problem
 from anysr.dataset_sources import provider_of
 from anysr.errors import OptionError, did_you_mean
@@ -1252,7 +1253,15 @@ DIST_PARAMS = Section({
                   doc="Rendezvous port (null: a free one)."),
 })
 
-XLA = Section({"spmd": Field(bool, default=False, doc="XLA SPMD: one process drives all local devices.")})
+XLA = Section({
+    "spmd": Field(bool, default=False, doc="XLA SPMD: one process drives all local devices."),
+    "backend": Field(str, default="auto", choices=XLA_BACKENDS,
+                     doc="How accelerator: xla runs: torch_xla (torch 2.9), torchax (PyTorch on JAX, the whole "
+                         "step jitted) or auto (torch_xla where it matches the installed torch, else torchax)."),
+    "matmul_precision": Field(str, default="default", choices=MATMUL_PRECISIONS,
+                              doc="torchax: JAX's matmul / convolution precision (highest: fp32 passes, for "
+                                  "comparisons with the CPU)."),
+})
 
 OPTIONS = Section(
     {
