@@ -217,8 +217,8 @@ class XLAKind(Kind):
         return self.available() and ("PJRT_DEVICE" in os.environ or local_tpu_chips() > 0)
 
     def missing(self) -> str:
-        return ("accelerator: xla was asked for but neither torch_xla nor torchax is installed; pip install "
-                "'anysr[xla]' (torch_xla 2.9 with torch 2.9) or jax, optax and torchax (any torch), or set "
+        return ("accelerator: xla was asked for but torch_xla is not installed (nor torchax); pip install "
+                "'anysr[xla]' (torch_xla 2.9 with torch 2.9) or jax and torchax (current torch), or set "
                 "accelerator: cpu")
 
     def plan(self, request: PlanRequest, external: str | None) -> LaunchPlan:

@@ -36,7 +36,7 @@ BACKENDS = {
     "torch_xla": XLABackend("torch_xla", ("torch_xla",), "anysr.accelerators.xla:XLAAccelerator",
                             "pip install torch==2.9.0 'torch_xla[tpu]==2.9.0' (torch_xla needs torch 2.9)"),
     "torchax": XLABackend("torchax", ("torchax", "jax"), "anysr.accelerators.xla_torchax:TorchaxAccelerator",
-                          "pip install 'jax[tpu]' optax and the torchax 0.0.14 pre-release (pip install --pre torchax)"),
+                          "pip install 'jax[tpu]' and the torchax 0.0.14 pre-release (pip install --pre torchax)"),
 }
 
 
@@ -76,5 +76,5 @@ def choose_xla_backend(asked: str = "auto") -> XLABackend:
         return torch_xla
     if torchax.installed():
         return torchax
-    raise AcceleratorError("accelerator: xla was asked for but neither torch_xla nor torchax is installed; "
+    raise AcceleratorError("accelerator: xla was asked for but torch_xla is not installed (nor torchax); "
                            f"{torch_xla.install}, or {torchax.install}; or set accelerator: cpu")

@@ -257,7 +257,8 @@ class TorchaxAccelerator(Accelerator):
         step.steps += 1
         hyper = self._hyper(step, opt, ema, float(model.grad_clip_norm or 0.0))
         data = self._shard_batches(batches)
-        state, self._key, losses = step.fn(step.state, step.extras["frozen"], data, hyper, self._key)
+        key = self._replicated(self._key)  # a fresh key (seed, resume) must look like the step's own output
+        state, self._key, losses = step.fn(step.state, step.extras["frozen"], data, hyper, key)
         step.state = state
         step.stale = True
         if ema is not None:

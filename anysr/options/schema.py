@@ -1256,10 +1256,10 @@ DIST_PARAMS = Section({
 XLA = Section({
     "spmd": Field(bool, default=False, doc="XLA SPMD: one process drives all local devices."),
     "backend": Field(str, default="auto", choices=XLA_BACKENDS,
-                     doc="How accelerator: xla runs: torch_xla (torch 2.9), torchax (PyTorch on JAX, the whole "
-                         "step jitted) or auto (torch_xla where it matches the installed torch, else torchax)."),
+                     doc="The library that runs accelerator: xla (docs/tpu.md); auto: the lazy-tensor one where it "
+                         "matches the installed torch, else PyTorch on JAX (the whole step jitted)."),
     "matmul_precision": Field(str, default="default", choices=MATMUL_PRECISIONS,
-                              doc="torchax: JAX's matmul / convolution precision (highest: fp32 passes, for "
+                              doc="On JAX: the matmul / convolution precision (highest: fp32 passes, for "
                                   "comparisons with the CPU)."),
 })
 
