@@ -157,3 +157,24 @@ def test_unsupported_optimizer_is_one_clear_line(tmp_path: Path, small_train_dir
     model = _model(path, tmp_path, "xla")
     with pytest.raises(AcceleratorError, match="train.optim_g: SGD is not in torchax's jitted step"):
         model.train_step(_batches(1))
+
+
+def test_validation_forward_is_jitted_and_matches_cpu(tmp_path: Path, small_train_dir: Path) -> None:
+    """Validation / test / infer run the network through the backend's jitted forward (fixed-size tiles: one
+    compile), with the trained weights, and agree with CPU torch."""
+    from anysr.engine.evaluation.forward import run_network  # noqa: PLC0415 - the engine's one image forward
+
+    path = _options(tmp_path, small_train_dir, {"type": "Adam", "lr": 2e-3, "betas": [0.9, 0.99]})
+    cpu = _model(path, tmp_path, "cpu")
+    jit = _model(path, tmp_path, "xla")
+    _train(cpu, 2)
+    _train(jit, 2)
+    x = torch.rand(1, 3, 37, 29, generator=torch.Generator().manual_seed(3))
+    a = run_network(cpu.inference_net(), x, cpu.acc, scale=2, tile=16, tile_pad=4)
+    before = jit.acc.stats()["compiles"]
+    b = run_network(jit.inference_net(), x, jit.acc, scale=2, tile=16, tile_pad=4)
+    assert jit.acc.stats()["compiles"] - before == 1  # every tile the same shape
+    assert b.shape == a.shape == (1, 3, 74, 58)
+    assert torch.allclose(a, b, atol=TOL, rtol=TOL)
+    c = run_network(jit.inference_net(), x, jit.acc, scale=2, tile=16, tile_pad=4)
+    assert torch.equal(b, c) and jit.acc.stats()["compiles"] - before == 1  # cached: no new compile

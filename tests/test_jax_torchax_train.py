@@ -17,6 +17,7 @@ import pytest
 
 pytest.importorskip("torchax")
 
+import cv2  # noqa: E402
 import torch  # noqa: E402
 from conftest import ROOT, run_cli, tiny_train_options, write_options  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
@@ -155,8 +156,21 @@ def test_basicsr_edsr_file_trains_and_validates(tmp_path: Path, small_train_dir:
     assert "xla (torchax on JAX" in out and "(fp32," in out, out[-3000:]  # auto: fp32 on JAX's CPU
     assert re.search(r"psnr: \d", out, re.IGNORECASE), out[-3000:]
     exp = tmp_path / "experiments" / "run"
-    assert (exp / "models" / "net_g_2.safetensors").is_file()
-    assert (exp / "training_states" / "2.state").is_file()
+    weights = exp / "models" / "net_g_2.safetensors"
+    assert weights.is_file() and (exp / "training_states" / "2.state").is_file()
+    # anysr infer from the torchax-trained weights, tiled, through torchax and on the CPU: the same images
+    outs = {}
+    for accelerator in ("xla", "cpu"):
+        outs[accelerator] = tmp_path / f"infer_{accelerator}"
+        run_cli("infer", "--weights", str(weights), "-i", str(small_val_dir), "-o", str(outs[accelerator]),
+                "--tile", "32", "--tile-pad", "8", "--accelerator", accelerator, "--precision", "fp32",
+                "--no-progress", cwd=tmp_path, env=env, timeout=600)
+    names = sorted(p.name for p in outs["cpu"].iterdir())
+    assert names and names == sorted(p.name for p in outs["xla"].iterdir())
+    for name in names:
+        a = cv2.imread(str(outs["cpu"] / name), cv2.IMREAD_UNCHANGED).astype(int)
+        b = cv2.imread(str(outs["xla"] / name), cv2.IMREAD_UNCHANGED).astype(int)
+        assert a.shape == b.shape and abs(a - b).max() <= 1, name  # 8-bit rounding of fp32 results
 
 
 def test_bad_backend_is_one_clear_line(tmp_path: Path, small_train_dir: Path) -> None:

@@ -210,6 +210,11 @@ class Accelerator(ABC):
         del model, batches
         return None
 
+    def inference_forward(self, net: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The function that runs ``net`` (in eval mode, without gradients) on this device's inputs: ``net`` itself,
+        or a compiled forward over its current weights (torchax)."""
+        return net
+
     def sync_model(self, model: Any) -> None:
         """Bring ``model``'s torch objects (weights, optimizer state, EMA) up to date where a compiled step keeps
         them elsewhere between steps (torchax); a no-op on every other backend."""

@@ -135,6 +135,7 @@ class TorchaxAccelerator(Accelerator):
         self.env = torchax.default_env()
         self._key: jax.Array = jax.random.PRNGKey(0)
         self._steps: dict[int, _StepState] = {}
+        self._eval: dict[int, dict[str, Any]] = {}  # id(net) -> its jitted forward and uploaded weights
         self._base_compiles = 0
         self._warm_compiles: int | None = None
         self._warned_compiles = 0
@@ -421,6 +422,34 @@ class TorchaxAccelerator(Accelerator):
         step.steps = steps
         step.stale = False
         step.fingerprint = _fingerprint(net, opt, ema)
+
+    def inference_forward(self, net: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+        """``net``'s forward jitted by JAX (one compile per input shape: fixed-size tiles give one), over its current
+        weights (uploaded again when they changed); inputs and outputs are CPU tensors."""
+        tensors = {**dict(net.named_parameters()), **dict(net.named_buffers())}  # non-persistent buffers too
+        versions = tuple(t._version for t in tensors.values())
+        entry = self._eval.get(id(net))
+        if entry is None or entry["net"] is not net:
+            env, bf16 = self.env, self.precision.name == "bf16"
+
+            def forward(tree: dict[str, jax.Array], x: jax.Array) -> jax.Array:
+                if bf16:
+                    tree = jax.tree.map(lambda a: a.astype(jnp.bfloat16) if a.dtype == jnp.float32 else a, tree)
+                    x = x.astype(jnp.bfloat16)
+                with env:
+                    out = torch.func.functional_call(net, env.j2t_iso(tree), (env.j2t_iso(x),))
+                    return env.t2j_iso(out).astype(jnp.float32)
+
+            entry = self._eval[id(net)] = {"net": net, "fn": jax.jit(forward), "versions": None, "tree": None}
+        if entry["versions"] != versions:
+            tree = {n: t.detach().cpu().contiguous().numpy().copy() for n, t in tensors.items()}
+            entry["tree"], entry["versions"] = self._replicated(tree), versions
+
+        def run(x: torch.Tensor) -> torch.Tensor:
+            out = entry["fn"](entry["tree"], x.detach().cpu().float().contiguous().numpy())
+            return torch.from_numpy(np.array(out))
+
+        return run
 
     def sync_model(self, model: Any) -> None:
         """Write the step's JAX state back into the model's torch objects (weights, Adam state in torch's layout,
