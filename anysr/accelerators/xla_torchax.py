@@ -137,6 +137,7 @@ class TorchaxAccelerator(Accelerator):
         self._steps: dict[int, _StepState] = {}
         self._eval: dict[int, dict[str, Any]] = {}  # id(net) -> its jitted forward and uploaded weights
         self._base_compiles = 0
+        self._base_cache = (0, 0)
         self._warm_compiles: int | None = None
         self._warned_compiles = 0
         self.cache_dir: Path | None = None
@@ -158,6 +159,7 @@ class TorchaxAccelerator(Accelerator):
         self.strategy.join_world()
         self._platform = self.strategy.devices[0].platform
         self._base_compiles = COMPILES.compiles
+        self._base_cache = (COMPILES.cache_hits, COMPILES.cache_misses)
         self.decide_hardware()
 
     def native_bf16(self) -> tuple[bool, str]:
@@ -206,14 +208,15 @@ class TorchaxAccelerator(Accelerator):
         return COMPILES.compiles - self._base_compiles
 
     def stats(self) -> dict[str, Any]:
-        """JAX's backend compiles in this run (and since the warm-up point), persistent-cache hits and misses."""
+        """JAX's backend compiles since ``setup`` (and since the warm-up point), persistent-cache hits and misses."""
         compiles = self._compiles()
         return {
             "compiles": compiles,
             "compiles_after_warmup": None if self._warm_compiles is None else compiles - self._warm_compiles,
             "to_host_calls": self._host_transfers,
             "persistent_cache": {"dir": str(self.cache_dir) if self.cache_dir else None,
-                                 "hits": COMPILES.cache_hits, "misses": COMPILES.cache_misses},
+                                 "hits": COMPILES.cache_hits - self._base_cache[0],
+                                 "misses": COMPILES.cache_misses - self._base_cache[1]},
         }
 
     def mark_warmup_done(self) -> None:
