@@ -54,16 +54,17 @@ def _model(path: Path, tmp_path: Path, accelerator: str, num_gpu: Any = 1) -> An
     return model
 
 
-def _batches(step: int) -> list[dict[str, torch.Tensor]]:
+def _batches(step: int, micro: int = 1) -> list[dict[str, torch.Tensor]]:
     g = torch.Generator().manual_seed(100 + step)
-    return [{"lq": torch.rand(4, 3, 16, 16, generator=g), "gt": torch.rand(4, 3, 32, 32, generator=g)}]
+    return [{"lq": torch.rand(4, 3, 16, 16, generator=g), "gt": torch.rand(4, 3, 32, 32, generator=g)}
+            for _ in range(micro)]
 
 
-def _train(model: Any, steps: int = STEPS) -> list[dict[str, float]]:
+def _train(model: Any, steps: int = STEPS, micro: int = 1) -> list[dict[str, float]]:
     losses = []
     for it in range(1, steps + 1):
         model.update_learning_rate(it)
-        losses.append({k: float(v) for k, v in model.train_step(_batches(it)).items()})
+        losses.append({k: float(v) for k, v in model.train_step(_batches(it, micro)).items()})
     return losses
 
 
@@ -89,15 +90,17 @@ def _assert_states_close(a: dict[str, Any], b: dict[str, Any]) -> None:
     ({"type": "Adam", "lr": 1e-3, "betas": [0.9, 0.99]}, {"pixel_opt": {"type": "CharbonnierLoss",
                                                                          "loss_weight": 1.0, "eps": 1e-3}}),
     ({"type": "Adam", "lr": 1e-3, "betas": [0.9, 0.99]}, {"pixel_opt": {"type": "MSELoss", "loss_weight": 0.5}}),
-], ids=["adam-l2-clip", "adamw", "charbonnier", "mse"])
+    ({"type": "Adam", "lr": 1e-3, "betas": [0.9, 0.99]}, {"accumulate": 2}),  # two micro-batches per step
+], ids=["adam-l2-clip", "adamw", "charbonnier", "mse", "accumulate"])
 def test_jitted_step_matches_cpu_eager(tmp_path: Path, small_train_dir: Path, optim: dict[str, Any],
                                        train: dict[str, Any]) -> None:
+    micro = int(train.pop("accumulate", 1))
     path = _options(tmp_path, small_train_dir, optim, **train)
     cpu = _model(path, tmp_path, "cpu")
     jit = _model(path, tmp_path, "xla")
     for k, v in cpu.bare("net_g").state_dict().items():  # the same seed: the same starting weights
         assert torch.equal(v, jit.bare("net_g").state_dict()[k]), k
-    cpu_losses, jit_losses = _train(cpu), _train(jit)
+    cpu_losses, jit_losses = _train(cpu, micro=micro), _train(jit, micro=micro)
     for a, b in zip(cpu_losses, jit_losses):
         assert a.keys() == b.keys()
         assert all(abs(a[k] - b[k]) <= 1e-4 * max(1.0, abs(a[k])) for k in a), (a, b)
@@ -137,19 +140,51 @@ def test_two_virtual_devices_equal_one(tmp_path: Path, small_train_dir: Path) ->
 
 
 def test_state_loaded_between_steps_is_picked_up(tmp_path: Path, small_train_dir: Path) -> None:
-    """A state loaded into the torch objects (resume, NaN rollback) replaces the step's JAX copy: training from it
-    again repeats the same steps exactly."""
-    path = _options(tmp_path, small_train_dir, {"type": "Adam", "lr": 2e-3, "betas": [0.9, 0.99]})
+    """Drop-path draws from the step's JAX key: a state (and key) loaded into the torch objects between steps
+    (resume, NaN rollback) replaces the step's JAX copy and repeats the same steps exactly; another key draws
+    otherwise."""
+    opt = tiny_train_options("jit", small_train_dir, None, total_iter=STEPS)
+    opt["network_g"] = {"type": "SwinIR", "upscale": 2, "in_chans": 3, "img_size": 16, "window_size": 4,
+                        "img_range": 1.0, "depths": [1], "embed_dim": 12, "num_heads": [2], "mlp_ratio": 2,
+                        "drop_path_rate": 0.5, "upsampler": "pixelshuffledirect", "resi_connection": "1conv"}
+    opt["xla"] = {"backend": "torchax", "matmul_precision": "highest"}
+    path = write_options(tmp_path / "swin.yml", opt)
     model = _model(path, tmp_path, "xla")
     _train(model, 2)
-    saved = {k: v for k, v in model.state_dict().items()}
-    saved = torch.utils._pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, saved)
+    saved = torch.utils._pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t,
+                                         model.state_dict())
     key = model.acc.device_rng_state().clone()
-    first = [model.train_step(_batches(3)) for _ in range(2)]
+    first = [float(model.train_step(_batches(3))["l_pix"]) for _ in range(2)]
     model.load_state_dict(saved)
     model.acc.set_device_rng_state(key)
-    second = [model.train_step(_batches(3)) for _ in range(2)]
-    assert [float(a["l_pix"]) for a in first] == [float(b["l_pix"]) for b in second]
+    second = [float(model.train_step(_batches(3))["l_pix"]) for _ in range(2)]
+    assert first == second
+    model.load_state_dict(saved)
+    model.acc.set_device_rng_state(key + 1)
+    other = [float(model.train_step(_batches(3))["l_pix"]) for _ in range(2)]
+    assert other != first  # the drop-path draws come from the key
+
+
+def test_bf16_step_keeps_fp32_state(tmp_path: Path, small_train_dir: Path) -> None:
+    """precision bf16 (a TPU's auto; emulated on JAX's CPU): the forward in bf16, the weights, Adam state and
+    losses in fp32, close to the fp32 step."""
+    path = _options(tmp_path, small_train_dir, {"type": "Adam", "lr": 1e-3, "betas": [0.9, 0.99]})
+    options = load_options(str(path), is_train=True, root=str(tmp_path))
+    acc = create_accelerator(resolve_plan("xla", 1, precision="bf16", xla_backend="torchax"))
+    acc.setup()
+    acc.manual_seed(7)
+    model = build_model(options, acc)
+    ckpt.load_model_weights(model, fresh=True, stand_ins=True)
+    model.setup()
+    assert acc.precision.name == "bf16"
+    losses = _train(model, 2)
+    assert all(torch.isfinite(torch.tensor(v["l_pix"])) for v in losses)
+    state = model.state_dict()
+    assert all(v.dtype == torch.float32 for v in state["nets"]["net_g"].values())
+    assert all(s["exp_avg"].dtype == torch.float32 for s in state["optimizers"]["net_g"]["state"].values())
+    fp32 = _model(path, tmp_path, "xla")
+    ref = _train(fp32, 2)
+    assert abs(ref[0]["l_pix"] - losses[0]["l_pix"]) <= 2e-2 * abs(ref[0]["l_pix"])  # bf16 keeps ~3 digits
 
 
 def test_unsupported_optimizer_is_one_clear_line(tmp_path: Path, small_train_dir: Path) -> None:

@@ -256,7 +256,7 @@ class TorchaxAccelerator(Accelerator):
         if step is None:
             step = self._steps[id(model)] = self._build_step(model)
         net, opt, ema = model.bare("net_g"), model.optimizers["net_g"], model.emas.get("net_g")
-        if step.state is None or (not step.stale and _fingerprint(net, opt, ema) != step.fingerprint):
+        if step.state is None or _fingerprint(net, opt, ema) != step.fingerprint:  # written from outside: reload
             self._load_state(step, net, opt, ema)
         step.steps += 1
         hyper = self._hyper(step, opt, ema, float(model.grad_clip_norm or 0.0))
