@@ -145,8 +145,9 @@ def test_state_loaded_between_steps_is_picked_up(tmp_path: Path, small_train_dir
     otherwise."""
     opt = tiny_train_options("jit", small_train_dir, None, total_iter=STEPS)
     opt["network_g"] = {"type": "SwinIR", "upscale": 2, "in_chans": 3, "img_size": 16, "window_size": 4,
-                        "img_range": 1.0, "depths": [1], "embed_dim": 12, "num_heads": [2], "mlp_ratio": 2,
+                        "img_range": 1.0, "depths": [2], "embed_dim": 12, "num_heads": [2], "mlp_ratio": 2,
                         "drop_path_rate": 0.5, "upsampler": "pixelshuffledirect", "resi_connection": "1conv"}
+    # (two blocks: the rates rise from 0 over the blocks, so one block alone would drop nothing)
     opt["xla"] = {"backend": "torchax", "matmul_precision": "highest"}
     path = write_options(tmp_path / "swin.yml", opt)
     model = _model(path, tmp_path, "xla")
