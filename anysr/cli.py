@@ -87,7 +87,8 @@ def _plan_from_options(opt: Any, launcher: str = "auto", precision: str | None =
                         compile=bool(train is not None and train.compile), dist_backend=opt.dist_params.backend,
                         master_port=opt.dist_params.port, channels_last=layout,
                         find_unused_parameters=opt.find_unused_parameters, static_graph=opt.use_static_graph,
-                        deep_samples=deep_samples, precision_source=precision_source)
+                        deep_samples=deep_samples, precision_source=precision_source,
+                        xla_backend=opt.xla.backend, matmul_precision=opt.xla.matmul_precision)
 
 
 def _deep_data_plan(opt: Any, launcher: str, precision: str | None = None, source: str | None = None) -> Any:

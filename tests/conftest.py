@@ -42,6 +42,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # The XLA modules need torch_xla (the second environment, `make test-xla`): not collected without it, rather than
 # listed as skipped in every run of the main suite.
 collect_ignore_glob = [] if importlib.util.find_spec("torch_xla") else ["test_xla*.py"]
+# The torchax modules need torchax and jax (the JAX environment, `.ci/jax.sh`): likewise not collected without them.
+if not (importlib.util.find_spec("torchax") and importlib.util.find_spec("jax")):
+    collect_ignore_glob.append("test_jax*.py")
 DATASETS = ROOT / "datasets"
 # The fixture generators and their shared module (tools/fixtures/fixture_kit.py: the seeded weights both sides
 # rebuild) are importable by name from every test module.

@@ -30,8 +30,8 @@ _REAL_FIND_SPEC = importlib.util.find_spec
 
 
 def _fake_hardware(monkeypatch: pytest.MonkeyPatch, *, cuda: int = 0, mps: bool = False, xla: bool = False,
-                   pjrt: str | None = None, cores: int = 8) -> None:
-    """Pretend this machine has ``cuda`` GPUs, MPS, torch_xla (and PJRT_DEVICE), ``cores`` CPUs."""
+                   pjrt: str | None = None, cores: int = 8, torchax: bool = False) -> None:
+    """Pretend this machine has ``cuda`` GPUs, MPS, torch_xla (and PJRT_DEVICE), ``cores`` CPUs, torchax + jax."""
     monkeypatch.setattr(K, "cuda_count", lambda: cuda)
     monkeypatch.setattr(K, "mps_available", lambda: mps)
     monkeypatch.setattr(K, "cpu_cores", lambda: cores)
@@ -39,6 +39,8 @@ def _fake_hardware(monkeypatch: pytest.MonkeyPatch, *, cuda: int = 0, mps: bool 
     def find_spec(name: str, *args: Any, **kwargs: Any) -> Any:
         if name == "torch_xla":
             return object() if xla else None
+        if name in ("torchax", "jax"):
+            return object() if torchax else None
         return _REAL_FIND_SPEC(name, *args, **kwargs)
 
     monkeypatch.setattr(importlib.util, "find_spec", find_spec)
@@ -283,3 +285,34 @@ def test_two_slurm_tasks(tmp_path: Path) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "slurm":  # one SLURM task (see test_two_slurm_tasks)
         launch(resolve_plan("cpu", 1, launcher="slurm"), _gloo_worker, sys.argv[2])
+
+
+# ---------------------------------------------------------------------------------------------- XLA backends
+@pytest.mark.parametrize(("xla", "matches", "torchax", "asked", "chosen"), [
+    (True, True, True, "auto", "torch_xla"),  # torch_xla built for this torch: it stays
+    (True, False, True, "auto", "torchax"),  # torch newer than torch_xla supports: torchax
+    (False, False, True, "auto", "torchax"),
+    (True, False, False, "auto", "torch_xla"),  # nothing else there: torch_xla says itself what does not fit
+    (True, True, True, "torchax", "torchax"),
+])
+def test_xla_backend_choice(monkeypatch: pytest.MonkeyPatch, xla: bool, matches: bool, torchax: bool, asked: str,
+                            chosen: str) -> None:
+    _fake_hardware(monkeypatch, xla=xla, torchax=torchax, pjrt="CPU")
+    B = importlib.import_module("anysr.accelerators.xla_backends")
+    monkeypatch.setattr(B, "torch_xla_matches_torch", lambda: matches)
+    plan = resolve_plan("xla", 1, xla_backend=asked)
+    assert plan.extra["backend"] == chosen
+    if chosen == "torchax":  # one process over the JAX devices (num_gpu 1: the first only)
+        assert (plan.launcher, plan.nprocs, plan.extra["all_devices"]) == ("none", 1, False)
+
+
+def test_xla_backend_errors_are_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_hardware(monkeypatch, torchax=True, pjrt="CPU")
+    with pytest.raises(AcceleratorError, match=r"xla.backend: torch_xla is not installed here; pip install"):
+        resolve_plan("xla", 1, xla_backend="torch_xla")
+    with pytest.raises(AcceleratorError, match=r"xla.backend: 'jax' is not one of auto, torch_xla, torchax"):
+        resolve_plan("xla", 1, xla_backend="jax")
+    with pytest.raises(AcceleratorError, match=r"num_gpu: 2 with xla.backend torchax: set num_gpu: auto"):
+        resolve_plan("xla", 2, xla_backend="torchax")
+    with pytest.raises(AcceleratorError, match=r"xla.spmd: true is torch_xla's mode"):
+        resolve_plan("xla", "auto", spmd=True, xla_backend="torchax")

@@ -27,7 +27,8 @@ LAYERS = (
     ("anysr.atomic", "anysr.tree", "anysr.registry", "anysr.presets", "anysr.errors", "anysr.download",
      "anysr.dataset_sources", "anysr"),
 )
-OPTIONAL = {"anysr.accelerators.xla": "torch_xla"}  # modules that exist to wrap an optional dependency
+# modules that exist to wrap an optional dependency
+OPTIONAL = {"anysr.accelerators.xla": "torch_xla", "anysr.accelerators.xla_torchax": "torchax"}
 NOT_IMPORTED = {"anysr.__main__"}  # runs the CLI when imported
 
 

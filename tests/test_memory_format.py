@@ -112,7 +112,8 @@ def test_plan_and_accelerator_carry_the_memory_format() -> None:
 
 def test_xla_plans_drop_channels_last(monkeypatch: pytest.MonkeyPatch) -> None:
     kinds = importlib.import_module("anysr.accelerators.kinds")
-    monkeypatch.setattr(kinds, "torch_xla_installed", lambda: True)
+    monkeypatch.setattr(kinds, "any_installed", lambda: True)
+    monkeypatch.setattr(kinds, "choose_xla_backend", lambda asked: kinds.BACKENDS["torch_xla"])
     monkeypatch.setenv("PJRT_DEVICE", "CPU")
     monkeypatch.delenv("CPU_NUM_DEVICES", raising=False)
     plan = resolve_plan("xla", 1, channels_last=True)

@@ -564,7 +564,8 @@ def test_swinir_test_file_with_tiles_and_single_images(root: Path) -> None:
 def test_defaults_filled(root: Path) -> None:
     opt = validate_options(minimal_train(root), is_train=True, root=root)
     assert opt["model_type"] == "SRModel" and opt["num_gpu"] == "auto" and opt["accelerator"] == "auto"
-    assert opt["manual_seed"] == 0 and opt["xla"] == {"spmd": False} and opt["launcher"] is None
+    assert opt["manual_seed"] == 0 and opt["launcher"] is None
+    assert opt["xla"] == {"spmd": False, "backend": "auto", "matmul_precision": "default"}
     assert opt["find_unused_parameters"] is False and opt["use_static_graph"] is False
     ds = opt["datasets"]["train"]
     assert ds["name"] == "train" and ds["filename_tmpl"] == "{}" and ds["io_backend"] == {"type": "disk"}

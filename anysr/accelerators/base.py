@@ -216,6 +216,22 @@ class Accelerator(ABC):
         self.precision.step(optimizer)
         return norm
 
+    def run_train_step(self, model: Any, batches: Any) -> dict[str, torch.Tensor] | None:
+        """A backend that compiles the whole training step (torchax) runs ``model``'s here and returns its losses;
+        None (every other backend): the model steps eagerly itself."""
+        del model, batches
+        return None
+
+    def inference_forward(self, net: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The function that runs ``net`` (in eval mode, without gradients) on this device's inputs: ``net`` itself,
+        or a compiled forward over its current weights (torchax)."""
+        return net
+
+    def sync_model(self, model: Any) -> None:
+        """Bring ``model``'s torch objects (weights, optimizer state, EMA) up to date where a compiled step keeps
+        them elsewhere between steps (torchax); a no-op on every other backend."""
+        del model
+
     def take_gradients_finite(self) -> torch.Tensor | None:
         """The device flag "every gradient norm seen since the last call was finite" (None: none was seen), reset.
         Only kept with ``watch_gradients`` and clipping (the norm is computed for the clipping anyway)."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import importlib.util
 import os
 import socket
 from abc import ABC, abstractmethod
@@ -18,6 +17,7 @@ from typing import Any
 
 from anysr.accelerators.hardware import check_precision
 from anysr.accelerators.plan import LAUNCHERS, LaunchPlan
+from anysr.accelerators.xla_backends import BACKENDS, any_installed, choose_xla_backend
 from anysr.accelerators.xla_plan import local_tpu_chips, xla_plan
 from anysr.errors import AcceleratorError, did_you_mean
 
@@ -51,10 +51,6 @@ def mps_available() -> bool:
     return bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
 
 
-def torch_xla_installed() -> bool:
-    return importlib.util.find_spec("torch_xla") is not None
-
-
 def cpu_cores() -> int:
     return os.cpu_count() or 1
 
@@ -80,6 +76,8 @@ class PlanRequest:
     channels_last: bool | None = None
     find_unused_parameters: bool = False
     static_graph: bool = False
+    xla_backend: str = "auto"  # xla.backend (xla_backends.XLA_BACKENDS)
+    matmul_precision: str = "default"  # xla.matmul_precision (torchax)
 
 
 # --------------------------------------------------------------------------------------------- kinds
@@ -132,7 +130,9 @@ class Kind(ABC):
             return LaunchPlan(self.name, n, "spawn", master_port=request.master_port or free_port(), **common)
         return LaunchPlan(self.name, 1, "none", **common)
 
-    def accelerator_class(self) -> type:
+    def accelerator_class(self, plan: LaunchPlan | None = None) -> type:
+        """The ``Accelerator`` subclass of this kind (``plan``: for kinds with several backends)."""
+        del plan
         module, _, cls = self.accelerator_class_path.partition(":")
         return getattr(importlib.import_module(module), cls)  # type: ignore[no-any-return]
 
@@ -204,27 +204,58 @@ class MPSKind(Kind):
 
 
 class XLAKind(Kind):
+    """XLA devices through one of the backends of ``xla_backends`` (torch_xla, torchax)."""
+
     name = "xla"
-    accelerator_class_path = "anysr.accelerators.xla:XLAAccelerator"
+    accelerator_class_path = "anysr.accelerators.xla:XLAAccelerator"  # torch_xla's; the plan names the backend
 
     def available(self) -> bool:
-        return torch_xla_installed()
+        return any_installed()
 
     def wanted(self) -> bool:
-        """``auto`` picks XLA when torch_xla is installed and PJRT_DEVICE is set or TPU chips are attached."""
+        """``auto`` picks XLA when an XLA backend is installed and PJRT_DEVICE is set or TPU chips are attached."""
         return self.available() and ("PJRT_DEVICE" in os.environ or local_tpu_chips() > 0)
 
     def missing(self) -> str:
-        return ("accelerator: xla was asked for but torch_xla is not installed; pip install 'anysr[xla]' "
-                "(torch_xla matching your torch), or set accelerator: cpu")
+        return ("accelerator: xla was asked for but torch_xla is not installed (nor torchax); pip install "
+                "'anysr[xla]' (torch_xla 2.9 with torch 2.9) or jax and torchax (current torch), or set "
+                "accelerator: cpu")
 
     def plan(self, request: PlanRequest, external: str | None) -> LaunchPlan:
-        """XLA starts its own workers (torch_xla.launch) or runs SPMD in one process; see ``xla_plan``."""
+        """torch_xla starts its own workers (torch_xla.launch) or runs SPMD in one process (``xla_plan``);
+        torchax runs one process that shards each batch over a mesh of its local JAX devices."""
         # XLA assigns tensor layouts itself when it compiles the graph: channels_last is only recorded (the
         # worker's choice says it is ignored).
         del external
-        plan = xla_plan(request.count, precision=request.precision, spmd=request.spmd, compile=request.compile)
-        return dataclasses.replace(plan, channels_last=request.channels_last)
+        backend = choose_xla_backend(request.xla_backend)
+        if backend.name == "torchax":
+            plan = torchax_plan(request)
+        else:
+            plan = xla_plan(request.count, precision=request.precision, spmd=request.spmd, compile=request.compile)
+        extra = {**plan.extra, "backend": backend.name, "matmul_precision": request.matmul_precision}
+        return dataclasses.replace(plan, channels_last=request.channels_last, extra=extra)
+
+    def accelerator_class(self, plan: LaunchPlan | None = None) -> type:
+        name = plan.extra.get("backend", "torch_xla") if plan is not None else "torch_xla"
+        module, _, cls = BACKENDS[name].accelerator_class_path.partition(":")
+        return getattr(importlib.import_module(module), cls)  # type: ignore[no-any-return]
+
+
+def torchax_plan(request: PlanRequest) -> LaunchPlan:
+    """One process over the local JAX devices (``num_gpu: auto``: all; 1: the first); no device is touched here."""
+    if request.compile:
+        raise AcceleratorError("train.compile: true is not used on XLA, which compiles the whole step graph "
+                               "itself; set train.compile: false")
+    if request.spmd:
+        raise AcceleratorError("xla.spmd: true is torch_xla's mode; torchax always runs one process that shards "
+                               "each batch over its devices: remove xla.spmd")
+    check_precision(request.precision, "xla")
+    if request.count not in (None, 0, 1):
+        raise AcceleratorError(f"num_gpu: {request.count} with xla.backend torchax: set num_gpu: auto (every local "
+                               "JAX device) or 1; choose devices in the environment (TPU_VISIBLE_CHIPS, or "
+                               "XLA_FLAGS=--xla_force_host_platform_device_count=N on the CPU)")
+    extra: dict[str, Any] = {"all_devices": request.count in (None, 0)}
+    return LaunchPlan("xla", 1, "none", request.precision, extra=extra)
 
 
 KINDS: dict[str, Kind] = {k.name: k for k in (CPUKind(), CUDAKind(), MPSKind(), XLAKind())}

@@ -34,7 +34,8 @@ def resolve_plan(accelerator: str = "auto", num_gpu: Any = "auto", *, precision:
                  dist_backend: str | None = None, master_port: int | None = None,
                  channels_last: bool | None = None, find_unused_parameters: bool = False,
                  static_graph: bool = False, deep_samples: tuple[str, str] | None = None,
-                 precision_source: str | None = None) -> LaunchPlan:
+                 precision_source: str | None = None, xla_backend: str = "auto",
+                 matmul_precision: str = "default") -> LaunchPlan:
     """Decide what runs where, once, before any worker exists. Errors name the option to change.
 
     The accelerator kind (``kinds.KINDS``) makes the plan. ``precision`` (``auto`` or forced) and
@@ -49,7 +50,7 @@ def resolve_plan(accelerator: str = "auto", num_gpu: Any = "auto", *, precision:
         raise AcceleratorError(f"--launcher: '{launcher}' is not one of {', '.join(LAUNCHERS)}")
     kind = pick_kind(accelerator)
     request = PlanRequest(_parse_count(num_gpu), precision, launcher, spmd, compile, dist_backend, master_port,
-                          channels_last, find_unused_parameters, static_graph)
+                          channels_last, find_unused_parameters, static_graph, xla_backend, matmul_precision)
     torchrun_env = launcher == "auto" and env_world() is not None
     plan = kind.plan(request, external_launcher(launcher, torchrun_env=torchrun_env))
     if precision_source is not None:
@@ -63,7 +64,7 @@ def resolve_plan(accelerator: str = "auto", num_gpu: Any = "auto", *, precision:
 
 def create_accelerator(plan: LaunchPlan, local_rank: int = 0) -> Accelerator:
     """The accelerator object for this worker (call inside the worker)."""
-    return KINDS[plan.accelerator].accelerator_class()(plan, local_rank)  # type: ignore[no-any-return]
+    return KINDS[plan.accelerator].accelerator_class(plan)(plan, local_rank)  # type: ignore[no-any-return]
 
 
 def _report(acc: Accelerator, exc: BaseException) -> int:

@@ -150,6 +150,7 @@ class BaseModel(ABC):
         or an EMA update never changes the course of training. Used around validation, ``weights()`` (saving,
         export) and the EMA update; ``state_dict()`` keeps the training weights (exact resume). ``sync``: end the
         traced graph before and after (XLA), so the switch is its own small graph; not within a training step."""
+        self.acc.sync_model(self)
         switching = [o for o in self.optimizers.values() if has_weight_switch(o)]
         if not switching:
             yield
@@ -220,6 +221,7 @@ class BaseModel(ABC):
 
     def state_dict(self) -> dict[str, Any]:
         """Everything of the model that decides the future of training (with ``train.sam``, FSAM's momentum)."""
+        self.acc.sync_model(self)
         state = {
             "nets": {k: self.bare(k).state_dict() for k in self.nets},
             "emas": {k: e.state_dict() for k, e in self.emas.items()},
@@ -247,6 +249,7 @@ class BaseModel(ABC):
 
     def inference_net(self) -> nn.Module:
         """The generator to validate / test with: the EMA copy when there is one."""
+        self.acc.sync_model(self)
         if "net_g" in self.emas:
             return self.emas["net_g"].module
         return self.bare("net_g")

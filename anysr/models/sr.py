@@ -283,14 +283,43 @@ class SRModel(BaseModel):
         return names
 
     def compute_losses(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
-        with self.acc.precision.autocast():
-            output = self.forward_g(batch["lq"])
-        output = self.training_output(output)
+        def forward(lq: torch.Tensor) -> torch.Tensor:
+            with self.acc.precision.autocast():
+                return self.forward_g(lq)
+
+        return self.step_losses(forward, batch)
+
+    def step_losses(self, forward: Callable[[torch.Tensor], torch.Tensor],
+                    batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """The losses of one micro-batch with the generator given as ``forward`` (a compiled step passes its own,
+        over its copy of the weights)."""
+        output = self.training_output(forward(batch["lq"]))
         return self.loss_terms(output, batch["lq"], lambda role: batch["gt"])
+
+    def jit_step_blockers(self) -> list[str]:
+        """What this run trains that a compiled whole step (``accelerator.run_train_step``) does not carry yet; empty
+        when it carries all: SRModel and its aliases, pixel losses, Adam / AdamW, EMA, clipping, accumulation."""
+        name, train = type(self).__name__, self.opt["train"]
+        out = []
+        if type(self).train_step is not SRModel.train_step or type(self).compute_losses is not SRModel.compute_losses:
+            out.append(f"model_type {name} steps its own way (only SRModel-like pixel training is jitted)")
+        out += [f"train.{key} is not carried by the jitted step" for key in ("use_moa", "sam", "eco_enabled")
+                if train.get(key)]
+        out += [f"{s.key_path}: only pixel losses are in the jitted step so far (not {s.role})"
+                for s in self.loss_specs if s.role != "pixel"]
+        out += [f"{s.key_path}: a loss drawing random numbers per iteration is not in the jitted step"
+                for s in self.loss_specs if hasattr(self.losses.get(s.name), "at_iteration")]
+        ema = self.emas.get("net_g")
+        if ema is not None and ema.switch_every:
+            out.append("train.ema_switch_iter is not carried by the jitted step")
+        return out
 
     def train_step(self, batches: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
         """One optimiser step over ``len(batches)`` accumulated micro-batches; losses stay on the device."""
         batches = self.augment_batches(batches)
+        done = self.acc.run_train_step(self, batches)
+        if done is not None:
+            return done
         net = self.nets["net_g"]
         opt = self.optimizers["net_g"]
         opt.zero_grad(set_to_none=True)

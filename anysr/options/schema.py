@@ -13,6 +13,7 @@ from typing import Any
 
 from anysr.accelerators.hardware import PRECISION_CHOICES
 from anysr.accelerators.kinds import ACCELERATOR_HINTS, ACCELERATORS, LAUNCHERS
+from anysr.accelerators.xla_backends import MATMUL_PRECISIONS, XLA_BACKENDS
 from anysr.atomic import MAX_NAME_BYTES, file_name_part_problem
 from anysr.dataset_sources import provider_of
 from anysr.errors import OptionError, did_you_mean
@@ -1256,7 +1257,15 @@ DIST_PARAMS = Section({
                   doc="Rendezvous port (null: a free one)."),
 })
 
-XLA = Section({"spmd": Field(bool, default=False, doc="XLA SPMD: one process drives all local devices.")})
+XLA = Section({
+    "spmd": Field(bool, default=False, doc="XLA SPMD: one process drives all local devices."),
+    "backend": Field(str, default="auto", choices=XLA_BACKENDS,
+                     doc="The library that runs accelerator: xla (docs/tpu.md); auto: the lazy-tensor one where it "
+                         "matches the installed torch, else PyTorch on JAX (the whole step jitted)."),
+    "matmul_precision": Field(str, default="default", choices=MATMUL_PRECISIONS,
+                              doc="On JAX: the matmul / convolution precision (highest: fp32 passes, for "
+                                  "comparisons with the CPU)."),
+})
 
 OPTIONS = Section(
     {

@@ -49,11 +49,13 @@ def run_network(net: nn.Module, lq: torch.Tensor, acc: Accelerator, *, scale: in
                 tile_pad: int) -> torch.Tensor:
     """Forward in eval mode under the accelerator's autocast, tiled with fixed-size tiles when asked (rounded up
     to the network's ``tile_multiple``, on its window grid)."""
+    forward = acc.inference_forward(net)
     with torch.no_grad(), acc.precision.autocast():
         if tile:
-            out = tile_forward(net, lq, scale, tile, tile_pad, static=acc.static_shapes, multiple=tile_multiple(net))
+            out = tile_forward(forward, lq, scale, tile, tile_pad, static=acc.static_shapes,
+                               multiple=tile_multiple(net))
         else:
-            out = net(lq)
+            out = forward(lq)
     return out.float()
 
 
