@@ -28,10 +28,7 @@ PRETRAINED = ROOT / "pretrained" / "realesr-animevideov3.pth"
 
 
 def _bird_path() -> Path:
-    for p in (ROOT / "datasets" / "Set5" / "HR" / "bird.png", Path("/work/shared/datasets/Set5/HR/bird.png")):
-        if p.is_file():
-            return p
-    pytest.skip("Set5 bird.png not found (datasets/Set5/HR/bird.png)")
+    return ROOT / "datasets" / "Set5" / "HR" / "bird.png"  # bundled
 
 
 def _build(name: str) -> torch.nn.Module:

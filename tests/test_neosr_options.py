@@ -178,7 +178,7 @@ def test_toml_syntax_error_names_the_file_and_line(tmp_path: Path) -> None:
 
 # neosr's own templates (not part of this repository: their text is neosr's). Point NEOSR_OPTIONS at a checkout's
 # options/ folder; without it the test is skipped.
-NEOSR_OPTIONS = Path(os.environ.get("NEOSR_OPTIONS", "/work/ref/neosr/options"))
+NEOSR_OPTIONS = Path(os.environ.get("NEOSR_OPTIONS", "") or "/nonexistent")
 TEMPLATES = sorted(NEOSR_OPTIONS.glob("*.toml")) if NEOSR_OPTIONS.is_dir() else []
 # Files refused on purpose: neosr cannot read them either (its TOML reader refuses a key given twice; no network of
 # that name in its registry)

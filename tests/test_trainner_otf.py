@@ -5,6 +5,7 @@ templates, and one of its OTF templates training through the CLI (with the LQ/GT
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,8 @@ from anysr.ops.degradation import TRAINNER_RESIZE_MODES, USMSharp, lanczos_resiz
 from anysr.ops.diffjpeg import DiffJPEG
 from anysr.options import load_options
 
-TEMPLATES = Path("/work/ref/trainner_templates/options/_templates/train")
+# traiNNer-redux's templates (its text, not ours): TRAINNER_TEMPLATES names a checkout's options/_templates folder
+TEMPLATES = Path(os.environ.get("TRAINNER_TEMPLATES", "") or "/nonexistent") / "train"
 SPAN_OTF = TEMPLATES / "SPAN" / "SPAN_OTF_fidelity.yml"
 KINDS = ["iso", "aniso", "generalized_iso", "generalized_aniso", "plateau_iso", "plateau_aniso"]
 
@@ -267,7 +269,8 @@ def test_kernel_ranges_are_honoured() -> None:
 def _template(train_dir: Path, name: str = "otf", template: Path = SPAN_OTF, **top: Any) -> dict[str, Any]:
     """traiNNer-redux's SPAN OTF template as it is, with tiny overrides (x2, 16-pixel LQ crops, 8 features)."""
     if not template.is_file():
-        pytest.skip("traiNNer-redux's templates are not in /work/ref")
+        pytest.skip("traiNNer-redux's templates are not here (set TRAINNER_TEMPLATES to a checkout's "
+                    "options/_templates)")
     opt = yaml.safe_load(template.read_text())
     opt.update(name=name, scale=2, use_amp=False, use_channels_last=False, num_gpu=1, manual_seed=3, **top)
     train = opt["datasets"]["train"]

@@ -1,7 +1,6 @@
 """Every training, test and ONNX template traiNNer-redux ships validates in anysr as it is (its placeholder dataset and
 weights paths aside). The templates are not part of this repository (their text is traiNNer-redux's): point
-``TRAINNER_TEMPLATES`` at a checkout's ``options/_templates`` folder (default /work/ref/trainner_templates/options/
-_templates); without it the test is skipped."""
+``TRAINNER_TEMPLATES`` at a checkout's ``options/_templates`` folder; without it the test is skipped."""
 
 from __future__ import annotations
 
@@ -18,7 +17,7 @@ _TEMPORAL = ("TemporalSPAN", "TemporalSPANv2", "TSCUNet", "TFDAT")
 REFUSED = {**{f"train/{n}/{n}_OTF_{kind}.yml": "OTF clips are not implemented" for n in _TEMPORAL
               for kind in ("fidelity", "gan")},
            **{f"test/{n}/{n}.yml": "singlevideodataset .* is not in anysr: run `anysr infer" for n in _TEMPORAL}}
-ROOT = Path(os.environ.get("TRAINNER_TEMPLATES", "/work/ref/trainner_templates/options/_templates"))
+ROOT = Path(os.environ.get("TRAINNER_TEMPLATES", "") or "/nonexistent")
 FILES = sorted(p for kind in ("train", "test", "onnx") for p in ROOT.glob(f"{kind}/*/*.yml")) if ROOT.is_dir() else []
 
 
