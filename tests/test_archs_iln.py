@@ -25,7 +25,7 @@ from safetensors.torch import load_file
 
 from anysr.archs import build_network
 from anysr.archs.arch_util import AffineTransform, ImageLayerNorm
-from anysr.archs.recognition.recognise import recognise, recognise_all
+from anysr.archs.recognise import recognise, recognise_all
 from anysr.errors import OptionError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -23,7 +23,7 @@ from safetensors.torch import load_file
 import anysr.archs.lawfft_arch as lawfft
 from anysr.archs import build_network
 from anysr.archs.fftformer_arch import dft_bases, from_patches, to_patches
-from anysr.archs.recognition.recognise import recognise
+from anysr.archs.recognise import recognise
 from anysr.errors import OptionError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "lawfft"

@@ -20,7 +20,7 @@ from conftest import FIXTURE_TOL
 from safetensors.torch import load_file
 
 from anysr.archs import build_network
-from anysr.archs.recognition.recognise import recognise
+from anysr.archs.recognise import recognise
 from anysr.errors import OptionError
 
 ROOT = Path(__file__).resolve().parents[1]
