@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from arch_checks import check_onnx_at_unseen_size, check_xla_train_step
+from arch_checks import check_onnx_at_unseen_size, check_xla_train_step, fixture_io, load_case, stored_params
 from conftest import FIXTURE_TOL
-from safetensors.torch import load_file
 
 from anysr.archs import build_network
 from anysr.archs.arch_util import shifted_window_mask, window_partition
@@ -37,10 +36,13 @@ TINY = {"DWT": {"type": "DWT", "img_size": 8, "embed_dim": 8, "depths": [2, 2], 
 
 def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
     """The fixture network (eval mode, weights loaded strictly) and its inputs / outputs."""
-    case = MANIFEST[name]
-    net = build_network({"type": case["type"], **case["kwargs"]}).eval()
-    net.load_state_dict(load_file(str(FIXTURES / f"{name}_params.safetensors")), strict=True)
-    return net, load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    return load_case("dwtemt", name)
+
+
+def _reference_state(name: str) -> dict[str, torch.Tensor]:
+    """The reference's state dict: the seeded weights and the entries it built (stored as ``state.<key>``)."""
+    io = fixture_io("dwtemt", name)
+    return {**stored_params("dwtemt", name), **{k[6:]: v for k, v in io.items() if k.startswith("state.")}}
 
 
 # ----------------------------------------------------------------------------- traiNNer-redux parity
@@ -48,7 +50,7 @@ def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
 @pytest.mark.parametrize("name", sorted(MANIFEST))
 def test_reference_weights_load_strictly_and_match(name: str) -> None:
     case = MANIFEST[name]
-    params = load_file(str(FIXTURES / f"{name}_params.safetensors"))
+    params = _reference_state(name)
     net = build_network({"type": case["type"], **case["kwargs"]})
     assert set(net.state_dict()) == set(params), "state-dict keys differ from traiNNer-redux's"
     assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in params.items()}
@@ -57,7 +59,7 @@ def test_reference_weights_load_strictly_and_match(name: str) -> None:
     assert bool(buffers) == (case["type"] == "DWT")
     assert all(torch.equal(net.state_dict()[k], params[k].to(net.state_dict()[k].dtype)) for k in buffers)
     net.load_state_dict(params, strict=True)
-    io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    io = fixture_io("dwtemt", name)
     for inp, out, mode in case["compare"]:
         net.train(mode == "train")
         with torch.no_grad():

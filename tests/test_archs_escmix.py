@@ -18,9 +18,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from arch_checks import check_onnx_at_unseen_size, check_xla_train_step
+from arch_checks import check_onnx_at_unseen_size, check_xla_train_step, fixture_io, load_case, stored_params
 from conftest import FIXTURE_TOL
-from safetensors.torch import load_file
 from torch.nn import functional as F
 
 from anysr.archs import build_network
@@ -46,10 +45,7 @@ TINY = {"ESCRealM": {"type": "ESCRealM", "dim": 8, "pdim": 4, "kernel_size": 5, 
 
 def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
     """The fixture network (eval mode, weights loaded strictly) and its inputs / outputs."""
-    case = MANIFEST[name]
-    net = build_network({"type": case["type"], **case["kwargs"]}).eval()
-    net.load_state_dict(load_file(str(FIXTURES / f"{name}_params.safetensors")), strict=True)
-    return net, load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    return load_case("escmix", name)
 
 
 # ----------------------------------------------------------------------------- traiNNer-redux parity
@@ -57,7 +53,8 @@ def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
 @pytest.mark.parametrize("name", sorted(MANIFEST))
 def test_reference_weights_load_strictly_and_match(name: str) -> None:
     case = MANIFEST[name]
-    params = load_file(str(FIXTURES / f"{name}_params.safetensors"))
+    io = fixture_io("escmix", name)  # the entries the reference computed (not seeded) are stored as state.<key>
+    params = {**stored_params("escmix", name), **{k[6:]: v for k, v in io.items() if k.startswith("state.")}}
     net = build_network({"type": case["type"], **case["kwargs"]})
     assert set(net.state_dict()) == set(params), "state-dict keys differ from traiNNer-redux's"
     assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in params.items()}
@@ -66,7 +63,6 @@ def test_reference_weights_load_strictly_and_match(name: str) -> None:
     assert len(meta) == (case["type"] in ("ESCRealM", "MoESR2", "MoSRv2"))
     assert all(torch.equal(net.state_dict()[k], params[k]) for k in meta)
     net.load_state_dict(params, strict=True)
-    io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
     for inp, out, mode in case["compare"]:
         net.train(mode == "train")
         with torch.no_grad():

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from arch_checks import check_onnx_at_unseen_size, check_xla_train_step
+from arch_checks import check_onnx_at_unseen_size, check_xla_train_step, fixture_io, load_case, stored_params
 from conftest import FIXTURE_TOL
-from safetensors.torch import load_file
 
 from anysr.archs import build_network
 from anysr.errors import OptionError
@@ -33,10 +32,13 @@ TINY = {a: {"type": a, "embed_dim": 16, "depths": [2], "num_heads": [2], "upscal
 
 
 def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
-    case = MANIFEST[name]
-    net = build_network({"type": case["type"], **case["kwargs"]}).eval()
-    net.load_state_dict(load_file(str(FIXTURES / f"{name}_params.safetensors")), strict=True)
-    return net, load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    return load_case("hitsr", name)
+
+
+def _reference_state(name: str) -> dict[str, torch.Tensor]:
+    """The reference's state dict: the seeded weights and the entries it built (stored as ``state.<key>``)."""
+    io = fixture_io("hitsr", name)
+    return {**stored_params("hitsr", name), **{k[6:]: v for k, v in io.items() if k.startswith("state.")}}
 
 
 # ----------------------------------------------------------------------------- traiNNer-redux parity
@@ -49,13 +51,13 @@ def test_fixtures_cover_every_arch() -> None:
 @pytest.mark.parametrize("name", sorted(MANIFEST))
 def test_reference_weights_load_strictly_and_match(name: str) -> None:
     case = MANIFEST[name]
-    params = load_file(str(FIXTURES / f"{name}_params.safetensors"))
+    params = _reference_state(name)
     net = build_network({"type": case["type"], **case["kwargs"]})
     assert set(net.state_dict()) == set(params), "state-dict keys differ from traiNNer-redux's"
     assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in params.items()}
     net.load_state_dict(params, strict=True)
     net.eval()
-    io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    io = fixture_io("hitsr", name)
     for inp, out, _ in case["compare"]:
         with torch.no_grad():
             got = net(io[inp])
@@ -66,7 +68,7 @@ def test_reference_weights_load_strictly_and_match(name: str) -> None:
 def test_fixtures_include_sizes_that_need_padding() -> None:
     """Each arch has an input that is not a multiple of its largest window (8 px; SNG pads to 16)."""
     padded = {MANIFEST[n]["type"] for n in MANIFEST
-              if any(s % 8 for s in load_file(str(FIXTURES / f"{n}_io.safetensors"))["input1"].shape[-2:])}
+              if any(s % 8 for s in fixture_io("hitsr", n)["input1"].shape[-2:])}
     assert padded == set(ARCHS)
 
 

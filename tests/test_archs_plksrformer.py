@@ -15,9 +15,8 @@ from typing import Any
 
 import pytest
 import torch
-from arch_checks import check_xla_train_step
+from arch_checks import check_xla_train_step, fixture_io, load_case, stored_params
 from conftest import FIXTURE_TOL
-from safetensors.torch import load_file
 
 from anysr.archs import build_network
 from anysr.errors import OptionError
@@ -42,10 +41,13 @@ def _tol(ref: torch.Tensor) -> dict[str, float]:
     return {"rtol": FIXTURE_TOL["rtol"], "atol": FIXTURE_TOL["atol"] * max(1.0, ref.abs().max().item())}
 
 def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
-    case = MANIFEST[name]
-    net = build_network({"type": case["type"], **case["kwargs"]}).eval()
-    net.load_state_dict(load_file(str(FIXTURES / f"{name}_params.safetensors")), strict=True)
-    return net, load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    return load_case("plksrformer", name)
+
+
+def _reference_state(name: str) -> dict[str, torch.Tensor]:
+    """The reference's state dict: the seeded weights and the entries it built (stored as ``state.<key>``)."""
+    io = fixture_io("plksrformer", name)
+    return {**stored_params("plksrformer", name), **{k[6:]: v for k, v in io.items() if k.startswith("state.")}}
 
 
 # ----------------------------------------------------------------------------- reference parity
@@ -53,12 +55,12 @@ def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
 @pytest.mark.parametrize("name", sorted(MANIFEST))
 def test_reference_weights_load_strictly_and_match(name: str) -> None:
     case = MANIFEST[name]
-    params = load_file(str(FIXTURES / f"{name}_params.safetensors"))
+    params = _reference_state(name)
     net = build_network({"type": case["type"], **case["kwargs"]})
     assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in params.items()}
     net.load_state_dict(params, strict=True)
     net.eval()
-    io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    io = fixture_io("plksrformer", name)
     for inp, out, _ in case["compare"]:
         x = io[inp]
         with torch.no_grad():
@@ -171,7 +173,7 @@ def test_srformer_buffers_equal_the_reference(name: str) -> None:
     """The index and mask buffers are built, not learned: a fresh network has the reference's values."""
     case = MANIFEST[name]
     fresh = build_network({"type": "SRFormer", **case["kwargs"]}).state_dict()
-    ref = load_file(str(FIXTURES / f"{name}_params.safetensors"))
+    ref = _reference_state(name)
     buffers = [k for k in ref if k.endswith(("aligned_relative_position_index", "attn_mask"))]
     assert any(k.endswith("attn_mask") for k in buffers)
     for k in buffers:

@@ -2,8 +2,8 @@
 
 Fixtures come from traiNNer-redux's source and spandrel 0.4.2 (``tools/fixtures/make_rcan_gater_scunet_fixtures.py``):
 the state dicts load strictly and give their outputs (eval mode, sizes that need the networks' padding, and the
-training forms of GateRV3 and of SCUNet_aaf6aa with its noise off). GateRV3's and SCUNet_aaf6aa's weights are the
-fixture script's synthetic ones (tests/arch_checks.py draws them again), not stored. Also: which class each RCAN
+training forms of GateRV3 and of SCUNet_aaf6aa with its noise off). The weights are the fixture script's seeded
+ones (tests/arch_checks.py draws them again), not stored. Also: which class each RCAN
 name builds, recognition, ONNX through anysr's exporter (not SCUNet_aaf6aa: its padding, reflection as far as it
 reaches then edge replication, exports for one size only, as SCUNet's), and per architecture an XLA:CPU train step
 that compiles once with no aten op left to the CPU (``-m xla``). The checks every architecture gets run from
@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from arch_checks import check_onnx_at_unseen_size, check_xla_train_step, stored_params
+from arch_checks import check_onnx_at_unseen_size, check_xla_train_step, fixture_io, stored_params
 from conftest import FIXTURE_TOL
-from safetensors.torch import load_file
 
 from anysr.archs import build_network
 from anysr.archs.recognition.recognise import recognise
@@ -41,19 +40,25 @@ TINY = {
 }
 
 
+def _reference_state(name: str) -> dict[str, torch.Tensor]:
+    """The reference's state dict: the seeded weights and the entries it computed (stored as ``state.<key>``)."""
+    io = fixture_io(GROUP, name)
+    return {**stored_params(GROUP, name), **{k[6:]: v for k, v in io.items() if k.startswith("state.")}}
+
+
 def _params(name: str, net: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The fixture's state dict (stored or synthetic; integer buffers, such as GateRV3's ``flash`` switch: the
-    network's own, as the fixture script kept them)."""
+    """The fixture's state dict (seeded; integer buffers, such as GateRV3's ``flash`` switch: the network's own, as
+    the fixture script kept them)."""
     own = net.state_dict()
     return {k: v.to(own[k].dtype) if own[k].is_floating_point() else own[k]
-            for k, v in stored_params(GROUP, name).items()}
+            for k, v in _reference_state(name).items()}
 
 
 def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
     case = MANIFEST[name]
     net = build_network({"type": case["type"], **case["kwargs"]}).eval()
     net.load_state_dict(_params(name, net), strict=True)
-    return net, load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    return net, fixture_io(GROUP, name)
 
 
 def _silence(net: torch.nn.Module) -> None:
@@ -74,11 +79,11 @@ def test_fixtures_cover_every_arch() -> None:
 def test_reference_weights_load_strictly_and_match(name: str) -> None:
     case = MANIFEST[name]
     net = build_network({"type": case["type"], **case["kwargs"]})
-    want = {k: tuple(v.shape) for k, v in stored_params(GROUP, name).items()}
+    want = {k: tuple(v.shape) for k, v in _reference_state(name).items()}
     assert {k: tuple(v.shape) for k, v in net.state_dict().items()} == want, "keys or shapes differ from the reference"
     net.load_state_dict(_params(name, net), strict=True)
     _silence(net)
-    io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    io = fixture_io(GROUP, name)
     for inp, out, mode in case["compare"]:
         net.train(mode == "train")
         x = io[inp].clone()

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from arch_checks import check_onnx_at_unseen_size, check_xla_train_step
+from arch_checks import check_onnx_at_unseen_size, check_xla_train_step, fixture_io, stored_params
 from conftest import FIXTURE_TOL
-from safetensors.torch import load_file
 
 from anysr.archs import build_network
 from anysr.archs.recognition.recognise import recognise
@@ -30,14 +29,20 @@ TINY = {
 }
 
 
+def _reference_state(name: str) -> dict[str, torch.Tensor]:
+    """The reference's state dict: the seeded weights and the entries it computed (stored as ``state.<key>``)."""
+    io = fixture_io("restormer", name)
+    return {**stored_params("restormer", name), **{k[6:]: v for k, v in io.items() if k.startswith("state.")}}
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_reference_weights_load_strictly_and_match(name: str) -> None:
     case = CASES[name]
-    params = load_file(str(FIXTURES / f"{name}_params.safetensors"))
+    params = _reference_state(name)
     net = build_network({"type": case["type"], **case["kwargs"]}).eval()
     assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in params.items()}
     net.load_state_dict(params, strict=True)
-    io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    io = fixture_io("restormer", name)
     for inp, out, _ in case["compare"]:
         with torch.no_grad():
             got = net(io[inp])
@@ -47,10 +52,10 @@ def test_reference_weights_load_strictly_and_match(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_recognised_from_the_reference_weights(name: str) -> None:
     case = CASES[name]
-    found = recognise(load_file(str(FIXTURES / f"{name}_params.safetensors")))
+    found = recognise(_reference_state(name))
     assert found.opt["type"] == case["type"]
     net = build_network(dict(found.opt))
-    net.load_state_dict(load_file(str(FIXTURES / f"{name}_params.safetensors")), strict=True)
+    net.load_state_dict(_reference_state(name), strict=True)
     for key, value in case["kwargs"].items():
         assert found.opt[key] == value, (name, key)
 
@@ -59,7 +64,7 @@ def test_restormer_pads_any_size_like_the_reference_on_padded_input() -> None:
     """A side that is not a multiple of 8: reflect-padded at the bottom / right, the output cropped."""
     case = CASES["restormer"]
     net = build_network({"type": "Restormer", **case["kwargs"]}).eval()
-    net.load_state_dict(load_file(str(FIXTURES / "restormer_params.safetensors")))
+    net.load_state_dict(_reference_state("restormer"))
     x = torch.rand(1, 3, 13, 7)
     padded = torch.nn.functional.pad(x, (0, 1, 0, 3), mode="reflect")
     with torch.no_grad():

@@ -18,9 +18,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from arch_checks import check_onnx_at_unseen_size, check_xla_train_step, load_case, synthetic_state_dict
+from arch_checks import check_onnx_at_unseen_size, check_xla_train_step, fixture_io, load_case, stored_params
 from conftest import FIXTURE_TOL
-from safetensors.torch import load_file
 
 from anysr.archs import build_network
 from anysr.archs.recognition.recognise import recognise_all
@@ -38,14 +37,10 @@ TINY = {"type": "SRFormerv2", "img_size": 8, "embed_dim": 8, "squeeze_dim": 2, "
 
 
 def _reference_state(name: str) -> dict[str, torch.Tensor]:
-    """The case's state dict as traiNNer-redux had it (stored, or stored body and seeded reconstruction)."""
-    case = MANIFEST[name]
-    if "seeded" not in case:
-        return load_file(str(FIXTURES / f"{name}_params.safetensors"))
-    seeded = case["seeded"]
-    head = synthetic_state_dict(seeded["shapes"], seeded["seed"])
-    assert float(sum(v.double().abs().sum() for v in head.values())) == pytest.approx(seeded["abs_sum"], rel=1e-9)
-    return {**load_file(str(FIXTURES / f"{name}_body.safetensors")), **head}
+    """The case's state dict as traiNNer-redux had it: the seeded weights and the buffers it built (stored as
+    ``state.<key>``, in compact dtypes)."""
+    io = fixture_io(GROUP, name)
+    return {**stored_params(GROUP, name), **{k[6:]: v for k, v in io.items() if k.startswith("state.")}}
 
 
 def _reference_net(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
@@ -56,7 +51,7 @@ def _reference_net(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]
     state = _reference_state(name)
     assert {k: tuple(v.shape) for k, v in own.items()} == {k: tuple(v.shape) for k, v in state.items()}
     net.load_state_dict({k: v.to(own[k].dtype) for k, v in state.items()}, strict=True)
-    return net, load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    return net, fixture_io(GROUP, name)
 
 
 # ----------------------------------------------------------------------------- traiNNer-redux parity
@@ -78,12 +73,12 @@ def test_reference_weights_load_strictly_and_match(name: str) -> None:
         torch.testing.assert_close(got, io[out], **FIXTURE_TOL, msg=f"{name} {out} differs")
 
 
-@pytest.mark.parametrize("name", sorted(n for n in MANIFEST if "seeded" not in MANIFEST[n]))
+@pytest.mark.parametrize("name", sorted(MANIFEST))
 def test_buffers_equal_the_reference(name: str) -> None:
     """Position indices and the shifted blocks' masks (for img_size) as traiNNer-redux computes them (a strict load
     overwrites them, a fresh network must have them right)."""
     fresh = build_network({"type": "SRFormerv2", **MANIFEST[name]["kwargs"]})
-    stored = load_file(str(FIXTURES / f"{name}_params.safetensors"))
+    stored = _reference_state(name)
     buffers = dict(fresh.named_buffers())
     persistent = {k for k in fresh.state_dict() if k in buffers}
     assert persistent, "no persistent buffer"

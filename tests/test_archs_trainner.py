@@ -1,6 +1,6 @@
 """traiNNer-redux's architectures SpanPlus, RTMoSR, ArtCNN, DIS, LMLT and MAN.
 
-Fixtures come from traiNNer-redux's own source (``tools/fixtures/make_trainner_arch_fixtures.py``): the state dicts
+Fixtures come from traiNNer-redux's own source (``tools/fixtures/make_trainner_archs_fixtures.py``): the state dicts
 load strictly and give its outputs (eval mode, sizes that need the networks' internal padding, and the training-mode
 branches of the re-parameterised SpanPlus / RTMoSR). Also: the deployment fold, ONNX through anysr's exporter, and
 per architecture an XLA:CPU train step that compiles once with no aten op left to the CPU (``-m xla``). The checks
@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from arch_checks import check_onnx_at_unseen_size, check_xla_train_step
+from arch_checks import check_onnx_at_unseen_size, check_xla_train_step, fixture_io, load_case, stored_params
 from conftest import FIXTURE_TOL
-from safetensors.torch import load_file
 from torch.nn import functional as F
 
 from anysr.archs import build_network
@@ -45,10 +44,7 @@ TINY = {
 
 def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
     """The fixture network (eval mode, weights loaded strictly) and its inputs / outputs."""
-    case = MANIFEST[name]
-    net = build_network({"type": case["type"], **case["kwargs"]}).eval()
-    net.load_state_dict(load_file(str(FIXTURES / f"{name}_params.safetensors")), strict=True)
-    return net, load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    return load_case("trainner_archs", name)
 
 
 # ----------------------------------------------------------------------------- traiNNer-redux parity
@@ -61,12 +57,12 @@ def test_fixtures_cover_every_arch() -> None:
 @pytest.mark.parametrize("name", sorted(MANIFEST))
 def test_reference_weights_load_strictly_and_match(name: str) -> None:
     case = MANIFEST[name]
-    params = load_file(str(FIXTURES / f"{name}_params.safetensors"))
+    io = fixture_io("trainner_archs", name)  # the entries the reference computed (not seeded): state.<key>
+    params = {**stored_params("trainner_archs", name), **{k[6:]: v for k, v in io.items() if k.startswith("state.")}}
     net = build_network({"type": case["type"], **case["kwargs"]})
     assert set(net.state_dict()) == set(params), "state-dict keys differ from traiNNer-redux's"
     assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in params.items()}
     net.load_state_dict(params, strict=True)
-    io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
     for inp, out, mode in case["compare"]:
         net.train(mode == "train")
         with torch.no_grad():

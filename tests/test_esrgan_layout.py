@@ -13,8 +13,9 @@ import cv2
 import numpy as np
 import pytest
 import torch
+from arch_checks import fixture_io, stored_params
 from conftest import FIXTURE_TOL, run_cli
-from safetensors.torch import load_file
+from safetensors.torch import save_file
 
 from anysr.archs import build_network
 from anysr.archs.recognition.recognise import recognise
@@ -26,15 +27,16 @@ CASES = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_original_layout_is_recognised_and_equals_spandrel(name: str) -> None:
-    sd, _ = load_weights(FIXTURES / f"{name}_params.safetensors", "auto")
+def test_original_layout_is_recognised_and_equals_spandrel(name: str, tmp_path: Path) -> None:
+    save_file(stored_params("esrgan_old", name), str(tmp_path / f"{name}.safetensors"))  # the old names, seeded
+    sd, _ = load_weights(tmp_path / f"{name}.safetensors", "auto")
     assert not any(k.startswith("model.") for k in sd)
     found = recognise(sd)
     assert found.opt["type"] == "RRDBNet" and found.opt["scale"] == CASES[name]["scale"]
     assert found.opt.get("plus", False) == CASES[name]["kwargs"].get("plus", False)  # ESRGAN+'s conv1x1 blocks
     net = build_network(dict(found.opt)).eval()
     net.load_state_dict(sd, strict=True)
-    io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    io = fixture_io("esrgan_old", name)
     with torch.no_grad():
         out = net(io["input"])
     torch.testing.assert_close(out, io["output"], **FIXTURE_TOL)
@@ -69,7 +71,7 @@ def test_upsample_steps_and_bad_arguments() -> None:
 @pytest.mark.slow
 def test_infer_and_export_take_an_original_layout_pth(tmp_path: Path) -> None:
     """A community-style ``.pth`` (bare state dict, old names) through the CLI as a user runs it."""
-    sd = load_file(str(FIXTURES / "x4_params.safetensors"))
+    sd = stored_params("esrgan_old", "x4")
     weights = tmp_path / "4x_community.pth"
     torch.save(sd, weights)
     img = (np.random.default_rng(0).random((7, 9, 3)) * 255).astype(np.uint8)

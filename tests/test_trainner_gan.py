@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import fixture_kit  # tools/fixtures (on the path: tests/conftest.py)
 import pytest
 import torch
 import yaml
@@ -41,10 +42,24 @@ LOSSES = MANIFEST["losses"]
 LOSS_TOL = {"MSSIMLoss": {"rtol": 0.0, "atol": 1e-5}, "HSLuvLoss": FIXTURE_TOL, "PSNRLoss": FIXTURE_TOL}
 
 
+def _dunet_io(name: str) -> dict[str, torch.Tensor]:
+    """The case's outputs and its seeded inputs."""
+    io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    return {**io, **{k: fixture_kit.seeded_input(v["shape"], v["seed"]) for k, v in DUNET[name]["inputs"].items()}}
+
+
+def _dunet_params(name: str) -> dict[str, torch.Tensor]:
+    """traiNNer-redux's DUnet state dict: the seeded weights and the stored power-iteration vectors."""
+    seeded = DUNET[name]["seeded"]
+    params = fixture_kit.seeded_state_dict(seeded["shapes"], seeded["seed"])
+    assert fixture_kit.abs_sum(params) == pytest.approx(seeded["abs_sum"], rel=1e-9), "seeded weights changed"
+    return {**params, **{k[6:]: v for k, v in _dunet_io(name).items() if k.startswith("state.")}}
+
+
 def _dunet(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
     net = build_network({"type": "dunet", **DUNET[name]["kwargs"]}, "network_d").eval()
-    net.load_state_dict(load_file(str(FIXTURES / f"{name}_params.safetensors")), strict=True)
-    return net, load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    net.load_state_dict(_dunet_params(name), strict=True)
+    return net, _dunet_io(name)
 
 
 def _images(k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -59,15 +74,15 @@ _LOSS_DATA = load_file(str(FIXTURES / "losses.safetensors"))
 
 @pytest.mark.parametrize("name", sorted(DUNET))
 def test_dunet_reference_weights_load_strictly_and_match(name: str) -> None:
-    params = load_file(str(FIXTURES / f"{name}_params.safetensors"))
+    params = _dunet_params(name)
     net = build_network({"type": "DUnet", **DUNET[name]["kwargs"]}, "network_d")
     assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in params.items()}
     assert any(".parametrizations.weight.original" in k for k in params)  # torch's parametrised spectral norm
     net.load_state_dict(params, strict=True)
     net.eval()
-    io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    io = _dunet_io(name)
     with torch.no_grad():
-        for j in range(DUNET[name]["inputs"]):  # the last one of each case is not a multiple of 8: padded
+        for j in range(len(DUNET[name]["inputs"])):  # the last one of each case is not a multiple of 8: padded
             got = net(io[f"input{j}"])
             assert got.shape == (*io[f"input{j}"].shape[:1], 1, *io[f"input{j}"].shape[2:])
             torch.testing.assert_close(got, io[f"output{j}"], **FIXTURE_TOL, msg=f"{name} output{j}")
