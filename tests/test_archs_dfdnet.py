@@ -1,6 +1,7 @@
 """DFDNet against BasicSR 1.4.2 (``tools/fixtures/make_dfdnet_fixtures.py``: BasicSR's own modules with a
 seeded stand-in for torchvision's VGG19, ``num_feat: 2`` and a tiny random component dictionary in BasicSR's
-``.pth`` layout; parameters stored as exact float16 values).
+``.pth`` layout; weights and inputs from fixture_kit seeds, the spectral norms' vectors after BasicSR's training
+passes stored).
 
 Eval outputs with given boxes and with anysr's default FFHQ boxes, a training-mode pass (the spectral norms' power
 iteration, the output, the input's and the parameters' gradients), strict loading and recognition at BasicSR's full
@@ -26,7 +27,6 @@ from arch_checks import (
     load_case,
     manifest,
     saved_groups,
-    stored_params,
     train,
 )
 from conftest import FIXTURE_TOL, tiny_train_options
@@ -49,6 +49,11 @@ TINY = {"type": "DFDNet", "num_feat": 2, "dict_path": str(DICT)}
 def _net(name: str) -> DFDNet:
     net, _ = load_case(GROUP, name)
     return net  # type: ignore[return-value]
+
+
+def _state() -> dict[str, torch.Tensor]:
+    """The fixture network's whole state dict (seeded weights, buffers, the spectral norms' vectors)."""
+    return load_case(GROUP, CASES[0])[0].state_dict()
 
 
 def _basicsr_locations(boxes: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -108,7 +113,7 @@ def test_full_size_layout_is_basicsrs_and_recognised() -> None:
 
 
 def test_fixture_weights_are_recognised() -> None:
-    params = stored_params(GROUP, CASES[0])
+    params = _state()
     assert recognise(params).opt == {"type": "DFDNet", "num_feat": 2}
     net = build_network(dict(TINY))
     net.load_state_dict(params, strict=True)
@@ -205,7 +210,7 @@ def test_bad_dictionary_files_say_which_path_and_why(tmp_path: Path, content: ob
 
 def test_without_a_dictionary_it_builds_loads_and_says_what_is_missing() -> None:
     net = build_network({"type": "DFDNet", "num_feat": 2})
-    net.load_state_dict(stored_params(GROUP, CASES[0]), strict=True)
+    net.load_state_dict(_state(), strict=True)
     with pytest.raises(ArchArgumentError, match="no component dictionary .* --arch-opt num_feat=2 dict_path=FILE"):
         net(torch.zeros(1, 3, 32, 32))
 
@@ -244,7 +249,7 @@ def test_onnx_at_the_traced_size(tmp_path: Path) -> None:
 def test_trains_through_the_paired_model(tmp_path: Path, small_train_dir: Path) -> None:
     """Two SRModel iterations at x1 on 64-pixel crops (default boxes at that size), from the fixture's weights:
     the saved weights load strictly, are finite and moved; the frozen VGG did not."""
-    start = {k: v.float() for k, v in stored_params(GROUP, CASES[0]).items()}
+    start = {k: v.float() for k, v in _state().items()}
     save_file(start, str(tmp_path / "start.safetensors"))
     opt = tiny_train_options("dfdnet", small_train_dir, None, total_iter=2, train__ema_decay=0,
                              train__warmup_iter=-1)

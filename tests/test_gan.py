@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import fixture_kit
 import pytest
 import torch
 from conftest import FIXTURE_TOL, tiny_train_options, write_options
@@ -80,29 +81,41 @@ def test_unet_discriminator_sn_layout() -> None:
     assert plain(torch.rand(1, 3, 16, 16)).shape == (1, 1, 16, 16)
 
 
-def _basicsr_gan_cases() -> list[str]:
+def _gan_manifest() -> dict[str, Any]:
     manifest = FIXTURES / "gan_manifest.json"
-    return sorted(json.loads(manifest.read_text())) if manifest.exists() else []
+    return json.loads(manifest.read_text()) if manifest.exists() else {"cases": {}}
+
+
+def _basicsr_gan_cases() -> list[str]:
+    return sorted(_gan_manifest()["cases"])
 
 
 @pytest.mark.parametrize("case", _basicsr_gan_cases())
 def test_discriminator_matches_basicsr(case: str) -> None:
-    """BasicSR 1.4.2's weights load strictly and give BasicSR's outputs (eval mode)."""
-    spec = json.loads((FIXTURES / "gan_manifest.json").read_text())[case]
+    """BasicSR 1.4.2's weights (seeded, then moved by training passes: ``state.*``) load strictly and give
+    BasicSR's outputs (eval mode)."""
+    spec = _gan_manifest()["cases"][case]
     net = build_network({"type": spec["type"], **spec["kwargs"]}, "network_d")
-    sd = torch.load(FIXTURES / f"{case}.pth", weights_only=True)["params"]
-    net.load_state_dict(sd, strict=True)
-    net.eval()
     io = load_file(str(FIXTURES / f"{case}_io.safetensors"))
+    seeded = fixture_kit.seeded_state_dict(spec["seeded"]["shapes"], spec["seeded"]["seed"])
+    assert fixture_kit.abs_sum(seeded) == pytest.approx(spec["seeded"]["abs_sum"], rel=1e-9)
+    state = {k[len("state."):]: v for k, v in io.items() if k.startswith("state.")}
+    net.load_state_dict({**net.state_dict(), **seeded, **state}, strict=True)
+    net.eval()
     with torch.no_grad():
         out = net(io["input"].float() / 255)
     torch.testing.assert_close(out, io["output"], **FIXTURE_TOL)
 
 
+def _seeded_inputs(entry: dict[str, Any]) -> dict[str, torch.Tensor]:
+    return {k: fixture_kit.seeded_input(v["shape"], v["seed"], *v.get("range", (0.0, 1.0)))
+            for k, v in entry["inputs"].items()}
+
+
 @pytest.mark.skipif(not (FIXTURES / "gan_losses.safetensors").exists(), reason="BasicSR GAN fixtures missing")
 def test_gan_loss_matches_basicsr() -> None:
     ref = load_file(str(FIXTURES / "gan_losses.safetensors"))
-    x = ref["input"]
+    x = _seeded_inputs(_gan_manifest()["gan_losses"])["input"]
     for gan_type in ("vanilla", "lsgan", "wgan", "wgan_softplus", "hinge"):
         loss = GANLoss(gan_type, real_label_val=0.9, fake_label_val=0.1, loss_weight=0.3)
         for real in (True, False):
@@ -114,9 +127,11 @@ def test_gan_loss_matches_basicsr() -> None:
 @pytest.mark.skipif(not (FIXTURES / "perceptual_io.safetensors").exists(), reason="BasicSR GAN fixtures missing")
 def test_perceptual_loss_matches_basicsr() -> None:
     ref = load_file(str(FIXTURES / "perceptual_io.safetensors"))
+    spec = _gan_manifest()["perceptual"]
+    ref.update(_seeded_inputs(spec))
     sd = fake_vgg19_state_dict()
     sd = {k: torch.zeros_like(v) for k, v in sd.items()}
-    sd.update({k: v for k, v in ref.items() if k.startswith("features.")})
+    sd.update(fixture_kit.seeded_state_dict(spec["seeded"]["shapes"], spec["seeded"]["seed"]))
     for crit in ("l1", "fro"):
         loss = PerceptualLoss({"conv1_2": 0.3, "relu2_1": 1.0}, perceptual_weight=2.0, style_weight=0.5,
                               criterion=crit, vgg_state_dict=sd)
