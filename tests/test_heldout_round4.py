@@ -1,0 +1,69 @@
+"""Held-out checks, round four (issue 40): files written by other projects load and are read as their authors
+read them (BasicSR's SpyNet weights without the buffers it computes, HAT of other widths, GRL in spandrel's and the
+authors' layouts, traiNNer-redux's long argument spellings), and hostile input loses no data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import ROOT
+
+from anysr.accelerators import create_accelerator, resolve_plan
+from anysr.archs import build_network
+from anysr.archs.spynet_arch import IMAGENET_MEAN, IMAGENET_STD
+from anysr.engine.checkpoint import load_into, load_model_weights
+from anysr.models import build_model
+from anysr.options import load_options
+
+VIDEO = ROOT / "options" / "train" / "video"
+
+
+# ------------------------------------------------------------------ 1. buffers a network computes are not demanded
+def _basicsr_spynet(path: Path) -> dict[str, torch.Tensor]:
+    """SpyNet weights as BasicSR publishes them: 'params' without ``mean`` / ``std`` (registered after loading)."""
+    torch.manual_seed(0)
+    sd = {k: v for k, v in build_network({"type": "SpyNet"}).state_dict().items() if k not in ("mean", "std")}
+    torch.save({"params": sd}, path)
+    return sd
+
+
+def test_spynet_weights_without_computed_buffers_load(tmp_path: Path) -> None:
+    sd = _basicsr_spynet(tmp_path / "spynet.pth")
+    net = build_network({"type": "SpyNet"})
+    load_into(net, sd, strict=True, source="spynet.pth")
+    assert torch.equal(net.basic_module[0].basic_module[0].weight, sd["basic_module.0.basic_module.0.weight"])
+    assert torch.allclose(net.mean.flatten(), torch.tensor(IMAGENET_MEAN))
+    assert torch.allclose(net.std.flatten(), torch.tensor(IMAGENET_STD))
+
+
+@pytest.mark.parametrize(("file", "shrink"), [
+    ("train_BasicVSR_REDS.yml", ["network_g.num_feat=8", "network_g.num_block=1"]),
+    ("train_IconVSR_REDS.yml", ["network_g.num_feat=8", "network_g.num_block=1", "network_g.edvr_path=null"]),
+    ("train_BasicVSRPP_REDS.yml", ["network_g.mid_channels=8", "network_g.num_blocks=1"]),
+])
+def test_basicsr_video_files_start_with_basicsr_spynet_weights(file: str, shrink: list[str], tmp_path: Path) -> None:
+    sd = _basicsr_spynet(tmp_path / "spynet.pth")
+    acc = create_accelerator(resolve_plan("cpu", 1, precision="fp32", channels_last=False))
+    acc.setup()
+    opt = load_options(VIDEO / file, [*shrink, f"network_g.spynet_path={tmp_path / 'spynet.pth'}", "accelerator=cpu",
+                                      "num_gpu=1", "train.precision=fp32", "train.channels_last=false"],
+                       is_train=True, check_paths=False)
+    model = build_model(opt, acc)
+    lines = load_model_weights(model, fresh=True)
+    assert any("spynet" in line for line in lines)
+    spynet = model.bare("net_g").spynet
+    assert torch.equal(spynet.state_dict()["basic_module.5.basic_module.8.bias"],
+                       sd["basic_module.5.basic_module.8.bias"])
+    assert torch.allclose(spynet.mean.flatten(), torch.tensor(IMAGENET_MEAN))
+
+
+def test_a_missing_learned_buffer_is_still_demanded() -> None:
+    """Only declared computed buffers are optional: a missing parameter still fails the strict load."""
+    from anysr.errors import CheckpointError
+
+    sd = build_network({"type": "SpyNet"}).state_dict()
+    del sd["basic_module.0.basic_module.0.weight"]
+    with pytest.raises(CheckpointError, match="missing keys"):
+        load_into(build_network({"type": "SpyNet"}), sd, strict=True, source="x.pth")
