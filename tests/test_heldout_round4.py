@@ -5,15 +5,19 @@ authors' layouts, traiNNer-redux's long argument spellings), and hostile input l
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from conftest import ROOT
+from fixtures.seeded_weights import seeded_state_dict
 
 from anysr.accelerators import create_accelerator, resolve_plan
 from anysr.archs import build_network
+from anysr.archs.recognise import recognise
 from anysr.archs.spynet_arch import IMAGENET_MEAN, IMAGENET_STD
 from anysr.engine.checkpoint import load_into, load_model_weights
+from anysr.errors import CheckpointError, OptionError
 from anysr.models import build_model
 from anysr.options import load_options
 
@@ -61,9 +65,44 @@ def test_basicsr_video_files_start_with_basicsr_spynet_weights(file: str, shrink
 
 def test_a_missing_learned_buffer_is_still_demanded() -> None:
     """Only declared computed buffers are optional: a missing parameter still fails the strict load."""
-    from anysr.errors import CheckpointError
-
     sd = build_network({"type": "SpyNet"}).state_dict()
     del sd["basic_module.0.basic_module.0.weight"]
     with pytest.raises(CheckpointError, match="missing keys"):
         load_into(build_network({"type": "SpyNet"}), sd, strict=True, source="x.pth")
+
+
+# ------------------------------------------------------------------ 2. HAT of other reconstruction widths
+def _seeded(opt: dict[str, Any], seed: int = 0) -> dict[str, torch.Tensor]:
+    """Seeded weights in the layout of ``opt``'s network (built on the meta device: shapes only)."""
+    with torch.device("meta"):
+        shapes = {k: tuple(v.shape) for k, v in build_network(opt).state_dict().items()}
+    return seeded_state_dict(shapes, seed)
+
+
+HAT_TINY = {"type": "HAT", "upscale": 2, "depths": [2], "num_heads": [2], "window_size": 8, "img_size": 32}
+
+
+@pytest.mark.parametrize(("num_feat", "embed_dim"), [(32, 48), (96, 60), (64, 60)])
+def test_hat_width_is_read_from_its_weights(num_feat: int, embed_dim: int) -> None:
+    """spandrel reads ``num_feat`` from ``conv_last``; a file of another width is recognised with it."""
+    sd = _seeded({**HAT_TINY, "embed_dim": embed_dim, "num_feat": num_feat})
+    found = recognise(sd)
+    assert found.opt["type"] == "HAT"
+    assert found.opt.get("num_feat", 64) == num_feat and found.opt["embed_dim"] == embed_dim
+    build_network(dict(found.opt)).load_state_dict(sd)
+
+
+def test_hat_preset_takes_num_feat() -> None:
+    """traiNNer-redux's HAT builders pass num_feat on (spandrel's HAT takes it)."""
+    with torch.device("meta"):
+        net = build_network({"type": "hat_s", "num_feat": 32})
+    assert net.conv_last.in_channels == 32
+
+
+def test_an_unfitting_hat_file_is_not_called_a_non_image_network() -> None:
+    sd = _seeded({**HAT_TINY, "embed_dim": 48})
+    sd["conv_after_body.weight"] = torch.zeros(48, 48, 5, 5)  # no HAT has this
+    with pytest.raises(OptionError) as err:
+        recognise(sd, "hat.pth")
+    assert "HAT_iLN" not in str(err.value) and "not run as an image network" not in str(err.value)
+    assert "HAT" in str(err.value)

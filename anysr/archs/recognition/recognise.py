@@ -350,9 +350,11 @@ def _unrecognised_layout(state: Mapping[str, Any]) -> str | None:
     from anysr.registry import ARCH_REGISTRY  # noqa: PLC0415 - filled as the arch modules import
 
     mine = StateShapes(state).patterns()
+    recognised = tuple(ARCH_REGISTRY.get(a) for a in RECOGNISERS if a in ARCH_REGISTRY)
     for arch in ARCH_REGISTRY.keys():
-        if arch in RECOGNISERS:
-            continue
+        cls = ARCH_REGISTRY.get(arch)
+        if arch in RECOGNISERS or isinstance(cls, type) and issubclass(cls, recognised):
+            continue  # a recognised family, or a variant of one (HAT_iLN is HAT's): an image network
         layout = _meta_layout({"type": arch}) or _meta_layout({"type": arch, "num_in_ch": 3})
         if layout is not None and StateShapes(layout).patterns() == mine:
             return arch
