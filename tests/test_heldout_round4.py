@@ -106,3 +106,43 @@ def test_an_unfitting_hat_file_is_not_called_a_non_image_network() -> None:
         recognise(sd, "hat.pth")
     assert "HAT_iLN" not in str(err.value) and "not run as an image network" not in str(err.value)
     assert "HAT" in str(err.value)
+
+
+# ------------------------------------------------------------------ 3. GRL read as spandrel 0.4.2 reads it
+GRL_BODY = {"type": "GRL", "embed_dim": 16, "depths": [2], "num_heads_window": [2], "num_heads_stripe": [2],
+            "mlp_ratio": 2.0}
+# case: (the file's network, the authors' table shapes it carries, what spandrel 0.4.2 reads from that file:
+# window, stripe, anchor down factor; spandrel always sets stripe_shift)
+GRL_CASES = {
+    "sr_x2_pixelshuffle": ({"upscale": 2, "upsampler": "pixelshuffle", "anchor_window_down_factor": 4}, {},
+                           (32, [64, 64], 4)),
+    "sr_x2_direct": ({"upscale": 2, "upsampler": "pixelshuffledirect", "anchor_window_down_factor": 4}, {},
+                     (32, [64, 64], 4)),
+    "bsr_x4_nearest": ({"upscale": 4, "upsampler": "nearest+conv", "anchor_window_down_factor": 4}, {},
+                       (16, [32, 64], 4)),
+    "x1": ({"anchor_window_down_factor": 4}, {}, (8, [8, 8], 4)),
+    "authors_x2": ({"upscale": 2, "upsampler": "pixelshuffle", "anchor_window_down_factor": 4},
+                   {"table_w": (1, 31, 31, 2), "table_sh": (1, 39, 39, 2), "table_sv": (1, 39, 39, 2),
+                    "index_w": (256, 256), "index_sh_a2w": (64, 1024), "mask_w": (16, 256, 256)},
+                   (16, [32, 32], 4)),
+    "authors_x1": ({"anchor_window_down_factor": 2},
+                   {"table_w": (1, 15, 15, 2), "table_sh": (1, 23, 47, 2), "index_sh_a2w": (128, 512),
+                    "index_sv_w2a": (512, 128), "mask_sh_a2w": (8, 128, 512)},
+                   (8, [16, 32], 2)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GRL_CASES))
+def test_grl_geometry_is_read_as_spandrel_reads_it(case: str) -> None:
+    arch, tables, (window, stripe, down) = GRL_CASES[case]
+    sd = _seeded({**GRL_BODY, **arch})
+    sd.update({k: torch.zeros(shape, dtype=torch.long if k.startswith("index") else torch.float32)
+               for k, shape in tables.items()})
+    found = recognise(sd, f"{case}.pth")
+    assert found.opt["type"] == "GRL"
+    got = (found.opt["window_size"], list(found.opt["stripe_size"]), found.opt["anchor_window_down_factor"])
+    assert got == (window, stripe, down)
+    assert found.opt["stripe_shift"] is True
+    net = build_network(dict(found.opt))
+    load_into(net, sd, strict=True, source=f"{case}.pth")  # the authors' tables are dropped, not refused
+    assert not set(tables) & set(net.state_dict())

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from anysr.archs.arch_util import computed_buffers, dropped_buffers
 from anysr.errors import OptionError, short_repr
 
 Proposal = Mapping[str, Any]
@@ -188,6 +189,8 @@ def _proposals(recogniser: Recogniser, view: StateShapes) -> list[dict[str, Any]
 
 
 _LAYOUTS: dict[str, Mapping[str, tuple[int, ...]] | None] = {}
+# per options as _LAYOUTS: the names the network computes (a file may lack them) and those it drops from a file
+_DECLARED: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
 
 
 def _meta_layout(opt: Mapping[str, Any]) -> Mapping[str, tuple[int, ...]] | None:
@@ -199,24 +202,35 @@ def _meta_layout(opt: Mapping[str, Any]) -> Mapping[str, tuple[int, ...]] | None
     key = json.dumps(opt, sort_keys=True, default=repr)
     if key in _LAYOUTS:
         return _LAYOUTS[key]
+    declared: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
     try:
         with torch.device("meta"):
             net = build_network(dict(opt), key_path="recognised")
         layout: Mapping[str, tuple[int, ...]] | None = types.MappingProxyType(
             {k: tuple(v.shape) for k, v in net.state_dict().items()})
+        declared = (frozenset(computed_buffers(net)), frozenset(dropped_buffers(net)))
     except (OptionError, TypeError, ValueError, RuntimeError, NotImplementedError, AssertionError, IndexError,
             KeyError, ZeroDivisionError, AttributeError):
         layout = None
     if len(_LAYOUTS) >= 256:
         _LAYOUTS.clear()
-    _LAYOUTS[key] = layout
+        _DECLARED.clear()
+    _LAYOUTS[key], _DECLARED[key] = layout, declared
     return layout
 
 
 def layout_fits(opt: Mapping[str, Any], view: StateShapes) -> bool:
-    """Whether the network ``opt`` builds has exactly the file's names and shapes (what a strict load needs)."""
+    """Whether the network ``opt`` builds has exactly the file's names and shapes (what a strict load needs),
+    but for what the network declares it computes: buffers it computes may be missing from the file, copies of
+    tables a reference stores (``dropped_buffers``) may be there."""
     layout = _meta_layout(opt)
-    return layout is not None and layout == view.shapes
+    if layout is None:
+        return False
+    if layout == view.shapes:
+        return True
+    computed, dropped = _DECLARED.get(json.dumps(opt, sort_keys=True, default=repr), (frozenset(), frozenset()))
+    shapes = {k: v for k, v in view.shapes.items() if k not in dropped}
+    return {k: v for k, v in layout.items() if k in shapes or k not in computed} == shapes
 
 
 def recognise_all(state: Mapping[str, Any]) -> list[Recognised]:

@@ -22,7 +22,6 @@ from anysr.engine.checkpoint.state import (
 )
 from anysr.engine.checkpoint.weights import (
     check_fits,
-    computed_buffers,
     load_into,
     load_model_weights,
     load_weights,
@@ -42,7 +41,6 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_json",
     "check_fits",
-    "computed_buffers",
     "clean_stale_temps",
     "find_resume_state",
     "list_training_states",
