@@ -146,3 +146,16 @@ def test_grl_geometry_is_read_as_spandrel_reads_it(case: str) -> None:
     net = build_network(dict(found.opt))
     load_into(net, sd, strict=True, source=f"{case}.pth")  # the authors' tables are dropped, not refused
     assert not set(tables) & set(net.state_dict())
+
+
+# ------------------------------------------------------------------ 4. traiNNer-redux's long argument spellings
+@pytest.mark.parametrize(("arch", "spelling", "head"), [
+    ("mosr", "geoensemblepixelshuffle", "GPS"), ("mosr_t", "pixelshuffle", "Sequential"),
+    ("mosr", "dysample", "DySample"), ("MoSR", "geoensemblepixelshuffle", "GPS"), ("MoSR", "gps", "GPS"),
+])
+def test_mosr_takes_trainner_redux_upsampler_spellings(arch: str, spelling: str, head: str) -> None:
+    """traiNNer-redux maps pixelshuffle / geoensemblepixelshuffle / dysample to ps / gps / dys (its MoSR
+    templates say ``upsampler: geoensemblepixelshuffle``)."""
+    with torch.device("meta"):
+        net = build_network({"type": arch, "upsampler": spelling, "upscale" if arch == "MoSR" else "scale": 2})
+    assert type(net.upsampler).__name__ == head
