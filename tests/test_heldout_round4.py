@@ -4,6 +4,10 @@ authors' layouts, traiNNer-redux's long argument spellings), and hostile input l
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +20,8 @@ from anysr.accelerators import create_accelerator, resolve_plan
 from anysr.archs import build_network
 from anysr.archs.recognise import recognise
 from anysr.archs.spynet_arch import IMAGENET_MEAN, IMAGENET_STD
+from anysr.atomic import atomic_write_bytes
+from anysr.cli import main as cli_main
 from anysr.engine.checkpoint import load_into, load_model_weights
 from anysr.errors import CheckpointError, OptionError
 from anysr.models import build_model
@@ -159,3 +165,53 @@ def test_mosr_takes_trainner_redux_upsampler_spellings(arch: str, spelling: str,
     with torch.device("meta"):
         net = build_network({"type": arch, "upsampler": spelling, "upscale" if arch == "MoSR" else "scale": 2})
     assert type(net.upsampler).__name__ == head
+
+
+# ------------------------------------------------------------------ 5. nothing already there is lost
+def test_atomic_write_follows_a_symlink_and_keeps_it(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    target = tmp_path / "real.json"
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    with caplog.at_level(logging.INFO, logger="anysr"):
+        written = atomic_write_bytes(link, b"new")
+    assert link.is_symlink() and target.read_bytes() == b"new" and written == target.resolve()
+    assert "symbolic link" in caplog.text
+
+
+def test_atomic_write_writes_through_a_pipe(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)  # holds the pipe open: the writer does not wait
+    try:
+        assert atomic_write_bytes(fifo, b"row\n") == fifo
+        assert os.read(reader, 100) == b"row\n"
+    finally:
+        os.close(reader)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and not list(tmp_path.glob(".pipe.tmp-*"))
+
+
+def test_atomic_write_writes_through_a_process_descriptor(tmp_path: Path) -> None:
+    """``/dev/stdout`` links to ``/proc/self/fd/1``: the open file behind it is written, the link kept."""
+    if not Path("/proc/self/fd").is_dir():
+        pytest.skip("no /proc/self/fd")
+    out = tmp_path / "stdout.txt"
+    out.write_bytes(b"before\n")
+    fd = os.open(out, os.O_WRONLY | os.O_APPEND)
+    link = tmp_path / "stdout"
+    link.symlink_to(f"/proc/self/fd/{fd}")
+    try:
+        atomic_write_bytes(link, b"after\n")
+    finally:
+        os.close(fd)
+    assert link.is_symlink() and out.read_bytes() == b"before\nafter\n"
+
+
+def test_schema_output_to_a_symlink_says_which_file_it_wrote(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "schema.json"
+    link = tmp_path / "schema-link.json"
+    link.symlink_to(target)
+    assert cli_main(["schema", "-o", str(link)]) == 0
+    assert link.is_symlink() and json.loads(target.read_text())
+    assert f"wrote {target.resolve()}" in capsys.readouterr().out
