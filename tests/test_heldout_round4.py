@@ -11,6 +11,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
+import cv2
+import numpy as np
 import pytest
 import torch
 from conftest import ROOT
@@ -22,8 +24,10 @@ from anysr.archs.recognise import recognise
 from anysr.archs.spynet_arch import IMAGENET_MEAN, IMAGENET_STD
 from anysr.atomic import atomic_write_bytes
 from anysr.cli import main as cli_main
+from anysr.data.prepare import extract_subimages, prepare_lr, prepare_modcrop
 from anysr.engine.checkpoint import load_into, load_model_weights
-from anysr.errors import CheckpointError, OptionError
+from anysr.engine.inference.images import output_paths
+from anysr.errors import CheckpointError, DataError, OptionError
 from anysr.models import build_model
 from anysr.options import load_options
 
@@ -215,3 +219,58 @@ def test_schema_output_to_a_symlink_says_which_file_it_wrote(tmp_path: Path,
     assert cli_main(["schema", "-o", str(link)]) == 0
     assert link.is_symlink() and json.loads(target.read_text())
     assert f"wrote {target.resolve()}" in capsys.readouterr().out
+
+
+def _image(path: Path, value: int = 128, size: int = 16) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cv2.imwrite(str(path), np.full((size, size, 3), value, np.uint8))
+    return path
+
+
+def test_infer_into_the_inputs_folder_does_not_replace_an_original_beside_them(tmp_path: Path) -> None:
+    photos = tmp_path / "photos"
+    jpg, png = _image(photos / "a.jpg"), _image(photos / "a.png", 7)
+    before = png.read_bytes()
+    with pytest.raises(DataError, match=r"would replace .*a\.png, a file already in the inputs' folder"):
+        output_paths([jpg], photos, None)
+    assert png.read_bytes() == before
+    assert output_paths([jpg], tmp_path / "out", None) == [tmp_path / "out" / "a.png"]
+
+
+@pytest.mark.parametrize("command", ["lr", "modcrop", "subimages"])
+def test_prepare_refuses_two_inputs_with_one_result_name(command: str, tmp_path: Path) -> None:
+    src = tmp_path / "hr"
+    _image(src / "a.png", 10, 32), _image(src / "a.jpg", 200, 32), _image(src / "b.png", 50, 32)
+    out = tmp_path / "out"
+    with pytest.raises(DataError, match=r"several files share a stem \(a\.jpg, a\.png -> a\)"):
+        if command == "lr":
+            prepare_lr(src, out, 2, progress=False)
+        elif command == "modcrop":
+            prepare_modcrop(src, out, 2, progress=False)
+        else:
+            extract_subimages(src, out, 16, 8, 0, progress=False)
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_subimages_refuses_a_div2k_lr_name_clash(tmp_path: Path) -> None:
+    """0001.png and 0001x2.png give the same crop names (the scale suffix is dropped)."""
+    src = tmp_path / "lr"
+    _image(src / "0001.png", 10, 32), _image(src / "0001x2.png", 20, 32)
+    with pytest.raises(DataError, match=r"0001\.png, 0001x2\.png -> 0001"):
+        extract_subimages(src, tmp_path / "out", 16, 8, 0, progress=False)
+
+
+def test_anysr_test_twice_archives_the_first_results(tmp_path: Path) -> None:
+    _image(tmp_path / "datasets" / "Set5" / "HR" / "bird.png", 90, 32)
+    args = ["test", "-opt", str(ROOT / "options" / "test" / "test_Bicubic_x2.yml"), "--force_yml",
+            f"path.root={tmp_path}", "accelerator=cpu", "datasets.test_2=~", "val.metrics=~"]
+    assert cli_main(args) == 0
+    results = tmp_path / "results" / "Bicubic_x2"
+    first = (results / "summary.json").read_bytes()
+    (results / "notes.txt").write_text("mine")
+    assert cli_main(args) == 0
+    archived = list((tmp_path / "results").glob("Bicubic_x2_archived_*"))
+    assert len(archived) == 1
+    assert (archived[0] / "summary.json").read_bytes() == first
+    assert (archived[0] / "notes.txt").read_text() == "mine"
+    assert (archived[0] / "visualization" / "Set5").is_dir() and (results / "summary.json").is_file()
