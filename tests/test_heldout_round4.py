@@ -274,3 +274,56 @@ def test_anysr_test_twice_archives_the_first_results(tmp_path: Path) -> None:
     assert (archived[0] / "summary.json").read_bytes() == first
     assert (archived[0] / "notes.txt").read_text() == "mine"
     assert (archived[0] / "visualization" / "Set5").is_dir() and (results / "summary.json").is_file()
+
+
+# ------------------------------------------------------------------ 6. seeds, validation crops, --start-over
+QUICK = ROOT / "options" / "train" / "quickstart_EDSR_x2.yml"
+
+
+def _train(tmp_path: Path, *over: str, start_over: bool = False) -> list[str]:
+    """``anysr train`` of the quick start on 4 random 48x48 images, 1 iteration, no validation unless asked."""
+    for i in range(4):
+        _image(tmp_path / "imgs" / f"{i}.png", 40 * i + 20, 48)
+    return ["train", "-opt", str(QUICK), "--data", str(tmp_path / "imgs"), *(["--start-over"] if start_over else []),
+            "--force_yml", f"path.root={tmp_path}", "accelerator=cpu", "num_gpu=1", "train.total_iter=1",
+            "logger.use_tb_logger=false", "datasets.train.gt_size=32", "datasets.train.batch_size_per_gpu=1",
+            "train.precision=fp32", "train.channels_last=false", "network_g.num_feat=8", "network_g.num_block=1",
+            "val=null", "datasets.val_1=null", "datasets.val_2=null", *over]
+
+
+def test_a_seed_past_63_bits_is_one_line_and_the_largest_trains(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(_train(tmp_path, f"manual_seed={2**63}")) != 0
+    err = capsys.readouterr().err
+    assert "manual_seed: must be from 0 to 2**63 - 1" in err and "Traceback" not in err
+    assert cli_main(_train(tmp_path, f"manual_seed={2**63 - 1}")) == 0
+
+
+def test_a_validation_image_cropped_away_is_refused_at_start_up(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    _image(tmp_path / "val" / "tiny.png", 99, 6)
+    _image(tmp_path / "val" / "fine.png", 99, 32)
+    args = _train(tmp_path, "val.val_freq=1", "datasets.val_1.name=V", f"datasets.val_1.dataroot_gt={tmp_path / 'val'}",
+                  "datasets.val_1.type=PairedImageDataset", "datasets.val_1.lq_from_gt=true",
+                  "datasets.val_1.io_backend.type=disk", "val.metrics.psnr.type=calculate_psnr",
+                  "val.metrics.psnr.crop_border=3")
+    args.remove("val=null")
+    args.remove("datasets.val_1=null")
+    assert cli_main(args) != 0
+    err = capsys.readouterr().err
+    assert "tiny.png is 6 pixels on its shorter side" in err and "val.metrics.psnr.crop_border 3" in err
+    assert "fine.png" not in err and not list((tmp_path / "experiments" / "quickstart_EDSR_x2" / "models").glob("*"))
+
+
+def test_start_over_with_training_states_outside_the_experiment_changes_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    states = tmp_path / "elsewhere"
+    outside = f"path.training_states={states}"
+    assert cli_main(_train(tmp_path, outside, "logger.save_checkpoint_freq=1")) == 0
+    exp = tmp_path / "experiments" / "quickstart_EDSR_x2"
+    before = sorted(p.name for p in exp.iterdir())
+    assert cli_main(_train(tmp_path, outside, start_over=True)) != 0
+    err = capsys.readouterr().err
+    assert f"path.training_states {states} is outside" in err and "nothing was changed" in err
+    assert not list(exp.glob("archived_*")) and sorted(p.name for p in exp.iterdir()) == before
+    assert (states / "1.state").is_file()
