@@ -428,7 +428,7 @@ def _recognise(s: StateShapes) -> list[dict]:
     if ape:
         common["img_size"] = square_side(s.dim("absolute_pos_embed", 1), "absolute_pos_embed")
     return [{**common, "upscale": r["upscale"], "upsampler": r["upsampler"],
-             **({"num_feat": r["feat"]} if "feat" in r else {})}
+             **({"num_feat": r["feat"]} if r.get("feat", 64) != 64 else {})}  # 64: the published width
             for r in reconstruction(s, cin) if r["out"] == cin]
 
 
