@@ -16,17 +16,17 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT
-from fixtures.seeded_weights import seeded_state_dict
+from seeded_weights import seeded_state_dict
 
 from anysr.accelerators import create_accelerator, resolve_plan
 from anysr.archs import build_network
-from anysr.archs.recognise import recognise
+from anysr.archs.recognition.recognise import recognise
 from anysr.archs.spynet_arch import IMAGENET_MEAN, IMAGENET_STD
 from anysr.atomic import atomic_write_bytes
 from anysr.cli import main as cli_main
-from anysr.data.prepare import extract_subimages, prepare_lr, prepare_modcrop
 from anysr.engine.checkpoint import load_into, load_model_weights
 from anysr.engine.inference.images import output_paths
+from anysr.engine.prepare.command import extract_subimages, prepare_lr, prepare_modcrop
 from anysr.errors import CheckpointError, DataError, OptionError
 from anysr.models import build_model
 from anysr.options import load_options
