@@ -214,26 +214,6 @@ def refuse_weights_path(arg: str, path: object, what: str) -> None:
                  f"pretrained weights through path.pretrain_network_g (the engine reads weight files)")
 
 
-def computed_buffers(net: nn.Module) -> dict[str, torch.Tensor]:
-    """The persistent buffers of ``net`` that its modules compute rather than read (a module class lists them in
-    ``computed_buffers``: SpyNet's ImageNet ``mean`` / ``std``, which BasicSR registers after loading, so its
-    published weights lack them), by state-dict name: a file may omit them (they keep the network's values)."""
-    out: dict[str, torch.Tensor] = {}
-    for prefix, module in net.named_modules():
-        for name in getattr(type(module), "computed_buffers", ()):
-            buf = module._buffers.get(name)
-            if isinstance(buf, torch.Tensor) and name not in module._non_persistent_buffers_set:
-                out[f"{prefix}.{name}" if prefix else name] = buf
-    return out
-
-
-def dropped_buffers(net: nn.Module) -> set[str]:
-    """The state-dict names a reference implementation stores that ``net`` computes in its forward instead (a
-    module class lists them in ``dropped_buffers``: GRL's precomputed tables): dropped from a file on load."""
-    return {f"{prefix}.{name}" if prefix else name for prefix, module in net.named_modules()
-            for name in getattr(type(module), "dropped_buffers", ())}
-
-
 def to_2tuple(x: int | Iterable[int]) -> tuple[int, int]:
     """``x`` as a pair: an int is repeated, an iterable of two is returned as a tuple."""
     if isinstance(x, Iterable):
@@ -863,11 +843,9 @@ __all__ = [
     "block_drop_rates",
     "check_swin_sr_args",
     "check_upscale",
-    "computed_buffers",
     "default_init_weights",
     "drop_path",
     "drop_path_rates",
-    "dropped_buffers",
     "flow_warp",
     "make_layer",
     "pad_bottom_right",

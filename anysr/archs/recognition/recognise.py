@@ -23,8 +23,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
+from torch import nn
 
-from anysr.archs.arch_util import computed_buffers, dropped_buffers
 from anysr.errors import OptionError, short_repr
 
 Proposal = Mapping[str, Any]
@@ -186,6 +186,26 @@ def _proposals(recogniser: Recogniser, view: StateShapes) -> list[dict[str, Any]
     if isinstance(got, Mapping):
         return [dict(got)]
     return [dict(p) for p in got]
+
+
+def computed_buffers(net: nn.Module) -> dict[str, torch.Tensor]:
+    """The persistent buffers of ``net`` that its modules compute rather than read (a module class lists them in
+    ``computed_buffers``: SpyNet's ImageNet ``mean`` / ``std``, which BasicSR registers after loading, so its
+    published weights lack them), by state-dict name: a file may omit them (they keep the network's values)."""
+    out: dict[str, torch.Tensor] = {}
+    for prefix, module in net.named_modules():
+        for name in getattr(type(module), "computed_buffers", ()):
+            buf = module._buffers.get(name)
+            if isinstance(buf, torch.Tensor) and name not in module._non_persistent_buffers_set:
+                out[f"{prefix}.{name}" if prefix else name] = buf
+    return out
+
+
+def dropped_buffers(net: nn.Module) -> set[str]:
+    """The state-dict names a reference implementation stores that ``net`` computes in its forward instead (a
+    module class lists them in ``dropped_buffers``: GRL's precomputed tables): dropped from a file on load."""
+    return {f"{prefix}.{name}" if prefix else name for prefix, module in net.named_modules()
+            for name in getattr(type(module), "dropped_buffers", ())}
 
 
 _LAYOUTS: dict[str, Mapping[str, tuple[int, ...]] | None] = {}
@@ -414,5 +434,5 @@ def recognise(state: Mapping[str, Any], source: str = "the weights",
 
 
 __all__ = ["RECOGNISERS", "NotThisFamily", "Recognised", "RecordedValueError", "StateShapes", "closest_families",
-           "layout_fits", "recognise", "recognise_all", "register_recogniser", "shuffle_splits", "upsample_scale",
-           "width_ratio", "with_hyperparameters"]
+           "computed_buffers", "dropped_buffers", "layout_fits", "recognise", "recognise_all", "register_recogniser",
+           "shuffle_splits", "upsample_scale", "width_ratio", "with_hyperparameters"]

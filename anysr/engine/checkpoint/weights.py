@@ -19,7 +19,7 @@ from safetensors import safe_open
 from safetensors.torch import save as safetensors_save
 from torch import nn
 
-from anysr.archs.arch_util import computed_buffers, dropped_buffers
+from anysr.archs.recognition.recognise import computed_buffers, dropped_buffers
 from anysr.atomic import atomic_write_bytes
 from anysr.engine.checkpoint.common import STATE_KEY, WEIGHTS_FORMAT, PathLike, compact, first
 from anysr.engine.checkpoint.hub import find_weights, resolve_weights
