@@ -7,26 +7,86 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import secrets
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
 PathLike = str | os.PathLike
 
+logger = logging.getLogger("anysr")
 _TEMP_RE = re.compile(r"^\..+\.tmp-(\d+)-[0-9a-f]+$")
 
 
+def _through_process_fd(path: Path) -> bool:
+    """Whether ``path`` is, or links on to, a process's file descriptor (``/dev/stdout`` -> ``/proc/self/fd/1``,
+    ``/dev/fd/N``): the open file behind it is written, whatever kind it is."""
+    seen = 0
+    current = str(path)
+    while seen < 40:
+        if re.match(r"^/(proc/[^/]+|dev)/fd/\d+$", current):
+            return True
+        if not os.path.islink(current):
+            return False
+        target = os.readlink(current)
+        current = os.path.normpath(os.path.join(os.path.dirname(current), target))
+        seen += 1
+    return False
+
+
+def _write_through(path: Path, write_fn: Callable[[BinaryIO], None]) -> Path:
+    """Write ``path`` in place (a device, a pipe, a socket, a process's descriptor): appended, never truncated,
+    created or renamed over."""
+    try:
+        with open(path, "ab") as f:
+            write_fn(f)
+            f.flush()
+            with contextlib.suppress(OSError):  # pipes and terminals cannot be fsynced
+                os.fsync(f.fileno())
+    except OSError as e:
+        raise type(e)(e.errno, e.strerror, str(path)) from None
+    return path
+
+
+def write_target(path: PathLike) -> tuple[Path, str]:
+    """Where ``atomic_write(path)`` writes and how: ``(path, "replace")`` for a regular file or a new name;
+    ``(its target, "follow")`` for a symbolic link to one (the file it names is replaced, the link kept);
+    ``(path, "through")`` for a device, a pipe, a socket or a process's descriptor (``/dev/stdout``): written in
+    place, never replaced by a regular file."""
+    path = Path(path)
+    if _through_process_fd(path):
+        return path, "through"
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        return path, "through"
+    if path.is_symlink():
+        return Path(os.path.realpath(path)), "follow"
+    return path, "replace"
+
+
 def atomic_write(path: PathLike, write_fn: Callable[[BinaryIO], None]) -> Path:
-    """Write ``path`` so that readers only ever see the old file or the complete new one.
+    """Write ``path`` so that readers only ever see the old file or the complete new one; returns the file
+    written.
 
     ``write_fn`` fills a temp file ``.<name>.tmp-<pid>-<random>`` in the same folder; it is flushed,
     fsynced and renamed over ``path`` (the folder is fsynced too). On any exception the temp file is
-    removed and the exception propagates; the old ``path`` is untouched.
+    removed and the exception propagates; the old ``path`` is untouched. What ``path`` is decides the rest
+    (``write_target``): a symbolic link is followed (its target is replaced, the link kept, and logged), a
+    device, pipe or ``/dev/stdout`` is written through in place.
     """
-    path = Path(path)
+    given = path
+    path, how = write_target(given)
+    if how == "through":
+        return _write_through(path, write_fn)
+    if how == "follow":
+        logger.info("%s is a symbolic link: writing the file it names, %s (the link is kept)", given, path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
     published = False

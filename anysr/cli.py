@@ -285,8 +285,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
         return _architectures_table(args.output)
     text = render_markdown() if args.markdown else render()
     if args.output:
-        atomic_write_bytes(args.output, text.encode())
-        print(f"wrote {args.output}")
+        print(f"wrote {atomic_write_bytes(args.output, text.encode())}")
     else:
         sys.stdout.write(text)
     return 0

@@ -592,6 +592,8 @@ class GRL(nn.Module):
     for the original signature and change nothing (as in the reference); ``fairscale_checkpoint`` turns on
     activation checkpointing per block (torch's own)."""
 
+    dropped_buffers = STALE_BUFFERS  # the reference's precomputed tables: built in each forward here
+
     def __init__(self, *, img_size: int | Sequence[int] = 64, in_channels: int = 3, out_channels: int = 3,
                  embed_dim: int = 96, upscale: int = 1, img_range: float = 1.0, upsampler: str = "",
                  depths: Sequence[int] = (6, 6, 6, 6, 6, 6), num_heads_window: Sequence[int] = (3, 3, 3, 3, 3, 3),
@@ -724,8 +726,10 @@ register_presets("GRL", scale_arg="upscale", presets={
 
 def _recognise(s: StateShapes) -> list[dict[str, Any]]:
     """GRL from its tensors: widths, depths and heads per stage, the head, the q/k/v and anchor projections, the
-    stage conv, ``local_connection`` and ``mlp_ratio``. Windows and stripes leave no tensor (the class's defaults);
-    pooled and patch-merged one-stage anchors do not show their down factor (4, as the published models, then 2)."""
+    stage conv, ``local_connection`` and ``mlp_ratio``. Windows and stripes leave no tensor but the authors'
+    precomputed tables (when the file carries them: ``_geometry_from_tables``); without them they are read as
+    spandrel reads them (``_published_geometry``). Pooled and patch-merged one-stage anchors do not show their down
+    factor (4, as the published models, then 2)."""
     s.shape("layers.0.blocks.0.attn.window_attn.attn_transform.logit_scale")
     in_ch, dim = s.dim("conv_first.weight", 1), s.dim("conv_first.weight", 0)
     prefix = "layers.0.blocks.0.attn."
@@ -777,12 +781,43 @@ def _recognise(s: StateShapes) -> list[dict[str, Any]]:
     else:
         anchors = [{"anchor_proj_type": "separable_conv",
                     "anchor_window_down_factor": s.dim(anchor + "0.0.weight", 2) - 1}]
+    tables = _geometry_from_tables(s)
+    if tables is not None:  # the file says its down factor: try it first
+        anchors.sort(key=lambda a: a["anchor_window_down_factor"] != tables["anchor_window_down_factor"])
     proposals = []
     for head in heads:
         for a in anchors:
-            stripe = max(8, a["anchor_window_down_factor"])
-            proposals.append({**args, **head, **a, "stripe_size": [stripe, stripe]})
+            geometry = {**_published_geometry(head["upsampler"], a["anchor_window_down_factor"]),
+                        **({k: v for k, v in tables.items() if k != "anchor_window_down_factor"} if tables else {})}
+            proposals.append({**args, **head, **a, **geometry, "stripe_shift": True})
     return proposals
+
+
+def _published_geometry(upsampler: str, down: int) -> dict[str, Any]:
+    """Window and stripe sizes of the published models by task, as spandrel reads them from a file without tables:
+    restoration (x1) 8 / [8, 8], blind SR (nearest+conv) 16 / [32, 64], SR 32 / [64, 64] (a stripe at least the
+    anchors' down factor)."""
+    if upsampler == "nearest+conv":
+        return {"window_size": 16, "stripe_size": [32, 64]}
+    if upsampler:
+        return {"window_size": 32, "stripe_size": [64, 64]}
+    stripe = 8 if 8 % down == 0 else down
+    return {"window_size": 8, "stripe_size": [stripe, stripe]}
+
+
+def _geometry_from_tables(s: StateShapes) -> dict[str, Any] | None:
+    """Window, stripe and anchor down factor from the authors' precomputed tables, None when the file has none:
+    ``table_w`` is (1, 2w - 1, 2w - 1, 2), ``index_sh_a2w`` pairs a stripe's tokens with its down**2 times fewer
+    anchors, ``table_sh`` is (1, s + s / down - 1, ...) per stripe side."""
+    if not all(k in s for k in ("table_w", "table_sh", "index_sh_a2w")):
+        return None
+    window = (s.dim("table_w", 1) + 1) // 2
+    pairs = s.shape("index_sh_a2w")
+    down = math.isqrt(max(pairs) // max(min(pairs), 1))
+    if down < 1 or down * down * min(pairs) != max(pairs):
+        return None
+    stripe = [round((s.dim("table_sh", i) + 1) / (1 + 1 / down)) for i in (1, 2)]
+    return {"window_size": window, "stripe_size": stripe, "anchor_window_down_factor": down}
 
 
 register_recogniser("GRL", _recognise)

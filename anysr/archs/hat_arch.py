@@ -257,7 +257,8 @@ class HAT(SwinSRBase):
     conv_scale (its weight), overlap_ratio (OCAB window enlargement), mlp_ratio, qkv_bias, qk_scale,
     drop_rate, attn_drop_rate, drop_path_rate, norm_layer, ape, patch_norm, use_checkpoint (recompute each
     block in backward), upscale (1, 2**n or 3), img_range, upsampler ('pixelshuffle'), resi_connection
-    ('1conv' or 'identity'), rgb_mean (RGB input mean, by default DIV2K's; neosr's: 0.5 each).
+    ('1conv' or 'identity'), rgb_mean (RGB input mean, by default DIV2K's; neosr's: 0.5 each), num_feat (the
+    pixel-shuffle reconstruction's width; spandrel's argument, 64 in the published models).
 
     HAT-S: embed_dim 144, depths/num_heads 6 x 6, window 16, compress_ratio 24, squeeze_factor 24, mlp_ratio 2.
     HAT: embed_dim 180, the same but compress_ratio 3, squeeze_factor 30. HAT-L: HAT with 12 groups.
@@ -273,7 +274,7 @@ class HAT(SwinSRBase):
                  drop_path_rate: float = 0.1, norm_layer: type[nn.Module] = nn.LayerNorm, ape: bool = False,
                  patch_norm: bool = True, use_checkpoint: bool = False, upscale: int = 2, img_range: float = 1.0,
                  upsampler: str = "pixelshuffle", resi_connection: str = "1conv",
-                 rgb_mean: Sequence[float] | None = None) -> None:
+                 rgb_mean: Sequence[float] | None = None, num_feat: int = 64) -> None:
         super().__init__()
         _check_hat_args(img_size, patch_size, embed_dim, depths, num_heads, window_size, compress_ratio,
                         squeeze_factor, overlap_ratio, upscale, upsampler, resi_connection)
@@ -301,7 +302,7 @@ class HAT(SwinSRBase):
                                     resi_connection=resi_connection))
         self.norm = end_norm(self.num_features)
         self.conv_after_body = residual_conv(embed_dim, resi_connection)
-        self.init_reconstruction(embed_dim, in_chans, upscale)
+        self.init_reconstruction(embed_dim, in_chans, upscale, num_feat=num_feat)
         self.init_swin_weights()
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
@@ -393,7 +394,7 @@ PRESETS: dict[str, dict] = {
         "squeeze_factor": 24, "mlp_ratio": 2.0
     },
 }
-register_presets("HAT", PRESETS, scale_arg="upscale", fixed={"num_feat": 64})
+register_presets("HAT", PRESETS, scale_arg="upscale")
 # traiNNer-redux's i-LN builders: HAT's sizes (the same parameter counts).
 register_presets("HAT_iLN", {name.replace("hat", "hat_iln", 1): kwargs for name, kwargs in PRESETS.items()},
                  scale_arg="upscale", fixed={"num_feat": 64})
@@ -426,7 +427,8 @@ def _recognise(s: StateShapes) -> list[dict]:
               "resi_connection": resi_connection(s, "conv_after_body")}
     if ape:
         common["img_size"] = square_side(s.dim("absolute_pos_embed", 1), "absolute_pos_embed")
-    return [{**common, "upscale": r["upscale"], "upsampler": r["upsampler"]}
+    return [{**common, "upscale": r["upscale"], "upsampler": r["upsampler"],
+             **({"num_feat": r["feat"]} if r.get("feat", 64) != 64 else {})}  # 64: the published width
             for r in reconstruction(s, cin) if r["out"] == cin]
 
 

@@ -23,6 +23,8 @@ from anysr.presets import register_presets
 from anysr.registry import ARCH_REGISTRY
 
 UPSAMPLERS = ("ps", "gps", "dys")
+# traiNNer-redux's builders take these spellings and pass the short ones on
+LONG_UPSAMPLERS = {"pixelshuffle": "ps", "geoensemblepixelshuffle": "gps", "dysample": "dys"}
 
 
 class GPS(nn.Module):
@@ -88,7 +90,8 @@ class MoSR(nn.Module):
     Args:
         in_ch / out_ch: image channels (``out_ch`` is ``in_ch`` for the "ps" and "gps" heads, as in the original).
         upscale: integer scale >= 1. n_block: gated blocks. dim: width.
-        upsampler: "ps", "gps" or "dys" (DySample; needs ``dim`` to be a multiple of 4).
+        upsampler: "ps", "gps" or "dys" (DySample; needs ``dim`` to be a multiple of 4); traiNNer-redux's
+            "pixelshuffle", "geoensemblepixelshuffle" and "dysample" name the same.
         drop_path: stochastic-depth rate of the last block (rising linearly from 0).
         kernel_size: depth-wise kernel of the blocks. expansion_ratio: hidden width factor of ``fc1``.
         conv_ratio: share of ``dim`` that the depth-wise conv filters (at most ``expansion_ratio``).
@@ -102,8 +105,10 @@ class MoSR(nn.Module):
         super().__init__()
         if isinstance(upscale, bool) or not isinstance(upscale, int) or upscale < 1:
             raise ArchArgumentError("upscale", f"MoSR needs an integer upscale >= 1, got {upscale!r}")
+        upsampler = LONG_UPSAMPLERS.get(upsampler, upsampler) if isinstance(upsampler, str) else upsampler
         if upsampler not in UPSAMPLERS:
-            raise ArchArgumentError("upsampler", f"MoSR knows the upsamplers {list(UPSAMPLERS)}, got {upsampler!r}")
+            raise ArchArgumentError("upsampler", f"MoSR knows the upsamplers {list(UPSAMPLERS)} (traiNNer-redux's "
+                                    f"{list(LONG_UPSAMPLERS)}), got {upsampler!r}")
         if int(conv_ratio * dim) > int(expansion_ratio * dim) or int(conv_ratio * dim) < 1:
             raise ArchArgumentError("conv_ratio", f"MoSR: int(conv_ratio * dim) = {int(conv_ratio * dim)} must be "
                                     f"between 1 and the hidden width int(expansion_ratio * dim) = "

@@ -76,6 +76,9 @@ class SpyNet(nn.Module):
             the engine (``path.pretrain_network_g``), never by the architecture.
     """
 
+    # Computed, not read: BasicSR registers them after loading, so its published weights lack them.
+    computed_buffers = ("mean", "std")
+
     def __init__(self, load_path: str | None = None) -> None:
         super().__init__()
         refuse_weights_path("load_path", load_path, "SpyNet")

@@ -182,7 +182,7 @@ class _ImageDataset(Dataset):
         self.opt = opt
         self.key_path = key_path or f"datasets.{opt['phase']}"
         self.name = str(opt["name"])
-        self._sides: list[int] = []  # filled by check(): each item's usable GT side
+        self._sides: dict[int, int] = {}  # filled by check(): each item's usable GT side
         self.phase = str(opt["phase"])
         self.color = opt["color"]
         self.norm = (list(opt["mean"]), list(opt["std"])) if opt["mean"] is not None else None
@@ -225,7 +225,7 @@ class _ImageDataset(Dataset):
             except DataError as exc:
                 return str(exc)
 
-        self._sides = []  # each item's usable GT side (_check_item), to suggest a patch size
+        self._sides = {}  # each item's usable GT side (_check_item), to suggest a patch size
         with ThreadPoolExecutor(max_workers=8) as pool:
             found = list(tqdm(pool.map(one, range(len(self))), total=len(self), desc=f"check {self.name}",
                               unit="img", disable=not progress or len(self) < _BAR_FROM, leave=False))
@@ -235,7 +235,7 @@ class _ImageDataset(Dataset):
         if len(small) < 2:
             return others + [str(p) for p in small]
         scale = int(getattr(self, "scale", 1))
-        fits = (min(self._sides) // scale) * scale if self._sides else 0
+        fits = (min(self._sides.values()) // scale) * scale if self._sides else 0
         shown = ", ".join(p.name for p in small[:5]) + (f" and {len(small) - 5} more" if len(small) > 5 else "")
         key = f"{self.key_path}.gt_size"
         advice = (f"the largest gt_size every image allows is {fits}: set {key}: {fits} (on the command line: "
@@ -243,6 +243,11 @@ class _ImageDataset(Dataset):
                   else "remove the small images")
         return [*others, f"{len(small)} of {len(found)} images are smaller than the {small[0].patch}x"
                 f"{small[0].patch} GT patch (gt_size) ({shown}); {advice}"]
+
+    def cropped_away(self, border: int) -> list[tuple[str, int]]:
+        """After ``check()``: the (GT path, usable side) of the items that a metric's ``crop_border`` of ``border``
+        pixels on every side leaves nothing of."""
+        return [(self.paths(i)[0], side) for i, side in sorted(self._sides.items()) if side <= 2 * border]
 
     def _check_item(self, i: int, decode: bool) -> str | None:
         raise NotImplementedError
@@ -352,7 +357,7 @@ class PairedImageDataset(_ImageDataset):
         gt = self._info(self.gt_backend, item.gt, decode)
         if self.lq_from_gt:
             h, w = gt.height - gt.height % s, gt.width - gt.width % s
-            self._sides.append(min(h, w))
+            self._sides[i] = min(h, w)
             if self.phase == "train" and (h < self.gt_size or w < self.gt_size):
                 return _TooSmall(f"{gt_path} is {gt.width}x{gt.height} (WxH), smaller than the {self.gt_size}x"
                                  f"{self.gt_size} GT patch (gt_size) after the crop to a multiple of scale {s}; lower "
@@ -366,7 +371,7 @@ class PairedImageDataset(_ImageDataset):
                     f"scale {s}: the GT should be {lq.width * s}x{lq.height * s} (up to {s - 1} extra pixels)"
                     + ("; the LQ is the larger one: are dataroot_gt and dataroot_lq swapped?" if swapped else ""))
         p = lq_patch_size(self.gt_size, s)
-        self._sides.append(min(lq.height, lq.width) * s)
+        self._sides[i] = min(lq.height, lq.width) * s
         if self.phase == "train" and (lq.height < p or lq.width < p):
             return _TooSmall(f"{lq_path} is {lq.width}x{lq.height} (WxH), smaller than the {p}x{p} LQ patch "
                              f"(gt_size {self.gt_size} / scale {s}); lower gt_size or remove it",

@@ -159,6 +159,7 @@ def _auto_or_bool(value: Any) -> str | None:
     return None if isinstance(value, bool) or value == "auto" else "must be 'auto', true or false"
 
 
+SEED_LIMIT = 2**63  # manual_seed is a signed 64-bit integer where torch and the data stream take it
 SAVE_FORMATS = ("safetensors", "pth", "plain.pth", "plain.safetensors")
 
 
@@ -1279,7 +1280,8 @@ OPTIONS = Section(
                          doc="Devices (or CPU ranks) to use; auto: all visible."),
         "accelerator": Field(str, default="auto", choices=ACCELERATORS, doc="Device kind.",
                              hints=ACCELERATOR_HINTS),
-        "manual_seed": Field(int, default=0, check=at_least(0), doc="Random seed."),
+        "manual_seed": Field(int, default=0, check=Check(lambda v: 0 <= v < SEED_LIMIT, "from 0 to 2**63 - 1"),
+                             doc="Random seed."),
         "is_train": Field(bool, default_doc="the is_train argument", doc="Set by the loader."),
         "dist": Field(bool, keep=False, doc="Accepted (BasicSR) and ignored."),
         "find_unused_parameters": Field(bool, default=False, doc="DDP find_unused_parameters."),

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
+from torch import nn
 
 from anysr.errors import OptionError, short_repr
 
@@ -187,7 +188,29 @@ def _proposals(recogniser: Recogniser, view: StateShapes) -> list[dict[str, Any]
     return [dict(p) for p in got]
 
 
+def computed_buffers(net: nn.Module) -> dict[str, torch.Tensor]:
+    """The persistent buffers of ``net`` that its modules compute rather than read (a module class lists them in
+    ``computed_buffers``: SpyNet's ImageNet ``mean`` / ``std``, which BasicSR registers after loading, so its
+    published weights lack them), by state-dict name: a file may omit them (they keep the network's values)."""
+    out: dict[str, torch.Tensor] = {}
+    for prefix, module in net.named_modules():
+        for name in getattr(type(module), "computed_buffers", ()):
+            buf = module._buffers.get(name)
+            if isinstance(buf, torch.Tensor) and name not in module._non_persistent_buffers_set:
+                out[f"{prefix}.{name}" if prefix else name] = buf
+    return out
+
+
+def dropped_buffers(net: nn.Module) -> set[str]:
+    """The state-dict names a reference implementation stores that ``net`` computes in its forward instead (a
+    module class lists them in ``dropped_buffers``: GRL's precomputed tables): dropped from a file on load."""
+    return {f"{prefix}.{name}" if prefix else name for prefix, module in net.named_modules()
+            for name in getattr(type(module), "dropped_buffers", ())}
+
+
 _LAYOUTS: dict[str, Mapping[str, tuple[int, ...]] | None] = {}
+# per options as _LAYOUTS: the names the network computes (a file may lack them) and those it drops from a file
+_DECLARED: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
 
 
 def _meta_layout(opt: Mapping[str, Any]) -> Mapping[str, tuple[int, ...]] | None:
@@ -199,24 +222,35 @@ def _meta_layout(opt: Mapping[str, Any]) -> Mapping[str, tuple[int, ...]] | None
     key = json.dumps(opt, sort_keys=True, default=repr)
     if key in _LAYOUTS:
         return _LAYOUTS[key]
+    declared: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
     try:
         with torch.device("meta"):
             net = build_network(dict(opt), key_path="recognised")
         layout: Mapping[str, tuple[int, ...]] | None = types.MappingProxyType(
             {k: tuple(v.shape) for k, v in net.state_dict().items()})
+        declared = (frozenset(computed_buffers(net)), frozenset(dropped_buffers(net)))
     except (OptionError, TypeError, ValueError, RuntimeError, NotImplementedError, AssertionError, IndexError,
             KeyError, ZeroDivisionError, AttributeError):
         layout = None
     if len(_LAYOUTS) >= 256:
         _LAYOUTS.clear()
-    _LAYOUTS[key] = layout
+        _DECLARED.clear()
+    _LAYOUTS[key], _DECLARED[key] = layout, declared
     return layout
 
 
 def layout_fits(opt: Mapping[str, Any], view: StateShapes) -> bool:
-    """Whether the network ``opt`` builds has exactly the file's names and shapes (what a strict load needs)."""
+    """Whether the network ``opt`` builds has exactly the file's names and shapes (what a strict load needs),
+    but for what the network declares it computes: buffers it computes may be missing from the file, copies of
+    tables a reference stores (``dropped_buffers``) may be there."""
     layout = _meta_layout(opt)
-    return layout is not None and layout == view.shapes
+    if layout is None:
+        return False
+    if layout == view.shapes:
+        return True
+    computed, dropped = _DECLARED.get(json.dumps(opt, sort_keys=True, default=repr), (frozenset(), frozenset()))
+    shapes = {k: v for k, v in view.shapes.items() if k not in dropped}
+    return {k: v for k, v in layout.items() if k in shapes or k not in computed} == shapes
 
 
 def recognise_all(state: Mapping[str, Any]) -> list[Recognised]:
@@ -350,9 +384,11 @@ def _unrecognised_layout(state: Mapping[str, Any]) -> str | None:
     from anysr.registry import ARCH_REGISTRY  # noqa: PLC0415 - filled as the arch modules import
 
     mine = StateShapes(state).patterns()
+    recognised = tuple(ARCH_REGISTRY.get(a) for a in RECOGNISERS if a in ARCH_REGISTRY)
     for arch in ARCH_REGISTRY.keys():
-        if arch in RECOGNISERS:
-            continue
+        cls = ARCH_REGISTRY.get(arch)
+        if arch in RECOGNISERS or isinstance(cls, type) and issubclass(cls, recognised):
+            continue  # a recognised family, or a variant of one (HAT_iLN is HAT's): an image network
         layout = _meta_layout({"type": arch}) or _meta_layout({"type": arch, "num_in_ch": 3})
         if layout is not None and StateShapes(layout).patterns() == mine:
             return arch
@@ -398,5 +434,5 @@ def recognise(state: Mapping[str, Any], source: str = "the weights",
 
 
 __all__ = ["RECOGNISERS", "NotThisFamily", "Recognised", "RecordedValueError", "StateShapes", "closest_families",
-           "layout_fits", "recognise", "recognise_all", "register_recogniser", "shuffle_splits", "upsample_scale",
-           "width_ratio", "with_hyperparameters"]
+           "computed_buffers", "dropped_buffers", "layout_fits", "recognise", "recognise_all", "register_recogniser",
+           "shuffle_splits", "upsample_scale", "width_ratio", "with_hyperparameters"]

@@ -71,7 +71,7 @@ def resi_connection(s: StateShapes, prefix: str) -> str:
 def reconstruction(s: StateShapes, image_channels: int) -> list[dict[str, object]]:
     """The SwinIR-style reconstructions that fit the file, as ``{"upsampler", "upscale", "out"}``: 'pixelshuffle'
     (``conv_before_upsample``, one 4x-wide conv per factor 2 or one 9x-wide conv for x3, none for x1,
-    ``conv_last``),
+    ``conv_last``; with ``"feat"``, its width, spandrel's ``num_feat``),
     'pixelshuffledirect' (one conv to ``out * scale**2``), 'nearest+conv' (``conv_up1`` [, ``conv_up2``]), else
     none (``conv_last`` only, or nothing: x1)."""
     if "conv_up1.weight" in s:  # nearest-neighbour doublings, each followed by a conv
@@ -83,7 +83,7 @@ def reconstruction(s: StateShapes, image_channels: int) -> list[dict[str, object
         if any(u not in (4 * feat, 9 * feat) for u in ups) or (9 * feat in ups and len(ups) > 1):
             return []
         scale = 3 if ups == [9 * feat] else 2 ** len(ups)  # no upsampling conv: x1
-        return [{"upsampler": "pixelshuffle", "upscale": scale, "out": s.dim("conv_last.weight", 0)}]
+        return [{"upsampler": "pixelshuffle", "upscale": scale, "out": s.dim("conv_last.weight", 0), "feat": feat}]
     if "upsample.0.weight" in s:
         return [{"upsampler": "pixelshuffledirect", "upscale": scale, "out": out}
                 for out, scale in shuffle_splits(s.dim("upsample.0.weight", 0), (image_channels, 3, 1))]

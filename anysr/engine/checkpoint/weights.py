@@ -19,6 +19,7 @@ from safetensors import safe_open
 from safetensors.torch import save as safetensors_save
 from torch import nn
 
+from anysr.archs.recognition.recognise import computed_buffers, dropped_buffers
 from anysr.atomic import atomic_write_bytes
 from anysr.engine.checkpoint.common import STATE_KEY, WEIGHTS_FORMAT, PathLike, compact, first
 from anysr.engine.checkpoint.hub import find_weights, resolve_weights
@@ -574,12 +575,26 @@ def state_dict_mismatch(own: Mapping[str, Any], theirs: Mapping[str, Any]) -> tu
     return problems, set(bad)
 
 
+def _as_declared(state_dict: Mapping[str, Any], net: nn.Module | None) -> Mapping[str, Any]:
+    """``state_dict`` as ``net`` declares it may differ from its own: names a reference stores that ``net``
+    computes dropped (``dropped_buffers``), buffers ``net`` computes that the file lacks taken from ``net``
+    (``computed_buffers``)."""
+    if net is None:
+        return state_dict
+    dropped, computed = dropped_buffers(net), computed_buffers(net)
+    out = {k: v for k, v in state_dict.items() if k not in dropped}
+    out.update({k: v for k, v in computed.items() if k not in out})
+    return out
+
+
 def check_fits(own: Mapping[str, Any], state_dict: Mapping[str, Any], *, source: str,
-               fix: str = "check that network_g matches the file") -> Mapping[str, Any]:
+               fix: str = "check that network_g matches the file", net: nn.Module | None = None
+               ) -> Mapping[str, Any]:
     """``state_dict`` (a wrapper prefix removed) when its names and shapes are exactly those of ``own`` (a network's
     state dict, possibly of a network built on the meta device), else CheckpointError: a summary line naming
-    ``source`` and ``fix``, then a table of the names that do not fit."""
-    state_dict = _align_prefixes(own, state_dict, source)
+    ``source`` and ``fix``, then a table of the names that do not fit. With ``net`` (the network ``own`` is of),
+    what it declares it computes is neither demanded nor refused (``_as_declared``)."""
+    state_dict = _as_declared(_align_prefixes(own, state_dict, source), net)
     problems, bad = state_dict_mismatch(own, state_dict)
     if problems:
         fitting = sum(1 for k in own if k in state_dict and k not in bad)
@@ -593,7 +608,9 @@ def load_into(net: nn.Module, state_dict: Mapping[str, Any], *, strict: bool, so
                          "what matches") -> None:
     """Load ``state_dict`` into ``net``.
 
-    A wrapper prefix every name shares (``netG.``, ``model.``, ...) is removed when the network's names lack it.
+    A wrapper prefix every name shares (``netG.``, ``model.``, ...) is removed when the network's names lack it;
+    buffers the network computes keep their values when the file lacks them, and copies of them a reference stores
+    are dropped (``_as_declared``).
     Missing / unexpected keys or shape mismatches raise CheckpointError naming ``source`` (a summary line, the
     fix, then a table of the names that do not fit) when ``strict``; otherwise the tensors whose name and shape
     match are loaded (a shape-compatible partial load, e.g. the body of an x2 network into an x4 one to fine-tune)
@@ -602,9 +619,9 @@ def load_into(net: nn.Module, state_dict: Mapping[str, Any], *, strict: bool, so
     """
     own = net.state_dict()
     if strict:
-        net.load_state_dict(dict(check_fits(own, state_dict, source=source, fix=fix)), strict=True)
+        net.load_state_dict(dict(check_fits(own, state_dict, source=source, fix=fix, net=net)), strict=True)
         return
-    state_dict = _align_prefixes(own, state_dict, source)
+    state_dict = _as_declared(_align_prefixes(own, state_dict, source), net)
     problems, bad = state_dict_mismatch(own, state_dict)
     matching = {k: v for k, v in state_dict.items() if k in own and k not in bad}
     if own and not matching:

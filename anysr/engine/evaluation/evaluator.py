@@ -13,6 +13,7 @@ protocol). Frames may also be tiled in space (``val.tile``).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -400,13 +401,32 @@ def _save_frames(acc: Accelerator, frames: torch.Tensor, names: list[str], folde
 
 
 # --------------------------------------------------------------------------------------------- anysr test
+def archive_results(folder: Path) -> Path | None:
+    """A results folder that holds anything is renamed ``<folder>_archived_<time>`` (as BasicSR does), so a second
+    ``anysr test`` of the same ``name`` overwrites nothing; returns the new name, None when there was nothing."""
+    if not folder.is_dir() or not any(folder.iterdir()):
+        return None
+    stamp = time.strftime("%Y%m%d_%H%M%S")
+    target, n = folder.with_name(f"{folder.name}_archived_{stamp}"), 1
+    while target.exists():  # two runs within one second: keep both
+        n += 1
+        target = folder.with_name(f"{folder.name}_archived_{stamp}_{n}")
+    folder.rename(target)
+    return target
+
+
 def test_worker(acc: Accelerator, opt: Any) -> dict[str, Any]:
     """``anysr test``: every test dataset through the network, metrics reduced over ranks, summary.json."""
     results_root = Path(opt.path.results_root)
+    archived = None
     if acc.is_main:
+        archived = archive_results(results_root)
         results_root.mkdir(parents=True, exist_ok=True)
+    acc.strategy.barrier()  # no rank reads the folder while it is being moved
     setup_logging(results_root / "test.log", enabled=acc.is_main)
     log = get_logger()
+    if archived is not None:
+        log.info("the previous results of '%s' were moved to %s", opt.name, archived)
     acc.manual_seed(int(opt.manual_seed))
     model = build_model(opt, acc)
     for line in ckpt.load_model_weights(model, fresh=True):

@@ -219,8 +219,7 @@ def evaluate_folders(gt_dir: PathLike, sr_dir: PathLike | Sequence[PathLike], sc
     if json_path is not None:
         echo(f"wrote {atomic_write_json(json_path, out)}")
     if csv_path is not None:
-        _write_csv(csv_path, results, labels, chosen)
-        echo(f"wrote {csv_path}")
+        echo(f"wrote {_write_csv(csv_path, results, labels, chosen)}")
     if report_path is not None:
         echo(f"wrote {write_eval_report(report_path, results, labels, chosen, pairs_per_folder, int(scale))}")
     return out
@@ -335,7 +334,7 @@ def _print_averages(results: list[dict[str, Any]], labels: list[str], chosen: li
         echo(f"average {values} n={r['n']}" if len(results) == 1 else f"average {label}: {values} n={r['n']}")
 
 
-def _write_csv(path: PathLike, results: list[dict[str, Any]], labels: list[str], chosen: list[str]) -> None:
+def _write_csv(path: PathLike, results: list[dict[str, Any]], labels: list[str], chosen: list[str]) -> Path:
     per_image = [k for k in chosen if k in _PER_IMAGE]
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -347,7 +346,7 @@ def _write_csv(path: PathLike, results: list[dict[str, Any]], labels: list[str],
         w.writerow([label, "(average)", r["gt_dir"], r["sr_dir"], *(f"{extra[k]:.6f}" for k in per_image)])
         if "fid" in chosen:
             w.writerow([label, f"(fid {r['fid']:.6f})", r["gt_dir"], r["sr_dir"], *([""] * len(per_image))])
-    atomic_write_bytes(path, buf.getvalue().encode("utf-8"))
+    return atomic_write_bytes(path, buf.getvalue().encode("utf-8"))
 
 
 def eval_worker(acc: Any, gt_dir: PathLike, sr_dir: PathLike | Sequence[PathLike], scale: int,

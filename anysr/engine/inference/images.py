@@ -276,7 +276,9 @@ def check_suffix(suffix: str | None) -> None:
 
 
 def output_paths(files: list[Path], out_dir: Path, suffix: str | None, ext: str = "png") -> list[Path]:
-    """Where each input's result goes; refuses to overwrite an input or to write two results to one file.
+    """Where each input's result goes; refuses to overwrite an input, a file already in an input's folder (an
+    original beside it: ``-i photos/a.jpg -o photos`` must not replace ``photos/a.png``) or to write two results
+    to one file.
 
     With ``ext`` other than png, each input's header says whether the format can hold its result (16 bits,
     alpha); if not, that result is a PNG (logged)."""
@@ -297,11 +299,15 @@ def output_paths(files: list[Path], out_dir: Path, suffix: str | None, ext: str 
         get_logger().info("results are written as PNG (lossless; the default --ext png) from %s inputs too; "
                           "--ext auto keeps each input's format", "/".join(others))
     inputs = {p.resolve() for p in files}
+    input_folders = {p.resolve().parent for p in files}
     seen: dict[Path, Path] = {}
     for src, dst in zip(files, outs):
         if dst.resolve() in inputs:
             raise DataError(f"-o {out_dir}: the result of {src} would overwrite the input {dst}; "
                             "choose another output folder or pass --suffix")
+        if dst.resolve().parent in input_folders and (dst.exists() or dst.is_symlink()):
+            raise DataError(f"-o {out_dir}: the result of {src} would replace {dst}, a file already in the "
+                            "inputs' folder; choose another output folder, or another --suffix")
         if dst in seen:
             raise DataError(f"{seen[dst]} and {src} would both be written to {dst}; rename one, or run them "
                             "separately")

@@ -128,7 +128,7 @@ def _refuse_misfit(net_opt: dict[str, Any], state: Any, weights: str, key_path: 
     except Exception:  # noqa: BLE001 - an architecture that cannot be built without data: the real build checks
         return
     try:
-        ckpt.check_fits(probe.state_dict(), state, source=str(weights), fix=fix)
+        ckpt.check_fits(probe.state_dict(), state, source=str(weights), fix=fix, net=probe)
     except CheckpointError as exc:
         if not from_metadata:
             raise

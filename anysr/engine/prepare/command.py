@@ -16,7 +16,7 @@ import re
 import shutil
 import tarfile
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,6 +85,20 @@ def _inputs(folder: PathLike) -> list[Path]:
     return files
 
 
+def _one_result_each(files: list[Path], folder: PathLike, command: str,
+                     stem: Callable[[Path], str] = lambda p: p.stem) -> None:
+    """Refuse inputs whose results would get one name (``a.png`` and ``a.jpg`` both give ``a.png``: one would
+    overwrite the other), before anything is written."""
+    by_stem: dict[str, list[Path]] = {}
+    for path in files:
+        by_stem.setdefault(stem(path), []).append(path)
+    clashes = {k: v for k, v in by_stem.items() if len(v) > 1}
+    if clashes:
+        shown = "; ".join(f"{', '.join(p.name for p in v)} -> {k}" for k, v in list(clashes.items())[:5])
+        raise DataError(f"{command}: image folder {folder}: several files share a stem ({shown}); their results "
+                        "would overwrite each other: rename or remove one of each (nothing was written)")
+
+
 def _distinct(src: PathLike, dst: PathLike) -> Path:
     out = Path(dst)
     if out.resolve() == Path(src).resolve():
@@ -140,6 +154,7 @@ def prepare_modcrop(hr_dir: PathLike, out_dir: PathLike, scale: int, *, progress
     s = _check_scale(scale)
     out = _distinct(hr_dir, out_dir)
     _empty_output(out, "prepare modcrop output")
+    _one_result_each(_inputs(hr_dir), hr_dir, "anysr prepare modcrop")
     files = _checked_inputs(hr_dir, s, progress)
     written = []
     for path in tqdm(files, desc=f"mod-crop x{s}", unit="img", disable=not progress):
@@ -156,6 +171,7 @@ def prepare_lr(hr_dir: PathLike, out_dir: PathLike, scale: int, *, progress: boo
     s = _check_scale(scale)
     out = _distinct(hr_dir, out_dir)
     _empty_output(out, "anysr prepare lr --out")
+    _one_result_each(_inputs(hr_dir), hr_dir, "anysr prepare lr")
     files = _checked_inputs(hr_dir, s, progress)
     written = []
     for path in tqdm(files, desc=f"bicubic LR x{s}", unit="img", disable=not progress):
@@ -174,12 +190,17 @@ def _crop_starts(length: int, crop_size: int, step: int, thresh_size: int) -> li
     return starts
 
 
+def _crop_stem(path: Path) -> str:
+    """The name part of ``path``'s crops: DIV2K LR names lose their scale (0001x2 -> 0001)."""
+    match = _SCALE_SUFFIX.match(path.stem)
+    return match.group(1) if match else path.stem
+
+
 def _crop_one(path: Path, out: Path, crop_size: int, step: int, thresh_size: int,
               compress_level: int) -> list[Path]:
     img = read_image(path)
     h, w = img.shape[:2]
-    match = _SCALE_SUFFIX.match(path.stem)
-    stem = match.group(1) if match else path.stem  # DIV2K LR names: 0001x2 -> 0001
+    stem = _crop_stem(path)
     written = []
     index = 0
     for top in _crop_starts(h, crop_size, step, thresh_size):
@@ -258,6 +279,7 @@ def extract_subimages(input_dir: PathLike, output_dir: PathLike, crop_size: int,
     out = _distinct(input_dir, output_dir)
     files = _inputs(input_dir)
     _empty_output(out, "prepare subimages --output")
+    _one_result_each(files, input_dir, "anysr prepare subimages", _crop_stem)
     infos = _integer_pixels("prepare subimages", files, check_images(files, threads=max(threads, 4),
                                                                       progress=progress))
     usable = [p for p, info in zip(files, infos) if info.width >= crop and info.height >= crop]

@@ -172,6 +172,15 @@ class Trainer:
     def _archive_previous(self) -> None:
         """--start-over: move what a previous run wrote in the folder to ``archived_<time>/``; files of the user's
         own there (notes, an options file) stay where they are."""
+        for d, option in ((self.states_dir, "path.training_states"), (self.models_dir, "path.models")):
+            if d.parent == self.exp_dir or not d.is_dir():
+                continue
+            held = sorted(p.name for p in d.iterdir() if p.is_file() and p.suffix in (".state", ".safetensors", ".pth"))
+            if held:  # only what is inside the experiment folder is moved: refuse before moving anything
+                raise OptionError(f"--start-over: {option} {d} is outside {self.exp_dir} and holds {len(held)} "
+                                  f"file(s) of a previous run ({', '.join(held[:3])}{', ...' if len(held) > 3 else ''})"
+                                  f" that it would not move aside; move them away yourself or point {option} at an "
+                                  "empty folder (nothing was changed)")
         ours = {HISTORY_NAME, REPORT_NAME, CROPS_DIR, "summary.json", "tb_logger"}
         ours |= {d.name for d in (self.models_dir, self.states_dir, self.vis_dir, self.log_dir)
                  if d.parent == self.exp_dir}
@@ -293,11 +302,32 @@ class Trainer:
                 check = getattr(ds, "check", None)
                 if check is not None:
                     problems += [f"datasets.{key}: {p}" for p in check(decode=decode)]
+                if decode:
+                    problems += [f"datasets.{key}: {p}" for p in self._cropped_away(ds)]
         problems = self.acc.strategy.broadcast_object(problems)
         if problems:
             more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
             raise everywhere(DataError(f"{len(problems)} problem(s) found in the datasets before training (nothing "
                                        "was trained):\n  " + "\n  ".join(problems[:20]) + more))
+
+    def _cropped_away(self, ds: Any) -> list[str]:
+        """Validation images a metric's ``crop_border`` leaves nothing of (the first validation would fail, with
+        every iteration before it lost)."""
+        cropped_away = getattr(ds, "cropped_away", None)
+        metrics = self.val_opt.metrics if self.val_opt else None
+        if cropped_away is None or not metrics:
+            return []
+        problems = []
+        for name, metric in metrics.items():
+            border = int(metric.get("crop_border") or 0)
+            gone = cropped_away(border) if border else []
+            if gone:
+                path, side = gone[0]
+                more = f" (and {len(gone) - 1} more)" if len(gone) > 1 else ""
+                problems.append(f"{path}{more} is {side} pixels on its shorter side, and val.metrics.{name}."
+                                f"crop_border {border} crops that much from each side: nothing is left to score; "
+                                f"lower crop_border to at most {(side - 1) // 2}, or remove the image")
+        return problems
 
     def _batch_stream(self, start_batch: int) -> Iterator[tuple[int, dict[str, Any]]]:
         """(epoch, batch) forever from global batch position ``start_batch``: no replay to resume."""
@@ -306,7 +336,7 @@ class Trainer:
         while True:
             self.sampler.set_epoch(epoch, start_batch=offset)
             # The loader's own generator (worker base seeds) must not draw from the global RNG.
-            self.train_loader.generator = torch.Generator().manual_seed(seed * 1000003 + epoch)
+            self.train_loader.generator = torch.Generator().manual_seed((seed * 1000003 + epoch) % 2**64)
             for batch in self.acc.prepare_loader(self.train_loader):
                 yield epoch, batch
             epoch, offset = epoch + 1, 0
