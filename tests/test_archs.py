@@ -9,7 +9,7 @@ import cv2
 import numpy as np
 import pytest
 import torch
-from conftest import FIXTURE_TOL
+from conftest import FIXTURE_TOL, ROOT
 from safetensors.torch import load_file
 from torch.nn import functional as F
 
@@ -19,7 +19,6 @@ from anysr.archs.swinir_arch import SwinTransformerBlock
 from anysr.errors import OptionError
 from anysr.registry import ARCH_REGISTRY
 
-ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "basicsr"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
 PRETRAINED = ROOT / "pretrained" / "realesr-animevideov3.pth"

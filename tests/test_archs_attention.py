@@ -7,11 +7,10 @@ from __future__ import annotations
 import gzip
 import json
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 import torch
-from conftest import FIXTURE_TOL
+from conftest import FIXTURE_TOL, ROOT
 from safetensors.torch import load_file
 from torch.nn import functional as F
 
@@ -27,7 +26,6 @@ from anysr.archs.arch_util import (
 from anysr.archs.hat_arch import overlap_position_index, overlapping_windows
 from anysr.errors import OptionError
 
-ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "attention"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
 TINY = {

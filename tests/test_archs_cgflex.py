@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from arch_checks import check_onnx_at_unseen_size, check_xla_train_step
-from conftest import FIXTURE_TOL
+from conftest import FIXTURE_TOL, ROOT
 from safetensors.torch import load_file
 from torch.nn import functional as F
 
@@ -27,7 +27,6 @@ from anysr.archs import cascadedgaze_arch as cg
 from anysr.archs.flexnet_arch import OmniShift, RMSNorm
 from anysr.errors import OptionError
 
-ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "cgflex"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import torch
 from arch_checks import check_xla_train_step
-from conftest import FIXTURE_TOL, write_options
+from conftest import FIXTURE_TOL, ROOT, write_options
 from safetensors.torch import load_file
 from test_gan import gan_options
 
@@ -30,7 +30,7 @@ from anysr.cli import main
 from anysr.engine.checkpoint.weights import load_weights
 from anysr.errors import OptionError
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "discriminators"
+FIXTURES = ROOT / "tests" / "fixtures" / "discriminators"
 CASES: dict[str, dict[str, Any]] = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
 GRAD_RTOL = 1e-4
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from arch_checks import check_onnx_at_unseen_size, check_xla_train_step
-from conftest import FIXTURE_TOL
+from conftest import FIXTURE_TOL, ROOT
 from safetensors.torch import load_file
 
 from anysr.archs import build_network
@@ -25,7 +25,6 @@ from anysr.archs.arch_util import shifted_window_mask, window_partition
 from anysr.archs.dwt_arch import dilated_window_partition, dilated_window_reverse, dwt_mask
 from anysr.errors import OptionError
 
-ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "dwtemt"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
 

@@ -10,12 +10,11 @@ gradients, training runs, 2 gloo ranks == 1 process) run from ``tests/test_archs
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
 from arch_checks import check_xla_train_step
-from conftest import FIXTURE_TOL
+from conftest import FIXTURE_TOL, ROOT
 from safetensors.torch import load_file
 from torch.nn import functional as F
 
@@ -24,7 +23,6 @@ from anysr.archs.arch_util import LayerNorm2d, pad_to_min_size
 from anysr.archs.plksr_arch import DySample
 from anysr.errors import OptionError
 
-ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "efficient"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from arch_checks import check_xla_train_step
-from conftest import FIXTURE_TOL
+from conftest import FIXTURE_TOL, ROOT
 from safetensors.torch import load_file
 from torch.nn import functional as F
 
@@ -26,7 +26,6 @@ from anysr.archs.fftformer_arch import dft_bases, from_patches, to_patches
 from anysr.archs.resize_util import resize_bilinear_gather
 from anysr.errors import OptionError
 
-ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "enhance"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 from arch_checks import check_onnx_at_unseen_size, check_xla_train_step
-from conftest import FIXTURE_TOL
+from conftest import FIXTURE_TOL, ROOT
 from safetensors.torch import load_file
 from torch.nn import functional as F
 
@@ -29,7 +29,6 @@ from anysr.archs.lkfmixer_arch import bilinear_resize
 from anysr.archs.moesr_arch import MoESR
 from anysr.errors import OptionError
 
-ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "escmix"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
 ONE = "escrealm_x4"

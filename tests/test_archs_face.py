@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import torch
 from arch_checks import train
-from conftest import FIXTURE_TOL, tiny_train_options
+from conftest import FIXTURE_TOL, ROOT, tiny_train_options
 from safetensors.torch import load_file
 
 from anysr.accelerators.precision import to_channels_last
@@ -29,7 +29,6 @@ from anysr.archs import build_network
 from anysr.archs.stylegan2_arch import fir_kernel, upfirdn2d
 from anysr.errors import OptionError
 
-ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "face"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
 IMAGE_CASES = sorted(n for n, c in MANIFEST.items() if not c["compare"][0][0].startswith("styles"))

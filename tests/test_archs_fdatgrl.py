@@ -16,14 +16,13 @@ from pathlib import Path
 import pytest
 import torch
 from arch_checks import check_xla_train_step
-from conftest import FIXTURE_TOL
+from conftest import FIXTURE_TOL, ROOT
 from safetensors.torch import load_file
 
 from anysr.archs import build_network
 from anysr.archs.arch_util import input_channels
 from anysr.errors import OptionError
 
-ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "fdatgrl"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
 TINY = {"FDAT": {"type": "FDAT", "embed_dim": 8, "num_groups": 1, "depth_per_group": 1, "num_heads": 2,

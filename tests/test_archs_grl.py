@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 from arch_checks import check_xla_train_step
-from conftest import FIXTURE_TOL, run_cli, tiny_train_options, write_options
+from conftest import FIXTURE_TOL, ROOT, run_cli, tiny_train_options, write_options
 from safetensors.torch import load_file
 from torch.nn import functional as F
 
@@ -27,7 +27,6 @@ from anysr.archs import build_network
 from anysr.archs.recognise import recognise
 from anysr.errors import OptionError
 
-ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_DIRS = {name: ROOT / "tests" / "fixtures" / name for name in ("grl", "uformer", "kbnet")}
 CASE_DIR = {case: folder for folder in FIXTURE_DIRS.values()
             for case in json.loads((folder / "manifest.json").read_text())["cases"]}

@@ -16,13 +16,12 @@ from pathlib import Path
 import pytest
 import torch
 from arch_checks import check_onnx_at_unseen_size, check_xla_train_step
-from conftest import FIXTURE_TOL
+from conftest import FIXTURE_TOL, ROOT
 from safetensors.torch import load_file
 
 from anysr.archs import build_network
 from anysr.errors import OptionError
 
-ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "hitsr"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
 ARCHS = ["HiT_SIR", "HiT_SNG", "HiT_SRF"]

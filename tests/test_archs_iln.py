@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from arch_checks import check_onnx_at_unseen_size, check_xla_train_step, load_case
-from conftest import FIXTURE_TOL
+from conftest import FIXTURE_TOL, ROOT
 from safetensors.torch import load_file
 
 from anysr.archs import build_network
@@ -28,7 +28,6 @@ from anysr.archs.arch_util import AffineTransform, ImageLayerNorm
 from anysr.archs.recognise import recognise, recognise_all
 from anysr.errors import OptionError
 
-ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "iln"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
 

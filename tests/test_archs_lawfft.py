@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from arch_checks import check_onnx_at_unseen_size, check_xla_train_step, load_case
-from conftest import FIXTURE_TOL
+from conftest import FIXTURE_TOL, ROOT
 from safetensors.torch import load_file
 
 import anysr.archs.lawfft_arch as lawfft
@@ -26,7 +26,7 @@ from anysr.archs.fftformer_arch import dft_bases, from_patches, to_patches
 from anysr.archs.recognise import recognise
 from anysr.errors import OptionError
 
-FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "lawfft"
+FIXTURES = ROOT / "tests" / "fixtures" / "lawfft"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
 TINY = {"type": "LAWFFT", "dim": 8, "n_rblock": 1, "n_mblock": 2, "window_size": 4, "mlp_factor": 1.5, "scale": 2,
         "mid_dim": 8}

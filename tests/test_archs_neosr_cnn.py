@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from arch_checks import check_onnx_at_unseen_size, check_xla_train_step, load_case
-from conftest import FIXTURE_TOL
+from conftest import FIXTURE_TOL, ROOT
 from safetensors.torch import load_file
 
 from anysr.archs import build_network
@@ -25,7 +25,6 @@ from anysr.archs.plainusr_arch import PlainUSR
 from anysr.archs.recognise import recognise
 from anysr.errors import OptionError
 
-ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "neosr_cnn"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
 

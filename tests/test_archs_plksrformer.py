@@ -16,13 +16,12 @@ from typing import Any
 import pytest
 import torch
 from arch_checks import check_xla_train_step
-from conftest import FIXTURE_TOL
+from conftest import FIXTURE_TOL, ROOT
 from safetensors.torch import load_file
 
 from anysr.archs import build_network
 from anysr.errors import OptionError
 
-ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "plksrformer"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
 # Tiny configurations for training runs and XLA (type -> (network_g at x2, an input shape)).

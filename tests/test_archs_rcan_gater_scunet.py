@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from arch_checks import check_onnx_at_unseen_size, check_xla_train_step, stored_params
-from conftest import FIXTURE_TOL
+from conftest import FIXTURE_TOL, ROOT
 from safetensors.torch import load_file
 
 from anysr.archs import build_network
@@ -26,7 +26,6 @@ from anysr.archs.recognise import recognise
 from anysr.archs.scunet_aaf6aa_arch import NoisyConvTransBlock
 from anysr.errors import OptionError
 
-ROOT = Path(__file__).resolve().parents[1]
 GROUP = "rcan_gater_scunet"
 FIXTURES = ROOT / "tests" / "fixtures" / GROUP
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]

@@ -10,12 +10,11 @@ import json
 import math
 import os
 import zlib
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import FIXTURE_TOL
+from conftest import FIXTURE_TOL, ROOT
 from safetensors.torch import load_file
 from torch.nn import functional as F
 
@@ -24,7 +23,6 @@ from anysr.archs.ecbsr_arch import ECBSR
 from anysr.archs.nafnet_arch import NAFNET_CONFIGS
 from anysr.errors import OptionError
 
-ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "restoration"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
 CASES = MANIFEST["cases"]

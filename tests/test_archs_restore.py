@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 from arch_checks import check_onnx_at_unseen_size, check_xla_train_step, synthetic_state_dict
-from conftest import FIXTURE_TOL, run_cli
+from conftest import FIXTURE_TOL, ROOT, run_cli
 from safetensors.torch import load_file
 
 from anysr.archs import build_network
@@ -26,7 +26,6 @@ from anysr.archs.arch_util import input_channels
 from anysr.engine import checkpoint as ck
 from anysr.errors import OptionError
 
-ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "restore"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
 CASES = MANIFEST["cases"]

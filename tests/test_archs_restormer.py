@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 import torch
 from arch_checks import check_onnx_at_unseen_size, check_xla_train_step
-from conftest import FIXTURE_TOL
+from conftest import FIXTURE_TOL, ROOT
 from safetensors.torch import load_file
 
 from anysr.archs import build_network
 from anysr.archs.recognise import recognise
 from anysr.errors import OptionError
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "restormer"
+FIXTURES = ROOT / "tests" / "fixtures" / "restormer"
 CASES = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
 TINY = {
     "Restormer": {"type": "Restormer", "dim": 4, "num_blocks": [1, 1, 1, 1], "num_refinement_blocks": 1,

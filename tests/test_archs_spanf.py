@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from arch_checks import check_onnx_at_unseen_size, check_xla_train_step, fixture_io, load_case, stored_params
-from conftest import FIXTURE_TOL
+from conftest import FIXTURE_TOL, ROOT
 
 from anysr.archs import build_network
 from anysr.archs.recognise import recognise_all
@@ -26,7 +26,6 @@ from anysr.archs.span_arch import Conv3XC
 from anysr.archs.spanf_arch import SPANF3, EvalConv3XC
 from anysr.errors import OptionError
 
-ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "spanf"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
 GROUP = "spanf"

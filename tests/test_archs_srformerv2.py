@@ -19,14 +19,13 @@ from pathlib import Path
 import pytest
 import torch
 from arch_checks import check_onnx_at_unseen_size, check_xla_train_step, load_case, synthetic_state_dict
-from conftest import FIXTURE_TOL
+from conftest import FIXTURE_TOL, ROOT
 from safetensors.torch import load_file
 
 from anysr.archs import build_network
 from anysr.archs.recognise import recognise_all
 from anysr.errors import OptionError
 
-ROOT = Path(__file__).resolve().parents[1]
 GROUP = "srformerv2"
 FIXTURES = ROOT / "tests" / "fixtures" / GROUP
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]

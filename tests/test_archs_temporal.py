@@ -16,14 +16,13 @@ from pathlib import Path
 import pytest
 import torch
 from arch_checks import check_bf16_autocast, check_finite_gradients, check_meta_device, check_xla_train_step
-from conftest import FIXTURE_TOL
+from conftest import FIXTURE_TOL, ROOT
 from safetensors.torch import load_file
 
 from anysr.archs import build_network
 from anysr.archs.recognise import recognise
 from anysr.errors import OptionError
 
-ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "temporal"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
 ARCHS = ["TemporalSPAN", "TemporalSPANv2", "TSCUNet", "TFDAT"]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from arch_checks import check_onnx_at_unseen_size, check_xla_train_step
-from conftest import FIXTURE_TOL
+from conftest import FIXTURE_TOL, ROOT
 from safetensors.torch import load_file
 from torch.nn import functional as F
 
@@ -27,7 +27,6 @@ from anysr.archs.span_arch import Conv3XC
 from anysr.archs.spanplus_arch import GatherDySample
 from anysr.errors import OptionError
 
-ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "trainner_archs"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
 ARCHS = ["SpanPlus", "RTMoSR", "ArtCNN", "DIS", "LMLT", "MAN"]

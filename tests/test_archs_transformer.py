@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from arch_checks import check_xla_train_step
-from conftest import FIXTURE_TOL
+from conftest import FIXTURE_TOL, ROOT
 from safetensors.torch import load_file
 from torch.nn import functional as F
 
@@ -28,7 +28,6 @@ from anysr.archs.rgt_arch import reduction_steps
 from anysr.archs.swin2sr_arch import log_spaced_coords
 from anysr.errors import OptionError
 
-ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "transformer"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
 LAYOUTS = json.loads((FIXTURES / "manifest.json").read_text())["layouts"]

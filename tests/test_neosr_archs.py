@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import torch
 from arch_checks import check_onnx_at_unseen_size, check_xla_train_step, load_case, manifest, stored_params
-from conftest import FIXTURE_TOL, write_options
+from conftest import FIXTURE_TOL, ROOT, write_options
 from safetensors.torch import load_file
 from test_gan import gan_options
 
@@ -31,7 +31,7 @@ from anysr.engine.checkpoint.weights import load_model_weights
 from anysr.errors import OptionError
 from anysr.models.base import BaseModel
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURES = ROOT / "tests" / "fixtures"
 ESC_CASES: dict[str, dict[str, Any]] = manifest("neosr_archs")["cases"]
 EA2FPN_CASE: dict[str, Any] = manifest("neosr_ea2fpn")["cases"]["ea2fpn"]
 GRAD_RTOL = 1e-4

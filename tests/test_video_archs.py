@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import FIXTURE_TOL, FIXTURE_TOOLS
+from conftest import FIXTURE_TOL, FIXTURE_TOOLS, ROOT
 from safetensors.torch import load_file
 from torch.nn import functional as F
 
@@ -27,7 +27,6 @@ from anysr.errors import OptionError
 from anysr.ops import dcn
 from anysr.ops.dcn import ModulatedDeformConv2dPack, modulated_deform_conv2d
 
-ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "video"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
 CASES = MANIFEST["cases"]
