@@ -54,7 +54,7 @@ fi
 jobs="${XLA_JOBS:-$(nproc 2>/dev/null || echo 1)}"
 group="${XLA_GROUP:-3}"
 # XLA:CPU compiles each graph through LLVM; the tests' graphs are small and run a few steps, so compiling is most of
-# their time: LLVM's optimisation level 0 compiles them 2-3x faster (measured on tests/test_archs_grl.py: 329 s ->
+# their time: LLVM's optimisation level 0 compiles them 2-3x faster (measured on tests/archs/test_grl.py: 329 s ->
 # 122 s). It changes how fast the compiled code runs, not which graphs are built, what falls back or the results
 # beyond float rounding; XLA_FLAGS set by the caller come first.
 export XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS }--xla_backend_optimization_level=0"
@@ -82,7 +82,7 @@ run_tests() {  # run_tests FILE... : one pytest process; 0 when its tests passed
 # the lanes at the end, so no long process starts last.
 units=()
 pending=()
-for f in $(printf '%s\n' tests/test_*.py | sort -r); do
+for f in $(printf '%s\n' tests/test_*.py tests/*/test_*.py | sort -r); do
     grep -q "mark.xla" "$f" || continue
     case "$(basename "$f")" in
         *xla*) units+=("$f") ;;

@@ -1,4 +1,4 @@
-"""The checks every architecture gets, written once (tests/test_archs_common.py runs them over its tables).
+"""The checks every architecture gets, written once (tests/archs/test_standard.py runs them over its tables).
 
 A fixture case is ``tests/fixtures/<group>/<name>_params.safetensors`` (the reference's weights) and
 ``<name>_io.safetensors`` (inputs ``input<i>`` and the reference's outputs ``output<i>``), described in the group's

@@ -8,7 +8,7 @@ neosr's outputs and centre buffers after each step (the first copies the centres
 follow by EMA); training gradients. Also: neosr's name and published size, recognition from the state dict, the
 window and group arithmetic on sides shorter than a window, bad arguments, ONNX through anysr's exporter at sizes
 it never saw, and an XLA:CPU train step that compiles once with no aten op left to the CPU (``-m xla``). The checks
-every architecture gets run from ``tests/test_archs_common.py``.
+every architecture gets run from ``tests/archs/test_standard.py``.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ OmniShift branches) and its training-mode gradients (CascadedGaze's hand-written
 OmniShift). Also: the deployment fold, the minimum size, nearest resizing by gathers, ONNX through anysr's exporter,
 and an XLA:CPU train step that compiles once with no aten op left to the CPU (``-m xla``). The checks every
 architecture gets (channels_last, bf16 autocast, the meta device, gradients, training runs) run from
-``tests/test_archs_common.py``.
+``tests/archs/test_standard.py``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from anysr.errors import OptionError
 FIXTURES = ROOT / "tests" / "fixtures" / "cgflex"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
 
-# Tiny networks of each kind (ONNX, XLA, the training rows in test_archs_common.py)
+# Tiny networks of each kind (ONNX, XLA, the training rows in tests/archs/test_standard.py)
 TINY = {
     "CascadedGaze": {"type": "CascadedGaze", "width": 4, "middle_blk_num": 1, "enc_blk_nums": [1, 1],
                      "dec_blk_nums": [1, 1], "GCE_CONVS_nums": [3, 2]},

@@ -7,7 +7,7 @@ iteration, the output, the input's and the parameters' gradients), strict loadin
 size (its state dict's names and shapes), the default boxes' derivation, batches with per-image boxes, the
 dictionary's file formats and errors, ONNX at the traced size, a training run through ``anysr train``, and an
 XLA:CPU training step (``-m xla`` in the XLA venv). The checks every architecture gets (channels_last, bf16, the
-meta device, gradients) run from ``tests/test_archs_common.py``.
+meta device, gradients) run from ``tests/archs/test_standard.py``.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ sizes padded to twice the window and at other sizes; EMT with window padding and
 dilated partition's geometry, the masks, build errors, published sizes, ONNX through anysr's exporter, and per
 architecture an XLA:CPU train step that compiles once with no aten op left to the CPU (``-m xla``).
 The checks every architecture gets (channels_last, bf16 autocast, the meta device, gradients, training runs,
-2 gloo ranks == 1 process) run from ``tests/test_archs_common.py``.
+2 gloo ranks == 1 process) run from ``tests/archs/test_standard.py``.
 """
 
 from __future__ import annotations

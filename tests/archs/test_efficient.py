@@ -4,7 +4,7 @@ Fixtures come from spandrel 0.4.2 (``tools/fixtures/make_efficient_fixtures.py``
 give spandrel's outputs; padded inputs give spandrel's outputs for the same padding. Also: SPAN's
 re-parameterisation, DySample's geometry, build errors, and one XLA:CPU compile-once check per architecture (``-m
 xla`` in the XLA venv). The checks every architecture gets (channels_last, bf16 autocast, the meta device,
-gradients, training runs, 2 gloo ranks == 1 process) run from ``tests/test_archs_common.py``.
+gradients, training runs, 2 gloo ranks == 1 process) run from ``tests/archs/test_standard.py``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ give spandrel's outputs; inputs off the size requirement give spandrel's outputs
 pieces rewritten for XLA (HVI colour transforms with ``torch.where``, the 8x8 FFTs as DFT matrices, bilinear resizes
 by gathers), ONNX and one XLA:CPU compile-once / no-CPU-fallback check per architecture (``-m xla`` in the XLA
 venv). The checks every architecture gets (channels_last, bf16 autocast, the meta device, gradients, training runs,
-2 gloo ranks == 1 process) run from ``tests/test_archs_common.py``.
+2 gloo ranks == 1 process) run from ``tests/archs/test_standard.py``.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ in the training-mode path, batch-norm batch statistics).
 Also: ONNX through anysr's exporter, and per architecture an XLA:CPU train step
 that compiles once with no aten op left to the CPU (``-m xla``).
 The checks every architecture gets (channels_last, bf16 autocast, the meta device, gradients, training runs,
-2 gloo ranks == 1 process) run from ``tests/test_archs_common.py``.
+2 gloo ranks == 1 process) run from ``tests/archs/test_standard.py``.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ inputs as spandrel pads them). Also: channels_last, bf16 autocast, the meta devi
 errors, a GAN training run, 2 gloo ranks == 1 process for RestoreFormer (unused parameters), and XLA:CPU
 compile-once / no-fallback checks (``-m xla`` in the XLA venv). The checks every architecture gets (channels_last,
 bf16 autocast, the meta device, gradients, training runs, 2 gloo ranks == 1 process) run from
-``tests/test_archs_common.py``.
+``tests/archs/test_standard.py``.
 """
 
 from __future__ import annotations
@@ -353,7 +353,7 @@ def test_published_configurations() -> None:
     ({"type": "StyleGAN2Generator"}, r"network_g\.out_size: required argument of StyleGAN2Generator is missing"),
     ({"type": "RestoreFormer", "ch": 48}, r"network_g\.ch: RestoreFormer normalises with 32 groups"),
     ({"type": "RestoreFormer", "head_size": 3}, r"network_g\.head_size: RestoreFormer: 512 channels cannot be split"),
-    ({"type": "RestoreFormer", "ex_multi_scale_num": 6},  # more: tests/test_archs_restoreformerpp.py
+    ({"type": "RestoreFormer", "ex_multi_scale_num": 6},  # more: tests/archs/test_restoreformerpp.py
      r"network_g\.ex_multi_scale_num: RestoreFormer\+\+: ex_multi_scale_num 6 puts the extra attention at size 1024"),
     ({"type": "RestoreFormer", "enable_mid": False},
      r"network_g\.attn_resolutions: .*resolution 16 is level 5"),
@@ -400,7 +400,7 @@ def test_gan_training_run_with_the_stylegan2_discriminator(tmp_path: Path, small
     opt["train"]["optim_d"] = {"type": "Adam", "lr": 1e-3, "betas": [0.9, 0.99]}
     opt["train"]["gan_opt"] = {"type": "GANLoss", "gan_type": "vanilla", "loss_weight": 0.01}
     opt["logger"]["save_checkpoint_freq"] = 2
-    train(tmp_path, opt)  # in this process (the command line's own path: tests/test_archs_common.py)
+    train(tmp_path, opt)  # in this process (the command line's own path: tests/archs/test_standard.py)
     _saved_finite(tmp_path, "sg2d", 2)
     state = torch.load(tmp_path / "experiments" / "sg2d" / "training_states" / "2.state", weights_only=True)
     net_d = state["model"]["nets"]["net_d"]

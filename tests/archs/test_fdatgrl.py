@@ -5,7 +5,7 @@ and give spandrel's outputs, also at sizes off the window / unshuffle multiple. 
 buffer, ONNX at unseen sizes, build errors, and XLA:CPU compile-once without CPU fallbacks
 (``-m xla`` in the XLA venv).
 The checks every architecture gets (channels_last, bf16 autocast, the meta device, gradients, training runs,
-2 gloo ranks == 1 process) run from ``tests/test_archs_common.py``.
+2 gloo ranks == 1 process) run from ``tests/archs/test_standard.py``.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ guard clamps, a dip), its parameter gradients, and its eval outputs with the EMA
 plain DAT / HAT untouched, recognition from the state dict, presets, bad arguments, ONNX at a size never traced, and
 an XLA:CPU train step that compiles once with no aten op left to the CPU and the same EMAs as the CPU (``-m xla``).
 The checks every architecture gets (channels_last, bf16 autocast, the meta device, gradients, training runs) run
-from ``tests/test_archs_common.py``.
+from ``tests/archs/test_standard.py``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from anysr.errors import OptionError
 FIXTURES = ROOT / "tests" / "fixtures" / "iln"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
 
-# Tiny networks (ONNX, XLA, the training rows in test_archs_common.py)
+# Tiny networks (ONNX, XLA, the training rows in tests/archs/test_standard.py)
 TINY = {
     "DAT_iLN": {"type": "DAT_iLN", "img_size": 8, "embed_dim": 32, "split_size": [2, 4], "depth": [2],
                 "num_heads": [2], "expansion_factor": 1.0, "upscale": 2, "upsampler": "pixelshuffledirect",

@@ -5,7 +5,7 @@ Fixtures come from spandrel 0.4.2 (``tools/fixtures/make_ipt_fixtures.py``): one
 token MLP and layer norms, without position encoding, x1 to x4 and ``rgb_range`` 255 or 1. The reference takes
 exactly one ``patch_size`` square; anysr's IPT pads other sizes to squares, so that is checked separately. The
 common checks (channels_last, bf16, the meta device, gradients, a training run, 2 ranks = 1 process) are in
-tests/test_archs_common.py; here: strict loading and parity, recognition, the padded sizes, build errors, the
+tests/archs/test_standard.py; here: strict loading and parity, recognition, the padded sizes, build errors, the
 published size, ONNX at unseen sizes and XLA:CPU compile-once without CPU fallbacks (``-m xla``).
 """
 

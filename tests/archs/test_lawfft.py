@@ -6,7 +6,7 @@ head kinds) and its gradients, with the whole-image transforms as ``torch.fft`` 
 / ONNX form). Also: the DFT helpers against ``torch.fft``, recognition, bad arguments, ONNX through anysr's exporter
 at a size it never saw, and an XLA:CPU train step that compiles once with no aten op left to the CPU (``-m xla``).
 The checks every architecture gets (channels_last, bf16 autocast, the meta device, gradients, training runs) run
-from ``tests/test_archs_common.py``.
+from ``tests/archs/test_standard.py``.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Fixtures come from spandrel 0.4.2 (``tools/fixtures/make_lightweight_fixtures.py
 and give spandrel's outputs, also for sizes that need padding. Also: ONNX export (onnxruntime on a size the export
 never saw), build errors, and one XLA:CPU compile-once / no-CPU-fallback check per architecture (``-m xla`` in the
 XLA venv). The checks every architecture gets (channels_last, bf16 autocast, the meta device, gradients, training
-runs, 2 gloo ranks == 1 process) run from ``tests/test_archs_common.py``.
+runs, 2 gloo ranks == 1 process) run from ``tests/archs/test_standard.py``.
 """
 
 from __future__ import annotations

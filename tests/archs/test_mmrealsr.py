@@ -3,7 +3,7 @@
 Fixtures come from spandrel 0.4.2 (``tools/fixtures/make_mmrealsr_fixtures.py``): the image and the estimated
 degrees, with and without ``custom_degrees``, two and three degradations, sigmoid and tanh, RGB and gray, at x4
 (the only scale the reference runs). The common checks (channels_last, bf16, the meta device, gradients, a training
-run, 2 ranks = 1 process) are in tests/test_archs_common.py; here: strict loading and parity (degrees too),
+run, 2 ranks = 1 process) are in tests/archs/test_standard.py; here: strict loading and parity (degrees too),
 recognition, x2 / x1 through pixel unshuffle, the modulation, build errors, the published size, ONNX at unseen
 sizes and XLA:CPU compile-once without CPU fallbacks (``-m xla``).
 """

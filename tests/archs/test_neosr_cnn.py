@@ -6,7 +6,7 @@ multiple of NinaSR's 16-pixel gate stride or PlainUSR's pooling) and its gradien
 (training = eval = ``reparameterize()``), neosr's names and published sizes, bad arguments, ONNX through anysr's
 exporter, and an XLA:CPU train step that compiles once with no aten op left to the CPU (``-m xla``). The checks every
 architecture gets (channels_last, bf16 autocast, the meta device, gradients, training runs) run from
-``tests/test_archs_common.py``.
+``tests/archs/test_standard.py``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from anysr.errors import OptionError
 FIXTURES = ROOT / "tests" / "fixtures" / "neosr_cnn"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
 
-# Tiny networks of each kind (ONNX, XLA, the training rows in test_archs_common.py)
+# Tiny networks of each kind (ONNX, XLA, the training rows in tests/archs/test_standard.py)
 TINY = {
     "NinaSR": {"type": "NinaSR", "n_resblocks": 2, "n_feats": 8, "scale": 2},
     "PlainUSR": {"type": "PlainUSR", "n_feat": 33, "im_feat": [6, 4, 2], "attn_feat": 2, "scale": 2},

@@ -6,7 +6,7 @@ same computation at drop_path_rate 0), at sizes that are no multiple of the wind
 odd groups, neosr's stored masks where the padded size is ``img_size``), and its training gradients. Also: neosr's
 name and published size, recognition from the state dict (and no confusion with DAT / DAT_iLN), the pieces shared
 with DAT, bad arguments, ONNX through anysr's exporter and an XLA:CPU train step that compiles once with no aten
-op left to the CPU (``-m xla``). The checks every architecture gets run from ``tests/test_archs_common.py``.
+op left to the CPU (``-m xla``). The checks every architecture gets run from ``tests/archs/test_standard.py``.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ training gradients. Also: neosr's lower-case names and published sizes, recognit
 resampling by gathers (XLA's and ONNX's path) equal to PyTorch's, bad arguments, ONNX through anysr's exporter, and
 an XLA:CPU train step that compiles once with no aten op left to the CPU (``-m xla``). The checks every architecture
 gets (channels_last, bf16 autocast, the meta device, gradients, training runs) run from
-``tests/test_archs_common.py``.
+``tests/archs/test_standard.py``.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ FAMILIES = ("CFSR", "HASN", "KRGN", "MSDAN")
 NEOSR_NAMES = {"CFSR": "cfsr", "HASN": "hasn", "KRGN": "krgn", "MSDAN": "msdan"}
 SCALE_ARG = {"CFSR": "upscale", "HASN": "upscale", "KRGN": "scale", "MSDAN": "upscale_factor"}
 
-# Tiny networks of each kind (ONNX, XLA, the training rows in test_archs_common.py)
+# Tiny networks of each kind (ONNX, XLA, the training rows in tests/archs/test_standard.py)
 TINY = {
     "CFSR": {"type": "CFSR", "embed_dim": 8, "depths": [1, 1], "dw_size": 5, "upscale": 2},
     "HASN": {"type": "HASN", "feature_channels": 30, "upscale": 2},

@@ -7,7 +7,7 @@ input, cropped, which anysr's ``forward`` does inside; GRFormer pads itself) and
 presets build neosr's sizes, bad arguments are refused naming the argument, ONNX through anysr's exporter at a size
 never traced, and an XLA:CPU train step that compiles once with no aten op left to the CPU (``-m xla``). The checks
 every architecture gets (channels_last, bf16 autocast, the meta device, gradients, training runs) run from
-``tests/test_archs_common.py``.
+``tests/archs/test_standard.py``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from anysr.errors import OptionError
 FIXTURES = ROOT / "tests" / "fixtures" / "neosr_transformer"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
 
-# Tiny networks (ONNX, XLA, the training rows in test_archs_common.py)
+# Tiny networks (ONNX, XLA, the training rows in tests/archs/test_standard.py)
 TINY = {
     "HMA": {"type": "HMA", "img_size": 8, "embed_dim": 32, "depths": [2], "num_heads": [4], "window_size": 4,
             "interval_size": 2, "upscale": 2, "drop_path_rate": 0.0},

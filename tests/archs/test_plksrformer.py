@@ -4,7 +4,7 @@ Fixtures: ``tools/fixtures/make_plksrformer_fixtures.py``. State dicts load stri
 outputs (padded sizes too); ONNX and an XLA:CPU compile-once / no-fallback check per
 architecture (``-m xla`` in the XLA venv).
 The checks every architecture gets (channels_last, bf16 autocast, the meta device, gradients, training runs,
-2 gloo ranks == 1 process) run from ``tests/test_archs_common.py``.
+2 gloo ranks == 1 process) run from ``tests/archs/test_standard.py``.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ fixture script's synthetic ones (tests/arch_checks.py draws them again), not sto
 name builds, recognition, ONNX through anysr's exporter (not SCUNet_aaf6aa: its padding, reflection as far as it
 reaches then edge replication, exports for one size only, as SCUNet's), and per architecture an XLA:CPU train step
 that compiles once with no aten op left to the CPU (``-m xla``). The checks every architecture gets run from
-``tests/test_archs_common.py``.
+``tests/archs/test_standard.py``.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Swift-SRGAN against spandrel 0.4.2 (tests/fixtures/restore, made by tools/fixtur
 Parity on tiny (and for Real-CUGAN full-width, synthetic-weight) networks, including inputs that need padding; keys
 and parameter counts of the published configurations; noise-map / quality-factor inputs; ONNX and XLA:CPU (``-m
 xla``). The checks every architecture gets (channels_last, bf16 autocast, the meta device, gradients, training runs,
-2 gloo ranks == 1 process) run from ``tests/test_archs_common.py``.
+2 gloo ranks == 1 process) run from ``tests/archs/test_standard.py``.
 """
 
 from __future__ import annotations

@@ -328,7 +328,7 @@ def test_training_run_from_the_lightning_checkpoint(tmp_path: Path, small_train_
 def test_xla_train_step_compiles_once() -> None:
     """Three training steps on XLA:CPU: one graph, finite gradients, no op fallen back to the CPU (the encoder's
     self-attentions leave their norm2 without a gradient, so the common check's every-parameter demand is not
-    made: as RestoreFormer's in tests/test_archs_face.py)."""
+    made: as RestoreFormer's in tests/archs/test_face.py)."""
     os.environ.setdefault("PJRT_DEVICE", "CPU")
     torch_xla = pytest.importorskip("torch_xla")
     from torch_xla.debug import metrics

@@ -3,7 +3,7 @@ document restorer with coordinate planes) against their references, tests/fixtur
 (``make_restormer_fixtures.py``): strict loading and equal outputs (also sizes the network pads), the recognisers,
 published sizes, DocRes's GAN discriminator, ONNX at unseen sizes and an XLA:CPU train step that compiles once
 with no CPU fallback. The shared checks (channels_last, bf16, meta device, training runs, 2 gloo ranks == 1
-process) run from tests/test_archs_common.py."""
+process) run from tests/archs/test_standard.py."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ traiNNer-redux). Also: SPANF3's re-parameterisation, traiNNer-redux's names (``s
 ``scale``) and sizes, recognition from the weights apart from SPAN and SpanPlus, bad arguments, ONNX through
 anysr's exporter at unseen sizes, and an XLA:CPU train step that compiles once with no aten op left to the CPU
 (``-m xla``). The checks every architecture gets (channels_last, bf16 autocast, the meta device, gradients, training
-runs) run from ``tests/test_archs_common.py``.
+runs) run from ``tests/archs/test_standard.py``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ FIXTURES = ROOT / "tests" / "fixtures" / "spanf"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
 GROUP = "spanf"
 
-# Tiny networks (ONNX, XLA, the training rows in test_archs_common.py); SPANF3 with and without the unshuffled stem
+# Tiny networks (ONNX, XLA, the training rows in archs/test_standard.py); SPANF3 with and without the unshuffled stem
 TINY = {
     "SPANF": {"type": "SPANF", "feature_channels": 8, "upscale": 2},
     "SPANF3": {"type": "SPANF3", "feature_channels": 8, "num_blocks": 2, "upscale": 2, "unshuffle_mod": True},

@@ -8,7 +8,7 @@ traiNNer-redux's size under its spelling, padding to the least common multiple o
 refused naming the argument, recognition without ``--arch`` (and never as SRFormer, SwinIR or HAT, nor those as
 it), ONNX through anysr's exporter at a size never traced, and an XLA:CPU train step that compiles once with no aten
 op left to the CPU (``-m xla``). The checks every architecture gets (channels_last, bf16 autocast, the meta
-device, gradients, training runs) run from ``tests/test_archs_common.py``.
+device, gradients, training runs) run from ``tests/archs/test_standard.py``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ GROUP = "srformerv2"
 FIXTURES = ROOT / "tests" / "fixtures" / GROUP
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
 
-# a tiny network (ONNX, XLA, the training row in test_archs_common.py): window 8 on an 8-pixel patch, so the Swin
+# a tiny network (ONNX, XLA, the training row in archs/test_standard.py): window 8 on an 8-pixel patch, so the Swin
 # blocks' window is 8 too
 TINY = {"type": "SRFormerv2", "img_size": 8, "embed_dim": 8, "squeeze_dim": 2, "depths": [2], "num_heads": [2],
         "window_size": 8, "upscale": 2, "upsampler": "pixelshuffledirect", "drop_path_rate": 0.0}

@@ -2,7 +2,7 @@
 
 Adding an architecture: its fixture cases (``tests/fixtures/<group>/``, ``make_<group>_fixtures.py``), its
 representative case in ``GROUPS[group].one``, its tiny network in ``TRAIN``. The group's module
-(``test_archs_<group>.py``) keeps what is specific to the family: reference parity details, padding rules,
+(``tests/archs/test_<group>.py``) keeps what is specific to the family: reference parity details, padding rules,
 re-parameterisation, build errors, published sizes, XLA.
 
 - fixture networks (the reference's weights): channels_last input and weights give the reference's output; bf16
@@ -164,13 +164,13 @@ GROUPS: dict[str, Group] = {
         grad_nonzero=_not_experts, no_drop_path=True),
     "plksrformer": Group(one=("plksr_x4_sparse_max_idt", "srformer_x2", "elan_x4")),
     # SRFormerV2: the stored cases (the pixelshuffle / nearest+conv ones seed their reconstruction:
-    # tests/test_archs_srformerv2.py)
+    # tests/archs/test_srformerv2.py)
     "srformerv2": Group(
         one=("srformerv2_x2_direct",), cl_extra=("srformerv2_x3_direct_3conv", "srformerv2_x1_gray_ape"),
         bf16_extra=("srformerv2_x3_direct_3conv", "srformerv2_x1_gray_ape"),
         meta_extra=("srformerv2_x3_direct_3conv", "srformerv2_x1_gray_ape"),
         grad_extra=("srformerv2_x3_direct_3conv", "srformerv2_x1_gray_ape"), grad_nonzero=_every, no_drop_path=True),
-    # LAWFFT (traiNNer-redux; tests/test_archs_lawfft.py)
+    # LAWFFT (traiNNer-redux; tests/archs/test_lawfft.py)
     "lawfft": Group(
         one=("lawfft_x2_ps",), cl_extra=("lawfft_x3_w6_direct", "lawfft_x2_unshuffle"), bf16_all=True,
         meta_extra=("lawfft_x3_w6_direct", "lawfft_x4_gray_tconv", "lawfft_x2_unshuffle"),
@@ -194,7 +194,7 @@ GROUPS: dict[str, Group] = {
         one=("ninasr_x2", "plainusr_x2_v2"), cl_extra=("plainusr_x2_ultra",), bf16_all=True,
         meta_extra=("ninasr_x3_gray", "plainusr_x3_v4"), grad_extra=("plainusr_x2_ultra", "plainusr_x3_v4"),
         grad_nonzero=_every),
-    # neosr's esc_fp (tests/test_neosr_archs.py)
+    # neosr's esc_fp (tests/archs/test_neosr_archs.py)
     "neosr_archs": Group(one=("esc_fp_x2",), cl_extra=("esc_fp_x4",), bf16_all=True,
                          meta_extra=("esc_fp_x3_naive", "esc_fp_x4"), grad_extra=("esc_fp_x4",), grad_nonzero=_every),
     "neosr_transformer": Group(
@@ -509,7 +509,7 @@ def test_training_run_saves_finite_weights_that_moved(arch: str, tmp_path: Path,
 # IPT's frozen heads and tails of the other tasks; MMRealSR's per-image degree estimates; HiFaceGAN's spectral norm
 # (power iterations on every rank) and frozen unused layers, instance-norm SPADE: batch norm is per rank; DWT's
 # dilated windows and their masks).
-# RestoreFormer (unused parameters: find_unused_parameters) is in test_archs_face.py.
+# RestoreFormer (unused parameters: find_unused_parameters) is in tests/archs/test_face.py.
 TWO_RANKS: dict[str, dict[str, Any]] = {
     "HVICIDNet": {"val": False}, "ESCRealM": {}, "FDAT": {"net": {"drop_path_rate": 0.0}}, "HiT_SNG": {"val": False},
     "MoSR": {}, "PLKSR": {"val": False}, "DRUNet": {"total_iter": 4}, "RTMoSR": {},

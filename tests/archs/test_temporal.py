@@ -2,7 +2,7 @@
 
 Fixtures come from traiNNer-redux's own source (``tools/fixtures/make_temporal_fixtures.py``): the state dicts load
 strictly and give its outputs (eval mode, sizes that need the networks' internal padding, and the training-mode
-branches of the re-parameterised SPANs). The image-network checks of ``tests/test_archs_common.py`` (channels_last
+branches of the re-parameterised SPANs). The image-network checks of ``tests/archs/test_standard.py`` (channels_last
 inputs, its image training runs) do not apply to 5-D clips; their equivalents are here: bf16 autocast, the meta
 device, gradients, ONNX with a dynamic frame size, and an XLA:CPU train step that compiles once with no aten op left
 to the CPU (``-m xla``). Training through the command line on a folder of frames: ``tests/test_trainner_video.py``.

@@ -5,7 +5,7 @@ load strictly and give its outputs (eval mode, sizes that need the networks' int
 branches of the re-parameterised SpanPlus / RTMoSR). Also: the deployment fold, ONNX through anysr's exporter, and
 per architecture an XLA:CPU train step that compiles once with no aten op left to the CPU (``-m xla``). The checks
 every architecture gets (channels_last, bf16 autocast, the meta device, gradients, training runs, 2 gloo ranks == 1
-process) run from ``tests/test_archs_common.py``.
+process) run from ``tests/archs/test_standard.py``.
 """
 
 from __future__ import annotations

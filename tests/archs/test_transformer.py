@@ -4,7 +4,7 @@ Fixtures come from spandrel 0.4.2 (``tools/fixtures/make_transformer_fixtures.py
 and give spandrel's outputs, also for inputs that must be padded. Also: the published layouts' sizes, ONNX, build
 errors, and one XLA:CPU compile per shape without CPU fallbacks (``-m xla`` in the XLA venv). The checks every
 architecture gets (channels_last, bf16 autocast, the meta device, gradients, training runs, 2 gloo ranks == 1
-process) run from ``tests/test_archs_common.py``.
+process) run from ``tests/archs/test_standard.py``.
 """
 
 from __future__ import annotations
