@@ -4,48 +4,33 @@ Fixtures come from traiNNer-redux's own source (``tools/fixtures/make_cgflex_fix
 strictly and give its outputs (eval mode, sizes that need the networks' internal padding, FlexNet's training-mode
 OmniShift branches) and its training-mode gradients (CascadedGaze's hand-written layer-norm backward, the unfolded
 OmniShift). Also: the deployment fold, the minimum size, nearest resizing by gathers, ONNX through anysr's exporter,
-and an XLA:CPU train step that compiles once with no aten op left to the CPU (``-m xla``). The checks every
-architecture gets (channels_last, bf16 autocast, the meta device, gradients, training runs) run from
-``tests/archs/test_standard.py``.
+and an XLA:CPU train step that compiles once with no aten op left to the CPU (``-m xla``). Where they are tested:
+reference parity over the fixture manifest, bad arguments, ONNX at unseen sizes, the XLA:CPU step and the checks
+every architecture gets run from ``tests/archs/test_standard.py`` over the family's cards
+(``tests/archs/cards.py``); this module keeps what is particular to the family.
 """
 
 from __future__ import annotations
 
-import json
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
-from arch_checks import check_onnx_at_unseen_size, check_xla_train_step
-from conftest import FIXTURE_TOL, ROOT
-from safetensors.torch import load_file
+from arch_checks import FIXTURES, load_case, manifest
+from cards import CARDS
+from conftest import FIXTURE_TOL
 from torch.nn import functional as F
 
 from anysr.archs import build_network
 from anysr.archs import cascadedgaze_arch as cg
 from anysr.archs.flexnet_arch import OmniShift, RMSNorm
-from anysr.errors import OptionError
 
-FIXTURES = ROOT / "tests" / "fixtures" / "cgflex"
-MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
+GROUP = "cgflex"
+MANIFEST = manifest(GROUP)["cases"]
 
-# Tiny networks of each kind (ONNX, XLA, the training rows in tests/archs/test_standard.py)
-TINY = {
-    "CascadedGaze": {"type": "CascadedGaze", "width": 4, "middle_blk_num": 1, "enc_blk_nums": [1, 1],
-                     "dec_blk_nums": [1, 1], "GCE_CONVS_nums": [3, 2]},
-    "FlexNet": {"type": "FlexNet", "dim": 8, "num_blocks": [1], "hidden_rate": 2, "scale": 2},
-    "MetaFlexNet": {"type": "metaflexnet", "dim": 2, "num_blocks": [1, 1, 1, 1], "hidden_rate": 1, "scale": 2},
-}
-SCALES = {"CascadedGaze": 1, "FlexNet": 2, "MetaFlexNet": 2}
-
-
-def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
-    """The fixture network (eval mode, weights loaded strictly) and its inputs / outputs."""
-    case = MANIFEST[name]
-    net = build_network({"type": case["type"], **case["kwargs"]}).eval()
-    net.load_state_dict(load_file(str(FIXTURES / f"{name}_params.safetensors")), strict=True)
-    return net, load_file(str(FIXTURES / f"{name}_io.safetensors"))
+# The tiny networks of each kind and their scales (tests/archs/cards.py)
+TINY = {a: CARDS[a].net for a in ("CascadedGaze", "FlexNet", "MetaFlexNet")}
+SCALES = {a: CARDS[a].scale for a in TINY}
 
 
 # ----------------------------------------------------------------------------- traiNNer-redux parity
@@ -53,24 +38,7 @@ def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
 def test_fixtures_cover_every_arch() -> None:
     assert {c["type"] for c in MANIFEST.values()} == {"CascadedGaze", "FlexNet"}
     assert any(c["kwargs"].get("pipeline_type") == "meta" for c in MANIFEST.values())
-    assert sum(p.stat().st_size for p in FIXTURES.iterdir()) < 1_000_000
-
-
-@pytest.mark.parametrize("name", sorted(MANIFEST))
-def test_reference_weights_load_strictly_and_match(name: str) -> None:
-    case = MANIFEST[name]
-    params = load_file(str(FIXTURES / f"{name}_params.safetensors"))
-    net = build_network({"type": case["type"], **case["kwargs"]})
-    assert set(net.state_dict()) == set(params), "state-dict keys differ from traiNNer-redux's"
-    assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in params.items()}
-    net.load_state_dict(params, strict=True)
-    io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
-    for inp, out, mode in case["compare"]:
-        net.train(mode == "train")
-        with torch.no_grad():
-            got = net(io[inp])
-        assert got.shape == io[out].shape
-        torch.testing.assert_close(got, io[out], **FIXTURE_TOL, msg=f"{name} {out} ({mode}) differs")
+    assert sum(p.stat().st_size for p in (FIXTURES / GROUP).iterdir()) < 1_000_000
 
 
 @pytest.mark.parametrize(("name", "inp", "why"), [
@@ -82,7 +50,7 @@ def test_reference_weights_load_strictly_and_match(name: str) -> None:
     ("metaflexnet_x1_ps", "input0", "40x50: padded to 64x64 (8x8 windows at 1/8 size), cropped"),
 ])
 def test_padded_inputs_match_reference(name: str, inp: str, why: str) -> None:
-    net, io = _case(name)
+    net, io = load_case(GROUP, name)
     x = io[inp]
     assert x.shape[-2] % net.tile_multiple or x.shape[-1] % net.tile_multiple, why
     with torch.no_grad():
@@ -97,7 +65,7 @@ def test_training_gradients_match_reference(name: str) -> None:
     """Gradients of ``mean(output ** 2)``: CascadedGaze's layer norms are plain differentiable ops here (the
     reference writes the backward by hand); FlexNet's OmniShift trains as one folded conv (the reference: 3
     convs)."""
-    net, io = _case(name)
+    net, io = load_case(GROUP, name)
     x = io["input0"].clone().requires_grad_(True)
     net.train()(x).square().mean().backward()
     assert x.grad is not None
@@ -125,7 +93,7 @@ def test_tile_multiples_and_minimum_size() -> None:
 
 def test_cascadedgaze_below_its_minimum_size_is_zero_padded() -> None:
     """The original fails below the size its extractors need; here the input is zero-padded up to it."""
-    net, _ = _case("cgnet_2levels")
+    net, _ = load_case(GROUP, "cgnet_2levels")
     x = torch.rand(1, 3, 9, 20)
     with torch.no_grad():
         got = net(x)
@@ -171,7 +139,7 @@ def test_rms_norm_is_torchs(x_dtype: torch.dtype, w_dtype: torch.dtype) -> None:
 
 @pytest.mark.parametrize("name", ["flexnet_x4_ps", "flexnet_x2_dysample_gray"])
 def test_eval_refolds_from_the_branches_and_reparameterize_freezes_it(name: str) -> None:
-    net, io = _case(name)
+    net, io = load_case(GROUP, name)
     stale = {k: v.clone() for k, v in net.state_dict().items()}
     with torch.no_grad():
         evaluated = net(io["input0"])
@@ -198,7 +166,7 @@ def test_derived_convs_are_never_trained() -> None:
 
 
 def test_training_and_eval_forms_agree() -> None:
-    net, io = _case("flexnet_x3_nearest_cn")
+    net, io = load_case(GROUP, "flexnet_x3_nearest_cn")
     with torch.no_grad():
         torch.testing.assert_close(net.train()(io["input1"]), net.eval()(io["input1"]), rtol=1e-5, atol=1e-5)
 
@@ -229,49 +197,5 @@ def test_published_sizes() -> None:
     assert count({"type": "flexnet", "upsampler": "nearest+conv"}) == (3_176_099, 884)
 
 
-@pytest.mark.parametrize(("opt", "pattern"), [
-    ({"type": "CascadedGaze", "scale": 2}, r"network_g\.scale: CascadedGaze restores at scale 1 only"),
-    ({"type": "CascadedGaze", "enc_blk_nums": [1, 1]}, r"network_g\.dec_blk_nums: .*one decoder level per"),
-    ({"type": "CascadedGaze", "GCE_CONVS_nums": [3, 3]}, r"network_g\.GCE_CONVS_nums: .*4 levels, .* 2 entries"),
-    ({"type": "CascadedGaze", "GCE_CONVS_nums": [3, 4, 2, 2]}, r"network_g\.GCE_CONVS_nums: .*2 or 3 convs"),
-    ({"type": "CascadedGaze", "enc_blk_nums": [1, -1, 1, 1]}, r"network_g\.enc_blk_nums: .*block counts >= 0"),
-    ({"type": "FlexNet", "upsampler": "conv"}, r"network_g\.upsampler: FlexNet has no upsampler 'conv'"),
-    ({"type": "FlexNet", "upsampler": "nearest+conv", "scale": 6}, r"network_g\.scale: .*3 or a power of 2"),
-    ({"type": "FlexNet", "upsampler": "dysample", "dim": 5}, r"network_g\.dim: .*dim must be even, got 5"),
-    ({"type": "FlexNet", "window_size": 16}, r"network_g\.window_size: .*must be 8, got 16"),
-    ({"type": "FlexNet", "pipeline_type": "unet"}, r"network_g\.pipeline_type: FlexNet has no pipeline_type"),
-    ({"type": "metaflexnet", "num_blocks": [2, 2]}, r"network_g\.num_blocks: .*4 levels"),
-    ({"type": "metaflexnet", "dim": 7}, r"network_g\.dim: .*meta pipeline halves dim"),
-    ({"type": "FlexNet", "num_blocks": []}, r"network_g\.num_blocks: FlexNet needs a non-empty list"),
-    ({"type": "FlexNet", "scale": 0}, r"network_g\.scale: FlexNet needs an integer scale >= 1"),
-])
-def test_bad_argument_values(opt: dict, pattern: str) -> None:
-    with pytest.raises(OptionError, match=pattern) as err:
-        build_network(opt)
-    assert "\n" not in str(err.value)
 
 
-# ----------------------------------------------------------------------------- ONNX
-
-@pytest.mark.parametrize("arch", [pytest.param(a, marks=pytest.mark.slow) if a == "MetaFlexNet" else a
-                                  for a in TINY])
-def test_onnx_export_runs_at_sizes_it_never_saw(arch: str, tmp_path: Path) -> None:
-    torch.manual_seed(0)
-    net = build_network(TINY[arch]).eval()
-    with torch.no_grad():  # away from the zero init of CascadedGaze's block scales, so the blocks count
-        for name, p in net.named_parameters():
-            if name.endswith(("beta", "gamma")):
-                p.normal_(0, 0.5)
-    check_onnx_at_unseen_size(net, TINY[arch], SCALES[arch], tmp_path)
-
-
-# ----------------------------------------------------------------------------- XLA:CPU
-
-XLA_SHAPES = {"CascadedGaze": (1, 3, 32, 36), "FlexNet": (1, 3, 8, 16), "MetaFlexNet": (1, 3, 16, 16)}
-
-
-@pytest.mark.xla
-@pytest.mark.parametrize("arch", list(TINY))
-def test_xla_train_step_compiles_once_without_cpu_fallback(arch: str) -> None:
-    # and the eval form (FlexNet: the folded OmniShift) lowers too
-    check_xla_train_step(TINY[arch], XLA_SHAPES[arch], scale=SCALES[arch])

@@ -3,56 +3,28 @@
 Fixtures come from spandrel 0.4.2 (``tools/fixtures/make_efficient_fixtures.py``): the state dicts load strictly and
 give spandrel's outputs; padded inputs give spandrel's outputs for the same padding. Also: SPAN's
 re-parameterisation, DySample's geometry, build errors, and one XLA:CPU compile-once check per architecture (``-m
-xla`` in the XLA venv). The checks every architecture gets (channels_last, bf16 autocast, the meta device,
-gradients, training runs, 2 gloo ranks == 1 process) run from ``tests/archs/test_standard.py``.
+xla`` in the XLA venv). Where they are tested: reference parity over the fixture manifest, bad arguments, ONNX at
+unseen sizes, the XLA:CPU step and the checks every architecture gets run from ``tests/archs/test_standard.py`` over
+the family's cards (``tests/archs/cards.py``); this module keeps what is particular to the family.
 """
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
-from arch_checks import check_xla_train_step
-from conftest import FIXTURE_TOL, ROOT
-from safetensors.torch import load_file
+from arch_checks import load_case, manifest, stored_params
+from conftest import FIXTURE_TOL
 from torch.nn import functional as F
 
 from anysr.archs import build_network
 from anysr.archs.arch_util import LayerNorm2d, pad_to_min_size
 from anysr.archs.plksr_arch import DySample
-from anysr.errors import OptionError
 
-FIXTURES = ROOT / "tests" / "fixtures" / "efficient"
-MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
-
-
-def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
-    """The fixture network (eval mode, weights loaded strictly) and its inputs / outputs."""
-    case = MANIFEST[name]
-    net = build_network({"type": case["type"], **case["kwargs"]}).eval()
-    net.load_state_dict(load_file(str(FIXTURES / f"{name}_params.safetensors")), strict=True)
-    return net, load_file(str(FIXTURES / f"{name}_io.safetensors"))
+GROUP = "efficient"
+MANIFEST = manifest(GROUP)["cases"]
 
 
 # ----------------------------------------------------------------------------- spandrel parity
-
-@pytest.mark.parametrize("name", sorted(MANIFEST))
-def test_reference_weights_load_strictly_and_match(name: str) -> None:
-    case = MANIFEST[name]
-    params = load_file(str(FIXTURES / f"{name}_params.safetensors"))
-    net = build_network({"type": case["type"], **case["kwargs"]})
-    assert set(net.state_dict()) == set(params), "state-dict keys differ from spandrel's"
-    assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in params.items()}
-    net.load_state_dict(params, strict=True)
-    io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
-    for inp, out, mode in case["compare"]:
-        net.train(mode == "train")
-        with torch.no_grad():
-            got = net(io[inp])
-        assert got.shape == io[out].shape
-        torch.testing.assert_close(got, io[out], **FIXTURE_TOL, msg=f"{name} {out} ({mode}) differs from spandrel")
-
 
 @pytest.mark.parametrize(("name", "inp", "why"), [
     ("omnisr_x4", "input1", "17x13: zero-padded to the window (4) inside forward, cropped"),
@@ -62,7 +34,7 @@ def test_reference_weights_load_strictly_and_match(name: str) -> None:
     ("safmn_x4", "input2", "5x7: grown to the 8-pixel minimum, then cropped"),
 ])
 def test_padded_inputs_match_reference(name: str, inp: str, why: str) -> None:
-    net, io = _case(name)
+    net, io = load_case(GROUP, name)
     x = io[inp]
     assert x.shape[-2] % net.tile_multiple or x.shape[-1] % net.tile_multiple, why
     with torch.no_grad():
@@ -82,7 +54,7 @@ def test_tile_multiples() -> None:
 # ----------------------------------------------------------------------------- SPAN
 
 def test_span_folds_its_convs_exactly() -> None:
-    net, io = _case("span_x4_norm")
+    net, io = load_case(GROUP, "span_x4_norm")
     conv = net.block_3.c2_r
     stale = conv.eval_conv.weight.clone()
     with torch.no_grad():
@@ -108,7 +80,7 @@ def test_span_eval_conv_is_never_trained() -> None:
 
 
 def test_span_with_bf16_weights_folds_in_bf16() -> None:
-    net, io = _case("span_x2_nonorm")
+    net, io = load_case(GROUP, "span_x2_nonorm")
     with torch.no_grad():
         out = net.to(torch.bfloat16)(io["input0"].bfloat16())
     assert out.dtype == torch.bfloat16 and net.conv_2.eval_conv.weight.dtype == torch.bfloat16
@@ -132,7 +104,7 @@ def test_dysample_init_pos_matches_reference_buffer() -> None:
     for name in ("realplksr_x4_ln_dysample", "realplksr_x3_dysample_noea"):
         case = MANIFEST[name]
         fresh = build_network({"type": "RealPLKSR", **case["kwargs"]})
-        ref = load_file(str(FIXTURES / f"{name}_params.safetensors"))["to_img.init_pos"]
+        ref = stored_params(GROUP, name)["to_img.init_pos"]
         assert torch.equal(fresh.to_img.init_pos, ref)
 
 
@@ -160,8 +132,8 @@ def test_realplksr_variants_differ_in_keys() -> None:
 # ----------------------------------------------------------------------------- OmniSR
 
 def test_omnisr_ignores_profiler_counters_in_checkpoints() -> None:
-    net, io = _case("omnisr_x2_nope")
-    params = load_file(str(FIXTURES / "omnisr_x2_nope_params.safetensors"))
+    net, io = load_case(GROUP, "omnisr_x2_nope")
+    params = stored_params(GROUP, "omnisr_x2_nope")
     junk = {f"{prefix}{name}": torch.zeros(1, dtype=torch.float64) for name in ("total_ops", "total_params")
             for prefix in ("", "input.", "residual_layer.0.esa.conv1.")}
     net.load_state_dict({**params, **junk}, strict=True)
@@ -196,38 +168,7 @@ def test_pad_to_min_size_reflects_then_replicates() -> None:
 
 # ----------------------------------------------------------------------------- build errors
 
-@pytest.mark.parametrize(("opt", "pattern"), [
-    ({"type": "SPAN", "upscale": 0}, r"network_g\.upscale: SPAN needs an integer upscale >= 1"),
-    ({"type": "SPAN", "num_in_ch": 1, "num_out_ch": 1},
-     r"network_g\.rgb_mean: SPAN has num_in_ch=1 but rgb_mean has 3 values"),
-    ({"type": "RealPLKSR", "kernel_size": 16}, r"network_g\.kernel_size: RealPLKSR needs an odd kernel_size"),
-    ({"type": "RealPLKSR", "dim": 8, "split_ratio": 0.1}, r"network_g\.split_ratio: .*between 1 and dim"),
-    ({"type": "RealPLKSR", "dim": 10}, r"network_g\.norm_groups: RealPLKSR: dim \(10\) must be a multiple"),
-    ({"type": "RealPLKSR", "upscaling_factor": 2.0}, r"network_g\.upscaling_factor: RealPLKSR needs an integer"),
-    ({"type": "OmniSR", "num_feat": 18}, r"network_g\.num_feat: OmniSR needs num_feat to be a multiple of 4"),
-    ({"type": "OmniSR", "up_scale": -1}, r"network_g\.up_scale: OmniSR needs an integer up_scale >= 1"),
-    ({"type": "OmniSR", "window_size": 0}, r"network_g\.window_size: OmniSR needs an integer window_size"),
-    ({"type": "SAFMN", "dim": 30}, r"network_g\.dim: SAFMN needs dim to be a multiple of 4"),
-    ({"type": "SAFMN"}, r"network_g\.dim: required argument of SAFMN is missing"),
-    ({"type": "SAFMN", "dim": 8, "upscaling_factor": 0}, r"network_g\.upscaling_factor: SAFMN needs an integer"),
-])
-def test_bad_argument_values(opt: dict, pattern: str) -> None:
-    with pytest.raises(OptionError, match=pattern):
-        build_network(opt)
-
-
 # ----------------------------------------------------------------------------- XLA:CPU
 
-XLA_NETS = {
-    "SPAN": ({"type": "SPAN", "feature_channels": 4, "upscale": 2}, (1, 3, 8, 8)),
-    "RealPLKSR": ({"type": "RealPLKSR", "dim": 8, "n_blocks": 1, "kernel_size": 5, "upscaling_factor": 2,
-                   "layer_norm": True, "dysample": True}, (1, 3, 8, 8)),
-    "OmniSR": ({"type": "OmniSR", "num_feat": 8, "window_size": 4, "up_scale": 2}, (1, 3, 16, 12)),
-    "SAFMN": ({"type": "SAFMN", "dim": 8, "n_blocks": 1, "upscaling_factor": 2}, (1, 3, 8, 8)),
-}
 
 
-@pytest.mark.xla
-@pytest.mark.parametrize("arch", sorted(XLA_NETS))
-def test_xla_train_step_compiles_once(arch: str) -> None:
-    check_xla_train_step(*XLA_NETS[arch])

@@ -4,66 +4,34 @@ Fixtures come from spandrel 0.4.2 (``tools/fixtures/make_enhance_fixtures.py``):
 give spandrel's outputs; inputs off the size requirement give spandrel's outputs for the same padding. Also: the
 pieces rewritten for XLA (HVI colour transforms with ``torch.where``, the 8x8 FFTs as DFT matrices, bilinear resizes
 by gathers), ONNX and one XLA:CPU compile-once / no-CPU-fallback check per architecture (``-m xla`` in the XLA
-venv). The checks every architecture gets (channels_last, bf16 autocast, the meta device, gradients, training runs,
-2 gloo ranks == 1 process) run from ``tests/archs/test_standard.py``.
+venv). Where they are tested: reference parity over the fixture manifest, bad arguments, ONNX at unseen sizes, the
+XLA:CPU step and the checks every architecture gets run from ``tests/archs/test_standard.py`` over the family's
+cards (``tests/archs/cards.py``); this module keeps what is particular to the family.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import pytest
 import torch
-from arch_checks import check_xla_train_step
-from conftest import FIXTURE_TOL, ROOT
-from safetensors.torch import load_file
+from arch_checks import check_xla_train_step, load_case, manifest, stored_params
+from cards import CARDS
+from conftest import FIXTURE_TOL
 from torch.nn import functional as F
 
 from anysr.archs import build_network
 from anysr.archs.fftformer_arch import dft_bases, from_patches, to_patches
 from anysr.archs.resize_util import resize_bilinear_gather
-from anysr.errors import OptionError
 
-FIXTURES = ROOT / "tests" / "fixtures" / "enhance"
-MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
+GROUP = "enhance"
+MANIFEST = manifest(GROUP)["cases"]
 
-TINY = {
-    "RetinexFormer": {"type": "RetinexFormer", "n_feat": 4, "stage": 1},
-    "HVICIDNet": {"type": "HVICIDNet", "channels": [4, 4, 8, 8], "heads": [1, 1, 2, 2]},
-    "FFTformer": {"type": "FFTformer", "dim": 4, "num_blocks": [1, 1, 1], "num_refinement_blocks": 1,
-                  "ffn_expansion_factor": 2},
-    "MixDehazeNet": {"type": "MixDehazeNet", "embed_dims": [8, 8, 8, 8, 8], "depths": [1, 1, 1, 1, 1]},
-}
-
-
-def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
-    """The fixture network (eval mode, weights loaded strictly) and its inputs / outputs."""
-    case = MANIFEST[name]
-    net = build_network({"type": case["type"], **case["kwargs"]}).eval()
-    net.load_state_dict(load_file(str(FIXTURES / f"{name}_params.safetensors")), strict=True)
-    return net, load_file(str(FIXTURES / f"{name}_io.safetensors"))
+TINY = {a: CARDS[a].net for a in ("RetinexFormer", "HVICIDNet", "FFTformer", "MixDehazeNet")}  # tests/archs/cards.py
 
 
 # ----------------------------------------------------------------------------- spandrel parity
-
-@pytest.mark.parametrize("name", sorted(MANIFEST))
-def test_reference_weights_load_strictly_and_match(name: str) -> None:
-    case = MANIFEST[name]
-    params = load_file(str(FIXTURES / f"{name}_params.safetensors"))
-    net = build_network({"type": case["type"], **case["kwargs"]})
-    assert set(net.state_dict()) == set(params), "state-dict keys differ from spandrel's"
-    assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in params.items()}
-    net.load_state_dict(params, strict=True)
-    io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
-    for inp, out, mode in case["compare"]:  # MixDehazeNet's train-mode (batch statistics) entry comes last
-        net.train(mode == "train")
-        with torch.no_grad():
-            got = net(io[inp])
-        assert got.shape == io[out].shape
-        torch.testing.assert_close(got, io[out], **FIXTURE_TOL, msg=f"{name} {out} ({mode}) differs from spandrel")
-
 
 @pytest.mark.parametrize(("name", "inp", "why"), [
     ("retinexformer_1s", "input1", "13x10: padded to 16x16 (multiple of 8) inside forward, cropped"),
@@ -76,7 +44,7 @@ def test_reference_weights_load_strictly_and_match(name: str) -> None:
     ("mixdehazenet", "input2", "21x30: grown to the 40-pixel minimum, cropped"),
 ])
 def test_padded_inputs_match_reference(name: str, inp: str, why: str) -> None:
-    net, io = _case(name)
+    net, io = load_case(GROUP, name)
     x = io[inp]
     assert x.shape[-2] % net.tile_multiple or x.shape[-1] % net.tile_multiple or min(x.shape[-2:]) < 40, why
     with torch.no_grad():
@@ -101,8 +69,8 @@ def test_type_aliases() -> None:
 @pytest.mark.parametrize(("name", "prefix"), [("hvicidnet", "I_LCA5."), ("fftformer", "reduce_chan_level2.")])
 def test_frozen_modules_do_not_change_the_output(name: str, prefix: str) -> None:
     """The authors' forward never uses these weights: they are frozen (DDP would report them unused)."""
-    net, io = _case(name)
-    params = load_file(str(FIXTURES / f"{name}_params.safetensors"))
+    net, io = load_case(GROUP, name)
+    params = stored_params(GROUP, name)
     assert any(k.startswith(prefix) for k in params)
     scrambled = {k: (v + 1.0 if k.startswith(prefix) else v) for k, v in params.items()}
     net.load_state_dict(scrambled, strict=True)
@@ -170,7 +138,7 @@ def test_fftformer_halving_is_the_bilinear_one() -> None:
 
 
 def test_mixdehazenet_batch_norm_statistics_update_in_training_only() -> None:
-    net, io = _case("mixdehazenet")
+    net, io = load_case(GROUP, "mixdehazenet")
     before = net.layer1.blocks[0].norm1.running_mean.clone()
     with torch.no_grad():
         net(io["input0"])
@@ -180,26 +148,6 @@ def test_mixdehazenet_batch_norm_statistics_update_in_training_only() -> None:
 
 
 # ----------------------------------------------------------------------------- build errors
-
-@pytest.mark.parametrize(("opt", "pattern"), [
-    ({"type": "RetinexFormer", "n_feat": 6}, r"network_g\.n_feat: RetinexFormer needs n_feat to be a positive "
-                                             r"multiple of 4"),
-    ({"type": "RetinexFormer", "in_channels": 1}, r"network_g\.in_channels: RetinexFormer works on RGB"),
-    ({"type": "RetinexFormer", "num_blocks": [1, 1]}, r"network_g\.num_blocks: RetinexFormer needs 3 block"),
-    ({"type": "RetinexFormer", "stage": 0}, r"network_g\.stage: RetinexFormer needs an integer stage >= 1"),
-    ({"type": "HVICIDNet", "channels": [4, 4, 8]}, r"network_g\.channels: HVICIDNet needs 4 positive"),
-    ({"type": "HVICIDNet", "channels": [4, 4, 6, 8], "heads": [1, 1, 4, 2]},
-     r"network_g\.heads: HVICIDNet: 6 channels cannot be split into 4 heads"),
-    ({"type": "FFTformer", "out_channels": 1}, r"network_g\.out_channels: FFTformer adds its input"),
-    ({"type": "FFTformer", "num_blocks": [1, 1]}, r"network_g\.num_blocks: FFTformer needs 3 block counts"),
-    ({"type": "MixDehazeNet", "embed_dims": [8, 16, 16, 8, 8]}, r"network_g\.embed_dims: MixDehazeNet's decoder"),
-    ({"type": "MixDehazeNet", "embed_dims": [4, 8, 8, 8, 4]}, r"network_g\.embed_dims: .*at least 8"),
-    ({"type": "MixDehazeNet", "out_chans": 3}, r"network_g\.out_chans: MixDehazeNet's head gives K"),
-])
-def test_bad_argument_values(opt: dict, pattern: str) -> None:
-    with pytest.raises(OptionError, match=pattern):
-        build_network(opt)
-
 
 # ----------------------------------------------------------------------------- ONNX
 

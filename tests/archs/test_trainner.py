@@ -3,21 +3,19 @@
 Fixtures come from traiNNer-redux's own source (``tools/fixtures/make_trainner_arch_fixtures.py``): the state dicts
 load strictly and give its outputs (eval mode, sizes that need the networks' internal padding, and the training-mode
 branches of the re-parameterised SpanPlus / RTMoSR). Also: the deployment fold, ONNX through anysr's exporter, and
-per architecture an XLA:CPU train step that compiles once with no aten op left to the CPU (``-m xla``). The checks
-every architecture gets (channels_last, bf16 autocast, the meta device, gradients, training runs, 2 gloo ranks == 1
-process) run from ``tests/archs/test_standard.py``.
+per architecture an XLA:CPU train step that compiles once with no aten op left to the CPU (``-m xla``). Where they
+are tested: reference parity over the fixture manifest, bad arguments, ONNX at unseen sizes, the XLA:CPU step and
+the checks every architecture gets run from ``tests/archs/test_standard.py`` over the family's cards
+(``tests/archs/cards.py``); this module keeps what is particular to the family.
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 import torch
-from arch_checks import check_onnx_at_unseen_size, check_xla_train_step
-from conftest import FIXTURE_TOL, ROOT
-from safetensors.torch import load_file
+from arch_checks import FIXTURES, load_case, manifest
+from cards import CARDS
+from conftest import FIXTURE_TOL
 from torch.nn import functional as F
 
 from anysr.archs import build_network
@@ -25,53 +23,20 @@ from anysr.archs.plksr_arch import DySample
 from anysr.archs.rtmosr_arch import OmniShift, RepConv
 from anysr.archs.span_arch import Conv3XC
 from anysr.archs.spanplus_arch import GatherDySample
-from anysr.errors import OptionError
 
-FIXTURES = ROOT / "tests" / "fixtures" / "trainner_archs"
-MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
+GROUP = "trainner_archs"
+MANIFEST = manifest(GROUP)["cases"]
 ARCHS = ["SpanPlus", "RTMoSR", "ArtCNN", "DIS", "LMLT", "MAN"]
 
-# Tiny x2 networks of each arch (training runs, ONNX, XLA)
-TINY = {
-    "SpanPlus": {"type": "SpanPlus", "feature_channels": 8, "blocks": [1], "upscale": 2},
-    "RTMoSR": {"type": "RTMoSR", "dim": 4, "n_blocks": 1, "scale": 2, "unshuffle_mod": True},
-    "ArtCNN": {"type": "ArtCNN", "filters": 8, "n_block": 1, "scale": 2},
-    "DIS": {"type": "DIS", "num_features": 8, "num_blocks": 1, "scale": 2},
-    "LMLT": {"type": "LMLT", "dim": 8, "n_blocks": 1, "scale": 2},
-    "MAN": {"type": "MAN", "n_feats": 6, "n_resblocks": 1, "scale": 2},
-}
-
-
-def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
-    """The fixture network (eval mode, weights loaded strictly) and its inputs / outputs."""
-    case = MANIFEST[name]
-    net = build_network({"type": case["type"], **case["kwargs"]}).eval()
-    net.load_state_dict(load_file(str(FIXTURES / f"{name}_params.safetensors")), strict=True)
-    return net, load_file(str(FIXTURES / f"{name}_io.safetensors"))
+# The tiny x2 networks of each arch (tests/archs/cards.py)
+TINY = {a: CARDS[a].net for a in ARCHS}
 
 
 # ----------------------------------------------------------------------------- traiNNer-redux parity
 
 def test_fixtures_cover_every_arch() -> None:
     assert {c["type"] for c in MANIFEST.values()} == set(ARCHS)
-    assert sum(p.stat().st_size for p in FIXTURES.iterdir()) < 2_000_000
-
-
-@pytest.mark.parametrize("name", sorted(MANIFEST))
-def test_reference_weights_load_strictly_and_match(name: str) -> None:
-    case = MANIFEST[name]
-    params = load_file(str(FIXTURES / f"{name}_params.safetensors"))
-    net = build_network({"type": case["type"], **case["kwargs"]})
-    assert set(net.state_dict()) == set(params), "state-dict keys differ from traiNNer-redux's"
-    assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in params.items()}
-    net.load_state_dict(params, strict=True)
-    io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
-    for inp, out, mode in case["compare"]:
-        net.train(mode == "train")
-        with torch.no_grad():
-            got = net(io[inp])
-        assert got.shape == io[out].shape
-        torch.testing.assert_close(got, io[out], **FIXTURE_TOL, msg=f"{name} {out} ({mode}) differs")
+    assert sum(p.stat().st_size for p in (FIXTURES / GROUP).iterdir()) < 2_000_000
 
 
 @pytest.mark.parametrize(("name", "inp", "why"), [
@@ -82,7 +47,7 @@ def test_reference_weights_load_strictly_and_match(name: str) -> None:
     ("lmlt_x1", "input0", "48x70: padded to 64x128, cropped"),
 ])
 def test_padded_inputs_match_reference(name: str, inp: str, why: str) -> None:
-    net, io = _case(name)
+    net, io = load_case(GROUP, name)
     x = io[inp]
     assert x.shape[-2] % net.tile_multiple or x.shape[-1] % net.tile_multiple, why
     with torch.no_grad():
@@ -106,7 +71,7 @@ def test_tile_multiples() -> None:
 
 @pytest.mark.parametrize("name", ["spanplus_x4_dys", "rtmosr_x2", "rtmosr_x1_unshuffle_nodccm"])
 def test_eval_refolds_from_the_branches_and_reparameterize_freezes_it(name: str) -> None:
-    net, io = _case(name)
+    net, io = load_case(GROUP, name)
     stale = {k: v.clone() for k, v in net.state_dict().items()}
     with torch.no_grad():
         evaluated = net(io["input0"])
@@ -151,7 +116,7 @@ def test_gather_dysample_equals_grid_sample_dysample(scale: int, groups: int) ->
 
 
 def test_rtmosr_training_and_eval_forms_agree() -> None:
-    net, io = _case("rtmosr_x3_nose")
+    net, io = load_case(GROUP, "rtmosr_x3_nose")
     with torch.no_grad():
         torch.testing.assert_close(net.train()(io["input1"]), net.eval()(io["input1"]), rtol=1e-5, atol=1e-5)
 
@@ -186,27 +151,6 @@ def test_artcnn_activation_by_name() -> None:
     assert isinstance(net.res_block[0].conv[0][1], torch.nn.GELU)
 
 
-@pytest.mark.parametrize(("opt", "pattern"), [
-    ({"type": "SpanPlus", "upsampler": "lp"}, r"network_g\.upsampler: SpanPlus has no upsampler 'lp'"),
-    ({"type": "SpanPlus", "upsampler": "conv"}, r"network_g\.upsampler: .*upscale 1 only"),
-    ({"type": "SpanPlus", "feature_channels": 6}, r"network_g\.feature_channels: .*multiple of 4"),
-    ({"type": "SpanPlus", "blocks": []}, r"network_g\.blocks: SpanPlus needs a non-empty list"),
-    ({"type": "SpanPlus", "upscale": 0}, r"network_g\.upscale: SpanPlus needs an integer upscale >= 1"),
-    ({"type": "RTMoSR", "scale": 3, "unshuffle_mod": True}, r"network_g\.unshuffle_mod: .*scale 3"),
-    ({"type": "RTMoSR", "ffn_expansion": 0.5}, r"network_g\.ffn_expansion: RTMoSR needs ffn_expansion >= 1"),
-    ({"type": "ArtCNN", "act": "swish2"}, r"network_g\.act: ArtCNN has no activation 'swish2'"),
-    ({"type": "ArtCNN", "scale": 1.5}, r"network_g\.scale: ArtCNN needs an integer scale"),
-    ({"type": "DIS", "scale": 8}, r"network_g\.scale: DIS supports scale 1, 2, 3 or 4, got 8"),
-    ({"type": "LMLT", "dim": 30}, r"network_g\.dim: LMLT needs dim to be a multiple of 4"),
-    ({"type": "LMLT"}, r"network_g\.dim: required argument of LMLT is missing"),
-    ({"type": "MAN", "n_feats": 64}, r"network_g\.n_feats: MAN needs n_feats to be a multiple of 3"),
-    ({"type": "MAN", "n_colors": 1}, r"network_g\.n_colors: MAN's mean shift is RGB"),
-])
-def test_bad_argument_values(opt: dict, pattern: str) -> None:
-    with pytest.raises(OptionError, match=pattern):
-        build_network(opt)
-
-
 def test_published_sizes() -> None:
     """Parameter counts of published configurations (x4; traiNNer-redux's builders, counted with these classes)."""
     def count(opt: dict) -> int:
@@ -223,25 +167,10 @@ def test_published_sizes() -> None:
 
 # ----------------------------------------------------------------------------- ONNX
 
-@pytest.mark.parametrize("arch", [pytest.param(a, marks=pytest.mark.slow) if a in ("LMLT", "MAN") else a
-                                  for a in ARCHS])
-def test_onnx_export_runs_at_sizes_it_never_saw(arch: str, tmp_path: Path) -> None:
-    torch.manual_seed(0)
-    # the default 45x70; LMLT: at least 33 pixels, so that the pad to 64 is a reflection (the graph keeps the traced
-    # size's choice between reflect and edge padding)
-    check_onnx_at_unseen_size(build_network(TINY[arch]), TINY[arch], 2, tmp_path)
-
-
 # ----------------------------------------------------------------------------- real training runs (CLI)
 
 
 # ----------------------------------------------------------------------------- XLA:CPU
 
-XLA_SHAPES = {"LMLT": (1, 3, 16, 16)}
 
 
-@pytest.mark.xla
-@pytest.mark.parametrize("arch", ARCHS)
-def test_xla_train_step_compiles_once_without_cpu_fallback(arch: str) -> None:
-    # and the eval form (folds for SpanPlus / RTMoSR) lowers too
-    check_xla_train_step(TINY[arch], XLA_SHAPES.get(arch, (1, 3, 8, 8)), scale=2)
