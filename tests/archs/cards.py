@@ -715,3 +715,68 @@ PARITY: dict[str, Parity] = {
     "plksrformer": Parity("the reference", scaled=_always),
     "trainner_archs": Parity("traiNNer-redux"),
 }
+
+
+# Inputs the networks pad (or grow to a minimum size) inside forward, per fixture folder: (case, input, what happens);
+# the output for that input is ``output<i>``. ``PADDED_MIN_SIDE``: a folder's networks grow inputs below that side.
+PADDED: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "efficient": (
+        ("omnisr_x4", "input1", "17x13: zero-padded to the window (4) inside forward, cropped"),
+        ("omnisr_x4", "input2", "9x6: grown to the 16-pixel minimum, then cropped"),
+        ("omnisr_x2_nope", "input1", "19x13: zero-padded to the window (8), cropped"),
+        ("safmn_x4", "input1", "13x10: not a multiple of 8: runs unpadded like the authors' code"),
+        ("safmn_x4", "input2", "5x7: grown to the 8-pixel minimum, then cropped"),
+    ),
+    "enhance": (
+        ("retinexformer_1s", "input1", "13x10: padded to 16x16 (multiple of 8) inside forward, cropped"),
+        ("retinexformer_2s", "input1", "9x20: padded to 16x24, cropped"),
+        ("hvicidnet", "input1", "13x10: padded to 16x16 (multiple of 8), cropped"),
+        ("hvicidnet_norm", "input1", "7x17: reflect to 8, reflect + edge to 24, cropped"),
+        ("fftformer", "input1", "20x36: padded to 32x64 (multiple of 32), cropped"),
+        ("fftformer_bias", "input1", "33x31: padded to 64x32, cropped"),
+        ("mixdehazenet", "input1", "41x46: reflect-padded to 44x48 (multiple of 4), cropped"),
+        ("mixdehazenet", "input2", "21x30: grown to the 40-pixel minimum, cropped"),
+    ),
+    "escmix": (
+        ("escrealm_x4", "input1", "9x7: reflect-padded to the 4-pixel window inside each attention, cropped"),
+        ("escrealm_x2_unshuffle_ps", "input1", "9x7: padded to the unshuffle factor 2, then to the window"),
+        ("escrealm_x1_unshuffle_psd", "input1", "17x18: padded to the unshuffle factor 4, then to the window 2"),
+        ("escrealm_x3_nearest", "input1", "6x7: window padding at x3"),
+        ("lkfmixer_x4", "input1", "13x10: reflect-padded to a multiple of 8, cropped"),
+        ("lkfmixer_x3", "input1", "11x7: reflect-padded to a multiple of 8, cropped"),
+        ("mosrv2_x2_unshuffle_rms_ps", "input1", "7x9: reflect-padded to the unshuffle factor 2, cropped"),
+        ("mosrv2_x1_unshuffle_tc", "input1", "10x6: reflect-padded to the unshuffle factor 4, cropped"),
+    ),
+    "cgflex": (
+        ("cgnet_2levels", "input1", "33x37: zero-padded to 36x40 (a multiple of 4), cropped"),
+        ("cgnet_3levels_gray", "input1", "29x30: zero-padded to 32x32, cropped"),
+        ("flexnet_x4_ps", "input1", "13x10: reflect-padded to 16x16 (8x8 windows), cropped"),
+        ("flexnet_x2_dysample_gray", "input1", "7x12: padded to 8x16, cropped"),
+        ("flexnet_x8_nearest", "input0", "5x6: padded to 8x8, cropped"),
+        ("metaflexnet_x1_ps", "input0", "40x50: padded to 64x64 (8x8 windows at 1/8 size), cropped"),
+    ),
+    "trainner_archs": (
+        ("rtmosr_x2", "input1", "7x5: reflect-padded to 8x6 inside forward, cropped"),
+        ("rtmosr_x3_nose", "input1", "5x3: reflect-padded to 6x4, cropped"),
+        ("rtmosr_x1_unshuffle_nodccm", "input1", "10x7: padded to 16x8 (unshuffle 4 then the x2 mixing), cropped"),
+        ("lmlt_x2", "input0", "36x40: reflect-padded to 64x64 (8x8 windows at 1/8 size), cropped"),
+        ("lmlt_x1", "input0", "48x70: padded to 64x128, cropped"),
+    ),
+}
+PADDED_MIN_SIDE = {"enhance": 40}  # MixDehazeNet
+
+
+# Fixture cases holding the reference's training-mode gradients of ``mean(output ** 2)`` (``grad_input0`` and
+# ``grad.<parameter>``), per folder; ``GRADIENT_SUBSET``: folders that store them for some of the trained parameters.
+GRADIENTS: dict[str, tuple[str, ...]] = {
+    # CascadedGaze's layer norms are plain differentiable ops here (the reference writes the backward by hand);
+    # FlexNet's OmniShift trains as one folded conv (the reference: 3 convs)
+    "cgflex": ("cgnet_2levels", "flexnet_x3_nearest_cn"),
+    # PlainUSR's MBConvs and PConvs train as folded 3x3 convs (neosr: three convs, an SE and a 1x1 each)
+    "neosr_cnn": ("ninasr_x2", "plainusr_x2_ultra", "plainusr_x2_v2"),
+    "catanet": ("catanet_x2", "catanet_x4_initted"),
+    "neosr_dct": ("dct_x1_gray_1conv", "dct_x2_compress"),
+    "neosr_transformer": ("hma_rgb", "grformer_x2"),  # drop path off, as the fixture
+    "srformerv2": ("srformerv2_x2_direct", "srformerv2_x1_gray_ape"),  # drop path 0, as the fixture
+}
+GRADIENT_SUBSET = {"neosr_dct": 20}  # folder -> more stored than this many

@@ -26,24 +26,6 @@ MANIFEST = manifest(GROUP)["cases"]
 
 # ----------------------------------------------------------------------------- spandrel parity
 
-@pytest.mark.parametrize(("name", "inp", "why"), [
-    ("omnisr_x4", "input1", "17x13: zero-padded to the window (4) inside forward, cropped"),
-    ("omnisr_x4", "input2", "9x6: grown to the 16-pixel minimum, then cropped"),
-    ("omnisr_x2_nope", "input1", "19x13: zero-padded to the window (8), cropped"),
-    ("safmn_x4", "input1", "13x10: not a multiple of 8: runs unpadded like the authors' code"),
-    ("safmn_x4", "input2", "5x7: grown to the 8-pixel minimum, then cropped"),
-])
-def test_padded_inputs_match_reference(name: str, inp: str, why: str) -> None:
-    net, io = load_case(GROUP, name)
-    x = io[inp]
-    assert x.shape[-2] % net.tile_multiple or x.shape[-1] % net.tile_multiple, why
-    with torch.no_grad():
-        got = net(x)
-    scale = got.shape[-1] // x.shape[-1]
-    assert got.shape[-2:] == (x.shape[-2] * scale, x.shape[-1] * scale)
-    torch.testing.assert_close(got, io[inp.replace("input", "output")], **FIXTURE_TOL, msg=why)
-
-
 def test_tile_multiples() -> None:
     assert build_network({"type": "SPAN"}).tile_multiple == 1
     assert build_network({"type": "RealPLKSR", "n_blocks": 1}).tile_multiple == 1

@@ -41,7 +41,7 @@ from arch_checks import (
     train,
     train_options,
 )
-from cards import CARDS, GROUPS, PARITY, TRAIN, TWO_RANKS
+from cards import CARDS, GRADIENT_SUBSET, GRADIENTS, GROUPS, PADDED, PADDED_MIN_SIDE, PARITY, TRAIN, TWO_RANKS
 from conftest import FIXTURE_TOL
 
 from anysr.archs import build_network
@@ -168,6 +168,51 @@ def test_reference_weights_load_strictly_and_match(group: str, name: str) -> Non
                 tol["atol"] *= max(1.0, float(io[out].abs().max()))
             torch.testing.assert_close(got, io[out], **tol, msg=f"{name} {out} ({mode}) differs from {p.reference}")
     assert padded or not p.padded, f"{name}: no input needs padding"
+
+
+@pytest.mark.parametrize(("group", "name", "inp", "why"), [
+    pytest.param(group, name, inp, why, id=f"{group}-{name}-{inp}") for group, rows in PADDED.items()
+    for name, inp, why in rows])
+def test_padded_inputs_match_reference(group: str, name: str, inp: str, why: str) -> None:
+    """An input the network pads (or grows) inside forward: it is no multiple of the network's ``tile_multiple``
+    (or below the folder's minimum side), and the output is the reference's for it, at the scaled size."""
+    net, io = load_case(group, name)
+    x = io[inp]
+    assert x.shape[-2] % net.tile_multiple or x.shape[-1] % net.tile_multiple \
+        or min(x.shape[-2:]) < PADDED_MIN_SIDE.get(group, 0), why
+    with torch.no_grad():
+        got = net(x)
+    want = io[inp.replace("input", "output")]
+    scale = want.shape[-1] // x.shape[-1]
+    assert got.shape == want.shape and got.shape[-2:] == (x.shape[-2] * scale, x.shape[-1] * scale)
+    tol = dict(FIXTURE_TOL)
+    if PARITY[group].scaled(manifest(group)["cases"][name]["type"], "eval"):
+        tol["atol"] *= max(1.0, float(want.abs().max()))
+    torch.testing.assert_close(got, want, **tol, msg=why)
+
+
+@pytest.mark.parametrize(("group", "name"), [
+    pytest.param(group, name, id=f"{group}-{name}") for group, names in GRADIENTS.items() for name in names])
+def test_training_gradients_match_reference(group: str, name: str) -> None:
+    """Training-mode gradients of ``mean(output ** 2)``: the input's and every stored parameter's are the
+    reference's; the stored ones are exactly the trained parameters (``GRADIENT_SUBSET``: some of them); every
+    trained parameter gets one, no frozen one does."""
+    net, io = load_case(group, name)
+    x = io["input0"].clone().requires_grad_(True)
+    net.train()(x).square().mean().backward()
+    assert x.grad is not None
+    torch.testing.assert_close(x.grad, io["grad_input0"], rtol=1e-4, atol=1e-5 * io["grad_input0"].abs().max().item())
+    grads = {k[len("grad."):]: v for k, v in io.items() if k.startswith("grad.")}
+    trained = {n for n, p in net.named_parameters() if p.requires_grad}
+    if group in GRADIENT_SUBSET:
+        assert len(grads) > GRADIENT_SUBSET[group] and set(grads) < trained
+    else:
+        assert set(grads) == trained
+    for n, p in net.named_parameters():
+        assert (p.grad is not None) == p.requires_grad, n
+        if n in grads and p.numel():  # a 0-wide layer has nothing to compare (HMA's position bias at tiny widths)
+            bound = 1e-5 * max(grads[n].abs().max().item(), 1e-3)
+            torch.testing.assert_close(p.grad, grads[n], rtol=1e-4, atol=bound, msg=f"{name}: {n}")
 
 
 # ----------------------------------------------------------------------------- tiny networks: ONNX, XLA, bad arguments
