@@ -714,6 +714,17 @@ PARITY: dict[str, Parity] = {
     # ELAN with a 255 image range gives outputs up to ~350, where AVX2 and AVX-512 kernels differ by 9e-5
     "plksrformer": Parity("the reference", scaled=_always),
     "trainner_archs": Parity("traiNNer-redux"),
+    "lightweight": Parity("spandrel"),
+    # without layer norms IPT's tokens reach hundreds (rgb_range 255)
+    "ipt": Parity("spandrel", scaled=_always),
+    "restormer": Parity("the reference"),
+    # FDAT: every case has an input no multiple of the window
+    "fdatgrl": Parity("spandrel", padded=True),
+    # neosr's lower-case names build anysr's classes; both modes (no layer behaves differently in training)
+    "neosr_transformer": Parity("neosr", name="neosr_type"),
+    "neosr_light": Parity("neosr", name={"CFSR": "cfsr", "HASN": "hasn", "KRGN": "krgn", "MSDAN": "msdan"},
+                          both_modes=True),
+    "neosr_dct": Parity("neosr", name={"DCT": "dct"}, both_modes=True),
 }
 
 

@@ -9,28 +9,18 @@ runs, 2 gloo ranks == 1 process) run from ``tests/archs/test_standard.py``.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
-from arch_checks import check_xla_train_step
-from conftest import FIXTURE_TOL, ROOT
-from safetensors.torch import load_file
+from arch_checks import check_xla_train_step, load_case, manifest
+from conftest import FIXTURE_TOL
 
 from anysr.archs import build_network
 from anysr.errors import OptionError
 
-FIXTURES = ROOT / "tests" / "fixtures" / "lightweight"
-MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
-
-
-def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
-    """The fixture network (eval mode, weights loaded strictly) and its inputs / outputs."""
-    case = MANIFEST[name]
-    net = build_network({"type": case["type"], **case["kwargs"]}).eval()
-    net.load_state_dict(load_file(str(FIXTURES / f"{name}_params.safetensors")), strict=True)
-    return net, load_file(str(FIXTURES / f"{name}_io.safetensors"))
+GROUP = "lightweight"
+MANIFEST = manifest(GROUP)["cases"]
 
 
 def _scale(net: torch.nn.Module) -> int:
@@ -39,23 +29,6 @@ def _scale(net: torch.nn.Module) -> int:
 
 
 # ----------------------------------------------------------------------------- spandrel parity
-
-@pytest.mark.parametrize("name", sorted(MANIFEST))
-def test_reference_weights_load_strictly_and_match(name: str) -> None:
-    case = MANIFEST[name]
-    params = load_file(str(FIXTURES / f"{name}_params.safetensors"))
-    net = build_network({"type": case["type"], **case["kwargs"]})
-    assert set(net.state_dict()) == set(params), "state-dict keys differ from spandrel's"
-    assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in params.items()}
-    net.load_state_dict(params, strict=True)
-    net.eval()
-    io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
-    for inp, out, _ in case["compare"]:
-        with torch.no_grad():
-            got = net(io[inp])
-        assert got.shape == io[out].shape
-        torch.testing.assert_close(got, io[out], **FIXTURE_TOL, msg=f"{name} {out} differs from spandrel")
-
 
 @pytest.mark.parametrize(("name", "inp", "why"), [
     ("seemore_x2", "input1", "17x18: not a multiple of 16: runs unpadded, the strided pooling drops the rest"),
@@ -73,7 +46,7 @@ def test_reference_weights_load_strictly_and_match(name: str) -> None:
     ("dctlsa_x2", "input2", "9x6: grown to 16 first"),
 ])
 def test_padded_inputs_match_reference(name: str, inp: str, why: str) -> None:
-    net, io = _case(name)
+    net, io = load_case(GROUP, name)
     x = io[inp]
     assert x.shape[-2] % net.tile_multiple or x.shape[-1] % net.tile_multiple, why
     with torch.no_grad():
@@ -100,14 +73,14 @@ def test_tile_multiples() -> None:
 @pytest.mark.parametrize("name", ["seemore_x2", "seemore_x4_exp_top2"])
 def test_seemore_train_mode_equals_eval_mode(name: str) -> None:
     """The original runs only the chosen experts in eval mode and all (weighted 0 when unchosen) in training."""
-    net, io = _case(name)
+    net, io = load_case(GROUP, name)
     with torch.no_grad():
         trained = net.train()(io["input0"])
     torch.testing.assert_close(trained, io["output0"], **FIXTURE_TOL)
 
 
 def test_seemore_unchosen_experts_do_not_count() -> None:
-    net, io = _case("seemore_x2")  # topk 1 of 3
+    net, io = load_case(GROUP, "seemore_x2")  # topk 1 of 3
     moe = net.body[0].local_block.block.moe_layer
     x = torch.rand(1, 8, 6, 7)
     k = torch.rand(1, 8, 6, 7)
@@ -192,7 +165,7 @@ def test_onnx_export_has_dynamic_sizes(name: str, tmp_path: Path) -> None:
     ort = pytest.importorskip("onnxruntime")
     from anysr.engine.inference.export import export_onnx
 
-    net, _ = _case(name)
+    net, _ = load_case(GROUP, name)
     case = MANIFEST[name]
     rep = export_onnx(net, tmp_path / "m.onnx", scale=_scale(net), net_opt={"type": case["type"], **case["kwargs"]},
                       size=32)
@@ -215,7 +188,7 @@ def test_onnx_safmnbcie_falls_back_to_a_fixed_size(tmp_path: Path) -> None:
     ort = pytest.importorskip("onnxruntime")
     from anysr.engine.inference.export import export_onnx
 
-    net, _ = _case("safmnbcie_f2")
+    net, _ = load_case(GROUP, "safmnbcie_f2")
     rep = export_onnx(net, tmp_path / "m.onnx", scale=1, size=40)
     assert rep.dynamic is False and rep.size == 48 and "adaptive pooling" in rep.note
     session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])

@@ -7,21 +7,18 @@ process) run from tests/archs/test_standard.py."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
-from arch_checks import check_onnx_at_unseen_size, check_xla_train_step
-from conftest import FIXTURE_TOL, ROOT
-from safetensors.torch import load_file
+from arch_checks import check_onnx_at_unseen_size, check_xla_train_step, manifest, stored_params
 
 from anysr.archs import build_network
 from anysr.archs.recognise import recognise
 from anysr.errors import OptionError
 
-FIXTURES = ROOT / "tests" / "fixtures" / "restormer"
-CASES = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
+GROUP = "restormer"
+CASES = manifest(GROUP)["cases"]
 TINY = {
     "Restormer": {"type": "Restormer", "dim": 4, "num_blocks": [1, 1, 1, 1], "num_refinement_blocks": 1,
                   "heads": [1, 1, 2, 2]},
@@ -31,26 +28,12 @@ TINY = {
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_reference_weights_load_strictly_and_match(name: str) -> None:
-    case = CASES[name]
-    params = load_file(str(FIXTURES / f"{name}_params.safetensors"))
-    net = build_network({"type": case["type"], **case["kwargs"]}).eval()
-    assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in params.items()}
-    net.load_state_dict(params, strict=True)
-    io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
-    for inp, out, _ in case["compare"]:
-        with torch.no_grad():
-            got = net(io[inp])
-        torch.testing.assert_close(got, io[out], **FIXTURE_TOL, msg=f"{name} {out}")
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
 def test_recognised_from_the_reference_weights(name: str) -> None:
     case = CASES[name]
-    found = recognise(load_file(str(FIXTURES / f"{name}_params.safetensors")))
+    found = recognise(stored_params(GROUP, name))
     assert found.opt["type"] == case["type"]
     net = build_network(dict(found.opt))
-    net.load_state_dict(load_file(str(FIXTURES / f"{name}_params.safetensors")), strict=True)
+    net.load_state_dict(stored_params(GROUP, name), strict=True)
     for key, value in case["kwargs"].items():
         assert found.opt[key] == value, (name, key)
 
@@ -59,7 +42,7 @@ def test_restormer_pads_any_size_like_the_reference_on_padded_input() -> None:
     """A side that is not a multiple of 8: reflect-padded at the bottom / right, the output cropped."""
     case = CASES["restormer"]
     net = build_network({"type": "Restormer", **case["kwargs"]}).eval()
-    net.load_state_dict(load_file(str(FIXTURES / "restormer_params.safetensors")))
+    net.load_state_dict(stored_params(GROUP, "restormer"))
     x = torch.rand(1, 3, 13, 7)
     padded = torch.nn.functional.pad(x, (0, 1, 0, 3), mode="reflect")
     with torch.no_grad():
