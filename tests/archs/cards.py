@@ -375,6 +375,8 @@ CARDS: dict[str, Card] = {
             ({"upscale": 1.5}, r"network_g\.upscale: LKFMixer needs an integer upscale"))),
     # Sebica's / EIMN's batch norms: torch_xla compiles a plain nn.BatchNorm2d twice (num_batches_tracked starts as a
     # constant, then is step output), then never again: 3 steps, nothing new after the second
+    # Sebica's is the one training run through ``anysr train`` in a subprocess (the command line's own path is the
+    # same for every network; each subprocess costs 25-35 s of start-up on the 2-core CI machine)
     "Sebica": Card({"type": "Sebica", "scale": 2, "N": 4}, cli=True,
         onnx={"size": (23, 30)}, xla={"shape": (2, 3, 10, 9), "scale": 2, "steps": 3}),
     "EIMN": Card({"type": "EIMN", "embed_dims": 8, "scale": 2, "num_stages": 2, "mlp_ratios": 2.0},
@@ -383,7 +385,7 @@ CARDS: dict[str, Card] = {
         onnx={"size": (23, 30)}, xla={"shape": (2, 3, 10, 9), "scale": 2}),
     # face (x1)
     "GFPGANv1Clean": Card(GFPGAN_TINY, scale=1, total_iter=2, extra=_FACE),
-    "RestoreFormer": Card(RF_TINY, scale=1, total_iter=2, extra=_FACE, cli=True),
+    "RestoreFormer": Card(RF_TINY, scale=1, total_iter=2, extra=_FACE),
     # FDAT
     "FDAT": Card({"type": "FDAT", "embed_dim": 8, "num_groups": 1, "depth_per_group": 1, "num_heads": 2,
                   "window_size": 4, "aim_reduction_ratio": 4, "mid_dim": 8, "scale": 2}, batch=2),
@@ -452,8 +454,7 @@ CARDS: dict[str, Card] = {
              ({"type": "ELAN", "norm": True, "colors": 1}, r"network_g\.norm: ELAN's mean shift is for RGB"),
              ({"type": "ELAN", "scale": 1.5}, r"network_g\.scale: ELAN needs an integer scale"))),
     # restore
-    "DnCNN": Card({"type": "DnCNN", "in_nc": 3, "out_nc": 3, "nc": 8, "nb": 3}, scale=1, total_iter=2, batch=2,
-                  cli=True),
+    "DnCNN": Card({"type": "DnCNN", "in_nc": 3, "out_nc": 3, "nc": 8, "nb": 3}, scale=1, total_iter=2, batch=2),
     "DRUNet": Card({"type": "DRUNet", "in_nc": 4, "out_nc": 3, "nc": [4, 8, 8, 16], "nb": 1}, scale=1,
                    total_iter=2, batch=2),
     "FBCNN": Card({"type": "FBCNN", "in_nc": 3, "out_nc": 3, "nc": [4, 8, 8, 16], "nb": 1}, scale=1, total_iter=2,
@@ -640,6 +641,16 @@ CARDS: dict[str, Card] = {
                        ({"type": "SAFMN"}, r"network_g\.dim: required argument of SAFMN is missing"),
                        ({"type": "SAFMN", "dim": 8, "upscaling_factor": 0},
                         r"network_g\.upscaling_factor: SAFMN needs an integer"))),
+    # GRL, Uformer, KBNet (x2 / x1): two iterations, batch 2 (GRL's masks and stripe tables from the padded size)
+    "GRL": Card({"type": "GRL", "embed_dim": 8, "depths": [3], "num_heads_window": [2], "num_heads_stripe": [2],
+                 "window_size": 4, "stripe_size": [8, 4], "anchor_window_down_factor": 2, "stripe_shift": True,
+                 "upscale": 2, "upsampler": "pixelshuffledirect", "mlp_ratio": 2.0}, total_iter=2, batch=2),
+    "Uformer": Card({"type": "Uformer", "embed_dim": 2, "depths": [1, 2, 1, 1, 1, 1, 1, 2, 1], "num_heads": [1] * 9,
+                     "win_size": 2, "mlp_ratio": 2.0}, scale=1, total_iter=2, batch=2),
+    "KBNet_s": Card({"type": "KBNet_s", "width": 4, "middle_blk_num": 1, "enc_blk_nums": [1, 1],
+                     "dec_blk_nums": [1, 1]}, scale=1, total_iter=2, batch=2),
+    "KBNet_l": Card({"type": "KBNet_l", "dim": 2, "num_blocks": [1, 1, 1, 1], "num_refinement_blocks": 1,
+                     "heads": [1, 1, 2, 2]}, scale=1, total_iter=2, batch=2),
 }
 
 TRAIN: dict[str, Card] = {name: card for name, card in CARDS.items() if card.train}

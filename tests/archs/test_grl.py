@@ -7,8 +7,8 @@ Euclidean ablation; for Uformer each feed-forward, both projections, the modulat
 for KBNet both conv branches, conv biases and empty stages.
 The state dicts load strictly and give spandrel's outputs, also at sizes off the padding multiple. Also:
 channels_last, bf16 autocast, the meta device, a training step, GRL's stale buffers dropped on load, recognition
-of every fixture's weights, ONNX, a real training run through the CLI, build errors, and XLA:CPU compile-once
-without CPU fallbacks (``-m xla`` in the XLA venv).
+of every fixture's weights, ONNX, build errors, and XLA:CPU compile-once without CPU fallbacks (``-m xla`` in the XLA
+venv). The real training runs: ``tests/archs/test_standard.py`` over the cards (``tests/archs/cards.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 from arch_checks import check_xla_train_step
-from conftest import FIXTURE_TOL, ROOT, run_cli, tiny_train_options, write_options
+from cards import CARDS
+from conftest import FIXTURE_TOL, ROOT
 from safetensors.torch import load_file
 from torch.nn import functional as F
 
@@ -35,14 +36,8 @@ MANIFEST = {case: json.loads((folder / "manifest.json").read_text())["cases"][ca
 SOME = ["grl_x1_stripes_shifted", "grl_x2_direct_groups_local", "grl_x4_nearest_twostage", "grl_x3_maxpool_euclid",
         "uformer_leff_linear", "uformer_fastleff_conv_modulators", "uformer_mlp_gray_noshift", "kbnet_s_tiny",
         "kbnet_s_light_gray", "kbnet_l_tiny", "kbnet_l_bias_gray"]
-TINY = {"type": "GRL", "embed_dim": 8, "depths": [3], "num_heads_window": [2], "num_heads_stripe": [2],
-        "window_size": 4, "stripe_size": [8, 4], "anchor_window_down_factor": 2, "stripe_shift": True,
-        "upscale": 2, "upsampler": "pixelshuffledirect", "mlp_ratio": 2.0}
-TINY_UFORMER = {"type": "Uformer", "embed_dim": 2, "depths": [1, 2, 1, 1, 1, 1, 1, 2, 1], "num_heads": [1] * 9,
-                "win_size": 2, "mlp_ratio": 2.0}
-TINY_KBNET = {"type": "KBNet_s", "width": 4, "middle_blk_num": 1, "enc_blk_nums": [1, 1], "dec_blk_nums": [1, 1]}
-TINY_KBNET_L = {"type": "KBNet_l", "dim": 2, "num_blocks": [1, 1, 1, 1], "num_refinement_blocks": 1,
-                "heads": [1, 1, 2, 2]}
+# The tiny networks (tests/archs/cards.py; their training runs: tests/archs/test_standard.py)
+TINY, TINY_UFORMER, TINY_KBNET, TINY_KBNET_L = (CARDS[a].net for a in ("GRL", "Uformer", "KBNet_s", "KBNet_l"))
 
 
 def _params(name: str) -> dict[str, torch.Tensor]:
@@ -319,26 +314,6 @@ def test_onnx_runs_at_its_fixed_size(name: str, tmp_path: Path) -> None:
         got = torch.from_numpy(session.run(None, {"input": x.numpy()})[0])
         with torch.no_grad():
             torch.testing.assert_close(got, net(x), rtol=1e-4, atol=1e-4)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("tiny", [TINY, TINY_UFORMER, TINY_KBNET, TINY_KBNET_L],
-                         ids=["GRL", "Uformer", "KBNet_s", "KBNet_l"])
-def test_cli_training_run_saves_finite_weights(tiny: dict, tmp_path: Path, small_train_dir: Path) -> None:
-    opt = tiny_train_options(f"tiny_{tiny['type'].lower()}", small_train_dir, None, total_iter=2)
-    opt["network_g"] = dict(tiny)
-    opt["scale"] = tiny.get("upscale", 1)  # Uformer restores at x1
-    opt["datasets"]["train"]["batch_size_per_gpu"] = 2
-    run_cli("train", "-opt", str(write_options(tmp_path / "t.yml", opt)), "--force_yml", f"path.root={tmp_path}",
-            cwd=tmp_path)
-    saved = load_file(str(tmp_path / "experiments" / opt["name"] / "models" / "net_g_2.safetensors"))
-    weights = {k.removeprefix("params."): v for k, v in saved.items() if k.startswith("params.")}
-    net = build_network(dict(tiny))
-    assert set(weights) == set(net.state_dict())
-    assert all(torch.isfinite(v).all() for v in weights.values() if v.is_floating_point())
-    start = net.state_dict()
-    assert [k for k in weights if k.endswith("weight") and not torch.equal(weights[k], start[k])], \
-        "training changed no weight"
 
 
 XLA_NETS = {
