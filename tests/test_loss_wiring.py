@@ -11,6 +11,7 @@ import pytest
 import torch
 from conftest import (
     FIXTURE_TOL,
+    ROOT,
     assert_same_weights,
     kill_then_resume,
     run_cli,
@@ -30,7 +31,7 @@ from anysr.models.loss_set import LossSpec, loss_weight_needs
 from anysr.options import validate_options
 from anysr.registry import LOSS_REGISTRY
 
-FIX = Path(__file__).parent / "fixtures" / "losses"
+FIX = ROOT / "tests" / "fixtures" / "losses"
 
 
 def test_ldl_matches_the_authors_map_loss_and_gradient() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from conftest import FIXTURE_TOL
+from conftest import FIXTURE_TOL, ROOT
 from safetensors.torch import load_file
 from torch import nn
 
@@ -50,7 +50,7 @@ from anysr.losses.perceptual import VGG19_BN_NAMES, vgg19_stand_in
 from anysr.options import validate_options
 from anysr.registry import LOSS_REGISTRY
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "losses"
+FIXTURES = ROOT / "tests" / "fixtures" / "losses"
 IMAGES = ("x", "y", "xm", "ym")
 
 
@@ -409,7 +409,7 @@ def test_vgg19_bn_stand_in_loads() -> None:
 
 
 # ---------------------------------------------------------------- learned (lpips package, DISTS authors' code)
-METRIC_FIX = Path(__file__).resolve().parent / "fixtures" / "metrics"
+METRIC_FIX = ROOT / "tests" / "fixtures" / "metrics"
 
 
 def _seeded(name: str, key: str) -> dict[str, torch.Tensor]:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import run_cli, saved_weights, write_options
+from conftest import ROOT, run_cli, saved_weights, write_options
 from safetensors.torch import load_file
 from test_trainner_dialect import dialect, valid
 
@@ -24,7 +24,7 @@ from anysr.losses.downscaled import bicubic_shrink
 from anysr.losses.perceptual import vgg19_stand_in
 from anysr.registry import LOSS_REGISTRY
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "trainner_losses_a"
+FIXTURES = ROOT / "tests" / "fixtures" / "trainner_losses_a"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
 CASES = MANIFEST["cases"]
 # Values: rtol 1e-5 (observed at most ~1e-6 relative: the same operations, other summation orders and kernels).

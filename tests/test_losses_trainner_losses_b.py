@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import FIXTURE_TOOLS, run_cli, saved_weights, write_options
+from conftest import FIXTURE_TOOLS, ROOT, run_cli, saved_weights, write_options
 from safetensors.torch import load_file
 from test_trainner_dialect import dialect, valid
 
@@ -25,7 +25,7 @@ from anysr.losses.adists import ADISTS, ADISTSLoss
 from anysr.losses.flip import FLIPLoss
 from anysr.registry import LOSS_REGISTRY
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "trainner_losses_b"
+FIXTURES = ROOT / "tests" / "fixtures" / "trainner_losses_b"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
 CASES = MANIFEST["cases"]
 DATA = load_file(str(FIXTURES / "losses.safetensors"))

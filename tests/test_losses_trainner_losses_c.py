@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import run_cli, saved_weights, write_options
+from conftest import ROOT, run_cli, saved_weights, write_options
 from safetensors.torch import load_file, save_file
 from test_trainner_dialect import dialect, valid
 
@@ -30,7 +30,7 @@ from anysr.losses.feature_nets import LineDistiller, _resnet50_body
 from anysr.models.loss_set import loss_specs, loss_weight_needs
 from anysr.registry import LOSS_REGISTRY
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "trainner_losses_c"
+FIXTURES = ROOT / "tests" / "fixtures" / "trainner_losses_c"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
 CASES = MANIFEST["cases"]
 # Values: rtol 1e-5. Gradients: rtol 1e-4 with atol 1e-5 of the largest entry (entries near 0 carry the

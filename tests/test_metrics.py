@@ -9,6 +9,7 @@ import cv2
 import numpy as np
 import pytest
 import torch
+from conftest import ROOT
 
 from anysr.errors import DataError, OptionError
 from anysr.metrics import TORCH_METRICS, calculate_psnr, calculate_ssim, psnr_torch, ssim_torch
@@ -16,7 +17,7 @@ from anysr.metrics.psnr_ssim import gaussian_window
 from anysr.ops.imresize import imresize
 from anysr.registry import METRIC_REGISTRY
 
-DATASETS = Path(__file__).resolve().parents[1] / "datasets"
+DATASETS = ROOT / "datasets"
 
 
 def _q(x: np.ndarray) -> np.ndarray:

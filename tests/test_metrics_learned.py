@@ -21,7 +21,7 @@ import cv2
 import numpy as np
 import pytest
 import torch
-from conftest import FIXTURE_TOL
+from conftest import FIXTURE_TOL, ROOT
 from safetensors.torch import load_file
 
 from anysr.errors import CheckpointError, DataError, OptionError
@@ -42,7 +42,6 @@ from anysr.metrics.info import METRIC_INFOS, metric_info
 from anysr.metrics.lpips import LPIPS
 from anysr.metrics.niqe import calculate_niqe, pristine_params
 
-ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures" / "metrics"
 from make_metric_fixtures import seeded_state_dict  # noqa: E402 - tools/fixtures (tests/conftest.py)
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import run_cli, saved_weights, write_options
+from conftest import ROOT, run_cli, saved_weights, write_options
 from test_trainner_dialect import dialect, valid
 
 from anysr.losses import build_loss
@@ -34,7 +34,7 @@ from anysr.losses.fdl import FrequencyDistributionLoss, spectrum
 from anysr.models.loss_set import LossSpec, loss_weight_needs
 from anysr.registry import LOSS_REGISTRY
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "neosr_fdl"
+FIXTURES = ROOT / "tests" / "fixtures" / "neosr_fdl"
 from seeded_weights import seeded_state_dict  # noqa: E402 - tools/fixtures (tests/conftest.py)
 
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())

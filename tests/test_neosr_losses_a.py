@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import run_cli, saved_weights, write_options
+from conftest import ROOT, run_cli, saved_weights, write_options
 from safetensors.torch import load_file
 from test_gan import gan_options
 from test_trainner_dialect import dialect, valid
@@ -25,7 +25,7 @@ from anysr.models.loss_set import LossSpec
 from anysr.models.sr import SRModel
 from anysr.registry import LOSS_REGISTRY
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "neosr_losses_a"
+FIXTURES = ROOT / "tests" / "fixtures" / "neosr_losses_a"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
 CASES = MANIFEST["cases"]
 IMAGES = load_file(str(FIXTURES / "images.safetensors"))

@@ -20,7 +20,7 @@ import cv2
 import numpy as np
 import pytest
 import torch
-from conftest import FIXTURE_TOOLS, run_cli, saved_weights, write_options
+from conftest import FIXTURE_TOOLS, ROOT, run_cli, saved_weights, write_options
 from safetensors.torch import load_file
 from test_trainner_dialect import dialect, valid
 
@@ -31,7 +31,7 @@ from anysr.metrics.raw_dists import RawDISTS
 from anysr.metrics.topiq import TOPIQ
 from anysr.registry import LOSS_REGISTRY, METRIC_REGISTRY
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "neosr_perceptual"
+FIXTURES = ROOT / "tests" / "fixtures" / "neosr_perceptual"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
 CASES = MANIFEST["cases"]
 IMAGES = load_file(str(FIXTURES / "images.safetensors"))

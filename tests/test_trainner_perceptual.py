@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import FIXTURE_TOOLS, run_cli, saved_weights, write_options
+from conftest import FIXTURE_TOOLS, ROOT, run_cli, saved_weights, write_options
 from safetensors.torch import load_file
 from test_trainner_dialect import dialect, valid
 
@@ -18,7 +18,7 @@ from anysr.losses import build_loss
 from anysr.losses.perceptual import FD_SEED, PerceptualLoss, TraiNNerPerceptualLoss, vgg19_stand_in
 from anysr.models.loss_set import loss_specs, loss_weight_needs
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURES = ROOT / "tests" / "fixtures"
 _spec = importlib.util.spec_from_file_location("make_trainner_perceptual",
                                                FIXTURE_TOOLS / "make_trainner_perceptual_fixtures.py")
 assert _spec is not None and _spec.loader is not None
