@@ -298,6 +298,13 @@ def _reparameterize(net: torch.nn.Module) -> None:
     net.reparameterize()  # type: ignore[operator]
 
 
+@torch.no_grad()
+def _perturbed(net: torch.nn.Module) -> None:
+    """Every weight moved a little off its initialisation (LAWFFT's zero-initialised branches count)."""
+    for p in net.parameters():
+        p.add_(torch.randn_like(p) * 0.05)
+
+
 _FACE = {"train__ema_decay": 0, "train__warmup_iter": -1}  # scale-1 restoration (LQ = GT: the point is the plumbing)
 GFPGAN_TINY = {"type": "GFPGANv1Clean", "out_size": 32, "num_style_feat": 16, "channel_multiplier": 1,
                "num_mlp": 2, "narrow": 1 / 32}
@@ -443,7 +450,15 @@ CARDS: dict[str, Card] = {
                         "num_heads": [2], "window_size": 8, "upscale": 2, "upsampler": "pixelshuffledirect"},
                        total_iter=2, batch=2),
     "LAWFFT": Card({"type": "LAWFFT", "dim": 8, "n_rblock": 1, "n_mblock": 2, "window_size": 4, "mlp_factor": 1.5,
-                    "scale": 2, "mid_dim": 8}, total_iter=2, batch=2),
+                    "scale": 2, "mid_dim": 8}, total_iter=2, batch=2,
+        onnx={}, onnx_prepare=_perturbed, xla={"shape": (2, 3, 14, 10), "scale": 2, "eval_shape": (1, 3, 9, 13)},
+        bad=(({"type": "LAWFFT", "scale": 0}, r"network_g\.scale: LAWFFT needs an integer scale >= 1"),
+             ({"type": "LAWFFT", "dim": 0}, r"network_g\.dim: LAWFFT needs an integer dim >= 1"),
+             ({"type": "LAWFFT", "n_mblock": 0}, r"network_g\.n_mblock: LAWFFT needs an integer n_mblock >= 1"),
+             ({"type": "LAWFFT", "window_size": 256}, r"network_g\.window_size: .*at most 255"),
+             ({"type": "LAWFFT", "upsampler": "bicubic"}, r"network_g\.upsampler: LAWFFT has no upsampler 'bicubic'"),
+             ({"type": "LAWFFT", "split": 0.0}, r"network_g\.split: LAWFFT needs 0 < int\(split \* dim\) < dim"),
+             ({"type": "LAWFFT", "split": 1.0}, r"network_g\.split: "))),
     "ELAN": Card({"type": "ELAN", "scale": 2, "m_elan": 2, "c_elan": 6, "n_share": 1, "r_expand": 1,
                   "window_sizes": [2, 4, 4]}, total_iter=2, batch=2,
         # XLA: ELAN's batch norms: torch_xla compiles a plain nn.BatchNorm2d twice (its running statistics change from
@@ -599,10 +614,31 @@ CARDS: dict[str, Card] = {
                  moved="block0.residual_layer.0.SLA1.norm.weight"),
     "LightSAFMNPP": Card({"type": "LightSAFMNPP", "dim": 8, "n_blocks": 1, "upscaling_factor": 2}),
     "DCT": Card({"type": "DCT", "img_size": 8, "embed_dim": 64, "depth": [2], "num_heads": [4],
-                 "expansion_factor": 0.5, "upscale": 2}, batch=2, moved="layers.0.blocks.0.norm1.weight"),
+                 "expansion_factor": 0.5, "upscale": 2}, batch=2, moved="layers.0.blocks.0.norm1.weight",
+        tiny={"type": "DCT", "embed_dim": 64, "depth": [2], "num_heads": [4], "expansion_factor": 0.5, "upscale": 2,
+              "drop_path_rate": 0.0},
+        onnx={}, xla={"shape": (1, 3, 17, 15), "eval_form": True, "scale": 2},
+        bad=(({"embed_dim": 48}, r"network_g\.embed_dim: DCT: embed_dim must be a multiple of 16 and at least 64"),
+             ({"num_heads": [6]}, r"network_g\.num_heads: DCT: each head count must be a multiple of 4"),
+             ({"num_heads": [4, 4]}, r"network_g\.num_heads: DCT: num_heads has 2 entries"),
+             ({"upsampler": "nearest+conv"}, r"network_g\.upsampler: DCT: unknown upsampler"),
+             ({"resi_connection": "identity"}, r"network_g\.resi_connection: DCT: unknown resi_connection"),
+             ({"split_size": [0, 4]}, r"network_g\.split_size"))),
     "CATANet": Card({"type": "CATANet", "dim": 8, "block_num": 1, "qk_dim": 8, "mlp_dim": 8, "heads": 2,
                      "patch_size": [6], "n_iters": [2], "num_tokens": [4], "group_size": [16], "upscale": 2},
-                    batch=2, moved="blocks.0.0.norm.weight"),
+                    batch=2, moved="blocks.0.0.norm.weight",
+        tiny={"type": "CATANet", "dim": 8, "block_num": 2, "qk_dim": 8, "mlp_dim": 8, "heads": 2, "patch_size": [6, 7],
+              "n_iters": [3, 2], "num_tokens": [4, 5], "group_size": [16, 8], "upscale": 2},
+        onnx={},  # XLA: tests/archs/test_catanet.py (the centres after the steps)
+        bad=(({"type": "CATANet", "upscale": 8}, r"network_g\.upscale: CATANet's upscale is 1, 2, 3 or 4"),
+             ({"type": "CATANet", "dim": 0}, r"network_g\.dim: CATANet needs an integer dim >= 1"),
+             ({"type": "CATANet", "heads": 3}, r"network_g\.heads: CATANet needs heads dividing dim and qk_dim"),
+             ({"type": "CATANet", "block_num": 2, "patch_size": [16]},
+              r"network_g\.patch_size: CATANet needs a list of 2 \(block_num\)"),
+             ({"type": "CATANet", "block_num": 1, "group_size": [0]},
+              r"network_g\.group_size: CATANet needs a list of 1"),
+             ({"type": "CATANet", "block_num": 1, "patch_size": [2]},
+              r"network_g\.patch_size: CATANet needs patch sizes >= 3"))),
     "Swin2SR": Card({"type": "Swin2SR", "img_size": 8, "window_size": 4, "embed_dim": 12, "depths": [2],
                      "num_heads": [2], "mlp_ratio": 2.0, "upscale": 2, "upsampler": "pixelshuffledirect"}, batch=2),
     "RGT": Card({"type": "RGT", "img_size": 16, "embed_dim": 32, "depth": [2], "num_heads": [2], "mlp_ratio": 2.0,

@@ -13,21 +13,18 @@ every architecture gets run from ``tests/archs/test_standard.py``.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
-from arch_checks import FIXTURES, check_onnx_at_unseen_size, check_xla_train_step, load_case, manifest, stored_params
+from arch_checks import FIXTURES, check_xla_train_step, load_case, manifest, stored_params
+from cards import CARDS
 from conftest import FIXTURE_TOL
 
 from anysr.archs import build_network
 from anysr.archs.recognise import recognise, recognise_all
-from anysr.errors import OptionError
 
 GROUP = "catanet"
 MANIFEST = manifest(GROUP)["cases"]
-TINY = {"type": "CATANet", "dim": 8, "block_num": 2, "qk_dim": 8, "mlp_dim": 8, "heads": 2, "patch_size": [6, 7],
-        "n_iters": [3, 2], "num_tokens": [4, 5], "group_size": [16, 8], "upscale": 2}
+TINY = CARDS["CATANet"].small  # tests/archs/cards.py
 
 
 def _means(net: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -115,27 +112,7 @@ def test_no_other_fixture_is_recognised_as_catanet() -> None:
 
 # ----------------------------------------------------------------------------- arguments
 
-@pytest.mark.parametrize(("opt", "pattern"), [
-    ({"upscale": 8}, r"network_g\.upscale: CATANet's upscale is 1, 2, 3 or 4"),
-    ({"dim": 0}, r"network_g\.dim: CATANet needs an integer dim >= 1"),
-    ({"heads": 3}, r"network_g\.heads: CATANet needs heads dividing dim and qk_dim"),
-    ({"block_num": 2, "patch_size": [16]}, r"network_g\.patch_size: CATANet needs a list of 2 \(block_num\)"),
-    ({"block_num": 1, "group_size": [0]}, r"network_g\.group_size: CATANet needs a list of 1"),
-    ({"block_num": 1, "patch_size": [2]}, r"network_g\.patch_size: CATANet needs patch sizes >= 3"),
-])
-def test_bad_argument_values(opt: dict, pattern: str) -> None:
-    with pytest.raises(OptionError, match=pattern) as err:
-        build_network({"type": "CATANet", **opt})
-    assert "\n" not in str(err.value)
-
-
 # ----------------------------------------------------------------------------- ONNX, XLA
-
-def test_onnx_export_runs_at_sizes_it_never_saw(tmp_path: Path) -> None:
-    torch.manual_seed(0)
-    net = build_network(TINY).eval()
-    check_onnx_at_unseen_size(net, TINY, 2, tmp_path)
-
 
 @pytest.mark.xla
 def test_xla_train_step_compiles_once_without_cpu_fallback() -> None:

@@ -11,27 +11,22 @@ op left to the CPU (``-m xla``). The checks every architecture gets run from ``t
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 from arch_checks import (
     FIXTURES,
-    check_onnx_at_unseen_size,
-    check_xla_train_step,
     manifest,
     stored_params,
 )
+from cards import CARDS
 from safetensors.torch import load_file
 
 from anysr.archs import build_network, dat_arch, dct_arch
 from anysr.archs.recognise import recognise, recognise_all
-from anysr.errors import OptionError
 
 GROUP = "neosr_dct"
 MANIFEST = manifest(GROUP)["cases"]
-TINY = {"type": "DCT", "embed_dim": 64, "depth": [2], "num_heads": [4], "expansion_factor": 0.5, "upscale": 2,
-        "drop_path_rate": 0.0}
+TINY = CARDS["DCT"].small  # tests/archs/cards.py
 
 
 def test_fixtures_cover_the_layouts() -> None:
@@ -94,28 +89,5 @@ def test_no_other_fixture_is_recognised_as_dct() -> None:
 
 # ----------------------------------------------------------------------------- arguments
 
-@pytest.mark.parametrize(("opt", "pattern"), [
-    ({"embed_dim": 48}, r"network_g\.embed_dim: DCT: embed_dim must be a multiple of 16 and at least 64"),
-    ({"num_heads": [6]}, r"network_g\.num_heads: DCT: each head count must be a multiple of 4"),
-    ({"num_heads": [4, 4]}, r"network_g\.num_heads: DCT: num_heads has 2 entries"),
-    ({"upsampler": "nearest+conv"}, r"network_g\.upsampler: DCT: unknown upsampler"),
-    ({"resi_connection": "identity"}, r"network_g\.resi_connection: DCT: unknown resi_connection"),
-    ({"split_size": [0, 4]}, r"network_g\.split_size"),
-])
-def test_bad_argument_values(opt: dict, pattern: str) -> None:
-    with pytest.raises(OptionError, match=pattern) as err:
-        build_network({**TINY, **opt})
-    assert "\n" not in str(err.value)
-
-
 # ----------------------------------------------------------------------------- ONNX, XLA:CPU
 
-def test_onnx_export_runs_at_sizes_it_never_saw(tmp_path: Path) -> None:
-    torch.manual_seed(0)
-    net = build_network(TINY).eval()
-    check_onnx_at_unseen_size(net, TINY, TINY["upscale"], tmp_path)
-
-
-@pytest.mark.xla
-def test_xla_train_step_compiles_once_without_cpu_fallback() -> None:
-    check_xla_train_step(TINY, (1, 3, 17, 15), eval_form=True, scale=TINY["upscale"])
