@@ -13,18 +13,15 @@ gets (channels_last, bf16 autocast, the meta device, gradients, training runs) r
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 from arch_checks import (
     FIXTURES,
-    check_onnx_at_unseen_size,
-    check_xla_train_step,
     load_case,
     manifest,
     stored_params,
 )
+from cards import CARDS
 from conftest import FIXTURE_TOL
 from torch.nn import functional as F
 
@@ -32,7 +29,6 @@ from anysr.archs import build_network
 from anysr.archs import msdan_arch as msdan
 from anysr.archs.recognise import recognise, recognise_all
 from anysr.archs.resize_util import adaptive_max_gather
-from anysr.errors import OptionError
 
 GROUP = "neosr_light"
 MANIFEST = manifest(GROUP)["cases"]
@@ -41,12 +37,7 @@ NEOSR_NAMES = {"CFSR": "cfsr", "HASN": "hasn", "KRGN": "krgn", "MSDAN": "msdan"}
 SCALE_ARG = {"CFSR": "upscale", "HASN": "upscale", "KRGN": "scale", "MSDAN": "upscale_factor"}
 
 # Tiny networks of each kind (ONNX, XLA, the training rows in tests/archs/test_standard.py)
-TINY = {
-    "CFSR": {"type": "CFSR", "embed_dim": 8, "depths": [1, 1], "dw_size": 5, "upscale": 2},
-    "HASN": {"type": "HASN", "feature_channels": 30, "upscale": 2},
-    "KRGN": {"type": "KRGN", "n_feats": 32, "n_resgroups": 1, "scale": 2},
-    "MSDAN": {"type": "MSDAN", "channels": 8, "num_DFEB": 1, "upscale_factor": 2},
-}
+TINY = {a: CARDS[a].net for a in FAMILIES}  # tests/archs/cards.py
 
 
 # ----------------------------------------------------------------------------- neosr parity
@@ -166,38 +157,7 @@ def test_no_other_fixture_is_recognised_as_these_families() -> None:
 
 # ----------------------------------------------------------------------------- arguments
 
-@pytest.mark.parametrize(("opt", "pattern"), [
-    ({"type": "CFSR", "dw_size": 8}, r"network_g\.dw_size: CFSR needs an odd dw_size"),
-    ({"type": "CFSR", "depths": []}, r"network_g\.depths: CFSR needs a non-empty list"),
-    ({"type": "CFSR", "mlp_ratio": 0.5}, r"network_g\.mlp_ratio: CFSR needs mlp_ratio >= 1"),
-    ({"type": "CFSR", "in_chans": 4, "mean_norm": True}, r"network_g\.mean_norm: .*3 or 1 image channels"),
-    ({"type": "CFSR", "upscale": 0}, r"network_g\.upscale: CFSR needs an integer upscale >= 1"),
-    ({"type": "HASN", "feature_channels": 16}, r"network_g\.feature_channels: HASN needs an integer .* >= 30"),
-    ({"type": "HASN", "upscale": 1.5}, r"network_g\.upscale: HASN needs an integer upscale >= 1"),
-    ({"type": "KRGN", "n_colors": 1}, r"network_g\.n_colors: KRGN's mean shifts are RGB"),
-    ({"type": "KRGN", "n_feats": 48}, r"network_g\.n_feats: .*multiple of 32"),
-    ({"type": "KRGN", "act": "gelu"}, r"network_g\.act: KRGN's act is one of"),
-    ({"type": "MSDAN", "channels": 10}, r"network_g\.channels: MSDAN needs channels a positive multiple of 4"),
-    ({"type": "MSDAN", "upscale_factor": 8}, r"network_g\.upscale_factor: MSDAN's upsampler is x2, x3 or x4"),
-])
-def test_bad_argument_values(opt: dict, pattern: str) -> None:
-    with pytest.raises(OptionError, match=pattern) as err:
-        build_network(opt)
-    assert "\n" not in str(err.value)
-
-
 # ----------------------------------------------------------------------------- ONNX
-
-@pytest.mark.parametrize("arch", FAMILIES)
-def test_onnx_export_runs_at_sizes_it_never_saw(arch: str, tmp_path: Path) -> None:
-    torch.manual_seed(0)
-    net = build_network(TINY[arch]).eval()
-    check_onnx_at_unseen_size(net, TINY[arch], TINY[arch][SCALE_ARG[arch]], tmp_path)
-
 
 # ----------------------------------------------------------------------------- XLA:CPU
 
-@pytest.mark.xla
-@pytest.mark.parametrize("arch", FAMILIES)
-def test_xla_train_step_compiles_once_without_cpu_fallback(arch: str) -> None:
-    check_xla_train_step(TINY[arch], (1, 3, 17, 15), eval_form=True, scale=TINY[arch][SCALE_ARG[arch]])
