@@ -13,7 +13,7 @@ keeps what is particular to it: padding rules, re-parameterisation, published si
 - cards: ``anysr export`` writes an ONNX file that runs at a size it never saw; two XLA:CPU training steps compile
   once with nothing left to the CPU (``-m xla``); each bad argument raises one line naming the option; a real
   training run saves finite weights that load strictly and have moved (through the ``anysr train`` command line in a
-  subprocess for a few, the same entry point in this process for the rest: the command line's own path is the same
+  subprocess for one, the same entry point in this process for the rest: the command line's own path is the same
   for every network); 2 gloo ranks give what 1 process gives, per family.
 """
 
