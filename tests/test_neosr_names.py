@@ -7,7 +7,7 @@ per preset anysr adds for neosr (and for hat_s, rgt_s and craft, traiNNer-redux'
 ``rgb_mean: [0.5, 0.5, 0.5]``) a shrunk network's state dict (or a seed for one too large to store) with neosr's
 outputs: they load strictly and give neosr's outputs. ``tests/fixtures/neosr_families/``: the families anysr adds
 for neosr's names (ASID: ``asid``, ``asid_d8``; Light-SAFMN++: ``light_safmnpp``), with neosr's gradients, file
-recognition, ONNX at unseen sizes and an XLA:CPU train step (``-m xla``); tests/test_archs_common.py runs the
+recognition, ONNX at unseen sizes and an XLA:CPU train step (``-m xla``); tests/archs/test_standard.py runs the
 checks every family gets on them.
 """
 
@@ -50,7 +50,7 @@ DIFFERENT = {
     "atd_light": "traiNNer-redux's atd_light (4 window-attention heads in neosr, 6 here)",
     "dunet": "neosr's spectral norms are torch's old hooks (weight_orig / weight_u / weight_v); anysr's DUnet has "
              "traiNNer-redux's parametrisation (parametrizations.weight.original / 0._u / 0._v): neosr's files are "
-             "renamed on reading and load (tests/test_archs_discriminators_more.py)",
+             "renamed on reading and load (tests/archs/test_discriminators_more.py)",
     "flexnet": "neosr's state dict has an extra 'flash_attn' buffer",
     "metaflexnet": "traiNNer-redux's metaflexnet (64 channels; neosr's: 48)",
     "man": "anysr's MAN keeps the mean shift (sub_mean / add_mean) in its state dict; neosr's has none",
