@@ -54,7 +54,7 @@ fi
 jobs="${XLA_JOBS:-$(nproc 2>/dev/null || echo 1)}"
 group="${XLA_GROUP:-3}"
 # XLA:CPU compiles each graph through LLVM; the tests' graphs are small and run a few steps, so compiling is most of
-# their time: LLVM's optimisation level 0 compiles them 2-3x faster (measured on tests/test_archs_grl.py: 329 s ->
+# their time: LLVM's optimisation level 0 compiles them 2-3x faster (measured on tests/archs/test_grl.py: 329 s ->
 # 122 s). It changes how fast the compiled code runs, not which graphs are built, what falls back or the results
 # beyond float rounding; XLA_FLAGS set by the caller come first.
 export XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS }--xla_backend_optimization_level=0"
@@ -82,7 +82,15 @@ run_tests() {  # run_tests FILE... : one pytest process; 0 when its tests passed
 # the lanes at the end, so no long process starts last.
 units=()
 pending=()
-for f in $(printf '%s\n' tests/test_*.py | sort -r); do
+# The standard checks' XLA step (tests/archs/test_standard.py: one case per card) runs STD_CHUNK cards to a process,
+# as the architecture modules did (default 12: hundreds of graphs in one process is what crashed).
+std=tests/archs/test_standard.py
+mapfile -t std_cases < <(env PJRT_DEVICE=CPU "$VENV/bin/python" -m pytest -m xla -q --collect-only \
+    -p no:cacheprovider "$std" 2>/dev/null | grep "::" || true)
+chunk="${STD_CHUNK:-12}"
+for ((i = 0; i < ${#std_cases[@]}; i += chunk)); do units+=("${std_cases[*]:i:chunk}"); done
+for f in $(printf '%s\n' tests/test_*.py tests/*/test_*.py | sort -r); do
+    [[ "$f" == "$std" ]] && continue
     grep -q "mark.xla" "$f" || continue
     case "$(basename "$f")" in
         *xla*) units+=("$f") ;;

@@ -1,4 +1,4 @@
-"""The checks every architecture gets, written once (tests/test_archs_common.py runs them over its tables).
+"""The checks every architecture gets, written once (tests/archs/test_standard.py runs them over its tables).
 
 A fixture case is ``tests/fixtures/<group>/<name>_params.safetensors`` (the reference's weights) and
 ``<name>_io.safetensors`` (inputs ``input<i>`` and the reference's outputs ``output<i>``), described in the group's
@@ -90,6 +90,27 @@ def _io(group: str, name: str) -> dict[str, torch.Tensor]:
     for key, spec in manifest(group)["cases"][name].get("inputs", {}).items():
         io[key] = fixture_kit.seeded_input(spec["shape"], spec["seed"], *spec.get("range", (0.0, 1.0)))
     return io
+
+
+def _has_weights(case: dict[str, Any], params_file: Path) -> bool:
+    if "seeded" in case:
+        seeded = case["seeded"]  # fixture_kit's weights (other scripts name theirs: "weights")
+        return isinstance(seeded, dict) and "shapes" in seeded and "weights" not in seeded
+    return "synthetic" in case or params_file.is_file()
+
+
+def weight_cases(skip: str = "") -> list[tuple[str, str]]:
+    """``(group, name)`` of every fixture case ``stored_params`` gives weights for (seeded, synthetic or a params
+    file), in the groups other than ``skip``."""
+    out = []
+    for path in sorted(FIXTURES.glob("*/manifest.json")):
+        group = path.parent.name
+        cases = manifest(group).get("cases") if group != skip else None
+        if not isinstance(cases, dict):
+            continue
+        out += [(group, name) for name, case in sorted(cases.items()) if isinstance(case, dict) and _has_weights(
+            case, path.parent / f"{name}_params.safetensors")]
+    return out
 
 
 def fixture_io(group: str, name: str) -> dict[str, torch.Tensor]:

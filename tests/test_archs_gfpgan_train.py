@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import torch
 from arch_checks import check_channels_last, check_meta_device
-from conftest import FIXTURE_TOL
+from conftest import FIXTURE_TOL, ROOT
 from safetensors.torch import load_file
 from torch import nn
 
@@ -31,7 +31,6 @@ from anysr.archs import build_network
 from anysr.archs.recognition.recognise import recognise, recognise_all
 from anysr.errors import OptionError
 
-ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "gfpgan_train"
 MANIFEST: dict[str, dict[str, Any]] = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
 GFPGAN = sorted(n for n, c in MANIFEST.items() if c["type"] == "GFPGANv1")

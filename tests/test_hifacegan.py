@@ -4,7 +4,7 @@ Fixtures come from BasicSR 1.4.2's own modules (``tools/fixtures/make_hifacegan_
 training-mode passes first (batch-norm statistics and spectral-norm vectors moved), then compared in eval mode,
 every discriminator feature too. BasicSR's own HiFaceGAN option files (``tests/fixtures/basicsr_options``, as
 released) are checked and trained through the command line. The checks every architecture gets (channels_last,
-bf16, the meta device, gradients, a training run, 2 ranks = 1 process) run from tests/test_archs_common.py.
+bf16, the meta device, gradients, a training run, 2 ranks = 1 process) run from tests/archs/test_standard.py.
 """
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ def test_onnx_export_carries_the_mapping(tmp_path: Path) -> None:
 
     torch.manual_seed(0)
     net = unit_range(build_network(dict(MIXDEHAZE)).eval())
-    export_onnx(net, tmp_path / "m.onnx", scale=1, net_opt=MIXDEHAZE, size=48)  # a fixed size (see test_archs_enhance)
+    export_onnx(net, tmp_path / "m.onnx", scale=1, net_opt=MIXDEHAZE, size=48)  # a fixed size (archs/test_enhance.py)
     x = torch.rand(1, 3, 48, 48)
     with torch.no_grad():
         want = net(x).numpy()

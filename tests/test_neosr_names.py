@@ -7,12 +7,12 @@ x4, and per preset anysr adds for neosr (and for hat_s, rgt_s and craft, traiNNe
 ``rgb_mean: [0.5, 0.5, 0.5]``) a shrunk network with seeded weights and neosr's outputs: they load strictly and give
 neosr's outputs. ``tests/fixtures/neosr_families/``: the families anysr adds for neosr's names (ASID: ``asid``,
 ``asid_d8``; Light-SAFMN++: ``light_safmnpp``), with neosr's gradients, file recognition, ONNX at unseen sizes and
-an XLA:CPU train step (``-m xla``); tests/test_archs_common.py runs the checks every family gets on them.
+an XLA:CPU train step (``-m xla``); tests/archs/test_standard.py runs the checks every family gets on them.
 
 Where anysr and neosr differ on purpose:
 
 * ``cugan`` below 32 pixels a side: anysr grows the input to 32 first (reflect, then edge, at the bottom / right;
-  spandrel's size requirement, which tests/test_archs_restore.py checks against spandrel), neosr (as the authors'
+  spandrel's size requirement, which tests/archs/test_restore.py checks against spandrel), neosr (as the authors'
   code) reflect-pads it as it is, so the outputs differ by up to 1e-3 near the grown border. The cases here use
   sides of 32 or more, where the two are identical.
 
@@ -60,7 +60,7 @@ DIFFERENT = {
     "atd_light": "traiNNer-redux's atd_light (4 window-attention heads in neosr, 6 here)",
     "dunet": "neosr's spectral norms are torch's old hooks (weight_orig / weight_u / weight_v); anysr's DUnet has "
              "traiNNer-redux's parametrisation (parametrizations.weight.original / 0._u / 0._v): neosr's files are "
-             "renamed on reading and load (tests/test_archs_discriminators_more.py)",
+             "renamed on reading and load (tests/archs/test_discriminators_more.py)",
     "flexnet": "neosr's state dict has an extra 'flash_attn' buffer",
     "metaflexnet": "traiNNer-redux's metaflexnet (64 channels; neosr's: 48)",
     "man": "anysr's MAN keeps the mean shift (sub_mean / add_mean) in its state dict; neosr's has none",

@@ -55,16 +55,16 @@ def test_every_preset_is_checked_against_the_reference() -> None:
                            # the MMRealSR authors' class names: tests/test_mmrealsr_train.py
                            "MMRRDBNet", "MMRRDBNet_test", "MMRRDBNet_decouple",
                            "docres_discriminator", "ninasr_b0", "ninasr_b2",
-                           "plainusr_ultra", "plainusr_large",  # neosr's: tests/test_archs_neosr_cnn.py
-                           # neosr's: tests/test_archs_neosr_transformer.py
+                           "plainusr_ultra", "plainusr_large",  # neosr's: tests/archs/test_neosr_cnn.py
+                           # neosr's: tests/archs/test_neosr_transformer.py
                            "hma_medium", "hma_large", "grformer_medium", "grformer_large",
                            # neosr's: tests/test_neosr_names.py
                            "cugan", "dat_m", "drct_s", "esc", "esc_light", "esc_large", "hit_srf_medium",
                            "hit_srf_large", "lmlt", "realplksr_s", "realplksr_l", "srformer_medium", "swinir_small",
                            "swinir_medium", "swinir_large", "unet", "asid", "asid_d8",
                            "light_safmnpp",
-                           "catanet",  # neosr's: tests/test_archs_catanet.py
-                           "esc_fp",  # neosr's: tests/test_neosr_archs.py
+                           "catanet",  # neosr's: tests/archs/test_catanet.py
+                           "esc_fp",  # neosr's: tests/archs/test_neosr_archs.py
                            # neosr's names of families whose defaults are neosr's (the top-level scale passed on;
                            # tests/test_neosr_names.py: neosr's network at x4)
                            "ninasr", "plainusr", "hma", "grformer", "cfsr", "hasn", "krgn", "msdan", "dct"}, others

@@ -20,15 +20,15 @@ from tests.test_recognise import _layout
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FAMILIES = ("ATD", "ArtCNN", "BasicVSR", "BasicVSRPlusPlus", "CRAFT", "CascadedGaze", "DAT", "DCTLSA", "DIS", "DITN",
-            "DFDNet",  # tests/test_archs_dfdnet.py
+            "DFDNet",  # tests/archs/test_dfdnet.py
             "DAT_iLN", "DRCT", "DRUNet", "DUF", "DWT", "DnCNN", "ECBSR", "EDSR", "EDVR", "EIMN", "ELAN", "EMT",
-            "ESCRealM", "ESCFP",  # ESCFP: neosr's esc_fp, tests/test_neosr_archs.py
-            "CFSR", "HASN", "KRGN",  # neosr's: tests/test_archs_neosr_light.py
-            "CATANet",  # neosr's: tests/test_archs_catanet.py
-            "DCT",  # neosr's: tests/test_archs_neosr_dct.py
+            "ESCRealM", "ESCFP",  # ESCFP: neosr's esc_fp, tests/archs/test_neosr_archs.py
+            "CFSR", "HASN", "KRGN",  # neosr's: tests/archs/test_neosr_light.py
+            "CATANet",  # neosr's: tests/archs/test_catanet.py
+            "DCT",  # neosr's: tests/archs/test_neosr_dct.py
             "FBCNN", "FDAT", "FFTformer", "FlexNet", "GFPGANv1Clean", "GRFormer", "HAT", "HMA", "HVICIDNet",
             "HiT_SIR", "HiT_SNG", "HiT_SRF", "IconVSR", "LKFMixer", "LMLT",
-            "LAWFFT")  # tests/test_archs_lawfft.py
+            "LAWFFT")  # tests/archs/test_lawfft.py
 
 CONFIGS: list[dict] = [
     {"type": "EDSR", "num_in_ch": 3, "num_out_ch": 3},

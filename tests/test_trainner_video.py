@@ -199,7 +199,7 @@ def test_two_gloo_ranks_train_the_temporal_networks_as_one_process(net: dict[str
     at 8 channels: GroupNorm(8) normalises single channels of small, mostly padded frames, and its 1 / std scales
     the kernels' rounding (other summation orders at batch 2 and 4) up to ~3e-4 of the weights after 4 steps; a
     rank without the gradient all-reduce would be off by the steps themselves. (TSCUNet: its smallest network,
-    dim 64, takes 90 s here; tests/test_archs_temporal.py trains it.)"""
+    dim 64, takes 90 s here; tests/archs/test_temporal.py trains it.)"""
     opt = _template(tmp_path, network_g=dict(net))
     opt["train"]["optim_g"] = {"type": "SGD", "lr": 1e-2}
     opt["datasets"]["val"]["name"] = "val"  # the name the check reads the PSNR under

@@ -149,7 +149,7 @@ class MoESR(nn.Module):
     """
 
     tile_multiple: int = 2
-    # traiNNer-redux's MoESR2 is this network (same keys, MetaUpsample and outputs; tests/test_archs_escmix.py).
+    # traiNNer-redux's MoESR2 is this network (same keys, MetaUpsample and outputs; tests/archs/test_escmix.py).
     # Its expansion_factor default is 8/3 rather than 2.65625: the same hidden width for dim 64 (170), not for
     # every dim.
     other_names = ("MoESR2",)
