@@ -153,7 +153,7 @@ def test_basicsr_edsr_file_trains_and_validates(tmp_path: Path, small_train_dir:
     env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=1", "ANYSR_JAX_CACHE": str(tmp_path / "cache")}
     proc = run_cli("train", "-opt", str(path), "--force_yml", *over, cwd=tmp_path, env=env, timeout=600)
     out = proc.stdout + proc.stderr
-    assert "xla (torchax on JAX" in out and "(fp32," in out, out[-3000:]  # auto: fp32 on JAX's CPU
+    assert "xla (torchax on JAX" in out and "precision fp32 (auto:" in out, out[-3000:]  # auto: fp32 on JAX CPU
     assert re.search(r"psnr: \d", out, re.IGNORECASE), out[-3000:]
     exp = tmp_path / "experiments" / "run"
     weights = exp / "models" / "net_g_2.safetensors"

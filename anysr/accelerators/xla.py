@@ -189,11 +189,14 @@ class XLAAccelerator(Accelerator):
     def batch_multiplier(self) -> int:
         return self.strategy.spmd_devices if self.spmd else 1
 
-    def describe(self) -> str:
+    def place(self) -> str:
         where = (f"SPMD over {self.strategy.spmd_devices} devices" if self.spmd
                  else f"rank {self.rank}/{self.world_size}")
         kind = self.plan.extra.get("pjrt_device", "XLA")
-        return f"xla ({kind}) {where} on {self.device} ({self.precision.name})"
+        return f"xla ({kind}) {where} on {self.device}"
+
+    def describe(self) -> str:
+        return f"{self.place()} ({self.precision.name})"
 
     # ---------------------------------------------------------------- randomness
     def manual_seed(self, seed: int) -> None:

@@ -180,13 +180,19 @@ class TorchaxAccelerator(Accelerator):
     def batch_multiplier(self) -> int:
         return self.strategy.data_parallel_size
 
-    def describe(self) -> str:
+    def _place(self, precision: str) -> str:
         devices = self.strategy.devices
         kind = devices[0].platform.upper() if devices else "?"
         cache = f"compile cache {self.cache_dir}" if self.cache_dir is not None else "no compile cache"
         matmul = self.plan.extra.get("matmul_precision", "default")
         return (f"xla (torchax on JAX {jax.__version__}, {kind}) over {len(devices)} device(s), batch sharded "
-                f"({self.precision.name}, matmul precision {matmul}, {cache})")
+                f"({precision}matmul precision {matmul}, {cache})")
+
+    def place(self) -> str:
+        return self._place("")
+
+    def describe(self) -> str:
+        return self._place(f"{self.precision.name}, ")
 
     # ---------------------------------------------------------------- randomness
     def manual_seed(self, seed: int) -> None:
