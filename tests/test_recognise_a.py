@@ -239,6 +239,11 @@ def _file_layout(folder: Path, name: str, case: dict) -> dict[str, tuple[int, ..
         return {entry["key"]: tuple(entry["shape"]) for entry in case["state"]}
     if "synthetic" in case:
         return {k: tuple(v) for k, v in case["synthetic"]["shapes"].items()}
+    if case.get("seeded"):  # seeded reference weights, loaded strictly with the buffers the network computes
+        from arch_checks import load_case
+
+        net, _ = load_case(folder.name, name)
+        return {k: tuple(v.shape) for k, v in net.state_dict().items()}
     for path in (folder / f"{name}_params.safetensors", folder / f"{name}.pth"):
         if path.exists():
             try:
