@@ -74,7 +74,7 @@ def _up2(t: torch.Tensor, dim: int) -> torch.Tensor:
 
 def upsample2x(t: torch.Tensor) -> torch.Tensor:
     """``F.interpolate(t, scale_factor=2, mode='bilinear', align_corners=False)`` of an NCHW batch (equal to float
-    rounding) from slicing and arithmetic only: XLA lowers it, forward and backward (torch_xla 2.9 runs
+    rounding) from slicing and arithmetic only: XLA lowers it, forward and backward (the XLA 2.9 backend runs
     ``upsample_bilinear2d_backward`` on the CPU, one host round trip per use)."""
     return _up2(_up2(t, 2), 3)
 
