@@ -1,7 +1,7 @@
 """Bilinear resizing that XLA can differentiate.
 
 ``F.interpolate(mode="bilinear")`` has an XLA forward lowering but its backward (``upsample_bilinear2d_backward``)
-runs on the CPU (measured with the XLA 2.9 backend). On XLA devices ``resize_bilinear`` therefore gathers the two source rows /
+runs on the CPU (the XLA 2.9 backend). On XLA devices ``resize_bilinear`` therefore gathers the two source rows /
 columns of every output pixel (indices and weights from the static sizes, built on the input's device) and
 blends them: the same values as ``F.interpolate`` (within float rounding), with gathers and their scatter-add
 backward, which XLA lowers. Elsewhere it is ``F.interpolate``.
