@@ -197,6 +197,20 @@ def test_a_variant_whose_pilot_says_it_would_overrun_is_not_started(monkeypatch:
     assert clock[0] <= 10.0 + full[Variant("fp32", False)]
 
 
+def test_a_network_that_cannot_take_the_pilot_input_is_timed_in_full() -> None:
+    """HiFaceGAN-like: four halvings then an instance norm fail on a 16-pixel pilot (1x1 at the norm); every
+    variant is still timed on the full input."""
+    layers: list[torch.nn.Module] = []
+    for _ in range(4):
+        layers += [torch.nn.Conv2d(3, 3, 3, stride=2, padding=1)]
+    net = torch.nn.Sequential(*layers, torch.nn.InstanceNorm2d(3))
+    variants = [Variant("fp32", False), Variant("fp32", True)]
+    with pytest.raises(ValueError):
+        net(torch.rand(1, 3, 16, 16))
+    times = measure(net, (1, 3, 64, 64), variants, train=False, repeats=1, budget=60.0)
+    assert set(times) == set(variants)
+
+
 def test_a_resumed_run_keeps_its_recorded_choice() -> None:
     acc = create_accelerator(resolve_plan("cpu", 1))
     acc.setup()

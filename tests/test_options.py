@@ -753,7 +753,7 @@ def test_out_of_range_and_choices(root: Path) -> None:
         "num_gpu: must be 'auto' or an int >= 0, got 'all' (str)",
         "accelerator: expected 'auto' | 'cpu' | 'cuda' | 'mps' | 'xla', got 'gpu' (str) "
         "(NVIDIA GPUs are accelerator: cuda (Apple: mps))",
-        "manual_seed: must be >= 0, got -1 (int)",
+        "manual_seed: must be from 0 to 2**63 - 1, got -1 (int)",
         "train.ema_decay: must be in [0, 1), got 1.0 (float)",
         "train.precision: expected 'auto' | 'fp32' | 'bf16' | 'fp16', got 'fp8' (str)",
     ]

@@ -170,13 +170,18 @@ def measure(net: nn.Module, shape: tuple[int, ...], variants: list[Variant], *, 
             break
         trial = _prepare(net, v).train(train)
         if trials and small is not None and v not in pilots:  # what would this variant's full step cost?
-            pilots[v] = _time_once(trial, _layout(small, v), v, train)
             first = next(iter(trials))
-            if first not in pilots:
-                pilots[first] = _time_once(trials[first], _layout(small, first), first, train)
-            projected = first_full * pilots[v] / max(pilots[first], 1e-9)
-            if time.perf_counter() - start + 2 * projected > budget:
-                continue  # it would end past the budget: not timed (named in the account)
+            try:
+                pilots[v] = _time_once(trial, _layout(small, v), v, train)
+                if first not in pilots:
+                    pilots[first] = _time_once(trials[first], _layout(small, first), first, train)
+            except (RuntimeError, ValueError):  # the network needs more than a quarter of the input (norms, pooling)
+                small = None
+                pilots.clear()
+            else:
+                projected = first_full * pilots[v] / max(pilots[first], 1e-9)
+                if time.perf_counter() - start + 2 * projected > budget:
+                    continue  # it would end past the budget: not timed (named in the account)
         trials[v] = trial
         inputs[v] = _layout(x, v)
         t0 = time.perf_counter()
