@@ -95,6 +95,9 @@ def test_report_page_in_a_headless_browser(run: dict[str, Any], tmp_path_factory
         b.open(page.as_uri())
         state = b.evaluate(_STATE)
         assert state["labels"] == ["bicubic", "result (iter 4)", "ground truth"]
+        # the validation set's LQ is made from its GT (lq_from_gt): no "input" link opening the GT, and it says so
+        assert "the input was made from the ground truth" in state["info"] and "input" not in state["links"]
+        assert state["ends"] == ["blend", "bicubic", "ground truth"]  # what the slider does and what its ends are
         assert all(n > 0.9 * 256 * 256 for n in state["drawn"]), state["drawn"]  # three images on the canvases
         assert len(set(state["panes"])) == 3  # bicubic, result and ground truth differ
         # the slider: bicubic -> result -> ground truth on the comparison canvas (and a blend in between)
@@ -142,7 +145,10 @@ _STATE = ("(async () => {" + _WAIT + _SIG + "await new Promise(r => setTimeout(r
           " let n = 0; for (let i = 0; i < d.length; i += 4) if (d[i] !== 34 || d[i + 1] !== 34 || d[i + 2] !== 34)"
           " n++; return n;});"
           "return {labels: panes.map(c => c.parentElement.querySelector('.pane-label').textContent), drawn,"
-          " panes: panes.map(sig), info: document.getElementById('item-info').textContent};})()")
+          " panes: panes.map(sig), info: document.getElementById('item-info').textContent,"
+          " links: [...document.querySelectorAll('#item-info a')].map(a => a.textContent),"
+          " ends: ['label[for=slider]', '#slider-lo', '#slider-hi'].map(q => document.querySelector(q).textContent)"
+          "};})()")
 _SLIDE = ("(() => {" + _SIG + "const s = document.getElementById('slider'), c = document.getElementById('compare');"
           "const out = {sig: [], labels: []};"
           "for (const v of [0, 100, 200, 150]) {s.value = String(v); s.dispatchEvent(new Event('input'));"
@@ -173,11 +179,17 @@ _LAYOUT = ("(async () => {" + _WAIT + "await new Promise(r => setTimeout(r, 150)
            " const pts = [...svg.querySelectorAll('polyline')].flatMap(l => [...l.points])"
            "  .concat([...svg.querySelectorAll('circle')].map(e => ({x: e.cx.baseVal.value, y: e.cy.baseVal.value})))"
            "  .map(p => new DOMPoint(p.x, p.y).matrixTransform(m));"
-           " return {title: svg.parentElement.querySelector('h3').textContent, entries:"
+           " return {title: svg.parentElement.querySelector('h3').textContent,"
+           "  axes: ['.x-title', '.y-title'].map(q => svg.querySelector(q).textContent),"
+           "  grid: svg.querySelectorAll('g.grid line').length, entries:"
            "  svg.querySelectorAll('g.legend text').length, over_plot: inter(legend, plot),"
            "  points: pts.length, points_under_legend: pts.filter(p => p.x >= legend.left && p.x <= legend.right"
            "  && p.y >= legend.top && p.y <= legend.bottom).length};});"
+           "const thumbs = [...document.querySelectorAll('.thumb')].map(t => [t.getBoundingClientRect().top,"
+           " t.querySelector('.cap').getBoundingClientRect().top]);"
+           "const pane = document.querySelector('canvas.layer').getBoundingClientRect();"
            "return {canvas: [r.width, r.height], pixels: [c.width, c.height], drawn: [x1 - x0 + 1, y1 - y0 + 1],"
+           " thumbs, pane_bottom: pane.bottom + scrollY,"
            " viewer: [box.width], inner: [innerWidth, innerHeight],"
            " scroll: document.documentElement.scrollWidth, charts,"
            " notes: [...document.querySelectorAll('.shown')].map(e => e.textContent),"
@@ -197,6 +209,12 @@ def _check_layout(b: Browser, size: tuple[int, int], crop: tuple[int, int] = (12
     for chart in m["charts"]:
         assert chart["entries"] >= 1 and chart["points"] >= 1, chart
         assert not chart["over_plot"] and chart["points_under_legend"] == 0, chart
+        assert chart["axes"][0] == "iteration" and chart["axes"][1] and chart["grid"] >= 4, chart  # titled, gridded
+    rows: dict[float, set[float]] = {}
+    for top, cap in m["thumbs"]:  # thumbnails of different heights: the captions of a row still line up
+        rows.setdefault(round(top), set()).add(round(cap))
+    assert all(len(caps) == 1 for caps in rows.values()), m["thumbs"]
+    assert m["pane_bottom"] <= size[1], m  # the viewer's panes are on the first screen, no scrolling
     return m
 
 

@@ -102,20 +102,24 @@ class ViewerItem:
 _CSS = """
 body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:1200px;
 padding:16px;color:#222;background:#fafafa}
-h1{font-size:22px;margin:4px 0 2px}h2{font-size:18px;margin:24px 0 8px;border-bottom:1px solid #ddd}
+h1{font-size:22px;margin:4px 0 2px}h2{font-size:18px;margin:16px 0 6px;border-bottom:1px solid #ddd}h3{margin:8px 0 4px}
 table{border-collapse:collapse;margin:6px 0}td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}
 th{background:#f0f0f0}td.l,th.l{text-align:left}.muted{color:#777}.charts{display:flex;flex-wrap:wrap;gap:12px}
 .chart{background:#fff;border:1px solid #ddd;padding:4px}.chart h3{font-size:13px;margin:2px 4px}
-.thumbs{display:flex;flex-wrap:wrap;gap:6px;margin:6px 0}.thumb{border:2px solid transparent;cursor:pointer;
+.thumbs{display:flex;gap:6px;margin:4px 0;overflow-x:auto;padding-bottom:2px}
+.thumb{border:2px solid transparent;cursor:pointer;
 background:#fff;padding:2px;text-align:center;font-size:11px}.thumb.sel{border-color:#1f6feb}
-.thumb img{display:block;max-width:96px;max-height:96px}.panes{display:flex;gap:8px;flex-wrap:wrap}
+.thumb{flex:none}.tbox{display:flex;align-items:center;justify-content:center;width:72px;height:72px}
+.thumb img{display:block;max-width:72px;max-height:72px}.thumb .cap{display:block;width:72px;overflow:hidden;
+text-overflow:ellipsis;white-space:nowrap}.panes{display:flex;gap:8px;flex-wrap:wrap}
 .pane{text-align:center}canvas{background:#222;image-rendering:pixelated;cursor:grab;display:block;max-width:100%}
 .shown{margin:0 0 4px}
 .pairs{display:flex;flex-wrap:wrap;gap:10px;margin:6px 0}.pair{margin:0;background:#fff;border:1px solid #ddd;
 padding:4px;font-size:11px;text-align:center}.pair img{image-rendering:pixelated;margin:0 1px;max-width:45vw;
 height:auto}details.pairs-at summary{cursor:pointer;margin:4px 0}
-.controls{margin:8px 0;display:flex;gap:8px;align-items:center;flex-wrap:wrap}
+.controls{margin:4px 0;display:flex;gap:8px;align-items:center;flex-wrap:wrap}
 .controls input[type=range]{width:320px;max-width:100%}#slider-label{min-width:220px;display:inline-block}
+.end{font-size:12px;color:#555}nav.sections{margin:4px 0 0}nav.sections a{margin-right:12px}
 """
 
 _JS = r"""
@@ -129,6 +133,7 @@ _JS = r"""
   const cmp = document.getElementById('compare');
   const slider = document.getElementById('slider');
   const label = document.getElementById('slider-label');
+  const ends = [document.getElementById('slider-lo'), document.getElementById('slider-hi')];
   const zoomText = document.getElementById('zoom');
   const info = document.getElementById('item-info');
   // view.zoom is relative to each canvas's fit scale (1: the whole crop fills every canvas); cx, cy: image pixels
@@ -166,6 +171,9 @@ _JS = r"""
     });
     slider.max = String((layers.length - 1) * 100);
     slider.value = String(Math.min(+slider.value, +slider.max));
+    ends[0].textContent = layers[0].label;
+    ends[1].textContent = layers[layers.length - 1].label;
+    slider.title = 'blends ' + layers.map(function(l){ return l.label; }).join(' \u2192 ');
     paneCanvases.forEach(function(c, k){
       const pane = c.parentElement;
       pane.style.display = k < layers.length ? '' : 'none';
@@ -241,8 +249,9 @@ def viewer_html(items: Sequence[ViewerItem], canvas_side: int = 256,
                 group_notes: Mapping[str, str] | None = None) -> str:
     """The per-image viewer: thumbnails per group (each with its ``group_notes`` line, e.g. how many of the
     dataset's images are shown), one pane per layer (synchronised zoom / pan: wheel or the buttons, drag to pan),
-    and a larger canvas whose slider blends from one layer to the next. Every canvas takes the crop's aspect and
-    fits it: the panes a ``canvas_side`` box, the slider view the page's width (at most ``3 * canvas_side``)."""
+    and a larger canvas whose slider blends from one layer to the next (its ends are named beside it). Every
+    canvas takes the crop's aspect and fits it: the panes a ``canvas_side`` box, the slider view the page's width
+    (at most ``3 * canvas_side``)."""
     if not items:
         return '<p class="muted">No validation images yet (set val.log_images > 0 and validate once).</p>'
     notes = group_notes or {}
@@ -262,8 +271,8 @@ def viewer_html(items: Sequence[ViewerItem], canvas_side: int = 256,
         for k in ks:
             it = items[k]
             img = f'<img alt="{html.escape(it.name)}" src="{it.thumb}">' if it.thumb else ""
-            parts.append(f'<div class="thumb" data-i="{k}" title="{html.escape(it.name)}">{img}'
-                         f"{html.escape(it.name)}</div>")
+            parts.append(f'<div class="thumb" data-i="{k}" title="{html.escape(it.name)}">'
+                         f'<span class="tbox">{img}</span><span class="cap">{html.escape(it.name)}</span></div>')
         parts.append("</div>")
     panes = "".join(f'<div class="pane"><canvas class="layer" width="{canvas_side}" height="{canvas_side}">'
                     f'</canvas><div class="pane-label"></div></div>' for _ in range(n_layers))
@@ -274,8 +283,9 @@ def viewer_html(items: Sequence[ViewerItem], canvas_side: int = 256,
             f'<button id="zoom-in" type="button">+</button><button id="zoom-reset" type="button">fit</button>'
             f'<span id="zoom"></span><span class="muted">wheel: zoom, drag: pan (all views together)</span></div>'
             f'<div class="panes">{panes}</div>'
-            f'<div class="controls"><input id="slider" type="range" min="0" max="{(n_layers - 1) * 100}" '
-            f'step="1" value="100"><span id="slider-label"></span></div>'
+            f'<div class="controls"><label for="slider">blend</label><span class="end" id="slider-lo"></span>'
+            f'<input id="slider" type="range" min="0" max="{(n_layers - 1) * 100}" step="1" value="100">'
+            f'<span class="end" id="slider-hi"></span><span id="slider-label"></span></div>'
             f'<canvas id="compare" width="{big}" height="{big}"></canvas></div>'
             f'<script type="application/json" id="viewer-data">{payload}</script><script>{_JS}</script>')
 
@@ -327,9 +337,11 @@ def _legend_rows(names: Sequence[str], width: int) -> list[list[tuple[int, str, 
 
 
 def svg_chart(title: str, series: Mapping[str, Sequence[tuple[float, float]]], *, log_y: bool = False,
-              width: int = 360, height: int = 200) -> str:
-    """A small line chart as inline SVG (x: iteration), one polyline per series; the legend sits below the plot
-    area (never over the lines), in as many rows as it needs."""
+              width: int = 360, height: int = 212, x_title: str = "iteration", y_title: str = "",
+              grid: int = 4) -> str:
+    """A small line chart as inline SVG, one polyline per series, with axis titles (``x_title``, ``y_title``:
+    the chart's title when empty) and a ``grid`` x ``grid`` grid whose lines are labelled on the axes; the
+    legend sits below the plot area (never over the lines), in as many rows as it needs."""
     pts = {k: [(float(x), float(y)) for x, y in v if math.isfinite(float(y)) and (not log_y or float(y) > 0)]
            for k, v in series.items()}
     pts = {k: v for k, v in pts.items() if v}
@@ -343,10 +355,11 @@ def svg_chart(title: str, series: Mapping[str, Sequence[tuple[float, float]]], *
         x0, x1 = x0 - 1, x1 + 1
     if y1 == y0:
         y0, y1 = y0 - (abs(y0) * 0.05 or 1), y1 + (abs(y1) * 0.05 or 1)
-    left, right, top, bottom = 52, 8, 8, 22
+    left, right, top, bottom = 66, 10, 8, 34
     pw, ph = width - left - right, height - top - bottom
     legend = _legend_rows(list(pts), width - left - right)
     full_height = height + 14 * len(legend) + 2
+    y_title = y_title or title
 
     def px(x: float) -> float:
         return left + (x - x0) / (x1 - x0) * pw
@@ -355,15 +368,34 @@ def svg_chart(title: str, series: Mapping[str, Sequence[tuple[float, float]]], *
         v = math.log10(y) if log_y else y
         return top + (1 - (v - y0) / (y1 - y0)) * ph
 
-    shown_y = (10 ** y0, 10 ** y1) if log_y else (y0, y1)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{full_height}" role="img">',
-           f'<rect class="plot" x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#ccc"/>',
-           f'<text x="{left - 4}" y="{top + 10}" font-size="10" text-anchor="end">'
-           f'{format_number(shown_y[1])}</text>',
-           f'<text x="{left - 4}" y="{top + ph}" font-size="10" text-anchor="end">'
-           f'{format_number(shown_y[0])}</text>',
-           f'<text x="{left}" y="{height - 6}" font-size="10">{int(x0)}</text>',
-           f'<text x="{left + pw}" y="{height - 6}" font-size="10" text-anchor="end">{int(x1)}</text>']
+           '<g class="grid" stroke="#eee">']
+    labels = []
+    for i in range(grid + 1):  # evenly spaced in the drawn scale (decades apart on a log axis)
+        v = y0 + (y1 - y0) * i / grid
+        y = top + (1 - i / grid) * ph
+        if 0 < i < grid:
+            out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + pw}" y2="{y:.1f}"/>')
+        labels.append(f'<text x="{left - 4}" y="{y + 3:.1f}" font-size="10" text-anchor="end">'
+                      f'{format_number(10 ** v if log_y else v)}</text>')
+    shown_x: set[int] = set()
+    for i in range(grid + 1):
+        v = round(x0 + (x1 - x0) * i / grid)
+        if v in shown_x or not x0 <= v <= x1:
+            continue
+        shown_x.add(v)
+        x = px(v)
+        if x0 < v < x1:
+            out.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{top + ph}"/>')
+        labels.append(f'<text x="{x:.1f}" y="{top + ph + 12}" font-size="10" text-anchor="middle">{v}</text>')
+    out.append("</g>")
+    out.append(f'<rect class="plot" x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#bbb"/>')
+    out.extend(labels)
+    out.append(f'<text class="x-title" x="{left + pw / 2:.1f}" y="{height - 4}" font-size="10" '
+               f'text-anchor="middle" fill="#555">{html.escape(x_title)}</text>')
+    out.append(f'<text class="y-title" x="0" y="0" font-size="10" text-anchor="middle" fill="#555" '
+               f'transform="translate(12,{top + ph / 2:.1f}) rotate(-90)">'
+               f'{html.escape(y_title + (" (log)" if log_y else ""))}</text>')
     for k, v in enumerate(pts.values()):
         colour = _COLOURS[k % len(_COLOURS)]
         if len(v) == 1:

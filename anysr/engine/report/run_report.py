@@ -1,6 +1,6 @@
-"""``anysr report``: ``<experiment>/report.html``, one self-contained page to look at a training run: loss and
-metric curves (inline SVG), the best-checkpoint table, the NaN recoveries, the viewer of the validation crops and
-the training pairs saved at each validation.
+"""``anysr report``: ``<experiment>/report.html``, one self-contained page to look at a training run: the
+best-checkpoint table, the viewer of the validation crops, loss and metric curves (inline SVG), the NaN
+recoveries and the training pairs saved at each validation.
 
 The page reads files on disk that an older version or an interrupted run may have left incomplete (not options),
 so its lookups there are tolerant (``.get`` with a default) and a missing piece only leaves a section empty.
@@ -90,15 +90,15 @@ def _curves(history: History) -> str:
         lrs.append((e["iter"], e.get("lr", 0.0)))
     if losses:
         positive = all(y > 0 for v in losses.values() for _, y in v)
-        charts.append(svg_chart("training losses", losses, log_y=positive))
+        charts.append(svg_chart("training losses", losses, log_y=positive, y_title="loss"))
     if lrs:
-        charts.append(svg_chart("learning rate", {"lr": lrs}))
+        charts.append(svg_chart("learning rate", {"lr": lrs}, y_title="lr"))
     per_metric: dict[str, dict[str, list[tuple[float, float]]]] = {}
     for e in history.val:
         for k, v in e.get("metrics", {}).items():
             per_metric.setdefault(k, {}).setdefault(e["dataset"], []).append((e["iter"], v))
     for metric, series in per_metric.items():
-        charts.append(svg_chart(f"validation {metric}", series))
+        charts.append(svg_chart(f"validation {metric}", series, y_title=metric))
     charts = [c for c in charts if c]
     if not charts:
         return '<p class="muted">No reports yet.</p>'
@@ -114,6 +114,17 @@ def _shown_note(block: Mapping[str, Any], shown: int) -> str:
     if shown < count:
         return f"{shown} of {count} images{limit}"
     return f"all {count} images"
+
+
+def _made_from_gt(entry: Mapping[str, Any]) -> bool:
+    """Whether a logged crop's input path is its ground truth's (the LQ was synthesised from it)."""
+    lq, gt = entry.get("lq_path"), entry.get("gt_path")
+    if not lq or not gt:
+        return False
+    try:
+        return Path(lq).resolve() == Path(gt).resolve()
+    except (OSError, RuntimeError):
+        return lq == gt
 
 
 def _run_items(exp_dir: Path) -> tuple[list[ViewerItem], dict[str, str]]:
@@ -139,9 +150,12 @@ def _run_items(exp_dir: Path) -> tuple[list[ViewerItem], dict[str, str]]:
                 if e.get(key) and Path(e[key]).is_file():
                     links.append((label, relative_link(e[key], exp_dir)))
             top, left, h, w = e.get("box", [0, 0, 0, 0])
+            note = f"crop {w}x{h} at ({left}, {top})"
+            if _made_from_gt(e):  # the dataset synthesised its LQ from the GT: no input file of its own to open
+                links = [link for link in links if link[0] != "input"]
+                note += "; the input was made from the ground truth"
             thumb = thumbnail_uri(e.get("gt_path") or e.get("lq_path") or None)
-            items.append(ViewerItem(e.get("name", "?"), dataset, layers, thumb, links,
-                                    note=f"crop {w}x{h} at ({left}, {top})"))
+            items.append(ViewerItem(e.get("name", "?"), dataset, layers, thumb, links, note=note))
         if len(items) > before:
             notes[dataset] = _shown_note(block, len(items) - before)
     return items, notes
@@ -213,20 +227,23 @@ def write_report(exp_dir: str | os.PathLike[str]) -> Path:
                 f"{summary['wall_time_s']:.0f} s" if isinstance(summary.get("wall_time_s"), int | float) else ""))
             + "</p>"]
     best = _best_rows(summary, history, exp)
-    body = "".join(head)
-    body += "<h2>Best checkpoints</h2>" + (
-        html_table(["dataset", "metric", "better", "best", "at iteration", "weights", "last"], best)
-        if best else '<p class="muted">No validation yet.</p>')
-    body += "<h2>Curves</h2>" + _curves(history)
+    items, notes = _run_items(exp)
+    # the viewer comes right after the best checkpoints (it is what a laptop's first screen should show)
+    sections = [("best", "Best checkpoints",
+                 html_table(["dataset", "metric", "better", "best", "at iteration", "weights", "last"], best)
+                 if best else '<p class="muted">No validation yet.</p>'),
+                ("images", "Validation images", viewer_html(items, group_notes=notes)),
+                ("curves", "Curves", _curves(history))]
     if history.events:
-        body += "<h2>NaN recoveries</h2>" + html_table(
+        sections.append(("nan", "NaN recoveries", html_table(
             ["non-finite at iteration", "what", "rolled back to", "batch skipped", "lr factor", "recovery"],
             [[str(e.get("iter", "")), html.escape(str(e.get("what", ""))), str(e.get("rolled_back_to", "")),
               str(e.get("skipped_batch", "")), format_number(e["lr_factor"]) if "lr_factor" in e else "",
-              f"{e.get('retry', '?')} / {e.get('max_retries', '?')}"] for e in history.events])
-    items, notes = _run_items(exp)
-    body += "<h2>Validation images</h2>" + viewer_html(items, group_notes=notes)
-    body += "<h2>Training pairs</h2>" + _training_pairs(exp)
+              f"{e.get('retry', '?')} / {e.get('max_retries', '?')}"] for e in history.events])))
+    sections.append(("pairs", "Training pairs", _training_pairs(exp)))
+    head.append('<nav class="sections">' + "".join(f'<a href="#{key}">{title}</a>' for key, title, _ in sections)
+                + "</nav>")
+    body = "".join(head) + "".join(f'<h2 id="{key}">{title}</h2>{part}' for key, title, part in sections)
     out = exp / REPORT_NAME
     atomic_write_bytes(out, page(f"{name} - anysr report", body).encode("utf-8"))
     return out
