@@ -129,6 +129,17 @@ def constructor_args(obj: Any, skip: tuple[str, ...] = ()) -> tuple[dict[str, An
     return args, var_kw
 
 
+def argument(obj: Any, given: Mapping[str, Any], name: str) -> Any:
+    """The value of constructor argument ``name`` that ``obj(**given)`` gets: ``given``'s, else its own default
+    (one place for the default: the constructor's signature, never a copy of it in the caller)."""
+    if name in given:
+        return given[name]
+    default = constructor_args(obj)[0].get(name, REQUIRED)
+    if default is REQUIRED:
+        raise KeyError(f"{getattr(obj, '__name__', obj)} has no default for argument {name!r}")
+    return default
+
+
 def argument_problems(obj: Any, given: Mapping[str, Any], key_path: str, what: str,
                       skip: tuple[str, ...] = ()) -> list[str]:
     """The one check of constructor arguments from options (networks, losses, optimisers, schedulers): unknown
@@ -163,6 +174,6 @@ SCHEDULER_REGISTRY = Registry("scheduler")
 METRIC_REGISTRY = Registry("metric")
 DEGRADATION_REGISTRY = Registry("degradation")  # degradation models that make (LQ, GT) pairs from HR images
 
-__all__ = ["OPTIMIZER_REGISTRY", "REQUIRED", "SCHEDULER_REGISTRY", "Registry", "argument_problems",
+__all__ = ["OPTIMIZER_REGISTRY", "REQUIRED", "SCHEDULER_REGISTRY", "Registry", "argument", "argument_problems",
            "constructor_args", "plain_options", "ARCH_REGISTRY", "MODEL_REGISTRY", "DATASET_REGISTRY", "LOSS_REGISTRY",
            "METRIC_REGISTRY", "DEGRADATION_REGISTRY", "Callable"]

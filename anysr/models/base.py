@@ -123,15 +123,14 @@ class BaseModel(ABC):
         """One optimiser step over ``len(batches)`` accumulated micro-batches; the losses, on the device."""
 
     # ---------------------------------------------------------------- building
-    def add_ema(self, name: str, decay: float, train: Mapping[str, Any] | None = None) -> None:
+    def add_ema(self, name: str, decay: float, train: Mapping[str, Any]) -> None:
         """Track an EMA copy of ``nets[name]`` (call after ``prepare_model``); ``train``: the options of its
         schedule (``ema_power``, ``ema_update_after_step``, ``ema_switch_iter``, ``ema_warmup``)."""
         if decay > 0:
-            train = train or {}
             self.emas[name] = EMA(self.acc.strategy.unwrap(self.nets[name]), decay, power=train.get("ema_power"),
                                   update_after=int(train.get("ema_update_after_step") or 0),
                                   switch_every=int(train.get("ema_switch_iter") or 0),
-                                  warmup=bool(train.get("ema_warmup", True)))
+                                  warmup=bool(train["ema_warmup"]))
 
     def add_optimizer(self, name: str, net: nn.Module, opt: dict[str, Any], key_path: str) -> None:
         """The optimizer of ``net`` from ``opt`` (its ``param_groups`` split the parameters) and its schedule."""

@@ -16,7 +16,7 @@ from anysr.losses import build_loss
 from anysr.losses.perceptual import vgg19_stand_in
 from anysr.metrics.info import standard_weights
 from anysr.models.base import WeightNeed
-from anysr.registry import LOSS_REGISTRY, constructor_args, plain_options
+from anysr.registry import LOSS_REGISTRY, argument, constructor_args, plain_options
 
 # BasicSR's keys and their log names
 OPT_KEYS = {"pixel_opt": "pix", "perceptual_opt": "percep", "gan_opt": "gan", "feature_matching_opt": "feat"}
@@ -100,7 +100,7 @@ def loss_weight_needs(specs: Sequence[LossSpec], store: dict[str, StateDicts]) -
 
     for spec in specs:
         if _takes(spec, "vgg_state_dict"):
-            vgg_type = str(spec.options.get("vgg_type", "vgg19"))
+            vgg_type = str(argument(LOSS_REGISTRY.get(spec.options["type"]), spec.options, "vgg_type"))
             needs.append(WeightNeed(
                 "vgg19" if spec.name == "percep" else f"{spec.name} ({vgg_type})", f"{spec.key_path}.vgg_weights_path",
                 spec.options.get("vgg_weights_path"), keep(spec.name), required=True, fresh_only=False,

@@ -44,7 +44,7 @@ from anysr.losses import build_loss
 from anysr.models.gan import SRGANModel
 from anysr.models.realesrgan import _Synthesis
 from anysr.models.sr import SRModel
-from anysr.registry import MODEL_REGISTRY
+from anysr.registry import ARCH_REGISTRY, MODEL_REGISTRY, argument
 
 __all__ = ["MMRealSRGANModel", "MMRealSRNetModel"]
 
@@ -81,7 +81,7 @@ class _Anchored(_Synthesis):
             self.anchor_weight = float(train["rank_opt_anchor"]["loss_weight"])
         self.cri_constraint = build_loss(train["constraint_opt"], "train.constraint_opt") \
             if train.get("constraint_opt") else None
-        degradations = int(opt["network_g"].get("num_degradation", 2))
+        degradations = int(argument(ARCH_REGISTRY.get(opt["network_g"]["type"]), opt["network_g"], "num_degradation"))
         if (self.cri_rank is not None or self.cri_constraint is not None) and degradations != len(_DEGREES):
             raise OptionError(f"network_g.num_degradation: MMRealSR's losses rank {' and '.join(_DEGREES)} degrees, "
                               f"so the network estimates {len(_DEGREES)}; got {degradations}")

@@ -103,7 +103,7 @@ class UnevenDegradationSettings:
     @classmethod
     def from_options(cls, opt: Mapping[str, Any]) -> UnevenDegradationSettings:
         """The settings of a validated ``FFHQUnevenDegradationDataset`` / ``FFHQAugDataset`` section."""
-        size = opt.get("blur_kernel_size", 41)
+        size = opt["blur_kernel_size"]  # the options filled it (GFPGAN's 41 unless given)
         ranged = isinstance(size, (list, tuple))
         face = None
         if opt.get("downsample_range") is not None:  # a degradation set (FFHQAugDataset has no GFPGAN keys)
