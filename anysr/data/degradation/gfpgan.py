@@ -155,10 +155,10 @@ class FaceDegradationDraws:
             raise OptionError(f"FaceDegradationDraws: color_shift needs 3 values (B, G, R), got {shift!r}")
         return cls(hflip=bool(d["hflip"]), kernel=KernelParams(**d["kernel"]), scale=float(d["scale"]),
                    noise_sigma=None if d.get("noise_sigma") is None else float(d["noise_sigma"]),
-                   noise_seed=int(d.get("noise_seed", 0)),
+                   noise_seed=int(d["noise_seed"]),
                    jpeg_quality=None if d.get("jpeg_quality") is None else int(d["jpeg_quality"]),
                    color_shift=None if shift is None else (float(shift[0]), float(shift[1]), float(shift[2])),
-                   gray=bool(d.get("gray", False)),
+                   gray=bool(d["gray"]),
                    jitter=None if jitter is None else tuple((str(n), float(f)) for n, f in jitter))
 
 

@@ -187,11 +187,11 @@ class UnevenDegradationDraws:
             augment=FaceAugmentDraws(bool(d["hflip"]), opt(d.get("exposure"), float),
                                      None if shift is None else (int(shift[0]), int(shift[1]))),
             branches=tuple(BranchDraws(KernelParams(**b["kernel"]), opt(b.get("haze"), float), float(b["scale"]),
-                                       opt(b.get("noise_sigma"), float), int(b.get("noise_seed", 0)),
+                                       opt(b.get("noise_sigma"), float), int(b["noise_seed"]),
                                        opt(b.get("jpeg_quality"), int)) for b in branches),
             patch=None if patch is None else (int(patch[0]), int(patch[1]), int(patch[2])),
             color_shift=None if cs is None else (float(cs[0]), float(cs[1]), float(cs[2])),
-            gray=bool(d.get("gray", False)),
+            gray=bool(d["gray"]),
             jitter=None if jitter is None else tuple((str(n), float(f)) for n, f in jitter))
 
 

@@ -156,7 +156,7 @@ class VideoCompressionSettings:
         probs = opt.get("codec_prob")
         return cls(codec=tuple(codec) if codec is not None else cls.codec,
                    codec_prob=None if probs is None else tuple(probs), bitrate=pair("bitrate"), crf=pair("crf"),
-                   prob=float(opt.get("prob", 1.0)), where=where)
+                   prob=float(opt.get("prob", cls.prob)), where=where)
 
 
 @dataclass(frozen=True)
