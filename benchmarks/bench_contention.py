@@ -2,8 +2,9 @@
 
 Runs ``anysr bench --beside 1`` on the quick start (EDSR x2, batch 16 of 48x48 LR crops) with the thread choice
 left to anysr (``ANYSR_THREADS=auto``, the default) and with the old fair split that ignores other programs
-(``ANYSR_THREADS=fair``), then the bench beside a pure-Python CPU hog (one core busy, not anysr). Run it on an
-otherwise idle machine, from the repository root:
+(``ANYSR_THREADS=fair``), then two separate ``anysr bench`` processes (started together, and 3 s apart: the
+second while the first calibrates), then the bench beside a pure-Python CPU hog (one core busy, not anysr). Run
+it on an otherwise idle machine, from the repository root:
 
     PYTHONPATH=. python benchmarks/bench_contention.py --iters 20
 
@@ -33,6 +34,25 @@ def _bench(args: list[str], env: dict[str, str]) -> dict:
         return json.loads(out.read_text())
 
 
+def _separate(common: list[str], env: dict[str, str], delay: float) -> list[dict]:
+    """Two ``anysr bench`` processes of their own (not ``--beside``), the second started ``delay`` s after the
+    first (0: together; a few seconds: while the first calibrates); each one's result."""
+    with tempfile.TemporaryDirectory() as tmp:
+        outs = [Path(tmp) / f"r{k}.json" for k in range(2)]
+        procs = []
+        for k, out in enumerate(outs):
+            if k:
+                time.sleep(delay)
+            procs.append(subprocess.Popen([sys.executable, "-m", "anysr", "bench", "-opt", OPTIONS, *common,
+                                           "--json", str(out)], env=env, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.PIPE, text=True))
+        for p in procs:
+            _, err = p.communicate()
+            if p.returncode:
+                raise SystemExit(f"anysr bench failed ({p.returncode}):\n{err}")
+        return [json.loads(out.read_text()) for out in outs]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, default=20)
@@ -48,6 +68,14 @@ def main() -> None:
         slow = ", ".join(f"{c['ms_per_iter']:.0f} ms ({c['threads']} thr, {c['slowdown']:.2f}x)" for c in r["together"])
         print(f"ANYSR_THREADS={mode}: alone {r['alone']['ms_per_iter']:.0f} ms ({r['alone']['threads']} thr); "
               f"two at once: {slow}", flush=True)
+    alone = results["two_jobs_auto"]["alone"]["ms_per_iter"]
+    for delay in (0.0, 3.0):  # two separate processes: started together, and one while the other calibrates
+        runs = _separate(common, {**base, "ANYSR_THREADS": "auto"}, delay)
+        results[f"separate_{delay:g}s"] = [{"ms_per_iter": r["train"]["ms_per_iter"], "threads": r["threads"]}
+                                           for r in runs]
+        each = ", ".join(f"{r['train']['ms_per_iter']:.0f} ms ({r['threads']} thr, "
+                         f"{r['train']['ms_per_iter'] / alone:.2f}x)" for r in runs)
+        print(f"two separate anysr bench processes, the second {delay:g} s after the first: {each}", flush=True)
     hog = subprocess.Popen([sys.executable, "-c", HOG])
     try:
         time.sleep(1.0)
