@@ -6,8 +6,10 @@ PY      = $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 # -n auto: one test process per core (pytest-xdist), each with one thread (tests/conftest.py); --dist worksteal: a
 # worker that runs out of tests takes some of the other's (the long training tests do not leave one core idle at
-# the end); --durations: the slowest tests are listed at the end (what to cut when the suite grows)
-PYTEST_ARGS ?= -q -n auto --dist worksteal -m "not xla and not jax and not cuda" --durations=25
+# the end); --durations: the slowest tests are listed at the end (what to cut when the suite grows); --timeout: a
+# test that hangs (seen: a forked DataLoader worker stuck in a library's thread pool) fails with its stack after 20
+# minutes instead of stalling the run (the longest test takes about 3)
+PYTEST_ARGS ?= -q -n auto --dist worksteal -m "not xla and not jax and not cuda" --durations=25 --timeout=1200
 # How a CPU without AVX-512 computes (torch's and oneDNN's kernels capped at AVX2), on any x86 machine.
 AVX2_ENV = ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2
 
@@ -62,7 +64,8 @@ test: $(VENV)/.installed
 # The suite again with AVX2 kernels (no slow runs): fixture comparisons must hold on every instruction set (the
 # modules that compare numbers; tests/conftest.py: ANYSR_TEST_KERNELS_ONLY).
 test-avx2: $(VENV)/.installed
-	$(AVX2_ENV) ANYSR_TEST_KERNELS_ONLY=1 $(PY) -m pytest -q -n auto --dist worksteal -m "not xla and not jax and not cuda and not slow"
+	$(AVX2_ENV) ANYSR_TEST_KERNELS_ONLY=1 $(PY) -m pytest -q -n auto --dist worksteal --timeout=1200 \
+	  -m "not xla and not jax and not cuda and not slow"
 
 test-xla:
 	bash .ci/xla.sh

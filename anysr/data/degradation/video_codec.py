@@ -286,6 +286,14 @@ def zero_filled_heap() -> Iterator[None]:
         mallopt(_M_PERTURB, int(before) if before.isdigit() else 0)
 
 
+def _one_thread(av: Any) -> dict[str, int]:
+    """Reformat arguments that keep the colour conversion on the calling thread. PyAV 17 made reformatting
+    multithreaded (swscale's slice threads); once started in a process, they hang a DataLoader worker forked from
+    it (seen in ``avpriv_slicethread_free``). Older PyAV converts on one thread and takes no ``threads``."""
+    major = str(getattr(av, "__version__", "0")).split(".")[0]
+    return {"threads": 1} if major.isdigit() and int(major) >= 17 else {}
+
+
 def _encode_decode(av: Any, frames: Sequence[np.ndarray], codec: str, h: int, w: int, bitrate: int | None,
                    options: dict[str, str]) -> list[np.ndarray]:
     buf = io.BytesIO()
@@ -298,11 +306,12 @@ def _encode_decode(av: Any, frames: Sequence[np.ndarray], codec: str, h: int, w:
             stream.bit_rate = int(bitrate)
         for img in frames:
             rgb = np.ascontiguousarray(np.asarray(img)[:, :, ::-1])
-            container.mux(stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")))
+            container.mux(stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")))  # 1 thread: the codec's
         container.mux(stream.encode(None))
     buf.seek(0)
     out = []
     with av.open(buf, "r", "mp4") as container:
+        container.streams.video[0].codec_context.thread_count = 1
         for frame in container.decode(video=0):
-            out.append(np.ascontiguousarray(frame.to_rgb().to_ndarray()[:, :, ::-1]))
+            out.append(np.ascontiguousarray(frame.to_rgb(**_one_thread(av)).to_ndarray()[:, :, ::-1]))
     return out
