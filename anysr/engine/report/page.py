@@ -118,7 +118,8 @@ text-overflow:ellipsis;white-space:nowrap}.panes{display:flex;gap:8px;flex-wrap:
 padding:4px;font-size:11px;text-align:center}.pair img{image-rendering:pixelated;margin:0 1px;max-width:45vw;
 height:auto}details.pairs-at summary{cursor:pointer;margin:4px 0}
 .controls{margin:4px 0;display:flex;gap:8px;align-items:center;flex-wrap:wrap}
-.controls input[type=range]{width:320px;max-width:100%}#slider-label{min-width:220px;display:inline-block}
+.controls input[type=range]{width:320px;max-width:100%}#slider-label{min-width:220px;display:inline-block;
+font-weight:600;margin-left:12px}
 .end{font-size:12px;color:#555}nav.sections{margin:4px 0 0}nav.sections a{margin-right:12px}
 """
 
