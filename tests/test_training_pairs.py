@@ -136,7 +136,7 @@ def test_prepare_degrade_writes_the_pairs_a_paired_training_sees(paired_run: dic
 @pytest.mark.slow
 def test_report_shows_the_training_pairs(paired_run: dict[str, Any]) -> None:
     html = (paired_run["exp"] / "report.html").read_text()
-    assert "<h2>Training pairs</h2>" in html
+    assert '<h2 id="pairs">Training pairs</h2>' in html
     assert html.count('class="pairs-at"') == 2 and html.count('class="pair-gt"') == 8
     assert html.index('data-iter="6" open') < html.index('data-iter="3"')  # the latest first, open
     assert 'data-iter="3" open' not in html

@@ -100,7 +100,9 @@ def loss_weight_needs(specs: Sequence[LossSpec], store: dict[str, StateDicts]) -
 
     for spec in specs:
         if _takes(spec, "vgg_state_dict"):
-            vgg_type = str(argument(LOSS_REGISTRY.get(spec.options["type"]), spec.options, "vgg_type"))
+            # a loss without the vgg_type choice runs VGG19
+            vgg_type = str(argument(LOSS_REGISTRY.get(spec.options["type"]), spec.options, "vgg_type")) \
+                if _takes(spec, "vgg_type") else "vgg19"
             needs.append(WeightNeed(
                 "vgg19" if spec.name == "percep" else f"{spec.name} ({vgg_type})", f"{spec.key_path}.vgg_weights_path",
                 spec.options.get("vgg_weights_path"), keep(spec.name), required=True, fresh_only=False,
