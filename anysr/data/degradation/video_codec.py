@@ -306,12 +306,14 @@ def _encode_decode(av: Any, frames: Sequence[np.ndarray], codec: str, h: int, w:
             stream.bit_rate = int(bitrate)
         for img in frames:
             rgb = np.ascontiguousarray(np.asarray(img)[:, :, ::-1])
-            container.mux(stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")))  # 1 thread: the codec's
+            # the encoder converts to yuv420p with its own thread_count (1)
+            container.mux(stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")))
         container.mux(stream.encode(None))
     buf.seek(0)
     out = []
+    one_thread = _one_thread(av)
     with av.open(buf, "r", "mp4") as container:
         container.streams.video[0].codec_context.thread_count = 1
         for frame in container.decode(video=0):
-            out.append(np.ascontiguousarray(frame.to_rgb(**_one_thread(av)).to_ndarray()[:, :, ::-1]))
+            out.append(np.ascontiguousarray(frame.to_rgb(**one_thread).to_ndarray()[:, :, ::-1]))
     return out

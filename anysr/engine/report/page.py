@@ -107,9 +107,9 @@ table{border-collapse:collapse;margin:6px 0}td,th{border:1px solid #ddd;padding:
 th{background:#f0f0f0}td.l,th.l{text-align:left}.muted{color:#777}.charts{display:flex;flex-wrap:wrap;gap:12px}
 .chart{background:#fff;border:1px solid #ddd;padding:4px}.chart h3{font-size:13px;margin:2px 4px}
 .thumbs{display:flex;gap:6px;margin:4px 0;overflow-x:auto;padding-bottom:2px}
-.thumb{border:2px solid transparent;cursor:pointer;
+.thumb{border:2px solid transparent;cursor:pointer;flex:none;
 background:#fff;padding:2px;text-align:center;font-size:11px}.thumb.sel{border-color:#1f6feb}
-.thumb{flex:none}.tbox{display:flex;align-items:center;justify-content:center;width:72px;height:72px}
+.tbox{display:flex;align-items:center;justify-content:center;width:72px;height:72px}
 .thumb img{display:block;max-width:72px;max-height:72px}.thumb .cap{display:block;width:72px;overflow:hidden;
 text-overflow:ellipsis;white-space:nowrap}.panes{display:flex;gap:8px;flex-wrap:wrap}
 .pane{text-align:center}canvas{background:#222;image-rendering:pixelated;cursor:grab;display:block;max-width:100%}

@@ -119,12 +119,7 @@ def _shown_note(block: Mapping[str, Any], shown: int) -> str:
 def _made_from_gt(entry: Mapping[str, Any]) -> bool:
     """Whether a logged crop's input path is its ground truth's (the LQ was synthesised from it)."""
     lq, gt = entry.get("lq_path"), entry.get("gt_path")
-    if not lq or not gt:
-        return False
-    try:
-        return Path(lq).resolve() == Path(gt).resolve()
-    except (OSError, RuntimeError):
-        return lq == gt
+    return bool(lq and gt) and os.path.realpath(lq) == os.path.realpath(gt)
 
 
 def _run_items(exp_dir: Path) -> tuple[list[ViewerItem], dict[str, str]]:
