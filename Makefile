@@ -62,10 +62,16 @@ test: $(VENV)/.installed
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The suite again with AVX2 kernels (no slow runs): fixture comparisons must hold on every instruction set (the
-# modules that compare numbers; tests/conftest.py: ANYSR_TEST_KERNELS_ONLY).
+# modules that compare numbers; tests/conftest.py: ANYSR_TEST_KERNELS_ONLY). Only where torch computes with AVX-512:
+# on any other CPU `make test` has just run these modules with kernels other than AVX-512's, so it says so and stops.
 test-avx2: $(VENV)/.installed
-	$(AVX2_ENV) ANYSR_TEST_KERNELS_ONLY=1 $(PY) -m pytest -q -n auto --dist worksteal --timeout=1200 \
-	  -m "not xla and not jax and not cuda and not slow"
+	@cap="$$($(PY) -c 'import torch; print(torch.backends.cpu.get_cpu_capability())')"; \
+	if [ "$${cap#AVX512}" = "$$cap" ]; then \
+	  echo "make test-avx2: torch computes with $$cap kernels here, not AVX-512: \`make test\` already ran these checks without AVX-512"; \
+	else \
+	  $(AVX2_ENV) ANYSR_TEST_KERNELS_ONLY=1 $(PY) -m pytest -q -n auto --dist worksteal --timeout=1200 \
+	    -m "not xla and not jax and not cuda and not slow"; \
+	fi
 
 test-xla:
 	bash .ci/xla.sh
