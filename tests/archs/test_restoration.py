@@ -4,18 +4,13 @@ NAFNet and SCUNet), plus ECBSR's re-parameterisation, padding, bf16 autocast, ch
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import json
-import math
 import os
-import zlib
 
-import numpy as np
 import pytest
 import torch
-from conftest import FIXTURE_TOL, ROOT
-from safetensors.torch import load_file
+from arch_checks import fixture_io, load_case, manifest, stored_params
+from conftest import FIXTURE_TOL
 from torch.nn import functional as F
 
 from anysr.archs import build_network
@@ -23,8 +18,8 @@ from anysr.archs.ecbsr_arch import ECBSR
 from anysr.archs.nafnet_arch import NAFNET_CONFIGS
 from anysr.errors import OptionError
 
-FIXTURES = ROOT / "tests" / "fixtures" / "restoration"
-MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
+GROUP = "restoration"
+MANIFEST = manifest(GROUP)
 CASES = MANIFEST["cases"]
 FULL_SIZE = MANIFEST["full_size"]
 ECBSR_CASES = sorted(n for n, c in CASES.items() if c["type"] == "ECBSR")
@@ -33,34 +28,12 @@ SMALL = {"ECBSR": "ecbsr_x2_rgb_idt_relu", "RIDNet": "ridnet_range1_std", "NAFNe
          "SCUNet": "scunet_gray_plainwindows"}
 
 
-def synthetic_state_dict(shapes: dict[str, list[int]], seed: int) -> dict[str, torch.Tensor]:
-    """Copy of make_restoration_fixtures.synthetic_state_dict (the SCUNet fixtures' weights)."""
-    out = {}
-    for key, shape in shapes.items():
-        rs = np.random.RandomState((zlib.crc32(key.encode()) + seed) % 2**32)
-        n = rs.standard_normal(int(np.prod(shape))).reshape(shape)
-        if len(shape) == 1:
-            v = 1.0 + 0.1 * n if key.endswith("weight") else 0.1 * n
-        else:
-            v = 0.5 * n / math.sqrt(float(np.prod(shape[1:])))
-        out[key] = torch.from_numpy(v.astype(np.float32))
-    return out
-
-
-@functools.cache
 def _params(name: str) -> dict[str, torch.Tensor]:
-    case = CASES[name]
-    if "synthetic" not in case:
-        return load_file(str(FIXTURES / f"{name}_params.safetensors"))
-    syn = case["synthetic"]
-    params = synthetic_state_dict(syn["shapes"], syn["seed"])
-    abs_sum = float(sum(v.double().abs().sum() for v in params.values()))
-    assert abs_sum == pytest.approx(syn["abs_sum"], rel=1e-9), "synthetic weights differ from the fixture script's"
-    return params
+    return stored_params(GROUP, name)
 
 
 def _io(name: str) -> dict[str, torch.Tensor]:
-    return load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    return fixture_io(GROUP, name)
 
 
 def _build(name: str, **extra: object) -> torch.nn.Module:
@@ -69,9 +42,7 @@ def _build(name: str, **extra: object) -> torch.nn.Module:
 
 
 def _loaded(name: str) -> torch.nn.Module:
-    net = _build(name)
-    net.load_state_dict(_params(name), strict=True)
-    return net
+    return load_case(GROUP, name)[0]
 
 
 def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -83,7 +54,8 @@ def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_state_dict_matches_reference(name: str) -> None:
     ours = {k: tuple(v.shape) for k, v in _build(name).state_dict().items()}
-    ref = {k: tuple(v.shape) for k, v in _params(name).items()}
+    case = CASES[name]  # the seeded entries and those the reference computes (kept)
+    ref = {k: tuple(v) for k, v in {**case.get("buffers", {}), **case["seeded"]["shapes"]}.items()}
     assert set(ours) == set(ref), f"keys only ours: {set(ours) - set(ref)}; only reference: {set(ref) - set(ours)}"
     assert ours == ref
 

@@ -1,7 +1,7 @@
 """Restoration archs Real-CUGAN (UpCunet2x / 3x / 4x / 2x_fast, "pro"), DRUNet, FBCNN, DnCNN / FDnCNN and
 Swift-SRGAN against spandrel 0.4.2 (tests/fixtures/restore, made by tools/fixtures/make_restore_fixtures.py).
 
-Parity on tiny (and for Real-CUGAN full-width, synthetic-weight) networks, including inputs that need padding; keys
+Parity on tiny (and for Real-CUGAN full-width) networks with seeded weights, including inputs that need padding; keys
 and parameter counts of the published configurations; noise-map / quality-factor inputs; ONNX and XLA:CPU (``-m
 xla``). The checks every architecture gets (channels_last, bf16 autocast, the meta device, gradients, training runs,
 2 gloo ranks == 1 process) run from ``tests/archs/test_standard.py``.
@@ -9,25 +9,22 @@ xla``). The checks every architecture gets (channels_last, bf16 autocast, the me
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from arch_checks import check_onnx_at_unseen_size, check_xla_train_step, synthetic_state_dict
-from conftest import FIXTURE_TOL, ROOT, run_cli
-from safetensors.torch import load_file
+from arch_checks import check_onnx_at_unseen_size, check_xla_train_step, fixture_io, load_case, manifest, stored_params
+from conftest import FIXTURE_TOL, run_cli
 
 from anysr.archs import build_network
 from anysr.archs.arch_util import input_channels
 from anysr.engine import checkpoint as ck
 from anysr.errors import OptionError
 
-FIXTURES = ROOT / "tests" / "fixtures" / "restore"
-MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
+GROUP = "restore"
+MANIFEST = manifest(GROUP)
 CASES = MANIFEST["cases"]
 FULL_SIZE = MANIFEST["full_size"]
 ONE_PER_ARCH = {"UpCunet2x": "cugan_2x", "UpCunet3x": "cugan_3x", "UpCunet4x": "cugan_4x",
@@ -35,29 +32,17 @@ ONE_PER_ARCH = {"UpCunet2x": "cugan_2x", "UpCunet3x": "cugan_3x", "UpCunet4x": "
                 "DnCNN": "dncnn_gray_br", "SwiftSRGAN": "swiftsrgan_x4"}
 
 
-@functools.cache
 def _params(name: str) -> dict[str, torch.Tensor]:
-    case = CASES[name]
-    if "synthetic" not in case:
-        return load_file(str(FIXTURES / f"{name}_params.safetensors"))
-    syn = case["synthetic"]
-    params = synthetic_state_dict(syn["shapes"], syn["seed"])
-    abs_sum = float(sum(v.double().abs().sum() for v in params.values()))
-    assert abs_sum == pytest.approx(syn["abs_sum"], rel=1e-9), "synthetic weights differ from the fixture script's"
-    return params
+    return stored_params(GROUP, name)
 
 
-@functools.cache
 def _io(name: str) -> dict[str, torch.Tensor]:
-    return load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    return fixture_io(GROUP, name)
 
 
 def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
     """The fixture network (eval mode, weights loaded strictly) and its inputs / outputs."""
-    case = CASES[name]
-    net = build_network({"type": case["type"], **case["kwargs"]}).eval()
-    net.load_state_dict(_params(name), strict=True)
-    return net, _io(name)
+    return load_case(GROUP, name)
 
 
 def _call(net: torch.nn.Module, item: dict, x: torch.Tensor) -> torch.Tensor:
