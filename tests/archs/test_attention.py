@@ -7,11 +7,12 @@ from __future__ import annotations
 import gzip
 import json
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
+from arch_checks import fixture_io, load_case, manifest
 from conftest import FIXTURE_TOL, ROOT
-from safetensors.torch import load_file
 from torch.nn import functional as F
 
 from anysr.archs import build_network
@@ -27,7 +28,7 @@ from anysr.archs.hat_arch import overlap_position_index, overlapping_windows
 from anysr.errors import OptionError
 
 FIXTURES = ROOT / "tests" / "fixtures" / "attention"
-MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["cases"]
+MANIFEST = manifest("attention")["cases"]
 TINY = {
     "HAT": {"type": "HAT", "img_size": 8, "embed_dim": 12, "depths": [2], "num_heads": [2], "window_size": 4,
             "squeeze_factor": 4, "mlp_ratio": 2.0, "upscale": 2},
@@ -54,13 +55,16 @@ def _tiny(arch: str, **kwargs: object) -> torch.nn.Module:
 # ----------------------------------------------------------------------------- reference parity
 
 @pytest.mark.parametrize("name", sorted(MANIFEST))
-def test_reference_checkpoint_matches(name: str) -> None:
-    ckpt = torch.load(FIXTURES / f"{name}.pth", map_location="cpu", weights_only=True)
-    io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
+def test_reference_checkpoint_matches(name: str, tmp_path: Path) -> None:
+    case = MANIFEST[name]
+    reference = {**case["seeded"]["shapes"], **case["buffers"]}  # the reference's state dict: seeded + computed
+    seeded, io = load_case("attention", name)
     net = _build(name)
-    assert set(net.state_dict()) == set(ckpt["params"]), "state-dict keys differ from the reference's"
+    assert set(net.state_dict()) == set(reference), "state-dict keys differ from the reference's"
     for key, value in net.state_dict().items():
-        assert value.shape == ckpt["params"][key].shape, key
+        assert list(value.shape) == reference[key], key
+    torch.save({"params": seeded.state_dict()}, tmp_path / f"{name}.pth")  # as the authors release weights
+    ckpt = torch.load(tmp_path / f"{name}.pth", map_location="cpu", weights_only=True)
     for inp, out, key in MANIFEST[name]["compare"]:
         net.load_state_dict(ckpt[key], strict=True)
         with torch.no_grad():
@@ -72,7 +76,7 @@ def test_reference_checkpoint_matches(name: str) -> None:
 def test_fixtures_cover_padding_and_batches() -> None:
     """Every arch has a case with a non-multiple input size and one with batch 2."""
     for arch in ("HAT", "DAT", "DRCT"):
-        shapes = [load_file(str(FIXTURES / f"{name}_io.safetensors"))[inp].shape
+        shapes = [fixture_io("attention", name)[inp].shape
                   for name, case in MANIFEST.items() if case["type"] == arch for inp, _, _ in case["compare"]]
         multiple = _build(next(n for n, c in MANIFEST.items() if c["type"] == arch)).tile_multiple
         assert any(s[-1] % multiple or s[-2] % multiple for s in shapes), arch
@@ -252,8 +256,7 @@ def test_shifted_window_blocked_separates_what_the_roll_brought_together(h: int,
 
 @pytest.mark.parametrize("name", ["hat_x1", "dat_x1", "drct_x1"])
 def test_bf16_autocast_stays_close(name: str) -> None:
-    net = _build(name)
-    net.load_state_dict(torch.load(FIXTURES / f"{name}.pth", weights_only=True)["params"])
+    net, _ = load_case("attention", name)
     x = torch.rand(1, 3, 10, 13)
     with torch.no_grad():
         ref = net(x)
@@ -266,8 +269,7 @@ def test_bf16_autocast_stays_close(name: str) -> None:
 
 @pytest.mark.parametrize("name", ["hat_x1", "dat_x1", "drct_x1"])
 def test_channels_last_input_and_weights(name: str) -> None:
-    net = _build(name)
-    net.load_state_dict(torch.load(FIXTURES / f"{name}.pth", weights_only=True)["params"])
+    net, _ = load_case("attention", name)
     x = torch.rand(2, 3, 10, 13)
     with torch.no_grad():
         ref = net(x)
