@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from arch_checks import check_xla_train_step, load_case, manifest, stored_params
+from arch_checks import check_xla_train_step, load_case, manifest
 from conftest import tiny_train_options, write_options
 
 from anysr.archs import build_network
@@ -30,7 +30,7 @@ TINY = {"type": "IPT", "patch_size": 8, "patch_dim": 2, "n_feats": 8, "scale": 2
 
 @pytest.mark.parametrize("name", CASES)
 def test_fixture_weights_are_recognised(name: str) -> None:
-    params = stored_params("ipt", name)
+    params = load_case("ipt", name)[0].state_dict()  # the seeded weights and the mean shifts, as a file has them
     found = recognise(params)
     assert found.opt["type"] == "IPT"
     kwargs = manifest("ipt")["cases"][name]["kwargs"]
@@ -123,7 +123,7 @@ def test_plain_export_of_a_multitask_file_is_the_running_task_alone(tmp_path: Pa
     net, io = load_case("ipt", "ipt_multitask_x3")
     kwargs = manifest("ipt")["cases"]["ipt_multitask_x3"]["kwargs"]
     src = tmp_path / "multi.pth"
-    torch.save({"params": stored_params("ipt", "ipt_multitask_x3")}, src)
+    torch.save({"params": net.state_dict()}, src)  # the seeded reference weights with the mean shifts
     out = tmp_path / "single.safetensors"
     export_weights(str(src), [str(out)], network_opt={"type": "IPT", **kwargs})
     with safe_open(str(out), "pt") as f:
@@ -135,8 +135,8 @@ def test_plain_export_of_a_multitask_file_is_the_running_task_alone(tmp_path: Pa
 
     sd = load_file(str(out))
     assert sd["body.query_embed.weight"].shape[0] == 1
-    torch.testing.assert_close(sd["body.query_embed.weight"][0], stored_params("ipt", "ipt_multitask_x3")[
-        "body.query_embed.weight"][1].float(), rtol=0, atol=0)
+    torch.testing.assert_close(sd["body.query_embed.weight"][0], net.state_dict()["body.query_embed.weight"][1],
+                               rtol=0, atol=0)
     single = build_network(opt).eval()
     single.load_state_dict(sd, strict=True)
     with torch.no_grad():
