@@ -60,7 +60,7 @@ def _sha256(v: torch.Tensor) -> str:
 def test_reference_weights_load_strictly_and_match(name: str) -> None:
     case = MANIFEST[name]
     net = build_network({"type": case["type"], **case["kwargs"]})
-    stored = stored_params("transformer", name)  # seeded, or (one case) stored with its buffers
+    stored = stored_params("transformer", name)  # the seeded entries
     shapes = {**{k: list(v.shape) for k, v in stored.items()}, **case["buffers"]}
     assert set(net.state_dict()) == set(shapes), "state-dict keys differ from spandrel's"
     assert {k: list(v.shape) for k, v in net.state_dict().items()} == shapes
