@@ -2,10 +2,11 @@
 metadata ``{"metadata": "<JSON>"}``, or a ``.pth`` container's ``metadata`` entry beside ``params`` /
 ``params_ema``); anysr merges them into what it recognises from the names and shapes.
 
-The files in tests/fixtures/trainner_metadata/ are written by tools/fixtures/make_trainner_metadata_fixtures.py from
-traiNNer-redux's / spandrel's own networks (their ``hyperparameters``) in the layout traiNNer-redux's
-``save_network`` writes, with each network's output on a fixed input. Variants (conflicting, malformed, refused
-metadata) are written here in the same layout from those files' tensors."""
+The fixtures in tests/fixtures/trainner_metadata/ (``python tools/fixtures/regen.py trainner_metadata``) come from
+traiNNer-redux's / spandrel's own networks with seeded weights: their ``hyperparameters``, the buffers they computed
+and each network's output on a seeded input. The files are written here (``trainner_files``, into a temporary
+folder) in the layout traiNNer-redux's ``save_network`` writes, from the seeded weights and the recorded metadata;
+variants (conflicting, malformed, refused metadata) in the same layout from those files' tensors."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from arch_checks import fixture_io, stored_params
+from safetensors.torch import save_file
 
 from anysr.archs import build_network
 from anysr.archs.recognition.recognise import Recognised, RecordedValueError, _prefer_takers, recognise
@@ -29,7 +31,7 @@ from anysr.errors import OptionError
 from tests.conftest import run_cli
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "trainner_metadata"
-MANIFEST: dict[str, dict[str, Any]] = json.loads((FIX / "manifest.json").read_text())
+MANIFEST: dict[str, dict[str, Any]] = json.loads((FIX / "manifest.json").read_text())["cases"]
 # the cases where the metadata gives what the shapes cannot: without it the output differs
 NEEDS_METADATA = ("span_img_range", "swinir_pth_ema", "compact_leakyrelu")
 TOL = 1e-5
@@ -46,15 +48,13 @@ def _run(net: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def _io(name: str) -> dict[str, torch.Tensor]:
-    return load_file(str(FIX / f"{name}_io.safetensors"))
+    return fixture_io("trainner_metadata", name)
 
 
 def _state(name: str) -> dict[str, torch.Tensor]:
-    case = MANIFEST[name]
-    path = FIX / case["file"]
-    if path.suffix == ".safetensors":
-        return load_file(str(path))
-    return dict(torch.load(path, weights_only=True)[case["param_key"]])
+    """The state dict the reference saved: seeded weights and the buffers it computed (``state.*``)."""
+    io = _io(name)
+    return {**stored_params("trainner_metadata", name), **{k[6:]: v for k, v in io.items() if k.startswith("state.")}}
 
 
 def _plain(value: Any) -> Any:
@@ -71,6 +71,14 @@ def _write_trainner(path: Path, state: dict[str, torch.Tensor], metadata: Any, p
     return path
 
 
+@pytest.fixture(scope="module")
+def trainner_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Each case's file as traiNNer-redux saves it (its name, param key and recorded metadata), by case."""
+    folder = tmp_path_factory.mktemp("trainner_metadata")
+    return {name: _write_trainner(folder / case["file"], _state(name), case["metadata"], case["param_key"] or "params")
+            for name, case in MANIFEST.items()}
+
+
 @pytest.fixture
 def anysr_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
     """``caplog`` seeing anysr's logger (which ``setup_logging`` stops from propagating), restored after."""
@@ -84,11 +92,11 @@ def anysr_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFix
 
 
 @pytest.mark.parametrize("name", list(MANIFEST))
-def test_trainner_file_gives_the_reference_output(name: str) -> None:
+def test_trainner_file_gives_the_reference_output(name: str, trainner_files: dict[str, Path]) -> None:
     """The network anysr builds from the file alone is the one traiNNer-redux trained: the reference output, the
     true arguments among its options, the same output as anysr's class built with the true arguments."""
     case, io = MANIFEST[name], _io(name)
-    res = _resolve(FIX / case["file"])
+    res = _resolve(trainner_files[name])
     got = _run(res.net, io["input"])
     assert got.shape == io["output"].shape
     assert (got - io["output"]).abs().max().item() < TOL
@@ -168,11 +176,11 @@ def test_a_recorded_value_the_class_refuses_is_one_line_naming_it(tmp_path: Path
     assert isinstance(err.value, OptionError)
 
 
-def test_pth_container_metadata_is_read_weights_only(tmp_path: Path) -> None:
+def test_pth_container_metadata_is_read_weights_only(tmp_path: Path, trainner_files: dict[str, Path]) -> None:
     """The ``.pth`` record comes back from ``read_weights`` beside the group it read; a BasicSR container
     without one has no metadata, as before."""
     case = MANIFEST["swinir_pth_ema"]
-    sd, meta, group = ck.read_weights(FIX / case["file"], "auto")
+    sd, meta, group = ck.read_weights(trainner_files["swinir_pth_ema"], "auto")
     assert group == "params_ema" and _plain(meta) == {"metadata": case["metadata"]}
     plain = ck.save_weights_pth(tmp_path / "net_g_1.pth", {"params": sd})
     assert ck.read_weights(plain, "auto")[1] == {}
@@ -190,13 +198,14 @@ def test_anysr_metadata_takes_precedence(tmp_path: Path) -> None:
     assert (_run(res.net, io["input"]) - io["output"]).abs().max().item() < TOL
 
 
-def test_options_file_auto_and_export_keep_the_recorded_arguments(tmp_path: Path) -> None:
+def test_options_file_auto_and_export_keep_the_recorded_arguments(tmp_path: Path,
+                                                                 trainner_files: dict[str, Path]) -> None:
     """``network_g.type: auto`` reads the record too, and ``anysr export`` writes the merged options as anysr's
     network_g (the exported file rebuilds the same network without the record)."""
-    opts = network_options_from_weights(FIX / MANIFEST["swinir_pth_ema"]["file"], "auto")
+    opts = network_options_from_weights(trainner_files["swinir_pth_ema"], "auto")
     assert opts["img_range"] == 255.0 and opts["qk_scale"] == 0.25
     out = tmp_path / "exported.safetensors"
-    export_weights(str(FIX / MANIFEST["span_img_range"]["file"]), [str(out)])
+    export_weights(str(trainner_files["span_img_range"]), [str(out)])
     recorded = ck.read_weights_metadata(out)["network_g"]
     assert recorded["img_range"] == 1.0 and list(recorded["rgb_mean"]) == [0.3, 0.5, 0.6]
 
@@ -211,7 +220,7 @@ def test_candidates_taking_the_recorded_names_come_first() -> None:
 
 
 @pytest.mark.slow
-def test_cli_infer_uses_the_recorded_arguments(tmp_path: Path) -> None:
+def test_cli_infer_uses_the_recorded_arguments(tmp_path: Path, trainner_files: dict[str, Path]) -> None:
     """``anysr infer`` on a traiNNer-redux file (no --arch): the output of the network with its true arguments,
     and the log says which came from the metadata."""
     cv2 = pytest.importorskip("cv2")
@@ -219,7 +228,7 @@ def test_cli_infer_uses_the_recorded_arguments(tmp_path: Path) -> None:
     rgb = torch.rand(1, 3, 9, 11, generator=torch.Generator().manual_seed(3))
     img = (rgb[0].permute(1, 2, 0).numpy()[..., ::-1] * 255).round().astype(np.uint8)
     cv2.imwrite(str(tmp_path / "in.png"), img)
-    proc = run_cli("infer", "--weights", str(FIX / case["file"]), "-i", str(tmp_path / "in.png"), "-o",
+    proc = run_cli("infer", "--weights", str(trainner_files["span_img_range"]), "-i", str(tmp_path / "in.png"), "-o",
                    str(tmp_path / "out"), "--precision", "fp32", cwd=tmp_path)
     assert "from the file's metadata: img_range=1.0, rgb_mean=[0.3, 0.5, 0.6]" in proc.stdout + proc.stderr
     out = cv2.imread(str(tmp_path / "out" / "in.png"))

@@ -2,9 +2,10 @@
 MultiscalePatchGANDiscriminatorSN (traiNNer-redux), ``metagan`` (MetaGAN) and ``patchgan`` (PatchGAN) (neosr), and
 neosr's DUnet checkpoints (old spectral-norm names, read through a layout rename).
 
-Fixtures come from the references' own source (``tools/fixtures/make_discriminator_fixtures.py``): the state dicts
-load strictly and give the eval outputs; in training mode (one power iteration per spectral norm) the output, the
-gradients of ``mean(out ** 2)`` and every buffer after the step (the updated ``weight_u`` / ``weight_v``, batch-norm
+Fixtures come from the references' own source (``python tools/fixtures/regen.py discriminators``): seeded weights
+with the spectral-norm vectors / batch-norm statistics the reference reached (``state.*``) load strictly and give
+the eval outputs; in training mode (one power iteration per spectral norm) the output, the gradients of
+``mean(out ** 2)`` and every buffer after the step (the updated ``weight_u`` / ``weight_v``, batch-norm
 statistics). Also: bad arguments, an XLA:CPU train step (``-m xla``) and one GAN iteration through the command line
 with each as ``network_d``.
 """
@@ -17,9 +18,8 @@ from typing import Any
 
 import pytest
 import torch
-from arch_checks import check_xla_train_step
+from arch_checks import check_xla_train_step, fixture_io, stored_params
 from conftest import FIXTURE_TOL, ROOT, write_options
-from safetensors.torch import load_file
 from test_gan import gan_options
 
 from anysr.archs import build_network
@@ -46,13 +46,19 @@ TINY: dict[str, dict[str, Any]] = {
 }
 
 
+def _reference_state(name: str) -> dict[str, torch.Tensor]:
+    """The reference's state dict of ``name`` in its own names: seeded weights, the buffers it reached."""
+    io = fixture_io("discriminators", name)
+    return {**stored_params("discriminators", name), **{k[6:]: v for k, v in io.items() if k.startswith("state.")}}
+
+
 def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """anysr's network (eval), the reference's state dict in anysr's names, and the fixture's tensors."""
     case = CASES[name]
     net = build_network({"type": case["type"], **case["anysr_kwargs"]}, "network_d").eval()
-    params, layout = to_known_layout(load_file(str(FIXTURES / f"{name}_params.safetensors")))
+    params, layout = to_known_layout(_reference_state(name))
     assert (layout is not None) == (case["type"] == "DUnet")
-    return net, params, load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    return net, params, fixture_io("discriminators", name)
 
 
 def _renamed(io: dict[str, torch.Tensor], prefix: str, name: str) -> dict[str, torch.Tensor]:
@@ -71,7 +77,7 @@ def test_reference_weights_load_strictly_and_match(name: str) -> None:
     assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in params.items()}
     net.load_state_dict(params, strict=True)
     with torch.no_grad():
-        for j in range(CASES[name]["inputs"]):
+        for j in range(len(CASES[name]["inputs"])):
             torch.testing.assert_close(net(io[f"input{j}"]), io[f"output{j}"], **FIXTURE_TOL, msg=f"{name} {j}")
 
 
@@ -125,13 +131,13 @@ def test_old_spectral_norm_layout_is_only_neosrs_dunet() -> None:
 def test_neosr_dunet_file_loads_through_the_weights_reader(tmp_path: Path) -> None:
     """A neosr ``net_d`` file as ``path.pretrain_network_d`` reads it: renamed, strictly loaded."""
     name = "neosr_dunet_f4"
-    raw = load_file(str(FIXTURES / f"{name}_params.safetensors"))
+    raw = _reference_state(name)
     assert "e_x1.0.weight_orig" in raw
     torch.save({"params": raw}, tmp_path / "net_d.pth")
     sd, _ = load_weights(tmp_path / "net_d.pth")
     net = build_network({"type": "dunet", **CASES[name]["anysr_kwargs"]}, "network_d").eval()
     net.load_state_dict(sd, strict=True)
-    io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    io = fixture_io("discriminators", name)
     with torch.no_grad():
         torch.testing.assert_close(net(io["input1"]), io["output1"], **FIXTURE_TOL)
 

@@ -2,7 +2,7 @@
 ``dat_iln_light``; ``HAT_iLN``: ``hat_iln_s``, ``hat_iln_m``, ``hat_iln_l``, ``hat_iln_m_aligned``,
 ``hat_iln_l_aligned``), built from DAT's and HAT's own blocks with ``ImageLayerNorm`` as their norm.
 
-Fixtures come from traiNNer-redux's own code (``tools/fixtures/make_iln_fixtures.py``): its state dicts load
+Fixtures come from traiNNer-redux's own code (``python tools/fixtures/regen.py iln``): its seeded weights load
 strictly and give its eval outputs (EMA unset: scales unclamped), then four training-mode forwards in sequence give
 its outputs, input gradients and every i-LN's ``std_ema`` step by step (initialisation, the slow EMA, a spike the
 guard clamps, a dip), its parameter gradients, and its eval outputs with the EMAs set. Also: the EMA rule itself,
@@ -83,7 +83,8 @@ def test_training_sequence_matches_reference_step_by_step(name: str) -> None:
         m.register_forward_pre_hook(lambda mod, args, key=n: record(mod, args, key))
     net.train()
     for k in range(case["train_steps"]):
-        x = io[f"train{k}_input"].clone().requires_grad_(True)
+        factors = torch.tensor(case["train_scales"][k]).view(-1, 1, 1, 1)  # per image (step 2: the spike)
+        x = (io[f"train{k}_input"] * factors).requires_grad_(True)
         net.zero_grad(set_to_none=True)
         out = net(x)
         out.square().mean().backward()
@@ -167,7 +168,7 @@ def test_plain_dat_and_hat_keep_layer_norms_and_mean_shift() -> None:
 
 @pytest.mark.parametrize("name", sorted(n for n in MANIFEST if MANIFEST[n]["type"] == "DAT_iLN"))
 def test_dat_iln_file_is_recognised_as_dat_iln(name: str) -> None:
-    params = load_file(str(FIXTURES / f"{name}_params.safetensors"))
+    params = load_case("iln", name)[0].state_dict()  # the reference's file: seeded weights, computed buffers
     found = recognise(params, source=name)
     assert found.opt["type"] == "DAT_iLN" and not found.others, found
     net = build_network(found.opt)
@@ -182,7 +183,7 @@ def test_hat_iln_file_has_hats_layout() -> None:
     bias, the EMA is not saved): it is read as HAT, and naming HAT_iLN (``--arch HAT_iLN`` / ``hat_iln_*``) loads it
     strictly with traiNNer-redux's output."""
     net, io = load_case("iln", "hat_iln_x1")
-    params = load_file(str(FIXTURES / "hat_iln_x1_params.safetensors"))
+    params = net.state_dict()  # the reference's file: seeded weights, computed buffers
     found = recognise_all(params)
     assert [r.opt["type"] for r in found] == ["HAT"]
     named = build_network({**found[0].opt, "type": "HAT_iLN"}).eval()
