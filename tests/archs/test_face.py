@@ -5,9 +5,9 @@ Fixtures come from spandrel 0.4.2 and BasicSR 1.4.2 (``tools/fixtures/make_face_
 and inputs from fixture_kit seeds, stylegan2_16's weights stored as exact float16 values): the state dicts load
 strictly and give the references' outputs (the fixture's noise maps, padded inputs as spandrel pads them). Also:
 channels_last, bf16 autocast, the meta device, a training step, ONNX, build errors, a GAN training run, 2 gloo
-ranks == 1 process for RestoreFormer (unused parameters), and XLA:CPU compile-once / no-fallback checks (``-m xla`` in the XLA venv). The checks every architecture gets (channels_last,
-bf16 autocast, the meta device, gradients, training runs, 2 gloo ranks == 1 process) run from
-``tests/archs/test_standard.py``.
+ranks == 1 process for RestoreFormer (unused parameters), and XLA:CPU compile-once / no-fallback checks (``-m xla``
+in the XLA venv). The checks every architecture gets (channels_last, bf16 autocast, the meta device, gradients,
+training runs, 2 gloo ranks == 1 process) run from ``tests/archs/test_standard.py``.
 """
 
 from __future__ import annotations
