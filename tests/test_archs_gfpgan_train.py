@@ -1,10 +1,11 @@
 """The networks of GFPGAN's training (its ``options/train_gfpgan_v1.yml``): GFPGANv1, FacialComponentDiscriminator
 and ResNetArcFace, against the GFPGAN repository's code (on BasicSR 1.4.2's StyleGAN2 layers).
 
-Fixtures: ``tools/fixtures/make_gfpgan_train_fixtures.py``. GFPGANv1's weights are stored (exact float16 values);
-the fixed-width discriminator and ArcFace use seeded weights (``seeded_state`` below, the same function as the
-script's, checked by its sum), ArcFace's batch-norm statistics as they were after a training-mode pass of the
-reference. The state dicts load strictly and give the reference's outputs (GFPGANv1: stored noise, and its U-Net
+Fixtures: ``tools/fixtures/make_gfpgan_train_fixtures.py``. GFPGANv1's weights and noise maps come from fixture_kit
+seeds (``arch_checks.stored_params``, the noise as io ``state.<key>``); the fixed-width discriminator and ArcFace use
+seeded weights (``seeded_state`` below, the same function as the script's, checked by its sum), ArcFace's batch-norm
+statistics as they were after a training-mode pass of the reference. The state dicts load strictly and give the
+reference's outputs (GFPGANv1: the fixture's noise, and its U-Net
 RGB pyramid; the discriminator: its features), a training step reaches every trainable parameter with a finite
 gradient (GFPGANv1's decoder frozen by ``fix_decoder``), bf16 autocast stays close, channels_last and the meta
 device change nothing, bad arguments are one clear error, and the weights are recognised from their names and shapes.
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from arch_checks import check_channels_last, check_meta_device
+from arch_checks import check_channels_last, check_meta_device, fixture_io, stored_params
 from conftest import FIXTURE_TOL, ROOT
 from safetensors.torch import load_file
 from torch import nn
@@ -73,6 +74,8 @@ def seeded_state(shapes: dict[str, list[int]], seed: int, weights: str) -> dict[
 @functools.cache
 def _seeded(name: str) -> dict[str, torch.Tensor]:
     spec = MANIFEST[name]["seeded"]
+    if "weights" not in spec:  # fixture_kit's seeds
+        return stored_params("gfpgan_train", name)
     state = seeded_state(spec["shapes"], spec["seed"], spec["weights"])
     abs_sum = float(sum(v.double().abs().sum() for v in state.values()))
     assert abs_sum == pytest.approx(spec["abs_sum"], rel=1e-9), "seeded weights differ from the fixture script's"
@@ -81,17 +84,17 @@ def _seeded(name: str) -> dict[str, torch.Tensor]:
 
 @functools.cache
 def _params(name: str) -> dict[str, torch.Tensor]:
-    """The reference's state dict: stored, seeded, or seeded with the stored (batch-norm) tensors over it."""
+    """The reference's state dict: seeded, with the stored (batch-norm) tensors or the io's ``state.<key>`` (seeded
+    noise maps) over it."""
     path = FIXTURES / f"{name}_params.safetensors"
     stored = load_file(str(path)) if path.exists() else {}
-    if "seeded" not in MANIFEST[name]:
-        return {k: v.float() for k, v in stored.items()}
-    return {**_seeded(name), **stored}
+    state = {k[len("state."):]: v for k, v in _io(name).items() if k.startswith("state.")}
+    return {**_seeded(name), **stored, **state}
 
 
 @functools.cache
 def _io(name: str) -> dict[str, torch.Tensor]:
-    return {k: v.float() for k, v in load_file(str(FIXTURES / f"{name}_io.safetensors")).items()}
+    return {k: v.float() for k, v in fixture_io("gfpgan_train", name).items()}
 
 
 def _net(name: str) -> nn.Module:
@@ -129,8 +132,8 @@ class FirstOutput(nn.Module):
 def test_reference_weights_load_strictly_and_match(name: str) -> None:
     case = MANIFEST[name]
     net = _net(name).eval()
-    ref_shapes = ({k: list(v.shape) for k, v in _params(name).items()} if "seeded" not in case
-                  else case["seeded"]["shapes"])
+    ref_shapes = {k: list(v.shape) for k, v in _params(name).items()}
+    assert set(case["seeded"]["shapes"]) <= set(ref_shapes)
     assert {k: list(v.shape) for k, v in net.state_dict().items()} == ref_shapes, "keys or shapes differ"
     net.load_state_dict(_params(name), strict=True)
     io = _io(name)
@@ -349,8 +352,7 @@ def test_training_layout_is_recognised_with_its_arguments() -> None:
 @pytest.mark.parametrize("name", sorted(MANIFEST))
 def test_reference_files_are_recognised(name: str) -> None:
     case = MANIFEST[name]
-    layout = {k: tuple(v.shape) for k, v in _params(name).items()} if "seeded" not in case else \
-        {k: tuple(v) for k, v in case["seeded"]["shapes"].items()}
+    layout = {k: tuple(v.shape) for k, v in _params(name).items()}
     (found,) = recognise_all(layout)
     assert found.opt["type"] == case["type"]
     shown = {k: v for k, v in case["kwargs"].items() if k not in ("resample_kernel", "lr_mlp", "fix_decoder",

@@ -1,13 +1,13 @@
 """Face restorers GFPGANv1Clean (+ StyleGAN2GeneratorClean) and RestoreFormer, BasicSR's StyleGAN2Generator /
 StyleGAN2Discriminator.
 
-Fixtures come from spandrel 0.4.2 and BasicSR 1.4.2 (``tools/fixtures/make_face_fixtures.py``; parameters stored as
-exact float16 values): the state dicts load strictly and give the references' outputs (stored noise maps, padded
-inputs as spandrel pads them). Also: channels_last, bf16 autocast, the meta device, a training step, ONNX, build
-errors, a GAN training run, 2 gloo ranks == 1 process for RestoreFormer (unused parameters), and XLA:CPU
-compile-once / no-fallback checks (``-m xla`` in the XLA venv). The checks every architecture gets (channels_last,
-bf16 autocast, the meta device, gradients, training runs, 2 gloo ranks == 1 process) run from
-``tests/archs/test_standard.py``.
+Fixtures come from spandrel 0.4.2 and BasicSR 1.4.2 (``tools/fixtures/make_face_fixtures.py``; weights, noise maps
+and inputs from fixture_kit seeds, stylegan2_16's weights stored as exact float16 values): the state dicts load
+strictly and give the references' outputs (the fixture's noise maps, padded inputs as spandrel pads them). Also:
+channels_last, bf16 autocast, the meta device, a training step, ONNX, build errors, a GAN training run, 2 gloo
+ranks == 1 process for RestoreFormer (unused parameters), and XLA:CPU compile-once / no-fallback checks (``-m xla``
+in the XLA venv). The checks every architecture gets (channels_last, bf16 autocast, the meta device, gradients,
+training runs, 2 gloo ranks == 1 process) run from ``tests/archs/test_standard.py``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import torch
-from arch_checks import train
+from arch_checks import fixture_io, load_case, stored_params, train
 from conftest import FIXTURE_TOL, ROOT, tiny_train_options
 from safetensors.torch import load_file
 
@@ -37,13 +37,11 @@ ONE_PER_IMAGE_ARCH = ["gfpgan_32", "restoreformer_mid", "stylegan2d_16"]
 
 
 def _case(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
-    """The fixture network (eval mode, weights loaded strictly, stored noise) and its inputs / outputs."""
-    case = MANIFEST[name]
-    net = build_network({"type": case["type"], **case["kwargs"]}).eval()
-    net.load_state_dict(load_file(str(FIXTURES / f"{name}_params.safetensors")), strict=True)
+    """The fixture network (eval mode, weights loaded strictly, the fixture's noise) and its inputs / outputs."""
+    net, io = load_case("face", name)
     if hasattr(net, "randomize_noise"):
         net.randomize_noise = False
-    return net, load_file(str(FIXTURES / f"{name}_io.safetensors"))
+    return net, io
 
 
 def _styles(io: dict[str, torch.Tensor], key: str) -> list[torch.Tensor]:
@@ -55,12 +53,13 @@ def _styles(io: dict[str, torch.Tensor], key: str) -> list[torch.Tensor]:
 @pytest.mark.parametrize("name", sorted(MANIFEST))
 def test_reference_weights_load_strictly_and_match(name: str) -> None:
     case = MANIFEST[name]
-    params = load_file(str(FIXTURES / f"{name}_params.safetensors"))
+    io = fixture_io("face", name)
+    params = stored_params("face", name)
+    params.update({k[len("state."):]: v for k, v in io.items() if k.startswith("state.")})  # seeded noise maps
     net = build_network({"type": case["type"], **case["kwargs"]}).eval()
     assert set(net.state_dict()) == set(params), "state-dict keys differ from the reference's"
     assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in params.items()}
     net.load_state_dict(params, strict=True)
-    io = load_file(str(FIXTURES / f"{name}_io.safetensors"))
     for entry in case["compare"]:
         with torch.no_grad():
             if entry[0].startswith("styles"):
