@@ -25,8 +25,10 @@ import copy
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -36,134 +38,15 @@ from torch.nn import functional as F
 from anysr.accelerators import Accelerator
 from anysr.accelerators.launcher import create_accelerator, resolve_plan
 from anysr.archs import build_network
-from anysr.archs.nafnet_arch import NAFNET_CONFIGS
 from anysr.engine.bench import forward_flops
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "archs"))
+from cards import PUBLISHED as CONFIGS  # noqa: E402 - the one table of networks (tests/archs/cards.py)
+from cards import PUBLISHED_FRAMES as FRAMES  # noqa: E402
 
 OUT_SIZE = 256
 GT_CROP = 128
 
-# name -> (options, scale, input channels); the authors' published sizes.
-CONFIGS: dict[str, tuple[dict[str, Any], int, int]] = {
-    "MSRResNet": ({"type": "MSRResNet"}, 4, 3),
-    "EDSR-M": ({"type": "EDSR", "num_in_ch": 3, "num_out_ch": 3, "upscale": 4}, 4, 3),
-    "RCAN": ({"type": "RCAN", "num_in_ch": 3, "num_out_ch": 3, "upscale": 4}, 4, 3),
-    "RRDBNet (ESRGAN)": ({"type": "RRDBNet", "num_in_ch": 3, "num_out_ch": 3}, 4, 3),
-    "SRVGGNetCompact": ({"type": "SRVGGNetCompact"}, 4, 3),
-    "SwinIR-M (classical)": ({"type": "SwinIR", "upscale": 4, "img_size": 48, "window_size": 8, "img_range": 1.0,
-                              "depths": [6] * 6, "embed_dim": 180, "num_heads": [6] * 6, "mlp_ratio": 2,
-                              "upsampler": "pixelshuffle", "resi_connection": "1conv"}, 4, 3),
-    "HAT-S": ({"type": "HAT", "upscale": 4, "img_size": 64, "window_size": 16, "compress_ratio": 24,
-               "squeeze_factor": 24, "conv_scale": 0.01, "overlap_ratio": 0.5, "depths": [6] * 6, "embed_dim": 144,
-               "num_heads": [6] * 6, "mlp_ratio": 2, "upsampler": "pixelshuffle", "resi_connection": "1conv"}, 4, 3),
-    "HAT": ({"type": "HAT", "upscale": 4, "img_size": 64, "window_size": 16, "compress_ratio": 3,
-             "squeeze_factor": 30, "conv_scale": 0.01, "overlap_ratio": 0.5, "depths": [6] * 6, "embed_dim": 180,
-             "num_heads": [6] * 6, "mlp_ratio": 2, "upsampler": "pixelshuffle", "resi_connection": "1conv"}, 4, 3),
-    "DAT-light": ({"type": "DAT", "upscale": 4, "img_size": 64, "depth": [18], "embed_dim": 60, "num_heads": [6],
-                   "expansion_factor": 2, "resi_connection": "3conv", "split_size": [8, 32],
-                   "upsampler": "pixelshuffledirect"}, 4, 3),
-    "DAT-S": ({"type": "DAT", "upscale": 4, "img_size": 64, "split_size": [8, 16], "depth": [6] * 6,
-               "embed_dim": 180, "num_heads": [6] * 6, "expansion_factor": 2, "resi_connection": "1conv"}, 4, 3),
-    "DAT-2": ({"type": "DAT", "upscale": 4, "img_size": 64, "split_size": [8, 32], "depth": [6] * 6,
-               "embed_dim": 180, "num_heads": [6] * 6, "expansion_factor": 2, "resi_connection": "1conv"}, 4, 3),
-    "DRCT": ({"type": "DRCT", "upscale": 4, "img_size": 64, "window_size": 16, "depths": [6] * 6, "embed_dim": 180,
-              "num_heads": [6] * 6, "mlp_ratio": 2, "upsampler": "pixelshuffle", "resi_connection": "1conv"}, 4, 3),
-    "SPAN (48 ch)": ({"type": "SPAN", "feature_channels": 48}, 4, 3),
-    "RealPLKSR (layer norm)": ({"type": "RealPLKSR", "layer_norm": True}, 4, 3),
-    "RealPLKSR + DySample": ({"type": "RealPLKSR", "layer_norm": True, "dysample": True}, 4, 3),
-    "OmniSR": ({"type": "OmniSR", "res_num": 5}, 4, 3),
-    "SAFMN": ({"type": "SAFMN", "dim": 36}, 4, 3),
-    "SAFMN-L": ({"type": "SAFMN", "dim": 128, "n_blocks": 16}, 4, 3),
-    "ECBSR-M4C16 (Y)": ({"type": "ECBSR", "num_in_ch": 1, "num_out_ch": 1, "num_block": 4, "num_channel": 16,
-                         "with_idt": False, "act_type": "prelu", "scale": 4}, 4, 1),
-    "RIDNet": ({"type": "RIDNet", "in_channels": 3, "mid_channels": 64, "out_channels": 3}, 1, 3),
-    "NAFNet-SIDD-width32": ({"type": "NAFNet", **NAFNET_CONFIGS["NAFNet-SIDD-width32"]}, 1, 3),
-    "NAFNet-SIDD-width64": ({"type": "NAFNet", **NAFNET_CONFIGS["NAFNet-SIDD-width64"]}, 1, 3),
-    "SCUNet": ({"type": "SCUNet"}, 1, 3),
-    # added 2026-12-02 (issue 18): the newer families at a published size (a preset name where one exists)
-    "ATD-light": ({"type": "atd_light", "scale": 4}, 4, 3),
-    "ArtCNN R8F64": ({"type": "artcnn_r8f64", "scale": 4}, 4, 3),
-    "CRAFT": ({"type": "craft", "scale": 4}, 4, 3),
-    "DCTLSA": ({"type": "dctlsa", "scale": 4}, 4, 3),
-    "DIS-balanced": ({"type": "dis_balanced", "scale": 4}, 4, 3),
-    "DITN-real": ({"type": "ditn_real", "scale": 4}, 4, 3),
-    "EIMN-L": ({"type": "eimn_l", "scale": 4}, 4, 3),
-    "ELAN-light": ({"type": "elan_light", "scale": 4}, 4, 3),
-    "ESCRealM-XL": ({"type": "escrealm_xl", "scale": 4}, 4, 3),
-    "FDAT-light": ({"type": "fdat_light", "scale": 4}, 4, 3),
-    "HiT-SRF": ({"type": "hit_srf", "scale": 4}, 4, 3),
-    "LKFMixer-B": ({"type": "lkfmixer_b", "scale": 4}, 4, 3),
-    "LMLT-base": ({"type": "lmlt_base", "scale": 4}, 4, 3),
-    "MAN-light": ({"type": "man_light", "scale": 4}, 4, 3),
-    "MoESR": ({"type": "MoESR", "scale": 4}, 4, 3),
-    "MoSR": ({"type": "mosr", "scale": 4}, 4, 3),
-    "MoSRv2": ({"type": "MoSRv2", "scale": 4}, 4, 3),
-    "PLKSR": ({"type": "plksr", "scale": 4}, 4, 3),
-    "RGT-S": ({"type": "rgt_s", "scale": 4}, 4, 3),
-    "RTMoSR-L": ({"type": "rtmosr_l", "scale": 4}, 4, 3),
-    "SAFMN-BCIE": ({"type": "SAFMNBCIE", "dim": 36}, 1, 3),
-    "Sebica-mini": ({"type": "sebica_mini", "scale": 4}, 4, 3),
-    "SeemoRe-T": ({"type": "seemore_t", "scale": 4}, 4, 3),
-    "SpanPlus": ({"type": "spanplus", "scale": 4}, 4, 3),
-    "SPANF": ({"type": "spanf", "scale": 4}, 4, 3),
-    "SPANF3": ({"type": "spanf3", "scale": 4}, 4, 3),
-    "SPANF3 (x2, unshuffle)": ({"type": "spanf3", "scale": 2}, 2, 3),
-    "SRFormer-light": ({"type": "srformer_light", "scale": 4}, 4, 3),
-    "SRFormerV2": ({"type": "srformerv2", "scale": 4}, 4, 3),
-    "Swin2SR-S": ({"type": "swin2sr_s", "scale": 4}, 4, 3),
-    "SwiftSRGAN": ({"type": "SwiftSRGAN"}, 4, 3),
-    "FlexNet": ({"type": "flexnet", "scale": 4}, 4, 3),
-    "MetaFlexNet": ({"type": "metaflexnet", "scale": 4}, 4, 3),
-    "DWT": ({"type": "dwt", "scale": 4}, 4, 3),
-    "DWT-S": ({"type": "dwt_s", "scale": 4}, 4, 3),
-    "HMA-medium (neosr)": ({"type": "hma_medium", "scale": 4}, 4, 3),
-    "GRFormer-medium (neosr)": ({"type": "grformer_medium", "scale": 4}, 4, 3),
-    "NinaSR-B0 (neosr)": ({"type": "ninasr_b0", "scale": 4}, 4, 3),
-    "NinaSR-B2 (neosr)": ({"type": "ninasr_b2", "scale": 4}, 4, 3),
-    "PlainUSR-ultra (neosr)": ({"type": "plainusr_ultra", "scale": 4}, 4, 3),
-    "PlainUSR-large (neosr)": ({"type": "plainusr_large", "scale": 4}, 4, 3),
-    "CFSR (neosr)": ({"type": "cfsr", "scale": 4}, 4, 3),
-    "HASN (neosr)": ({"type": "hasn", "scale": 4}, 4, 3),
-    "KRGN (neosr)": ({"type": "krgn", "scale": 4}, 4, 3),
-    "MSDAN (neosr)": ({"type": "msdan", "scale": 4}, 4, 3),
-    "ASID (neosr)": ({"type": "asid", "scale": 4}, 4, 3),
-    "ASID-D8 (neosr)": ({"type": "asid_d8", "scale": 4}, 4, 3),
-    "Light-SAFMN++ (neosr)": ({"type": "light_safmnpp", "scale": 4}, 4, 3),
-    "CATANet (neosr)": ({"type": "catanet", "scale": 4}, 4, 3),
-    "DCT (neosr)": ({"type": "dct", "scale": 4}, 4, 3),
-    "DAT-iLN-light": ({"type": "dat_iln_light", "scale": 4}, 4, 3),
-    "HAT-iLN-S": ({"type": "hat_iln_s", "scale": 4}, 4, 3),
-    "EMT": ({"type": "emt", "scale": 4}, 4, 3),
-    "RCAN (traiNNer-redux)": ({"type": "rcan", "scale": 4}, 4, 3),
-    "RCAN-unshuffle (x2)": ({"type": "rcan_unshuffle", "scale": 2}, 2, 3),
-    "GateRV3-S": ({"type": "gaterv3_s", "scale": 4}, 4, 3),
-    "GateRV3-R": ({"type": "gaterv3_r", "scale": 4}, 4, 3),
-    "SCUNet_aaf6aa (x4)": ({"type": "scunet_aaf6aa", "scale": 4}, 4, 3),
-    "Real-CUGAN x2": ({"type": "UpCunet2x"}, 2, 3),
-    "DnCNN (gray)": ({"type": "DnCNN"}, 1, 1),
-    "DRUNet": ({"type": "DRUNet"}, 1, 1),
-    "FBCNN": ({"type": "FBCNN"}, 1, 3),
-    "FFTformer": ({"type": "FFTformer"}, 1, 3),
-    "Restormer": ({"type": "Restormer"}, 1, 3),
-    "DocRes-base": ({"type": "docres_base"}, 1, 3),
-    "RetinexFormer": ({"type": "RetinexFormer"}, 1, 3),
-    "HVI-CIDNet": ({"type": "HVICIDNet"}, 1, 3),
-    "MixDehazeNet-S": ({"type": "MixDehazeNet"}, 1, 3),
-    "CascadedGaze": ({"type": "cascadedgaze"}, 1, 3),
-    "IPT (x4)": ({"type": "ipt", "scale": 4}, 4, 3),
-    "MMRealSR (x4)": ({"type": "mmrealsr", "scale": 4}, 4, 3),
-    "HiFaceGAN": ({"type": "hifacegan"}, 1, 3),
-    # GFPGAN's train_gfpgan_v1.yml network (512-pixel faces: the cells' smaller inputs are padded to 512)
-    "GFPGANv1 (512)": ({"type": "GFPGANv1", "out_size": 512, "channel_multiplier": 1, "input_is_latent": True,
-                        "different_w": True, "sft_half": True, "fix_decoder": True}, 1, 3),
-    # traiNNer-redux's temporal networks (clip in, centre frame out): their builders' defaults, 5-frame clips
-    "TemporalSPAN": ({"type": "temporalspan", "scale": 4}, 4, 3),
-    "TemporalSPANv2": ({"type": "temporalspanv2", "scale": 4}, 4, 3),
-    "TSCUNet": ({"type": "tscunet", "scale": 4}, 4, 3),
-    "TFDAT": ({"type": "tfdat", "scale": 4}, 4, 3),
-    # traiNNer-redux's LAWFFT at its class defaults (whole-image blocks: torch.fft on CPU / CUDA, DFT matmuls on XLA)
-    "LAWFFT": ({"type": "LAWFFT", "scale": 4}, 4, 3),
-}
-FRAMES = {"TemporalSPAN": 5, "TemporalSPANv2": 5, "TSCUNet": 5, "TFDAT": 5}  # clip networks: frames per input
 
 
 def _input(in_ch: int, side: int, frames: int = 0) -> tuple[int, ...]:

@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -21,22 +23,11 @@ from anysr.accelerators.launcher import create_accelerator, resolve_plan
 from anysr.archs import build_network
 from anysr.engine.bench import forward_flops
 
-# The authors' option files (x4).
-CONFIGS: dict[str, dict] = {
-    "HAT-S": {"type": "HAT", "upscale": 4, "img_size": 64, "window_size": 16, "compress_ratio": 24,
-              "squeeze_factor": 24, "conv_scale": 0.01, "overlap_ratio": 0.5, "depths": [6] * 6, "embed_dim": 144,
-              "num_heads": [6] * 6, "mlp_ratio": 2, "upsampler": "pixelshuffle", "resi_connection": "1conv"},
-    "HAT": {"type": "HAT", "upscale": 4, "img_size": 64, "window_size": 16, "compress_ratio": 3,
-            "squeeze_factor": 30, "conv_scale": 0.01, "overlap_ratio": 0.5, "depths": [6] * 6, "embed_dim": 180,
-            "num_heads": [6] * 6, "mlp_ratio": 2, "upsampler": "pixelshuffle", "resi_connection": "1conv"},
-    "DAT-light": {"type": "DAT", "upscale": 4, "img_size": 64, "depth": [18], "embed_dim": 60, "num_heads": [6],
-                  "expansion_factor": 2, "resi_connection": "3conv", "split_size": [8, 32],
-                  "upsampler": "pixelshuffledirect"},
-    "DAT-S": {"type": "DAT", "upscale": 4, "img_size": 64, "split_size": [8, 16], "depth": [6] * 6,
-              "embed_dim": 180, "num_heads": [6] * 6, "expansion_factor": 2, "resi_connection": "1conv"},
-    "DRCT": {"type": "DRCT", "upscale": 4, "img_size": 64, "window_size": 16, "depths": [6] * 6, "embed_dim": 180,
-             "num_heads": [6] * 6, "mlp_ratio": 2, "upsampler": "pixelshuffle", "resi_connection": "1conv"},
-}
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "archs"))
+from cards import PUBLISHED  # noqa: E402
+
+# The authors' option files (x4), from the one table of networks (tests/archs/cards.py).
+CONFIGS: dict[str, dict] = {name: PUBLISHED[name][0] for name in ("HAT-S", "HAT", "DAT-light", "DAT-S", "DRCT")}
 
 
 def _time(net: torch.nn.Module, x: torch.Tensor, acc: Accelerator, iters: int, warmup: int,

@@ -41,11 +41,24 @@ from arch_checks import (
     train,
     train_options,
 )
-from cards import CARDS, GRADIENT_SUBSET, GRADIENTS, GROUPS, PADDED, PADDED_MIN_SIDE, PARITY, TRAIN, TWO_RANKS
+from cards import (
+    CARDS,
+    GRADIENT_SUBSET,
+    GRADIENTS,
+    GROUPS,
+    PADDED,
+    PADDED_MIN_SIDE,
+    PARITY,
+    PUBLISHED,
+    PUBLISHED_FRAMES,
+    TRAIN,
+    TWO_RANKS,
+)
 from conftest import FIXTURE_TOL
 
-from anysr.archs import build_network
+from anysr.archs import ARCH_REGISTRY, build_network
 from anysr.errors import OptionError
+from anysr.presets import find_preset
 
 # tests/conftest.py keeps modules that name FIXTURE_TOL in the AVX2 pass (make test-avx2): the comparisons with the
 # reference outputs here use it (through arch_checks).
@@ -281,3 +294,14 @@ def test_two_gloo_ranks_match_one_process(arch: str, tmp_path: Path, small_train
     if "optim_g" in spec:
         opt["train"]["optim_g"] = spec["optim_g"]
     check_two_ranks_match_one(tmp_path, opt)
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_published_size_names_a_network(name: str) -> None:
+    """Each benchmarked published size (``PUBLISHED``) names a registered network or preset, at a scale >= 1 and a
+    channel count of 1 or 3 (a renamed preset or class would otherwise break only the benchmarks)."""
+    opt, scale, in_ch = PUBLISHED[name]
+    kind = opt["type"]
+    assert kind in ARCH_REGISTRY or find_preset(kind, ARCH_REGISTRY.keys()) is not None, f"{name}: unknown {kind}"
+    assert scale >= 1 and in_ch in (1, 3)
+    assert set(PUBLISHED_FRAMES) <= set(PUBLISHED)
