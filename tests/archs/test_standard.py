@@ -296,12 +296,13 @@ def test_two_gloo_ranks_match_one_process(arch: str, tmp_path: Path, small_train
     check_two_ranks_match_one(tmp_path, opt)
 
 
-@pytest.mark.parametrize("name", sorted(PUBLISHED))
+@pytest.mark.parametrize("name", sorted(set(PUBLISHED) | set(PUBLISHED_FRAMES)))
 def test_published_size_names_a_network(name: str) -> None:
-    """Each benchmarked published size (``PUBLISHED``) names a registered network or preset, at a scale >= 1 and a
-    channel count of 1 or 3 (a renamed preset or class would otherwise break only the benchmarks)."""
+    """Each benchmarked published size (``PUBLISHED``, and every clip network ``PUBLISHED_FRAMES`` names) names a
+    registered network or preset, at a scale >= 1 and a channel count of 1 or 3 (a renamed preset or class would
+    otherwise break only the benchmarks)."""
+    assert name in PUBLISHED, f"PUBLISHED_FRAMES names {name}, which PUBLISHED does not hold"
     opt, scale, in_ch = PUBLISHED[name]
     kind = opt["type"]
     assert kind in ARCH_REGISTRY or find_preset(kind, ARCH_REGISTRY.keys()) is not None, f"{name}: unknown {kind}"
     assert scale >= 1 and in_ch in (1, 3)
-    assert set(PUBLISHED_FRAMES) <= set(PUBLISHED)
